@@ -1,0 +1,42 @@
+# The README's two commands, and their set-up:
+#   make test   install what is missing, configure, build everything, run every test (ctest)
+#   make demo   the main job (until the trainer exists: validate configs/demo.json)
+# Knobs: BUILD (build folder), BUILD_TYPE, CUDA_ARCHS ("80;90"), JOBS, CMAKE_FLAGS.
+BUILD ?= build
+BUILD_TYPE ?= RelWithDebInfo
+CUDA_ARCHS ?= 80;90
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?=
+
+.PHONY: all deps configure build test test-asan demo format clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  "-DZERO_CUDA_ARCHS=$(CUDA_ARCHS)" $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+# The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer, without CUDA.
+test-asan:
+	$(MAKE) test BUILD=build-asan BUILD_TYPE=Debug \
+	  CMAKE_FLAGS="-DZERO_WITH_CUDA=OFF -DZERO_SANITIZE=address,undefined" CTEST_FLAGS="-L unit"
+
+demo: configure
+	cmake --build $(BUILD) -j $(JOBS) --target zero-config
+	$(BUILD)/tools/zero-config/zero-config check configs/demo.json --world-size 2
+
+format:
+	git ls-files '*.h' '*.cpp' '*.cu' '*.c' | xargs clang-format -i
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,20 @@
+// Names of the error categories, as they appear in messages and in zero_status_string.
+#include "base/error.h"
+
+namespace zero {
+
+std::string_view category_name(ErrorCategory category) noexcept {
+  switch (category) {
+    case ErrorCategory::config: return "config error";
+    case ErrorCategory::usage: return "usage error";
+    case ErrorCategory::comm: return "communication error";
+    case ErrorCategory::timeout: return "timeout";
+    case ErrorCategory::io: return "I/O error";
+    case ErrorCategory::device: return "device error";
+    case ErrorCategory::out_of_memory: return "out of memory";
+    case ErrorCategory::internal: return "internal error";
+  }
+  return "unknown error";
+}
+
+}  // namespace zero

@@ -1,0 +1,31 @@
+# Language standard, build type, and the flags every target of ours gets.
+set(CMAKE_CXX_STANDARD 20)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+set(CMAKE_CXX_EXTENSIONS OFF)
+set(CMAKE_C_STANDARD 99)
+set(CMAKE_POSITION_INDEPENDENT_CODE ON)   # static libraries end up inside libzero.so
+set(CMAKE_CXX_VISIBILITY_PRESET hidden)   # only zero_* leaves the shared library
+set(CMAKE_C_VISIBILITY_PRESET hidden)
+set(CMAKE_CUDA_VISIBILITY_PRESET hidden)
+set(CMAKE_VISIBILITY_INLINES_HIDDEN ON)
+set(CMAKE_EXPORT_COMPILE_COMMANDS ON)
+if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
+  set(CMAKE_BUILD_TYPE RelWithDebInfo CACHE STRING "Build type" FORCE)
+endif()
+
+# Warnings as errors on our own code (not on third-party headers, which come in as SYSTEM).
+add_library(zero_warnings INTERFACE)
+target_compile_options(zero_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX,C>:-Wall -Wextra -Werror>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra -Werror=all-warnings>)
+
+# Sanitizers for our code and the programs linked with it.
+add_library(zero_sanitize INTERFACE)
+if(ZERO_SANITIZE)
+  if(NOT ZERO_SANITIZE MATCHES "^(address|undefined|thread|address,undefined|undefined,address)$")
+    message(FATAL_ERROR "ZERO_SANITIZE='${ZERO_SANITIZE}': use address,undefined or thread")
+  endif()
+  target_compile_options(zero_sanitize INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX,C>:-fsanitize=${ZERO_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all>)
+  target_link_options(zero_sanitize INTERFACE -fsanitize=${ZERO_SANITIZE})
+endif()
