@@ -1,0 +1,168 @@
+// CPU kernels (see cpu_kernels.h). Compiled with -fopenmp-simd so the `omp simd` reductions
+// vectorise without OpenMP threads.
+#include "device/cpu/cpu_kernels.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/half.h"
+
+namespace zero::cpu {
+namespace {
+
+using u16 = std::uint16_t;
+using u32 = std::uint32_t;
+
+[[noreturn]] void not_floating(DType dtype) {
+  throw make_error(ErrorCategory::usage, "device kernels take fp32, fp16 or bf16, not {}",
+                   dtype_name(dtype));
+}
+
+// Applies `op(float) -> float` in place over a buffer of any floating dtype.
+template <typename Op>
+void map_in_place(void* data, DType dtype, std::size_t count, Op op) {
+  switch (dtype) {
+    case DType::f32: {
+      float* x = static_cast<float*>(data);
+#pragma omp simd
+      for (std::size_t i = 0; i < count; ++i) x[i] = op(x[i]);
+      return;
+    }
+    case DType::bf16: {
+      u16* x = static_cast<u16*>(data);
+#pragma omp simd
+      for (std::size_t i = 0; i < count; ++i) x[i] = float_to_bf16(op(bf16_to_float(x[i])));
+      return;
+    }
+    case DType::f16: {
+      u16* x = static_cast<u16*>(data);
+      for (std::size_t i = 0; i < count; ++i) x[i] = float_to_fp16(op(fp16_to_float(x[i])));
+      return;
+    }
+    case DType::i64: break;
+  }
+  not_floating(dtype);
+}
+
+template <typename Load>
+double sum_squares_with(std::size_t count, Load load) {
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (std::size_t i = 0; i < count; ++i) {
+    const double x = load(i);
+    sum += x * x;
+  }
+  return sum;
+}
+
+}  // namespace
+
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count) {
+  if (!is_floating(src_dtype)) not_floating(src_dtype);
+  if (!is_floating(dst_dtype)) not_floating(dst_dtype);
+  if (src_dtype == dst_dtype) {
+    if (src != dst) std::memmove(dst, src, count * dtype_size(src_dtype));
+    return;
+  }
+  if (src_dtype == DType::f32) {
+    const float* in = static_cast<const float*>(src);
+    u16* out = static_cast<u16*>(dst);
+    if (dst_dtype == DType::bf16) {
+#pragma omp simd
+      for (std::size_t i = 0; i < count; ++i) out[i] = float_to_bf16(in[i]);
+    } else {
+      for (std::size_t i = 0; i < count; ++i) out[i] = float_to_fp16(in[i]);
+    }
+    return;
+  }
+  const u16* in = static_cast<const u16*>(src);
+  if (dst_dtype == DType::f32) {
+    float* out = static_cast<float*>(dst);
+    if (src_dtype == DType::bf16) {
+#pragma omp simd
+      for (std::size_t i = 0; i < count; ++i) out[i] = bf16_to_float(in[i]);
+    } else {
+      for (std::size_t i = 0; i < count; ++i) out[i] = fp16_to_float(in[i]);
+    }
+    return;
+  }
+  // Between the two half formats, through fp32 (exact on the way in, one rounding out).
+  u16* out = static_cast<u16*>(dst);
+  if (src_dtype == DType::bf16) {
+    for (std::size_t i = 0; i < count; ++i) out[i] = float_to_fp16(bf16_to_float(in[i]));
+  } else {
+    for (std::size_t i = 0; i < count; ++i) out[i] = float_to_bf16(fp16_to_float(in[i]));
+  }
+}
+
+void scale(void* data, DType dtype, std::size_t count, float factor) {
+  map_in_place(data, dtype, count, [factor](float x) { return x * factor; });
+}
+
+void fill(void* data, DType dtype, std::size_t count, float value) {
+  switch (dtype) {
+    case DType::f32: {
+      float* x = static_cast<float*>(data);
+      for (std::size_t i = 0; i < count; ++i) x[i] = value;
+      return;
+    }
+    case DType::bf16:
+    case DType::f16: {
+      const u16 bits = dtype == DType::bf16 ? float_to_bf16(value) : float_to_fp16(value);
+      u16* x = static_cast<u16*>(data);
+      for (std::size_t i = 0; i < count; ++i) x[i] = bits;
+      return;
+    }
+    case DType::i64: break;
+  }
+  not_floating(dtype);
+}
+
+double sum_squares(const void* data, DType dtype, std::size_t count) {
+  switch (dtype) {
+    case DType::f32: {
+      const float* x = static_cast<const float*>(data);
+      return sum_squares_with(count, [x](std::size_t i) { return x[i]; });
+    }
+    case DType::bf16: {
+      const u16* x = static_cast<const u16*>(data);
+      return sum_squares_with(count, [x](std::size_t i) { return bf16_to_float(x[i]); });
+    }
+    case DType::f16: {
+      const u16* x = static_cast<const u16*>(data);
+      return sum_squares_with(count, [x](std::size_t i) { return fp16_to_float(x[i]); });
+    }
+    case DType::i64: break;
+  }
+  not_floating(dtype);
+}
+
+bool any_nonfinite(const void* data, DType dtype, std::size_t count) {
+  // A float is NaN or infinite exactly when its exponent bits are all ones.
+  unsigned found = 0;
+  switch (dtype) {
+    case DType::f32: {
+      const unsigned char* bytes = static_cast<const unsigned char*>(data);
+#pragma omp simd reduction(| : found)
+      for (std::size_t i = 0; i < count; ++i) {
+        u32 word;
+        std::memcpy(&word, bytes + 4 * i, 4);
+        found |= (word & 0x7f800000u) == 0x7f800000u;
+      }
+      return found != 0;
+    }
+    case DType::bf16:
+    case DType::f16: {
+      const u16 mask = dtype == DType::bf16 ? 0x7f80u : 0x7c00u;
+      const u16* x = static_cast<const u16*>(data);
+#pragma omp simd reduction(| : found)
+      for (std::size_t i = 0; i < count; ++i) found |= (x[i] & mask) == mask;
+      return found != 0;
+    }
+    case DType::i64: break;
+  }
+  not_floating(dtype);
+}
+
+}  // namespace zero::cpu

@@ -1,0 +1,19 @@
+// The CPU device's kernels over host memory, written so the compiler vectorises them (simd
+// reductions with several accumulators; bit-level half conversions from base/half.h). They
+// run on the calling thread. Results match device/reference.h: bit for bit for casts, scale
+// and fill; within summation-order rounding for the sum of squares.
+#pragma once
+
+#include <cstddef>
+
+#include "base/dtype.h"
+
+namespace zero::cpu {
+
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count);
+void scale(void* data, DType dtype, std::size_t count, float factor);
+void fill(void* data, DType dtype, std::size_t count, float value);
+double sum_squares(const void* data, DType dtype, std::size_t count);
+bool any_nonfinite(const void* data, DType dtype, std::size_t count);
+
+}  // namespace zero::cpu

@@ -1,0 +1,23 @@
+// Chooses the device at run time: CUDA when the runtime reports a GPU, else the CPU.
+#include "base/error.h"
+#include "base/log.h"
+#include "device/device.h"
+
+namespace zero {
+
+std::unique_ptr<Device> create_device(const DeviceOptions& options) {
+  if (options.preference == DevicePreference::cpu) return create_cpu_device();
+  const CudaProbe probe = probe_cuda();
+  if (probe.device_count > 0) {
+    const int ordinal = options.local_rank % probe.device_count;
+    return create_cuda_device(ordinal < 0 ? 0 : ordinal);
+  }
+  if (options.preference == DevicePreference::cuda) {
+    throw make_error(ErrorCategory::device, "a CUDA device was asked for but none is usable: {}",
+                     probe.reason);
+  }
+  log::info("no GPU ({}); using the CPU device", probe.reason);
+  return create_cpu_device();
+}
+
+}  // namespace zero

@@ -1,0 +1,456 @@
+// The CUDA device's kernels (see cuda_kernels.h). CUDA C++17: this file includes only its own
+// header and the toolkit's, so the rounding of base/half.h is restated here on raw bits.
+//
+// Every kernel is a grid-stride loop over "packs" of N elements (16 bytes of the widest
+// format involved) for the aligned body of the buffer, plus a grid-stride loop over the
+// scalar elements before and after it. Where the addresses do not allow packs (for a cast,
+// source and destination misaligned differently) every element is scalar.
+#include "device/cuda/cuda_kernels.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace zero::cuda {
+namespace {
+
+using u16 = unsigned short;
+using u32 = unsigned int;
+
+constexpr unsigned kThreads = 256;
+constexpr std::size_t kMaxBlocks = 4096;
+static_assert(kSumSquaresPartials <= kMaxBlocks, "the sum of squares caps its grid at the partials");
+
+// ---- Rounding, bit for bit as base/half.h ----
+
+__device__ __forceinline__ float bf16_to_float(u16 h) {
+  return __uint_as_float(static_cast<u32>(h) << 16);
+}
+
+__device__ __forceinline__ u16 float_to_bf16(float f) {
+  u32 bits = __float_as_uint(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and top payload, force quiet
+    return static_cast<u16>((bits >> 16) | 0x0040u);
+  }
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<u16>(bits >> 16);
+}
+
+__device__ __forceinline__ float fp16_to_float(u16 h) {
+  const u32 half = h;
+  const u32 sign = (half & 0x8000u) << 16;
+  const u32 exponent = (half >> 10) & 0x1fu;
+  const u32 mantissa = half & 0x3ffu;
+  if (exponent == 0x1fu) {  // infinity, or NaN made quiet with its payload kept (as x86 does)
+    const u32 quiet = mantissa != 0 ? 0x400000u : 0u;
+    return __uint_as_float(sign | 0x7f800000u | quiet | (mantissa << 13));
+  }
+  if (exponent == 0) {
+    if (mantissa == 0) return __uint_as_float(sign);
+    // Subnormal: mantissa * 2^-24, exact in fp32.
+    const float magnitude = __fmul_rn(__uint2float_rn(mantissa), 5.9604644775390625e-8f);
+    return sign ? -magnitude : magnitude;
+  }
+  return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+__device__ __forceinline__ u16 float_to_fp16(float f) {
+  const u32 bits = __float_as_uint(f);
+  const u32 sign = (bits >> 16) & 0x8000u;
+  const u32 magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) {  // NaN: keep the top payload bits, force quiet
+    return static_cast<u16>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  }
+  if (magnitude >= 0x477ff000u) {  // rounds to >= 65520: infinity (also for fp32 infinity)
+    return static_cast<u16>(sign | 0x7c00u);
+  }
+  if (magnitude < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
+    if (magnitude < 0x33000000u) return static_cast<u16>(sign);  // below 2^-25 (tie) -> 0
+    const u32 exponent = magnitude >> 23;
+    const u32 mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+    const u32 shift = 126u - exponent;  // in units of 2^-24: mantissa >> (126 - exponent)
+    u32 result = mantissa >> shift;
+    const u32 remainder = mantissa & ((1u << shift) - 1u);
+    const u32 halfway = 1u << (shift - 1u);
+    if (remainder > halfway || (remainder == halfway && (result & 1u))) ++result;
+    return static_cast<u16>(sign | result);
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits.
+  u32 value = magnitude - 0x38000000u;
+  value += 0xfffu + ((value >> 13) & 1u);
+  return static_cast<u16>(sign | (value >> 13));
+}
+
+// x * factor in fp32 with the NaN bits the host CPU's multiplication gives (the reference
+// runs there): a NaN operand comes back quieted with its sign and payload (x first), and a
+// NaN made from non-NaN operands (inf * 0) is the host's default NaN. The GPU alone would
+// return its canonical 0x7fffffff, which base/half.h's NaN rule would then make visible.
+__device__ __forceinline__ float multiply(float x, float factor, u32 default_nan) {
+  const float product = __fmul_rn(x, factor);
+  const u32 product_bits = __float_as_uint(product);
+  if ((product_bits & 0x7fffffffu) <= 0x7f800000u) return product;
+  const u32 x_bits = __float_as_uint(x);
+  if ((x_bits & 0x7fffffffu) > 0x7f800000u) return __uint_as_float(x_bits | 0x00400000u);
+  const u32 factor_bits = __float_as_uint(factor);
+  if ((factor_bits & 0x7fffffffu) > 0x7f800000u) {
+    return __uint_as_float(factor_bits | 0x00400000u);
+  }
+  return __uint_as_float(default_nan);
+}
+
+// ---- The formats ----
+
+struct F32 {
+  using Storage = float;
+  __device__ static float load(float v) { return v; }
+  __device__ static float store(float v) { return v; }
+  __device__ static bool nonfinite(float v) {
+    return (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u;
+  }
+};
+
+struct F16 {
+  using Storage = u16;
+  __device__ static float load(u16 v) { return fp16_to_float(v); }
+  __device__ static u16 store(float v) { return float_to_fp16(v); }
+  __device__ static bool nonfinite(u16 v) { return (v & 0x7c00u) == 0x7c00u; }
+};
+
+struct BF16 {
+  using Storage = u16;
+  __device__ static float load(u16 v) { return bf16_to_float(v); }
+  __device__ static u16 store(float v) { return float_to_bf16(v); }
+  __device__ static bool nonfinite(u16 v) { return (v & 0x7f80u) == 0x7f80u; }
+};
+
+// N elements moved as one aligned access.
+template <class S, int N>
+struct alignas(sizeof(S) * N) Pack {
+  S v[N];
+};
+
+// ---- The split of a buffer into scalar head, aligned packs and scalar tail ----
+
+struct Split {
+  std::size_t count = 0;
+  std::size_t pack_size = 1;  // N
+  std::size_t head = 0;       // scalar elements [0, head) come before the packs
+  std::size_t packs = 0;      // packs of N elements from element `head`
+  // The scalar elements: the head and the tail after the packs.
+  __host__ __device__ std::size_t scalars() const { return count - packs * pack_size; }
+  __host__ __device__ std::size_t body_end() const { return head + packs * pack_size; }
+  // The element index of the s-th scalar element.
+  __device__ std::size_t scalar_index(std::size_t s) const {
+    return s < head ? s : body_end() + (s - head);
+  }
+};
+
+// Elements before `address` reaches a multiple of `pack_bytes`, capped at count.
+std::size_t elements_to_alignment(const void* address, std::size_t element_bytes,
+                                  std::size_t pack_bytes, std::size_t count) {
+  const std::uintptr_t misalignment = reinterpret_cast<std::uintptr_t>(address) % pack_bytes;
+  const std::size_t head = misalignment == 0 ? 0 : (pack_bytes - misalignment) / element_bytes;
+  return head < count ? head : count;
+}
+
+bool aligned_to(const void* address, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(address) % bytes == 0;
+}
+
+template <class S, int N>
+Split split_one(const void* data, std::size_t count) {
+  Split split;
+  split.count = count;
+  split.pack_size = N;
+  split.head = elements_to_alignment(data, sizeof(S), sizeof(S) * N, count);
+  split.packs = (count - split.head) / N;
+  return split;
+}
+
+// For a cast: packs only where the destination is aligned at the source's first pack.
+template <class S, class D, int N>
+Split split_two(const void* src, const void* dst, std::size_t count) {
+  Split split = split_one<S, N>(src, count);
+  const char* dst_at_body = static_cast<const char*>(dst) + split.head * sizeof(D);
+  if (!aligned_to(dst_at_body, sizeof(D) * N)) {
+    split.head = count;
+    split.packs = 0;
+  }
+  return split;
+}
+
+unsigned grid_for(const Split& split, std::size_t max_blocks) {
+  const std::size_t units = split.packs + split.scalars();
+  std::size_t blocks = (units + kThreads - 1) / kThreads;
+  if (blocks > max_blocks) blocks = max_blocks;
+  if (blocks == 0) blocks = 1;
+  return static_cast<unsigned>(blocks);
+}
+
+__device__ __forceinline__ std::size_t thread_index() {
+  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ std::size_t thread_count() {
+  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
+}
+
+// ---- Kernels ----
+
+template <class Src, class Dst, int N>
+__global__ void __launch_bounds__(kThreads)
+    cast_kernel(const typename Src::Storage* __restrict__ src,
+                typename Dst::Storage* __restrict__ dst, Split split) {
+  using SPack = Pack<typename Src::Storage, N>;
+  using DPack = Pack<typename Dst::Storage, N>;
+  const std::size_t first = thread_index();
+  const std::size_t stride = thread_count();
+  const std::size_t scalars = split.scalars();
+  for (std::size_t s = first; s < scalars; s += stride) {
+    const std::size_t i = split.scalar_index(s);
+    dst[i] = Dst::store(Src::load(src[i]));
+  }
+  const SPack* in = reinterpret_cast<const SPack*>(src + split.head);
+  DPack* out = reinterpret_cast<DPack*>(dst + split.head);
+  for (std::size_t p = first; p < split.packs; p += stride) {
+    const SPack x = in[p];
+    DPack y;
+#pragma unroll
+    for (int j = 0; j < N; ++j) y.v[j] = Dst::store(Src::load(x.v[j]));
+    out[p] = y;
+  }
+}
+
+template <class Fmt, int N>
+__global__ void __launch_bounds__(kThreads)
+    scale_kernel(typename Fmt::Storage* __restrict__ data, Split split, float factor,
+                 u32 default_nan) {
+  using P = Pack<typename Fmt::Storage, N>;
+  const std::size_t first = thread_index();
+  const std::size_t stride = thread_count();
+  const std::size_t scalars = split.scalars();
+  for (std::size_t s = first; s < scalars; s += stride) {
+    const std::size_t i = split.scalar_index(s);
+    data[i] = Fmt::store(multiply(Fmt::load(data[i]), factor, default_nan));
+  }
+  P* packs = reinterpret_cast<P*>(data + split.head);
+  for (std::size_t p = first; p < split.packs; p += stride) {
+    P x = packs[p];
+#pragma unroll
+    for (int j = 0; j < N; ++j) x.v[j] = Fmt::store(multiply(Fmt::load(x.v[j]), factor, default_nan));
+    packs[p] = x;
+  }
+}
+
+template <class Fmt, int N>
+__global__ void __launch_bounds__(kThreads)
+    fill_kernel(typename Fmt::Storage* __restrict__ data, Split split, float value) {
+  using S = typename Fmt::Storage;
+  using P = Pack<S, N>;
+  const S bits = Fmt::store(value);
+  const std::size_t first = thread_index();
+  const std::size_t stride = thread_count();
+  const std::size_t scalars = split.scalars();
+  for (std::size_t s = first; s < scalars; s += stride) data[split.scalar_index(s)] = bits;
+  P x;
+#pragma unroll
+  for (int j = 0; j < N; ++j) x.v[j] = bits;
+  P* packs = reinterpret_cast<P*>(data + split.head);
+  for (std::size_t p = first; p < split.packs; p += stride) packs[p] = x;
+}
+
+// Sums `value` over the block in a fixed tree order; the total is valid in thread 0.
+__device__ double block_sum(double value) {
+  __shared__ double shared[kThreads];
+  shared[threadIdx.x] = value;
+  __syncthreads();
+#pragma unroll
+  for (unsigned offset = kThreads / 2; offset > 0; offset >>= 1) {
+    if (threadIdx.x < offset) shared[threadIdx.x] += shared[threadIdx.x + offset];
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+template <class Fmt, int N>
+__global__ void __launch_bounds__(kThreads)
+    sum_squares_kernel(const typename Fmt::Storage* __restrict__ data, Split split,
+                       double* __restrict__ partials) {
+  using P = Pack<typename Fmt::Storage, N>;
+  const std::size_t first = thread_index();
+  const std::size_t stride = thread_count();
+  const std::size_t scalars = split.scalars();
+  double sum = 0.0;
+  for (std::size_t s = first; s < scalars; s += stride) {
+    const double x = Fmt::load(data[split.scalar_index(s)]);
+    sum += x * x;
+  }
+  const P* packs = reinterpret_cast<const P*>(data + split.head);
+  for (std::size_t p = first; p < split.packs; p += stride) {
+    const P x = packs[p];
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const double v = Fmt::load(x.v[j]);
+      sum += v * v;
+    }
+  }
+  const double total = block_sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sum_partials_kernel(const double* __restrict__ partials, unsigned blocks,
+                        float* __restrict__ accumulator) {
+  double sum = 0.0;
+  for (unsigned b = threadIdx.x; b < blocks; b += kThreads) sum += partials[b];
+  const double total = block_sum(sum);
+  if (threadIdx.x == 0) {
+    *accumulator = __double2float_rn(static_cast<double>(*accumulator) + total);
+  }
+}
+
+template <class Fmt, int N>
+__global__ void __launch_bounds__(kThreads)
+    check_finite_kernel(const typename Fmt::Storage* __restrict__ data, Split split,
+                        float* __restrict__ flag) {
+  using P = Pack<typename Fmt::Storage, N>;
+  const std::size_t first = thread_index();
+  const std::size_t stride = thread_count();
+  const std::size_t scalars = split.scalars();
+  bool found = false;
+  for (std::size_t s = first; s < scalars; s += stride) {
+    found |= Fmt::nonfinite(data[split.scalar_index(s)]);
+  }
+  const P* packs = reinterpret_cast<const P*>(data + split.head);
+  for (std::size_t p = first; p < split.packs; p += stride) {
+    const P x = packs[p];
+#pragma unroll
+    for (int j = 0; j < N; ++j) found |= Fmt::nonfinite(x.v[j]);
+  }
+  if (__syncthreads_or(found ? 1 : 0) != 0 && threadIdx.x == 0) *flag = 1.0f;
+}
+
+// ---- Dispatch ----
+
+// Elements per 16-byte pack of a format.
+template <class Fmt>
+constexpr int kPack = static_cast<int>(16 / sizeof(typename Fmt::Storage));
+
+// The NaN the host CPU makes from non-NaN operands (x86: 0xffc00000), computed at run time so
+// that the compiler cannot fold it.
+u32 compute_host_default_nan() {
+  volatile float infinity = INFINITY;
+  volatile float zero = 0.0f;
+  const float nan = infinity * zero;
+  u32 bits;
+  std::memcpy(&bits, &nan, sizeof bits);
+  return bits;
+}
+
+u32 host_default_nan() {
+  static const u32 bits = compute_host_default_nan();
+  return bits;
+}
+
+template <class Src, class Dst>
+void cast_as(const void* src, void* dst, std::size_t count, cudaStream_t stream) {
+  constexpr int N = (kPack<Src> < kPack<Dst>) ? kPack<Src> : kPack<Dst>;
+  using SS = typename Src::Storage;
+  using DS = typename Dst::Storage;
+  const Split split = split_two<SS, DS, N>(src, dst, count);
+  cast_kernel<Src, Dst, N><<<grid_for(split, kMaxBlocks), kThreads, 0, stream>>>(
+      static_cast<const SS*>(src), static_cast<DS*>(dst), split);
+}
+
+template <class Src>
+cudaError_t cast_from(const void* src, void* dst, Format dst_format, std::size_t count,
+                      cudaStream_t stream) {
+  switch (dst_format) {
+    case Format::f32: cast_as<Src, F32>(src, dst, count, stream); return cudaGetLastError();
+    case Format::f16: cast_as<Src, F16>(src, dst, count, stream); return cudaGetLastError();
+    case Format::bf16: cast_as<Src, BF16>(src, dst, count, stream); return cudaGetLastError();
+  }
+  return cudaErrorInvalidValue;
+}
+
+// Calls `launch.template operator()<Fmt>()` for the format; returns the launch status.
+template <class Launch>
+cudaError_t dispatch(Format format, Launch launch) {
+  switch (format) {
+    case Format::f32: launch(F32{}); return cudaGetLastError();
+    case Format::f16: launch(F16{}); return cudaGetLastError();
+    case Format::bf16: launch(BF16{}); return cudaGetLastError();
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t launch_cast(const void* src, Format src_format, void* dst, Format dst_format,
+                        std::size_t count, cudaStream_t stream) noexcept {
+  if (count == 0) return cudaSuccess;
+  if (src_format == dst_format) return cudaErrorInvalidValue;  // the caller copies instead
+  switch (src_format) {
+    case Format::f32: return cast_from<F32>(src, dst, dst_format, count, stream);
+    case Format::f16: return cast_from<F16>(src, dst, dst_format, count, stream);
+    case Format::bf16: return cast_from<BF16>(src, dst, dst_format, count, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_scale(void* data, Format format, std::size_t count, float factor,
+                         cudaStream_t stream) noexcept {
+  if (count == 0) return cudaSuccess;
+  const u32 default_nan = host_default_nan();
+  return dispatch(format, [&](auto fmt) {
+    using Fmt = decltype(fmt);
+    constexpr int N = kPack<Fmt>;
+    const Split split = split_one<typename Fmt::Storage, N>(data, count);
+    scale_kernel<Fmt, N><<<grid_for(split, kMaxBlocks), kThreads, 0, stream>>>(
+        static_cast<typename Fmt::Storage*>(data), split, factor, default_nan);
+  });
+}
+
+cudaError_t launch_fill(void* data, Format format, std::size_t count, float value,
+                        cudaStream_t stream) noexcept {
+  if (count == 0) return cudaSuccess;
+  return dispatch(format, [&](auto fmt) {
+    using Fmt = decltype(fmt);
+    constexpr int N = kPack<Fmt>;
+    const Split split = split_one<typename Fmt::Storage, N>(data, count);
+    fill_kernel<Fmt, N><<<grid_for(split, kMaxBlocks), kThreads, 0, stream>>>(
+        static_cast<typename Fmt::Storage*>(data), split, value);
+  });
+}
+
+cudaError_t launch_sum_squares(const void* data, Format format, std::size_t count,
+                               double* partials, float* accumulator,
+                               cudaStream_t stream) noexcept {
+  if (count == 0) return cudaSuccess;
+  unsigned blocks = 0;
+  const cudaError_t status = dispatch(format, [&](auto fmt) {
+    using Fmt = decltype(fmt);
+    constexpr int N = kPack<Fmt>;
+    const Split split = split_one<typename Fmt::Storage, N>(data, count);
+    blocks = grid_for(split, kSumSquaresPartials);
+    sum_squares_kernel<Fmt, N><<<blocks, kThreads, 0, stream>>>(
+        static_cast<const typename Fmt::Storage*>(data), split, partials);
+  });
+  if (status != cudaSuccess) return status;
+  sum_partials_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, accumulator);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_check_finite(const void* data, Format format, std::size_t count, float* flag,
+                                cudaStream_t stream) noexcept {
+  if (count == 0) return cudaSuccess;
+  return dispatch(format, [&](auto fmt) {
+    using Fmt = decltype(fmt);
+    constexpr int N = kPack<Fmt>;
+    const Split split = split_one<typename Fmt::Storage, N>(data, count);
+    check_finite_kernel<Fmt, N><<<grid_for(split, kMaxBlocks), kThreads, 0, stream>>>(
+        static_cast<const typename Fmt::Storage*>(data), split, flag);
+  });
+}
+
+}  // namespace zero::cuda

@@ -1,0 +1,114 @@
+// The Device interface: raw memory reservations per tier (which arenas carve up), streams and
+// events, synchronous and asynchronous copies, and the small kernels the engine needs.
+//
+// Ordering: work submitted to one Stream runs in submission order. Work on different streams
+// is ordered only by events (Event::record on the producer, Event::block on the consumer),
+// never by host synchronisation. The CPU device runs every call to completion on the calling
+// thread, so its streams and events are trivially ordered.
+//
+// Kernels take pointers the device can address: device-tier memory (and, on CUDA, pinned
+// memory through unified addressing). They are asynchronous on the given stream; their scalar
+// outputs (sum of squares, non-finite flag) stay in memory the device can write, so the
+// engine can reduce them across ranks without a host round trip.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "base/dtype.h"
+#include "device/memory.h"
+
+namespace zero {
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Blocks the calling thread until all work submitted to this stream has finished.
+  virtual void synchronize() = 0;
+  // The backend's handle (cudaStream_t for CUDA), or nullptr on the CPU device.
+  virtual void* native() const noexcept = 0;
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  // Captures the work submitted to `stream` so far.
+  virtual void record(Stream& stream) = 0;
+  // Makes later work on `stream` wait for the captured work (no host synchronisation).
+  virtual void block(Stream& stream) = 0;
+  // True when the captured work has finished.
+  virtual bool query() = 0;
+  virtual void synchronize() = 0;
+  // Milliseconds between `start` (recorded earlier) and this event; both must be timing events.
+  virtual float elapsed_ms_since(Event& start) = 0;
+};
+
+enum class DeviceType { cpu, cuda };
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceType type() const noexcept = 0;
+  // Human-readable: "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3, 79.1 GiB)".
+  virtual std::string description() const = 0;
+
+  // Reserves `bytes` of memory in `tier` (device, pinned or host; never nvme), aligned to at
+  // least 4096 bytes. Meant for the few large reservations arenas make at init, not for the
+  // hot path. Throws an out_of_memory Error naming the tier and size. Zero bytes gives nullptr.
+  virtual void* reserve(Tier tier, std::size_t bytes) = 0;
+  virtual void unreserve(Tier tier, void* base, std::size_t bytes) noexcept = 0;
+
+  virtual Stream& default_stream() = 0;
+  virtual std::unique_ptr<Stream> create_stream() = 0;
+  virtual std::unique_ptr<Event> create_event(bool timing = false) = 0;
+  // Waits for all work on all streams of this device.
+  virtual void synchronize() = 0;
+
+  // Copies between any two of device, pinned and host memory.
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy_async(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;
+
+  // dst[i] = convert(src[i]) between f32, f16 and bf16, rounding to nearest even (base/half.h).
+  // src and dst must not overlap unless they are the same pointer with the same dtype.
+  virtual void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                    std::size_t count, Stream& stream) = 0;
+  // data[i] = round(float(data[i]) * factor), computed in fp32.
+  virtual void scale(void* data, DType dtype, std::size_t count, float factor,
+                     Stream& stream) = 0;
+  // data[i] = round(value).
+  virtual void fill(void* data, DType dtype, std::size_t count, float value, Stream& stream) = 0;
+  // *accumulator += sum of float(data[i])^2, accumulated in double where the backend can.
+  virtual void sum_squares(const void* data, DType dtype, std::size_t count, float* accumulator,
+                           Stream& stream) = 0;
+  // Sets *flag = 1.0f when any element is NaN or infinite; leaves it unchanged otherwise.
+  virtual void check_finite(const void* data, DType dtype, std::size_t count, float* flag,
+                            Stream& stream) = 0;
+};
+
+enum class DevicePreference { automatic, cpu, cuda };
+
+struct DeviceOptions {
+  DevicePreference preference = DevicePreference::automatic;
+  // The launcher's local rank; selects the GPU (local_rank modulo the GPU count).
+  int local_rank = 0;
+};
+
+// What the CUDA runtime reports: the number of GPUs, or why there are none.
+struct CudaProbe {
+  int device_count = 0;
+  std::string reason;  // empty when device_count > 0
+};
+
+// Never throws. A build without CUDA reports "built without CUDA".
+CudaProbe probe_cuda() noexcept;
+
+// automatic: CUDA when probe_cuda() finds a GPU, else the CPU device (logged at info).
+// cuda: a GPU or a device Error saying why there is none.
+std::unique_ptr<Device> create_device(const DeviceOptions& options = {});
+std::unique_ptr<Device> create_cpu_device();
+// Implemented by the CUDA backend target (or its stub when CUDA is not built).
+std::unique_ptr<Device> create_cuda_device(int ordinal);
+
+}  // namespace zero

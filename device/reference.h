@@ -1,0 +1,22 @@
+// Plain scalar references of the device kernels: one element at a time, sums in double. The
+// test oracle for every backend's kernels; never used on a hot path.
+#pragma once
+
+#include <cstddef>
+
+#include "base/dtype.h"
+
+namespace zero::reference {
+
+// Reads element i of a floating buffer as float (f32, f16 or bf16).
+float load(const void* data, DType dtype, std::size_t i);
+// Writes value, rounded to nearest even, as element i.
+void store(void* data, DType dtype, std::size_t i, float value);
+
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count);
+void scale(void* data, DType dtype, std::size_t count, float factor);
+void fill(void* data, DType dtype, std::size_t count, float value);
+double sum_squares(const void* data, DType dtype, std::size_t count);
+bool all_finite(const void* data, DType dtype, std::size_t count);
+
+}  // namespace zero::reference
