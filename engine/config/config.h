@@ -1,0 +1,221 @@
+// The typed DeepSpeed-style config of a training run: every value resolved (file, caller's
+// override, DeepSpeed's default, or derived from other keys), with a record of where each came
+// from. Reading it applies DeepSpeed's keys, defaults and rules (batch resolution, "auto", the
+// ZeRO and offload sections, optimizer and scheduler parameters) and refuses, with a message
+// naming the key, what DeepSpeed users would otherwise be surprised by: unknown keys, wrong
+// types and ranges, and features that change training but that zero does not implement.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/dtype.h"
+#include "engine/config/reader.h"
+
+namespace zero::config {
+
+enum class Precision { fp32, fp16, bf16 };
+enum class OffloadDevice { none, cpu, nvme };
+enum class OptimizerType { adam, adamw, adagrad, lion, sgd };
+enum class SchedulerType { none, warmup_lr, warmup_decay_lr, warmup_cosine_lr, one_cycle,
+                           lr_range_test };
+enum class WarmupType { log, linear };
+enum class TagValidation { ignore, warn, fail };
+
+std::string_view precision_name(Precision precision);
+std::string_view offload_device_name(OffloadDevice device);
+std::string_view optimizer_name(OptimizerType type);
+std::string_view scheduler_name(SchedulerType type);
+
+struct BatchConfig {
+  std::int64_t train_batch_size = 0;
+  std::int64_t micro_batch_per_gpu = 0;
+  std::int64_t gradient_accumulation_steps = 0;
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  bool auto_cast = false;
+  double loss_scale = 0.0;  // 0: dynamic
+  std::int64_t initial_scale_power = 16;
+  std::int64_t loss_scale_window = 1000;
+  std::int64_t hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+
+  bool dynamic() const { return loss_scale == 0.0; }
+};
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::adamw;
+  std::string name = "AdamW";  // as written in the config
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool bias_correction = true;
+  double momentum = 0.0;   // SGD
+  double dampening = 0.0;  // SGD
+  bool nesterov = false;   // SGD
+
+  bool has_betas() const { return type != OptimizerType::adagrad && type != OptimizerType::sgd; }
+};
+
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::none;
+  std::int64_t last_batch_iteration = -1;
+  // WarmupLR, WarmupDecayLR, WarmupCosineLR
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 1e-3;
+  std::int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::log;
+  std::int64_t total_num_steps = 0;
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 1e-4;
+  // OneCycle
+  double cycle_min_lr = 0.0;
+  double cycle_max_lr = 0.0;
+  double decay_lr_rate = 0.0;
+  std::int64_t cycle_first_step_size = 2000;
+  std::int64_t cycle_second_step_size = 2000;
+  std::int64_t cycle_first_stair_count = 0;
+  std::int64_t cycle_second_stair_count = 0;
+  std::int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0.0;
+  // LRRangeTest
+  double lr_range_test_min_lr = 1e-3;
+  std::int64_t lr_range_test_step_size = 2000;
+  double lr_range_test_step_rate = 1.0;
+  bool lr_range_test_staircase = false;
+};
+
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::none;
+  std::string nvme_path;
+  std::int64_t buffer_count = 4;
+  bool pin_memory = false;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  bool fast_init = false;
+  double ratio = 1.0;
+};
+
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::none;
+  std::string nvme_path;
+  std::int64_t buffer_count = 5;
+  std::int64_t buffer_size = 100'000'000;
+  std::int64_t max_in_cpu = 1'000'000'000;
+  bool pin_memory = false;
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  std::int64_t reduce_bucket_size = 500'000'000;
+  bool allgather_partitions = true;
+  std::int64_t allgather_bucket_size = 500'000'000;
+  bool overlap_comm = false;  // default: true at stage 3 only
+  bool round_robin_gradients = false;
+  bool ignore_unused_parameters = true;
+  std::int64_t sub_group_size = 1'000'000'000;
+  std::int64_t prefetch_bucket_size = 50'000'000;
+  std::int64_t param_persistence_threshold = 100'000;
+  std::int64_t model_persistence_threshold = INT64_MAX;
+  std::int64_t max_live_parameters = 1'000'000'000;
+  std::int64_t max_reuse_distance = 1'000'000'000;
+  bool gather_16bit_weights_on_model_save = false;
+  OffloadOptimizerConfig offload_optimizer;
+  OffloadParamConfig offload_param;
+};
+
+struct AioConfig {
+  std::int64_t block_size = 1'048'576;
+  std::int64_t queue_depth = 8;
+  std::int64_t intra_op_parallelism = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+struct CheckpointConfig {
+  TagValidation tag_validation = TagValidation::warn;
+  bool load_universal = false;
+  bool use_node_local_storage = false;
+};
+
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool contiguous_memory_optimization = false;
+  bool cpu_checkpointing = false;
+  std::optional<std::int64_t> number_checkpoints;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+struct Config {
+  int world_size = 1;
+  BatchConfig batch;
+  Precision precision = Precision::fp32;
+  Fp16Config fp16;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  double gradient_clipping = 0.0;
+  std::int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  bool memory_breakdown = false;
+  DType communication_data_type = DType::f32;  // default: the compute dtype
+  DType grad_accum_dtype = DType::f32;         // default: the compute dtype
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  bool zero_allow_untested_optimizer = false;
+  bool zero_force_ds_cpu_optimizer = true;
+  ZeroConfig zero;
+  AioConfig aio;
+  CheckpointConfig checkpoint;
+  ActivationCheckpointingConfig activation_checkpointing;
+
+  // The compute (parameter and gradient) dtype the precision implies.
+  DType compute_dtype() const;
+
+  // What reading found: every resolved value with its source, the keys zero knows, and the
+  // info and warning lines to log (errors make reading throw instead).
+  std::vector<ResolvedValue> resolved;
+  std::vector<KnownKey> known;
+  std::vector<std::string> infos;
+  std::vector<std::string> warnings;
+};
+
+// A caller's value for a dotted key path: fills "auto" (and replaces a value in the file).
+struct Override {
+  std::string path;
+  json value;
+};
+
+struct ReadOptions {
+  int world_size = 1;
+  std::vector<Override> overrides;
+  std::string source = "<string>";  // names the config in messages
+};
+
+// Parses `key=value` into an Override; the value is read as JSON when it parses as JSON
+// (5e8, true, [0.9, 0.95], "text"), else taken as a string. A missing `=` is a usage Error.
+Override parse_override(std::string_view assignment);
+
+// Reads a config document. Throws a config Error whose message lists every problem found,
+// one per line.
+Config read_config(const json& document, const ReadOptions& options);
+Config read_config_text(std::string_view text, ReadOptions options);
+Config read_config_file(const std::string& path, ReadOptions options);
+
+// Logs the infos (at info) and warnings (at warn) of a read.
+void log_notes(const Config& config);
+
+}  // namespace zero::config

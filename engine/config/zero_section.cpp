@@ -1,0 +1,245 @@
+// zero_optimization: the stage, buckets, stage-3 fetch limits, offload_optimizer and
+// offload_param, DeepSpeed's deprecated spellings (mapped with a warning), and the ZeRO++ /
+// MiCS switches that zero does not implement.
+#include <fmt/format.h>
+
+#include "engine/config/sections.h"
+
+namespace zero::config {
+namespace {
+
+OffloadDevice parse_device(const std::string& text) {
+  if (text == "cpu") return OffloadDevice::cpu;
+  if (text == "nvme") return OffloadDevice::nvme;
+  return OffloadDevice::none;
+}
+
+bool greater_than_one(const json& value) { return value.is_number() && value.get<double>() > 1; }
+bool positive(const json& value) { return value.is_number() && value.get<double>() > 0; }
+bool below_one(const json& value) { return value.is_number() && value.get<double>() < 1.0; }
+
+void read_offload_optimizer(Section& zero, Config& config) {
+  Section section = zero.child("offload_optimizer");
+  OffloadOptimizerConfig& offload = config.zero.offload_optimizer;
+  offload.device = parse_device(section.choice({"device"}, "none", {"none", "cpu", "nvme"}));
+  offload.nvme_path = section.text({"nvme_path"}, "");
+  offload.buffer_count = section.integer({"buffer_count"}, 4);
+  offload.pin_memory = section.boolean({"pin_memory"}, false);
+  offload.pipeline_read = section.boolean({"pipeline_read"}, false);
+  offload.pipeline_write = section.boolean({"pipeline_write"}, false);
+  section.no_effect("fast_init", "swap files are allocated and written once at init");
+  section.unsupported_if("ratio", below_one, "partial optimizer offload (ratio < 1)");
+  section.unsupported_if("super_offload", truthy, "SuperOffload");
+  section.no_effect("convert_grad_on_cpu", "gradients are cast where they are reduced");
+  section.no_effect("cpuadam_cores_perc",
+                    "the CPU optimizer's threads follow the cores given to each rank");
+  section.finish();
+  if (offload.device == OffloadDevice::nvme && offload.nvme_path.empty()) {
+    zero.reader().error(
+        "zero_optimization.offload_optimizer.nvme_path: required when device is \"nvme\" (a "
+        "directory on a fast local disk for the optimizer's swap files)");
+  }
+}
+
+void read_offload_param(Section& zero, Config& config) {
+  Section section = zero.child("offload_param");
+  OffloadParamConfig& offload = config.zero.offload_param;
+  offload.device = parse_device(section.choice({"device"}, "none", {"none", "cpu", "nvme"}));
+  offload.nvme_path = section.text({"nvme_path"}, "");
+  offload.buffer_count = section.integer({"buffer_count"}, 5);
+  offload.buffer_size = section.integer({"buffer_size"}, 100'000'000);
+  offload.max_in_cpu = section.integer({"max_in_cpu"}, 1'000'000'000);
+  offload.pin_memory = section.boolean({"pin_memory"}, false);
+  section.finish();
+  if (offload.device == OffloadDevice::nvme && offload.nvme_path.empty()) {
+    zero.reader().error(
+        "zero_optimization.offload_param.nvme_path: required when device is \"nvme\" (a "
+        "directory on a fast local disk for the parameters' swap files)");
+  }
+}
+
+// DeepSpeed's old boolean switches for offload, mapped onto the sections that replaced them.
+void map_deprecated_offload(Section& zero, Config& config) {
+  Reader& reader = zero.reader();
+  struct Mapping {
+    const char* old_key;
+    const char* section;
+  };
+  for (const Mapping& mapping : {Mapping{"cpu_offload", "offload_optimizer"},
+                                 Mapping{"cpu_offload_param", "offload_param"}}) {
+    zero.declare(mapping.old_key, KeyClass::deprecated,
+                 fmt::format("use {}.device = \"cpu\"", mapping.section));
+    const json* value = zero.raw(mapping.old_key);  // stays declared as deprecated
+    if (value == nullptr || value->is_null()) continue;
+    if (!value->is_boolean()) {
+      reader.error(fmt::format("{}: expected true or false, got {}", zero.key_path(mapping.old_key),
+                               describe(*value)));
+      continue;
+    }
+    if (zero.has(mapping.section)) {
+      reader.error(fmt::format("{} is deprecated and cannot be given together with {}; keep {}",
+                               zero.key_path(mapping.old_key), zero.key_path(mapping.section),
+                               zero.key_path(mapping.section)));
+      continue;
+    }
+    reader.warning(fmt::format("{} is deprecated; use {}.device = \"cpu\" (mapped)",
+                               zero.key_path(mapping.old_key), zero.key_path(mapping.section)));
+    const OffloadDevice device = value->get<bool>() ? OffloadDevice::cpu : OffloadDevice::none;
+    if (std::string_view(mapping.section) == "offload_optimizer") {
+      config.zero.offload_optimizer.device = device;
+    } else {
+      config.zero.offload_param.device = device;
+    }
+    reader.record(zero.key_path(mapping.section) + ".device",
+                  std::string(offload_device_name(device)), Source::derived,
+                  fmt::format("from deprecated {}", mapping.old_key));
+  }
+
+  zero.declare("cpu_offload_use_pin_memory", KeyClass::deprecated,
+               "use offload_optimizer.pin_memory and offload_param.pin_memory");
+  if (const json* pin = zero.raw("cpu_offload_use_pin_memory"); pin != nullptr) {
+    const json& value = *pin;
+    if (!value.is_boolean()) {
+      reader.error(fmt::format("zero_optimization.cpu_offload_use_pin_memory: expected true or "
+                               "false, got {}",
+                               describe(value)));
+    } else {
+      reader.warning(
+          "zero_optimization.cpu_offload_use_pin_memory is deprecated; use "
+          "offload_optimizer.pin_memory and offload_param.pin_memory (mapped to both)");
+      config.zero.offload_optimizer.pin_memory = value.get<bool>();
+      config.zero.offload_param.pin_memory = value.get<bool>();
+    }
+  }
+}
+
+}  // namespace
+
+void read_zero_optimization(Section& root, Config& config) {
+  Reader& reader = root.reader();
+  ZeroConfig& z = config.zero;
+
+  // `"zero_optimization": true` is DeepSpeed's old form of stage 1.
+  const json* raw = root.raw("zero_optimization");
+  if (raw != nullptr && raw->is_boolean()) {
+    z.stage = raw->get<bool>() ? 1 : 0;
+    reader.warning(fmt::format(
+        "\"zero_optimization\": {} is deprecated; write \"zero_optimization\": {{\"stage\": {}}}",
+        raw->get<bool>(), z.stage));
+    reader.record("zero_optimization.stage", z.stage, Source::derived,
+                  "from \"zero_optimization\": true/false");
+    z.overlap_comm = false;
+    return;
+  }
+  Section zero = root.child("zero_optimization");
+  z.stage = static_cast<int>(zero.integer({"stage"}, 0, {0, 3}));
+  z.contiguous_gradients = zero.boolean({"contiguous_gradients"}, true);
+  z.reduce_scatter = zero.boolean({"reduce_scatter"}, true);
+  z.reduce_bucket_size = zero.integer({"reduce_bucket_size"}, 500'000'000);
+  z.allgather_partitions = zero.boolean({"allgather_partitions"}, true);
+  z.allgather_bucket_size = zero.integer({"allgather_bucket_size"}, 500'000'000);
+
+  const bool overlap_default = z.stage == 3;
+  if (const json* overlap = zero.raw("overlap_comm");
+      overlap == nullptr || overlap->is_null() || is_auto(*overlap)) {
+    z.overlap_comm = overlap_default;
+    reader.record("zero_optimization.overlap_comm", overlap_default, Source::default_value,
+                  "true at stage 3 only");
+  } else {
+    z.overlap_comm = zero.boolean({"overlap_comm"}, overlap_default);
+  }
+
+  z.round_robin_gradients = zero.boolean({"round_robin_gradients"}, false);
+  z.ignore_unused_parameters = zero.boolean({"ignore_unused_parameters"}, true);
+  z.sub_group_size = zero.integer({"sub_group_size"}, 1'000'000'000);
+  z.prefetch_bucket_size =
+      zero.integer({"stage3_prefetch_bucket_size", "prefetch_bucket_size"}, 50'000'000);
+  z.param_persistence_threshold = zero.integer(
+      {"stage3_param_persistence_threshold", "param_persistence_threshold"}, 100'000);
+  z.model_persistence_threshold = zero.integer(
+      {"stage3_model_persistence_threshold", "model_persistence_threshold"}, INT64_MAX);
+  z.max_live_parameters =
+      zero.integer({"stage3_max_live_parameters", "max_live_parameters"}, 1'000'000'000);
+  z.max_reuse_distance =
+      zero.integer({"stage3_max_reuse_distance", "max_reuse_distance"}, 1'000'000'000);
+
+  // stage3_gather_fp16_weights_on_model_save is the old name of the 16-bit key.
+  zero.declare("stage3_gather_fp16_weights_on_model_save", KeyClass::deprecated,
+               "use stage3_gather_16bit_weights_on_model_save");
+  if (zero.has("stage3_gather_fp16_weights_on_model_save")) {
+    if (zero.has("stage3_gather_16bit_weights_on_model_save") ||
+        zero.has("gather_16bit_weights_on_model_save")) {
+      reader.error(
+          "zero_optimization.stage3_gather_fp16_weights_on_model_save is deprecated and cannot be "
+          "given together with stage3_gather_16bit_weights_on_model_save; keep the 16bit one");
+    } else {
+      reader.warning(
+          "zero_optimization.stage3_gather_fp16_weights_on_model_save is deprecated; use "
+          "stage3_gather_16bit_weights_on_model_save (mapped)");
+    }
+    z.gather_16bit_weights_on_model_save =
+        zero.boolean({"stage3_gather_fp16_weights_on_model_save"}, false);
+    zero.declare("stage3_gather_16bit_weights_on_model_save", KeyClass::implemented);
+    zero.declare("gather_16bit_weights_on_model_save", KeyClass::implemented);
+  } else {
+    z.gather_16bit_weights_on_model_save = zero.boolean(
+        {"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save"},
+        false);
+  }
+
+  map_deprecated_offload(zero, config);
+  if (!zero.has("cpu_offload") || zero.has("offload_optimizer")) read_offload_optimizer(zero, config);
+  else zero.declare("offload_optimizer", KeyClass::implemented);
+  if (!zero.has("cpu_offload_param") || zero.has("offload_param")) read_offload_param(zero, config);
+  else zero.declare("offload_param", KeyClass::implemented);
+
+  // Accepted without effect: these tune DeepSpeed's Python machinery or are always true here.
+  zero.no_effect("use_multi_rank_bucket_allreduce", "buckets are reduced by one collective each");
+  zero.no_effect("load_from_fp32_weights", "checkpoints always restore the fp32 master weights");
+  zero.no_effect("elastic_checkpoint", "every zero checkpoint loads at any world size");
+  zero.no_effect("module_granularity_threshold", "modules are the ones the caller registers");
+  zero.no_effect("stage3_module_granularity_threshold", "modules are the ones the caller registers");
+  zero.no_effect("use_all_reduce_for_fetch_params", "stage 3 gathers with all-gather");
+  zero.no_effect("stage3_use_all_reduce_for_fetch_params", "stage 3 gathers with all-gather");
+  zero.no_effect("allgather_sequential", "the gather plan is fixed ahead of the step");
+  zero.no_effect("stage3_allgather_sequential", "the gather plan is fixed ahead of the step");
+  zero.no_effect("memory_efficient_linear", "a PyTorch autograd detail");
+  zero.no_effect("pipeline_loading_checkpoint", "a pipeline-parallel loading detail");
+  zero.no_effect("override_module_apply", "a PyTorch module hook detail");
+  zero.no_effect("log_trace_cache_warnings", "trace changes are always logged as warnings");
+  zero.no_effect("enable_sanity_checks", "the schedule is always checked across ranks by hash");
+  zero.no_effect("save_muon_momentum_buffer_in_memory", "zero has no Muon optimizer");
+  zero.no_effect("leaf_module", "modules are the ones the caller registers");
+  zero.unsupported_if("legacy_stage1", truthy, "the legacy stage 1 implementation");
+  zero.unsupported_if("zero_hpz_partition_size", greater_than_one,
+                      "ZeRO++ hierarchical partitioning (hpZ)");
+  zero.unsupported_if("zero_quantized_weights", truthy, "ZeRO++ quantized weights (qwZ)");
+  zero.unsupported_if("zero_quantized_nontrainable_weights", truthy,
+                      "ZeRO++ quantized non-trainable weights");
+  zero.unsupported_if("zero_quantized_gradients", truthy, "ZeRO++ quantized gradients (qgZ)");
+  zero.unsupported_if("zeropp_loco_param", present_and_not_empty, "ZeRO++ LoCo");
+  zero.unsupported_if("mics_shard_size", positive, "MiCS sharding");
+  zero.unsupported_if("mics_hierarchical_params_gather", truthy, "MiCS hierarchical gather");
+  zero.unsupported_if("zenflow", present_and_not_empty, "ZenFlow");
+  zero.finish();
+
+  // Cross-key rules.
+  const auto& optimizer_offload = z.offload_optimizer.device;
+  if (optimizer_offload != OffloadDevice::none && z.stage == 0) {
+    reader.error(fmt::format(
+        "zero_optimization.offload_optimizer.device is \"{}\" but the stage is 0; optimizer "
+        "offload needs zero_optimization.stage 1, 2 or 3",
+        offload_device_name(optimizer_offload)));
+  }
+  if (z.offload_param.device != OffloadDevice::none && z.stage != 3) {
+    reader.warning(fmt::format(
+        "zero_optimization.offload_param applies at stage 3 only; ignored at stage {} (as "
+        "DeepSpeed does)",
+        z.stage));
+    z.offload_param.device = OffloadDevice::none;
+    reader.record("zero_optimization.offload_param.device", "none", Source::derived,
+                  "offload_param applies at stage 3 only");
+  }
+}
+
+}  // namespace zero::config
