@@ -1,0 +1,286 @@
+// The device kernels against the scalar references of device/reference.h, on random data of
+// odd sizes with unaligned starts, NaN and infinity. Compiled into the unit tests (CPU device)
+// and into the [gpu] program (CUDA device): the same cases check every backend.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/test_backend.h"
+#include "base/error.h"
+#include "base/half.h"
+#include "device/reference.h"
+
+namespace zero {
+namespace {
+
+constexpr std::size_t kSizes[] = {0, 1, 7, 8, 15, 16, 17, 255, 1000, 4097, 100003};
+constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+// Random floats over many binades, including values that overflow fp16 and fp16 subnormals.
+std::vector<float> random_floats(std::size_t count, std::uint32_t seed, bool specials = false) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mantissa(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-30, 20);
+  std::vector<float> values(count);
+  for (auto& v : values) v = std::ldexp(mantissa(rng), exponent(rng));
+  if (specials && count > 3) {
+    values[count / 3] = std::numeric_limits<float>::infinity();
+    values[count / 2] = -std::numeric_limits<float>::quiet_NaN();
+    values[count - 1] = -std::numeric_limits<float>::infinity();
+  }
+  return values;
+}
+
+// Host bytes of `values` converted (reference rounding) to `dtype`.
+std::vector<unsigned char> encode(const std::vector<float>& values, DType dtype) {
+  std::vector<unsigned char> bytes(values.size() * dtype_size(dtype) + 8);
+  reference::cast(values.data(), DType::f32, bytes.data(), dtype, values.size());
+  return bytes;
+}
+
+// A device buffer whose data starts `skew` elements past an aligned address, so the kernels
+// see unaligned heads and tails.
+struct Skewed {
+  Skewed(Device& device, std::size_t count, DType dtype, std::size_t skew)
+      : buffer(device, (count + skew + 8) * dtype_size(dtype)),
+        dtype(dtype),
+        count(count),
+        ptr(static_cast<char*>(buffer.data()) + skew * dtype_size(dtype)) {}
+  void upload(const void* host) { upload_bytes(host, count * dtype_size(dtype)); }
+  void upload_bytes(const void* host, std::size_t bytes) {
+    if (bytes) buffer.device.copy(ptr, host, bytes);
+  }
+  std::vector<unsigned char> download() {
+    std::vector<unsigned char> out(count * dtype_size(dtype) + 8);
+    if (count) buffer.device.copy(out.data(), ptr, count * dtype_size(dtype));
+    return out;
+  }
+  test::DeviceBuffer buffer;
+  DType dtype;
+  std::size_t count;
+  void* ptr;
+};
+
+float read_scalar(Device& device, test::DeviceBuffer& scalar) {
+  float value = 0;
+  device.synchronize();
+  scalar.download(&value, sizeof(float));
+  return value;
+}
+
+}  // namespace
+
+TEST_CASE("cast between fp32, fp16 and bf16 matches the reference bit for bit",
+          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+  auto device = test::make_test_device();
+  for (DType from : kFloatTypes) {
+    for (DType to : kFloatTypes) {
+      for (std::size_t count : kSizes) {
+        for (std::size_t skew : {0, 1, 3}) {
+          CAPTURE(dtype_name(from), dtype_name(to), count, skew);
+          const auto values = random_floats(count, static_cast<std::uint32_t>(count + skew), true);
+          const auto input = encode(values, from);
+          std::vector<unsigned char> expected(count * dtype_size(to) + 8);
+          reference::cast(input.data(), from, expected.data(), to, count);
+
+          Skewed src(*device, count, from, skew);
+          Skewed dst(*device, count, to, (skew + 1) % 4);
+          src.upload(input.data());
+          device->cast(src.ptr, from, dst.ptr, to, count, device->default_stream());
+          device->synchronize();
+          const auto got = dst.download();
+          REQUIRE(std::memcmp(got.data(), expected.data(), count * dtype_size(to)) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("scale multiplies in fp32 and rounds like the reference",
+          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+  auto device = test::make_test_device();
+  for (DType dtype : kFloatTypes) {
+    for (std::size_t count : kSizes) {
+      CAPTURE(dtype_name(dtype), count);
+      const auto values = random_floats(count, 7 + static_cast<std::uint32_t>(count), true);
+      auto expected = encode(values, dtype);
+      reference::scale(expected.data(), dtype, count, 0.37f);
+
+      Skewed data(*device, count, dtype, count % 3);
+      data.upload(encode(values, dtype).data());
+      device->scale(data.ptr, dtype, count, 0.37f, device->default_stream());
+      device->synchronize();
+      const auto got = data.download();
+      REQUIRE(std::memcmp(got.data(), expected.data(), count * dtype_size(dtype)) == 0);
+    }
+  }
+}
+
+TEST_CASE("fill writes the rounded value to every element and nothing past the end",
+          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+  auto device = test::make_test_device();
+  for (DType dtype : kFloatTypes) {
+    for (std::size_t count : kSizes) {
+      CAPTURE(dtype_name(dtype), count);
+      Skewed data(*device, count + 1, dtype, 1);
+      const std::vector<unsigned char> sentinel((count + 1) * dtype_size(dtype), 0xab);
+      data.upload(sentinel.data());
+      device->fill(data.ptr, dtype, count, 1.0f / 3.0f, device->default_stream());
+      device->synchronize();
+      const auto got = data.download();
+      std::vector<unsigned char> expected((count + 1) * dtype_size(dtype), 0xab);
+      reference::fill(expected.data(), dtype, count, 1.0f / 3.0f);
+      REQUIRE(std::memcmp(got.data(), expected.data(), (count + 1) * dtype_size(dtype)) == 0);
+    }
+  }
+}
+
+TEST_CASE("sum of squares accumulates into the scalar within summation-order rounding",
+          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+  auto device = test::make_test_device();
+  test::DeviceBuffer scalar(*device, sizeof(float));
+  for (DType dtype : kFloatTypes) {
+    for (std::size_t count : kSizes) {
+      CAPTURE(dtype_name(dtype), count);
+      std::vector<float> values = random_floats(count, 11 + static_cast<std::uint32_t>(count));
+      for (auto& v : values) v = std::fmod(v, 100.0f);  // keep squares finite in every dtype
+      const auto input = encode(values, dtype);
+      const double expected = reference::sum_squares(input.data(), dtype, count) + 2.5;
+
+      Skewed data(*device, count, dtype, 3);
+      data.upload(input.data());
+      const float start = 2.5f;
+      scalar.upload(&start, sizeof(float));
+      device->sum_squares(data.ptr, dtype, count, static_cast<float*>(scalar.data()),
+                          device->default_stream());
+      const double got = read_scalar(*device, scalar);
+      REQUIRE(got == Approx(expected).epsilon(1e-6).margin(1e-30));
+    }
+  }
+}
+
+TEST_CASE("check_finite flags NaN and infinity anywhere, including the last element",
+          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+  auto device = test::make_test_device();
+  test::DeviceBuffer flag(*device, sizeof(float));
+  const float specials[] = {std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::signaling_NaN()};
+  for (DType dtype : kFloatTypes) {
+    for (std::size_t count : {1, 7, 17, 1000, 100003}) {
+      for (std::size_t position : {std::size_t{0}, count / 2, count - 1}) {
+        for (float special : specials) {
+          CAPTURE(dtype_name(dtype), count, position, special);
+          std::vector<float> values = random_floats(count, static_cast<std::uint32_t>(count));
+          for (auto& v : values) v = std::fmod(v, 1000.0f);
+          auto clean = encode(values, dtype);
+          Skewed data(*device, count, dtype, 1);
+          const float zero = 0.0f;
+
+          data.upload(clean.data());
+          flag.upload(&zero, sizeof(float));
+          device->check_finite(data.ptr, dtype, count, static_cast<float*>(flag.data()),
+                               device->default_stream());
+          REQUIRE(read_scalar(*device, flag) == 0.0f);
+          REQUIRE(reference::all_finite(clean.data(), dtype, count));
+
+          values[position] = special;
+          auto dirty = encode(values, dtype);
+          data.upload(dirty.data());
+          device->check_finite(data.ptr, dtype, count, static_cast<float*>(flag.data()),
+                               device->default_stream());
+          REQUIRE(read_scalar(*device, flag) == 1.0f);
+          REQUIRE_FALSE(reference::all_finite(dirty.data(), dtype, count));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("check_finite catches fp32 values that overflow only after a cast to fp16",
+          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+  auto device = test::make_test_device();
+  test::DeviceBuffer flag(*device, sizeof(float));
+  std::vector<float> values(33, 1.0f);
+  values[20] = 70000.0f;  // finite in fp32 and bf16, infinite in fp16
+  auto half = encode(values, DType::f16);
+  Skewed data(*device, values.size(), DType::f16, 0);
+  data.upload(half.data());
+  const float zero = 0.0f;
+  flag.upload(&zero, sizeof(float));
+  device->check_finite(data.ptr, DType::f16, values.size(), static_cast<float*>(flag.data()),
+                       device->default_stream());
+  REQUIRE(read_scalar(*device, flag) == 1.0f);
+}
+
+TEST_CASE("asynchronous copies on two streams ordered by an event arrive intact",
+          ZERO_TEST_BACKEND_TAG "[device][streams]") {
+  auto device = test::make_test_device();
+  const std::size_t count = 1 << 20;
+  const auto values = random_floats(count, 5);
+  void* pinned = device->reserve(Tier::pinned, count * sizeof(float));
+  void* host = device->reserve(Tier::host, count * sizeof(float));
+  test::DeviceBuffer a(*device, count * sizeof(float));
+  test::DeviceBuffer b(*device, count * sizeof(float));
+  auto upload_stream = device->create_stream();
+  auto compute_stream = device->create_stream();
+  auto uploaded = device->create_event();
+
+  std::memcpy(pinned, values.data(), count * sizeof(float));
+  device->copy_async(a.data(), pinned, count * sizeof(float), *upload_stream);
+  uploaded->record(*upload_stream);
+  uploaded->block(*compute_stream);  // the compute stream waits for the upload
+  device->scale(a.data(), DType::f32, count, 2.0f, *compute_stream);
+  device->copy_async(b.data(), a.data(), count * sizeof(float), *compute_stream);
+  device->copy_async(host, b.data(), count * sizeof(float), *compute_stream);
+  compute_stream->synchronize();
+  REQUIRE(uploaded->query());
+
+  const float* result = static_cast<const float*>(host);
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < count; ++i) mismatches += result[i] != values[i] * 2.0f;
+  REQUIRE(mismatches == 0);
+  device->unreserve(Tier::pinned, pinned, count * sizeof(float));
+  device->unreserve(Tier::host, host, count * sizeof(float));
+}
+
+TEST_CASE("timing events measure a non-negative interval", ZERO_TEST_BACKEND_TAG "[device][streams]") {
+  auto device = test::make_test_device();
+  auto start = device->create_event(true);
+  auto stop = device->create_event(true);
+  test::DeviceBuffer data(*device, 1 << 22);
+  start->record(device->default_stream());
+  device->fill(data.data(), DType::f32, (1 << 22) / 4, 1.0f, device->default_stream());
+  stop->record(device->default_stream());
+  stop->synchronize();
+  REQUIRE(stop->elapsed_ms_since(*start) >= 0.0f);
+}
+
+TEST_CASE("reserving an impossible amount of device memory is an out-of-memory error naming the tier",
+          ZERO_TEST_BACKEND_TAG "[device][memory]") {
+  auto device = test::make_test_device();
+  const std::size_t huge = std::size_t{1} << 60;
+  try {
+    void* p = device->reserve(Tier::device, huge);
+    device->unreserve(Tier::device, p, huge);
+    FAIL("reserving 1 EiB succeeded");
+  } catch (const Error& error) {
+    REQUIRE(error.category() == ErrorCategory::out_of_memory);
+    REQUIRE_THAT(error.what(), Catch::Contains("device") && Catch::Contains("1152921504606846976"));
+  }
+}
+
+TEST_CASE("kernels refuse int64 buffers with a usage error", ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+  auto device = test::make_test_device();
+  test::DeviceBuffer data(*device, 64);
+  REQUIRE_THROWS_WITH(device->scale(data.data(), DType::i64, 4, 2.0f, device->default_stream()),
+                      Catch::Contains("int64"));
+}
+
+}  // namespace zero

@@ -1,0 +1,17 @@
+// The main of the [gpu] test program: exits 77 (ctest: skipped) with the reason when the CUDA
+// runtime reports no GPU, else runs the Catch2 session.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+
+#include "device/device.h"
+
+int main(int argc, char** argv) {
+  const zero::CudaProbe probe = zero::probe_cuda();
+  if (probe.device_count == 0) {
+    std::printf("SKIPPED: no GPU: %s\n", probe.reason.c_str());
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}
