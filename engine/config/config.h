@@ -118,13 +118,10 @@ struct OffloadParamConfig {
 
 struct ZeroConfig {
   int stage = 0;
-  bool contiguous_gradients = true;
   bool reduce_scatter = true;
   std::int64_t reduce_bucket_size = 500'000'000;
-  bool allgather_partitions = true;
   std::int64_t allgather_bucket_size = 500'000'000;
   bool overlap_comm = false;  // default: true at stage 3 only
-  bool round_robin_gradients = false;
   bool ignore_unused_parameters = true;
   std::int64_t sub_group_size = 1'000'000'000;
   std::int64_t prefetch_bucket_size = 50'000'000;

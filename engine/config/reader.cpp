@@ -197,6 +197,10 @@ bool Section::has(std::string_view key) const {
   return object_ != nullptr && object_->contains(std::string(key));
 }
 
+const json* Section::peek(std::string_view key) const {
+  return has(key) ? &object_->at(std::string(key)) : nullptr;
+}
+
 Source Section::source_of(std::string_view key) const {
   return reader_.is_overridden(key_path(key)) ? Source::override_value : Source::file;
 }

@@ -112,6 +112,8 @@ class Section {
   const std::string& path() const { return path_; }
   bool present() const { return object_ != nullptr; }
   bool has(std::string_view key) const;
+  // The raw value of a key without marking it known (nullptr when absent).
+  const json* peek(std::string_view key) const;
   // The raw value of a key (nullptr when absent), marking the key as known and implemented.
   const json* raw(std::string_view key);
   std::string key_path(std::string_view key) const;

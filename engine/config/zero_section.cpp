@@ -95,22 +95,30 @@ void map_deprecated_offload(Section& zero, Config& config) {
                   fmt::format("from deprecated {}", mapping.old_key));
   }
 
+}
+
+// cpu_offload_use_pin_memory: pins both offloads, unless their sections say otherwise.
+void map_deprecated_pin_memory(Section& zero, Config& config) {
+  Reader& reader = zero.reader();
   zero.declare("cpu_offload_use_pin_memory", KeyClass::deprecated,
                "use offload_optimizer.pin_memory and offload_param.pin_memory");
-  if (const json* pin = zero.raw("cpu_offload_use_pin_memory"); pin != nullptr) {
-    const json& value = *pin;
-    if (!value.is_boolean()) {
-      reader.error(fmt::format("zero_optimization.cpu_offload_use_pin_memory: expected true or "
-                               "false, got {}",
-                               describe(value)));
-    } else {
-      reader.warning(
-          "zero_optimization.cpu_offload_use_pin_memory is deprecated; use "
-          "offload_optimizer.pin_memory and offload_param.pin_memory (mapped to both)");
-      config.zero.offload_optimizer.pin_memory = value.get<bool>();
-      config.zero.offload_param.pin_memory = value.get<bool>();
-    }
+  const json* pin = zero.raw("cpu_offload_use_pin_memory");
+  if (pin == nullptr || pin->is_null()) return;
+  if (!pin->is_boolean()) {
+    reader.error(fmt::format(
+        "zero_optimization.cpu_offload_use_pin_memory: expected true or false, got {}",
+        describe(*pin)));
+    return;
   }
+  reader.warning(
+      "zero_optimization.cpu_offload_use_pin_memory is deprecated; use "
+      "offload_optimizer.pin_memory and offload_param.pin_memory (mapped where not set)");
+  const auto section_sets_pin = [&](const char* name) {
+    const json* section = zero.peek(name);
+    return section != nullptr && section->is_object() && section->contains("pin_memory");
+  };
+  if (!section_sets_pin("offload_optimizer")) config.zero.offload_optimizer.pin_memory = pin->get<bool>();
+  if (!section_sets_pin("offload_param")) config.zero.offload_param.pin_memory = pin->get<bool>();
 }
 
 }  // namespace
@@ -133,10 +141,8 @@ void read_zero_optimization(Section& root, Config& config) {
   }
   Section zero = root.child("zero_optimization");
   z.stage = static_cast<int>(zero.integer({"stage"}, 0, {0, 3}));
-  z.contiguous_gradients = zero.boolean({"contiguous_gradients"}, true);
   z.reduce_scatter = zero.boolean({"reduce_scatter"}, true);
   z.reduce_bucket_size = zero.integer({"reduce_bucket_size"}, 500'000'000);
-  z.allgather_partitions = zero.boolean({"allgather_partitions"}, true);
   z.allgather_bucket_size = zero.integer({"allgather_bucket_size"}, 500'000'000);
 
   const bool overlap_default = z.stage == 3;
@@ -149,7 +155,6 @@ void read_zero_optimization(Section& root, Config& config) {
     z.overlap_comm = zero.boolean({"overlap_comm"}, overlap_default);
   }
 
-  z.round_robin_gradients = zero.boolean({"round_robin_gradients"}, false);
   z.ignore_unused_parameters = zero.boolean({"ignore_unused_parameters"}, true);
   z.sub_group_size = zero.integer({"sub_group_size"}, 1'000'000'000);
   z.prefetch_bucket_size =
@@ -192,8 +197,15 @@ void read_zero_optimization(Section& root, Config& config) {
   else zero.declare("offload_optimizer", KeyClass::implemented);
   if (!zero.has("cpu_offload_param") || zero.has("offload_param")) read_offload_param(zero, config);
   else zero.declare("offload_param", KeyClass::implemented);
+  map_deprecated_pin_memory(zero, config);
 
   // Accepted without effect: these tune DeepSpeed's Python machinery or are always true here.
+  zero.no_effect("contiguous_gradients",
+                 "every rank's shards are always one contiguous buffer per dtype");
+  zero.no_effect("allgather_partitions",
+                 "updated shards are always all-gathered (the results are the same either way)");
+  zero.no_effect("round_robin_gradients",
+                 "owned gradient shards are copied in bucket order (the results are the same)");
   zero.no_effect("use_multi_rank_bucket_allreduce", "buckets are reduced by one collective each");
   zero.no_effect("load_from_fp32_weights", "checkpoints always restore the fp32 master weights");
   zero.no_effect("elastic_checkpoint", "every zero checkpoint loads at any world size");
