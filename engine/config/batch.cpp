@@ -39,6 +39,20 @@ void read_batch(Section& root, Config& config) {
     reader.record(key, value, Source::derived, std::move(note));
     return value;
   };
+  // Products checked for overflow: absurd sizes must fail, not wrap into valid-looking ones.
+  const auto product = [&](std::int64_t a, std::int64_t b, std::int64_t c) -> std::optional<std::int64_t> {
+    std::int64_t ab = 0, abc = 0;
+    if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc)) return std::nullopt;
+    return abc;
+  };
+  const auto too_large = [&](std::int64_t m, std::int64_t a) {
+    reader.error(fmt::format(
+        "train_micro_batch_size_per_gpu * gradient_accumulation_steps * world size overflows: "
+        "{} * {} * {}; use realistic batch sizes",
+        m, a, world));
+  };
+  if (micro && accum && !product(*micro, *accum, world)) return too_large(*micro, *accum);
+  if (micro && !accum && !product(*micro, 1, world)) return too_large(*micro, 1);
   if (train && micro && accum) {
     // All three given: only the check below.
   } else if (train && micro) {

@@ -27,18 +27,29 @@ std::vector<std::string> split_path(std::string_view path) {
 
 // Writes each override into a copy of the document, creating objects along its path.
 json apply_overrides(const json& document, const std::vector<Override>& overrides,
-                     std::set<std::string>* overridden, std::vector<std::string>* errors) {
+                     std::set<std::string>* overridden, std::set<std::string>* created,
+                     std::vector<std::string>* errors) {
   json result = document;
   for (const Override& item : overrides) {
     const auto parts = split_path(item.path);
+    bool well_formed = true;
+    for (const auto& part : parts) well_formed = well_formed && !part.empty();
+    if (!well_formed) {
+      errors->push_back(fmt::format("override \"{}\": not a key path (write keys joined by dots, "
+                                    "like zero_optimization.stage)",
+                                    item.path));
+      continue;
+    }
     json* node = &result;
     bool ok = true;
+    std::string prefix;
     for (std::size_t i = 0; i + 1 < parts.size() && ok; ++i) {
-      if (parts[i].empty()) ok = false;
-      else if (!node->contains(parts[i]) || (*node)[parts[i]].is_null()) {
+      prefix += (i ? "." : "") + parts[i];
+      if (!node->contains(parts[i]) || (*node)[parts[i]].is_null()) {
         (*node)[parts[i]] = json::object();
+        created->insert(prefix);
       }
-      if (ok && !(*node)[parts[i]].is_object()) {
+      if (!(*node)[parts[i]].is_object()) {
         errors->push_back(fmt::format(
             "override {}: {} is {} in the config, not an object, so it has no key {}", item.path,
             fmt::join(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(i) + 1, "."),
@@ -47,10 +58,7 @@ json apply_overrides(const json& document, const std::vector<Override>& override
       }
       if (ok) node = &(*node)[parts[i]];
     }
-    if (!ok || parts.back().empty()) {
-      if (ok) errors->push_back(fmt::format("override \"{}\": not a key path", item.path));
-      continue;
-    }
+    if (!ok) continue;
     (*node)[parts.back()] = item.value;
     overridden->insert(item.path);
   }
@@ -122,6 +130,8 @@ Override parse_override(std::string_view assignment) {
     result.value = json::parse(text);
   } catch (const json::parse_error&) {
     result.value = std::string(text);  // a bare word: a string value
+  } catch (const json::exception& error) {
+    throw make_error(ErrorCategory::usage, "override \"{}\": {}", assignment, error.what());
   }
   return result;
 }
@@ -135,14 +145,14 @@ Config read_config(const json& document, const ReadOptions& options) {
     throw make_error(ErrorCategory::config, "{}: a config is a JSON object {{...}}, got {}",
                      options.source, describe(document));
   }
-  std::set<std::string> overridden;
+  std::set<std::string> overridden, created;
   std::vector<std::string> override_errors;
-  const json effective = apply_overrides(document, options.overrides, &overridden,
+  const json effective = apply_overrides(document, options.overrides, &overridden, &created,
                                          &override_errors);
 
   Config config;
   config.world_size = options.world_size;
-  Reader reader(effective, overridden);
+  Reader reader(effective, overridden, created);
   for (auto& message : override_errors) reader.error(std::move(message));
   Section root = reader.root();
   read_precision(root, config);

@@ -115,6 +115,20 @@ json parse_json_text(std::string_view text, const std::string& source) {
     }
     throw make_error(ErrorCategory::config, "{}:{}:{}: malformed JSON: {}", source, at.line,
                      at.column, what);
+  } catch (const json::exception& error) {
+    // Number overflow (out_of_range.406) carries no position: find the number in the text.
+    std::string what = error.what();
+    if (const auto colon = what.find("] "); colon != std::string::npos) what = what.substr(colon + 2);
+    std::string where = source;
+    if (const auto open = what.find('\''), close = what.rfind('\'');
+        open != std::string::npos && close > open) {
+      const auto offset = text.find(what.substr(open + 1, close - open - 1));
+      if (offset != std::string_view::npos) {
+        const TextPosition at = position_of(text, offset);
+        where = fmt::format("{}:{}:{}", source, at.line, at.column);
+      }
+    }
+    throw make_error(ErrorCategory::config, "{}: malformed JSON: {}", where, what);
   }
   if (!finder->duplicate().empty()) {
     throw make_error(ErrorCategory::config,

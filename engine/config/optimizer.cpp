@@ -53,8 +53,6 @@ void read_betas(Section& params, OptimizerConfig& optimizer) {
                            describe(*value)));
 }
 
-bool nonzero(const json& value) { return value.is_number() && value.get<double>() != 0.0; }
-
 void reject_max_grad_norm(Section& params) {
   params.declare("max_grad_norm", KeyClass::unsupported, "use gradient_clipping");
   if (params.has("max_grad_norm")) {
@@ -85,18 +83,23 @@ void read_params(Section& params, OptimizerConfig& optimizer) {
             "optimizer.params.adam_w_mode is false but the type is AdamW, which always decays "
             "weights decoupled (as in DeepSpeed); write \"type\": \"Adam\" for L2 decay");
       }
-      params.no_effect("torch_adam", "zero always runs its own fused Adam");
-      params.unsupported_if("amsgrad", truthy, "AMSGrad");
+      params.no_effect_flag("torch_adam", "zero always runs its own fused Adam");
+      params.unsupported_flag("amsgrad", "AMSGrad");
       break;
     }
     case OptimizerType::adagrad:
       optimizer.lr = params.real({"lr"}, 1e-2, kLr);
       optimizer.eps = params.real({"eps"}, 1e-10, kEps);
       optimizer.weight_decay = params.real({"weight_decay"}, 0.0, kNonNegative);
-      params.unsupported_if("amsgrad", truthy, "AMSGrad");
-      params.unsupported_if("lr_decay", nonzero, "Adagrad lr_decay");
-      params.unsupported_if("initial_accumulator_value", nonzero,
-                            "a non-zero initial accumulator");
+      params.unsupported_flag("amsgrad", "AMSGrad");
+      for (const auto& [key, what] : {std::pair{"lr_decay", "Adagrad lr_decay"},
+                                      std::pair{"initial_accumulator_value",
+                                                "a non-zero initial accumulator"}}) {
+        params.declare(key, KeyClass::unsupported, what);
+        if (const double x = params.real({key}, 0.0, {0.0, INFINITY}); x != 0.0) {
+          params.reader().not_supported(params.key_path(key), what, x);
+        }
+      }
       break;
     case OptimizerType::lion:
       optimizer.lr = params.real({"lr"}, 1e-3, kLr);
@@ -117,11 +120,12 @@ void read_params(Section& params, OptimizerConfig& optimizer) {
       }
       break;
   }
-  params.no_effect("fused", "zero's optimizers are always fused");
-  params.no_effect("foreach", "zero's optimizers are always fused");
-  params.no_effect("capturable", "a PyTorch CUDA-graph detail");
-  params.no_effect("differentiable", "a PyTorch autograd detail");
-  params.unsupported_if("maximize", truthy, "maximizing the objective");
+  params.no_effect_flag("fused", "zero's optimizers are always fused");
+  params.no_effect_flag("foreach", "zero's optimizers are always fused");
+  params.no_effect_flag("capturable", "a PyTorch CUDA-graph detail");
+  params.no_effect_flag("differentiable", "a PyTorch autograd detail");
+  params.no_effect_flag("set_grad_none", "gradient buffers are the engine's");
+  params.unsupported_flag("maximize", "maximizing the objective");
   reject_max_grad_norm(params);
 }
 
@@ -137,6 +141,9 @@ void read_optimizer(Section& root, Config& config) {
     reader.info(
         "no optimizer section: using AdamW with DeepSpeed's defaults (lr 1e-3); add "
         "\"optimizer\" to choose");
+    reader.record("optimizer.type", "AdamW", Source::default_value);
+  } else if (type == nullptr && reader.created_by_override("optimizer")) {
+    reader.info("optimizer: only overrides give it; using AdamW with DeepSpeed's defaults");
     reader.record("optimizer.type", "AdamW", Source::default_value);
   } else if (type == nullptr || !type->is_string()) {
     reader.error(fmt::format("optimizer.type: expected one of {}, got {}",

@@ -19,12 +19,13 @@ DType read_dtype(Section& section, std::string_view key, DType fallback, std::st
     return fallback;
   }
   if (value->is_string()) {
-    std::string text = value->get<std::string>();
-    for (auto spelling : extra_spellings) {
-      if (text == spelling) text = "bf16";  // DeepSpeed's old "bfp16"
-    }
     std::string folded;
-    for (char c : text) folded += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char c : value->get<std::string>()) {
+      folded += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    for (auto spelling : extra_spellings) {
+      if (folded == spelling) folded = "bf16";  // DeepSpeed's old "bfp16"
+    }
     if (auto dtype = parse_dtype(folded); dtype && *dtype != DType::i64) {
       reader.record(path, std::string(dtype_name(*dtype)),
                     reader.is_overridden(path) ? Source::override_value : Source::file);
@@ -50,25 +51,25 @@ void read_precision(Section& root, Config& config) {
   config.fp16.hysteresis = fp16.integer({"hysteresis"}, 2, kPositive);
   config.fp16.consecutive_hysteresis = fp16.boolean({"consecutive_hysteresis"}, false);
   config.fp16.min_loss_scale = fp16.real({"min_loss_scale"}, 1.0, {0.0, INFINITY, true});
-  fp16.unsupported_if("fp16_master_weights_and_grads", truthy,
+  fp16.unsupported_flag("fp16_master_weights_and_grads",
                       "fp16 master weights and gradients");
   fp16.finish();
 
   // "bf16" and its older spelling "bfloat16".
-  if (root.has("bf16") && root.has("bfloat16")) {
+  const bool bf16_given = root.has("bf16") && !root.peek("bf16")->is_null();
+  if (bf16_given && root.has("bfloat16") && !root.peek("bfloat16")->is_null()) {
     reader.error("bf16: given together with its alias bfloat16; keep one");
   }
-  Section bf16 = root.has("bfloat16") && !root.has("bf16") ? root.child("bfloat16")
-                                                           : root.child("bf16");
+  Section bf16 = root.has("bfloat16") && !bf16_given ? root.child("bfloat16") : root.child("bf16");
   root.declare(bf16.path() == "bf16" ? "bfloat16" : "bf16", KeyClass::implemented,
                "alias of bf16");
   const bool bf16_enabled = bf16.boolean({"enabled"}, false);
-  bf16.no_effect("immediate_grad_update",
+  bf16.no_effect_flag("immediate_grad_update",
                  "gradients always go straight into their bucket as each module finishes");
-  bf16.unsupported_if("check_grad_overflow", truthy, "skipping bf16 steps on non-finite gradients");
-  bf16.unsupported_if("bf16_master_weights_and_grads", truthy,
+  bf16.unsupported_flag("check_grad_overflow", "skipping bf16 steps on non-finite gradients");
+  bf16.unsupported_flag("bf16_master_weights_and_grads",
                       "bf16 master weights and gradients");
-  bf16.unsupported_if("bf16_optimizer_states", truthy, "bf16 optimizer states");
+  bf16.unsupported_flag("bf16_optimizer_states", "bf16 optimizer states");
   bf16.finish();
 
   if (config.fp16.enabled && bf16_enabled) {
@@ -87,8 +88,18 @@ void read_precision(Section& root, Config& config) {
   Section data_types = root.child("data_types");
   config.grad_accum_dtype =
       read_dtype(data_types, "grad_accum_dtype", compute, "the compute dtype");
-  data_types.unsupported_if("param_dtype", present_and_not_empty,
-                            "a parameter dtype other than the precision's");
+  data_types.declare("param_dtype", KeyClass::unsupported,
+                     "a parameter dtype other than the precision's");
+  if (const json* param = data_types.peek("param_dtype");
+      param != nullptr && !param->is_null() && !is_auto(*param)) {
+    const auto dtype = param->is_string() ? parse_dtype(param->get<std::string>()) : std::nullopt;
+    if (dtype != compute) {
+      reader.error(fmt::format(
+          "data_types.param_dtype: {} differs from the precision's dtype {} (fp16.enabled / "
+          "bf16.enabled choose the parameter dtype)",
+          describe(*param), dtype_name(compute)));
+    }
+  }
   data_types.no_effect("buffer_dtype", "zero registers parameters only, not buffers");
   data_types.finish();
 

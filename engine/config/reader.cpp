@@ -29,6 +29,11 @@ std::string list_allowed(std::initializer_list<std::string_view> allowed) {
 
 // An integer from a JSON number written either way (5e8 is a float in JSON).
 std::optional<std::int64_t> as_integer(const json& value) {
+  if (value.is_number_unsigned()) {
+    const auto x = value.get<std::uint64_t>();
+    if (x > static_cast<std::uint64_t>(INT64_MAX)) return std::nullopt;
+    return static_cast<std::int64_t>(x);
+  }
   if (value.is_number_integer()) return value.get<std::int64_t>();
   if (value.is_number_float()) {
     const double x = value.get<double>();
@@ -120,8 +125,9 @@ std::string supply_hint(std::string_view path) {
 
 // ----------------------------------------------------------------------------------- Reader
 
-Reader::Reader(const json& root, std::set<std::string> overridden)
-    : root_(root), overridden_(std::move(overridden)) {}
+Reader::Reader(const json& root, std::set<std::string> overridden,
+               std::set<std::string> created_by_override)
+    : root_(root), overridden_(std::move(overridden)), created_(std::move(created_by_override)) {}
 
 Section Reader::root() { return Section(*this, "", &root_); }
 
@@ -145,6 +151,11 @@ void Reader::declare(std::string path, KeyClass key_class, std::string note) {
 
 void Reader::unknown(std::string section_path, std::string key) {
   unknown_.emplace_back(std::move(section_path), std::move(key));
+}
+
+void Reader::not_supported(const std::string& path, std::string_view what, const json& value) {
+  error(fmt::format("{}: {} is not supported by zero (got {}); remove it or disable it", path, what,
+                    describe(value)));
 }
 
 void Reader::finish() {
@@ -213,6 +224,12 @@ std::optional<std::string_view> Section::find(std::initializer_list<std::string_
                     name == *names.begin() ? "" : fmt::format("alias of {}", *names.begin()));
     if (!has(name)) continue;
     if (found) {
+      // An override by one spelling replaces the file's value under the other.
+      if (reader_.is_overridden(key_path(name))) {
+        found = name;
+        continue;
+      }
+      if (reader_.is_overridden(key_path(*found))) continue;
       reader_.error(fmt::format("{}: given together with its alias {}; keep one",
                                 key_path(*found), key_path(name)));
       continue;
@@ -315,8 +332,8 @@ std::string Section::choice(std::initializer_list<std::string_view> names, std::
 std::string Section::text(std::initializer_list<std::string_view> names, std::string fallback) {
   const std::string recorded = key_path(*names.begin());
   const auto name = find(names);
-  if (!name || object_->at(std::string(*name)).is_null()) {
-    reader_.record(recorded, fallback, Source::default_value);
+  if (!name || object_->at(std::string(*name)).is_null() || is_auto(object_->at(std::string(*name)))) {
+    reader_.record(recorded, fallback, Source::default_value, name && is_auto(object_->at(std::string(*name))) ? "from \"auto\"" : "");
     return fallback;
   }
   const json& value = object_->at(std::string(*name));
@@ -386,11 +403,65 @@ void Section::no_effect(std::string_view name, std::string_view why) {
   }
 }
 
+void Section::no_effect_flag(std::string_view name, std::string_view why) {
+  declare(name, KeyClass::no_effect, why);
+  if (!has(name)) return;
+  const json& value = object_->at(std::string(name));
+  if (!value.is_null() && !is_auto(value) && !as_boolean(value)) {
+    reader_.error(fmt::format("{}: expected true or false, got {}", key_path(name), describe(value)));
+    return;
+  }
+  reader_.info(fmt::format("{}: accepted, no effect here: {}", key_path(name), why));
+}
+
+void Section::unsupported_flag(std::string_view name, std::string_view what) {
+  declare(name, KeyClass::unsupported, what);
+  if (!has(name)) return;
+  const json& value = object_->at(std::string(name));
+  if (value.is_null() || is_auto(value)) return;
+  const auto on = as_boolean(value);
+  if (!on) {
+    reader_.error(fmt::format("{}: expected true or false, got {}", key_path(name), describe(value)));
+  } else if (*on) {
+    reader_.error(fmt::format("{}: {} is not supported by zero (got {}); remove it or disable it",
+                              key_path(name), what, describe(value)));
+  } else {
+    reader_.info(fmt::format("{}: accepted because it is disabled ({} is not supported)",
+                             key_path(name), what));
+  }
+}
+
+void Section::unsupported_section(std::string_view name, std::string_view what) {
+  declare(name, KeyClass::unsupported, what);
+  if (!has(name)) return;
+  const json& value = object_->at(std::string(name));
+  if (value.is_null()) return;
+  if (!value.is_object()) {
+    reader_.error(fmt::format("{}: expected an object {{\"enabled\": ...}}, got {}", key_path(name),
+                              describe(value)));
+    return;
+  }
+  const json* enabled = value.contains("enabled") ? &value.at("enabled") : nullptr;
+  std::optional<bool> on = false;
+  if (enabled != nullptr && !enabled->is_null() && !is_auto(*enabled)) on = as_boolean(*enabled);
+  if (!on) {
+    reader_.error(fmt::format("{}.enabled: expected true or false, got {}", key_path(name),
+                              describe(*enabled)));
+  } else if (*on) {
+    reader_.error(fmt::format("{}: {} is not supported by zero (got {}); remove it or disable it",
+                              key_path(name), what, describe(value)));
+  } else {
+    reader_.info(fmt::format("{}: accepted because it is disabled ({} is not supported)",
+                             key_path(name), what));
+  }
+}
+
 void Section::unsupported_if(std::string_view name, bool (*enabled_when)(const json&),
                              std::string_view what) {
   declare(name, KeyClass::unsupported, what);
   if (!has(name)) return;
   const json& value = object_->at(std::string(name));
+  if (value.is_null() || is_auto(value)) return;
   if (enabled_when(value)) {
     reader_.error(fmt::format("{}: {} is not supported by zero (got {}); remove it or disable it",
                               key_path(name), what, describe(value)));

@@ -58,7 +58,8 @@ class Section;
 class Reader {
  public:
   // `overridden` holds the dotted paths whose values came from the caller's overrides.
-  Reader(const json& root, std::set<std::string> overridden);
+  Reader(const json& root, std::set<std::string> overridden,
+         std::set<std::string> created_by_override = {});
 
   Section root();
 
@@ -68,7 +69,11 @@ class Reader {
   void record(std::string path, json value, Source source, std::string note = {});
   void declare(std::string path, KeyClass key_class, std::string note = {});
   void unknown(std::string section_path, std::string key);
+  // The error for a feature that changes training and that zero does not implement.
+  void not_supported(const std::string& path, std::string_view what, const json& value);
   bool is_overridden(const std::string& path) const { return overridden_.count(path) > 0; }
+  // True when the object at `path` exists only because an override created it.
+  bool created_by_override(const std::string& path) const { return created_.count(path) > 0; }
 
   // Reports the unknown keys (with suggestions) as errors. Call once, after every section.
   void finish();
@@ -82,6 +87,7 @@ class Reader {
  private:
   const json& root_;
   std::set<std::string> overridden_;
+  std::set<std::string> created_;
   std::vector<std::string> errors_;
   std::vector<std::string> warnings_;
   std::vector<std::string> infos_;
@@ -136,10 +142,18 @@ class Section {
 
   // Declares a key accepted without effect: when present, an info line gives `why`.
   void no_effect(std::string_view name, std::string_view why);
+  // The same for a boolean key: a value that is not a boolean is still an error.
+  void no_effect_flag(std::string_view name, std::string_view why);
   // Declares a switch that changes training and that we do not implement: `enabled_when`
   // decides from the value whether it is on; on is an error saying `what` is not supported.
+  // null and "auto" count as off (DeepSpeed drops "auto" and takes the default, off).
   void unsupported_if(std::string_view name, bool (*enabled_when)(const json&),
                       std::string_view what);
+  // A boolean switch: true is refused; a value that is not a boolean is a type error.
+  void unsupported_flag(std::string_view name, std::string_view what);
+  // A section switched by its "enabled" key: enabled is refused; the section must be an
+  // object and "enabled" a boolean.
+  void unsupported_section(std::string_view name, std::string_view what);
   // Marks a key as handled by the caller (read through raw()).
   void declare(std::string_view name, KeyClass key_class, std::string_view note = {});
 

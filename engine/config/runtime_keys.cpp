@@ -65,20 +65,28 @@ bool tensor_parallel_on(const json& value) {
   return false;
 }
 
-bool is_sum(const json& value) { return value.is_string() && value.get<std::string>() == "sum"; }
-bool is_false(const json& value) { return value.is_boolean() && !value.get<bool>(); }
-bool above_one(const json& value) { return value.is_number() && value.get<double>() > 1; }
 bool not_false(const json& value) { return !value.is_null() && value != false; }
 
 void read_aio(Section& root, Config& config) {
   Section aio = root.child("aio");
   config.aio.block_size = aio.integer({"block_size"}, 1'048'576, {512, INT64_MAX});
   config.aio.queue_depth = aio.integer({"queue_depth"}, 8, {1, 65536});
-  config.aio.intra_op_parallelism =
-      aio.integer({"intra_op_parallelism", "thread_count"}, 1, {1, 1024});
+  if (aio.has("intra_op_parallelism") && aio.has("thread_count")) {
+    // The newest DeepSpeed accepts both names; intra_op_parallelism wins.
+    config.aio.intra_op_parallelism = aio.integer({"intra_op_parallelism"}, 1, {1, 1024});
+    const auto threads = aio.integer({"thread_count"}, 1, {1, 1024});
+    if (threads != config.aio.intra_op_parallelism) {
+      root.reader().warning(fmt::format(
+          "aio.thread_count ({}) is the old name of aio.intra_op_parallelism ({}); using {}",
+          threads, config.aio.intra_op_parallelism, config.aio.intra_op_parallelism));
+    }
+  } else {
+    config.aio.intra_op_parallelism =
+        aio.integer({"intra_op_parallelism", "thread_count"}, 1, {1, 1024});
+  }
   config.aio.single_submit = aio.boolean({"single_submit"}, false);
   config.aio.overlap_events = aio.boolean({"overlap_events"}, true);
-  aio.unsupported_if("use_gds", truthy, "GPUDirect Storage (use_gds)");
+  aio.unsupported_flag("use_gds", "GPUDirect Storage (use_gds)");
   aio.finish();
 }
 
@@ -108,7 +116,8 @@ void read_activation_checkpointing(Section& root, Config& config) {
   ac.partition_activations = section.boolean({"partition_activations"}, false);
   ac.contiguous_memory_optimization = section.boolean({"contiguous_memory_optimization"}, false);
   ac.cpu_checkpointing = section.boolean({"cpu_checkpointing"}, false);
-  if (const json* n = section.raw("number_checkpoints"); n != nullptr && !n->is_null()) {
+  if (const json* n = section.raw("number_checkpoints");
+      n != nullptr && !n->is_null() && !is_auto(*n)) {
     ac.number_checkpoints = section.integer({"number_checkpoints"}, 0, kPositive);
   }
   ac.synchronize_checkpoint_boundary = section.boolean({"synchronize_checkpoint_boundary"}, false);
@@ -132,9 +141,9 @@ void read_runtime_keys(Section& root, Config& config) {
   }
   config.wall_clock_breakdown = root.boolean({"wall_clock_breakdown"}, false);
   config.memory_breakdown = root.boolean({"memory_breakdown"}, false);
-  root.no_effect("zero_allow_untested_optimizer",
+  root.no_effect_flag("zero_allow_untested_optimizer",
                  "every optimizer zero offers is tested under every ZeRO stage");
-  root.no_effect("zero_force_ds_cpu_optimizer",
+  root.no_effect_flag("zero_force_ds_cpu_optimizer",
                  "offloaded optimizer steps always run zero's own fused CPU kernels");
   read_aio(root, config);
   read_checkpoint(root, config);
@@ -143,47 +152,58 @@ void read_runtime_keys(Section& root, Config& config) {
 
 void declare_foreign_sections(Section& root) {
   // Switches of DeepSpeed features that change training and that zero does not implement.
-  root.unsupported_if("tensorboard", enabled_flag_on,
+  root.unsupported_section("tensorboard",
                       "TensorBoard logging (zero-train --metrics writes JSON lines)");
-  root.unsupported_if("wandb", enabled_flag_on,
+  root.unsupported_section("wandb",
                       "Weights & Biases logging (zero-train --metrics writes JSON lines)");
-  root.unsupported_if("csv_monitor", enabled_flag_on,
+  root.unsupported_section("csv_monitor",
                       "the CSV monitor (zero-train --metrics writes JSON lines)");
-  root.unsupported_if("comet", enabled_flag_on,
+  root.unsupported_section("comet",
                       "Comet logging (zero-train --metrics writes JSON lines)");
-  root.unsupported_if("flops_profiler", enabled_flag_on, "the FLOPs profiler");
-  root.unsupported_if("comms_logger", enabled_flag_on, "the communication logger");
-  root.unsupported_if("elasticity", enabled_flag_on, "elastic training");
-  root.unsupported_if("autotuning", enabled_flag_on, "the autotuner");
+  root.unsupported_section("flops_profiler", "the FLOPs profiler");
+  root.unsupported_section("comms_logger", "the communication logger");
+  root.unsupported_section("elasticity", "elastic training");
+  root.unsupported_section("autotuning", "the autotuner");
   root.unsupported_if("compression_training", any_enabled_inside, "compression training");
-  root.unsupported_if("quantize_training", enabled_flag_on, "quantization-aware training (MoQ)");
-  root.unsupported_if("eigenvalue", enabled_flag_on, "eigenvalue-based MoQ");
-  root.unsupported_if("progressive_layer_drop", enabled_flag_on, "progressive layer drop");
-  root.unsupported_if("curriculum_learning", enabled_flag_on, "curriculum learning");
-  root.unsupported_if("data_efficiency", enabled_flag_on, "data efficiency (sampling, routing)");
+  root.unsupported_section("quantize_training", "quantization-aware training (MoQ)");
+  root.unsupported_section("eigenvalue", "eigenvalue-based MoQ");
+  root.unsupported_section("progressive_layer_drop", "progressive layer drop");
+  root.unsupported_section("curriculum_learning", "curriculum learning");
+  root.unsupported_section("data_efficiency", "data efficiency (sampling, routing)");
   root.unsupported_if("pipeline", pipeline_stages_above_one, "pipeline parallelism");
   root.unsupported_if("sparse_attention", present_and_not_empty, "sparse attention");
-  root.unsupported_if("amp", enabled_flag_on, "Apex AMP (use fp16 or bf16)");
-  root.unsupported_if("torch_autocast", enabled_flag_on, "torch.autocast (use fp16 or bf16)");
-  root.unsupported_if("hybrid_engine", enabled_flag_on, "the hybrid (RLHF) engine");
+  root.unsupported_section("amp", "Apex AMP (use fp16 or bf16)");
+  root.unsupported_section("torch_autocast", "torch.autocast (use fp16 or bf16)");
+  root.unsupported_section("hybrid_engine", "the hybrid (RLHF) engine");
   root.unsupported_if("weight_quantization", present_and_not_empty, "weight quantization");
-  root.unsupported_if("nebula", enabled_flag_on, "Nebula checkpointing");
+  root.unsupported_section("nebula", "Nebula checkpointing");
   root.unsupported_if("datastates_ckpt", not_false, "DataStates checkpointing");
   root.unsupported_if("compile", compile_on, "torch.compile / DeepCompile");
   root.unsupported_if("tensor_parallel", tensor_parallel_on, "tensor parallelism (AutoTP)");
   root.unsupported_if("expert_parallel", present_and_not_empty, "expert parallelism");
-  root.unsupported_if("sequence_parallel_size", above_one, "sequence parallelism");
-  root.unsupported_if("sparse_gradients", truthy, "sparse gradients");
-  root.unsupported_if("graph_harvesting", truthy, "CUDA graph harvesting");
-  root.unsupported_if("gradient_allreduce_op", is_sum,
-                      "summing instead of averaging gradients (gradient_allreduce_op \"sum\")");
-  root.unsupported_if("managed_gradient_accumulation", is_false,
-                      "client-managed accumulation boundaries");
+  root.declare("sequence_parallel_size", KeyClass::unsupported, "sequence parallelism");
+  if (const auto sp = root.integer({"sequence_parallel_size"}, 1, kPositive); sp > 1) {
+    root.reader().not_supported("sequence_parallel_size", "sequence parallelism", sp);
+  }
+  root.unsupported_flag("sparse_gradients", "sparse gradients");
+  root.unsupported_flag("graph_harvesting", "CUDA graph harvesting");
+  root.declare("gradient_allreduce_op", KeyClass::implemented,
+               "\"mean\" only: summing gradients is not supported");
+  if (root.choice({"gradient_allreduce_op"}, "mean", {"mean", "sum"}, true) == "sum") {
+    root.reader().not_supported("gradient_allreduce_op",
+                                "summing instead of averaging gradients", "sum");
+  }
+  root.declare("managed_gradient_accumulation", KeyClass::implemented,
+               "true only: the engine keeps the accumulation boundary");
+  if (!root.boolean({"managed_gradient_accumulation"}, true)) {
+    root.reader().not_supported("managed_gradient_accumulation",
+                                "client-managed accumulation boundaries", false);
+  }
 
   // Accepted without effect.
-  root.no_effect("dump_state", "zero-config check prints the resolved config");
-  root.no_effect("disable_allgather", "an old DeepSpeed switch");
-  root.no_effect("dataloader_drop_last", "the data loader is the caller's");
+  root.no_effect_flag("dump_state", "zero-config check prints the resolved config");
+  root.no_effect_flag("disable_allgather", "an old DeepSpeed switch");
+  root.no_effect_flag("dataloader_drop_last", "the data loader is the caller's");
   root.no_effect("vocabulary_size", "the model defines its vocabulary");
   root.no_effect("log_level", "zero's log level comes from ZERO_LOG_LEVEL");
   root.no_effect("use_data_before_expert_parallelism", "zero has no expert parallelism");

@@ -112,7 +112,14 @@ void read_scheduler(Section& root, Config& config) {
     }
     case SchedulerType::warmup_decay_lr: {
       s.warmup_min_lr = params.real({"warmup_min_lr"}, 0.0, kAnyLr);
-      s.warmup_max_lr = params.real({"warmup_max_lr"}, 1e-3, kAnyLr);
+      if (const json* max_lr = params.raw("warmup_max_lr"); max_lr != nullptr && is_auto(*max_lr)) {
+        // Hugging Face fills an "auto" maximum with the learning rate.
+        s.warmup_max_lr = config.optimizer.lr;
+        reader.record("scheduler.params.warmup_max_lr", s.warmup_max_lr, Source::derived,
+                      "\"auto\": the optimizer's lr");
+      } else {
+        s.warmup_max_lr = params.real({"warmup_max_lr"}, 1e-3, kAnyLr);
+      }
       s.warmup_num_steps = params.integer({"warmup_num_steps"}, 1000, kPositive);
       s.warmup_type = read_warmup_type(params);
       s.total_num_steps = params.required_integer("total_num_steps", kPositive).value_or(0);

@@ -14,9 +14,6 @@ OffloadDevice parse_device(const std::string& text) {
   return OffloadDevice::none;
 }
 
-bool greater_than_one(const json& value) { return value.is_number() && value.get<double>() > 1; }
-bool positive(const json& value) { return value.is_number() && value.get<double>() > 0; }
-bool below_one(const json& value) { return value.is_number() && value.get<double>() < 1.0; }
 
 void read_offload_optimizer(Section& zero, Config& config) {
   Section section = zero.child("offload_optimizer");
@@ -27,10 +24,14 @@ void read_offload_optimizer(Section& zero, Config& config) {
   offload.pin_memory = section.boolean({"pin_memory"}, false);
   offload.pipeline_read = section.boolean({"pipeline_read"}, false);
   offload.pipeline_write = section.boolean({"pipeline_write"}, false);
-  section.no_effect("fast_init", "swap files are allocated and written once at init");
-  section.unsupported_if("ratio", below_one, "partial optimizer offload (ratio < 1)");
-  section.unsupported_if("super_offload", truthy, "SuperOffload");
-  section.no_effect("convert_grad_on_cpu", "gradients are cast where they are reduced");
+  section.no_effect_flag("fast_init", "swap files are allocated and written once at init");
+  section.declare("ratio", KeyClass::unsupported, "partial optimizer offload (ratio < 1)");
+  if (const double ratio = section.real({"ratio"}, 1.0, {0.0, 1.0}); ratio < 1.0) {
+    zero.reader().not_supported(section.key_path("ratio"), "partial optimizer offload (ratio < 1)",
+                                ratio);
+  }
+  section.unsupported_flag("super_offload", "SuperOffload");
+  section.no_effect_flag("convert_grad_on_cpu", "gradients are cast where they are reduced");
   section.no_effect("cpuadam_cores_perc",
                     "the CPU optimizer's threads follow the cores given to each rank");
   section.finish();
@@ -51,7 +52,8 @@ void read_offload_param(Section& zero, Config& config) {
   offload.max_in_cpu = section.integer({"max_in_cpu"}, 1'000'000'000);
   offload.pin_memory = section.boolean({"pin_memory"}, false);
   section.finish();
-  if (offload.device == OffloadDevice::nvme && offload.nvme_path.empty()) {
+  if (offload.device == OffloadDevice::nvme && offload.nvme_path.empty() &&
+      config.zero.stage == 3) {
     zero.reader().error(
         "zero_optimization.offload_param.nvme_path: required when device is \"nvme\" (a "
         "directory on a fast local disk for the parameters' swap files)");
@@ -117,8 +119,15 @@ void map_deprecated_pin_memory(Section& zero, Config& config) {
     const json* section = zero.peek(name);
     return section != nullptr && section->is_object() && section->contains("pin_memory");
   };
-  if (!section_sets_pin("offload_optimizer")) config.zero.offload_optimizer.pin_memory = pin->get<bool>();
-  if (!section_sets_pin("offload_param")) config.zero.offload_param.pin_memory = pin->get<bool>();
+  for (const char* name : {"offload_optimizer", "offload_param"}) {
+    if (section_sets_pin(name)) continue;
+    bool& target = std::string_view(name) == "offload_optimizer"
+                       ? config.zero.offload_optimizer.pin_memory
+                       : config.zero.offload_param.pin_memory;
+    target = pin->get<bool>();
+    reader.record(zero.key_path(name) + ".pin_memory", target, Source::derived,
+                  "from deprecated cpu_offload_use_pin_memory");
+  }
 }
 
 }  // namespace
@@ -137,7 +146,14 @@ void read_zero_optimization(Section& root, Config& config) {
     reader.record("zero_optimization.stage", z.stage, Source::derived,
                   "from \"zero_optimization\": true/false");
     z.overlap_comm = false;
+    z.allgather_bucket_size = root.integer({"allgather_size"}, 500'000'000);
     return;
+  }
+  root.declare("allgather_size", KeyClass::implemented,
+               "the bucket size of the old \"zero_optimization\": true form");
+  if (root.has("allgather_size")) {
+    reader.error("allgather_size: only read with the old \"zero_optimization\": true form; use "
+                 "zero_optimization.allgather_bucket_size");
   }
   Section zero = root.child("zero_optimization");
   z.stage = static_cast<int>(zero.integer({"stage"}, 0, {0, 3}));
@@ -182,8 +198,17 @@ void read_zero_optimization(Section& root, Config& config) {
           "zero_optimization.stage3_gather_fp16_weights_on_model_save is deprecated; use "
           "stage3_gather_16bit_weights_on_model_save (mapped)");
     }
-    z.gather_16bit_weights_on_model_save =
-        zero.boolean({"stage3_gather_fp16_weights_on_model_save"}, false);
+    const json& old = *zero.raw("stage3_gather_fp16_weights_on_model_save");
+    if (const auto value = old.is_boolean() ? std::optional<bool>(old.get<bool>()) : std::nullopt) {
+      z.gather_16bit_weights_on_model_save = *value;
+      reader.record("zero_optimization.stage3_gather_16bit_weights_on_model_save", *value,
+                    Source::derived, "from deprecated stage3_gather_fp16_weights_on_model_save");
+    } else {
+      reader.error(fmt::format(
+          "zero_optimization.stage3_gather_fp16_weights_on_model_save: expected true or false, "
+          "got {}",
+          describe(old)));
+    }
     zero.declare("stage3_gather_16bit_weights_on_model_save", KeyClass::implemented);
     zero.declare("gather_16bit_weights_on_model_save", KeyClass::implemented);
   } else {
@@ -200,38 +225,45 @@ void read_zero_optimization(Section& root, Config& config) {
   map_deprecated_pin_memory(zero, config);
 
   // Accepted without effect: these tune DeepSpeed's Python machinery or are always true here.
-  zero.no_effect("contiguous_gradients",
+  zero.no_effect_flag("contiguous_gradients",
                  "every rank's shards are always one contiguous buffer per dtype");
-  zero.no_effect("allgather_partitions",
+  zero.no_effect_flag("allgather_partitions",
                  "updated shards are always all-gathered (the results are the same either way)");
-  zero.no_effect("round_robin_gradients",
+  zero.no_effect_flag("round_robin_gradients",
                  "owned gradient shards are copied in bucket order (the results are the same)");
-  zero.no_effect("use_multi_rank_bucket_allreduce", "buckets are reduced by one collective each");
-  zero.no_effect("load_from_fp32_weights", "checkpoints always restore the fp32 master weights");
-  zero.no_effect("elastic_checkpoint", "every zero checkpoint loads at any world size");
+  zero.no_effect_flag("use_multi_rank_bucket_allreduce", "buckets are reduced by one collective each");
+  zero.no_effect_flag("load_from_fp32_weights", "checkpoints always restore the fp32 master weights");
+  zero.no_effect_flag("elastic_checkpoint", "every zero checkpoint loads at any world size");
   zero.no_effect("module_granularity_threshold", "modules are the ones the caller registers");
   zero.no_effect("stage3_module_granularity_threshold", "modules are the ones the caller registers");
-  zero.no_effect("use_all_reduce_for_fetch_params", "stage 3 gathers with all-gather");
-  zero.no_effect("stage3_use_all_reduce_for_fetch_params", "stage 3 gathers with all-gather");
-  zero.no_effect("allgather_sequential", "the gather plan is fixed ahead of the step");
-  zero.no_effect("stage3_allgather_sequential", "the gather plan is fixed ahead of the step");
-  zero.no_effect("memory_efficient_linear", "a PyTorch autograd detail");
-  zero.no_effect("pipeline_loading_checkpoint", "a pipeline-parallel loading detail");
-  zero.no_effect("override_module_apply", "a PyTorch module hook detail");
-  zero.no_effect("log_trace_cache_warnings", "trace changes are always logged as warnings");
-  zero.no_effect("enable_sanity_checks", "the schedule is always checked across ranks by hash");
-  zero.no_effect("save_muon_momentum_buffer_in_memory", "zero has no Muon optimizer");
+  zero.no_effect_flag("use_all_reduce_for_fetch_params", "stage 3 gathers with all-gather");
+  zero.no_effect_flag("stage3_use_all_reduce_for_fetch_params", "stage 3 gathers with all-gather");
+  zero.no_effect_flag("allgather_sequential", "the gather plan is fixed ahead of the step");
+  zero.no_effect_flag("stage3_allgather_sequential", "the gather plan is fixed ahead of the step");
+  zero.no_effect_flag("memory_efficient_linear", "a PyTorch autograd detail");
+  zero.no_effect_flag("pipeline_loading_checkpoint", "a pipeline-parallel loading detail");
+  zero.no_effect_flag("override_module_apply", "a PyTorch module hook detail");
+  zero.no_effect_flag("log_trace_cache_warnings", "trace changes are always logged as warnings");
+  zero.no_effect_flag("enable_sanity_checks", "the schedule is always checked across ranks by hash");
+  zero.no_effect_flag("save_muon_momentum_buffer_in_memory", "zero has no Muon optimizer");
   zero.no_effect("leaf_module", "modules are the ones the caller registers");
-  zero.unsupported_if("legacy_stage1", truthy, "the legacy stage 1 implementation");
-  zero.unsupported_if("zero_hpz_partition_size", greater_than_one,
-                      "ZeRO++ hierarchical partitioning (hpZ)");
-  zero.unsupported_if("zero_quantized_weights", truthy, "ZeRO++ quantized weights (qwZ)");
-  zero.unsupported_if("zero_quantized_nontrainable_weights", truthy,
+  zero.unsupported_flag("legacy_stage1", "the legacy stage 1 implementation");
+  zero.declare("zero_hpz_partition_size", KeyClass::unsupported,
+               "ZeRO++ hierarchical partitioning (hpZ)");
+  if (const auto hpz = zero.integer({"zero_hpz_partition_size"}, 1); hpz > 1) {
+    reader.not_supported(zero.key_path("zero_hpz_partition_size"),
+                         "ZeRO++ hierarchical partitioning (hpZ)", hpz);
+  }
+  zero.unsupported_flag("zero_quantized_weights", "ZeRO++ quantized weights (qwZ)");
+  zero.unsupported_flag("zero_quantized_nontrainable_weights",
                       "ZeRO++ quantized non-trainable weights");
-  zero.unsupported_if("zero_quantized_gradients", truthy, "ZeRO++ quantized gradients (qgZ)");
+  zero.unsupported_flag("zero_quantized_gradients", "ZeRO++ quantized gradients (qgZ)");
   zero.unsupported_if("zeropp_loco_param", present_and_not_empty, "ZeRO++ LoCo");
-  zero.unsupported_if("mics_shard_size", positive, "MiCS sharding");
-  zero.unsupported_if("mics_hierarchical_params_gather", truthy, "MiCS hierarchical gather");
+  zero.declare("mics_shard_size", KeyClass::unsupported, "MiCS sharding");
+  if (const auto mics = zero.integer({"mics_shard_size"}, -1, {-1, INT64_MAX}); mics > 0) {
+    reader.not_supported(zero.key_path("mics_shard_size"), "MiCS sharding", mics);
+  }
+  zero.unsupported_flag("mics_hierarchical_params_gather", "MiCS hierarchical gather");
   zero.unsupported_if("zenflow", present_and_not_empty, "ZenFlow");
   zero.finish();
 

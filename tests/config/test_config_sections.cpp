@@ -581,3 +581,82 @@ TEST_CASE("edit distance counts transpositions as one edit", "[config][keys]") {
 }
 
 }  // namespace zero::config
+
+namespace zero::config {
+using namespace zero::config::test;
+
+TEST_CASE("robustness: a number too large for a double is malformed JSON with its position",
+          "[config][json]") {
+  REQUIRE(error_of("{\n \"train_batch_size\": 1e400}") ==
+          "<string>:2:22: malformed JSON: number overflow parsing '1e400'");
+  REQUIRE_THROWS_AS(parse_override("optimizer.params.lr=1e400"), Error);
+}
+
+TEST_CASE("robustness: batch products that overflow are refused, not wrapped", "[config][batch]") {
+  REQUIRE(error_of(R"({"train_micro_batch_size_per_gpu": 4611686018427387904,
+                       "gradient_accumulation_steps": 4})") ==
+          "train_micro_batch_size_per_gpu * gradient_accumulation_steps * world size overflows: "
+          "4611686018427387904 * 4 * 1; use realistic batch sizes");
+  REQUIRE_THAT(error_of(R"({"train_batch_size": 18446744073709551615})"),
+               Catch::Contains("expected an integer >= 1"));
+}
+
+TEST_CASE("robustness: gradient_allreduce_op is mean or sum, any case; sum is refused",
+          "[config][features]") {
+  REQUIRE(error_of(R"({"train_batch_size": 8, "gradient_allreduce_op": "SUM"})") ==
+          "gradient_allreduce_op: summing instead of averaging gradients is not supported by zero "
+          "(got \"sum\"); remove it or disable it");
+  REQUIRE(error_of(R"({"train_batch_size": 8, "gradient_allreduce_op": "max"})") ==
+          "gradient_allreduce_op: expected one of \"mean\", \"sum\", got \"max\"");
+  REQUIRE_NOTHROW(read(R"({"train_batch_size": 8, "gradient_allreduce_op": "Mean"})"));
+}
+
+TEST_CASE("robustness: switches of unsupported features are type-checked, and \"auto\" is off",
+          "[config][features]") {
+  REQUIRE(error_of(R"({"train_batch_size": 8, "tensorboard": true})") ==
+          "tensorboard: expected an object {\"enabled\": ...}, got true");
+  REQUIRE(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+                       "offload_optimizer": {"device": "cpu", "ratio": 2}}})") ==
+          "zero_optimization.offload_optimizer.ratio: expected a number >= 0 and <= 1, got 2");
+  REQUIRE(error_of(R"({"train_batch_size": 8, "zero_optimization": {"contiguous_gradients": "banana"}})") ==
+          "zero_optimization.contiguous_gradients: expected true or false, got \"banana\"");
+  REQUIRE_NOTHROW(read(R"({"train_batch_size": 8, "tensorboard": {"enabled": "auto"},
+      "fp16": {"fp16_master_weights_and_grads": "auto"},
+      "zero_optimization": {"zero_quantized_gradients": "auto"}, "sparse_gradients": "auto"})"));
+}
+
+TEST_CASE("robustness: overrides replace either spelling, create sections, and refuse bad paths",
+          "[config][override]") {
+  const Config alias = read(R"({"train_batch_size": 8, "zero_optimization": {"prefetch_bucket_size": 7}})",
+                            1, {"zero_optimization.stage3_prefetch_bucket_size=9"});
+  REQUIRE(alias.zero.prefetch_bucket_size == 9);
+  const Config created = read(R"({"train_batch_size": 8})", 1, {"optimizer.params.lr=1e-4"});
+  REQUIRE(created.optimizer.type == OptimizerType::adamw);
+  REQUIRE(created.optimizer.lr == 1e-4);
+  REQUIRE(error_of(R"({"train_batch_size": 8})", 1, {"zero_optimization..stage=3"}) ==
+          "override \"zero_optimization..stage\": not a key path (write keys joined by dots, like "
+          "zero_optimization.stage)");
+}
+
+TEST_CASE("robustness: deprecated spellings are recorded under the keys that replaced them",
+          "[config][zero]") {
+  const Config gather = read(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "stage3_gather_fp16_weights_on_model_save": true}})");
+  REQUIRE(resolved(gather, "zero_optimization.stage3_gather_16bit_weights_on_model_save").source ==
+          Source::derived);
+  const Config pin = read(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "cpu_offload_use_pin_memory": true, "offload_param": {"device": "cpu", "pin_memory": false}}})");
+  REQUIRE(pin.zero.offload_optimizer.pin_memory);
+  REQUIRE_FALSE(pin.zero.offload_param.pin_memory);
+  REQUIRE(resolved(pin, "zero_optimization.offload_optimizer.pin_memory").value == true);
+}
+
+TEST_CASE("robustness: a parameter dtype equal to the precision's is accepted", "[config][precision]") {
+  REQUIRE_NOTHROW(read(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                           "data_types": {"param_dtype": "bf16"}})"));
+  REQUIRE_THAT(error_of(R"({"train_batch_size": 8, "data_types": {"param_dtype": "bf16"}})"),
+               Catch::StartsWith("data_types.param_dtype: \"bf16\" differs from the precision's "
+                                 "dtype fp32"));
+}
+
+}  // namespace zero::config
