@@ -194,7 +194,7 @@ TEST_CASE("optimizer: DeepSpeed optimizers zero lacks are refused by name", "[co
           "Adagrad, Lion, SGD");
 }
 
-TEST_CASE("optimizer: betas must be two numbers in [0, 1)", "[config][optimizer]") {
+TEST_CASE("optimizer: betas must be two numbers in between 0 and 1", "[config][optimizer]") {
   REQUIRE(error_of(with(R"("optimizer": {"type": "Adam", "params": {"betas": [0.9]}})")) ==
           "optimizer.params.betas: expected two numbers in [0, 1), like [0.9, 0.999], got [0.9]");
   REQUIRE(error_of(with(R"("optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}})")) ==
@@ -339,7 +339,7 @@ TEST_CASE("zero: the stage is 0 to 3 and must be an integer", "[config][zero]") 
           "zero_optimization.stage: expected an integer from 0 to 3, got \"two\"");
 }
 
-TEST_CASE("zero: sizes written as 5e8 are integers; fractions are not", "[config][zero]") {
+TEST_CASE("zero: sizes written as 5e8 are integers, fractions are not", "[config][zero]") {
   REQUIRE(read(with(R"("zero_optimization": {"allgather_bucket_size": 2e8})"))
               .zero.allgather_bucket_size == 200'000'000);
   REQUIRE(error_of(with(R"("zero_optimization": {"reduce_bucket_size": 1.5})")) ==
@@ -464,7 +464,7 @@ TEST_CASE("zero: ZeRO++ switches are refused when on and accepted when off", "[c
                                  "is disabled (ZeRO++ quantized gradients (qgZ) is not supported)"));
 }
 
-TEST_CASE("zero: a section given as a non-object is an error; null means absent",
+TEST_CASE("zero: a section given as a non-object is an error, null means absent",
           "[config][zero]") {
   REQUIRE(error_of(with(R"("zero_optimization": {"offload_optimizer": [1]})")) ==
           "zero_optimization.offload_optimizer: expected an object {...}, got [1]");
@@ -601,7 +601,7 @@ TEST_CASE("robustness: batch products that overflow are refused, not wrapped", "
                Catch::Contains("expected an integer >= 1"));
 }
 
-TEST_CASE("robustness: gradient_allreduce_op is mean or sum, any case; sum is refused",
+TEST_CASE("robustness: gradient_allreduce_op is mean or sum, any case, sum is refused",
           "[config][features]") {
   REQUIRE(error_of(R"({"train_batch_size": 8, "gradient_allreduce_op": "SUM"})") ==
           "gradient_allreduce_op: summing instead of averaging gradients is not supported by zero "

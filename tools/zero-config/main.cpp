@@ -60,7 +60,7 @@ int check(const std::string& path, int world_size, const std::vector<std::string
 
 // Every key zero knows: read a set of configs that between them open every section, optimizer
 // type and scheduler type, and list the union of the keys each declared.
-int keys(const std::string& only_class) {
+int keys(const std::string& only_class, bool markdown) {
   std::vector<std::string> documents;
   for (const char* optimizer : {"Adam", "Adagrad", "Lion", "SGD"}) {
     for (const char* scheduler :
@@ -84,10 +84,15 @@ int keys(const std::string& only_class) {
   }
   std::size_t width = 0;
   for (const auto& key : all) width = std::max(width, key.path.size());
+  if (markdown) std::cout << "| key | class | note |\n|---|---|---|\n";
   for (const auto& key : all) {
     const std::string_view name = zero::config::key_class_name(key.key_class);
     if (!only_class.empty() && name.find(only_class) == std::string_view::npos) continue;
-    std::cout << fmt::format("{:<{}}  {:<26}  {}\n", key.path, width, name, key.note);
+    if (markdown) {
+      std::cout << fmt::format("| `{}` | {} | {} |\n", key.path, name, key.note);
+    } else {
+      std::cout << fmt::format("{:<{}}  {:<26}  {}\n", key.path, width, name, key.note);
+    }
   }
   return 0;
 }
@@ -123,6 +128,8 @@ int main(int argc, char** argv) {
   auto* keys_command =
       app.add_subcommand("keys", "List every config key zero knows, with its class and note.");
   std::string only_class;
+  bool markdown = false;
+  keys_command->add_flag("--markdown", markdown, "print a Markdown table (the README's list)");
   keys_command->add_option("--class", only_class,
                            "only keys whose class contains this text (implemented, effect, "
                            "supported, deprecated)");
@@ -130,7 +137,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*check_command) return check(path, world_size, sets, as_json, quiet);
-    return keys(only_class);
+    return keys(only_class, markdown);
   } catch (const zero::Error& error) {
     const std::string message = error.what();
     std::size_t count = 1;
