@@ -185,6 +185,10 @@ TEST_CASE("pinned memory that cannot be locked warns once and stays usable", "[d
 }
 
 TEST_CASE("pinned memory is locked when the system allows it", "[device][pinned]") {
+#if defined(__SANITIZE_ADDRESS__)
+  WARN("skipped: AddressSanitizer turns mlock into a no-op, so residency cannot be checked");
+  return;
+#endif
   bool locked = false;
   void* p = host_memory::map_pinned(1 << 16, &locked);
   unsigned char residency = 0;
