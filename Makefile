@@ -1,13 +1,15 @@
 # The README's two commands, and their set-up:
 #   make test   install what is missing, configure, build everything, run every test (ctest)
 #   make demo   the main job (until the trainer exists: validate configs/demo.json)
-# Knobs: BUILD (build folder), BUILD_TYPE, CUDA_ARCHS ("80;90"), JOBS, CMAKE_FLAGS.
+# Knobs: BUILD (build folder), BUILD_TYPE, CUDA_ARCHS ("80;90"), JOBS, CMAKE_FLAGS, GENERATOR
+# (Ninja when installed).
 BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CUDA_ARCHS ?= 80;90
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
+GENERATOR ?= $(if $(shell command -v ninja),Ninja,Unix Makefiles)
 
 .PHONY: all deps configure build test test-asan demo format clean
 
@@ -17,7 +19,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 configure: deps
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	cmake -S . -B $(BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	  "-DZERO_CUDA_ARCHS=$(CUDA_ARCHS)" $(CMAKE_FLAGS)
 
 build: configure
