@@ -12,13 +12,6 @@
 namespace zero::config {
 namespace {
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 // Optimizers DeepSpeed or PyTorch offer that zero does not (lower case).
 constexpr std::array<std::string_view, 20> kUnsupportedOptimizers{
     "lamb",    "onebitadam", "zerooneadam", "onebitlamb", "muadam",   "muadamw", "musgd",
@@ -151,7 +144,7 @@ void read_optimizer(Section& root, Config& config) {
                              type == nullptr ? "nothing (the key is required)" : describe(*type)));
   } else {
     const std::string name = type->get<std::string>();
-    const std::string folded = lower(name);
+    const std::string folded = fold_case(name);
     optimizer.name = name;
     if (folded == "adam") optimizer.type = OptimizerType::adam;
     else if (folded == "adamw") optimizer.type = OptimizerType::adamw;
@@ -168,7 +161,7 @@ void read_optimizer(Section& root, Config& config) {
       std::string nearest;
       std::size_t best = SIZE_MAX;
       for (auto candidate : kSupportedOptimizers) {
-        const std::size_t distance = edit_distance(folded, lower(candidate));
+        const std::size_t distance = edit_distance(folded, fold_case(candidate));
         if (distance < best) best = distance, nearest = candidate;
       }
       reader.error(fmt::format(

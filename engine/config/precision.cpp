@@ -19,10 +19,7 @@ DType read_dtype(Section& section, std::string_view key, DType fallback, std::st
     return fallback;
   }
   if (value->is_string()) {
-    std::string folded;
-    for (char c : value->get<std::string>()) {
-      folded += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
+    std::string folded = fold_case(value->get<std::string>());
     for (auto spelling : extra_spellings) {
       if (folded == spelling) folded = "bf16";  // DeepSpeed's old "bfp16"
     }

@@ -10,12 +10,6 @@
 namespace zero::config {
 namespace {
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 std::string join_path(const std::string& section, std::string_view key) {
   return section.empty() ? std::string(key) : section + "." + std::string(key);
@@ -52,7 +46,7 @@ std::optional<bool> as_boolean(const json& value) {
     if (x == 0 || x == 1) return x == 1;
   }
   if (value.is_string()) {
-    const std::string text = lower(value.get<std::string>());
+    const std::string text = fold_case(value.get<std::string>());
     if (text == "true") return true;
     if (text == "false") return false;
   }
@@ -90,6 +84,13 @@ std::string_view key_class_name(KeyClass key_class) {
     case KeyClass::deprecated: return "deprecated";
   }
   return "?";
+}
+
+std::string fold_case(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
 }
 
 bool is_auto(const json& value) { return value.is_string() && value.get<std::string>() == "auto"; }
@@ -165,7 +166,7 @@ void Reader::finish() {
     std::string best;
     std::size_t best_distance = SIZE_MAX;
     for (const auto& candidate : known_by_section_[section]) {
-      const std::size_t distance = edit_distance(lower(key), lower(candidate));
+      const std::size_t distance = edit_distance(fold_case(key), fold_case(candidate));
       if (distance < best_distance) {
         best_distance = distance;
         best = candidate;
@@ -250,98 +251,101 @@ void Section::declare(std::string_view name, KeyClass key_class, std::string_vie
   reader_.declare(key_path(name), key_class, std::string(note));
 }
 
+const json* Section::given(std::initializer_list<std::string_view> names, const json& fallback,
+                          std::string_view* name) {
+  const auto found = find(names);
+  const json* value = found ? &object_->at(std::string(*found)) : nullptr;
+  if (value == nullptr || value->is_null() || is_auto(*value)) {
+    reader_.record(key_path(*names.begin()), fallback, Source::default_value,
+                   value != nullptr && is_auto(*value) ? "from \"auto\"" : "");
+    return nullptr;
+  }
+  *name = *found;
+  return value;
+}
+
 bool Section::boolean(std::initializer_list<std::string_view> names, bool fallback) {
   const std::string recorded = key_path(*names.begin());
-  const auto name = find(names);
-  if (!name || is_auto(object_->at(std::string(*name)))) {
-    reader_.record(recorded, fallback, Source::default_value, name ? "from \"auto\"" : "");
-    return fallback;
-  }
-  const json& value = object_->at(std::string(*name));
+  std::string_view name;
+  const json* given_value = given(names, fallback, &name);
+  if (given_value == nullptr) return fallback;
+  const json& value = *given_value;
   if (const auto parsed = as_boolean(value)) {
-    reader_.record(recorded, *parsed, source_of(*name));
+    reader_.record(recorded, *parsed, source_of(name));
     return *parsed;
   }
-  reader_.error(fmt::format("{}: expected true or false, got {}", key_path(*name), describe(value)));
+  reader_.error(fmt::format("{}: expected true or false, got {}", key_path(name), describe(value)));
   return fallback;
 }
 
 std::int64_t Section::integer(std::initializer_list<std::string_view> names,
                               std::int64_t fallback, IntRange range) {
   const std::string recorded = key_path(*names.begin());
-  const auto name = find(names);
-  if (!name || is_auto(object_->at(std::string(*name)))) {
-    reader_.record(recorded, fallback, Source::default_value, name ? "from \"auto\"" : "");
-    return fallback;
-  }
-  const json& value = object_->at(std::string(*name));
+  std::string_view name;
+  const json* given_value = given(names, fallback, &name);
+  if (given_value == nullptr) return fallback;
+  const json& value = *given_value;
   const auto parsed = as_integer(value);
   if (!parsed || *parsed < range.min || *parsed > range.max) {
-    reader_.error(fmt::format("{}: expected {}, got {}", key_path(*name), describe_range(range),
+    reader_.error(fmt::format("{}: expected {}, got {}", key_path(name), describe_range(range),
                               describe(value)));
     return fallback;
   }
-  reader_.record(recorded, *parsed, source_of(*name));
+  reader_.record(recorded, *parsed, source_of(name));
   return *parsed;
 }
 
 double Section::real(std::initializer_list<std::string_view> names, double fallback,
                      RealRange range) {
   const std::string recorded = key_path(*names.begin());
-  const auto name = find(names);
-  if (!name || is_auto(object_->at(std::string(*name)))) {
-    reader_.record(recorded, fallback, Source::default_value, name ? "from \"auto\"" : "");
-    return fallback;
-  }
-  const json& value = object_->at(std::string(*name));
+  std::string_view name;
+  const json* given_value = given(names, fallback, &name);
+  if (given_value == nullptr) return fallback;
+  const json& value = *given_value;
   const bool numeric = value.is_number();
   const double x = numeric ? value.get<double>() : 0.0;
   const bool below = range.min_exclusive ? x <= range.min : x < range.min;
   if (!numeric || !std::isfinite(x) || below || x > range.max) {
-    reader_.error(fmt::format("{}: expected {}, got {}", key_path(*name), describe_range(range),
+    reader_.error(fmt::format("{}: expected {}, got {}", key_path(name), describe_range(range),
                               describe(value)));
     return fallback;
   }
-  reader_.record(recorded, x, source_of(*name));
+  reader_.record(recorded, x, source_of(name));
   return x;
 }
 
 std::string Section::choice(std::initializer_list<std::string_view> names, std::string fallback,
                             std::initializer_list<std::string_view> allowed, bool ignore_case) {
   const std::string recorded = key_path(*names.begin());
-  const auto name = find(names);
-  if (!name || is_auto(object_->at(std::string(*name)))) {
-    reader_.record(recorded, fallback, Source::default_value, name ? "from \"auto\"" : "");
-    return fallback;
-  }
-  const json& value = object_->at(std::string(*name));
+  std::string_view name;
+  const json* given_value = given(names, fallback, &name);
+  if (given_value == nullptr) return fallback;
+  const json& value = *given_value;
   if (value.is_string()) {
     const std::string text = value.get<std::string>();
     for (auto candidate : allowed) {
-      if (candidate == text || (ignore_case && lower(candidate) == lower(text))) {
-        reader_.record(recorded, std::string(candidate), source_of(*name));
+      if (candidate == text || (ignore_case && fold_case(candidate) == fold_case(text))) {
+        reader_.record(recorded, std::string(candidate), source_of(name));
         return std::string(candidate);
       }
     }
   }
-  reader_.error(fmt::format("{}: expected one of {}, got {}", key_path(*name),
+  reader_.error(fmt::format("{}: expected one of {}, got {}", key_path(name),
                             list_allowed(allowed), describe(value)));
   return fallback;
 }
 
 std::string Section::text(std::initializer_list<std::string_view> names, std::string fallback) {
   const std::string recorded = key_path(*names.begin());
-  const auto name = find(names);
-  if (!name || object_->at(std::string(*name)).is_null() || is_auto(object_->at(std::string(*name)))) {
-    reader_.record(recorded, fallback, Source::default_value, name && is_auto(object_->at(std::string(*name))) ? "from \"auto\"" : "");
-    return fallback;
-  }
-  const json& value = object_->at(std::string(*name));
+  std::string_view name;
+  const json* given_value = given(names, fallback, &name);
+  if (given_value == nullptr) return fallback;
+  const json& value = *given_value;
   if (!value.is_string()) {
-    reader_.error(fmt::format("{}: expected a string, got {}", key_path(*name), describe(value)));
+    reader_.error(fmt::format("{}: expected a string, got {}", key_path(name), describe(value)));
     return fallback;
   }
-  reader_.record(recorded, value, source_of(*name));
+  reader_.record(recorded, value, source_of(name));
   return value.get<std::string>();
 }
 

@@ -166,6 +166,10 @@ class Section {
   // Finds which of `names` is present (error when several); marks all as known.
   std::optional<std::string_view> find(std::initializer_list<std::string_view> names);
   Source source_of(std::string_view key) const;
+  // The value of the first present spelling in `names`, or nullptr after recording `fallback`
+  // as the default when the key is absent, null or "auto".
+  const json* given(std::initializer_list<std::string_view> names, const json& fallback,
+                    std::string_view* name);
 
   Reader& reader_;
   std::string path_;
@@ -174,6 +178,7 @@ class Section {
 };
 
 bool is_auto(const json& value);
+std::string fold_case(std::string_view text);  // lower case, for case-insensitive names
 std::string describe(const json& value);  // a value as it appears in messages
 std::size_t edit_distance(std::string_view a, std::string_view b);
 

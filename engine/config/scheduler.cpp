@@ -75,10 +75,7 @@ void read_scheduler(Section& root, Config& config) {
       std::string nearest;
       std::size_t best = SIZE_MAX;
       for (const auto& [candidate, ignored] : kNames) {
-        std::string a = name, b(candidate);
-        for (auto& c : a) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        for (auto& c : b) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        const std::size_t distance = edit_distance(a, b);
+        const std::size_t distance = edit_distance(fold_case(name), fold_case(candidate));
         if (distance < best) best = distance, nearest = candidate;
       }
       reader.error(fmt::format(
