@@ -165,6 +165,8 @@ struct Config {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   double gradient_clipping = 0.0;
+  // Seconds a collective may take before it fails with a timeout error (zero's own key).
+  double comm_timeout_s = 1800.0;
   std::int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   bool memory_breakdown = false;

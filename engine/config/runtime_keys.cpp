@@ -140,6 +140,8 @@ void read_runtime_keys(Section& root, Config& config) {
     config.steps_per_print = root.integer({"steps_per_print"}, 10, kPositive);
   }
   config.wall_clock_breakdown = root.boolean({"wall_clock_breakdown"}, false);
+  // zero's own: how long a rank waits for a collective before failing it (not DeepSpeed's).
+  config.comm_timeout_s = root.real({"comm_timeout_s"}, 1800.0, {0.0, 1e9, true});
   config.memory_breakdown = root.boolean({"memory_breakdown"}, false);
   root.no_effect_flag("zero_allow_untested_optimizer",
                  "every optimizer zero offers is tested under every ZeRO stage");

@@ -198,4 +198,15 @@ TEST_CASE("provenance: every value says whether it came from the file, a default
   REQUIRE(config.steps_per_print == 5);
 }
 
+TEST_CASE("comm_timeout_s: zero's own key, 1800 s by default, positive seconds",
+          "[config][comm]") {
+  REQUIRE(read(R"({"train_batch_size": 8})").comm_timeout_s == 1800.0);
+  REQUIRE(read(R"({"train_batch_size": 8, "comm_timeout_s": 2.5})").comm_timeout_s == 2.5);
+  REQUIRE(read(R"({"train_batch_size": 8})", 1, {"comm_timeout_s=60"}).comm_timeout_s == 60.0);
+  REQUIRE_THAT(error_of(R"({"train_batch_size": 8, "comm_timeout_s": 0})"),
+               Catch::Contains("comm_timeout_s"));
+  REQUIRE_THAT(error_of(R"({"train_batch_size": 8, "comm_timeout_s": "soon"})"),
+               Catch::Contains("comm_timeout_s"));
+}
+
 }  // namespace zero::config
