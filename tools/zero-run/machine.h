@@ -1,0 +1,23 @@
+// What zero-run needs to know about this machine: the CPUs it may run on, the physical cores
+// behind them, and where a program is on PATH.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace zero::run {
+
+struct Cpus {
+  int logical = 1;   // CPUs in this process's affinity mask (what nproc prints)
+  int physical = 1;  // distinct cores behind them: what Open MPI counts as slots and binds to
+};
+
+// Reads sched_getaffinity and /sys/devices/system/cpu/cpuN/topology; when the topology cannot
+// be read, every CPU counts as a core.
+Cpus available_cpus();
+
+// `name` itself when it contains a '/', else the first executable PATH entry named `name`;
+// nothing when there is no such executable file.
+std::optional<std::string> find_program(const std::string& name);
+
+}  // namespace zero::run

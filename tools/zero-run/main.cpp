@@ -1,0 +1,169 @@
+// zero-run: start N ranks of a command through Open MPI's mpirun with the settings zero wants
+// (root, oversubscription, OMP_NUM_THREADS, binding), forwarding signals and exit status.
+//
+//   zero-run -n N [--hostfile FILE] [--bind-cores] [--mpi-arg ARG]... [--dry-run] -- COMMAND...
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "tools/zero-run/child.h"
+#include "tools/zero-run/hostfile.h"
+#include "tools/zero-run/machine.h"
+#include "tools/zero-run/plan.h"
+
+namespace {
+
+constexpr int kUsage = 2;
+
+constexpr const char* kFooter = R"(
+What zero-run does:
+  mpirun      --mpirun PATH, else $ZERO_MPIRUN, else the first mpirun on PATH (Open MPI).
+  CPUs, cores CPUs: those zero-run may use (sched_getaffinity, as nproc prints); cores: the
+              physical cores behind them (what Open MPI counts as slots). Ranks per node:
+              N; with --hostfile, ceil(N / hosts), or min(N, the largest slots=N) when the
+              file gives slots. Hostfile nodes are assumed to be like this one.
+  root        as root, sets OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+              in mpirun's environment.
+  oversubscription
+              without --hostfile and with N > cores, passes --oversubscribe.
+  environment every rank gets ZERO_LAUNCHER=zero-run and OMP_NUM_THREADS=k with
+              k = max(1, CPUs / ranks per node) (-x NAME=VALUE); an OMP_NUM_THREADS already
+              set is kept and passed on instead (-x OMP_NUM_THREADS).
+  binding     --bind-to none (for at most two ranks Open MPI would bind each to one core,
+              where all its OpenMP threads would share it). --bind-cores: each rank gets
+              k = max(1, cores / ranks per node) cores, --map-by slot:PE=k --bind-to core;
+              refused (exit 2) when oversubscribed.
+  one rank    -n 1 without --hostfile or --mpi-arg runs COMMAND itself, without mpirun,
+              with the same environment, signal forwarding and exit status.
+  signals     SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to zero-run go to
+              mpirun (or COMMAND); zero-run waits for it. mpirun passes SIGUSR1 and SIGUSR2
+              on to the ranks and ends the job on the others. A terminal's Ctrl-C reaches
+              mpirun directly and is not sent twice; a signal zero-run inherits as ignored
+              (nohup) stays ignored.
+  failure     when a rank exits non-zero or is killed, mpirun ends the other ranks.
+  exit status with mpirun, what it returns: the first non-zero exit code of a rank (128+S
+              for a rank killed by signal S), 1 when a signal to mpirun ended the job.
+              COMMAND run directly: its exit code, or 128+S when signal S killed it.
+              2: usage error. 127: mpirun or COMMAND cannot be started.
+
+Under Slurm zero-run is not needed: `srun -n N COMMAND` starts the ranks, and zero reads
+SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID.
+
+Examples:
+  zero-run -n 2 -- ./train --config configs/demo.json
+  zero-run -n 16 --hostfile hosts --bind-cores -- ./train
+  zero-run -n 4 --mpi-arg=--report-bindings --dry-run -- ./train)";
+
+// CLI11 would print "Usage: zero-run [OPTIONS]"; the command after "--" belongs in it too.
+class Formatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: zero-run -n N [OPTIONS] -- COMMAND [ARGS...]\n";
+  }
+};
+
+// zero-run's own arguments are the ones before the first "--"; the command is all after it.
+struct SplitArguments {
+  std::vector<char*> options;  // with argv[0], for CLI11
+  std::vector<std::string> command;
+  bool has_separator = false;
+};
+
+SplitArguments split_arguments(int argc, char** argv) {
+  SplitArguments split;
+  int index = 0;
+  for (; index < argc; ++index) {
+    if (index > 0 && std::string_view(argv[index]) == "--") break;
+    split.options.push_back(argv[index]);
+  }
+  split.has_separator = index < argc;
+  for (++index; index < argc; ++index) split.command.emplace_back(argv[index]);
+  return split;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "zero-run: start N ranks of COMMAND through Open MPI's mpirun, on this machine or on\n"
+      "the hosts of a hostfile, with the settings zero wants; forwards signals and returns\n"
+      "the first non-zero exit status.\n",
+      "zero-run"};
+  app.formatter(std::make_shared<Formatter>());
+  app.footer(kFooter);
+  zero::run::Request request;
+  std::string hostfile, mpirun_option;
+  bool dry_run = false;
+  app.add_option("-n,--np", request.ranks, "number of ranks to start")
+      ->required()
+      ->check(CLI::Range(1, 1 << 20))
+      ->type_name("N");
+  app.add_option("--hostfile", hostfile, "Open MPI hostfile (HOST [slots=N] lines), passed on")
+      ->type_name("FILE");
+  app.add_flag("--bind-cores", request.bind_cores,
+               "bind each rank to k cores of its own (see binding)");
+  app.add_option("--mpirun", mpirun_option, "the mpirun to run (else $ZERO_MPIRUN, else PATH)")
+      ->type_name("PATH");
+  app.add_option("--mpi-arg", request.mpi_args,
+                 "one more word for mpirun, after zero-run's own words;\n"
+                 "repeatable; --mpi-arg=-X for words starting with -")
+      ->allow_extra_args(false)
+      ->type_name("ARG");
+  app.add_flag("--dry-run", dry_run,
+               "print what would run as a shell script (environment\n"
+               "additions, then the command line); run nothing");
+
+  SplitArguments split = split_arguments(argc, argv);
+  try {
+    app.parse(static_cast<int>(split.options.size()), split.options.data());
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error) == 0 ? 0 : kUsage;
+  }
+  request.command = std::move(split.command);
+  if (request.command.empty()) {
+    std::cerr << (split.has_separator ? "zero-run: no COMMAND after --\n"
+                                      : "zero-run: no COMMAND: give it after --, as in "
+                                        "zero-run -n 2 -- ./train\n");
+    return kUsage;
+  }
+
+  try {
+    if (!hostfile.empty()) request.hostfile = zero::run::read_hostfile(hostfile);
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    const zero::run::Machine machine{zero::run::available_cpus(), geteuid() == 0,
+                                     omp != nullptr && *omp != '\0'};
+    std::string mpirun;
+    if (!zero::run::runs_directly(request)) {
+      const char* from_env = std::getenv("ZERO_MPIRUN");
+      const std::string wanted = !mpirun_option.empty()                     ? mpirun_option
+                                 : from_env != nullptr && *from_env != '\0' ? from_env
+                                                                            : "mpirun";
+      const auto found = zero::run::find_program(wanted);
+      if (!found) {
+        std::cerr << fmt::format(
+            "zero-run: cannot find mpirun ('{}' is not an executable file{}); install Open MPI "
+            "(Debian: openmpi-bin) or name it with --mpirun PATH or ZERO_MPIRUN. Under Slurm, "
+            "run srun -n N COMMAND instead.\n",
+            wanted, wanted.find('/') == std::string::npos ? " on PATH" : "");
+        return zero::run::kCannotRun;
+      }
+      mpirun = *found;
+    }
+    const zero::run::Plan plan = zero::run::make_plan(request, machine, mpirun);
+    if (dry_run) {
+      std::cout << zero::run::describe(plan, request, machine);
+      return 0;
+    }
+    return zero::run::run_child(plan.argv, plan.environment);
+  } catch (const zero::Error& error) {
+    std::cerr << "zero-run: " << error.what() << "\n";
+    return error.category() == zero::ErrorCategory::usage ? kUsage : 1;
+  }
+}
