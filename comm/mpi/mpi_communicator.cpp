@@ -1,0 +1,353 @@
+// The MPI backend: MPI-3 nonblocking collectives on a duplicate of the job's (or the
+// embedder's) communicator. Device buffers go through pinned staging blocks. Progress comes
+// from the progress thread or from the caller's test()/wait(), per CommOptions::progress.
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "comm/backends.h"
+#include "comm/comm_base.h"
+#include "comm/mpi/arrival_board.h"
+#include "comm/mpi/mpi_runtime.h"
+#include "comm/mpi/staging.h"
+#include "comm/reduce_kernels.h"
+#include "device/device.h"
+
+namespace zero::comm {
+namespace mpi {
+namespace {
+
+// One issued collective: its requests, then what to do once they complete (divide for avg,
+// move an in-place block, copy staged results back to the device).
+class MpiWork final : public TrackedWork, public Progressable {
+ public:
+  MpiWork(OpInfo op, std::shared_ptr<Health> health, std::chrono::milliseconds timeout,
+          std::shared_ptr<ArrivalBoard> board, bool threaded)
+      : TrackedWork(std::move(op), std::move(health), timeout),
+        board_(std::move(board)),
+        threaded_(threaded) {}
+
+  MPI_Request* request() noexcept { return &request_; }
+  void on_complete(std::function<void()> finish) { finish_ = std::move(finish); }
+
+  bool poll() override {
+    if (!threaded_) advance();
+    switch (state_.load(std::memory_order_acquire)) {
+      case kPending: return false;
+      case kDone: return true;
+      default: throw Error(ErrorCategory::comm, failure_);
+    }
+  }
+
+  // Tests the request and finishes the work; never throws (it may run on the progress thread).
+  bool advance() noexcept override {
+    if (state_.load(std::memory_order_acquire) != kPending) return true;
+    try {
+      int flag = 0;
+      {
+        std::lock_guard guard(Runtime::get().lock());
+        check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test", op().describe());
+      }
+      if (!flag) return false;
+      if (finish_) finish_();
+      state_.store(kDone, std::memory_order_release);
+    } catch (const std::exception& error) {
+      failure_ = fmt::format("{} on {} failed: {}", op().describe(), health().where(),
+                             error.what());
+      health().poison(op().describe() + " failed");
+      state_.store(kFailed, std::memory_order_release);
+    }
+    return true;
+  }
+
+ protected:
+  std::string missing_ranks() override { return board_->missing(op().sequence); }
+
+ private:
+  static constexpr int kPending = 0, kDone = 1, kFailed = 2;
+
+  std::shared_ptr<ArrivalBoard> board_;
+  bool threaded_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::function<void()> finish_;
+  std::atomic<int> state_{kPending};
+  std::string failure_;
+};
+
+int int_count(std::size_t count, const OpInfo& op) {
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    throw make_error(ErrorCategory::usage,
+                     "{}: MPI counts are ints; split collectives above {} elements", op.describe(),
+                     INT_MAX);
+  }
+  return static_cast<int>(count);
+}
+
+Progress resolve_progress(const CommOptions& options) {
+  Progress progress = options.progress;
+  if (progress == Progress::automatic) {
+    progress = Progress::poll;
+    if (const char* text = std::getenv("ZERO_MPI_PROGRESS")) {
+      const auto parsed = parse_progress(text);
+      if (!parsed || *parsed == Progress::automatic) {
+        throw make_error(ErrorCategory::usage, "ZERO_MPI_PROGRESS='{}': expected thread or poll",
+                         text);
+      }
+      progress = *parsed;
+    }
+  }
+  if (progress == Progress::thread && !Runtime::get().threads_allowed()) {
+    log::warn("MPI was initialised below MPI_THREAD_SERIALIZED; using poll progress instead of "
+              "a progress thread");
+    progress = Progress::poll;
+  }
+  return progress;
+}
+
+class MpiCommunicator final : public CommunicatorBase {
+ public:
+  // Takes ownership of `comm` (a duplicate made for zero).
+  MpiCommunicator(MPI_Comm comm, std::string name, const CommOptions& options, Progress progress)
+      : CommunicatorBase(std::move(name), "mpi", rank_of(comm), size_of(comm), options.timeout),
+        comm_(comm),
+        options_(options),
+        threaded_(progress == Progress::thread),
+        staged_(options.stage_host_buffers ||
+                (options.device != nullptr && options.device->type() != DeviceType::cpu)) {
+    std::lock_guard guard(Runtime::get().lock());
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    board_ = std::make_shared<ArrivalBoard>(comm_);
+    if (staged_) {
+      if (options.device == nullptr) {
+        own_device_ = create_cpu_device();
+        options_.device = own_device_.get();
+      }
+      staging_ = std::make_shared<StagingPool>(*options_.device);
+    }
+  }
+
+  ~MpiCommunicator() override {
+    // A poisoned communicator's ranks may never reach the matching collective free.
+    const bool usable = !poisoned();
+    std::lock_guard guard(Runtime::get().lock());
+    board_->release(usable);
+    if (usable) MPI_Comm_free(&comm_);
+  }
+
+  Work all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,
+                  Stream* stream) override {
+    const OpInfo info = begin_all_reduce(data, count, dtype, op);
+    if (count == 0) return complete(info);
+    const int n = int_count(count, info);
+    const std::size_t bytes = count * dtype_size(dtype);
+    void* buffer = data;
+    StagingPool::Block stage;
+    if (staged_) {
+      stage = staging_->acquire(bytes);
+      to_host(stage.data, data, bytes, stream);
+      buffer = stage.data;
+    }
+    return issue(info, [=, this](MPI_Request* request) {
+      return MPI_Iallreduce(MPI_IN_PLACE, buffer, n, datatype_of(dtype), op_of(dtype, op), comm_,
+                            request);
+    }, [=, this] {
+      if (op == ReduceOp::avg) divide_by(dtype, buffer, count, size());
+      if (staged_) from_host(data, stage, bytes);
+    });
+  }
+
+  Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype,
+                      ReduceOp op, Stream* stream) override {
+    const OpInfo info = begin_reduce_scatter(input, output, count, dtype, op);
+    if (count == 0) return complete(info);
+    const int n = int_count(count, info);
+    int_count(count * static_cast<std::size_t>(size()), info);
+    const std::size_t block = count * dtype_size(dtype);
+    const std::size_t total = block * static_cast<std::size_t>(size());
+    const MPI_Datatype type = datatype_of(dtype);
+    const MPI_Op mpi_op = op_of(dtype, op);
+    if (staged_) {
+      StagingPool::Block stage = staging_->acquire(total + block);
+      to_host(stage.data, input, total, stream);
+      char* in = static_cast<char*>(stage.data);
+      char* out = in + total;
+      return issue(info, [=, this](MPI_Request* request) {
+        return MPI_Ireduce_scatter_block(in, out, n, type, mpi_op, comm_, request);
+      }, [=, this] {
+        if (op == ReduceOp::avg) divide_by(dtype, out, count, size());
+        options_.device->copy(output, out, block);
+        staging_->release(stage);
+      });
+    }
+    auto* in = const_cast<char*>(static_cast<const char*>(input));
+    const bool in_place = static_cast<char*>(output) == in + rank() * block;
+    return issue(info, [=, this](MPI_Request* request) {
+      // MPI's in-place form takes the whole input from the output buffer and leaves the
+      // result at its start; we move it to this rank's block afterwards.
+      return in_place ? MPI_Ireduce_scatter_block(MPI_IN_PLACE, in, n, type, mpi_op, comm_,
+                                                  request)
+                      : MPI_Ireduce_scatter_block(in, output, n, type, mpi_op, comm_, request);
+    }, [=, this] {
+      if (in_place && rank() != 0) std::memmove(output, in, block);
+      if (op == ReduceOp::avg) divide_by(dtype, output, count, size());
+    });
+  }
+
+  Work all_gather(const void* input, void* output, std::size_t count, DType dtype,
+                  Stream* stream) override {
+    const OpInfo info = begin_all_gather(input, output, count, dtype);
+    if (count == 0) return complete(info);
+    const int n = int_count(count, info);
+    int_count(count * static_cast<std::size_t>(size()), info);
+    const std::size_t block = count * dtype_size(dtype);
+    const std::size_t total = block * static_cast<std::size_t>(size());
+    const MPI_Datatype type = datatype_of(dtype);
+    if (staged_) {
+      StagingPool::Block stage = staging_->acquire(block + total);
+      to_host(stage.data, input, block, stream);
+      char* in = static_cast<char*>(stage.data);
+      char* out = in + block;
+      return issue(info, [=, this](MPI_Request* request) {
+        return MPI_Iallgather(in, n, type, out, n, type, comm_, request);
+      }, [=, this] {
+        options_.device->copy(output, out, total);
+        staging_->release(stage);
+      });
+    }
+    const bool in_place =
+        static_cast<const char*>(input) == static_cast<char*>(output) + rank() * block;
+    return issue(info, [=, this](MPI_Request* request) {
+      return in_place ? MPI_Iallgather(MPI_IN_PLACE, 0, type, output, n, type, comm_, request)
+                      : MPI_Iallgather(input, n, type, output, n, type, comm_, request);
+    }, {});
+  }
+
+  Work broadcast(void* data, std::size_t count, DType dtype, int root, Stream* stream) override {
+    const OpInfo info = begin_broadcast(data, count, dtype, root);
+    if (count == 0) return complete(info);
+    const int n = int_count(count, info);
+    const std::size_t bytes = count * dtype_size(dtype);
+    void* buffer = data;
+    StagingPool::Block stage;
+    if (staged_) {
+      stage = staging_->acquire(bytes);
+      if (rank() == root) to_host(stage.data, data, bytes, stream);
+      buffer = stage.data;
+    }
+    return issue(info, [=, this](MPI_Request* request) {
+      return MPI_Ibcast(buffer, n, datatype_of(dtype), root, comm_, request);
+    }, [=, this] {
+      if (staged_) from_host(data, stage, bytes);
+    });
+  }
+
+  Work barrier(Stream* stream) override {
+    const OpInfo info = begin_barrier();
+    // The barrier comes after the caller's queued device work.
+    if (staged_ && stream != nullptr) stream->synchronize();
+    return issue(info, [this](MPI_Request* request) { return MPI_Ibarrier(comm_, request); }, {});
+  }
+
+  void begin_group() override { enter_group(); }
+  void end_group() override { leave_group(); }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    health()->check();
+    MPI_Comm child = MPI_COMM_NULL;
+    {
+      std::lock_guard guard(Runtime::get().lock());
+      check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child),
+            "MPI_Comm_split", health()->where());
+    }
+    if (child == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(child, child_name(color), options_,
+                                             threaded_ ? Progress::thread : Progress::poll);
+  }
+
+  [[noreturn]] void abort(int exit_code, std::string_view reason) noexcept override {
+    log::error("aborting the job ({}): {}", health()->where(), reason);
+    // The progress thread holds the lock only for a test at a time.
+    Runtime::get().lock().lock();
+    MPI_Abort(comm_, exit_code);
+    std::_Exit(exit_code);
+  }
+
+ private:
+  static int rank_of(MPI_Comm comm) {
+    int rank = 0;
+    std::lock_guard guard(Runtime::get().lock());
+    MPI_Comm_rank(comm, &rank);
+    return rank;
+  }
+  static int size_of(MPI_Comm comm) {
+    int size = 0;
+    std::lock_guard guard(Runtime::get().lock());
+    MPI_Comm_size(comm, &size);
+    return size;
+  }
+
+  // Device -> pinned, after the work already queued on the caller's stream.
+  void to_host(void* stage, const void* source, std::size_t bytes, Stream* stream) {
+    Device& device = *options_.device;
+    Stream& on = stream != nullptr ? *stream : device.default_stream();
+    device.copy_async(stage, source, bytes, on);
+    on.synchronize();
+  }
+  void from_host(void* destination, StagingPool::Block stage, std::size_t bytes) {
+    options_.device->copy(destination, stage.data, bytes);
+    staging_->release(stage);
+  }
+
+  Work issue(const OpInfo& info, const std::function<int(MPI_Request*)>& post,
+             std::function<void()> finish) {
+    auto work = std::make_shared<MpiWork>(info, health(), timeout(), board_, threaded_);
+    work->on_complete(std::move(finish));
+    {
+      std::lock_guard guard(Runtime::get().lock());
+      board_->issued(info.sequence);
+      const int rc = post(work->request());
+      if (rc != MPI_SUCCESS) {
+        health()->poison(info.describe() + " could not be issued");
+        check(rc, info.collective, info.describe() + " on " + health()->where());
+      }
+    }
+    if (threaded_) Runtime::get().drive(work);
+    return Work(work);
+  }
+
+  MPI_Comm comm_;
+  CommOptions options_;
+  bool threaded_;
+  bool staged_;
+  std::unique_ptr<Device> own_device_;
+  std::shared_ptr<ArrivalBoard> board_;
+  std::shared_ptr<StagingPool> staging_;
+};
+
+}  // namespace
+}  // namespace mpi
+
+bool mpi_backend_built() noexcept { return true; }
+
+std::unique_ptr<Communicator> make_mpi_communicator(const CommOptions& options) {
+  return wrap_mpi(nullptr, options);
+}
+
+std::unique_ptr<Communicator> wrap_mpi(const void* mpi_comm, const CommOptions& options) {
+  mpi::Runtime& runtime = mpi::Runtime::get();
+  const Progress progress = mpi::resolve_progress(options);
+  MPI_Comm parent = mpi_comm != nullptr ? *static_cast<const MPI_Comm*>(mpi_comm) : MPI_COMM_WORLD;
+  MPI_Comm mine = MPI_COMM_NULL;
+  {
+    std::lock_guard guard(runtime.lock());
+    mpi::check(MPI_Comm_dup(parent, &mine), "MPI_Comm_dup",
+               mpi_comm != nullptr ? "the embedder's communicator" : "MPI_COMM_WORLD");
+  }
+  return std::make_unique<mpi::MpiCommunicator>(mine, "world", options, progress);
+}
+
+}  // namespace zero::comm
