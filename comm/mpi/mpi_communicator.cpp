@@ -59,9 +59,15 @@ class MpiWork final : public TrackedWork, public Progressable {
       failure_ = fmt::format("{} on {} failed: {}", op().describe(), health().where(),
                              error.what());
       health().poison(op().describe() + " failed");
+      Runtime::get().skip_finalize();
       state_.store(kFailed, std::memory_order_release);
     }
     return true;
+  }
+
+  std::string expire(std::chrono::milliseconds waited) override {
+    Runtime::get().skip_finalize();
+    return TrackedWork::expire(waited);
   }
 
  protected:
@@ -312,6 +318,7 @@ class MpiCommunicator final : public CommunicatorBase {
       const int rc = post(work->request());
       if (rc != MPI_SUCCESS) {
         health()->poison(info.describe() + " could not be issued");
+        Runtime::get().skip_finalize();
         check(rc, info.collective, info.describe() + " on " + health()->where());
       }
     }

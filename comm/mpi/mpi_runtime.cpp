@@ -96,7 +96,14 @@ Runtime::~Runtime() {
   if (progress_.joinable()) progress_.join();
   int finalised = 0;
   MPI_Finalized(&finalised);
-  if (we_initialised_ && !finalised) MPI_Finalize();
+  if (we_initialised_ && !finalised) {
+    if (skip_finalize_.load()) {
+      log::warn("leaving without MPI_Finalize: a collective failed or timed out, and finalizing "
+                "would wait for ranks that may never arrive");
+      return;
+    }
+    MPI_Finalize();
+  }
 }
 
 void Runtime::drive(std::shared_ptr<Progressable> work) {

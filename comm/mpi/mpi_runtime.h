@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -44,6 +45,9 @@ class Runtime {
   bool threads_allowed() const noexcept { return thread_level_ >= MPI_THREAD_SERIALIZED; }
   // Hands `work` to the progress thread (started on first use).
   void drive(std::shared_ptr<Progressable> work);
+  // After a timeout or failure: MPI_Finalize synchronises with every rank, which may never
+  // come, so the process leaves without it (mpirun then ends the job) instead of hanging.
+  void skip_finalize() noexcept { skip_finalize_.store(true); }
 
   ~Runtime();
 
@@ -54,6 +58,7 @@ class Runtime {
   std::mutex mpi_lock_;
   int thread_level_ = MPI_THREAD_SINGLE;
   bool we_initialised_ = false;
+  std::atomic<bool> skip_finalize_{false};
 
   std::mutex queue_lock_;
   std::condition_variable queue_ready_;

@@ -25,3 +25,16 @@ foreach(unexpected "NO TIMEOUT" "NOT POISONED")
     message(FATAL_ERROR "unexpected: ${unexpected}")
   endif()
 endforeach()
+
+# Without abort: the waiting ranks return 4 and leave without MPI_Finalize, so mpirun ends the
+# stuck rank instead of every process hanging in finalize (ctest's timeout would catch that).
+execute_process(COMMAND ${RUN} -n 3 -- ${PROGRAM} --return
+  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}\n${err}")
+if(NOT status EQUAL 4)
+  message(FATAL_ERROR "expected exit status 4 from the returning ranks, got '${status}'")
+endif()
+string(FIND "${out}\n${err}" "leaving without MPI_Finalize" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "missing the warning about leaving without MPI_Finalize")
+endif()

@@ -1,16 +1,20 @@
 // The timeout test, run with 3 ranks: the last rank stops calling collectives; the others must
 // get a timeout error naming the collective within comm_timeout_s (here 2 s), find the
-// communicator poisoned, and end the job through abort with exit code 3. The ctest script
-// checks the messages and the exit code.
+// communicator poisoned, and end the job through abort with exit code 3. With --return they
+// return 4 from main instead: the process must then leave without MPI_Finalize (which would
+// wait for the stuck rank) so that mpirun ends the job. The ctest script checks the messages
+// and the exit codes.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
 #include "base/error.h"
 #include "comm/create.h"
 
-int main() {
+int main(int argc, char** argv) {
+  const bool return_instead = argc > 1 && std::strcmp(argv[1], "--return") == 0;
   using namespace zero;
   comm::CommOptions options;
   options.backend = comm::Backend::mpi;
@@ -41,5 +45,6 @@ int main() {
     std::printf("rank %d: then: %s\n", world->rank(), error.what());
   }
   std::fflush(stdout);
+  if (return_instead) return 4;
   world->abort(3, "the timeout test ends the job");
 }
