@@ -1,0 +1,45 @@
+// zero-bench: benchmarks of zero's parts, one subcommand each (one file each).
+//
+//   zero-bench comm [OPTIONS]   collectives: algbw and busbw per size, or --overlap
+#include <exception>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "base/error.h"
+#include "tools/zero-bench/bench_comm.h"
+
+namespace {
+
+constexpr int kUsage = 2;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "zero-bench: benchmarks of zero's parts. Multi-rank ones run on every rank of a job:\n"
+      "  zero-run -n 2 -- zero-bench comm\n"
+      "Rank 0 prints the results. Exit status: 0, 1 on a failure, 2 on a usage error.",
+      "zero-bench"};
+  app.require_subcommand(1);
+
+  zero::bench::CommBenchOptions comm_options;
+  CLI::App* comm_command = zero::bench::add_comm_command(app, comm_options);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error) == 0 ? 0 : kUsage;
+  }
+
+  try {
+    if (*comm_command) return zero::bench::run_comm_bench(comm_options);
+    return kUsage;
+  } catch (const zero::Error& error) {
+    std::cerr << "zero-bench: " << error.what() << "\n";
+    return error.category() == zero::ErrorCategory::usage ? kUsage : 1;
+  } catch (const std::exception& error) {
+    std::cerr << "zero-bench: " << error.what() << "\n";
+    return 1;
+  }
+}
