@@ -34,6 +34,14 @@ void reduce_half(ReduceOp op, const void* in, void* inout, std::size_t count) {
   }
 }
 
+// One loop per dtype, so that the conversion is inlined and nothing is decided per element.
+template <float (*ToFloat)(std::uint16_t), std::uint16_t (*FromFloat)(float)>
+void divide_half(void* data, std::size_t count, int divisor) {
+  auto* x = static_cast<std::uint16_t*>(data);
+  const auto d = static_cast<float>(divisor);
+  for (std::size_t i = 0; i < count; ++i) x[i] = FromFloat(ToFloat(x[i]) / d);
+}
+
 }  // namespace
 
 void reduce_into(DType dtype, ReduceOp op, const void* in, void* inout, std::size_t count) {
@@ -74,16 +82,8 @@ void divide_by(DType dtype, void* data, std::size_t count, int divisor) {
       for (std::size_t i = 0; i < count; ++i) x[i] /= divisor;
       return;
     }
-    case DType::f16:
-    case DType::bf16: {
-      auto* x = static_cast<std::uint16_t*>(data);
-      const auto d = static_cast<float>(divisor);
-      const bool f16 = dtype == DType::f16;
-      for (std::size_t i = 0; i < count; ++i) {
-        x[i] = f16 ? float_to_fp16(fp16_to_float(x[i]) / d) : float_to_bf16(bf16_to_float(x[i]) / d);
-      }
-      return;
-    }
+    case DType::f16: divide_half<fp16_to_float, float_to_fp16>(data, count, divisor); return;
+    case DType::bf16: divide_half<bf16_to_float, float_to_bf16>(data, count, divisor); return;
   }
 }
 

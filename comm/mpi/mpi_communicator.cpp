@@ -1,11 +1,13 @@
 // The MPI backend: MPI-3 nonblocking collectives on a duplicate of the job's (or the
 // embedder's) communicator. Device buffers go through pinned staging blocks. Progress comes
 // from the progress thread or from the caller's test()/wait(), per CommOptions::progress.
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <vector>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -31,15 +33,18 @@ class MpiWork final : public TrackedWork, public Progressable {
         board_(std::move(board)),
         threaded_(threaded) {}
 
-  MPI_Request* request() noexcept { return &request_; }
+  std::vector<MPI_Request>& requests() noexcept { return requests_; }
   void on_complete(std::function<void()> finish) { finish_ = std::move(finish); }
 
   bool poll() override {
     if (!threaded_) advance();
     switch (state_.load(std::memory_order_acquire)) {
-      case kPending: return false;
-      case kDone: return true;
-      default: throw Error(ErrorCategory::comm, failure_);
+      case kPending:
+        return false;
+      case kDone:
+        return true;
+      default:
+        throw Error(ErrorCategory::comm, failure_);
     }
   }
 
@@ -50,14 +55,16 @@ class MpiWork final : public TrackedWork, public Progressable {
       int flag = 0;
       {
         std::lock_guard guard(Runtime::get().lock());
-        check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test", op().describe());
+        check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
+                          MPI_STATUSES_IGNORE),
+              "MPI_Testall", op().describe());
       }
       if (!flag) return false;
       if (finish_) finish_();
       state_.store(kDone, std::memory_order_release);
     } catch (const std::exception& error) {
-      failure_ = fmt::format("{} on {} failed: {}", op().describe(), health().where(),
-                             error.what());
+      failure_ =
+          fmt::format("{} on {} failed: {}", op().describe(), health().where(), error.what());
       health().poison(op().describe() + " failed");
       Runtime::get().skip_finalize();
       state_.store(kFailed, std::memory_order_release);
@@ -78,7 +85,7 @@ class MpiWork final : public TrackedWork, public Progressable {
 
   std::shared_ptr<ArrivalBoard> board_;
   bool threaded_;
-  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> requests_;
   std::function<void()> finish_;
   std::atomic<int> state_{kPending};
   std::string failure_;
@@ -107,8 +114,9 @@ Progress resolve_progress(const CommOptions& options) {
     }
   }
   if (progress == Progress::thread && !Runtime::get().threads_allowed()) {
-    log::warn("MPI was initialised below MPI_THREAD_SERIALIZED; using poll progress instead of "
-              "a progress thread");
+    log::warn(
+        "MPI was initialised below MPI_THREAD_SERIALIZED; using poll progress instead of "
+        "a progress thread");
     progress = Progress::poll;
   }
   return progress;
@@ -148,7 +156,6 @@ class MpiCommunicator final : public CommunicatorBase {
                   Stream* stream) override {
     const OpInfo info = begin_all_reduce(data, count, dtype, op);
     if (count == 0) return complete(info);
-    const int n = int_count(count, info);
     const std::size_t bytes = count * dtype_size(dtype);
     void* buffer = data;
     StagingPool::Block stage;
@@ -157,17 +164,24 @@ class MpiCommunicator final : public CommunicatorBase {
       to_host(stage.data, data, bytes, stream);
       buffer = stage.data;
     }
-    return issue(info, [=, this](MPI_Request* request) {
-      return MPI_Iallreduce(MPI_IN_PLACE, buffer, n, datatype_of(dtype), op_of(dtype, op), comm_,
-                            request);
-    }, [=, this] {
-      if (op == ReduceOp::avg) divide_by(dtype, buffer, count, size());
-      if (staged_) from_host(data, stage, bytes);
-    });
+    const std::size_t element = dtype_size(dtype);
+    const MPI_Datatype type = datatype_of(dtype);
+    const MPI_Op mpi_op = op_of(dtype, op);
+    return issue(info,
+                 pieces(count, element,
+                        [=, this](std::size_t offset, int n, MPI_Request* request) {
+                          return MPI_Iallreduce(MPI_IN_PLACE,
+                                                static_cast<char*>(buffer) + offset * element, n,
+                                                type, mpi_op, comm_, request);
+                        }),
+                 [=, this] {
+                   if (op == ReduceOp::avg) divide_by(dtype, buffer, count, size());
+                   if (staged_) from_host(data, stage, bytes);
+                 });
   }
 
-  Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype,
-                      ReduceOp op, Stream* stream) override {
+  Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype, ReduceOp op,
+                      Stream* stream) override {
     const OpInfo info = begin_reduce_scatter(input, output, count, dtype, op);
     if (count == 0) return complete(info);
     const int n = int_count(count, info);
@@ -181,26 +195,29 @@ class MpiCommunicator final : public CommunicatorBase {
       to_host(stage.data, input, total, stream);
       char* in = static_cast<char*>(stage.data);
       char* out = in + total;
-      return issue(info, [=, this](MPI_Request* request) {
-        return MPI_Ireduce_scatter_block(in, out, n, type, mpi_op, comm_, request);
-      }, [=, this] {
-        if (op == ReduceOp::avg) divide_by(dtype, out, count, size());
-        options_.device->copy(output, out, block);
-        staging_->release(stage);
-      });
+      return issue(info, single([=, this](MPI_Request* request) {
+                     return MPI_Ireduce_scatter_block(in, out, n, type, mpi_op, comm_, request);
+                   }),
+                   [=, this] {
+                     if (op == ReduceOp::avg) divide_by(dtype, out, count, size());
+                     options_.device->copy(output, out, block);
+                     staging_->release(stage);
+                   });
     }
     auto* in = const_cast<char*>(static_cast<const char*>(input));
     const bool in_place = static_cast<char*>(output) == in + rank() * block;
-    return issue(info, [=, this](MPI_Request* request) {
-      // MPI's in-place form takes the whole input from the output buffer and leaves the
-      // result at its start; we move it to this rank's block afterwards.
-      return in_place ? MPI_Ireduce_scatter_block(MPI_IN_PLACE, in, n, type, mpi_op, comm_,
-                                                  request)
-                      : MPI_Ireduce_scatter_block(in, output, n, type, mpi_op, comm_, request);
-    }, [=, this] {
-      if (in_place && rank() != 0) std::memmove(output, in, block);
-      if (op == ReduceOp::avg) divide_by(dtype, output, count, size());
-    });
+    return issue(
+        info, single([=, this](MPI_Request* request) {
+          // MPI's in-place form takes the whole input from the output buffer and leaves the
+          // result at its start; we move it to this rank's block afterwards.
+          return in_place
+                     ? MPI_Ireduce_scatter_block(MPI_IN_PLACE, in, n, type, mpi_op, comm_, request)
+                     : MPI_Ireduce_scatter_block(in, output, n, type, mpi_op, comm_, request);
+        }),
+        [=, this] {
+          if (in_place && rank() != 0) std::memmove(output, in, block);
+          if (op == ReduceOp::avg) divide_by(dtype, output, count, size());
+        });
   }
 
   Work all_gather(const void* input, void* output, std::size_t count, DType dtype,
@@ -217,25 +234,27 @@ class MpiCommunicator final : public CommunicatorBase {
       to_host(stage.data, input, block, stream);
       char* in = static_cast<char*>(stage.data);
       char* out = in + block;
-      return issue(info, [=, this](MPI_Request* request) {
-        return MPI_Iallgather(in, n, type, out, n, type, comm_, request);
-      }, [=, this] {
-        options_.device->copy(output, out, total);
-        staging_->release(stage);
-      });
+      return issue(info, single([=, this](MPI_Request* request) {
+                     return MPI_Iallgather(in, n, type, out, n, type, comm_, request);
+                   }),
+                   [=, this] {
+                     options_.device->copy(output, out, total);
+                     staging_->release(stage);
+                   });
     }
     const bool in_place =
         static_cast<const char*>(input) == static_cast<char*>(output) + rank() * block;
-    return issue(info, [=, this](MPI_Request* request) {
-      return in_place ? MPI_Iallgather(MPI_IN_PLACE, 0, type, output, n, type, comm_, request)
-                      : MPI_Iallgather(input, n, type, output, n, type, comm_, request);
-    }, {});
+    return issue(
+        info, single([=, this](MPI_Request* request) {
+          return in_place ? MPI_Iallgather(MPI_IN_PLACE, 0, type, output, n, type, comm_, request)
+                          : MPI_Iallgather(input, n, type, output, n, type, comm_, request);
+        }),
+        {});
   }
 
   Work broadcast(void* data, std::size_t count, DType dtype, int root, Stream* stream) override {
     const OpInfo info = begin_broadcast(data, count, dtype, root);
     if (count == 0) return complete(info);
-    const int n = int_count(count, info);
     const std::size_t bytes = count * dtype_size(dtype);
     void* buffer = data;
     StagingPool::Block stage;
@@ -244,18 +263,25 @@ class MpiCommunicator final : public CommunicatorBase {
       if (rank() == root) to_host(stage.data, data, bytes, stream);
       buffer = stage.data;
     }
-    return issue(info, [=, this](MPI_Request* request) {
-      return MPI_Ibcast(buffer, n, datatype_of(dtype), root, comm_, request);
-    }, [=, this] {
-      if (staged_) from_host(data, stage, bytes);
-    });
+    const std::size_t element = dtype_size(dtype);
+    const MPI_Datatype type = datatype_of(dtype);
+    return issue(info,
+                 pieces(count, element,
+                        [=, this](std::size_t offset, int n, MPI_Request* request) {
+                          return MPI_Ibcast(static_cast<char*>(buffer) + offset * element, n, type,
+                                            root, comm_, request);
+                        }),
+                 [=, this] {
+                   if (staged_) from_host(data, stage, bytes);
+                 });
   }
 
   Work barrier(Stream* stream) override {
     const OpInfo info = begin_barrier();
     // The barrier comes after the caller's queued device work.
     if (staged_ && stream != nullptr) stream->synchronize();
-    return issue(info, [this](MPI_Request* request) { return MPI_Ibarrier(comm_, request); }, {});
+    return issue(info,
+                 single([this](MPI_Request* request) { return MPI_Ibarrier(comm_, request); }), {});
   }
 
   void begin_group() override { enter_group(); }
@@ -266,8 +292,8 @@ class MpiCommunicator final : public CommunicatorBase {
     MPI_Comm child = MPI_COMM_NULL;
     {
       std::lock_guard guard(Runtime::get().lock());
-      check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child),
-            "MPI_Comm_split", health()->where());
+      check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "MPI_Comm_split",
+            health()->where());
     }
     if (child == MPI_COMM_NULL) return nullptr;
     return std::make_unique<MpiCommunicator>(child, child_name(color), options_,
@@ -308,14 +334,15 @@ class MpiCommunicator final : public CommunicatorBase {
     staging_->release(stage);
   }
 
-  Work issue(const OpInfo& info, const std::function<int(MPI_Request*)>& post,
-             std::function<void()> finish) {
+  // `post` issues the collective's MPI calls, appending one request per call.
+  using Post = std::function<int(std::vector<MPI_Request>&)>;
+  Work issue(const OpInfo& info, const Post& post, std::function<void()> finish) {
     auto work = std::make_shared<MpiWork>(info, health(), timeout(), board_, threaded_);
     work->on_complete(std::move(finish));
     {
       std::lock_guard guard(Runtime::get().lock());
       board_->issued(info.sequence);
-      const int rc = post(work->request());
+      const int rc = post(work->requests());
       if (rc != MPI_SUCCESS) {
         health()->poison(info.describe() + " could not be issued");
         Runtime::get().skip_finalize();
@@ -324,6 +351,30 @@ class MpiCommunicator final : public CommunicatorBase {
     }
     if (threaded_) Runtime::get().drive(work);
     return Work(work);
+  }
+
+  // One MPI call, one request.
+  static Post single(std::function<int(MPI_Request*)> call) {
+    return [call = std::move(call)](std::vector<MPI_Request>& requests) {
+      requests.push_back(MPI_REQUEST_NULL);
+      return call(&requests.back());
+    };
+  }
+
+  // Calls `call(offset, n, request)` for consecutive pieces of `count` elements of `element`
+  // bytes, each at most options_.mpi_piece_bytes (and INT_MAX elements).
+  Post pieces(std::size_t count, std::size_t element,
+              std::function<int(std::size_t, int, MPI_Request*)> call) const {
+    const std::size_t piece = std::clamp<std::size_t>(options_.mpi_piece_bytes / element, 1,
+                                                      static_cast<std::size_t>(INT_MAX));
+    return [=, call = std::move(call)](std::vector<MPI_Request>& requests) {
+      for (std::size_t offset = 0; offset < count; offset += piece) {
+        requests.push_back(MPI_REQUEST_NULL);
+        const int n = static_cast<int>(std::min(piece, count - offset));
+        if (const int rc = call(offset, n, &requests.back()); rc != MPI_SUCCESS) return rc;
+      }
+      return MPI_SUCCESS;
+    };
   }
 
   MPI_Comm comm_;
@@ -338,7 +389,9 @@ class MpiCommunicator final : public CommunicatorBase {
 }  // namespace
 }  // namespace mpi
 
-bool mpi_backend_built() noexcept { return true; }
+bool mpi_backend_built() noexcept {
+  return true;
+}
 
 std::unique_ptr<Communicator> make_mpi_communicator(const CommOptions& options) {
   return wrap_mpi(nullptr, options);
