@@ -57,7 +57,7 @@ class MpiWork final : public TrackedWork, public Progressable {
         std::lock_guard guard(Runtime::get().lock());
         check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
                           MPI_STATUSES_IGNORE),
-              "MPI_Testall", op().describe());
+              "MPI_Testall", op().describe() + " on " + health().where());
       }
       if (!flag) return false;
       if (finish_) finish_();
@@ -176,7 +176,7 @@ class MpiCommunicator final : public CommunicatorBase {
                         }),
                  [=, this] {
                    if (op == ReduceOp::avg) divide_by(dtype, buffer, count, size());
-                   if (staged_) from_host(data, stage, bytes);
+                   if (staged_) from_host(data, stage.data, bytes, stage);
                  });
   }
 
@@ -200,8 +200,7 @@ class MpiCommunicator final : public CommunicatorBase {
                    }),
                    [=, this] {
                      if (op == ReduceOp::avg) divide_by(dtype, out, count, size());
-                     options_.device->copy(output, out, block);
-                     staging_->release(stage);
+                     from_host(output, out, block, stage);
                    });
     }
     auto* in = const_cast<char*>(static_cast<const char*>(input));
@@ -237,10 +236,7 @@ class MpiCommunicator final : public CommunicatorBase {
       return issue(info, single([=, this](MPI_Request* request) {
                      return MPI_Iallgather(in, n, type, out, n, type, comm_, request);
                    }),
-                   [=, this] {
-                     options_.device->copy(output, out, total);
-                     staging_->release(stage);
-                   });
+                   [=, this] { from_host(output, out, total, stage); });
     }
     const bool in_place =
         static_cast<const char*>(input) == static_cast<char*>(output) + rank() * block;
@@ -260,7 +256,11 @@ class MpiCommunicator final : public CommunicatorBase {
     StagingPool::Block stage;
     if (staged_) {
       stage = staging_->acquire(bytes);
-      if (rank() == root) to_host(stage.data, data, bytes, stream);
+      if (rank() == root) {
+        to_host(stage.data, data, bytes, stream);
+      } else {
+        wait_for_caller(stream);
+      }
       buffer = stage.data;
     }
     const std::size_t element = dtype_size(dtype);
@@ -272,14 +272,14 @@ class MpiCommunicator final : public CommunicatorBase {
                                             root, comm_, request);
                         }),
                  [=, this] {
-                   if (staged_) from_host(data, stage, bytes);
+                   if (staged_) from_host(data, stage.data, bytes, stage);
                  });
   }
 
   Work barrier(Stream* stream) override {
     const OpInfo info = begin_barrier();
     // The barrier comes after the caller's queued device work.
-    if (staged_ && stream != nullptr) stream->synchronize();
+    if (staged_) wait_for_caller(stream);
     return issue(info,
                  single([this](MPI_Request* request) { return MPI_Ibarrier(comm_, request); }), {});
   }
@@ -329,9 +329,16 @@ class MpiCommunicator final : public CommunicatorBase {
     device.copy_async(stage, source, bytes, on);
     on.synchronize();
   }
-  void from_host(void* destination, StagingPool::Block stage, std::size_t bytes) {
-    options_.device->copy(destination, stage.data, bytes);
+  // Pinned -> device (from `source` inside `stage`), then the block goes back to the pool.
+  void from_host(void* destination, const void* source, std::size_t bytes,
+                 StagingPool::Block stage) {
+    options_.device->copy(destination, source, bytes);
     staging_->release(stage);
+  }
+  // The caller's queued device work must be done before a staged result overwrites its data.
+  void wait_for_caller(Stream* stream) {
+    Device& device = *options_.device;
+    (stream != nullptr ? *stream : device.default_stream()).synchronize();
   }
 
   // `post` issues the collective's MPI calls, appending one request per call.

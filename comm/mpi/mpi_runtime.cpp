@@ -125,12 +125,11 @@ void Runtime::progress_loop() {
       if (stopping_) return;
       batch = active_;
     }
-    bool finished_any = false;
     std::vector<Progressable*> finished;
     for (const auto& work : batch) {
       if (work->advance()) finished.push_back(work.get());
     }
-    finished_any = !finished.empty();
+    const bool finished_any = !finished.empty();
     if (finished_any) {
       std::lock_guard guard(queue_lock_);
       std::erase_if(active_, [&](const auto& work) {
