@@ -1,0 +1,45 @@
+#include "optim/spec.h"
+
+#include "base/error.h"
+
+namespace zero::optim {
+
+std::string_view optimizer_type_name(OptimizerType type) noexcept {
+  switch (type) {
+    case OptimizerType::adam: return "Adam (L2 weight decay)";
+    case OptimizerType::adamw: return "AdamW";
+    case OptimizerType::adagrad: return "Adagrad";
+    case OptimizerType::lion: return "Lion";
+    case OptimizerType::sgd: return "SGD";
+  }
+  return "unknown";
+}
+
+int OptimizerSpec::state_buffers() const noexcept {
+  switch (type) {
+    case OptimizerType::adam:
+    case OptimizerType::adamw: return 2;
+    case OptimizerType::adagrad:
+    case OptimizerType::lion: return 1;
+    case OptimizerType::sgd: return momentum != 0.0 ? 1 : 0;
+  }
+  return 0;
+}
+
+void validate(const OptimizerSpec& spec, const Formats& formats) {
+  const auto is_float = [](DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; };
+  if (!is_float(formats.grad)) {
+    throw make_error(ErrorCategory::config, "optimizer: gradients of dtype {} cannot be stepped; "
+                     "use fp32, bf16 or fp16", dtype_name(formats.grad));
+  }
+  if (formats.state != DType::f32 && formats.state != DType::bf16) {
+    throw make_error(ErrorCategory::config, "optimizer: {} state of dtype {} is not supported; "
+                     "use fp32 or bf16", optimizer_type_name(spec.type), dtype_name(formats.state));
+  }
+  if (formats.param_out != DType::bf16 && formats.param_out != DType::f16) {
+    throw make_error(ErrorCategory::config, "optimizer: the parameter copy-out must be bf16 or "
+                     "fp16, not {}", dtype_name(formats.param_out));
+  }
+}
+
+}  // namespace zero::optim

@@ -1,0 +1,88 @@
+// What an optimizer is (its algorithm and DeepSpeed's fixed parameters), what changes per step,
+// and the flat views it updates. The engine owns every buffer; an optimizer only reads and
+// writes the memory a Slice points at, so its state can live in pinned memory, on a GPU, or in
+// buffers streamed from NVMe.
+//
+// The update, per element, with g = grad * grad_scale (+ weight_decay * p for L2 decay) and
+// lr = hyper.lr * slice.lr_scale (all in fp32 on the CPU and GPU, in double in the oracle):
+//   Adam/AdamW  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²
+//               p = p (1 - lr wd [AdamW]) - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
+//               bc1 = 1 - b1^t, bc2 = 1 - b2^t with bias correction, else 1
+//   Adagrad     v = v + g²;  p = p - lr g / (sqrt(v) + eps)                      (L2 decay)
+//   Lion        c = b1 m + (1-b1) g;  p = p (1 - lr wd) - lr sign(c);  m = b2 m + (1-b2) g
+//   SGD         with momentum μ: buf = g at t = 1, else μ buf + (1-dampening) g;
+//               d = g + μ buf (Nesterov) or buf;  p = p - lr d                (L2 decay)
+// (t is hyper.step.) The state buffers hold, in order: Adam m, v; Adagrad v; Lion m; SGD buf.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "base/dtype.h"
+
+namespace zero::optim {
+
+enum class OptimizerType { adam, adamw, adagrad, lion, sgd };
+
+std::string_view optimizer_type_name(OptimizerType type) noexcept;  // "Adam (L2 weight decay)"...
+
+// DeepSpeed's optimizer.params, resolved (engine/config reads them into this).
+struct OptimizerSpec {
+  OptimizerType type = OptimizerType::adamw;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool bias_correction = true;
+  double momentum = 0.0;   // SGD
+  double dampening = 0.0;  // SGD
+  bool nesterov = false;   // SGD
+
+  bool has_betas() const noexcept {
+    return type != OptimizerType::adagrad && type != OptimizerType::sgd;
+  }
+  // The number of state buffers per element: Adam/AdamW 2, Adagrad 1, Lion 1, SGD 1 with
+  // momentum and 0 without.
+  int state_buffers() const noexcept;
+};
+
+// The dtypes of the buffers an optimizer reads and writes; masters are always fp32.
+struct Formats {
+  DType grad = DType::f32;       // f32, bf16 or f16
+  DType state = DType::f32;      // f32, or bf16 (stochastically rounded: see README)
+  DType param_out = DType::bf16; // bf16 or f16: the copy written when Slice::param_out is set
+};
+
+// What may change every step. The engine fills it from the LR schedule (OneCycle cycles beta1),
+// the loss scaler and the clipping coefficient.
+struct StepHyper {
+  std::int64_t step = 1;     // this step's number, from 1 (bias correction, SGD's first step)
+  double lr = 1e-3;          // before the slice's lr_scale
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double grad_scale = 1.0;   // multiplies every gradient on load: unscaling and clipping
+  std::uint64_t seed = 0;    // the stochastic-rounding stream of bf16 state (fixed per run)
+};
+
+// One contiguous run of the flat buffers, with its parameter group's settings.
+struct Slice {
+  float* master = nullptr;        // fp32, updated in place
+  const void* grad = nullptr;     // Formats::grad
+  void* state[2] = {nullptr, nullptr};  // Formats::state, state_buffers() of them
+  void* param_out = nullptr;      // optional: the updated parameter as Formats::param_out
+  std::size_t count = 0;
+  double weight_decay = 0.0;      // the group's (0 for a no-decay group)
+  double lr_scale = 1.0;          // the group's
+  // The position of master[0] in the rank's whole flat buffer: stochastic rounding depends on
+  // it (and on seed and step) only, so results do not depend on how the buffer is sliced,
+  // tiled or threaded.
+  std::uint64_t first_index = 0;
+};
+
+// Throws a config Error naming the buffer and dtype when `formats` has a dtype the optimizers
+// cannot take (gradients fp32/bf16/fp16, state fp32/bf16, copy-out bf16/fp16).
+void validate(const OptimizerSpec& spec, const Formats& formats);
+
+}  // namespace zero::optim

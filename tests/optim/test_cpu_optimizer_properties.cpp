@@ -1,0 +1,189 @@
+// Properties of the CPU optimizer beyond matching the oracle: results are bit-identical for
+// any thread count and any slicing of the flat buffer (the engine slices by parameter group,
+// NVMe sub-group and rank); stochastic rounding keeps bf16 moments unbiased where rounding to
+// nearest stalls; the ISA choice honours ZERO_CPU_ISA; bad arguments are refused with errors
+// that say what is wrong.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/cpu_isa.h"
+#include "base/error.h"
+#include "base/half.h"
+#include "device/device.h"
+#include "optim/optimizer.h"
+#include "optim/rounding.h"
+
+namespace zero::optim {
+namespace {
+
+// fp32 master, bf16 grads, bf16 state and copy-out for n elements: everything the
+// stochastic rounding and the slicing touch.
+struct Buffers {
+  explicit Buffers(std::size_t n, std::uint32_t seed) : master(n), grad(n), m(n), v(n), out(n) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (std::size_t i = 0; i < n; ++i) {
+      master[i] = normal(rng);
+      grad[i] = float_to_bf16(normal(rng));
+    }
+  }
+  Slice slice(std::size_t begin, std::size_t count, std::uint64_t first_index) {
+    return Slice{master.data() + begin, grad.data() + begin, {m.data() + begin, v.data() + begin},
+                 out.data() + begin, count, 0.01, 1.0, first_index};
+  }
+  std::vector<float> master;
+  std::vector<std::uint16_t> grad, m, v, out;
+};
+
+bool same_bits(const Buffers& a, const Buffers& b) {
+  return std::memcmp(a.master.data(), b.master.data(), a.master.size() * 4) == 0 && a.m == b.m &&
+         a.v == b.v && a.out == b.out;
+}
+
+StepHyper hyper(int step) {
+  StepHyper h;
+  h.step = step;
+  h.lr = 1e-3;
+  h.seed = 99;
+  return h;
+}
+
+TEST_CASE("CPU optimizer results do not depend on threads or slicing", "[optim]") {
+  constexpr std::size_t n = 300007;
+  const Formats formats{DType::bf16, DType::bf16, DType::bf16};
+  OptimizerSpec spec;  // AdamW
+  auto device = create_cpu_device();
+  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (!cpu_features().supports(isa)) continue;
+    INFO("isa " << cpu_isa_name(isa));
+    Buffers whole(n, 1), pieces(n, 1);
+    auto one = create_cpu_optimizer(spec, formats, {1, isa});
+    auto two = create_cpu_optimizer(spec, formats, {2, isa});
+    const std::uint64_t base = 5'000'000'000;  // past 2^32: the key's high bits matter
+    for (int step = 1; step <= 3; ++step) {
+      const Slice all = whole.slice(0, n, base);
+      one->step({&all, 1}, hyper(step), device->default_stream());
+      // Three slices at odd boundaries, in the opposite order, on two threads.
+      const Slice parts[] = {pieces.slice(200001, n - 200001, base + 200001),
+                             pieces.slice(13, 200001 - 13, base + 13), pieces.slice(0, 13, base)};
+      two->step(parts, hyper(step), device->default_stream());
+    }
+    CHECK(same_bits(whole, pieces));
+  }
+}
+
+TEST_CASE("stochastic rounding is unbiased and keeps bf16 moments moving", "[optim]") {
+  SECTION("the mean of many roundings is the value") {
+    const float x = 1.0f + 3.0f / 1024.0f;  // 3/8 of the way from one bf16 value to the next
+    double sum = 0.0;
+    constexpr int kSamples = 1 << 16;
+    const std::uint32_t key = rounding_key(7, 1, 0);
+    for (int i = 0; i < kSamples; ++i) {
+      sum += bf16_to_float(float_to_bf16_stochastic(x, rounding_bits(key, i) & 0xffffu));
+    }
+    CHECK(sum / kSamples == Approx(x).epsilon(1e-4));
+    CHECK(bf16_to_float(float_to_bf16(x)) == 1.0f);  // nearest rounding would always give 1
+  }
+  SECTION("Adam's second moment decays under zero gradients as in fp32") {
+    // With beta2 = 0.999, each step shrinks v by 0.1%: under half a bf16 ulp, so rounding to
+    // nearest would keep v where it is. Stochastic rounding follows 0.999^t on average.
+    constexpr std::size_t n = 100000;
+    std::vector<float> master(n, 0.0f), grad(n, 0.0f);
+    std::vector<std::uint16_t> m(n, 0), v(n, float_to_bf16(1.0f));
+    OptimizerSpec spec;
+    auto optimizer = create_cpu_optimizer(spec, {DType::f32, DType::bf16, DType::bf16});
+    auto device = create_cpu_device();
+    const Slice slice{master.data(), grad.data(), {m.data(), v.data()}, nullptr, n, 0.0, 1.0, 0};
+    constexpr int kSteps = 200;
+    for (int step = 1; step <= kSteps; ++step) {
+      optimizer->step({&slice, 1}, hyper(step), device->default_stream());
+    }
+    double mean = 0.0;
+    for (std::uint16_t h : v) mean += bf16_to_float(h);
+    mean /= n;
+    CHECK(mean == Approx(std::pow(0.999, kSteps)).epsilon(2e-3));  // 0.8186, not 1
+  }
+}
+
+TEST_CASE("write_param_out rounds the master to nearest even and touches nothing else", "[optim]") {
+  constexpr std::size_t n = 20011;
+  auto device = create_cpu_device();
+  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (!cpu_features().supports(isa)) continue;
+    for (DType out : {DType::bf16, DType::f16}) {
+      INFO(cpu_isa_name(isa) << " " << dtype_name(out));
+      Buffers b(n, 3);
+      b.master[5] = 1e-40f;  // a subnormal: nearest-even keeps it (bf16) or flushes it (fp16)
+      b.master[6] = 70000.0f;  // past fp16's range: infinity
+      const Buffers before = b;
+      auto optimizer = create_cpu_optimizer({}, {DType::bf16, DType::bf16, out}, {2, isa});
+      const Slice slices[] = {b.slice(0, 7, 0), b.slice(7, n - 7, 7)};
+      optimizer->write_param_out(slices, device->default_stream());
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float p = b.master[i];
+        wrong += b.out[i] != (out == DType::bf16 ? float_to_bf16(p) : float_to_fp16(p));
+      }
+      CHECK(wrong == 0);
+      CHECK(b.master == before.master);
+      CHECK(b.m == before.m);
+      CHECK(b.v == before.v);
+    }
+  }
+}
+
+TEST_CASE("the CPU ISA is the best the CPU has unless ZERO_CPU_ISA forces one", "[optim]") {
+  const char* saved = std::getenv("ZERO_CPU_ISA");
+  const std::string restore = saved ? saved : "";
+  ::unsetenv("ZERO_CPU_ISA");
+  CHECK(selected_cpu_isa() == best_cpu_isa());
+  ::setenv("ZERO_CPU_ISA", "scalar", 1);
+  CHECK(selected_cpu_isa() == CpuIsa::scalar);
+  CHECK_THAT(create_cpu_optimizer({}, {})->description(), Catch::Contains("scalar"));
+  ::setenv("ZERO_CPU_ISA", "sse9", 1);
+  CHECK_THROWS_WITH(selected_cpu_isa(), Catch::Contains("ZERO_CPU_ISA=\"sse9\": expected scalar, "
+                                                        "avx2 or avx512"));
+  if (!cpu_features().supports(CpuIsa::avx512)) {
+    ::setenv("ZERO_CPU_ISA", "avx512", 1);
+    CHECK_THROWS_WITH(selected_cpu_isa(), Catch::Contains("cannot run the avx512 kernels"));
+  }
+  if (restore.empty()) ::unsetenv("ZERO_CPU_ISA");
+  else ::setenv("ZERO_CPU_ISA", restore.c_str(), 1);
+  CHECK(parse_cpu_isa("avx2") == CpuIsa::avx2);
+  CHECK_FALSE(parse_cpu_isa("AVX2").has_value());
+}
+
+TEST_CASE("the CPU optimizer refuses what it cannot step, saying why", "[optim]") {
+  auto device = create_cpu_device();
+  CHECK_THROWS_WITH(create_cpu_optimizer({}, {DType::i64, DType::f32, DType::bf16}),
+                    Catch::Contains("gradients of dtype int64"));
+  CHECK_THROWS_WITH(create_cpu_optimizer({}, {DType::f32, DType::f16, DType::bf16}),
+                    Catch::Contains("state of dtype fp16 is not supported; use fp32 or bf16"));
+  CHECK_THROWS_WITH(create_cpu_optimizer({}, {DType::f32, DType::f32, DType::f32}),
+                    Catch::Contains("copy-out must be bf16 or fp16"));
+  CHECK_THROWS_WITH(create_cpu_optimizer({}, {}, {0, std::nullopt}), Catch::Contains("0 threads"));
+
+  auto adam = create_cpu_optimizer({}, {});
+  std::vector<float> master(10), grad(10), m(10);
+  const Slice no_v{master.data(), grad.data(), {m.data(), nullptr}, nullptr, 10, 0.0, 1.0, 0};
+  CHECK_THROWS_WITH(adam->step({&no_v, 1}, hyper(1), device->default_stream()),
+                    Catch::Contains("slice 0 (10 elements) has no state[1] buffer"));
+  CHECK_THROWS_WITH(adam->step({}, hyper(0), device->default_stream()),
+                    Catch::Contains("step number 0"));
+  // SGD without momentum has no state, so it needs none.
+  OptimizerSpec sgd;
+  sgd.type = OptimizerType::sgd;
+  const Slice bare{master.data(), grad.data(), {nullptr, nullptr}, nullptr, 10, 0.0, 1.0, 0};
+  std::fill(grad.begin(), grad.end(), 1.0f);
+  create_cpu_optimizer(sgd, {})->step({&bare, 1}, hyper(1), device->default_stream());
+  CHECK(master[9] == Approx(-1e-3));
+}
+
+}  // namespace
+}  // namespace zero::optim
