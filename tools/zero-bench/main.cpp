@@ -1,12 +1,14 @@
 // zero-bench: benchmarks of zero's parts, one subcommand each (one file each).
 //
 //   zero-bench comm [OPTIONS]   collectives: algbw and busbw per size, or --overlap
+//   zero-bench adam [OPTIONS]   the fused CPU optimizer step against its bandwidth floor
 #include <exception>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
 #include "base/error.h"
+#include "tools/zero-bench/bench_adam.h"
 #include "tools/zero-bench/bench_comm.h"
 
 namespace {
@@ -25,6 +27,8 @@ int main(int argc, char** argv) {
 
   zero::bench::CommBenchOptions comm_options;
   CLI::App* comm_command = zero::bench::add_comm_command(app, comm_options);
+  zero::bench::AdamBenchOptions adam_options;
+  CLI::App* adam_command = zero::bench::add_adam_command(app, adam_options);
 
   try {
     app.parse(argc, argv);
@@ -34,6 +38,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*comm_command) return zero::bench::run_comm_bench(comm_options);
+    if (*adam_command) return zero::bench::run_adam_bench(adam_options);
     return kUsage;
   } catch (const zero::Error& error) {
     std::cerr << "zero-bench: " << error.what() << "\n";
