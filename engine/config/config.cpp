@@ -85,28 +85,9 @@ std::string_view offload_device_name(OffloadDevice device) {
   return "?";
 }
 
-std::string_view optimizer_name(OptimizerType type) {
-  switch (type) {
-    case OptimizerType::adam: return "Adam (L2 weight decay)";
-    case OptimizerType::adamw: return "AdamW";
-    case OptimizerType::adagrad: return "Adagrad";
-    case OptimizerType::lion: return "Lion";
-    case OptimizerType::sgd: return "SGD";
-  }
-  return "?";
-}
+std::string_view optimizer_name(OptimizerType type) { return optim::optimizer_type_name(type); }
 
-std::string_view scheduler_name(SchedulerType type) {
-  switch (type) {
-    case SchedulerType::none: return "none";
-    case SchedulerType::warmup_lr: return "WarmupLR";
-    case SchedulerType::warmup_decay_lr: return "WarmupDecayLR";
-    case SchedulerType::warmup_cosine_lr: return "WarmupCosineLR";
-    case SchedulerType::one_cycle: return "OneCycle";
-    case SchedulerType::lr_range_test: return "LRRangeTest";
-  }
-  return "?";
-}
+std::string_view scheduler_name(SchedulerType type) { return optim::schedule_type_name(type); }
 
 DType Config::compute_dtype() const {
   switch (precision) {

@@ -14,15 +14,18 @@
 
 #include "base/dtype.h"
 #include "engine/config/reader.h"
+#include "optim/schedule.h"
+#include "optim/spec.h"
 
 namespace zero::config {
 
 enum class Precision { fp32, fp16, bf16 };
 enum class OffloadDevice { none, cpu, nvme };
-enum class OptimizerType { adam, adamw, adagrad, lion, sgd };
-enum class SchedulerType { none, warmup_lr, warmup_decay_lr, warmup_cosine_lr, one_cycle,
-                           lr_range_test };
-enum class WarmupType { log, linear };
+// The optimizer and the schedule are the optim library's own types: the config fills them in.
+using OptimizerType = optim::OptimizerType;
+using SchedulerType = optim::ScheduleType;
+using WarmupType = optim::WarmupType;
+using SchedulerConfig = optim::ScheduleSpec;
 enum class TagValidation { ignore, warn, fail };
 
 std::string_view precision_name(Precision precision);
@@ -49,51 +52,8 @@ struct Fp16Config {
   bool dynamic() const { return loss_scale == 0.0; }
 };
 
-struct OptimizerConfig {
-  OptimizerType type = OptimizerType::adamw;
+struct OptimizerConfig : optim::OptimizerSpec {
   std::string name = "AdamW";  // as written in the config
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool bias_correction = true;
-  double momentum = 0.0;   // SGD
-  double dampening = 0.0;  // SGD
-  bool nesterov = false;   // SGD
-
-  bool has_betas() const { return type != OptimizerType::adagrad && type != OptimizerType::sgd; }
-};
-
-struct SchedulerConfig {
-  SchedulerType type = SchedulerType::none;
-  std::int64_t last_batch_iteration = -1;
-  // WarmupLR, WarmupDecayLR, WarmupCosineLR
-  double warmup_min_lr = 0.0;
-  double warmup_max_lr = 1e-3;
-  std::int64_t warmup_num_steps = 1000;
-  WarmupType warmup_type = WarmupType::log;
-  std::int64_t total_num_steps = 0;
-  double warmup_min_ratio = 0.0;
-  double cos_min_ratio = 1e-4;
-  // OneCycle
-  double cycle_min_lr = 0.0;
-  double cycle_max_lr = 0.0;
-  double decay_lr_rate = 0.0;
-  std::int64_t cycle_first_step_size = 2000;
-  std::int64_t cycle_second_step_size = 2000;
-  std::int64_t cycle_first_stair_count = 0;
-  std::int64_t cycle_second_stair_count = 0;
-  std::int64_t decay_step_size = 0;
-  bool cycle_momentum = true;
-  double cycle_min_mom = 0.8;
-  double cycle_max_mom = 0.9;
-  double decay_mom_rate = 0.0;
-  // LRRangeTest
-  double lr_range_test_min_lr = 1e-3;
-  std::int64_t lr_range_test_step_size = 2000;
-  double lr_range_test_step_rate = 1.0;
-  bool lr_range_test_staircase = false;
 };
 
 struct OffloadOptimizerConfig {
