@@ -1,11 +1,12 @@
-// The CUDA device's kernels (see cuda_kernels.h). CUDA C++17: this file includes only its own
-// header and the toolkit's, so the rounding of base/half.h is restated here on raw bits.
+// The CUDA device's kernels (see cuda_kernels.h). CUDA C++17: it cannot include base/half.h,
+// so its rounding comes restated on raw bits from device/cuda/half.cuh.
 //
 // Every kernel is a grid-stride loop over "packs" of N elements (16 bytes of the widest
 // format involved) for the aligned body of the buffer, plus a grid-stride loop over the
 // scalar elements before and after it. Where the addresses do not allow packs (for a cast,
 // source and destination misaligned differently) every element is scalar.
 #include "device/cuda/cuda_kernels.h"
+#include "device/cuda/half.cuh"
 
 #include <cmath>
 #include <cstdint>
@@ -21,65 +22,7 @@ constexpr unsigned kThreads = 256;
 constexpr std::size_t kMaxBlocks = 4096;
 static_assert(kSumSquaresPartials <= kMaxBlocks, "the sum of squares caps its grid at the partials");
 
-// ---- Rounding, bit for bit as base/half.h ----
-
-__device__ __forceinline__ float bf16_to_float(u16 h) {
-  return __uint_as_float(static_cast<u32>(h) << 16);
-}
-
-__device__ __forceinline__ u16 float_to_bf16(float f) {
-  u32 bits = __float_as_uint(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and top payload, force quiet
-    return static_cast<u16>((bits >> 16) | 0x0040u);
-  }
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<u16>(bits >> 16);
-}
-
-__device__ __forceinline__ float fp16_to_float(u16 h) {
-  const u32 half = h;
-  const u32 sign = (half & 0x8000u) << 16;
-  const u32 exponent = (half >> 10) & 0x1fu;
-  const u32 mantissa = half & 0x3ffu;
-  if (exponent == 0x1fu) {  // infinity, or NaN made quiet with its payload kept (as x86 does)
-    const u32 quiet = mantissa != 0 ? 0x400000u : 0u;
-    return __uint_as_float(sign | 0x7f800000u | quiet | (mantissa << 13));
-  }
-  if (exponent == 0) {
-    if (mantissa == 0) return __uint_as_float(sign);
-    // Subnormal: mantissa * 2^-24, exact in fp32.
-    const float magnitude = __fmul_rn(__uint2float_rn(mantissa), 5.9604644775390625e-8f);
-    return sign ? -magnitude : magnitude;
-  }
-  return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-}
-
-__device__ __forceinline__ u16 float_to_fp16(float f) {
-  const u32 bits = __float_as_uint(f);
-  const u32 sign = (bits >> 16) & 0x8000u;
-  const u32 magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) {  // NaN: keep the top payload bits, force quiet
-    return static_cast<u16>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
-  }
-  if (magnitude >= 0x477ff000u) {  // rounds to >= 65520: infinity (also for fp32 infinity)
-    return static_cast<u16>(sign | 0x7c00u);
-  }
-  if (magnitude < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
-    if (magnitude < 0x33000000u) return static_cast<u16>(sign);  // below 2^-25 (tie) -> 0
-    const u32 exponent = magnitude >> 23;
-    const u32 mantissa = (magnitude & 0x7fffffu) | 0x800000u;
-    const u32 shift = 126u - exponent;  // in units of 2^-24: mantissa >> (126 - exponent)
-    u32 result = mantissa >> shift;
-    const u32 remainder = mantissa & ((1u << shift) - 1u);
-    const u32 halfway = 1u << (shift - 1u);
-    if (remainder > halfway || (remainder == halfway && (result & 1u))) ++result;
-    return static_cast<u16>(sign | result);
-  }
-  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits.
-  u32 value = magnitude - 0x38000000u;
-  value += 0xfffu + ((value >> 13) & 1u);
-  return static_cast<u16>(sign | (value >> 13));
-}
+// ---- Rounding: device/cuda/half.cuh, bit for bit as base/half.h ----
 
 // x * factor in fp32 with the NaN bits the host CPU's multiplication gives (the reference
 // runs there): a NaN operand comes back quieted with its sign and payload (x first), and a

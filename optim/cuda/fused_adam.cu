@@ -1,6 +1,6 @@
 // The multi-tensor fused Adam/AdamW kernel and the copy-out kernel (see fused_adam.h). CUDA
-// C++17: this file includes only its own header and the toolkit's, so the rounding of
-// base/half.h and the random bits of optim/rounding.h are restated here on raw bits.
+// C++17: it cannot include base/half.h or optim/rounding.h, so it takes the rounding of
+// base/half.h from device/cuda/half.cuh and restates the random bits of optim/rounding.h.
 //
 // One launch takes up to kMaxTensors (48) tensors in a by-value argument, a Batch of 3896
 // bytes (under the 4 KB kernel-parameter limit), and at most kMaxBlocksPerLaunch blocks; more
@@ -11,6 +11,8 @@
 // (16-byte fp32, 8-byte bf16/fp16 accesses) where every buffer of the tensor is aligned at the
 // same element, and over single elements elsewhere.
 #include "optim/cuda/fused_adam.h"
+
+#include "device/cuda/half.cuh"
 
 #include <cstdint>
 
@@ -70,63 +72,11 @@ static_assert(sizeof(Batch) <= 4096, "the kernel argument stays under the 4 KB p
 
 // ---- Rounding, bit for bit as base/half.h and optim/rounding.h ----
 
-__device__ __forceinline__ float bf16_to_float(u16 h) {
-  return __uint_as_float(static_cast<u32>(h) << 16);
-}
-
-__device__ __forceinline__ u16 float_to_bf16(float f) {
-  u32 bits = __float_as_uint(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and top payload, force quiet
-    return static_cast<u16>((bits >> 16) | 0x0040u);
-  }
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<u16>(bits >> 16);
-}
-
-__device__ __forceinline__ float fp16_to_float(u16 h) {
-  const u32 half = h;
-  const u32 sign = (half & 0x8000u) << 16;
-  const u32 exponent = (half >> 10) & 0x1fu;
-  const u32 mantissa = half & 0x3ffu;
-  if (exponent == 0x1fu) {  // infinity, or NaN made quiet with its payload kept
-    const u32 quiet = mantissa != 0 ? 0x400000u : 0u;
-    return __uint_as_float(sign | 0x7f800000u | quiet | (mantissa << 13));
-  }
-  if (exponent == 0) {
-    if (mantissa == 0) return __uint_as_float(sign);
-    // Subnormal: mantissa * 2^-24, exact in fp32.
-    const float magnitude = __fmul_rn(__uint2float_rn(mantissa), 5.9604644775390625e-8f);
-    return sign ? -magnitude : magnitude;
-  }
-  return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-}
-
-__device__ __forceinline__ u16 float_to_fp16(float f) {
-  const u32 bits = __float_as_uint(f);
-  const u32 sign = (bits >> 16) & 0x8000u;
-  const u32 magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) {  // NaN: keep the top payload bits, force quiet
-    return static_cast<u16>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
-  }
-  if (magnitude >= 0x477ff000u) {  // rounds to >= 65520: infinity (also for fp32 infinity)
-    return static_cast<u16>(sign | 0x7c00u);
-  }
-  if (magnitude < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
-    if (magnitude < 0x33000000u) return static_cast<u16>(sign);  // below 2^-25 (tie) -> 0
-    const u32 exponent = magnitude >> 23;
-    const u32 mantissa = (magnitude & 0x7fffffu) | 0x800000u;
-    const u32 shift = 126u - exponent;  // in units of 2^-24: mantissa >> (126 - exponent)
-    u32 result = mantissa >> shift;
-    const u32 remainder = mantissa & ((1u << shift) - 1u);
-    const u32 halfway = 1u << (shift - 1u);
-    if (remainder > halfway || (remainder == halfway && (result & 1u))) ++result;
-    return static_cast<u16>(sign | result);
-  }
-  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits.
-  u32 value = magnitude - 0x38000000u;
-  value += 0xfffu + ((value >> 13) & 1u);
-  return static_cast<u16>(sign | (value >> 13));
-}
+// bf16/fp16 conversions: the device's own (device/cuda/half.cuh).
+using ::zero::cuda::bf16_to_float;
+using ::zero::cuda::float_to_bf16;
+using ::zero::cuda::float_to_fp16;
+using ::zero::cuda::fp16_to_float;
 
 // optim/rounding.h's rounding_key: the key of one step for indices with these high 32 bits.
 __device__ __forceinline__ u32 rounding_key(u64 seed, u64 step, u32 index_high) {
