@@ -77,6 +77,12 @@ class Device {
   // data[i] = round(float(data[i]) * factor), computed in fp32.
   virtual void scale(void* data, DType dtype, std::size_t count, float factor,
                      Stream& stream) = 0;
+  // dst[i] = round(float(dst[i]) + float(src[i]) * factor): one fp32 multiplication, then one
+  // fp32 addition (never contracted into an fma), rounded once to dst's dtype. The engine adds
+  // a reduced gradient block into the owned gradient shard with it. src and dst must not
+  // overlap.
+  virtual void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                          std::size_t count, float factor, Stream& stream) = 0;
   // data[i] = round(value).
   virtual void fill(void* data, DType dtype, std::size_t count, float value, Stream& stream) = 0;
   // *accumulator += sum of float(data[i])^2, accumulated in double where the backend can.

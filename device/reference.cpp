@@ -40,6 +40,13 @@ void scale(void* data, DType dtype, std::size_t count, float factor) {
   for (std::size_t i = 0; i < count; ++i) store(data, dtype, i, load(data, dtype, i) * factor);
 }
 
+void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+                float factor) {
+  for (std::size_t i = 0; i < count; ++i) {
+    store(dst, dst_dtype, i, load(dst, dst_dtype, i) + load(src, src_dtype, i) * factor);
+  }
+}
+
 void fill(void* data, DType dtype, std::size_t count, float value) {
   for (std::size_t i = 0; i < count; ++i) store(data, dtype, i, value);
 }

@@ -16,6 +16,8 @@ void store(void* data, DType dtype, std::size_t i, float value);
 void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count);
 void scale(void* data, DType dtype, std::size_t count, float factor);
 void fill(void* data, DType dtype, std::size_t count, float value);
+void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+                float factor);
 double sum_squares(const void* data, DType dtype, std::size_t count);
 bool all_finite(const void* data, DType dtype, std::size_t count);
 

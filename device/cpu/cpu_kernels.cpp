@@ -100,6 +100,56 @@ void scale(void* data, DType dtype, std::size_t count, float factor) {
   map_in_place(data, dtype, count, [factor](float x) { return x * factor; });
 }
 
+namespace {
+
+template <DType D>
+float load_as(const void* data, std::size_t i) {
+  if constexpr (D == DType::f32) return static_cast<const float*>(data)[i];
+  if constexpr (D == DType::bf16) return bf16_to_float(static_cast<const u16*>(data)[i]);
+  if constexpr (D == DType::f16) return fp16_to_float(static_cast<const u16*>(data)[i]);
+}
+
+template <DType D>
+void store_as(void* data, std::size_t i, float value) {
+  if constexpr (D == DType::f32) static_cast<float*>(data)[i] = value;
+  if constexpr (D == DType::bf16) static_cast<u16*>(data)[i] = float_to_bf16(value);
+  if constexpr (D == DType::f16) static_cast<u16*>(data)[i] = float_to_fp16(value);
+}
+
+template <DType S, DType D>
+void accumulate_as(const void* src, void* dst, std::size_t count, float factor) {
+#pragma omp simd
+  for (std::size_t i = 0; i < count; ++i) {
+    store_as<D>(dst, i, load_as<D>(dst, i) + load_as<S>(src, i) * factor);
+  }
+}
+
+template <DType S>
+void accumulate_from(const void* src, void* dst, DType dst_dtype, std::size_t count, float factor) {
+  switch (dst_dtype) {
+    case DType::f32: return accumulate_as<S, DType::f32>(src, dst, count, factor);
+    case DType::bf16: return accumulate_as<S, DType::bf16>(src, dst, count, factor);
+    case DType::f16: return accumulate_as<S, DType::f16>(src, dst, count, factor);
+    case DType::i64: break;
+  }
+  not_floating(dst_dtype);
+}
+
+}  // namespace
+
+// Built without -mfma and with -ffp-contract=off (CMake), so the product is rounded before
+// the sum, as in the reference.
+void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+                float factor) {
+  switch (src_dtype) {
+    case DType::f32: return accumulate_from<DType::f32>(src, dst, dst_dtype, count, factor);
+    case DType::bf16: return accumulate_from<DType::bf16>(src, dst, dst_dtype, count, factor);
+    case DType::f16: return accumulate_from<DType::f16>(src, dst, dst_dtype, count, factor);
+    case DType::i64: break;
+  }
+  not_floating(src_dtype);
+}
+
 void fill(void* data, DType dtype, std::size_t count, float value) {
   switch (dtype) {
     case DType::f32: {

@@ -13,6 +13,8 @@ namespace zero::cpu {
 void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count);
 void scale(void* data, DType dtype, std::size_t count, float factor);
 void fill(void* data, DType dtype, std::size_t count, float value);
+void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+                float factor);
 double sum_squares(const void* data, DType dtype, std::size_t count);
 bool any_nonfinite(const void* data, DType dtype, std::size_t count);
 

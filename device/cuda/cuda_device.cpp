@@ -323,6 +323,18 @@ class CudaDevice final : public Device {
     ZERO_CUDA_CHECK(cuda::launch_scale(data, format, count, factor, cuda.handle()));
   }
 
+  void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+                  float factor, Stream& stream) override {
+    const cuda::Format from = format_of(src_dtype);
+    const cuda::Format to = format_of(dst_dtype);
+    CudaStream& cuda = cuda_stream(stream, ordinal_);
+    if (count == 0) return;
+    check_element_alignment(src, src_dtype, "accumulate");
+    check_element_alignment(dst, dst_dtype, "accumulate");
+    activate();
+    ZERO_CUDA_CHECK(cuda::launch_accumulate(src, from, dst, to, count, factor, cuda.handle()));
+  }
+
   void fill(void* data, DType dtype, std::size_t count, float value, Stream& stream) override {
     const cuda::Format format = format_of(dtype);
     CudaStream& cuda = cuda_stream(stream, ordinal_);

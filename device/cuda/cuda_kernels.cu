@@ -185,6 +185,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <class Src, class Dst>
+__global__ void __launch_bounds__(kThreads)
+    accumulate_kernel(const typename Src::Storage* __restrict__ src,
+                      typename Dst::Storage* __restrict__ dst, std::size_t count, float factor) {
+  const std::size_t stride = thread_count();
+  for (std::size_t i = thread_index(); i < count; i += stride) {
+    dst[i] = Dst::store(__fadd_rn(Dst::load(dst[i]), __fmul_rn(Src::load(src[i]), factor)));
+  }
+}
+
 template <class Fmt, int N>
 __global__ void __launch_bounds__(kThreads)
     fill_kernel(typename Fmt::Storage* __restrict__ data, Split split, float value) {
@@ -351,6 +361,23 @@ cudaError_t launch_scale(void* data, Format format, std::size_t count, float fac
     const Split split = split_one<typename Fmt::Storage, N>(data, count);
     scale_kernel<Fmt, N><<<grid_for(split, kMaxBlocks), kThreads, 0, stream>>>(
         static_cast<typename Fmt::Storage*>(data), split, factor, default_nan);
+  });
+}
+
+cudaError_t launch_accumulate(const void* src, Format src_format, void* dst, Format dst_format,
+                              std::size_t count, float factor, cudaStream_t stream) noexcept {
+  if (count == 0) return cudaSuccess;
+  std::size_t blocks = (count + kThreads - 1) / kThreads;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  const unsigned grid = static_cast<unsigned>(blocks);
+  return dispatch(src_format, [&](auto src_fmt) {
+    using Src = decltype(src_fmt);
+    dispatch(dst_format, [&](auto dst_fmt) {
+      using Dst = decltype(dst_fmt);
+      accumulate_kernel<Src, Dst><<<grid, kThreads, 0, stream>>>(
+          static_cast<const typename Src::Storage*>(src), static_cast<typename Dst::Storage*>(dst),
+          count, factor);
+    });
   });
 }
 

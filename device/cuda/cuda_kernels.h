@@ -31,6 +31,13 @@ cudaError_t launch_cast(const void* src, Format src_format, void* dst, Format ds
 cudaError_t launch_scale(void* data, Format format, std::size_t count, float factor,
                          cudaStream_t stream) noexcept;
 
+// dst[i] = round(float(dst[i]) + float(src[i]) * factor): __fmul_rn then __fadd_rn, so finite
+// results equal the host's bit for bit (a NaN comes out as the GPU's canonical NaN). One
+// element per thread step: the engine calls it on gradient blocks, far from the hot path of a
+// step's bandwidth.
+cudaError_t launch_accumulate(const void* src, Format src_format, void* dst, Format dst_format,
+                              std::size_t count, float factor, cudaStream_t stream) noexcept;
+
 // data[i] = round(value).
 cudaError_t launch_fill(void* data, Format format, std::size_t count, float value,
                         cudaStream_t stream) noexcept;

@@ -121,6 +121,54 @@ TEST_CASE("scale multiplies in fp32 and rounds like the reference",
   }
 }
 
+TEST_CASE("accumulate adds a scaled block with one rounding, like the reference bit for bit",
+          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+  auto device = test::make_test_device();
+  for (DType from : kFloatTypes) {
+    for (DType to : kFloatTypes) {
+      for (std::size_t count : kSizes) {
+        CAPTURE(dtype_name(from), dtype_name(to), count);
+        const auto addend = encode(random_floats(count, 11 + static_cast<std::uint32_t>(count), false), from);
+        const auto initial = encode(random_floats(count, 13 + static_cast<std::uint32_t>(count), false), to);
+        auto expected = initial;
+        reference::accumulate(addend.data(), from, expected.data(), to, count, 0.3f);
+
+        Skewed src(*device, count, from, count % 3);
+        Skewed dst(*device, count, to, (count + 1) % 3);
+        src.upload(addend.data());
+        dst.upload(initial.data());
+        device->accumulate(src.ptr, from, dst.ptr, to, count, 0.3f, device->default_stream());
+        device->synchronize();
+        const auto got = dst.download();
+        REQUIRE(std::memcmp(got.data(), expected.data(), count * dtype_size(to)) == 0);
+        // The sum really changed the destination (a kernel that did nothing would fail); a
+        // single element may legitimately round back to itself in a half format.
+        if (count > 4) REQUIRE(std::memcmp(got.data(), initial.data(), count * dtype_size(to)) != 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("accumulate rounds the product before the sum (no fused multiply-add)",
+          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+  // -1 + (1 + 2^-23)(1 - 2^-23): the exact product 1 - 2^-46 rounds to 1 in fp32, so the sum
+  // is exactly 0; an fma would keep the product's tail and give -2^-46.
+  auto device = test::make_test_device();
+  const float a = 1.0f + 0x1p-23f;
+  const float factor = 1.0f - 0x1p-23f;
+  test::DeviceBuffer src(*device, sizeof(float));
+  test::DeviceBuffer dst(*device, sizeof(float));
+  const float minus_one = -1.0f;
+  src.upload(&a, sizeof(float));
+  dst.upload(&minus_one, sizeof(float));
+  device->accumulate(src.data(), DType::f32, dst.data(), DType::f32, 1, factor,
+                     device->default_stream());
+  device->synchronize();
+  float got = 1.0f;
+  dst.download(&got, sizeof(float));
+  REQUIRE(got == 0.0f);  // an fma would give -2^-46
+}
+
 TEST_CASE("fill writes the rounded value to every element and nothing past the end",
           ZERO_TEST_BACKEND_TAG "[device][kernels]") {
   auto device = test::make_test_device();
