@@ -1,0 +1,441 @@
+// The Engine's registration, init, module hooks and accessors; the other concerns live in
+// model_state.cpp, grad_reduce.cpp, param_gather.cpp and step.cpp (engine_impl.h).
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <xxhash.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/engine_impl.h"
+
+namespace zero::engine {
+
+Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
+                   std::unique_ptr<Communicator> comm_in, EngineOptions options_in)
+    : config(std::move(config_in)),
+      options(options_in),
+      device(std::move(device_in)),
+      comm(std::move(comm_in)),
+      registry(config.optimizer.weight_decay) {
+  if (!device) throw make_error(ErrorCategory::usage, "Engine: no device given");
+  if (!comm) throw make_error(ErrorCategory::usage, "Engine: no communicator given");
+  stage = config.zero.stage;
+  rank = comm->rank();
+  world = comm->size();
+  if (config.world_size != world) {
+    throw make_error(ErrorCategory::config,
+                     "the config was resolved for a world of {} ranks but the communicator has {}; "
+                     "read it with ReadOptions::world_size = {}",
+                     config.world_size, world, world);
+  }
+  shard_ranks = stage == 0 ? 1 : world;
+  compute = config.compute_dtype();
+  accum = config.grad_accum_dtype;
+  wire = config.communication_data_type;
+  mixed = compute != DType::f32;
+  if (config.precision == config::Precision::fp16) scaler = LossScaler::from_config(config.fp16);
+}
+
+Engine::Impl::~Impl() {
+  // Outstanding collectives hold our buffers: finish them before the memory goes, unless the
+  // communicator is already broken (then nothing more can complete).
+  for (auto& slot : in_flight) {
+    if (slot.bucket == kNone || comm->poisoned()) continue;
+    try {
+      slot.work.wait();
+    } catch (const std::exception& error) {
+      log::warn("engine: an outstanding gradient reduction failed at shutdown: {}", error.what());
+    }
+  }
+  if (scalars != nullptr) device->unreserve(Tier::device, scalars, 4096);
+}
+
+void Engine::Impl::require_initialized(const char* call) const {
+  if (!initialized) {
+    throw make_error(ErrorCategory::usage, "{}: the engine is not initialised yet; call init first",
+                     call);
+  }
+}
+
+std::size_t Engine::Impl::require_module(std::size_t module, const char* call) const {
+  if (module >= registry.module_count()) {
+    throw make_error(ErrorCategory::usage, "{}: module {} does not exist ({} modules registered)",
+                     call, module, registry.module_count());
+  }
+  return module;
+}
+
+std::size_t Engine::Impl::require_param(std::size_t param, const char* call) const {
+  if (param >= registry.param_count()) {
+    throw make_error(ErrorCategory::usage,
+                     "{}: parameter {} does not exist ({} parameters registered)", call, param,
+                     registry.param_count());
+  }
+  return param;
+}
+
+Stream& Engine::Impl::stream_of(Stream* stream) {
+  return stream != nullptr ? *stream : device->default_stream();
+}
+
+void Engine::Impl::poll_outstanding() {
+  for (auto& slot : in_flight) {
+    if (slot.bucket != kNone) slot.work.test();
+  }
+}
+
+// Every rank must register the same groups, modules and parameters with the same kind of
+// initial value: the layout, the buckets and the gathers are computed from them.
+void Engine::Impl::check_same_registration() {
+  // Whether a parameter has an initializer changes the collectives init issues; whether it
+  // has values matters on rank 0 only.
+  std::vector<std::uint8_t> has_initializer;
+  for (const auto& p : params) has_initializer.push_back(p.initial.initializer ? 1 : 0);
+  std::uint64_t hashes[2] = {
+      registry.hash() ^ XXH3_64bits(has_initializer.data(), has_initializer.size()), 0};
+  auto* scratch = reinterpret_cast<std::int64_t*>(scalars) + 8;
+  std::memcpy(&scratch[0], &hashes[0], 8);
+  scratch[1] = static_cast<std::int64_t>(registry.entry_count());
+  scratch[2] = -scratch[0];
+  scratch[3] = -scratch[1];
+  comm->all_reduce(scratch, 4, DType::i64, ReduceOp::max).wait();
+  const bool same = scratch[0] == -scratch[2] && scratch[1] == -scratch[3];
+  if (same) return;
+
+  // Name the first entry that differs from rank 0's.
+  std::int64_t counts = static_cast<std::int64_t>(registry.entry_count());
+  std::memcpy(&scratch[0], &counts, 8);
+  comm->broadcast(scratch, 1, DType::i64, 0).wait();
+  const std::size_t root_count = static_cast<std::size_t>(scratch[0]);
+  const auto mine = registry.entry_hashes();
+  const std::size_t bytes = std::max<std::size_t>(root_count, 1) * 8;
+  auto* theirs = static_cast<std::uint64_t*>(device->reserve(Tier::device, bytes));
+  if (rank == 0) device->copy(theirs, mine.data(), root_count * 8);
+  comm->broadcast(theirs, root_count, DType::i64, 0).wait();
+  std::vector<std::uint64_t> root(root_count);
+  device->copy(root.data(), theirs, root_count * 8);
+  device->unreserve(Tier::device, theirs, bytes);
+  std::size_t k = 0;
+  while (k < mine.size() && k < root.size() && mine[k] == root[k]) ++k;
+  if (k == mine.size() && k == root.size()) {
+    throw make_error(ErrorCategory::usage,
+                     "init: rank {} registered the same entries as rank 0 but gave an initializer "
+                     "to different parameters; every rank must give initializers to the same ones",
+                     rank);
+  }
+  const std::string here =
+      k < mine.size() ? registry.describe_entry(k) : std::string("nothing (the list ends here)");
+  throw make_error(ErrorCategory::usage,
+                   "init: rank {} registered differently from rank 0: entry {} of the registration "
+                   "(groups, then modules, then parameters) is {} here but differs on rank 0 "
+                   "({} entries there, {} here). Every rank must register the same groups, "
+                   "modules and parameters in the same order.",
+                   rank, k, here, root_count, mine.size());
+}
+
+// ---- Engine ----
+
+Engine::Engine(config::Config config, std::unique_ptr<Device> device,
+               std::unique_ptr<Communicator> comm, EngineOptions options)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(device), std::move(comm),
+                                   options)) {
+  impl_->scalars = static_cast<float*>(impl_->device->reserve(Tier::device, 4096));
+}
+
+Engine::~Engine() = default;
+
+const config::Config& Engine::config() const noexcept { return impl_->config; }
+int Engine::rank() const noexcept { return impl_->rank; }
+int Engine::world_size() const noexcept { return impl_->world; }
+DType Engine::compute_dtype() const noexcept { return impl_->compute; }
+const Registry& Engine::registry() const noexcept { return impl_->registry; }
+Device& Engine::device() noexcept { return *impl_->device; }
+Communicator& Engine::communicator() noexcept { return *impl_->comm; }
+bool Engine::initialized() const noexcept { return impl_->initialized; }
+bool Engine::training() const noexcept { return impl_->train; }
+
+std::size_t Engine::add_group(std::string name, double weight_decay, double lr_scale) {
+  return impl_->registry.add_group(std::move(name), weight_decay, lr_scale);
+}
+
+std::size_t Engine::add_module(std::string name) {
+  const std::size_t index = impl_->registry.add_module(std::move(name));
+  impl_->module_open.push_back(0);
+  return index;
+}
+
+std::size_t Engine::add_param(std::string name, std::vector<std::int64_t> shape, bool trainable,
+                              std::size_t group, std::vector<std::size_t> modules,
+                              InitialValue initial) {
+  const std::size_t index =
+      impl_->registry.add_param(std::move(name), std::move(shape), trainable, group,
+                                std::move(modules));
+  impl_->params.emplace_back();
+  impl_->params.back().initial = std::move(initial);
+  return index;
+}
+
+void Engine::init() {
+  Impl& e = *impl_;
+  if (e.initialized) throw make_error(ErrorCategory::usage, "init: the engine is already initialised");
+  e.registry.freeze();
+  e.check_same_registration();
+  e.lay_out();
+  e.allocate();
+  e.fill_initial_values();
+  e.initialized = true;
+  log::info("engine: ZeRO stage {} on {} ranks, {} parameters ({} trainable), {} compute, "
+            "{} reduction buckets; {}",
+            e.stage, e.world, e.registry.total_numel(), e.registry.trainable_numel(),
+            dtype_name(e.compute), e.buckets.size(), e.optimizer->description());
+}
+
+void Engine::pre_forward(std::size_t module, Stream* stream) {
+  Impl& e = *impl_;
+  e.require_initialized("pre_forward");
+  e.require_module(module, "pre_forward");
+  if (e.phase == Impl::Phase::backward) {
+    throw make_error(ErrorCategory::usage,
+                     "pre_forward of module '{}' in the middle of a backward pass: call step() "
+                     "after each micro-batch's backward",
+                     e.registry.module(module).name);
+  }
+  e.phase = Impl::Phase::forward;
+  e.module_open[module] += 1;
+  (void)e.stream_of(stream);
+  e.gather(module);
+  e.poll_outstanding();
+}
+
+void Engine::post_forward(std::size_t module, Stream* stream) {
+  Impl& e = *impl_;
+  e.require_initialized("post_forward");
+  e.require_module(module, "post_forward");
+  if (e.phase != Impl::Phase::forward || e.module_open[module] == 0) {
+    throw make_error(ErrorCategory::usage,
+                     "post_forward of module '{}' without its pre_forward: each post hook must "
+                     "follow the pre hook of the same module in the same pass",
+                     e.registry.module(module).name);
+  }
+  e.module_open[module] -= 1;
+  (void)e.stream_of(stream);
+  e.release(module);
+  e.poll_outstanding();
+}
+
+void Engine::pre_backward(std::size_t module, Stream* stream) {
+  Impl& e = *impl_;
+  e.require_initialized("pre_backward");
+  e.require_module(module, "pre_backward");
+  if (!e.train) {
+    throw make_error(ErrorCategory::usage,
+                     "pre_backward of module '{}' in eval mode: call set_train(true) before a "
+                     "training pass",
+                     e.registry.module(module).name);
+  }
+  if (e.phase != Impl::Phase::backward) {
+    for (int open : e.module_open) {
+      if (open != 0) {
+        throw make_error(ErrorCategory::usage,
+                         "pre_backward of module '{}' while a forward hook is still open: every "
+                         "pre_forward needs its post_forward before backward starts",
+                         e.registry.module(module).name);
+      }
+    }
+    e.phase = Impl::Phase::backward;
+    e.begin_backward_window();
+  }
+  e.module_open[module] += 1;
+  (void)e.stream_of(stream);
+  e.gather(module);
+  for (std::size_t p : e.registry.module(module).params) {
+    if (e.registry.param(p).trainable) e.hand_out_grad(p);
+  }
+  e.poll_outstanding();
+}
+
+void Engine::post_backward(std::size_t module, Stream* stream) {
+  Impl& e = *impl_;
+  e.require_initialized("post_backward");
+  e.require_module(module, "post_backward");
+  if (e.phase != Impl::Phase::backward || e.module_open[module] == 0) {
+    throw make_error(ErrorCategory::usage,
+                     "post_backward of module '{}' without its pre_backward: each post hook must "
+                     "follow the pre hook of the same module in the same pass",
+                     e.registry.module(module).name);
+  }
+  e.module_open[module] -= 1;
+  (void)e.stream_of(stream);
+  e.release(module);
+  for (std::size_t p : e.registry.module(module).params) {
+    if (!e.registry.param(p).trainable) continue;
+    ParamState& state = e.params[p];
+    if (state.uses_left == 0) {
+      throw make_error(ErrorCategory::usage,
+                       "post_backward of module '{}': parameter '{}' has had a backward from every "
+                       "module that uses it this micro-step already; a module's backward may run "
+                       "once per micro-step",
+                       e.registry.module(module).name, e.registry.param(p).name);
+    }
+    if (--state.uses_left == 0) e.param_ready(p);
+  }
+  e.issue_ready_buckets();
+  e.poll_outstanding();
+}
+
+void* Engine::param_data(std::size_t param) {
+  Impl& e = *impl_;
+  e.require_initialized("param_data");
+  e.require_param(param, "param_data");
+  ParamState& state = e.params[param];
+  if (state.full == nullptr) {
+    throw make_error(ErrorCategory::usage,
+                     "param_data of '{}': at ZeRO stage 3 a parameter's data exists only between "
+                     "the pre and post hooks of a module that uses it",
+                     e.registry.param(param).name);
+  }
+  return state.full;
+}
+
+void* Engine::grad_buffer(std::size_t param) {
+  Impl& e = *impl_;
+  e.require_initialized("grad_buffer");
+  e.require_param(param, "grad_buffer");
+  const ParamSpec& spec = e.registry.param(param);
+  if (!spec.trainable) {
+    throw make_error(ErrorCategory::usage, "grad_buffer of '{}': the parameter is frozen",
+                     spec.name);
+  }
+  ParamState& state = e.params[param];
+  if (e.phase != Impl::Phase::backward || state.grad == nullptr || !state.touched) {
+    throw make_error(ErrorCategory::usage,
+                     "grad_buffer of '{}': a gradient buffer exists only between pre_backward and "
+                     "post_backward of a module that uses the parameter",
+                     spec.name);
+  }
+  return state.grad;
+}
+
+double Engine::loss_scale() const { return impl_->scaler.scale(); }
+
+double Engine::loss_factor() const {
+  return impl_->scaler.scale() /
+         static_cast<double>(impl_->config.batch.gradient_accumulation_steps);
+}
+
+void Engine::set_train(bool train) {
+  Impl& e = *impl_;
+  if (e.phase == Impl::Phase::backward) {
+    throw make_error(ErrorCategory::usage,
+                     "set_train in the middle of a backward pass: call step() first");
+  }
+  e.train = train;
+}
+
+bool Engine::is_accumulation_boundary() const noexcept {
+  const auto steps = impl_->config.batch.gradient_accumulation_steps;
+  return (impl_->micro_steps + 1) % steps == 0;
+}
+
+StepStats Engine::step() {
+  Impl& e = *impl_;
+  e.require_initialized("step");
+  for (std::size_t m = 0; m < e.module_open.size(); ++m) {
+    if (e.module_open[m] != 0) {
+      throw make_error(ErrorCategory::usage,
+                       "step while module '{}' has a pre hook without its post hook: call step() "
+                       "after the whole backward pass",
+                       e.registry.module(m).name);
+    }
+  }
+  if (!e.train) {
+    throw make_error(ErrorCategory::usage, "step in eval mode: call set_train(true) first");
+  }
+  const bool boundary = is_accumulation_boundary();
+  if (e.stage >= 2 || boundary) {
+    // This micro-step reduces gradients. One without a backward pass reduces zeros, so that
+    // every rank issues the same collectives.
+    if (e.phase != Impl::Phase::backward) e.begin_backward_window();
+    e.flush_reduction();
+  }
+  e.phase = Impl::Phase::idle;
+  StepStats stats;
+  if (boundary) stats = e.boundary_step();
+  e.micro_steps += 1;
+  stats.micro_steps = e.micro_steps;
+  stats.global_steps = e.global_steps;
+  return stats;
+}
+
+std::vector<float> Engine::read_param(std::size_t param) {
+  Impl& e = *impl_;
+  e.require_initialized("read_param");
+  e.require_param(param, "read_param");
+  if (e.phase == Impl::Phase::backward) {
+    throw make_error(ErrorCategory::usage, "read_param in the middle of a backward pass");
+  }
+  const ParamSpec& spec = e.registry.param(param);
+  const ParamState& state = e.params[param];
+  std::vector<float> out(spec.numel);
+  if (spec.numel == 0) return out;
+  Stream& stream = e.device->default_stream();
+  const ShardShape shape = shard_shape(spec.numel, e.world);
+  const std::size_t bytes = shape.padded() * sizeof(float);
+  float* gathered = static_cast<float*>(e.device->reserve(Tier::device, bytes));
+  void* half = nullptr;
+  const std::size_t half_bytes = shape.padded() * dtype_size(e.compute);
+  try {
+    if (spec.trainable && e.master != nullptr && e.stage >= 1) {
+      e.comm->all_gather(e.master + state.flat, gathered, shape.shard, DType::f32, &stream).wait();
+    } else if (spec.trainable && e.master != nullptr) {
+      e.device->copy(gathered, e.master + state.flat, spec.numel * sizeof(float));
+    } else if (e.stage <= 2) {
+      e.device->cast(state.full, e.compute, gathered, DType::f32, spec.numel, stream);
+    } else {
+      half = e.device->reserve(Tier::device, half_bytes);
+      e.comm->all_gather(e.shard_source(param), half, shape.shard, e.compute, &stream).wait();
+      e.device->cast(half, e.compute, gathered, DType::f32, spec.numel, stream);
+    }
+    stream.synchronize();
+    e.device->copy(out.data(), gathered, spec.numel * sizeof(float));
+  } catch (...) {
+    e.device->unreserve(Tier::device, gathered, bytes);
+    if (half != nullptr) e.device->unreserve(Tier::device, half, half_bytes);
+    throw;
+  }
+  e.device->unreserve(Tier::device, gathered, bytes);
+  if (half != nullptr) e.device->unreserve(Tier::device, half, half_bytes);
+  return out;
+}
+
+std::vector<MemoryUsage> Engine::memory_usage() const {
+  const Impl& e = *impl_;
+  std::vector<MemoryUsage> usage;
+  for (Tier tier : kAllTiers) {
+    for (MemoryKind kind : kAllMemoryKinds) {
+      MemoryUsage u{tier, kind, 0, 0};
+      for (const Arena* arena : {e.state_arena.get(), e.grad_arena.get(), e.gather_arena.get()}) {
+        if (arena == nullptr || arena->tier() != tier) continue;
+        const KindUsage k = arena->usage(kind);
+        u.live += k.live;
+        u.peak += k.peak;
+      }
+      if (u.live != 0 || u.peak != 0) usage.push_back(u);
+    }
+  }
+  return usage;
+}
+
+std::string Engine::memory_report() const {
+  std::string text = fmt::format("rank {} model state by tier and kind (live / peak):", rank());
+  for (const MemoryUsage& u : memory_usage()) {
+    text += fmt::format("\n  {:<7} {:<7} {:>12} / {:>12}", tier_name(u.tier),
+                        memory_kind_name(u.kind), format_bytes(u.live), format_bytes(u.peak));
+  }
+  return text;
+}
+
+}  // namespace zero::engine

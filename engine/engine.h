@@ -1,0 +1,152 @@
+// The Engine: one rank's share of a ZeRO data-parallel training run. A model registers its
+// parameter groups, modules and parameters, calls init, then drives training through the four
+// module hooks and step(); the engine owns every byte of model state and places it by the ZeRO
+// stage (docs/design.md, "The model of state"):
+//
+//   stage 0  everything replicated; gradients all-reduced in buckets at the boundary
+//   stage 1  masters and moments sharded; gradients reduce-scattered at the boundary
+//   stage 2  as 1, and a module's full gradients live only from its pre_backward to its
+//            post_backward; reduced into the owned shard every micro-step
+//   stage 3  as 2, and the compute parameters sharded too: gathered for a module's hooks
+//
+// Collective order: every collective the engine issues follows the registration (buckets in
+// plan order, gathers in hook order), never timing, so ranks that call the same hooks in the
+// same order issue the same collectives. The hooks, step() and read_param() are collective over
+// the engine's communicator in that sense: every rank calls them in the same order.
+//
+// Not thread-safe: one thread drives an engine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "device/memory.h"
+#include "engine/config/config.h"
+#include "engine/registry.h"
+
+namespace zero {
+class Communicator;
+class Device;
+class Stream;
+}  // namespace zero
+
+namespace zero::engine {
+
+// How a parameter gets its first value.
+//   from_rank0: rank 0's `values` (numel floats) are broadcast; other ranks' are not read.
+//   initializer: called with (global element offset, count, out) for the ranges this rank
+//     needs, so the values do not depend on the world size.
+//   zeros: neither given.
+using Initializer = std::function<void(std::uint64_t offset, std::size_t count, float* out)>;
+struct InitialValue {
+  const float* values = nullptr;
+  Initializer initializer;
+};
+
+struct StepStats {
+  bool stepped = false;        // this call was an accumulation boundary and ran the optimizer
+  bool skipped = false;        // fp16 overflow: the optimizer and the schedule did not advance
+  double loss_scale = 1.0;     // the scale the boundary's gradients were computed with
+  double grad_norm = 0.0;      // global norm of the unscaled gradients (0 when not stepped)
+  double lr = 0.0;             // the learning rate the optimizer step used (before lr_scale)
+  std::int64_t global_steps = 0;  // optimizer steps taken so far, skipped ones included
+  std::int64_t micro_steps = 0;   // step() calls so far
+};
+
+// Bytes this rank holds, by tier and kind: live now and the most there ever were.
+struct MemoryUsage {
+  Tier tier = Tier::device;
+  MemoryKind kind = MemoryKind::param;
+  std::size_t live = 0;
+  std::size_t peak = 0;
+};
+
+struct EngineOptions {
+  // OpenMP threads of the CPU optimizer; 0: omp_get_max_threads().
+  int optimizer_threads = 0;
+  // Seed of bf16 optimizer state's stochastic rounding.
+  std::uint64_t seed = 0;
+};
+
+class Engine {
+ public:
+  Engine(config::Config config, std::unique_ptr<Device> device,
+         std::unique_ptr<Communicator> comm, EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const config::Config& config() const noexcept;
+  int rank() const noexcept;
+  int world_size() const noexcept;
+  // The dtype of param_data and grad_buffer: fp32, bf16 or fp16 by the config's precision.
+  DType compute_dtype() const noexcept;
+  const Registry& registry() const noexcept;
+  Device& device() noexcept;
+  Communicator& communicator() noexcept;
+
+  // Registration (before init). Group 0 is "default" with the optimizer's weight decay.
+  std::size_t add_group(std::string name, double weight_decay, double lr_scale);
+  std::size_t add_module(std::string name);
+  std::size_t add_param(std::string name, std::vector<std::int64_t> shape, bool trainable,
+                        std::size_t group, std::vector<std::size_t> modules,
+                        InitialValue initial = {});
+
+  // Collective. Checks that every rank registered the same thing (naming the first difference),
+  // lays out and allocates the model state, and fills in the initial values.
+  void init();
+  bool initialized() const noexcept;
+
+  // The module hooks. `stream` is the caller's (nullptr: the device's default stream); the
+  // engine orders its work after what is already on it.
+  void pre_forward(std::size_t module, Stream* stream = nullptr);
+  void post_forward(std::size_t module, Stream* stream = nullptr);
+  void pre_backward(std::size_t module, Stream* stream = nullptr);
+  void post_backward(std::size_t module, Stream* stream = nullptr);
+
+  // The compute copy of a parameter (compute_dtype, numel elements, row-major). Stages 0-2:
+  // valid from init to destruction, changed only by step(). Stage 3: valid between a
+  // pre_forward/pre_backward and the matching post hook of a module that uses it.
+  void* param_data(std::size_t param);
+  // The gradient a module's backward adds into (compute_dtype, numel elements). Valid between
+  // pre_backward and post_backward of the modules that use the parameter; zero at the first of
+  // them in an accumulation window (stages 0-1) or micro-step (stages 2-3). The model adds
+  // (+=) its contribution, so tied parameters sum over their uses.
+  void* grad_buffer(std::size_t param);
+
+  // The factor to multiply the micro-batch's mean loss by before backward: the fp16 loss scale
+  // divided by gradient_accumulation_steps (DeepSpeed scales the loss by 1/steps too).
+  double loss_factor() const;
+  double loss_scale() const;
+
+  void set_train(bool train);
+  bool training() const noexcept;
+  // True when the next step() call ends an accumulation window and runs the optimizer.
+  bool is_accumulation_boundary() const noexcept;
+
+  // Called after every micro-batch's backward (DeepSpeed's engine.step()). Finishes this
+  // micro-step's gradient reductions; at the boundary, runs the optimizer step.
+  StepStats step();
+
+  // Collective: the full current value of a parameter as fp32 on every rank: the master for
+  // trainable parameters in mixed precision, else the compute copy.
+  std::vector<float> read_param(std::size_t param);
+
+  std::vector<MemoryUsage> memory_usage() const;
+  // Lines for people: each tier and kind with live and peak bytes.
+  std::string memory_report() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zero::engine

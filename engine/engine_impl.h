@@ -1,0 +1,164 @@
+// The Engine's state, shared by the translation units that each implement one concern of it:
+// engine.cpp (registration, init, accessors), model_state.cpp (layout and allocation),
+// grad_reduce.cpp (buckets of gradients), param_gather.cpp (stage-3 gathers and the
+// all-gather after a step), step.cpp (the optimizer step). Internal to engine/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/work.h"
+#include "device/arena.h"
+#include "device/device.h"
+#include "engine/engine.h"
+#include "engine/loss_scaler.h"
+#include "engine/partition.h"
+#include "engine/registry.h"
+#include "optim/optimizer.h"
+
+namespace zero::engine {
+
+inline constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+// Where one parameter's state is, on this rank.
+struct ParamState {
+  ShardShape shape;              // over the shard group (N at stages 1-3, one rank at stage 0)
+  std::size_t flat = kNone;      // trainable: offset of its shard in the owned flat buffers
+  std::size_t compute_flat = kNone;  // stage 3: offset in the compute-shard flat buffer
+  // Stages 0-2: the replicated compute copy. Stage 3: the gathered copy while `holds` > 0 or
+  // persistent (padded to shape.padded() elements), else nullptr.
+  void* full = nullptr;
+  Block full_block;    // stage 3: the gather arena's block
+  int holds = 0;       // stage 3: hooks between pre and post that use it now
+  bool persistent = false;  // stage 3: numel below param_persistence_threshold
+  void* grad = nullptr;     // the full gradient buffer, while it exists
+  Block grad_block;         // stages 2-3: the gradient arena's block
+  // Backward bookkeeping of the current micro-step.
+  std::size_t uses_left = 0;  // modules using it whose post_backward has not come yet
+  bool touched = false;       // grad buffer handed out (or zeroed) this window/micro-step
+  std::size_t bucket = kNone; // the reduction bucket holding it (its last piece's bucket)
+  InitialValue initial;       // until init
+};
+
+// One reduction bucket's progress in the current micro-step.
+struct BucketRun {
+  std::size_t waiting = 0;  // params of this bucket not yet ready
+  bool issued = false;
+};
+
+struct Engine::Impl {
+  Impl(config::Config config, std::unique_ptr<Device> device, std::unique_ptr<Communicator> comm,
+       EngineOptions options);
+  ~Impl();
+
+  // ---- engine.cpp ----
+  void check_same_registration();
+  void require_initialized(const char* call) const;
+  std::size_t require_module(std::size_t module, const char* call) const;
+  std::size_t require_param(std::size_t param, const char* call) const;
+  Stream& stream_of(Stream* stream);
+  void poll_outstanding();
+
+  // ---- model_state.cpp ----
+  void lay_out();
+  void allocate();
+  void fill_initial_values();
+  Block allocate_block(Arena& arena, MemoryKind kind, std::size_t bytes);
+  float* master_of(std::size_t param);           // fp32 master shard (or full param at stage 0 fp32)
+  void* shard_source(std::size_t param);         // what a gather reads: the compute shard
+  std::size_t owned_valid(std::size_t param) const;  // elements of this rank's shard that are real
+
+  // ---- grad_reduce.cpp ----
+  void plan_reduction();
+  void begin_backward_window();
+  void hand_out_grad(std::size_t param);
+  void param_ready(std::size_t param);
+  void issue_ready_buckets();
+  void issue_bucket(std::size_t bucket);
+  void finish_bucket(std::size_t slot);
+  void flush_reduction();  // end of a micro-step's backward: everything reduced
+  void release_grad(std::size_t param);
+
+  // ---- param_gather.cpp ----
+  void gather(std::size_t module);
+  void release(std::size_t module);
+  void gather_param(std::size_t param);
+  void release_param(std::size_t param, bool force);
+  void drop_persistent();
+
+  // ---- step.cpp ----
+  StepStats boundary_step();
+  bool check_overflow();
+  double global_grad_norm();
+  std::vector<optim::Slice> slices();  // one per trainable parameter, over its owned shard
+  void zero_owned_grads();
+
+  config::Config config;
+  EngineOptions options;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Communicator> comm;
+  Registry registry;
+  int stage = 0;
+  int rank = 0;
+  int world = 1;
+  int shard_ranks = 1;  // 1 at stage 0, world otherwise
+  DType compute = DType::f32;
+  DType accum = DType::f32;  // owned gradient shard
+  DType wire = DType::f32;   // communication_data_type
+  bool mixed = false;        // bf16/fp16: fp32 masters beside the compute copy
+  bool initialized = false;
+  bool train = true;
+  enum class Phase { idle, forward, backward } phase = Phase::idle;
+  std::vector<int> module_open;  // per module: pre hook called, post not yet
+
+  std::vector<ParamState> params;
+  std::vector<std::size_t> trainable;  // indices of trainable params, registration order
+  FlatLayout owned;                    // over `trainable`, shard_ranks
+  FlatLayout compute_shards;           // stage 3: over all params
+  std::size_t owned_total = 0;
+
+  // Memory.
+  std::unique_ptr<Arena> state_arena;   // params, owned flat buffers, bucket buffers
+  std::unique_ptr<Arena> grad_arena;    // stages 2-3: full gradients while they live
+  std::unique_ptr<Arena> gather_arena;  // stage 3: gathered parameters
+  std::vector<Block> state_blocks;
+  float* master = nullptr;       // owned flat fp32 (mixed, or fp32 at stages 1-3)
+  void* grad_flat = nullptr;     // owned flat gradient shard (accum dtype), stages 1-3
+  void* moments[2] = {nullptr, nullptr};
+  void* compute_shard = nullptr; // stage 3: owned compute shards of every parameter
+  std::vector<void*> bucket_buffers;  // 1, or 2 with overlap_comm (wire dtype)
+  void* gather_buffer = nullptr;      // stages 1-2: all-gather bucket after the step
+
+  // Reduction plan and progress.
+  std::vector<Bucket> buckets;       // over `trainable` indices (piece.param indexes trainable)
+  std::vector<BucketRun> bucket_runs;
+  std::vector<std::size_t> trainable_pos;               // param -> index in `trainable`
+  std::vector<std::vector<std::size_t>> param_buckets;  // trainable index -> its buckets, in order
+  bool reducing = false;     // this micro-step reduces gradients (stages 2-3, or the boundary)
+  double pre_factor = 1.0;   // gradients scaled before the reduction (predivide, prescale)
+  double post_factor = 1.0;  // and after it: together, the average over ranks
+  std::size_t next_bucket = 0;       // the next bucket to issue, in plan order
+  struct InFlight {
+    std::size_t bucket = kNone;
+    Work work;
+  };
+  std::vector<InFlight> in_flight;   // one per bucket buffer
+  std::size_t next_slot = 0;
+  std::vector<Bucket> gather_buckets;  // stages 1-2, over `trainable`
+
+  // Stepping.
+  std::unique_ptr<optim::Optimizer> optimizer;
+  LossScaler scaler = LossScaler::fixed(1.0);
+  std::int64_t micro_steps = 0;
+  std::int64_t global_steps = 0;
+  std::int64_t optimizer_steps = 0;  // not skipped: the optimizer's and the schedule's count
+  std::unique_ptr<Event> scratch_event;
+  float* scalars = nullptr;  // device scratch: [0] sum of squares, [1] non-finite flag
+};
+
+}  // namespace zero::engine

@@ -1,0 +1,291 @@
+// Where the model state lives: the layout of each rank's owned flat buffers, the arenas and
+// the blocks carved from them, and the initial values. What each stage holds per rank is
+// docs/design.md's table; README "Memory" lists the buffers beside it.
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/engine_impl.h"
+
+namespace zero::engine {
+namespace {
+
+constexpr std::size_t kAlign = Arena::kDefaultAlignment;
+
+std::size_t align_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+std::size_t Engine::Impl::owned_valid(std::size_t param) const {
+  return params[param].shape.valid(stage == 0 ? 0 : rank);
+}
+
+float* Engine::Impl::master_of(std::size_t param) {
+  if (master == nullptr) return static_cast<float*>(params[param].full);  // fp32, stage 0
+  return master + params[param].flat;
+}
+
+void* Engine::Impl::shard_source(std::size_t param) {
+  const ParamState& state = params[param];
+  if (state.compute_flat != kNone) {
+    return static_cast<char*>(compute_shard) + state.compute_flat * dtype_size(compute);
+  }
+  return master + state.flat;  // fp32 trainable: the master is the compute shard
+}
+
+void Engine::Impl::lay_out() {
+  const auto& specs = registry.params();
+  std::vector<std::size_t> trainable_numels;
+  std::vector<std::size_t> compute_numels(specs.size(), 0);
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    params[p].shape = shard_shape(specs[p].numel, shard_ranks);
+    if (specs[p].trainable) {
+      trainable.push_back(p);
+      trainable_numels.push_back(specs[p].numel);
+    }
+    if (!specs[p].trainable || mixed) compute_numels[p] = specs[p].numel;
+  }
+  owned = flat_layout(trainable_numels, shard_ranks);
+  owned_total = owned.total;
+  for (std::size_t t = 0; t < trainable.size(); ++t) params[trainable[t]].flat = owned.offset[t];
+  if (stage == 3) {
+    compute_shards = flat_layout(compute_numels, world);
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      if (compute_numels[p] != 0) params[p].compute_flat = compute_shards.offset[p];
+      params[p].persistent =
+          specs[p].numel < static_cast<std::size_t>(config.zero.param_persistence_threshold);
+    }
+  }
+  plan_reduction();
+  if (stage == 1 || stage == 2) {
+    gather_buckets = plan_buckets(
+        [&] {
+          std::vector<std::size_t> order(trainable.size());
+          for (std::size_t t = 0; t < order.size(); ++t) order[t] = t;
+          return order;
+        }(),
+        trainable_numels, world, static_cast<std::size_t>(config.zero.allgather_bucket_size));
+  }
+}
+
+Block Engine::Impl::allocate_block(Arena& arena, MemoryKind kind, std::size_t bytes) {
+  Block block = arena.allocate(kind, bytes);
+  return block;
+}
+
+void Engine::Impl::allocate() {
+  const std::size_t csize = dtype_size(compute);
+  const auto& specs = registry.params();
+  const bool full_params = stage <= 2;
+  const bool full_grads = stage <= 1;
+  const bool has_master = mixed || stage >= 1;
+  const bool has_grad_flat = stage >= 1 || accum != compute;
+  const int state_buffers = config.optimizer.state_buffers();
+
+  std::size_t largest_bucket = 0;
+  for (const Bucket& b : buckets) largest_bucket = std::max(largest_bucket, b.block);
+  std::size_t largest_gather = 0;
+  for (const Bucket& b : gather_buckets) largest_gather = std::max(largest_gather, b.block);
+  const std::size_t bucket_count = config.zero.overlap_comm ? 2 : 1;
+  const std::size_t bucket_bytes = largest_bucket * shard_ranks * dtype_size(wire);
+
+  // What the state arena holds, to size it exactly.
+  std::size_t capacity = 0;
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    if (full_params) capacity += align_up(specs[p].numel * csize);
+    if (full_grads && specs[p].trainable) capacity += align_up(specs[p].numel * csize);
+  }
+  if (has_master) capacity += align_up(owned_total * 4);
+  if (has_grad_flat) capacity += align_up(owned_total * dtype_size(accum));
+  capacity += state_buffers * align_up(owned_total * 4);
+  if (stage == 3) capacity += align_up(compute_shards.total * csize);
+  if (!buckets.empty()) capacity += bucket_count * align_up(bucket_bytes);
+  capacity += align_up(largest_gather * world * csize);
+  state_arena = std::make_unique<Arena>(device.get(), Tier::device, std::max<std::size_t>(capacity, kAlign),
+                                        "model state");
+
+  Stream& stream = device->default_stream();
+  auto take = [&](MemoryKind kind, std::size_t bytes) -> void* {
+    if (bytes == 0) return nullptr;
+    Block block = state_arena->allocate(kind, bytes);
+    state_blocks.push_back(block);
+    return block.ptr;
+  };
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    if (full_params) params[p].full = take(MemoryKind::param, specs[p].numel * csize);
+    if (full_grads && specs[p].trainable) {
+      params[p].grad = take(MemoryKind::grad, specs[p].numel * csize);
+      device->fill(params[p].grad, compute, specs[p].numel, 0.0f, stream);
+    }
+  }
+  if (has_master) {
+    master = static_cast<float*>(take(MemoryKind::master, owned_total * 4));
+    device->fill(master, DType::f32, owned_total, 0.0f, stream);
+  }
+  if (has_grad_flat) {
+    grad_flat = take(MemoryKind::grad, owned_total * dtype_size(accum));
+    device->fill(grad_flat, accum, owned_total, 0.0f, stream);
+  }
+  for (int s = 0; s < state_buffers; ++s) {
+    moments[s] = take(MemoryKind::moment, owned_total * 4);
+    device->fill(moments[s], DType::f32, owned_total, 0.0f, stream);
+  }
+  if (stage == 3) {
+    compute_shard = take(MemoryKind::param, compute_shards.total * csize);
+    device->fill(compute_shard, compute, compute_shards.total, 0.0f, stream);
+  }
+  if (!buckets.empty()) {
+    for (std::size_t i = 0; i < bucket_count; ++i) {
+      bucket_buffers.push_back(take(MemoryKind::buffer, bucket_bytes));
+    }
+    in_flight.resize(bucket_count);
+  }
+  gather_buffer = take(MemoryKind::buffer, largest_gather * world * csize);
+
+  // Stages 2-3: full gradients live from a module's pre_backward to their reduction. Sized by
+  // walking the planned backward (modules in reverse registration order): the most bytes live
+  // at once, plus a quarter for hooks that run in another order.
+  if (stage >= 2) {
+    std::vector<std::size_t> uses(specs.size(), 0);
+    std::vector<bool> live(specs.size(), false);
+    std::size_t now = 0, peak = 0;
+    for (std::size_t m = registry.module_count(); m-- > 0;) {
+      for (std::size_t p : registry.module(m).params) {
+        if (!specs[p].trainable || live[p] || uses[p] == specs[p].modules.size()) continue;
+        live[p] = true;
+        now += align_up(specs[p].numel * csize);
+      }
+      peak = std::max(peak, now);
+      for (std::size_t p : registry.module(m).params) {
+        if (!specs[p].trainable) continue;
+        if (++uses[p] == specs[p].modules.size() && live[p]) {
+          live[p] = false;
+          now -= align_up(specs[p].numel * csize);
+        }
+      }
+    }
+    const std::size_t grad_capacity = peak + peak / 4 + (std::size_t{1} << 20);
+    grad_arena = std::make_unique<Arena>(device.get(), Tier::device, grad_capacity,
+                                         "gradients (stage 2-3, while live)");
+  }
+  // Stage 3: gathered parameters. Persistent ones stay; the others are bounded by
+  // stage3_max_live_parameters, and at least two of the largest modules fit.
+  if (stage == 3) {
+    std::size_t persistent = 0, others = 0, largest_module = 0;
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      const std::size_t bytes = align_up(params[p].shape.padded() * csize);
+      (params[p].persistent ? persistent : others) += bytes;
+    }
+    for (const ModuleSpec& m : registry.modules()) {
+      std::size_t bytes = 0;
+      for (std::size_t p : m.params) bytes += align_up(params[p].shape.padded() * csize);
+      largest_module = std::max(largest_module, bytes);
+    }
+    const std::size_t live_limit =
+        static_cast<std::size_t>(config.zero.max_live_parameters) * csize;
+    const std::size_t gather_capacity =
+        persistent + std::min(others, std::max(live_limit, 2 * largest_module));
+    gather_arena = std::make_unique<Arena>(device.get(), Tier::device,
+                                           std::max<std::size_t>(gather_capacity, kAlign),
+                                           "gathered parameters (stage 3)");
+  }
+
+  optim::Formats formats;
+  formats.grad = has_grad_flat ? accum : compute;
+  formats.state = DType::f32;
+  formats.param_out = mixed ? compute : DType::bf16;
+  if (device->type() == DeviceType::cuda) {
+    optimizer = optim::create_cuda_optimizer(config.optimizer, formats);
+  } else {
+    optim::CpuOptimizerOptions cpu;
+    cpu.threads = options.optimizer_threads > 0 ? options.optimizer_threads : 1;
+    optimizer = optim::create_cpu_optimizer(config.optimizer, formats, cpu);
+  }
+  stream.synchronize();
+}
+
+namespace {
+
+// The fp32 values of global elements [begin, begin + count) of a parameter.
+void initial_range(const InitialValue& initial, const std::vector<float>& broadcast,
+                   std::uint64_t begin, std::size_t count, float* out) {
+  if (count == 0) return;
+  if (initial.initializer) {
+    initial.initializer(begin, count, out);
+  } else if (!broadcast.empty()) {
+    std::memcpy(out, broadcast.data() + begin, count * sizeof(float));
+  } else {
+    std::fill(out, out + count, 0.0f);
+  }
+}
+
+}  // namespace
+
+void Engine::Impl::fill_initial_values() {
+  Stream& stream = device->default_stream();
+  const auto& specs = registry.params();
+  // Host values go through a device-tier staging area (the device's kernels read device memory).
+  std::size_t largest = 1;
+  for (const auto& spec : specs) largest = std::max(largest, spec.numel);
+  const std::size_t staging_bytes = largest * sizeof(float);
+  float* staging = static_cast<float*>(device->reserve(Tier::device, staging_bytes));
+  auto upload = [&](void* dst, DType dtype, const float* host, std::size_t count) {
+    if (count == 0) return;
+    device->copy(staging, host, count * sizeof(float));
+    device->cast(staging, DType::f32, dst, dtype, count, stream);
+    stream.synchronize();
+  };
+
+  try {
+    std::vector<float> values;
+    std::vector<float> broadcast;
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      const ParamSpec& spec = specs[p];
+      ParamState& state = params[p];
+      broadcast.clear();
+      if (!state.initial.initializer) {
+        // Rank 0's values, when it passed any; every rank takes part whatever it passed.
+        scalars[0] = (rank == 0 && state.initial.values != nullptr) ? 1.0f : 0.0f;
+        comm->all_reduce(scalars, 1, DType::f32, ReduceOp::max).wait();
+        if (scalars[0] != 0.0f && spec.numel > 0) {
+          if (rank == 0) device->copy(staging, state.initial.values, spec.numel * sizeof(float));
+          comm->broadcast(staging, spec.numel, DType::f32, 0).wait();
+          broadcast.resize(spec.numel);
+          device->copy(broadcast.data(), staging, spec.numel * sizeof(float));
+        }
+      }
+      const ShardShape world_shape = shard_shape(spec.numel, world);
+      if (stage <= 2) {
+        // The whole parameter, asked for one world shard at a time.
+        values.assign(spec.numel, 0.0f);
+        for (int q = 0; q < world; ++q) {
+          initial_range(state.initial, broadcast, world_shape.begin(q), world_shape.valid(q),
+                        values.data() + world_shape.begin(q));
+        }
+        upload(state.full, compute, values.data(), spec.numel);
+        if (spec.trainable && master != nullptr) {
+          const int r = stage == 0 ? 0 : rank;
+          upload(master + state.flat, DType::f32, values.data() + state.shape.begin(r),
+                 state.shape.valid(r));
+        }
+      } else {
+        const std::size_t count = world_shape.valid(rank);
+        values.assign(count, 0.0f);
+        initial_range(state.initial, broadcast, world_shape.begin(rank), count, values.data());
+        if (spec.trainable) upload(master + state.flat, DType::f32, values.data(), count);
+        if (state.compute_flat != kNone) {
+          upload(static_cast<char*>(compute_shard) + state.compute_flat * dtype_size(compute),
+                 compute, values.data(), count);
+        }
+      }
+      state.initial = {};
+    }
+  } catch (...) {
+    device->unreserve(Tier::device, staging, staging_bytes);
+    throw;
+  }
+  device->unreserve(Tier::device, staging, staging_bytes);
+}
+
+}  // namespace zero::engine

@@ -1,0 +1,206 @@
+// The optimizer step at an accumulation boundary: fp16 overflow check agreed across ranks (and
+// the skip), the global gradient norm from the owned shards only, clipping and unscaling folded
+// into the optimizer's gradient scale, the learning-rate schedule, the optimizer over the owned
+// flat buffers, and at stages 1-2 the all-gather of the updated shards.
+#include <cmath>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/engine_impl.h"
+#include "optim/schedule.h"
+
+namespace zero::engine {
+namespace {
+
+float read_scalar(Device& device, const float* scalar) {
+  float value = 0.0f;
+  device.default_stream().synchronize();
+  device.copy(&value, scalar, sizeof(float));
+  return value;
+}
+
+}  // namespace
+
+// Calls `visit(data, dtype, count)` for the gradients the optimizer reads on this rank.
+template <class Visit>
+static void for_each_owned_grad(Engine::Impl& e, Visit visit) {
+  if (e.grad_flat != nullptr) {
+    visit(e.grad_flat, e.accum, e.owned_total);
+    return;
+  }
+  for (std::size_t p : e.trainable) visit(e.params[p].grad, e.compute, e.registry.param(p).numel);
+}
+
+bool Engine::Impl::check_overflow() {
+  Stream& stream = device->default_stream();
+  float* flag = scalars + 1;
+  device->fill(flag, DType::f32, 1, 0.0f, stream);
+  for_each_owned_grad(*this, [&](const void* data, DType dtype, std::size_t count) {
+    device->check_finite(data, dtype, count, flag, stream);
+  });
+  if (shard_ranks > 1) comm->all_reduce(flag, 1, DType::f32, ReduceOp::max, &stream).wait();
+  return read_scalar(*device, flag) != 0.0f;
+}
+
+double Engine::Impl::global_grad_norm() {
+  Stream& stream = device->default_stream();
+  float* sum = scalars;
+  device->fill(sum, DType::f32, 1, 0.0f, stream);
+  for_each_owned_grad(*this, [&](const void* data, DType dtype, std::size_t count) {
+    device->sum_squares(data, dtype, count, sum, stream);
+  });
+  if (shard_ranks > 1) comm->all_reduce(sum, 1, DType::f32, ReduceOp::sum, &stream).wait();
+  return std::sqrt(static_cast<double>(read_scalar(*device, sum)));
+}
+
+std::vector<optim::Slice> Engine::Impl::slices() {
+  std::vector<optim::Slice> out;
+  out.reserve(trainable.size());
+  const std::size_t csize = dtype_size(compute);
+  for (std::size_t p : trainable) {
+    const ParamState& state = params[p];
+    const GroupSpec& group = registry.group(registry.param(p).group);
+    optim::Slice s;
+    s.master = master_of(p);
+    s.grad = grad_flat != nullptr
+                 ? static_cast<const void*>(static_cast<const char*>(grad_flat) +
+                                            state.flat * dtype_size(accum))
+                 : state.grad;
+    for (int k = 0; k < 2; ++k) {
+      if (moments[k] != nullptr) s.state[k] = static_cast<float*>(moments[k]) + state.flat;
+    }
+    if (mixed) {
+      s.param_out = stage == 0 ? state.full
+                               : static_cast<void*>(static_cast<char*>(compute_shard) +
+                                                    state.compute_flat * csize);
+    }
+    s.count = owned_valid(p);
+    s.weight_decay = group.weight_decay;
+    s.lr_scale = group.lr_scale;
+    s.first_index = state.flat;
+    out.push_back(s);
+  }
+  return out;
+}
+
+void Engine::Impl::zero_owned_grads() {
+  Stream& stream = device->default_stream();
+  if (grad_flat != nullptr) device->fill(grad_flat, accum, owned_total, 0.0f, stream);
+  if (stage <= 1) {
+    for (std::size_t p : trainable) {
+      device->fill(params[p].grad, compute, registry.param(p).numel, 0.0f, stream);
+    }
+  }
+}
+
+StepStats Engine::Impl::boundary_step() {
+  StepStats stats;
+  stats.stepped = true;
+  const double scale = scaler.scale();
+  stats.loss_scale = scale;
+  global_steps += 1;
+
+  const bool overflow = config.precision == config::Precision::fp16 && check_overflow();
+  if (overflow) {
+    scaler.update(true);  // throws at the minimum scale
+    log::info("fp16 gradient overflow: step {} skipped, loss scale {} -> {}", global_steps, scale,
+              scaler.scale());
+    stats.skipped = true;
+    zero_owned_grads();
+    return stats;
+  }
+
+  const double norm_scaled = global_grad_norm();
+  const double norm = norm_scaled / scale;
+  stats.grad_norm = norm;
+  double grad_scale = 1.0 / scale;
+  if (config.gradient_clipping > 0.0) {
+    // DeepSpeed: clip = (norm + 1e-6) / max_norm; gradients divided by clip when it exceeds 1.
+    const double clip = (norm + 1e-6) / config.gradient_clipping;
+    if (clip > 1.0) grad_scale /= clip;
+  }
+
+  const std::int64_t k = optimizer_steps + 1;
+  const optim::ScheduleValue value = optim::schedule_at(
+      config.scheduler, optim::schedule_iteration(config.scheduler, k), config.optimizer.lr);
+  optim::StepHyper hyper;
+  hyper.step = k;
+  hyper.lr = value.lr;
+  hyper.beta1 = value.beta1.value_or(config.optimizer.beta1);
+  hyper.beta2 = value.beta2.value_or(config.optimizer.beta2);
+  hyper.grad_scale = grad_scale;
+  hyper.seed = options.seed;
+  stats.lr = value.lr;
+
+  Stream& stream = device->default_stream();
+  std::vector<optim::Slice> all = slices();
+  if (stage == 0 || stage == 3) {
+    optimizer->step(all, hyper, stream);
+  } else {
+    // Stages 1-2: the optimizer one all-gather bucket at a time, writing this rank's updated
+    // pieces into its block of the bucket; then the all-gather, and the copies back into the
+    // replicated parameters.
+    const std::size_t csize = dtype_size(compute);
+    char* buffer = static_cast<char*>(gather_buffer);
+    for (const Bucket& bucket : gather_buckets) {
+      std::vector<optim::Slice> pieces;
+      pieces.reserve(bucket.pieces.size());
+      for (const BucketPiece& piece : bucket.pieces) {
+        const optim::Slice& whole = all[piece.param];
+        const std::size_t valid = whole.count;
+        const std::size_t count =
+            piece.begin >= valid ? 0 : std::min(piece.end, valid) - piece.begin;
+        char* out = buffer + bucket_position(bucket, piece, rank) * csize;
+        if (count == 0) continue;
+        optim::Slice s = whole;
+        s.master += piece.begin;
+        s.grad = static_cast<const char*>(whole.grad) + piece.begin * dtype_size(accum);
+        for (int m = 0; m < 2; ++m) {
+          if (s.state[m] != nullptr) s.state[m] = static_cast<float*>(s.state[m]) + piece.begin;
+        }
+        s.param_out = mixed ? out : nullptr;
+        s.count = count;
+        s.first_index = whole.first_index + piece.begin;
+        pieces.push_back(s);
+      }
+      optimizer->step(pieces, hyper, stream);
+      // fp32: the master pieces are the compute values to share.
+      if (!mixed) {
+        for (const BucketPiece& piece : bucket.pieces) {
+          const optim::Slice& whole = all[piece.param];
+          const std::size_t valid = whole.count;
+          const std::size_t count =
+              piece.begin >= valid ? 0 : std::min(piece.end, valid) - piece.begin;
+          if (count == 0) continue;
+          device->copy_async(buffer + bucket_position(bucket, piece, rank) * csize,
+                             whole.master + piece.begin, count * csize, stream);
+        }
+      }
+      comm->all_gather(buffer + static_cast<std::size_t>(rank) * bucket.block * csize, buffer,
+                       bucket.block, compute, &stream)
+          .wait();
+      for (const BucketPiece& piece : bucket.pieces) {
+        const std::size_t p = trainable[piece.param];
+        const ShardShape& shape = params[p].shape;
+        for (int q = 0; q < world; ++q) {
+          const std::size_t valid = shape.valid(q);
+          const std::size_t count =
+              piece.begin >= valid ? 0 : std::min(piece.end, valid) - piece.begin;
+          if (count == 0) continue;
+          device->copy_async(static_cast<char*>(params[p].full) +
+                                 (shape.begin(q) + piece.begin) * csize,
+                             buffer + bucket_position(bucket, piece, q) * csize, count * csize,
+                             stream);
+        }
+      }
+    }
+  }
+  stream.synchronize();
+  optimizer_steps = k;
+  scaler.update(false);
+  zero_owned_grads();
+  drop_persistent();
+  return stats;
+}
+
+}  // namespace zero::engine
