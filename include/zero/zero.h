@@ -60,6 +60,187 @@ ZERO_API const char* zero_version(void);
 /* The library's version as ZERO_VERSION_CODE computes it. */
 ZERO_API int zero_version_code(void);
 
+/* ---------------------------------------------------------------------------------------
+ * The engine
+ *
+ * A zero_engine is one rank's share of a ZeRO data-parallel run. Its life:
+ *
+ *   zero_create / zero_create_from_file        config, device and communicator
+ *   zero_add_group, zero_add_module,           the model's parameter groups, its modules in
+ *   zero_add_param                              forward order, and its parameters
+ *   zero_init                                   layout, allocation, initial values
+ *   per micro-batch:
+ *     zero_pre_forward(m) ... zero_post_forward(m)       for each module, in forward order
+ *     multiply the mean loss by zero_loss_factor()
+ *     zero_pre_backward(m) ... zero_post_backward(m)     for each module, in reverse order
+ *     zero_step                                           every micro-batch (DeepSpeed's
+ *                                                         engine.step()); the optimizer runs at
+ *                                                         the accumulation boundary
+ *   zero_destroy
+ *
+ * Collective order. zero_init, the four hooks, zero_step, zero_read_param and zero_destroy
+ * are collective over the engine's communicator: every rank calls them in the same order with
+ * the same module and parameter indices. A module whose hooks one rank skips must be skipped by
+ * all of them in that micro-step. The registration calls are local, but every rank must make
+ * the same ones in the same order (zero_init checks, and names the first difference).
+ *
+ * Thread safety. An engine is driven by one thread at a time. Different engines are
+ * independent. zero_last_error() is per thread.
+ *
+ * Streams. The hooks take the caller's stream (a cudaStream_t on a GPU; ignored on the CPU,
+ * pass NULL): the engine orders its gathers and reductions after the work already there.
+ *
+ * Indices. Groups, modules and parameters are numbered from 0 in registration order.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct zero_engine zero_engine;
+
+/* The dtype of param_data and grad_buffer. */
+typedef enum zero_dtype { ZERO_FP32 = 0, ZERO_FP16 = 1, ZERO_BF16 = 2 } zero_dtype;
+
+/* Optional settings of zero_create. Zero-initialise it ({0}) and set what you need. */
+typedef struct zero_create_options {
+  /* "dotted.key=value" strings filling "auto" values or replacing the file's, e.g.
+   * "train_micro_batch_size_per_gpu=4", "optimizer.params.lr=3e-4". */
+  const char* const* overrides;
+  int override_count;
+  /* Run on this MPI communicator (a pointer to an MPI_Comm) instead of the launcher's world;
+   * zero duplicates it and never frees it. NULL: from the launcher (mpirun, srun, zero-run),
+   * or a world of one without a launcher. */
+  const void* mpi_comm;
+  /* Device: 0 automatic (a GPU when there is one), 1 CPU, 2 CUDA. */
+  int device;
+  /* OpenMP threads of the CPU optimizer; 0: one. */
+  int optimizer_threads;
+  /* Seed of bf16 optimizer state's stochastic rounding. */
+  unsigned long long seed;
+} zero_create_options;
+
+/* Creates an engine from a JSON config text. `options` may be NULL. On success *engine is
+ * the new engine; on failure it is NULL. Collective: every rank of the job calls it. */
+ZERO_API zero_status zero_create(const char* config_json, const zero_create_options* options,
+                                 zero_engine** engine);
+/* The same, reading the config from a file. */
+ZERO_API zero_status zero_create_from_file(const char* path, const zero_create_options* options,
+                                           zero_engine** engine);
+
+/* Collective: finishes outstanding communication and frees the engine and its memory. NULL
+ * is accepted and does nothing. */
+ZERO_API zero_status zero_destroy(zero_engine* engine);
+
+ZERO_API zero_status zero_rank(const zero_engine* engine, int* rank);
+ZERO_API zero_status zero_world_size(const zero_engine* engine, int* world_size);
+ZERO_API zero_status zero_compute_dtype(const zero_engine* engine, zero_dtype* dtype);
+
+/* ---- Registration (before zero_init) ---- */
+
+/* A parameter group: weight decay and learning-rate scale for the parameters in it (e.g. no
+ * decay for biases and norms). Group 0, "default", exists with the optimizer's weight decay. */
+ZERO_API zero_status zero_add_group(zero_engine* engine, const char* name, double weight_decay,
+                                    double lr_scale, int* group);
+
+/* A module: the unit of the hooks. Register modules in forward order. */
+ZERO_API zero_status zero_add_module(zero_engine* engine, const char* name, int* module);
+
+/* Fills out[0, count) with the values of elements [offset, offset + count) of the flattened
+ * parameter. Called during zero_init for the ranges this rank needs, so that the values do not
+ * depend on the number of ranks. */
+typedef void (*zero_initializer)(void* user, int param, unsigned long long offset,
+                                 unsigned long long count, float* out);
+
+typedef struct zero_param_desc {
+  const char* name;
+  const long long* shape; /* ndim dims, each >= 0; ndim 0 is a scalar */
+  int ndim;
+  int trainable;          /* 0: frozen (no gradient, no optimizer state) */
+  int group;
+  const int* modules;     /* the modules that use it (a tied weight lists several) */
+  int module_count;
+  /* The first value, one of (or neither, for zeros):
+   *   initial: numel floats read on rank 0 only (broadcast at zero_init; must stay valid
+   *            until then); other ranks may pass NULL;
+   *   initializer (+ initializer_user): called per range (every rank passes one, or none). */
+  const float* initial;
+  zero_initializer initializer;
+  void* initializer_user;
+} zero_param_desc;
+
+ZERO_API zero_status zero_add_param(zero_engine* engine, const zero_param_desc* desc, int* param);
+
+/* Collective. Checks that every rank registered the same, lays out and allocates the model
+ * state, and sets the initial values. Registration is closed afterwards. */
+ZERO_API zero_status zero_init(zero_engine* engine);
+
+/* ---- Training ---- */
+
+ZERO_API zero_status zero_pre_forward(zero_engine* engine, int module, void* stream);
+ZERO_API zero_status zero_post_forward(zero_engine* engine, int module, void* stream);
+ZERO_API zero_status zero_pre_backward(zero_engine* engine, int module, void* stream);
+ZERO_API zero_status zero_post_backward(zero_engine* engine, int module, void* stream);
+
+/* The compute copy of a parameter (zero_compute_dtype, numel elements, row-major).
+ * Stages 0-2: valid from zero_init to zero_destroy; its values change only in zero_step.
+ * Stage 3: valid only between the pre and post hook of a module that uses the parameter. */
+ZERO_API zero_status zero_param_data(zero_engine* engine, int param, void** data);
+
+/* The gradient buffer a module's backward adds (+=) its gradient into (zero_compute_dtype,
+ * numel elements). Valid between zero_pre_backward and zero_post_backward of a module that
+ * uses the parameter. It is zero at the first of them in a micro-step (stages 2-3) or in an
+ * accumulation window (stages 0-1, which keep the sum over the window's micro-steps). */
+ZERO_API zero_status zero_grad_buffer(zero_engine* engine, int param, void** data);
+
+/* What to multiply the micro-batch's mean loss by before backward: the fp16 loss scale
+ * divided by gradient_accumulation_steps (1 / steps in bf16 and fp32). */
+ZERO_API zero_status zero_loss_factor(const zero_engine* engine, double* factor);
+/* The current loss scale (1 unless fp16). */
+ZERO_API zero_status zero_loss_scale(const zero_engine* engine, double* scale);
+
+/* Training (1) or evaluation (0) mode. Evaluation passes call only the forward hooks. */
+ZERO_API zero_status zero_set_train(zero_engine* engine, int train);
+
+/* *boundary = 1 when the next zero_step ends an accumulation window (runs the optimizer). */
+ZERO_API zero_status zero_is_accumulation_boundary(const zero_engine* engine, int* boundary);
+
+typedef struct zero_step_stats {
+  int stepped;            /* 1 at an accumulation boundary */
+  int skipped;            /* 1 when fp16 overflow skipped the optimizer and the schedule */
+  double loss_scale;      /* the scale this window's gradients carried */
+  double grad_norm;       /* global norm of the unscaled gradients (before clipping) */
+  double lr;              /* the learning rate of this optimizer step */
+  long long global_steps; /* optimizer steps so far, skipped ones included */
+  long long micro_steps;  /* zero_step calls so far */
+} zero_step_stats;
+
+/* Collective. Call after every micro-batch's backward. `stats` may be NULL. */
+ZERO_API zero_status zero_step(zero_engine* engine, zero_step_stats* stats);
+
+/* Collective: the full current value of a parameter as numel floats, on every rank (the fp32
+ * master for trainable parameters in mixed precision, else the compute copy). */
+ZERO_API zero_status zero_read_param(zero_engine* engine, int param, float* out,
+                                     unsigned long long count);
+
+/* ---- Memory and failure ---- */
+
+/* Tiers and kinds of model state, as zero_memory_bytes reports them. */
+typedef enum zero_tier { ZERO_TIER_DEVICE = 0, ZERO_TIER_PINNED = 1, ZERO_TIER_HOST = 2,
+                         ZERO_TIER_NVME = 3 } zero_tier;
+typedef enum zero_kind { ZERO_KIND_PARAM = 0, ZERO_KIND_GRAD = 1, ZERO_KIND_MASTER = 2,
+                         ZERO_KIND_MOMENT = 3, ZERO_KIND_BUFFER = 4 } zero_kind;
+
+/* Bytes of one tier and kind on this rank: live now, and the most there ever were. */
+ZERO_API zero_status zero_memory_bytes(const zero_engine* engine, zero_tier tier, zero_kind kind,
+                                       unsigned long long* live, unsigned long long* peak);
+
+/* A text report of the same (every tier and kind in use), written into buffer (size bytes,
+ * always NUL-terminated when size > 0); *needed (may be NULL) gets the full length + 1. */
+ZERO_API zero_status zero_memory_report(const zero_engine* engine, char* buffer,
+                                        unsigned long long size, unsigned long long* needed);
+
+/* Ends the whole job after a failure this rank cannot recover from (a collective error, a
+ * timeout): reports `reason` and terminates every rank with exit_code. Does not return when
+ * the engine has a communicator; returns ZERO_ERROR_USAGE for a NULL engine. */
+ZERO_API zero_status zero_abort(zero_engine* engine, int exit_code, const char* reason);
+
 #ifdef __cplusplus
 }
 #endif

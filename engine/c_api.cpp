@@ -1,0 +1,396 @@
+// The C API's engine functions (include/zero/zero.h): each checks its handle and arguments,
+// calls the C++ Engine inside zero::guard (exceptions become a status and the thread's last
+// error), and does nothing else.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "comm/create.h"
+#include "device/device.h"
+#include "engine/c_status.h"
+#include "engine/config/config.h"
+#include "engine/engine.h"
+#include "zero/zero.h"
+
+struct zero_engine {
+  std::unique_ptr<zero::engine::Engine> engine;
+};
+
+namespace {
+
+using zero::ErrorCategory;
+using zero::make_error;
+
+template <class T>
+T* require(T* pointer, const char* call, const char* what) {
+  if (pointer == nullptr) throw make_error(ErrorCategory::usage, "{}: {} is NULL", call, what);
+  return pointer;
+}
+
+zero::engine::Engine& engine_of(zero_engine* handle, const char* call) {
+  require(handle, call, "the engine");
+  return *handle->engine;
+}
+
+const zero::engine::Engine& engine_of(const zero_engine* handle, const char* call) {
+  require(handle, call, "the engine");
+  return *handle->engine;
+}
+
+std::size_t index_of(int index, const char* call, const char* what) {
+  if (index < 0) throw make_error(ErrorCategory::usage, "{}: {} index {} is negative", call, what, index);
+  return static_cast<std::size_t>(index);
+}
+
+using ConfigReader = std::function<zero::config::Config(const zero::config::ReadOptions&)>;
+
+zero_engine* create(const ConfigReader& read_config, const zero_create_options* options) {
+  zero_create_options none{};
+  const zero_create_options& o = options != nullptr ? *options : none;
+  zero::config::ReadOptions read;
+  if (o.override_count < 0) {
+    throw make_error(ErrorCategory::usage, "zero_create: override_count {} is negative",
+                     o.override_count);
+  }
+  for (int i = 0; i < o.override_count; ++i) {
+    require(o.overrides, "zero_create", "options->overrides");
+    read.overrides.push_back(zero::config::parse_override(
+        require(o.overrides[i], "zero_create", "an override string")));
+  }
+
+  zero::DeviceOptions device_options;
+  switch (o.device) {
+    case 0: device_options.preference = zero::DevicePreference::automatic; break;
+    case 1: device_options.preference = zero::DevicePreference::cpu; break;
+    case 2: device_options.preference = zero::DevicePreference::cuda; break;
+    default:
+      throw make_error(ErrorCategory::usage,
+                       "zero_create: options->device {} is not 0 (automatic), 1 (CPU) or 2 (CUDA)",
+                       o.device);
+  }
+  const zero::comm::LaunchInfo launch = zero::comm::detect_launch();
+  device_options.local_rank = launch.local_rank;
+
+  // The world size resolves the batch keys, and the config sets the collective timeout: read
+  // it for the launcher's world, and again if the communicator turns out to differ.
+  read.world_size = launch.world_size;
+  zero::config::Config config = read_config(read);
+  auto device = zero::create_device(device_options);
+  zero::comm::CommOptions comm_options;
+  comm_options.device = device.get();
+  comm_options.timeout = std::chrono::milliseconds(std::llround(config.comm_timeout_s * 1000.0));
+  std::unique_ptr<zero::Communicator> comm;
+  if (o.mpi_comm != nullptr) {
+    comm = zero::comm::wrap_mpi_communicator(o.mpi_comm, comm_options);
+  } else {
+    comm_options.launch = launch;
+    comm = zero::comm::create_communicator(comm_options);
+  }
+  zero::log::set_rank(comm->rank());
+  if (comm->size() != config.world_size) {
+    read.world_size = comm->size();
+    config = read_config(read);
+  }
+  zero::config::log_notes(config);
+  zero::engine::EngineOptions engine_options;
+  engine_options.optimizer_threads = std::max(o.optimizer_threads, 0);
+  engine_options.seed = o.seed;
+  auto handle = std::make_unique<zero_engine>();
+  handle->engine = std::make_unique<zero::engine::Engine>(std::move(config), std::move(device),
+                                                          std::move(comm), engine_options);
+  return handle.release();
+}
+
+zero::Stream* stream_of(void*) {
+  // The caller's stream is ordered through the device's default stream for now: the CPU
+  // device ignores streams, and the CUDA engine path wraps cudaStream_t with the GPU issue.
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+zero_status zero_create(const char* config_json, const zero_create_options* options,
+                        zero_engine** engine) {
+  if (engine != nullptr) *engine = nullptr;
+  return zero::guard([&] {
+    require(engine, "zero_create", "the engine output pointer");
+    require(config_json, "zero_create", "the config text");
+    const std::string text = config_json;
+    *engine = create(
+        [&](const zero::config::ReadOptions& read) {
+          zero::config::ReadOptions named = read;
+          named.source = "<zero_create>";
+          return zero::config::read_config_text(text, named);
+        },
+        options);
+  });
+}
+
+zero_status zero_create_from_file(const char* path, const zero_create_options* options,
+                                  zero_engine** engine) {
+  if (engine != nullptr) *engine = nullptr;
+  return zero::guard([&] {
+    require(engine, "zero_create_from_file", "the engine output pointer");
+    require(path, "zero_create_from_file", "the path");
+    const std::string file = path;
+    *engine = create(
+        [&](const zero::config::ReadOptions& read) {
+          return zero::config::read_config_file(file, read);
+        },
+        options);
+  });
+}
+
+zero_status zero_destroy(zero_engine* engine) {
+  return zero::guard([&] { delete engine; });
+}
+
+zero_status zero_rank(const zero_engine* engine, int* rank) {
+  return zero::guard([&] { *require(rank, "zero_rank", "rank") = engine_of(engine, "zero_rank").rank(); });
+}
+
+zero_status zero_world_size(const zero_engine* engine, int* world_size) {
+  return zero::guard([&] {
+    *require(world_size, "zero_world_size", "world_size") =
+        engine_of(engine, "zero_world_size").world_size();
+  });
+}
+
+zero_status zero_compute_dtype(const zero_engine* engine, zero_dtype* dtype) {
+  return zero::guard([&] {
+    require(dtype, "zero_compute_dtype", "dtype");
+    switch (engine_of(engine, "zero_compute_dtype").compute_dtype()) {
+      case zero::DType::f16: *dtype = ZERO_FP16; break;
+      case zero::DType::bf16: *dtype = ZERO_BF16; break;
+      default: *dtype = ZERO_FP32; break;
+    }
+  });
+}
+
+zero_status zero_add_group(zero_engine* engine, const char* name, double weight_decay,
+                           double lr_scale, int* group) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_add_group");
+    require(name, "zero_add_group", "the name");
+    const std::size_t index = e.add_group(name, weight_decay, lr_scale);
+    if (group != nullptr) *group = static_cast<int>(index);
+  });
+}
+
+zero_status zero_add_module(zero_engine* engine, const char* name, int* module) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_add_module");
+    require(name, "zero_add_module", "the name");
+    const std::size_t index = e.add_module(name);
+    if (module != nullptr) *module = static_cast<int>(index);
+  });
+}
+
+zero_status zero_add_param(zero_engine* engine, const zero_param_desc* desc, int* param) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_add_param");
+    require(desc, "zero_add_param", "the parameter description");
+    require(desc->name, "zero_add_param", "desc->name");
+    if (desc->ndim < 0) {
+      throw make_error(ErrorCategory::usage, "zero_add_param '{}': ndim {} is negative",
+                       desc->name, desc->ndim);
+    }
+    if (desc->ndim > 0) require(desc->shape, "zero_add_param", "desc->shape");
+    if (desc->module_count < 0 || (desc->module_count > 0 && desc->modules == nullptr)) {
+      throw make_error(ErrorCategory::usage,
+                       "zero_add_param '{}': modules must point at module_count (>= 1) indices",
+                       desc->name);
+    }
+    if (desc->initial != nullptr && desc->initializer != nullptr) {
+      throw make_error(ErrorCategory::usage,
+                       "zero_add_param '{}': give an initial value or an initializer, not both",
+                       desc->name);
+    }
+    std::vector<std::int64_t> shape(desc->shape, desc->shape + desc->ndim);
+    std::vector<std::size_t> modules;
+    for (int i = 0; i < desc->module_count; ++i) {
+      modules.push_back(index_of(desc->modules[i], "zero_add_param", "module"));
+    }
+    if (desc->group < 0) {
+      throw make_error(ErrorCategory::usage, "zero_add_param '{}': group {} is negative",
+                       desc->name, desc->group);
+    }
+    zero::engine::InitialValue initial;
+    initial.values = desc->initial;
+    if (desc->initializer != nullptr) {
+      const zero_initializer fn = desc->initializer;
+      void* user = desc->initializer_user;
+      // The index is known once add_param returns; the initializer runs only at init.
+      auto index = std::make_shared<int>(-1);
+      initial.initializer = [fn, user, index](std::uint64_t offset, std::size_t count, float* out) {
+        fn(user, *index, offset, count, out);
+      };
+      const std::size_t added =
+          e.add_param(desc->name, std::move(shape), desc->trainable != 0,
+                      static_cast<std::size_t>(desc->group), std::move(modules), std::move(initial));
+      *index = static_cast<int>(added);
+      if (param != nullptr) *param = *index;
+      return;
+    }
+    const std::size_t added =
+        e.add_param(desc->name, std::move(shape), desc->trainable != 0,
+                    static_cast<std::size_t>(desc->group), std::move(modules), std::move(initial));
+    if (param != nullptr) *param = static_cast<int>(added);
+  });
+}
+
+zero_status zero_init(zero_engine* engine) {
+  return zero::guard([&] { engine_of(engine, "zero_init").init(); });
+}
+
+zero_status zero_pre_forward(zero_engine* engine, int module, void* stream) {
+  return zero::guard([&] {
+    engine_of(engine, "zero_pre_forward")
+        .pre_forward(index_of(module, "zero_pre_forward", "module"), stream_of(stream));
+  });
+}
+
+zero_status zero_post_forward(zero_engine* engine, int module, void* stream) {
+  return zero::guard([&] {
+    engine_of(engine, "zero_post_forward")
+        .post_forward(index_of(module, "zero_post_forward", "module"), stream_of(stream));
+  });
+}
+
+zero_status zero_pre_backward(zero_engine* engine, int module, void* stream) {
+  return zero::guard([&] {
+    engine_of(engine, "zero_pre_backward")
+        .pre_backward(index_of(module, "zero_pre_backward", "module"), stream_of(stream));
+  });
+}
+
+zero_status zero_post_backward(zero_engine* engine, int module, void* stream) {
+  return zero::guard([&] {
+    engine_of(engine, "zero_post_backward")
+        .post_backward(index_of(module, "zero_post_backward", "module"), stream_of(stream));
+  });
+}
+
+zero_status zero_param_data(zero_engine* engine, int param, void** data) {
+  return zero::guard([&] {
+    require(data, "zero_param_data", "data");
+    *data = nullptr;
+    *data = engine_of(engine, "zero_param_data")
+                .param_data(index_of(param, "zero_param_data", "parameter"));
+  });
+}
+
+zero_status zero_grad_buffer(zero_engine* engine, int param, void** data) {
+  return zero::guard([&] {
+    require(data, "zero_grad_buffer", "data");
+    *data = nullptr;
+    *data = engine_of(engine, "zero_grad_buffer")
+                .grad_buffer(index_of(param, "zero_grad_buffer", "parameter"));
+  });
+}
+
+zero_status zero_loss_factor(const zero_engine* engine, double* factor) {
+  return zero::guard([&] {
+    *require(factor, "zero_loss_factor", "factor") = engine_of(engine, "zero_loss_factor").loss_factor();
+  });
+}
+
+zero_status zero_loss_scale(const zero_engine* engine, double* scale) {
+  return zero::guard([&] {
+    *require(scale, "zero_loss_scale", "scale") = engine_of(engine, "zero_loss_scale").loss_scale();
+  });
+}
+
+zero_status zero_set_train(zero_engine* engine, int train) {
+  return zero::guard([&] { engine_of(engine, "zero_set_train").set_train(train != 0); });
+}
+
+zero_status zero_is_accumulation_boundary(const zero_engine* engine, int* boundary) {
+  return zero::guard([&] {
+    *require(boundary, "zero_is_accumulation_boundary", "boundary") =
+        engine_of(engine, "zero_is_accumulation_boundary").is_accumulation_boundary() ? 1 : 0;
+  });
+}
+
+zero_status zero_step(zero_engine* engine, zero_step_stats* stats) {
+  return zero::guard([&] {
+    const zero::engine::StepStats s = engine_of(engine, "zero_step").step();
+    if (stats == nullptr) return;
+    stats->stepped = s.stepped ? 1 : 0;
+    stats->skipped = s.skipped ? 1 : 0;
+    stats->loss_scale = s.loss_scale;
+    stats->grad_norm = s.grad_norm;
+    stats->lr = s.lr;
+    stats->global_steps = s.global_steps;
+    stats->micro_steps = s.micro_steps;
+  });
+}
+
+zero_status zero_read_param(zero_engine* engine, int param, float* out,
+                            unsigned long long count) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_read_param");
+    require(out, "zero_read_param", "out");
+    const std::size_t index = index_of(param, "zero_read_param", "parameter");
+    const std::vector<float> values = e.read_param(index);
+    if (count != values.size()) {
+      throw make_error(ErrorCategory::usage,
+                       "zero_read_param '{}': count {} but the parameter has {} elements",
+                       e.registry().param(index).name, count, values.size());
+    }
+    std::copy(values.begin(), values.end(), out);
+  });
+}
+
+zero_status zero_memory_bytes(const zero_engine* engine, zero_tier tier, zero_kind kind,
+                              unsigned long long* live, unsigned long long* peak) {
+  return zero::guard([&] {
+    const auto& e = engine_of(engine, "zero_memory_bytes");
+    if (static_cast<int>(tier) < 0 || static_cast<int>(tier) > 3 || static_cast<int>(kind) < 0 ||
+        static_cast<int>(kind) > 4) {
+      throw make_error(ErrorCategory::usage, "zero_memory_bytes: tier {} or kind {} is out of range",
+                       static_cast<int>(tier), static_cast<int>(kind));
+    }
+    unsigned long long l = 0, p = 0;
+    for (const auto& u : e.memory_usage()) {
+      if (static_cast<int>(u.tier) == static_cast<int>(tier) &&
+          static_cast<int>(u.kind) == static_cast<int>(kind)) {
+        l += u.live;
+        p += u.peak;
+      }
+    }
+    if (live != nullptr) *live = l;
+    if (peak != nullptr) *peak = p;
+  });
+}
+
+zero_status zero_memory_report(const zero_engine* engine, char* buffer, unsigned long long size,
+                               unsigned long long* needed) {
+  return zero::guard([&] {
+    const std::string text = engine_of(engine, "zero_memory_report").memory_report();
+    if (needed != nullptr) *needed = text.size() + 1;
+    if (size == 0) return;
+    require(buffer, "zero_memory_report", "buffer");
+    const std::size_t n = std::min<std::size_t>(text.size(), size - 1);
+    std::memcpy(buffer, text.data(), n);
+    buffer[n] = '\0';
+  });
+}
+
+zero_status zero_abort(zero_engine* engine, int exit_code, const char* reason) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_abort");
+    e.communicator().abort(exit_code, reason != nullptr ? reason : "zero_abort");
+  });
+}
+
+}  // extern "C"
