@@ -1,0 +1,156 @@
+/* Compiled as C99 and linked against libzero.so alone: a model written in C trains through
+ * zero.h. One rank, ZeRO stage 2, bf16, two modules: y = w * x + b fitted to a fixed target
+ * with the mean squared error; the loss must fall by 100x in 200 steps, and the C API's usage
+ * errors must come back as ZERO_ERROR_USAGE with a message. Exits non-zero on any failure. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "zero/zero.h"
+
+#define N 37
+
+#define CHECK(call)                                                                          \
+  do {                                                                                       \
+    zero_status s_ = (call);                                                                 \
+    if (s_ != ZERO_OK) {                                                                     \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, zero_status_string(s_), zero_last_error()); \
+      return 1;                                                                              \
+    }                                                                                        \
+  } while (0)
+
+static float bf16_to_float(unsigned short h) {
+  unsigned int bits = (unsigned int)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static unsigned short float_to_bf16(float f) { /* round to nearest even, finite values */
+  unsigned int bits;
+  memcpy(&bits, &f, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return (unsigned short)(bits >> 16);
+}
+
+static void init_weight(void* user, int param, unsigned long long offset, unsigned long long count,
+                        float* out) {
+  unsigned long long i;
+  (void)user;
+  (void)param;
+  for (i = 0; i < count; ++i) out[i] = 0.01f * (float)(offset + i);
+}
+
+static const char* kConfig =
+    "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
+    " \"bf16\": {\"enabled\": true},"
+    " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.05}},"
+    " \"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 16}}";
+
+static float target(int i) { return 1.0f + 0.5f * (float)sin(0.3 * i); }
+
+int main(void) {
+  zero_engine* engine = NULL;
+  zero_create_options options;
+  int linear, bias_module, w, b, step, i;
+  long long shape[1] = {N};
+  zero_param_desc desc;
+  double first_loss = -1, loss = 0;
+  void* data;
+
+  memset(&options, 0, sizeof options);
+  options.device = 1;
+  CHECK(zero_create(kConfig, &options, &engine));
+  CHECK(zero_add_module(engine, "linear", &linear));
+  CHECK(zero_add_module(engine, "bias", &bias_module));
+
+  memset(&desc, 0, sizeof desc);
+  desc.name = "w";
+  desc.shape = shape;
+  desc.ndim = 1;
+  desc.trainable = 1;
+  desc.modules = &linear;
+  desc.module_count = 1;
+  desc.initializer = init_weight;
+  CHECK(zero_add_param(engine, &desc, &w));
+  desc.name = "b";
+  desc.modules = &bias_module;
+  desc.initializer = NULL;
+  CHECK(zero_add_param(engine, &desc, &b));
+
+  /* Usage errors: a bad index, and a hook before init. */
+  if (zero_pre_forward(engine, 0, NULL) != ZERO_ERROR_USAGE || strstr(zero_last_error(), "init") == NULL) {
+    fprintf(stderr, "a hook before init was not a usage error naming init: %s\n", zero_last_error());
+    return 1;
+  }
+  CHECK(zero_init(engine));
+  if (zero_add_module(engine, "late", NULL) != ZERO_ERROR_USAGE) {
+    fprintf(stderr, "registering after init was not a usage error\n");
+    return 1;
+  }
+  if (zero_param_data(engine, 99, &data) != ZERO_ERROR_USAGE || strstr(zero_last_error(), "99") == NULL) {
+    fprintf(stderr, "a bad parameter index was not a usage error naming it: %s\n", zero_last_error());
+    return 1;
+  }
+  if (zero_post_backward(engine, linear, NULL) != ZERO_ERROR_USAGE) {
+    fprintf(stderr, "post_backward without pre_backward was not a usage error\n");
+    return 1;
+  }
+
+  for (step = 0; step < 200; ++step) {
+    /* x = 1 for every element: y_i = w_i + b_i; loss = mean (y - t)^2. */
+    float y[N];
+    double factor;
+    unsigned short *wv, *bv, *gw, *gb;
+    zero_step_stats stats;
+    CHECK(zero_pre_forward(engine, linear, NULL));
+    CHECK(zero_pre_forward(engine, bias_module, NULL));
+    CHECK(zero_param_data(engine, w, (void**)&wv));
+    CHECK(zero_param_data(engine, b, (void**)&bv));
+    loss = 0;
+    for (i = 0; i < N; ++i) {
+      y[i] = bf16_to_float(wv[i]) + bf16_to_float(bv[i]);
+      loss += (y[i] - target(i)) * (y[i] - target(i)) / N;
+    }
+    CHECK(zero_post_forward(engine, bias_module, NULL));
+    CHECK(zero_post_forward(engine, linear, NULL));
+    if (first_loss < 0) first_loss = loss;
+
+    CHECK(zero_loss_factor(engine, &factor));
+    CHECK(zero_pre_backward(engine, bias_module, NULL));
+    CHECK(zero_grad_buffer(engine, b, (void**)&gb));
+    for (i = 0; i < N; ++i) {
+      float g = (float)(2.0 * (y[i] - target(i)) / N * factor);
+      gb[i] = float_to_bf16(bf16_to_float(gb[i]) + g);
+    }
+    CHECK(zero_post_backward(engine, bias_module, NULL));
+    CHECK(zero_pre_backward(engine, linear, NULL));
+    CHECK(zero_grad_buffer(engine, w, (void**)&gw));
+    for (i = 0; i < N; ++i) {
+      float g = (float)(2.0 * (y[i] - target(i)) / N * factor);
+      gw[i] = float_to_bf16(bf16_to_float(gw[i]) + g);
+    }
+    CHECK(zero_post_backward(engine, linear, NULL));
+    CHECK(zero_step(engine, &stats));
+    if (!stats.stepped || stats.skipped || stats.global_steps != step + 1) {
+      fprintf(stderr, "step %d: stepped %d skipped %d global_steps %lld\n", step, stats.stepped,
+              stats.skipped, stats.global_steps);
+      return 1;
+    }
+  }
+  {
+    unsigned long long live = 0, peak = 0;
+    CHECK(zero_memory_bytes(engine, ZERO_TIER_DEVICE, ZERO_KIND_MASTER, &live, &peak));
+    if (live != 2 * N * 4) {
+      fprintf(stderr, "master bytes %llu, expected %d\n", live, 2 * N * 4);
+      return 1;
+    }
+  }
+  CHECK(zero_destroy(engine));
+  printf("loss %.6f -> %.6f\n", first_loss, loss);
+  if (!(loss < first_loss / 100)) {
+    fprintf(stderr, "the loss did not fall 100x\n");
+    return 1;
+  }
+  return 0;
+}
