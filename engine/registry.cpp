@@ -276,7 +276,9 @@ std::string Registry::describe_entry(std::size_t k) const {
   const ParamSpec& p = params_[k];
   std::vector<std::string> users;
   users.reserve(p.modules.size());
-  for (const std::size_t m : p.modules) users.push_back(fmt::format("{} '{}'", m, modules_[m].name));
+  for (const std::size_t m : p.modules) {
+    users.push_back(fmt::format("{} '{}'", m, modules_[m].name));
+  }
   return fmt::format("parameter {} '{}' shape {} {} group {} '{}' modules [{}]", k, p.name,
                      shape_text(p.shape), p.trainable ? "trainable" : "frozen", p.group,
                      groups_[p.group].name, fmt::join(users, ", "));

@@ -104,7 +104,8 @@ class Registry {
   // Entry k of entry_hashes(), for the mismatch message, e.g.
   //   group 1 'no_decay' weight_decay 0 lr_scale 1
   //   module 2 'h.0.attn'
-  //   parameter 3 'h.0.attn.w' shape [768, 2304] trainable group 1 'no_decay' modules [2 'h.0.attn']
+  //   parameter 3 'h.0.attn.w' shape [768, 2304] trainable group 1 'no_decay'
+  //     modules [2 'h.0.attn']     (one line; broken here to fit)
   // (the number is the index among entries of its kind; a frozen parameter says "frozen").
   // Throws a usage Error when k >= entry_count().
   std::string describe_entry(std::size_t k) const;

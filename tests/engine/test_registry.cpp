@@ -251,8 +251,8 @@ TEST_CASE("add_param refuses a module that does not exist", "[engine]") {
   r.add_module("a");
   r.add_module("b");
   r.add_module("c");
-  REQUIRE(usage_error([&] { r.add_param("w", {2}, true, 0, {1, 5}); }) ==
-          "add_param 'w': module index 5 does not exist (3 modules registered)");
+  REQUIRE(usage_error([&] { r.add_param("w", {2}, true, 0, {1, 3}); }) ==
+          "add_param 'w': module index 3 does not exist (3 modules registered)");
   REQUIRE(r.param_count() == 0);
   REQUIRE(r.module(1).params.empty());  // nothing half-registered
 }
@@ -334,8 +334,8 @@ TEST_CASE("accessors refuse an index out of range", "[engine]") {
   REQUIRE(usage_error([&] { r.group(2); }) == "group index 2 does not exist (2 groups registered)");
   REQUIRE(usage_error([&] { r.module(4); }) ==
           "module index 4 does not exist (4 modules registered)");
-  REQUIRE(usage_error([&] { r.param(9); }) ==
-          "parameter index 9 does not exist (4 parameters registered)");
+  REQUIRE(usage_error([&] { r.param(4); }) ==
+          "parameter index 4 does not exist (4 parameters registered)");
   REQUIRE(usage_error([&] { r.describe_entry(10); }) ==
           "registry entry 10 does not exist (10 entries: 2 groups, 4 modules, 4 parameters)");
 }
