@@ -69,10 +69,11 @@ std::vector<optim::Slice> Engine::Impl::slices() {
     for (int k = 0; k < 2; ++k) {
       if (moments[k] != nullptr) s.state[k] = static_cast<float*>(moments[k]) + state.flat;
     }
-    if (mixed) {
-      s.param_out = stage == 0 ? state.full
-                               : static_cast<void*>(static_cast<char*>(compute_shard) +
-                                                    state.compute_flat * csize);
+    // Stage 0 writes the replicated copy, stage 3 the compute shard; stages 1-2 write into
+    // the all-gather bucket (set per piece by the caller).
+    if (mixed && stage == 0) s.param_out = state.full;
+    if (mixed && stage == 3) {
+      s.param_out = static_cast<char*>(compute_shard) + state.compute_flat * csize;
     }
     s.count = owned_valid(p);
     s.weight_decay = group.weight_decay;
