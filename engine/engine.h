@@ -69,7 +69,7 @@ struct MemoryUsage {
 };
 
 struct EngineOptions {
-  // OpenMP threads of the CPU optimizer; 0: omp_get_max_threads().
+  // OpenMP threads of the CPU optimizer; 0: one.
   int optimizer_threads = 0;
   // Seed of bf16 optimizer state's stochastic rounding.
   std::uint64_t seed = 0;

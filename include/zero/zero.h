@@ -87,8 +87,9 @@ ZERO_API int zero_version_code(void);
  * Thread safety. An engine is driven by one thread at a time. Different engines are
  * independent. zero_last_error() is per thread.
  *
- * Streams. The hooks take the caller's stream (a cudaStream_t on a GPU; ignored on the CPU,
- * pass NULL): the engine orders its gathers and reductions after the work already there.
+ * Streams. The hooks take the caller's stream (a cudaStream_t on a GPU; pass NULL on the
+ * CPU). In this version the engine works on the device's default stream and ignores the
+ * argument; ordering after the caller's stream comes with the GPU engine path.
  *
  * Indices. Groups, modules and parameters are numbered from 0 in registration order.
  * ------------------------------------------------------------------------------------- */
