@@ -99,10 +99,11 @@ void Engine::Impl::check_same_registration() {
   auto* scratch = reinterpret_cast<std::int64_t*>(scalars) + 8;
   std::memcpy(&scratch[0], &hashes[0], 8);
   scratch[1] = static_cast<std::int64_t>(registry.entry_count());
-  scratch[2] = -scratch[0];
-  scratch[3] = -scratch[1];
+  // max(x) and max(~x) = ~min(x) in one all_reduce: equal everywhere iff max == min.
+  scratch[2] = ~scratch[0];
+  scratch[3] = ~scratch[1];
   comm->all_reduce(scratch, 4, DType::i64, ReduceOp::max).wait();
-  const bool same = scratch[0] == -scratch[2] && scratch[1] == -scratch[3];
+  const bool same = scratch[0] == ~scratch[2] && scratch[1] == ~scratch[3];
   if (same) return;
 
   // Name the first entry that differs from rank 0's.

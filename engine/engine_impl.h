@@ -48,7 +48,6 @@ struct ParamState {
 // One reduction bucket's progress in the current micro-step.
 struct BucketRun {
   std::size_t waiting = 0;  // params of this bucket not yet ready
-  bool issued = false;
 };
 
 struct Engine::Impl {
@@ -68,7 +67,6 @@ struct Engine::Impl {
   void lay_out();
   void allocate();
   void fill_initial_values();
-  Block allocate_block(Arena& arena, MemoryKind kind, std::size_t bytes);
   float* master_of(std::size_t param);           // fp32 master shard (or full param at stage 0 fp32)
   void* shard_source(std::size_t param);         // what a gather reads: the compute shard
   std::size_t owned_valid(std::size_t param) const;  // elements of this rank's shard that are real
@@ -157,7 +155,6 @@ struct Engine::Impl {
   std::int64_t micro_steps = 0;
   std::int64_t global_steps = 0;
   std::int64_t optimizer_steps = 0;  // not skipped: the optimizer's and the schedule's count
-  std::unique_ptr<Event> scratch_event;
   float* scalars = nullptr;  // device scratch: [0] sum of squares, [1] non-finite flag
 };
 

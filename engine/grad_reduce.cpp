@@ -69,7 +69,7 @@ void Engine::Impl::begin_backward_window() {
       if (piece.param != last) ++distinct;
       last = piece.param;
     }
-    bucket_runs[b] = {distinct, false};
+    bucket_runs[b] = {distinct};
   }
   next_bucket = 0;
 }
@@ -126,11 +126,10 @@ void Engine::Impl::issue_bucket(std::size_t b) {
   for (const BucketPiece& piece : bucket.pieces) {
     const std::size_t p = trainable[piece.param];
     const ParamState& state = params[p];
-    const std::size_t numel = registry.param(p).numel;
     const std::size_t length = piece.end - piece.begin;
     for (int q = 0; q < shard_ranks; ++q) {
       const std::size_t start = state.shape.begin(q) + piece.begin;
-      const std::size_t real = start >= numel ? 0 : std::min(length, numel - start);
+      const std::size_t real = piece_valid(piece, state.shape.valid(q));
       char* dst = buffer + bucket_position(bucket, piece, q) * wsize;
       if (real != 0) {
         if (state.grad != nullptr) {
@@ -161,7 +160,6 @@ void Engine::Impl::issue_bucket(std::size_t b) {
     work = comm->all_reduce(buffer, total, wire, ReduceOp::sum, &stream);
   }
   in_flight[slot] = {b, std::move(work)};
-  bucket_runs[b].issued = true;
   if (!config.zero.overlap_comm) finish_bucket(slot);
 }
 

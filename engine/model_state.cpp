@@ -69,11 +69,6 @@ void Engine::Impl::lay_out() {
   }
 }
 
-Block Engine::Impl::allocate_block(Arena& arena, MemoryKind kind, std::size_t bytes) {
-  Block block = arena.allocate(kind, bytes);
-  return block;
-}
-
 void Engine::Impl::allocate() {
   const std::size_t csize = dtype_size(compute);
   const auto& specs = registry.params();
