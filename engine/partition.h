@@ -74,6 +74,12 @@ std::vector<Bucket> plan_buckets(std::span<const std::size_t> order,
                                  std::span<const std::size_t> numels, int ranks,
                                  std::size_t bucket_elements);
 
+// The elements of piece `p` that are real parameter elements in a shard holding `valid` of
+// them (ShardShape::valid); the rest of the piece is padding.
+inline std::size_t piece_valid(const BucketPiece& p, std::size_t valid) noexcept {
+  return p.begin >= valid ? 0 : (p.end < valid ? p.end : valid) - p.begin;
+}
+
 // Where piece `p` of bucket `b` starts in the bucket buffer for shard q (rank-major).
 inline std::size_t bucket_position(const Bucket& b, const BucketPiece& p, int q) noexcept {
   return static_cast<std::size_t>(q) * b.block + p.offset;

@@ -149,8 +149,7 @@ StepStats Engine::Impl::boundary_step() {
       for (const BucketPiece& piece : bucket.pieces) {
         const optim::Slice& whole = all[piece.param];
         const std::size_t valid = whole.count;
-        const std::size_t count =
-            piece.begin >= valid ? 0 : std::min(piece.end, valid) - piece.begin;
+        const std::size_t count = piece_valid(piece, valid);
         char* out = buffer + bucket_position(bucket, piece, rank) * csize;
         if (count == 0) continue;
         optim::Slice s = whole;
@@ -170,8 +169,7 @@ StepStats Engine::Impl::boundary_step() {
         for (const BucketPiece& piece : bucket.pieces) {
           const optim::Slice& whole = all[piece.param];
           const std::size_t valid = whole.count;
-          const std::size_t count =
-              piece.begin >= valid ? 0 : std::min(piece.end, valid) - piece.begin;
+          const std::size_t count = piece_valid(piece, valid);
           if (count == 0) continue;
           device->copy_async(buffer + bucket_position(bucket, piece, rank) * csize,
                              whole.master + piece.begin, count * csize, stream);
@@ -185,8 +183,7 @@ StepStats Engine::Impl::boundary_step() {
         const ShardShape& shape = params[p].shape;
         for (int q = 0; q < world; ++q) {
           const std::size_t valid = shape.valid(q);
-          const std::size_t count =
-              piece.begin >= valid ? 0 : std::min(piece.end, valid) - piece.begin;
+          const std::size_t count = piece_valid(piece, valid);
           if (count == 0) continue;
           device->copy_async(static_cast<char*>(params[p].full) +
                                  (shape.begin(q) + piece.begin) * csize,
