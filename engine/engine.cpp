@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/timer.h"
 #include "engine/engine_impl.h"
 
 namespace zero::engine {
@@ -50,6 +51,14 @@ Engine::Impl::~Impl() {
       log::warn("engine: an outstanding gradient reduction failed at shutdown: {}", error.what());
     }
   }
+  for (auto& state : params) {
+    if (!state.in_flight || comm->poisoned()) continue;
+    try {
+      state.gathering.wait();
+    } catch (const std::exception& error) {
+      log::warn("engine: an outstanding parameter gather failed at shutdown: {}", error.what());
+    }
+  }
   if (scalars != nullptr) device->unreserve(Tier::device, scalars, 4096);
 }
 
@@ -85,6 +94,7 @@ void Engine::Impl::poll_outstanding() {
   for (auto& slot : in_flight) {
     if (slot.bucket != kNone) slot.work.test();
   }
+  poll_gathers();
 }
 
 // Every rank must register the same groups, modules and parameters with the same kind of
@@ -165,6 +175,7 @@ std::size_t Engine::add_group(std::string name, double weight_decay, double lr_s
 std::size_t Engine::add_module(std::string name) {
   const std::size_t index = impl_->registry.add_module(std::move(name));
   impl_->module_open.push_back(0);
+  impl_->open_event.push_back(kNone);
   return index;
 }
 
@@ -204,10 +215,11 @@ void Engine::pre_forward(std::size_t module, Stream* stream) {
                      "after each micro-batch's backward",
                      e.registry.module(module).name);
   }
+  if (e.phase == Impl::Phase::idle) e.phase_timer.restart();
   e.phase = Impl::Phase::forward;
-  e.module_open[module] += 1;
   (void)e.stream_of(stream);
-  e.gather(module);
+  e.enter(module, /*backward=*/false);
+  e.module_open[module] += 1;
   e.poll_outstanding();
 }
 
@@ -223,7 +235,7 @@ void Engine::post_forward(std::size_t module, Stream* stream) {
   }
   e.module_open[module] -= 1;
   (void)e.stream_of(stream);
-  e.release(module);
+  e.leave(module);
   e.poll_outstanding();
 }
 
@@ -246,12 +258,14 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
                          e.registry.module(module).name);
       }
     }
+    if (e.phase == Impl::Phase::forward) e.timers.forward += e.phase_timer.seconds();
+    e.phase_timer.restart();
     e.phase = Impl::Phase::backward;
     e.begin_backward_window();
   }
-  e.module_open[module] += 1;
   (void)e.stream_of(stream);
-  e.gather(module);
+  e.enter(module, /*backward=*/true);
+  e.module_open[module] += 1;
   for (std::size_t p : e.registry.module(module).params) {
     if (e.registry.param(p).trainable) e.hand_out_grad(p);
   }
@@ -270,7 +284,7 @@ void Engine::post_backward(std::size_t module, Stream* stream) {
   }
   e.module_open[module] -= 1;
   (void)e.stream_of(stream);
-  e.release(module);
+  e.leave(module);
   for (std::size_t p : e.registry.module(module).params) {
     if (!e.registry.param(p).trainable) continue;
     ParamState& state = e.params[p];
@@ -333,6 +347,12 @@ void Engine::set_train(bool train) {
     throw make_error(ErrorCategory::usage,
                      "set_train in the middle of a backward pass: call step() first");
   }
+  if (e.any_hook_open()) {
+    throw make_error(ErrorCategory::usage,
+                     "set_train while a module's pre hook has no post hook yet: finish the pass "
+                     "first");
+  }
+  if (e.initialized && !e.train && train) e.end_pass(/*train_pass=*/false);
   e.train = train;
 }
 
@@ -356,6 +376,10 @@ StepStats Engine::step() {
     throw make_error(ErrorCategory::usage, "step in eval mode: call set_train(true) first");
   }
   const bool boundary = is_accumulation_boundary();
+  if (e.phase == Impl::Phase::forward) e.timers.forward += e.phase_timer.seconds();
+  if (e.phase == Impl::Phase::backward) e.timers.backward += e.phase_timer.seconds();
+  e.end_pass(/*train_pass=*/true);
+  e.check_plans();
   if (e.stage >= 2 || boundary) {
     // This micro-step reduces gradients. One without a backward pass reduces zeros, so that
     // every rank issues the same collectives.
@@ -364,11 +388,35 @@ StepStats Engine::step() {
   }
   e.phase = Impl::Phase::idle;
   StepStats stats;
-  if (boundary) stats = e.boundary_step();
+  if (boundary) {
+    Timer timer;
+    stats = e.boundary_step();
+    e.timers.step += timer.seconds();
+  }
   e.micro_steps += 1;
+  e.timers.micro_steps += 1;
   stats.micro_steps = e.micro_steps;
   stats.global_steps = e.global_steps;
+  if (boundary && e.global_steps % e.config.steps_per_print == 0) e.print_breakdowns();
   return stats;
+}
+
+// DeepSpeed's wall_clock_breakdown and memory_breakdown: every steps_per_print steps, on rank 0,
+// the time per optimizer step by phase and the memory by tier and kind.
+void Engine::Impl::print_breakdowns() {
+  if (config.wall_clock_breakdown && rank == 0) {
+    const double steps = static_cast<double>(timers.micro_steps) /
+                         static_cast<double>(config.batch.gradient_accumulation_steps);
+    const auto ms = [&](double seconds) { return 1e3 * seconds / std::max(steps, 1.0); };
+    log::info("step {}: time per step (ms), mean of the last {}: forward {:.3f} | backward {:.3f} "
+              "(blocked on reductions {:.3f}) | stage-3 gathers: issue {:.3f}, blocked {:.3f} | "
+              "step {:.3f} (optimizer {:.3f}, parameter all-gather {:.3f})",
+              global_steps, steps, ms(timers.forward), ms(timers.backward), ms(timers.reduce_wait),
+              ms(timers.gather_issue), ms(timers.gather_wait), ms(timers.step),
+              ms(timers.optimizer), ms(timers.allgather));
+  }
+  timers = {};
+  if (config.memory_breakdown && rank == 0) log::info("step {}: {}", global_steps, memory_text());
 }
 
 std::vector<float> Engine::read_param(std::size_t param) {
@@ -412,8 +460,17 @@ std::vector<float> Engine::read_param(std::size_t param) {
   return out;
 }
 
-std::vector<MemoryUsage> Engine::memory_usage() const {
-  const Impl& e = *impl_;
+FetchStats Engine::fetch_stats() const {
+  FetchStats stats = impl_->fetch;
+  stats.train_hooks = impl_->traces[0].have_plan ? impl_->traces[0].plan.size() : 0;
+  stats.eval_hooks = impl_->traces[1].have_plan ? impl_->traces[1].plan.size() : 0;
+  return stats;
+}
+
+std::vector<MemoryUsage> Engine::memory_usage() const { return impl_->usage(); }
+
+std::vector<MemoryUsage> Engine::Impl::usage() const {
+  const Impl& e = *this;
   std::vector<MemoryUsage> usage;
   for (Tier tier : kAllTiers) {
     for (MemoryKind kind : kAllMemoryKinds) {
@@ -430,11 +487,19 @@ std::vector<MemoryUsage> Engine::memory_usage() const {
   return usage;
 }
 
-std::string Engine::memory_report() const {
-  std::string text = fmt::format("rank {} model state by tier and kind (live / peak):", rank());
-  for (const MemoryUsage& u : memory_usage()) {
+std::string Engine::memory_report() const { return impl_->memory_text(); }
+
+std::string Engine::Impl::memory_text() const {
+  std::string text = fmt::format("rank {} model state by tier and kind (live / peak):", rank);
+  for (const MemoryUsage& u : usage()) {
     text += fmt::format("\n  {:<7} {:<7} {:>12} / {:>12}", tier_name(u.tier),
                         memory_kind_name(u.kind), format_bytes(u.live), format_bytes(u.peak));
+  }
+  text += "\nreserved:";
+  for (const Arena* arena : {state_arena.get(), grad_arena.get(), gather_arena.get()}) {
+    if (arena == nullptr) continue;
+    text += fmt::format("\n  {:<7} {:>12}  {}", tier_name(arena->tier()),
+                        format_bytes(arena->capacity()), arena->name());
   }
   return text;
 }

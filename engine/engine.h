@@ -68,6 +68,18 @@ struct MemoryUsage {
   std::size_t peak = 0;
 };
 
+// Stage 3: what the parameter fetcher has done since init (zeros at other stages).
+struct FetchStats {
+  std::int64_t gathers = 0;     // all-gathers issued
+  std::int64_t prefetches = 0;  // of them, issued ahead by the recorded order
+  std::int64_t hits = 0;        // a hook's parameter already there or on its way
+  std::int64_t invalidations = 0;  // recorded orders a pass did not follow
+  std::size_t train_hooks = 0;  // length of the recorded training order (0: none)
+  std::size_t eval_hooks = 0;   // and of the evaluation order
+  std::size_t live_elements = 0;       // gathered now, persistent parameters aside
+  std::size_t peak_live_elements = 0;  // the most there were at once
+};
+
 struct EngineOptions {
   // OpenMP threads of the CPU optimizer; 0: one.
   int optimizer_threads = 0;
@@ -138,6 +150,8 @@ class Engine {
   // Collective: the full current value of a parameter as fp32 on every rank: the master for
   // trainable parameters in mixed precision, else the compute copy.
   std::vector<float> read_param(std::size_t param);
+
+  FetchStats fetch_stats() const;
 
   std::vector<MemoryUsage> memory_usage() const;
   // Lines for people: each tier and kind with live and peak bytes.

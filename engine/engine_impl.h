@@ -11,11 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "base/timer.h"
 #include "comm/communicator.h"
 #include "comm/work.h"
 #include "device/arena.h"
 #include "device/device.h"
 #include "engine/engine.h"
+#include "engine/fetch_plan.h"
 #include "engine/loss_scaler.h"
 #include "engine/partition.h"
 #include "engine/registry.h"
@@ -30,12 +32,15 @@ struct ParamState {
   ShardShape shape;              // over the shard group (N at stages 1-3, one rank at stage 0)
   std::size_t flat = kNone;      // trainable: offset of its shard in the owned flat buffers
   std::size_t compute_flat = kNone;  // stage 3: offset in the compute-shard flat buffer
-  // Stages 0-2: the replicated compute copy. Stage 3: the gathered copy while `holds` > 0 or
-  // persistent (padded to shape.padded() elements), else nullptr.
+  // Stages 0-2: the replicated compute copy. Stage 3: the gathered copy (padded to the world
+  // shard shape) while a hook holds it, the plan keeps it or fetched it ahead, or it is
+  // persistent; else nullptr.
   void* full = nullptr;
   Block full_block;    // stage 3: the gather arena's block
   int holds = 0;       // stage 3: hooks between pre and post that use it now
-  bool persistent = false;  // stage 3: numel below param_persistence_threshold
+  bool persistent = false;  // stage 3: stays gathered until a step (param_persistence_threshold)
+  Work gathering;           // stage 3: the all-gather into `full`, while in_flight
+  bool in_flight = false;
   void* grad = nullptr;     // the full gradient buffer, while it exists
   Block grad_block;         // stages 2-3: the gradient arena's block
   // Backward bookkeeping of the current micro-step.
@@ -62,6 +67,9 @@ struct Engine::Impl {
   std::size_t require_param(std::size_t param, const char* call) const;
   Stream& stream_of(Stream* stream);
   void poll_outstanding();
+  void print_breakdowns();
+  std::vector<MemoryUsage> usage() const;
+  std::string memory_text() const;
 
   // ---- model_state.cpp ----
   void lay_out();
@@ -82,12 +90,22 @@ struct Engine::Impl {
   void flush_reduction();  // end of a micro-step's backward: everything reduced
   void release_grad(std::size_t param);
 
-  // ---- param_gather.cpp ----
-  void gather(std::size_t module);
-  void release(std::size_t module);
-  void gather_param(std::size_t param);
-  void release_param(std::size_t param, bool force);
-  void drop_persistent();
+  // ---- param_gather.cpp (stage 3; no-ops at other stages) ----
+  struct TraceState;
+  void enter(std::size_t module, bool backward);  // a pre hook
+  void leave(std::size_t module);                  // a post hook
+  void end_pass(bool train_pass);
+  void diverge(TraceState& t, const TraceEvent* event, bool train_pass);
+  void check_plans();
+  bool gather_param(std::size_t param, bool own);
+  bool fits_gather_arena(std::size_t bytes) const;
+  void wait_gather(std::size_t param);
+  void release_param(std::size_t param);
+  void release_unheld(bool stale);
+  void poll_gathers();
+  bool any_hook_open() const;
+  std::size_t gathered_elements(std::size_t param) const;
+  std::string describe_event(const TraceEvent& event) const;
 
   // ---- step.cpp ----
   StepStats boundary_step();
@@ -148,6 +166,33 @@ struct Engine::Impl {
   std::vector<InFlight> in_flight;   // one per bucket buffer
   std::size_t next_slot = 0;
   std::vector<Bucket> gather_buckets;  // stages 1-2, over `trainable`
+
+  // Stage 3 fetching: one trace per kind of pass, [0] training micro-steps, [1] evaluation.
+  struct TraceState {
+    std::vector<TraceEvent> recording;  // this pass's hooks, while there is no plan
+    FetchPlan plan;
+    bool have_plan = false;
+    std::size_t pos = 0;     // the plan's next hook
+    bool unchecked = false;  // a plan recorded since the last step's cross-rank check
+    int invalidations = 0;
+    bool off = false;        // the order kept changing: neither recorded nor replayed
+  };
+  TraceState traces[2];
+  std::vector<std::size_t> open_event;  // per module: its pre hook's position in the plan, or kNone
+  std::size_t gathers_in_flight = 0;
+  FetchStats fetch;  // live_elements: gathered, not persistent
+
+  // Seconds spent, summed since the last wall_clock_breakdown line.
+  struct Timings {
+    double forward = 0, backward = 0;      // first pre hook of the phase to its end
+    double reduce_wait = 0;                // blocked on gradient reductions
+    double gather_issue = 0, gather_wait = 0;  // stage 3 all-gathers: issuing, blocked on
+    double step = 0;                       // the boundary step, all of it
+    double optimizer = 0;                  // the optimizer kernels within it
+    double allgather = 0;                  // stages 1-2: the updated shards back out
+    std::int64_t micro_steps = 0;
+  } timers;
+  Timer phase_timer;  // since the current phase began
 
   // Stepping.
   std::unique_ptr<optim::Optimizer> optimizer;

@@ -165,7 +165,9 @@ void Engine::Impl::issue_bucket(std::size_t b) {
 
 void Engine::Impl::finish_bucket(std::size_t slot) {
   InFlight& flight = in_flight[slot];
+  Timer timer;
   flight.work.wait();
+  timers.reduce_wait += timer.seconds();
   const Bucket& bucket = buckets[flight.bucket];
   Stream& stream = device->default_stream();
   flight.work.block(stream);

@@ -51,10 +51,17 @@ void Engine::Impl::lay_out() {
   for (std::size_t t = 0; t < trainable.size(); ++t) params[trainable[t]].flat = owned.offset[t];
   if (stage == 3) {
     compute_shards = flat_layout(compute_numels, world);
+    // Persistent: smaller than stage3_param_persistence_threshold, in registration order while
+    // their total stays within stage3_model_persistence_threshold.
+    const auto each_limit = static_cast<std::size_t>(config.zero.param_persistence_threshold);
+    const auto total_limit = static_cast<std::size_t>(config.zero.model_persistence_threshold);
+    std::size_t persistent_total = 0;
     for (std::size_t p = 0; p < specs.size(); ++p) {
       if (compute_numels[p] != 0) params[p].compute_flat = compute_shards.offset[p];
-      params[p].persistent =
-          specs[p].numel < static_cast<std::size_t>(config.zero.param_persistence_threshold);
+      if (specs[p].numel < each_limit && persistent_total + specs[p].numel <= total_limit) {
+        params[p].persistent = true;
+        persistent_total += specs[p].numel;
+      }
     }
   }
   plan_reduction();
@@ -164,8 +171,10 @@ void Engine::Impl::allocate() {
     grad_arena = std::make_unique<Arena>(device.get(), Tier::device, grad_capacity,
                                          "gradients (stage 2-3, while live)");
   }
-  // Stage 3: gathered parameters. Persistent ones stay; the others are bounded by
-  // stage3_max_live_parameters, and at least two of the largest modules fit.
+  // Stage 3: gathered parameters. Persistent ones stay. Of the others, the hooks open at once
+  // hold their modules' (room for two of the largest modules), and what is kept for reuse or
+  // fetched ahead is admitted only under stage3_max_live_parameters; a fetch ahead that does
+  // not fit is not issued, and an own gather that does not fit first releases those.
   if (stage == 3) {
     std::size_t persistent = 0, others = 0, largest_module = 0;
     for (std::size_t p = 0; p < specs.size(); ++p) {
@@ -180,7 +189,8 @@ void Engine::Impl::allocate() {
     const std::size_t live_limit =
         static_cast<std::size_t>(config.zero.max_live_parameters) * csize;
     const std::size_t gather_capacity =
-        persistent + std::min(others, std::max(live_limit, 2 * largest_module));
+        persistent + std::min(others, 2 * largest_module + std::min(live_limit, others)) +
+        kAlign;
     gather_arena = std::make_unique<Arena>(device.get(), Tier::device,
                                            std::max<std::size_t>(gather_capacity, kAlign),
                                            "gathered parameters (stage 3)");

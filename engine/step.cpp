@@ -135,8 +135,11 @@ StepStats Engine::Impl::boundary_step() {
 
   Stream& stream = device->default_stream();
   std::vector<optim::Slice> all = slices();
+  Timer optimizer_timer;
   if (stage == 0 || stage == 3) {
     optimizer->step(all, hyper, stream);
+    if (config.wall_clock_breakdown) stream.synchronize();
+    timers.optimizer += optimizer_timer.seconds();
   } else {
     // Stages 1-2: the optimizer one all-gather bucket at a time, writing this rank's updated
     // pieces into its block of the bucket; then the all-gather, and the copies back into the
@@ -163,7 +166,10 @@ StepStats Engine::Impl::boundary_step() {
         s.first_index = whole.first_index + piece.begin;
         pieces.push_back(s);
       }
+      optimizer_timer.restart();
       optimizer->step(pieces, hyper, stream);
+      if (config.wall_clock_breakdown) stream.synchronize();
+      timers.optimizer += optimizer_timer.seconds();
       // fp32: the master pieces are the compute values to share.
       if (!mixed) {
         for (const BucketPiece& piece : bucket.pieces) {
@@ -175,9 +181,11 @@ StepStats Engine::Impl::boundary_step() {
                              whole.master + piece.begin, count * csize, stream);
         }
       }
+      Timer allgather_timer;
       comm->all_gather(buffer + static_cast<std::size_t>(rank) * bucket.block * csize, buffer,
                        bucket.block, compute, &stream)
           .wait();
+      timers.allgather += allgather_timer.seconds();
       for (const BucketPiece& piece : bucket.pieces) {
         const std::size_t p = trainable[piece.param];
         const ShardShape& shape = params[p].shape;
@@ -197,7 +205,7 @@ StepStats Engine::Impl::boundary_step() {
   optimizer_steps = k;
   scaler.update(false);
   zero_owned_grads();
-  drop_persistent();
+  release_unheld(/*stale=*/true);
   return stats;
 }
 
