@@ -16,6 +16,7 @@
 #include "device/device.h"
 #include "engine/config/config.h"
 #include "engine/engine.h"
+#include "engine_model.h"
 #include "multirank.h"
 
 namespace zero::testing {
@@ -24,80 +25,14 @@ namespace {
 using engine::Engine;
 using engine::FetchStats;
 
-// Six modules in a chain. p0 is tied (embedding and head), p7 is small enough to be persistent,
-// p8 is frozen; sizes are odd so that shards are padded.
-struct Model {
-  std::vector<std::vector<std::size_t>> modules{{0, 7}, {1, 2}, {3}, {4, 8}, {5}, {6, 0}};
-  std::vector<std::int64_t> sizes{1201, 3001, 17, 2500, 999, 4097, 2049, 9, 1500};
-};
-
-constexpr std::size_t kFrozen = 8;
-
-std::unique_ptr<Engine> make_engine(const std::string& zero_keys, int gas = 2) {
-  const std::string text =
+std::unique_ptr<Engine> stage3_engine(const std::string& zero_keys, int gas = 2) {
+  return make_engine(
       R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": )" +
       std::to_string(gas) +
       R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
           "zero_optimization": {"stage": 3, "reduce_bucket_size": 3000,
                                 "stage3_param_persistence_threshold": 10)" +
-      zero_keys + "}}";
-  comm::CommOptions comm_options;
-  comm_options.backend = comm::Backend::mpi;
-  comm_options.timeout = std::chrono::seconds(120);
-  auto comm = comm::create_communicator(comm_options);
-  config::ReadOptions read;
-  read.world_size = comm->size();
-  auto engine = std::make_unique<Engine>(config::read_config_text(text, read),
-                                         create_device({}), std::move(comm));
-  Model model;
-  for (std::size_t m = 0; m < model.modules.size(); ++m) engine->add_module("m" + std::to_string(m));
-  for (std::size_t p = 0; p < model.sizes.size(); ++p) {
-    std::vector<std::size_t> users;
-    for (std::size_t m = 0; m < model.modules.size(); ++m) {
-      for (std::size_t q : model.modules[m]) {
-        if (q == p) users.push_back(m);
-      }
-    }
-    engine::InitialValue initial;
-    initial.initializer = [p](std::uint64_t offset, std::size_t count, float* out) {
-      for (std::size_t i = 0; i < count; ++i) {
-        out[i] = 0.5f * std::sin(0.001f * static_cast<float>(offset + i) + static_cast<float>(p));
-      }
-    };
-    engine->add_param("p" + std::to_string(p), {model.sizes[p]}, p != kFrozen, 0, users, initial);
-  }
-  engine->init();
-  return engine;
-}
-
-// One micro-step over `order` (module indices, forward order): forward reads every parameter,
-// backward adds a gradient that depends on the parameter, the rank and the step.
-double micro_step(Engine& e, const std::vector<std::size_t>& order, int step, bool train = true) {
-  Model model;
-  double checksum = 0;
-  for (std::size_t m : order) {
-    e.pre_forward(m);
-    for (std::size_t p : model.modules[m]) {
-      const float* data = static_cast<const float*>(e.param_data(p));
-      for (std::int64_t i = 0; i < model.sizes[p]; i += 97) checksum += data[i];
-    }
-    e.post_forward(m);
-  }
-  if (!train) return checksum;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    e.pre_backward(*it);
-    for (std::size_t p : model.modules[*it]) {
-      if (p == kFrozen) continue;
-      const float* data = static_cast<const float*>(e.param_data(p));
-      float* grad = static_cast<float*>(e.grad_buffer(p));
-      for (std::int64_t i = 0; i < model.sizes[p]; ++i) {
-        grad[i] += 0.3f * data[i] + 0.01f * static_cast<float>((i + step + e.rank()) % 7);
-      }
-    }
-    e.post_backward(*it);
-  }
-  e.step();
-  return checksum;
+      zero_keys + "}}");
 }
 
 const std::vector<std::size_t> kAll{0, 1, 2, 3, 4, 5};
@@ -112,7 +47,7 @@ struct Run {
 // step, and the training order changed to kShort from micro-step `change_at` on.
 Run train(const std::string& zero_keys, const std::vector<std::size_t>& eval_order,
           int change_at = 1000) {
-  auto e = make_engine(zero_keys);
+  auto e = stage3_engine(zero_keys);
   for (int micro = 0; micro < 8; ++micro) {
     micro_step(*e, micro >= change_at ? kShort : kAll, micro);
     if (micro % 2 == 1 && !eval_order.empty()) {

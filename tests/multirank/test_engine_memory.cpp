@@ -1,0 +1,162 @@
+// The memory model, to the byte: what each rank holds by kind after init and after a step is
+// the README's table (docs/design.md's, per dtype) plus the documented buffers, for stages 0-3
+// in fp32, bf16 and bf16 with fp32 gradient accumulation, at whatever N the job has (ctest runs
+// it at 1, 2, 3 and 4 ranks). The expected bytes are computed here from the table's formulas
+// and the model's sizes, not from the engine's layout.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine_model.h"
+#include "multirank.h"
+
+namespace zero::testing {
+namespace {
+
+using engine::Engine;
+
+constexpr std::size_t kReduceBucket = 1000;     // elements; p5 (4097) always overflows it
+constexpr std::size_t kAllgatherBucket = 1500;  // elements; so does p5 at every N <= 4
+
+struct Case {
+  int stage;
+  std::string precision;  // fp32 | bf16
+  std::size_t grad_bytes; // data_types.grad_accum_dtype: 0 = the compute dtype
+  bool overlap;
+};
+
+std::string config_text(const Case& c) {
+  std::string text = R"({"train_micro_batch_size_per_gpu": 1,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+      "zero_optimization": {"stage": )" + std::to_string(c.stage) +
+                     R"(, "reduce_bucket_size": )" + std::to_string(kReduceBucket) +
+                     R"(, "allgather_bucket_size": )" + std::to_string(kAllgatherBucket) +
+                     R"(, "overlap_comm": )" + (c.overlap ? "true" : "false") +
+                     R"(, "stage3_param_persistence_threshold": 10,
+                          "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0})";
+  if (c.precision == "bf16") text += R"(, "bf16": {"enabled": true})";
+  if (c.grad_bytes == 4) text += R"(, "data_types": {"grad_accum_dtype": "fp32"})";
+  return text + "}";
+}
+
+struct Bytes {
+  std::map<MemoryKind, std::size_t> live, peak;
+};
+
+Bytes measured(const Engine& e) {
+  Bytes b;
+  for (const auto& u : e.memory_usage()) {
+    REQUIRE(u.tier == Tier::device);  // the CPU device's "device" tier: nothing offloaded
+    b.live[u.kind] += u.live;
+    b.peak[u.kind] += u.peak;
+  }
+  return b;
+}
+
+// The table: Ψ trainable elements, N ranks, c compute bytes, g gradient-accumulation bytes.
+Bytes expected(const Case& c, int world) {
+  const Model model;
+  const std::size_t cb = c.precision == "fp32" ? 4 : 2;
+  const std::size_t gb = c.grad_bytes != 0 ? c.grad_bytes : cb;
+  const bool mixed = c.precision != "fp32";
+  const std::size_t n = c.stage == 0 ? 1 : static_cast<std::size_t>(world);
+  auto shard = [&](std::int64_t numel) { return (static_cast<std::size_t>(numel) + n - 1) / n; };
+  std::size_t all = 0, trainable = 0, trainable_shards = 0, frozen_shards = 0;
+  for (std::size_t p = 0; p < model.sizes.size(); ++p) {
+    all += static_cast<std::size_t>(model.sizes[p]);
+    if (p == kFrozen) {
+      frozen_shards += shard(model.sizes[p]);
+    } else {
+      trainable += static_cast<std::size_t>(model.sizes[p]);
+      trainable_shards += shard(model.sizes[p]);
+    }
+  }
+  Bytes b;
+  auto& live = b.live;
+  // Compute parameters: replicated at stages 0-2, the compute shards at stage 3 (fp32
+  // trainable ones are their masters).
+  live[MemoryKind::param] =
+      c.stage <= 2 ? cb * all : cb * (frozen_shards + (mixed ? trainable_shards : 0));
+  // Gradients: full ones at stages 0-1; the owned shard at stages 1-3, and at stage 0 when it
+  // accumulates in another dtype.
+  std::size_t grad = 0;
+  if (c.stage <= 1) grad += cb * trainable;
+  if (c.stage >= 1 || gb != cb) grad += gb * trainable_shards;
+  live[MemoryKind::grad] = grad;
+  // fp32 masters (stage 0 fp32 updates the parameters themselves) and Adam's two moments.
+  if (c.stage >= 1 || mixed) live[MemoryKind::master] = 4 * trainable_shards;
+  live[MemoryKind::moment] = 8 * trainable_shards;
+  // Buffers: one or two reduction buckets of reduce_bucket_size elements rounded down to a
+  // multiple of N (p5 fills one) in the gradient dtype, and at stages 1-2 the all-gather
+  // bucket of allgather_bucket_size elements, rounded the same way, in the compute dtype.
+  std::size_t buffer = (c.overlap ? 2 : 1) * (kReduceBucket / n * n) * cb;
+  if (c.stage == 1 || c.stage == 2) buffer += (kAllgatherBucket / n * n) * cb;
+  live[MemoryKind::buffer] = buffer;
+  for (auto& [kind, bytes] : live) {
+    if (bytes == 0) continue;
+    b.peak[kind] = bytes;
+  }
+  // The peaks of what lives only for a while. Stage 3 (nothing fetched ahead or kept): the
+  // persistent p7 (9 elements, gathered in m0, the first module) plus the largest module's
+  // other parameters, padded to N shards.
+  if (c.stage == 3) {
+    const std::size_t w = static_cast<std::size_t>(world);
+    auto padded = [&](std::int64_t numel) { return (static_cast<std::size_t>(numel) + w - 1) / w * w; };
+    std::size_t largest = 0;
+    for (const auto& m : model.modules) {
+      std::size_t elements = 0;
+      for (std::size_t p : m) {
+        if (p != 7) elements += padded(model.sizes[p]);
+      }
+      largest = std::max(largest, elements);
+    }
+    b.peak[MemoryKind::param] += cb * (padded(model.sizes[7]) + largest);
+  }
+  return b;
+}
+
+void check_kinds(const std::map<MemoryKind, std::size_t>& got,
+                 const std::map<MemoryKind, std::size_t>& want, const char* what) {
+  for (MemoryKind kind : kAllMemoryKinds) {
+    const std::size_t g = got.count(kind) ? got.at(kind) : 0;
+    const std::size_t w = want.count(kind) ? want.at(kind) : 0;
+    INFO(what << " bytes of kind " << memory_kind_name(kind));
+    CHECK(g == w);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("engine memory: bytes by kind are the table's plus the documented buffers", "[engine]") {
+  const int world = variants().front().comm->size();
+  const Model model;
+  std::vector<Case> cases;
+  for (int stage = 0; stage <= 3; ++stage) {
+    cases.push_back({stage, "fp32", 0, false});
+    cases.push_back({stage, "bf16", 0, true});
+    cases.push_back({stage, "bf16", 4, false});
+  }
+  for (const Case& c : cases) {
+    INFO("stage " << c.stage << ", " << c.precision << ", grad accum bytes " << c.grad_bytes
+                  << ", overlap " << c.overlap << ", " << world << " ranks");
+    auto e = make_engine(config_text(c));
+    const Bytes want = expected(c, world);
+    check_kinds(measured(*e).live, want.live, "after init, live");
+    micro_step(*e, {0, 1, 2, 3, 4, 5}, 0);
+    micro_step(*e, {0, 1, 2, 3, 4, 5}, 1);
+    const Bytes after = measured(*e);
+    check_kinds(after.live, want.live, "after two steps, live");
+    // Stages 2-3 hold full gradients only while they live: their peak is above the shard's.
+    auto peak = after.peak;
+    if (c.stage >= 2) {
+      CHECK(peak[MemoryKind::grad] > want.peak.at(MemoryKind::grad));
+      peak[MemoryKind::grad] = want.peak.at(MemoryKind::grad);
+    }
+    check_kinds(peak, want.peak, "after two steps, peak");
+  }
+}
+
+}  // namespace zero::testing
