@@ -31,6 +31,7 @@ inline constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 struct ParamState {
   ShardShape shape;              // over the shard group (N at stages 1-3, one rank at stage 0)
   std::size_t flat = kNone;      // trainable: offset of its shard in the owned flat buffers
+  std::uint64_t global_first = 0;  // trainable: its first element's index among all trainable ones
   std::size_t compute_flat = kNone;  // stage 3: offset in the compute-shard flat buffer
   // Stages 0-2: the replicated compute copy. Stage 3: the gathered copy (padded to the world
   // shard shape) while a hook holds it, the plan keeps it or fetched it ahead, or it is

@@ -48,7 +48,12 @@ void Engine::Impl::lay_out() {
   }
   owned = flat_layout(trainable_numels, shard_ranks);
   owned_total = owned.total;
-  for (std::size_t t = 0; t < trainable.size(); ++t) params[trainable[t]].flat = owned.offset[t];
+  std::uint64_t global = 0;
+  for (std::size_t t = 0; t < trainable.size(); ++t) {
+    params[trainable[t]].flat = owned.offset[t];
+    params[trainable[t]].global_first = global;
+    global += specs[trainable[t]].numel;
+  }
   if (stage == 3) {
     compute_shards = flat_layout(compute_numels, world);
     // Persistent: smaller than stage3_param_persistence_threshold, in registration order while
@@ -100,7 +105,8 @@ void Engine::Impl::allocate() {
   }
   if (has_master) capacity += align_up(owned_total * 4);
   if (has_grad_flat) capacity += align_up(owned_total * dtype_size(accum));
-  capacity += state_buffers * align_up(owned_total * 4);
+  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
+  capacity += state_buffers * align_up(owned_total * state_size);
   if (stage == 3) capacity += align_up(compute_shards.total * csize);
   if (!buckets.empty()) capacity += bucket_count * align_up(bucket_bytes);
   capacity += align_up(largest_gather * world * csize);
@@ -130,8 +136,8 @@ void Engine::Impl::allocate() {
     device->fill(grad_flat, accum, owned_total, 0.0f, stream);
   }
   for (int s = 0; s < state_buffers; ++s) {
-    moments[s] = take(MemoryKind::moment, owned_total * 4);
-    device->fill(moments[s], DType::f32, owned_total, 0.0f, stream);
+    moments[s] = take(MemoryKind::moment, owned_total * state_size);
+    device->fill(moments[s], config.optimizer_state_dtype, owned_total, 0.0f, stream);
   }
   if (stage == 3) {
     compute_shard = take(MemoryKind::param, compute_shards.total * csize);
@@ -198,7 +204,7 @@ void Engine::Impl::allocate() {
 
   optim::Formats formats;
   formats.grad = has_grad_flat ? accum : compute;
-  formats.state = DType::f32;
+  formats.state = config.optimizer_state_dtype;
   formats.param_out = mixed ? compute : DType::bf16;
   if (device->type() == DeviceType::cuda) {
     optimizer = optim::create_cuda_optimizer(config.optimizer, formats);

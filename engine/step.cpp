@@ -57,6 +57,7 @@ std::vector<optim::Slice> Engine::Impl::slices() {
   std::vector<optim::Slice> out;
   out.reserve(trainable.size());
   const std::size_t csize = dtype_size(compute);
+  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
   for (std::size_t p : trainable) {
     const ParamState& state = params[p];
     const GroupSpec& group = registry.group(registry.param(p).group);
@@ -67,7 +68,9 @@ std::vector<optim::Slice> Engine::Impl::slices() {
                                             state.flat * dtype_size(accum))
                  : state.grad;
     for (int k = 0; k < 2; ++k) {
-      if (moments[k] != nullptr) s.state[k] = static_cast<float*>(moments[k]) + state.flat;
+      if (moments[k] != nullptr) {
+        s.state[k] = static_cast<char*>(moments[k]) + state.flat * state_size;
+      }
     }
     // Stage 0 writes the replicated copy, stage 3 the compute shard; stages 1-2 write into
     // the all-gather bucket (set per piece by the caller).
@@ -78,7 +81,9 @@ std::vector<optim::Slice> Engine::Impl::slices() {
     s.count = owned_valid(p);
     s.weight_decay = group.weight_decay;
     s.lr_scale = group.lr_scale;
-    s.first_index = state.flat;
+    // Stochastic rounding keyed by the element's place in the model, not in this rank's
+    // buffer: bf16 optimizer states round the same way at any stage and world size.
+    s.first_index = state.global_first + state.shape.begin(stage == 0 ? 0 : rank);
     out.push_back(s);
   }
   return out;
@@ -159,7 +164,10 @@ StepStats Engine::Impl::boundary_step() {
         s.master += piece.begin;
         s.grad = static_cast<const char*>(whole.grad) + piece.begin * dtype_size(accum);
         for (int m = 0; m < 2; ++m) {
-          if (s.state[m] != nullptr) s.state[m] = static_cast<float*>(s.state[m]) + piece.begin;
+          if (s.state[m] != nullptr) {
+            s.state[m] = static_cast<char*>(s.state[m]) +
+                         piece.begin * dtype_size(config.optimizer_state_dtype);
+          }
         }
         s.param_out = mixed ? out : nullptr;
         s.count = count;

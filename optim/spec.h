@@ -75,9 +75,9 @@ struct Slice {
   std::size_t count = 0;
   double weight_decay = 0.0;      // the group's (0 for a no-decay group)
   double lr_scale = 1.0;          // the group's
-  // The position of master[0] in the rank's whole flat buffer: stochastic rounding depends on
-  // it (and on seed and step) only, so results do not depend on how the buffer is sliced,
-  // tiled or threaded.
+  // The position of master[0] in a numbering of all the elements stepped (the engine uses the
+  // element's index in the model): stochastic rounding depends on it (and on seed and step)
+  // only, so results do not depend on how the buffer is sliced, tiled, threaded or sharded.
   std::uint64_t first_index = 0;
 };
 

@@ -132,6 +132,9 @@ struct Config {
   bool memory_breakdown = false;
   DType communication_data_type = DType::f32;  // default: the compute dtype
   DType grad_accum_dtype = DType::f32;         // default: the compute dtype
+  // bf16.bf16_optimizer_states: the optimizer's moments in bf16 (stochastically rounded)
+  // instead of fp32; bf16 training only.
+  DType optimizer_state_dtype = DType::f32;
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   bool zero_allow_untested_optimizer = false;

@@ -66,8 +66,13 @@ void read_precision(Section& root, Config& config) {
   bf16.unsupported_flag("check_grad_overflow", "skipping bf16 steps on non-finite gradients");
   bf16.unsupported_flag("bf16_master_weights_and_grads",
                       "bf16 master weights and gradients");
-  bf16.unsupported_flag("bf16_optimizer_states", "bf16 optimizer states");
+  const bool bf16_states = bf16.boolean({"bf16_optimizer_states"}, false);
   bf16.finish();
+  if (bf16_states && !bf16_enabled) {
+    reader.error("bf16.bf16_optimizer_states is true but bf16.enabled is not: bf16 optimizer "
+                 "states need bf16 training");
+  }
+  config.optimizer_state_dtype = bf16_states ? DType::bf16 : DType::f32;
 
   if (config.fp16.enabled && bf16_enabled) {
     reader.error(

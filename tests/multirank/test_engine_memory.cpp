@@ -1,6 +1,6 @@
 // The memory model, to the byte: what each rank holds by kind after init and after a step is
 // the README's table (docs/design.md's, per dtype) plus the documented buffers, for stages 0-3
-// in fp32, bf16 and bf16 with fp32 gradient accumulation, at whatever N the job has (ctest runs
+// in fp32, bf16, bf16 with fp32 gradient accumulation and bf16 with bf16 optimizer states, at whatever N the job has (ctest runs
 // it at 1, 2, 3 and 4 ranks). The expected bytes are computed here from the table's formulas
 // and the model's sizes, not from the engine's layout.
 #include <catch2/catch.hpp>
@@ -26,6 +26,7 @@ struct Case {
   std::string precision;  // fp32 | bf16
   std::size_t grad_bytes; // data_types.grad_accum_dtype: 0 = the compute dtype
   bool overlap;
+  bool bf16_states = false;  // bf16.bf16_optimizer_states
 };
 
 std::string config_text(const Case& c) {
@@ -37,7 +38,10 @@ std::string config_text(const Case& c) {
                      R"(, "overlap_comm": )" + (c.overlap ? "true" : "false") +
                      R"(, "stage3_param_persistence_threshold": 10,
                           "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0})";
-  if (c.precision == "bf16") text += R"(, "bf16": {"enabled": true})";
+  if (c.precision == "bf16") {
+    text += std::string(R"(, "bf16": {"enabled": true, "bf16_optimizer_states": )") +
+            (c.bf16_states ? "true" : "false") + "}";
+  }
   if (c.grad_bytes == 4) text += R"(, "data_types": {"grad_accum_dtype": "fp32"})";
   return text + "}";
 }
@@ -88,7 +92,7 @@ Bytes expected(const Case& c, int world) {
   live[MemoryKind::grad] = grad;
   // fp32 masters (stage 0 fp32 updates the parameters themselves) and Adam's two moments.
   if (c.stage >= 1 || mixed) live[MemoryKind::master] = 4 * trainable_shards;
-  live[MemoryKind::moment] = 8 * trainable_shards;
+  live[MemoryKind::moment] = (c.bf16_states ? 4 : 8) * trainable_shards;
   // Buffers: one or two reduction buckets of reduce_bucket_size elements rounded down to a
   // multiple of N (p5 fills one) in the gradient dtype, and at stages 1-2 the all-gather
   // bucket of allgather_bucket_size elements, rounded the same way, in the compute dtype.
@@ -138,10 +142,12 @@ TEST_CASE("engine memory: bytes by kind are the table's plus the documented buff
     cases.push_back({stage, "fp32", 0, false});
     cases.push_back({stage, "bf16", 0, true});
     cases.push_back({stage, "bf16", 4, false});
+    cases.push_back({stage, "bf16", 0, false, true});
   }
   for (const Case& c : cases) {
     INFO("stage " << c.stage << ", " << c.precision << ", grad accum bytes " << c.grad_bytes
-                  << ", overlap " << c.overlap << ", " << world << " ranks");
+                  << ", overlap " << c.overlap << ", bf16 states " << c.bf16_states << ", "
+                  << world << " ranks");
     auto e = make_engine(config_text(c));
     const Bytes want = expected(c, world);
     check_kinds(measured(*e).live, want.live, "after init, live");
