@@ -174,6 +174,14 @@ ZERO_API zero_status zero_init(zero_engine* engine);
 
 /* ---- Training ---- */
 
+/* The module hooks, collective in the sense that every rank calls the same hooks in the same
+ * order. Stage 3 gathers a module's parameters in its pre hooks and releases them in its post
+ * hooks. The first training micro-step and the first evaluation pass record the order of the
+ * pre hooks; later passes gather ahead along it (stage3_prefetch_bucket_size elements ahead,
+ * within stage3_max_live_parameters) and keep parameters used again within
+ * stage3_max_reuse_distance elements. A pass in another order is recorded again with a
+ * warning (after three changes prefetching stops); an evaluation pass ends where the next
+ * begins (the forward of its first module with no hook open) or at zero_set_train(1). */
 ZERO_API zero_status zero_pre_forward(zero_engine* engine, int module, void* stream);
 ZERO_API zero_status zero_post_forward(zero_engine* engine, int module, void* stream);
 ZERO_API zero_status zero_pre_backward(zero_engine* engine, int module, void* stream);
@@ -196,7 +204,8 @@ ZERO_API zero_status zero_loss_factor(const zero_engine* engine, double* factor)
 /* The current loss scale (1 unless fp16). */
 ZERO_API zero_status zero_loss_scale(const zero_engine* engine, double* scale);
 
-/* Training (1) or evaluation (0) mode. Evaluation passes call only the forward hooks. */
+/* Training (1) or evaluation (0) mode. Evaluation passes call only the forward hooks. A usage
+ * error inside a pass (a pre hook without its post hook, or a backward before zero_step). */
 ZERO_API zero_status zero_set_train(zero_engine* engine, int train);
 
 /* *boundary = 1 when the next zero_step ends an accumulation window (runs the optimizer). */
