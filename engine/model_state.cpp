@@ -248,6 +248,27 @@ void Engine::Impl::fill_initial_values() {
     stream.synchronize();
   };
 
+  // Which parameters rank 0 passed values for: one all-reduce for them all, since every rank
+  // takes part in each broadcast whatever it passed.
+  std::vector<float> from_root(std::max<std::size_t>(specs.size(), 1), 0.0f);
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    if (rank == 0 && !params[p].initial.initializer && params[p].initial.values != nullptr) {
+      from_root[p] = 1.0f;
+    }
+  }
+  const std::size_t flag_bytes = from_root.size() * sizeof(float);
+  auto* flags = static_cast<float*>(device->reserve(Tier::device, flag_bytes));
+  device->copy(flags, from_root.data(), flag_bytes);
+  try {
+    comm->all_reduce(flags, from_root.size(), DType::f32, ReduceOp::max).wait();
+  } catch (...) {
+    device->unreserve(Tier::device, flags, flag_bytes);
+    device->unreserve(Tier::device, staging, staging_bytes);
+    throw;
+  }
+  device->copy(from_root.data(), flags, flag_bytes);
+  device->unreserve(Tier::device, flags, flag_bytes);
+
   try {
     std::vector<float> values;
     std::vector<float> broadcast;
@@ -256,10 +277,7 @@ void Engine::Impl::fill_initial_values() {
       ParamState& state = params[p];
       broadcast.clear();
       if (!state.initial.initializer) {
-        // Rank 0's values, when it passed any; every rank takes part whatever it passed.
-        scalars[0] = (rank == 0 && state.initial.values != nullptr) ? 1.0f : 0.0f;
-        comm->all_reduce(scalars, 1, DType::f32, ReduceOp::max).wait();
-        if (scalars[0] != 0.0f && spec.numel > 0) {
+        if (from_root[p] != 0.0f && spec.numel > 0) {
           if (rank == 0) device->copy(staging, state.initial.values, spec.numel * sizeof(float));
           comm->broadcast(staging, spec.numel, DType::f32, 0).wait();
           broadcast.resize(spec.numel);
