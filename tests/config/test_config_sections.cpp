@@ -133,11 +133,20 @@ TEST_CASE("precision: communication and accumulation dtypes default to the compu
 }
 
 TEST_CASE("precision: bf16 switches zero lacks are refused only when on", "[config][precision]") {
-  REQUIRE(error_of(with(R"("bf16": {"enabled": true, "bf16_optimizer_states": true})")) ==
-          "bf16.bf16_optimizer_states: bf16 optimizer states is not supported by zero (got "
-          "true); remove it or disable it");
+  REQUIRE(error_of(with(R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true})")) ==
+          "bf16.bf16_master_weights_and_grads: bf16 master weights and gradients is not "
+          "supported by zero (got true); remove it or disable it");
   const Config config = read(with(R"("bf16": {"enabled": true, "immediate_grad_update": true})"));
   REQUIRE(config.infos.size() >= 1);
+}
+
+TEST_CASE("precision: bf16_optimizer_states keeps the moments in bf16, with bf16 training only",
+          "[config][precision]") {
+  REQUIRE(read(with(R"("bf16": {"enabled": true})")).optimizer_state_dtype == zero::DType::f32);
+  REQUIRE(read(with(R"("bf16": {"enabled": true, "bf16_optimizer_states": true})"))
+              .optimizer_state_dtype == zero::DType::bf16);
+  REQUIRE_THAT(error_of(with(R"("bf16": {"enabled": false, "bf16_optimizer_states": true})")),
+               Catch::Contains("need bf16 training"));
 }
 
 // ---------------------------------------------------------------------------- optimizer
