@@ -54,8 +54,9 @@ struct StepStats {
   bool stepped = false;        // this call was an accumulation boundary and ran the optimizer
   bool skipped = false;        // fp16 overflow: the optimizer and the schedule did not advance
   double loss_scale = 1.0;     // the scale the boundary's gradients were computed with
-  double grad_norm = 0.0;      // global norm of the unscaled gradients (0 when not stepped)
-  double lr = 0.0;             // the learning rate the optimizer step used (before lr_scale)
+  double grad_norm = 0.0;   // global norm of the unscaled gradients (0 when not stepped or skipped)
+  double lr = 0.0;          // the optimizer step's learning rate (before lr_scale); when
+                            // skipped, the one the schedule still holds
   std::int64_t global_steps = 0;  // optimizer steps taken so far, skipped ones included
   std::int64_t micro_steps = 0;   // step() calls so far
 };

@@ -104,11 +104,16 @@ StepStats Engine::Impl::boundary_step() {
   stats.stepped = true;
   const double scale = scaler.scale();
   stats.loss_scale = scale;
-  global_steps += 1;
+  // The learning rate this step uses, or on a skipped step the one the schedule still holds.
+  const std::int64_t k = optimizer_steps + 1;
+  const optim::ScheduleValue value = optim::schedule_at(
+      config.scheduler, optim::schedule_iteration(config.scheduler, k), config.optimizer.lr);
+  stats.lr = value.lr;
 
   const bool overflow = config.precision == config::Precision::fp16 && check_overflow();
   if (overflow) {
-    scaler.update(true);  // throws at the minimum scale
+    scaler.update(true);  // throws at the minimum scale, before any counter moves
+    global_steps += 1;
     log::info("fp16 gradient overflow: step {} skipped, loss scale {} -> {}", global_steps, scale,
               scaler.scale());
     stats.skipped = true;
@@ -116,6 +121,7 @@ StepStats Engine::Impl::boundary_step() {
     return stats;
   }
 
+  global_steps += 1;
   const double norm_scaled = global_grad_norm();
   const double norm = norm_scaled / scale;
   stats.grad_norm = norm;
@@ -126,9 +132,6 @@ StepStats Engine::Impl::boundary_step() {
     if (clip > 1.0) grad_scale /= clip;
   }
 
-  const std::int64_t k = optimizer_steps + 1;
-  const optim::ScheduleValue value = optim::schedule_at(
-      config.scheduler, optim::schedule_iteration(config.scheduler, k), config.optimizer.lr);
   optim::StepHyper hyper;
   hyper.step = k;
   hyper.lr = value.lr;
@@ -136,7 +139,6 @@ StepStats Engine::Impl::boundary_step() {
   hyper.beta2 = value.beta2.value_or(config.optimizer.beta2);
   hyper.grad_scale = grad_scale;
   hyper.seed = options.seed;
-  stats.lr = value.lr;
 
   Stream& stream = device->default_stream();
   std::vector<optim::Slice> all = slices();

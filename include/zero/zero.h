@@ -215,8 +215,10 @@ typedef struct zero_step_stats {
   int stepped;            /* 1 at an accumulation boundary */
   int skipped;            /* 1 when fp16 overflow skipped the optimizer and the schedule */
   double loss_scale;      /* the scale this window's gradients carried */
-  double grad_norm;       /* global norm of the unscaled gradients (before clipping) */
-  double lr;              /* the learning rate of this optimizer step */
+  double grad_norm;       /* global norm of the unscaled gradients (before clipping); 0 when
+                           * skipped */
+  double lr;              /* the learning rate of this optimizer step; when skipped, the one the
+                           * schedule still holds (the next step's) */
   long long global_steps; /* optimizer steps so far, skipped ones included */
   long long micro_steps;  /* zero_step calls so far */
 } zero_step_stats;
