@@ -37,6 +37,22 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
   accum = config.grad_accum_dtype;
   wire = config.communication_data_type;
   mixed = compute != DType::f32;
+  offload = config.zero.offload_optimizer.device != config::OffloadDevice::none;
+  if (config.zero.offload_optimizer.device == config::OffloadDevice::nvme) {
+    throw make_error(ErrorCategory::config,
+                     "zero_optimization.offload_optimizer.device \"nvme\" is not built yet; use "
+                     "\"cpu\" (the state in pinned host memory)");
+  }
+  if (config.zero.offload_param.device != config::OffloadDevice::none && stage == 3) {
+    throw make_error(ErrorCategory::config,
+                     "zero_optimization.offload_param is not built yet; remove it (the compute "
+                     "shards stay in device memory)");
+  }
+  if (offload && device->type() != DeviceType::cpu) {
+    // The owned state is in pinned memory, where the CPU computes on it.
+    host = create_cpu_device();
+    host_scalars = static_cast<float*>(host->reserve(Tier::host, 4096));
+  }
   if (config.precision == config::Precision::fp16) scaler = LossScaler::from_config(config.fp16);
 }
 
@@ -60,6 +76,7 @@ Engine::Impl::~Impl() {
     }
   }
   if (scalars != nullptr) device->unreserve(Tier::device, scalars, 4096);
+  if (host_scalars != nullptr) host->unreserve(Tier::host, host_scalars, 4096);
 }
 
 void Engine::Impl::require_initialized(const char* call) const {
@@ -438,7 +455,15 @@ std::vector<float> Engine::read_param(std::size_t param) {
   const std::size_t half_bytes = shape.padded() * dtype_size(e.compute);
   try {
     if (spec.trainable && e.master != nullptr && e.stage >= 1) {
-      e.comm->all_gather(e.master + state.flat, gathered, shape.shard, DType::f32, &stream).wait();
+      // The shard into this rank's place first when it is in pinned memory (offload): the
+      // communicator works in device memory.
+      const float* shard = e.master + state.flat;
+      if (e.offload) {
+        float* mine = gathered + static_cast<std::size_t>(e.rank) * shape.shard;
+        e.device->copy(mine, shard, shape.shard * sizeof(float));
+        shard = mine;
+      }
+      e.comm->all_gather(shard, gathered, shape.shard, DType::f32, &stream).wait();
     } else if (spec.trainable && e.master != nullptr) {
       e.device->copy(gathered, e.master + state.flat, spec.numel * sizeof(float));
     } else if (e.stage <= 2) {
@@ -475,7 +500,7 @@ std::vector<MemoryUsage> Engine::Impl::usage() const {
   for (Tier tier : kAllTiers) {
     for (MemoryKind kind : kAllMemoryKinds) {
       MemoryUsage u{tier, kind, 0, 0};
-      for (const Arena* arena : {e.state_arena.get(), e.grad_arena.get(), e.gather_arena.get()}) {
+      for (const Arena* arena : {e.state_arena.get(), e.grad_arena.get(), e.gather_arena.get(), e.offload_arena.get()}) {
         if (arena == nullptr || arena->tier() != tier) continue;
         const KindUsage k = arena->usage(kind);
         u.live += k.live;
@@ -496,7 +521,7 @@ std::string Engine::Impl::memory_text() const {
                         memory_kind_name(u.kind), format_bytes(u.live), format_bytes(u.peak));
   }
   text += "\nreserved:";
-  for (const Arena* arena : {state_arena.get(), grad_arena.get(), gather_arena.get()}) {
+  for (const Arena* arena : {state_arena.get(), grad_arena.get(), gather_arena.get(), offload_arena.get()}) {
     if (arena == nullptr) continue;
     text += fmt::format("\n  {:<7} {:>12}  {}", tier_name(arena->tier()),
                         format_bytes(arena->capacity()), arena->name());

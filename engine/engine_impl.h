@@ -77,6 +77,8 @@ struct Engine::Impl {
   void allocate();
   void fill_initial_values();
   float* master_of(std::size_t param);           // fp32 master shard (or full param at stage 0 fp32)
+  Device& state_device();  // computes on the owned state: the device, or the CPU with offload
+  float* state_scalars();  // scratch the state device can write
   void* shard_source(std::size_t param);         // what a gather reads: the compute shard
   std::size_t owned_valid(std::size_t param) const;  // elements of this rank's shard that are real
 
@@ -111,6 +113,7 @@ struct Engine::Impl {
   // ---- step.cpp ----
   StepStats boundary_step();
   bool check_overflow();
+  float reduce_scalar(std::size_t slot, ReduceOp op);
   double global_grad_norm();
   std::vector<optim::Slice> slices();  // one per trainable parameter, over its owned shard
   void zero_owned_grads();
@@ -128,6 +131,9 @@ struct Engine::Impl {
   DType accum = DType::f32;  // owned gradient shard
   DType wire = DType::f32;   // communication_data_type
   bool mixed = false;        // bf16/fp16: fp32 masters beside the compute copy
+  // offload_optimizer (cpu or nvme): the owned gradient shard, masters and moments live in
+  // pinned host memory and the CPU optimizer steps them.
+  bool offload = false;
   bool initialized = false;
   bool train = true;
   enum class Phase { idle, forward, backward } phase = Phase::idle;
@@ -143,6 +149,11 @@ struct Engine::Impl {
   std::unique_ptr<Arena> state_arena;   // params, owned flat buffers, bucket buffers
   std::unique_ptr<Arena> grad_arena;    // stages 2-3: full gradients while they live
   std::unique_ptr<Arena> gather_arena;  // stage 3: gathered parameters
+  std::unique_ptr<Arena> offload_arena; // optimizer offload: pinned owned state and staging
+  std::unique_ptr<Device> host;         // optimizer offload beside a GPU: the CPU's kernels
+  float* host_scalars = nullptr;
+  void* reduce_staging = nullptr;  // offload: this rank's reduced block, copied down
+  void* param_staging = nullptr;   // offload: a step group's updated compute values, to go up
   std::vector<Block> state_blocks;
   float* master = nullptr;       // owned flat fp32 (mixed, or fp32 at stages 1-3)
   void* grad_flat = nullptr;     // owned flat gradient shard (accum dtype), stages 1-3
@@ -166,7 +177,10 @@ struct Engine::Impl {
   };
   std::vector<InFlight> in_flight;   // one per bucket buffer
   std::size_t next_slot = 0;
-  std::vector<Bucket> gather_buckets;  // stages 1-2, over `trainable`
+  // The optimizer's steps, over `trainable`: at stages 1-2 the all-gather buckets (each
+  // rank's pieces of one are a contiguous range of the owned flat buffers); at stages 0 and 3
+  // one group, or with offload groups of sub_group_size elements per rank.
+  std::vector<Bucket> step_groups;
 
   // Stage 3 fetching: one trace per kind of pass, [0] training micro-steps, [1] evaluation.
   struct TraceState {

@@ -175,14 +175,25 @@ void Engine::Impl::finish_bucket(std::size_t slot) {
   const int r = shard_ranks == 1 ? 0 : rank;
   const char* buffer = static_cast<const char*>(bucket_buffers[slot]);
   const float post = static_cast<float>(post_factor);
+  // With optimizer offload the owned shard is in pinned memory: this rank's reduced block comes
+  // down first and the CPU adds it in.
+  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
+  const char* block = buffer + block_start * wsize;
+  if (offload) {
+    device->copy_async(reduce_staging, block, bucket.block * wsize, stream);
+    stream.synchronize();
+    block = static_cast<const char*>(reduce_staging);
+  }
+  Device& adder = offload ? state_device() : *device;
+  Stream& add_stream = adder.default_stream();
   for (const BucketPiece& piece : bucket.pieces) {
     const std::size_t p = trainable[piece.param];
     const ParamState& state = params[p];
     const std::size_t length = piece.end - piece.begin;
-    const char* src = buffer + bucket_position(bucket, piece, r) * wsize;
+    const char* src = block + (bucket_position(bucket, piece, r) - block_start) * wsize;
     if (grad_flat != nullptr) {
       char* dst = static_cast<char*>(grad_flat) + (state.flat + piece.begin) * dtype_size(accum);
-      device->accumulate(src, wire, dst, accum, length, post, stream);
+      adder.accumulate(src, wire, dst, accum, length, post, add_stream);
     } else {
       // Stage 0 without a separate accumulation dtype: back into the replicated gradient.
       char* dst = static_cast<char*>(state.grad) + piece.begin * dtype_size(compute);

@@ -21,6 +21,10 @@ std::size_t Engine::Impl::owned_valid(std::size_t param) const {
   return params[param].shape.valid(stage == 0 ? 0 : rank);
 }
 
+Device& Engine::Impl::state_device() { return host ? *host : *device; }
+
+float* Engine::Impl::state_scalars() { return host ? host_scalars : scalars; }
+
 float* Engine::Impl::master_of(std::size_t param) {
   if (master == nullptr) return static_cast<float*>(params[param].full);  // fp32, stage 0
   return master + params[param].flat;
@@ -44,7 +48,9 @@ void Engine::Impl::lay_out() {
       trainable.push_back(p);
       trainable_numels.push_back(specs[p].numel);
     }
-    if (!specs[p].trainable || mixed) compute_numels[p] = specs[p].numel;
+    // Stage 3 gathers from compute shards in the device's memory: fp32 trainable parameters
+    // have none (the master is it) unless the master is offloaded.
+    if (!specs[p].trainable || mixed || offload) compute_numels[p] = specs[p].numel;
   }
   owned = flat_layout(trainable_numels, shard_ranks);
   owned_total = owned.total;
@@ -70,15 +76,19 @@ void Engine::Impl::lay_out() {
     }
   }
   plan_reduction();
+  // Groups of registration order, so each rank's pieces of one are a contiguous range of its
+  // owned flat buffers (what NVMe sub-groups read and write).
+  std::vector<std::size_t> order(trainable.size());
+  for (std::size_t t = 0; t < order.size(); ++t) order[t] = t;
+  std::size_t per_rank = static_cast<std::size_t>(-1) / static_cast<std::size_t>(shard_ranks);
   if (stage == 1 || stage == 2) {
-    gather_buckets = plan_buckets(
-        [&] {
-          std::vector<std::size_t> order(trainable.size());
-          for (std::size_t t = 0; t < order.size(); ++t) order[t] = t;
-          return order;
-        }(),
-        trainable_numels, world, static_cast<std::size_t>(config.zero.allgather_bucket_size));
+    per_rank = static_cast<std::size_t>(config.zero.allgather_bucket_size) /
+               static_cast<std::size_t>(world);
+  } else if (offload) {
+    per_rank = static_cast<std::size_t>(config.zero.sub_group_size);
   }
+  step_groups = plan_buckets(order, trainable_numels, shard_ranks,
+                             std::max<std::size_t>(per_rank, 1) * static_cast<std::size_t>(shard_ranks));
 }
 
 void Engine::Impl::allocate() {
@@ -92,8 +102,9 @@ void Engine::Impl::allocate() {
 
   std::size_t largest_bucket = 0;
   for (const Bucket& b : buckets) largest_bucket = std::max(largest_bucket, b.block);
-  std::size_t largest_gather = 0;
-  for (const Bucket& b : gather_buckets) largest_gather = std::max(largest_gather, b.block);
+  std::size_t largest_group = 0;
+  for (const Bucket& b : step_groups) largest_group = std::max(largest_group, b.block);
+  const std::size_t largest_gather = (stage == 1 || stage == 2) ? largest_group : 0;
   const std::size_t bucket_count = config.zero.overlap_comm ? 2 : 1;
   const std::size_t bucket_bytes = largest_bucket * shard_ranks * dtype_size(wire);
 
@@ -103,10 +114,26 @@ void Engine::Impl::allocate() {
     if (full_params) capacity += align_up(specs[p].numel * csize);
     if (full_grads && specs[p].trainable) capacity += align_up(specs[p].numel * csize);
   }
-  if (has_master) capacity += align_up(owned_total * 4);
-  if (has_grad_flat) capacity += align_up(owned_total * dtype_size(accum));
+  // The owned state: in this arena, or with offload in a pinned one.
+  std::size_t owned_capacity = 0;
+  if (has_master) owned_capacity += align_up(owned_total * 4);
+  if (has_grad_flat) owned_capacity += align_up(owned_total * dtype_size(accum));
   const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
-  capacity += state_buffers * align_up(owned_total * state_size);
+  owned_capacity += state_buffers * align_up(owned_total * state_size);
+  const std::size_t reduce_staging_bytes = offload ? largest_bucket * dtype_size(wire) : 0;
+  const std::size_t param_staging_bytes = offload ? largest_group * csize : 0;
+  if (offload) {
+    owned_capacity += align_up(reduce_staging_bytes) + align_up(param_staging_bytes);
+    // DeepSpeed's pin_memory: page-locked memory copies faster and asynchronously, pageable
+    // memory costs nothing beyond itself.
+    const bool pinned = config.zero.offload_optimizer.pin_memory;
+    offload_arena = std::make_unique<Arena>(
+        device.get(), pinned ? Tier::pinned : Tier::host,
+        std::max<std::size_t>(owned_capacity, kAlign),
+        pinned ? "offloaded optimizer state (pinned)" : "offloaded optimizer state (pageable)");
+  } else {
+    capacity += owned_capacity;
+  }
   if (stage == 3) capacity += align_up(compute_shards.total * csize);
   if (!buckets.empty()) capacity += bucket_count * align_up(bucket_bytes);
   capacity += align_up(largest_gather * world * csize);
@@ -114,11 +141,20 @@ void Engine::Impl::allocate() {
                                         "model state");
 
   Stream& stream = device->default_stream();
-  auto take = [&](MemoryKind kind, std::size_t bytes) -> void* {
+  auto take_from = [&](Arena& arena, MemoryKind kind, std::size_t bytes) -> void* {
     if (bytes == 0) return nullptr;
-    Block block = state_arena->allocate(kind, bytes);
+    Block block = arena.allocate(kind, bytes);
     state_blocks.push_back(block);
     return block.ptr;
+  };
+  auto take = [&](MemoryKind kind, std::size_t bytes) {
+    return take_from(*state_arena, kind, bytes);
+  };
+  Arena& owned_arena = offload ? *offload_arena : *state_arena;
+  Device& owned_device = state_device();
+  Stream& owned_stream = owned_device.default_stream();
+  auto take_owned = [&](MemoryKind kind, std::size_t bytes) {
+    return take_from(owned_arena, kind, bytes);
   };
   for (std::size_t p = 0; p < specs.size(); ++p) {
     if (full_params) params[p].full = take(MemoryKind::param, specs[p].numel * csize);
@@ -128,17 +164,20 @@ void Engine::Impl::allocate() {
     }
   }
   if (has_master) {
-    master = static_cast<float*>(take(MemoryKind::master, owned_total * 4));
-    device->fill(master, DType::f32, owned_total, 0.0f, stream);
+    master = static_cast<float*>(take_owned(MemoryKind::master, owned_total * 4));
+    owned_device.fill(master, DType::f32, owned_total, 0.0f, owned_stream);
   }
   if (has_grad_flat) {
-    grad_flat = take(MemoryKind::grad, owned_total * dtype_size(accum));
-    device->fill(grad_flat, accum, owned_total, 0.0f, stream);
+    grad_flat = take_owned(MemoryKind::grad, owned_total * dtype_size(accum));
+    owned_device.fill(grad_flat, accum, owned_total, 0.0f, owned_stream);
   }
   for (int s = 0; s < state_buffers; ++s) {
-    moments[s] = take(MemoryKind::moment, owned_total * state_size);
-    device->fill(moments[s], config.optimizer_state_dtype, owned_total, 0.0f, stream);
+    moments[s] = take_owned(MemoryKind::moment, owned_total * state_size);
+    owned_device.fill(moments[s], config.optimizer_state_dtype, owned_total, 0.0f, owned_stream);
   }
+  reduce_staging = take_owned(MemoryKind::buffer, reduce_staging_bytes);
+  param_staging = take_owned(MemoryKind::buffer, param_staging_bytes);
+  owned_stream.synchronize();
   if (stage == 3) {
     compute_shard = take(MemoryKind::param, compute_shards.total * csize);
     device->fill(compute_shard, compute, compute_shards.total, 0.0f, stream);
@@ -206,7 +245,7 @@ void Engine::Impl::allocate() {
   formats.grad = has_grad_flat ? accum : compute;
   formats.state = config.optimizer_state_dtype;
   formats.param_out = mixed ? compute : DType::bf16;
-  if (device->type() == DeviceType::cuda) {
+  if (device->type() == DeviceType::cuda && !offload) {
     optimizer = optim::create_cuda_optimizer(config.optimizer, formats);
   } else {
     optim::CpuOptimizerOptions cpu;

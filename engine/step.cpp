@@ -31,26 +31,37 @@ static void for_each_owned_grad(Engine::Impl& e, Visit visit) {
   for (std::size_t p : e.trainable) visit(e.params[p].grad, e.compute, e.registry.param(p).numel);
 }
 
-bool Engine::Impl::check_overflow() {
+// A scalar the state device wrote at `slot` of its scratch, reduced over the shard group.
+// With offload beside a GPU it goes up first: the communicator works in device memory.
+float Engine::Impl::reduce_scalar(std::size_t slot, ReduceOp op) {
+  float* value = state_scalars() + slot;
+  state_device().default_stream().synchronize();
+  if (value != scalars + slot) device->copy(scalars + slot, value, sizeof(float));
   Stream& stream = device->default_stream();
-  float* flag = scalars + 1;
-  device->fill(flag, DType::f32, 1, 0.0f, stream);
+  if (shard_ranks > 1) comm->all_reduce(scalars + slot, 1, DType::f32, op, &stream).wait();
+  return read_scalar(*device, scalars + slot);
+}
+
+bool Engine::Impl::check_overflow() {
+  Device& d = state_device();
+  Stream& stream = d.default_stream();
+  float* flag = state_scalars() + 1;
+  d.fill(flag, DType::f32, 1, 0.0f, stream);
   for_each_owned_grad(*this, [&](const void* data, DType dtype, std::size_t count) {
-    device->check_finite(data, dtype, count, flag, stream);
+    d.check_finite(data, dtype, count, flag, stream);
   });
-  if (shard_ranks > 1) comm->all_reduce(flag, 1, DType::f32, ReduceOp::max, &stream).wait();
-  return read_scalar(*device, flag) != 0.0f;
+  return reduce_scalar(1, ReduceOp::max) != 0.0f;
 }
 
 double Engine::Impl::global_grad_norm() {
-  Stream& stream = device->default_stream();
-  float* sum = scalars;
-  device->fill(sum, DType::f32, 1, 0.0f, stream);
+  Device& d = state_device();
+  Stream& stream = d.default_stream();
+  float* sum = state_scalars();
+  d.fill(sum, DType::f32, 1, 0.0f, stream);
   for_each_owned_grad(*this, [&](const void* data, DType dtype, std::size_t count) {
-    device->sum_squares(data, dtype, count, sum, stream);
+    d.sum_squares(data, dtype, count, sum, stream);
   });
-  if (shard_ranks > 1) comm->all_reduce(sum, 1, DType::f32, ReduceOp::sum, &stream).wait();
-  return std::sqrt(static_cast<double>(read_scalar(*device, sum)));
+  return std::sqrt(static_cast<double>(reduce_scalar(0, ReduceOp::sum)));
 }
 
 std::vector<optim::Slice> Engine::Impl::slices() {
@@ -91,7 +102,9 @@ std::vector<optim::Slice> Engine::Impl::slices() {
 
 void Engine::Impl::zero_owned_grads() {
   Stream& stream = device->default_stream();
-  if (grad_flat != nullptr) device->fill(grad_flat, accum, owned_total, 0.0f, stream);
+  if (grad_flat != nullptr) {
+    state_device().fill(grad_flat, accum, owned_total, 0.0f, state_device().default_stream());
+  }
   if (stage <= 1) {
     for (std::size_t p : trainable) {
       device->fill(params[p].grad, compute, registry.param(p).numel, 0.0f, stream);
@@ -141,73 +154,88 @@ StepStats Engine::Impl::boundary_step() {
   hyper.seed = options.seed;
 
   Stream& stream = device->default_stream();
-  std::vector<optim::Slice> all = slices();
-  Timer optimizer_timer;
-  if (stage == 0 || stage == 3) {
-    optimizer->step(all, hyper, stream);
-    if (config.wall_clock_breakdown) stream.synchronize();
-    timers.optimizer += optimizer_timer.seconds();
-  } else {
-    // Stages 1-2: the optimizer one all-gather bucket at a time, writing this rank's updated
-    // pieces into its block of the bucket; then the all-gather, and the copies back into the
-    // replicated parameters.
-    const std::size_t csize = dtype_size(compute);
-    char* buffer = static_cast<char*>(gather_buffer);
-    for (const Bucket& bucket : gather_buckets) {
-      std::vector<optim::Slice> pieces;
-      pieces.reserve(bucket.pieces.size());
-      for (const BucketPiece& piece : bucket.pieces) {
-        const optim::Slice& whole = all[piece.param];
-        const std::size_t valid = whole.count;
-        const std::size_t count = piece_valid(piece, valid);
-        char* out = buffer + bucket_position(bucket, piece, rank) * csize;
-        if (count == 0) continue;
-        optim::Slice s = whole;
-        s.master += piece.begin;
-        s.grad = static_cast<const char*>(whole.grad) + piece.begin * dtype_size(accum);
-        for (int m = 0; m < 2; ++m) {
-          if (s.state[m] != nullptr) {
-            s.state[m] = static_cast<char*>(s.state[m]) +
-                         piece.begin * dtype_size(config.optimizer_state_dtype);
-          }
-        }
-        s.param_out = mixed ? out : nullptr;
-        s.count = count;
-        s.first_index = whole.first_index + piece.begin;
-        pieces.push_back(s);
+  Stream& state_stream = state_device().default_stream();
+  const std::vector<optim::Slice> all = slices();
+  const std::size_t csize = dtype_size(compute);
+  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
+  const bool all_gather_after = stage == 1 || stage == 2;
+  const int r = shard_ranks == 1 ? 0 : rank;
+  std::vector<optim::Slice> pieces;
+  for (const Bucket& group : step_groups) {
+    // Where this rank's updated compute values go: its block of the all-gather bucket (stages
+    // 1-2) or the compute copy itself (stages 0 and 3); with offload first the pinned staging,
+    // copied up after.
+    char* block = all_gather_after
+                      ? static_cast<char*>(gather_buffer) + static_cast<std::size_t>(rank) *
+                                                                group.block * csize
+                      : nullptr;
+    char* out = offload ? static_cast<char*>(param_staging) : block;
+    const std::size_t block_start = static_cast<std::size_t>(r) * group.block;
+    pieces.clear();
+    for (const BucketPiece& piece : group.pieces) {
+      const optim::Slice& whole = all[piece.param];
+      const std::size_t count = piece_valid(piece, whole.count);
+      if (count == 0) continue;
+      optim::Slice s = whole;
+      s.master += piece.begin;
+      s.grad = static_cast<const char*>(whole.grad) +
+               piece.begin * dtype_size(grad_flat != nullptr ? accum : compute);
+      for (int m = 0; m < 2; ++m) {
+        if (s.state[m] != nullptr) s.state[m] = static_cast<char*>(s.state[m]) + piece.begin * state_size;
       }
-      optimizer_timer.restart();
-      optimizer->step(pieces, hyper, stream);
-      if (config.wall_clock_breakdown) stream.synchronize();
-      timers.optimizer += optimizer_timer.seconds();
-      // fp32: the master pieces are the compute values to share.
       if (!mixed) {
-        for (const BucketPiece& piece : bucket.pieces) {
-          const optim::Slice& whole = all[piece.param];
-          const std::size_t valid = whole.count;
-          const std::size_t count = piece_valid(piece, valid);
-          if (count == 0) continue;
-          device->copy_async(buffer + bucket_position(bucket, piece, rank) * csize,
-                             whole.master + piece.begin, count * csize, stream);
-        }
+        s.param_out = nullptr;
+      } else if (out != nullptr) {
+        s.param_out = out + (bucket_position(group, piece, r) - block_start) * csize;
+      } else {
+        s.param_out = static_cast<char*>(whole.param_out) + piece.begin * csize;
       }
-      Timer allgather_timer;
-      comm->all_gather(buffer + static_cast<std::size_t>(rank) * bucket.block * csize, buffer,
-                       bucket.block, compute, &stream)
-          .wait();
-      timers.allgather += allgather_timer.seconds();
-      for (const BucketPiece& piece : bucket.pieces) {
-        const std::size_t p = trainable[piece.param];
-        const ShardShape& shape = params[p].shape;
-        for (int q = 0; q < world; ++q) {
-          const std::size_t valid = shape.valid(q);
-          const std::size_t count = piece_valid(piece, valid);
-          if (count == 0) continue;
-          device->copy_async(static_cast<char*>(params[p].full) +
-                                 (shape.begin(q) + piece.begin) * csize,
-                             buffer + bucket_position(bucket, piece, q) * csize, count * csize,
-                             stream);
-        }
+      s.count = count;
+      s.first_index = whole.first_index + piece.begin;
+      pieces.push_back(s);
+    }
+    Timer optimizer_timer;
+    optimizer->step(pieces, hyper, offload ? state_stream : stream);
+    if (config.wall_clock_breakdown || offload) (offload ? state_stream : stream).synchronize();
+    timers.optimizer += optimizer_timer.seconds();
+
+    // The updated values the optimizer did not write in place: fp32 masters, or (offload) the
+    // staging, into the all-gather block or the stage-3 compute shards.
+    for (const BucketPiece& piece : group.pieces) {
+      const std::size_t p = trainable[piece.param];
+      const std::size_t count = piece_valid(piece, all[piece.param].count);
+      if (count == 0) continue;
+      const void* from = nullptr;
+      if (!mixed) {
+        from = all[piece.param].master + piece.begin;
+      } else if (offload) {
+        from = out + (bucket_position(group, piece, r) - block_start) * csize;
+      }
+      if (from == nullptr) continue;
+      char* to = nullptr;
+      if (all_gather_after) {
+        to = block + (bucket_position(group, piece, r) - block_start) * csize;
+      } else if (stage == 3 && params[p].compute_flat != kNone) {
+        to = static_cast<char*>(compute_shard) + (params[p].compute_flat + piece.begin) * csize;
+      }
+      if (to != nullptr && to != from) device->copy_async(to, from, count * csize, stream);
+    }
+    if (!all_gather_after) continue;
+
+    Timer allgather_timer;
+    comm->all_gather(block, gather_buffer, group.block, compute, &stream).wait();
+    timers.allgather += allgather_timer.seconds();
+    const char* buffer = static_cast<const char*>(gather_buffer);
+    for (const BucketPiece& piece : group.pieces) {
+      const std::size_t p = trainable[piece.param];
+      const ShardShape& shape = params[p].shape;
+      for (int q = 0; q < world; ++q) {
+        const std::size_t count = piece_valid(piece, shape.valid(q));
+        if (count == 0) continue;
+        device->copy_async(static_cast<char*>(params[p].full) +
+                               (shape.begin(q) + piece.begin) * csize,
+                           buffer + bucket_position(group, piece, q) * csize, count * csize,
+                           stream);
       }
     }
   }

@@ -110,6 +110,7 @@ struct Case {
   int accumulation;
   double clipping;
   bool overlap;
+  const char* offload = "none";  // offload_optimizer.device
 };
 
 std::string config_for(const Case& c, int accumulation) {
@@ -134,10 +135,13 @@ std::string config_for(const Case& c, int accumulation) {
       "allgather_bucket_size": 64,
       "overlap_comm": %s,
       "stage3_param_persistence_threshold": 10,
-      "stage3_prefetch_bucket_size": 64
+      "stage3_prefetch_bucket_size": 64,
+      "sub_group_size": 50,
+      "offload_optimizer": {"device": "%s", "pin_memory": true}
     }
   })",
-                accumulation, precision.c_str(), c.clipping, c.stage, c.overlap ? "true" : "false");
+                accumulation, precision.c_str(), c.clipping, c.stage, c.overlap ? "true" : "false",
+                c.stage == 0 ? "none" : c.offload);
   return text;
 }
 
@@ -225,15 +229,25 @@ std::uint64_t checksum(const void* data, std::size_t bytes) {
 
 void run_case(const Case& c) {
   char name[160];
-  std::snprintf(name, sizeof name, "stage %d, %s, accumulation %d, clipping %g, overlap %d, %d ranks",
-                c.stage, c.precision, c.accumulation, c.clipping, c.overlap ? 1 : 0, g_world);
+  std::snprintf(name, sizeof name,
+                "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s, %d ranks",
+                c.stage, c.precision, c.accumulation, c.clipping, c.overlap ? 1 : 0, c.offload,
+                g_world);
+  const bool offloaded = std::string(c.offload) != "none";
   std::vector<int> ids, ref_ids;
   MPI_Comm world = MPI_COMM_WORLD;
   MPI_Comm self = MPI_COMM_SELF;
   zero_engine* engine = build(c, &world, c.accumulation, &ids);
   Case reference_case = c;
   reference_case.stage = 0;
+  reference_case.offload = "none";
   zero_engine* reference = build(reference_case, &self, c.accumulation * g_world, &ref_ids);
+  // Offloaded: the same case without offload, which must give the same bits (on the CPU
+  // device the same kernels run).
+  std::vector<int> plain_ids;
+  Case plain_case = c;
+  plain_case.offload = "none";
+  zero_engine* plain = offloaded ? build(plain_case, &world, c.accumulation, &plain_ids) : nullptr;
   zero_dtype dtype = ZERO_FP32;
   CHECK_OK(zero_compute_dtype(engine, &dtype));
 
@@ -247,6 +261,11 @@ void run_case(const Case& c) {
       const long long base = (static_cast<long long>(step) * c.accumulation + s) * g_world;
       micro_batch(engine, step, base + g_rank, dtype);
       CHECK_OK(zero_step(engine, &stats));
+      if (plain != nullptr) {
+        zero_step_stats plain_stats{};
+        micro_batch(plain, step, base + g_rank, dtype);
+        CHECK_OK(zero_step(plain, &plain_stats));
+      }
       for (int r = 0; r < g_world; ++r) {
         micro_batch(reference, step, base + r, dtype);
         CHECK_OK(zero_step(reference, &ref_stats));
@@ -278,6 +297,17 @@ void run_case(const Case& c) {
         if (ok && g_rank == 0) {
           std::fprintf(stderr, "FAIL %s: %s[%zu] = %.8g, stage 0 on one rank gives %.8g\n", name,
                        kParams[k].name, i, got[i], want[i]);
+        }
+        ok = false;
+      }
+    }
+    if (plain != nullptr) {
+      std::vector<float> same(n);
+      CHECK_OK(zero_read_param(plain, plain_ids[k], same.data(), n));
+      if (std::memcmp(same.data(), got.data(), n * sizeof(float)) != 0) {
+        if (ok && g_rank == 0) {
+          std::fprintf(stderr, "FAIL %s: %s differs from the same run without offload\n", name,
+                       kParams[k].name);
         }
         ok = false;
       }
@@ -315,6 +345,7 @@ void run_case(const Case& c) {
   if (g_rank == 0) std::printf("%s %s (largest difference %.3g)\n", all_ok ? "ok  " : "FAIL", name, worst);
   if (!all_ok) ++g_failures;
   CHECK_OK(zero_destroy(reference));
+  if (plain != nullptr) CHECK_OK(zero_destroy(plain));
   CHECK_OK(zero_destroy(engine));
 }
 
@@ -335,6 +366,12 @@ int main(int argc, char** argv) {
     // bf16 optimizer states: stochastic rounding is keyed by the element's place in the model,
     // so it rounds alike at every stage and world size.
     run_case({stage, "bf16-states", 1, 0.0, false});
+    // Optimizer offload to the CPU (stages 1-3; sub_group_size 50 splits the stage-3 step).
+    if (stage >= 1) {
+      for (const char* precision : {"fp32", "bf16", "fp16"}) {
+        run_case({stage, precision, 3, 0.05, true, "cpu"});
+      }
+    }
   }
   if (g_rank == 0) std::printf("%d case(s) failed\n", g_failures);
   MPI_Finalize();
