@@ -10,6 +10,11 @@
 // addresses must be multiples of the file's direct-I/O alignment (File::alignment()): a
 // request that is not is a usage Error before anything is issued.
 //
+// The thread pool serves each lane with min(queue_depth, 64) threads, so that the same
+// settings keep about as many pieces in flight. The File and the buffer of a request must
+// outlive it: until wait(), or the AsyncIO's destruction, which finishes every request it
+// holds first.
+//
 // Thread-safe: several threads may submit and wait on one AsyncIO.
 #pragma once
 
@@ -75,9 +80,9 @@ using Ticket = std::uint64_t;
 
 class AsyncIO {
  public:
-  // Throws a usage Error for options out of range (block_size not a positive multiple of
-  // 4096, queue_depth or intra_op_parallelism < 1), an io Error when the backend asked for
-  // cannot be set up.
+  // Throws a usage Error for options out of range (block_size not a multiple of 4096 from
+  // 4096 to 1 GiB, queue_depth not 1 to 1024, intra_op_parallelism not 1 to 256), an io Error
+  // when the backend asked for cannot be set up.
   static std::unique_ptr<AsyncIO> create(const AioOptions& options = {});
   virtual ~AsyncIO() = default;
 

@@ -28,7 +28,8 @@ class SwapDirectory {
   // Error naming the path when it cannot.
   SwapDirectory(std::string nvme_path, std::string job_id, int rank);
   // Removes the files this directory created and the rank directory (and the job directory
-  // when it is left empty), unless keep() was called.
+  // when it is left empty), unless keep() was called or an exception is unwinding the stack
+  // (a failure: the files are then kept, with the warning keep() gives).
   ~SwapDirectory();
   SwapDirectory(const SwapDirectory&) = delete;
   SwapDirectory& operator=(const SwapDirectory&) = delete;
@@ -39,7 +40,9 @@ class SwapDirectory {
 
   // A new file `name` in this directory, preallocated to `bytes`. `setting` names the config
   // key that decides its size, for the message when the disk lacks room ("offload_optimizer
-  // .nvme_path has 10.0 GiB free; the optimizer state needs 24.0 GiB: ...").
+  // .nvme_path has 10.0 GiB free; the optimizer state needs 24.0 GiB: ..."); that check comes
+  // before fallocate, which would fill the disk before giving up. A file of that name already
+  // there (left by an earlier run with the same job id) is an io Error, never overwritten.
   std::unique_ptr<SwapFile> create(std::string_view name, std::uint64_t bytes,
                                    std::string_view setting);
 
@@ -47,6 +50,7 @@ class SwapDirectory {
   std::string path_;
   std::string job_path_;
   bool keep_ = false;
+  int uncaught_exceptions_ = 0;  // at construction: more at destruction means unwinding
   std::vector<std::string> files_;
 };
 
@@ -79,6 +83,7 @@ class SwapFile {
     std::uint64_t offset;
     std::size_t bytes;
     void* buffer;
+    std::uint64_t hash;  // a write's checksum, or what a read must find
   };
   std::map<Ticket, Pending> pending_;
 };

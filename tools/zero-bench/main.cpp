@@ -2,6 +2,7 @@
 //
 //   zero-bench comm [OPTIONS]   collectives: algbw and busbw per size, or --overlap
 //   zero-bench adam [OPTIONS]   the fused CPU optimizer step against its bandwidth floor
+//   zero-bench aio PATH         direct I/O read and write GB/s against fio's io_uring engine
 #include <exception>
 #include <iostream>
 
@@ -9,6 +10,7 @@
 
 #include "base/error.h"
 #include "tools/zero-bench/bench_adam.h"
+#include "tools/zero-bench/bench_aio.h"
 #include "tools/zero-bench/bench_comm.h"
 
 namespace {
@@ -29,6 +31,8 @@ int main(int argc, char** argv) {
   CLI::App* comm_command = zero::bench::add_comm_command(app, comm_options);
   zero::bench::AdamBenchOptions adam_options;
   CLI::App* adam_command = zero::bench::add_adam_command(app, adam_options);
+  zero::bench::AioBenchOptions aio_options;
+  CLI::App* aio_command = zero::bench::add_aio_command(app, aio_options);
 
   try {
     app.parse(argc, argv);
@@ -39,6 +43,7 @@ int main(int argc, char** argv) {
   try {
     if (*comm_command) return zero::bench::run_comm_bench(comm_options);
     if (*adam_command) return zero::bench::run_adam_bench(adam_options);
+    if (*aio_command) return zero::bench::run_aio_bench(aio_options);
     return kUsage;
   } catch (const zero::Error& error) {
     std::cerr << "zero-bench: " << error.what() << "\n";
