@@ -38,17 +38,14 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
   wire = config.communication_data_type;
   mixed = compute != DType::f32;
   offload = config.zero.offload_optimizer.device != config::OffloadDevice::none;
-  if (config.zero.offload_optimizer.device == config::OffloadDevice::nvme) {
+  nvme = config.zero.offload_optimizer.device == config::OffloadDevice::nvme;
+  param_offload = stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
+  if (param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme) {
     throw make_error(ErrorCategory::config,
-                     "zero_optimization.offload_optimizer.device \"nvme\" is not built yet; use "
-                     "\"cpu\" (the state in pinned host memory)");
+                     "zero_optimization.offload_param.device \"nvme\" is not built yet; use "
+                     "\"cpu\" (the compute shards in host memory)");
   }
-  if (config.zero.offload_param.device != config::OffloadDevice::none && stage == 3) {
-    throw make_error(ErrorCategory::config,
-                     "zero_optimization.offload_param is not built yet; remove it (the compute "
-                     "shards stay in device memory)");
-  }
-  if (offload && device->type() != DeviceType::cpu) {
+  if ((offload || param_offload) && device->type() != DeviceType::cpu) {
     // The owned state is in pinned memory, where the CPU computes on it.
     host = create_cpu_device();
     host_scalars = static_cast<float*>(host->reserve(Tier::host, 4096));
@@ -67,6 +64,7 @@ Engine::Impl::~Impl() {
       log::warn("engine: an outstanding gradient reduction failed at shutdown: {}", error.what());
     }
   }
+  if (failed && swap_dir) swap_dir->keep("the engine stopped after a failed step");
   for (auto& state : params) {
     if (!state.in_flight || comm->poisoned()) continue;
     try {
@@ -381,6 +379,11 @@ bool Engine::is_accumulation_boundary() const noexcept {
 StepStats Engine::step() {
   Impl& e = *impl_;
   e.require_initialized("step");
+  if (e.failed) {
+    throw make_error(ErrorCategory::usage,
+                     "step after a step that failed: the optimizer state may be half updated, so "
+                     "the engine takes no more steps; destroy it and resume from a checkpoint");
+  }
   for (std::size_t m = 0; m < e.module_open.size(); ++m) {
     if (e.module_open[m] != 0) {
       throw make_error(ErrorCategory::usage,
@@ -407,7 +410,12 @@ StepStats Engine::step() {
   StepStats stats;
   if (boundary) {
     Timer timer;
-    stats = e.boundary_step();
+    try {
+      stats = e.boundary_step();
+    } catch (...) {
+      e.failed = true;  // the owned state may be half stepped: swap files stay for inspection
+      throw;
+    }
     e.timers.step += timer.seconds();
   }
   e.micro_steps += 1;
@@ -454,23 +462,29 @@ std::vector<float> Engine::read_param(std::size_t param) {
   void* half = nullptr;
   const std::size_t half_bytes = shape.padded() * dtype_size(e.compute);
   try {
-    if (spec.trainable && e.master != nullptr && e.stage >= 1) {
-      // The shard into this rank's place first when it is in pinned memory (offload): the
+    if (spec.trainable && e.offload) {
+      // The shard into this rank's place first: it is in host memory or in the swap, and the
       // communicator works in device memory.
-      const float* shard = e.master + state.flat;
-      if (e.offload) {
-        float* mine = gathered + static_cast<std::size_t>(e.rank) * shape.shard;
-        e.device->copy(mine, shard, shape.shard * sizeof(float));
-        shard = mine;
-      }
-      e.comm->all_gather(shard, gathered, shape.shard, DType::f32, &stream).wait();
+      float* mine = gathered + static_cast<std::size_t>(e.rank) * shape.shard;
+      e.copy_master(state.flat, shape.shard, mine);
+      e.comm->all_gather(mine, gathered, shape.shard, DType::f32, &stream).wait();
+    } else if (spec.trainable && e.master != nullptr && e.stage >= 1) {
+      e.comm->all_gather(e.master + state.flat, gathered, shape.shard, DType::f32, &stream).wait();
     } else if (spec.trainable && e.master != nullptr) {
       e.device->copy(gathered, e.master + state.flat, spec.numel * sizeof(float));
     } else if (e.stage <= 2) {
       e.device->cast(state.full, e.compute, gathered, DType::f32, spec.numel, stream);
     } else {
       half = e.device->reserve(Tier::device, half_bytes);
-      e.comm->all_gather(e.shard_source(param), half, shape.shard, e.compute, &stream).wait();
+      const void* source = e.shard_source(param);
+      if (e.param_offload) {
+        // The shard is in host memory: into its place first, then gathered in place.
+        char* place = static_cast<char*>(half) +
+                      static_cast<std::size_t>(e.rank) * shape.shard * dtype_size(e.compute);
+        e.device->copy(place, source, shape.shard * dtype_size(e.compute));
+        source = place;
+      }
+      e.comm->all_gather(source, half, shape.shard, e.compute, &stream).wait();
       e.device->cast(half, e.compute, gathered, DType::f32, spec.numel, stream);
     }
     stream.synchronize();
@@ -494,13 +508,17 @@ FetchStats Engine::fetch_stats() const {
 
 std::vector<MemoryUsage> Engine::memory_usage() const { return impl_->usage(); }
 
+std::array<const Arena*, 6> Engine::Impl::arenas() const {
+  return {state_arena.get(),   grad_arena.get(),  gather_arena.get(),
+          offload_arena.get(), param_arena.get(), nvme_arena.get()};
+}
+
 std::vector<MemoryUsage> Engine::Impl::usage() const {
-  const Impl& e = *this;
   std::vector<MemoryUsage> usage;
   for (Tier tier : kAllTiers) {
     for (MemoryKind kind : kAllMemoryKinds) {
       MemoryUsage u{tier, kind, 0, 0};
-      for (const Arena* arena : {e.state_arena.get(), e.grad_arena.get(), e.gather_arena.get(), e.offload_arena.get()}) {
+      for (const Arena* arena : arenas()) {
         if (arena == nullptr || arena->tier() != tier) continue;
         const KindUsage k = arena->usage(kind);
         u.live += k.live;
@@ -521,7 +539,7 @@ std::string Engine::Impl::memory_text() const {
                         memory_kind_name(u.kind), format_bytes(u.live), format_bytes(u.peak));
   }
   text += "\nreserved:";
-  for (const Arena* arena : {state_arena.get(), grad_arena.get(), gather_arena.get(), offload_arena.get()}) {
+  for (const Arena* arena : arenas()) {
     if (arena == nullptr) continue;
     text += fmt::format("\n  {:<7} {:>12}  {}", tier_name(arena->tier()),
                         format_bytes(arena->capacity()), arena->name());

@@ -86,6 +86,10 @@ struct EngineOptions {
   int optimizer_threads = 0;
   // Seed of bf16 optimizer state's stochastic rounding.
   std::uint64_t seed = 0;
+  // Tests: makes the NVMe swap's I/O fail (a non-zero errno for a piece), see offload/aio.h.
+  std::function<int(bool write, const std::string& path, std::uint64_t offset,
+                    std::size_t bytes)>
+      aio_inject;
 };
 
 class Engine {

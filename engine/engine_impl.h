@@ -4,6 +4,7 @@
 // all-gather after a step), step.cpp (the optimizer step). Internal to engine/.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "device/device.h"
 #include "engine/engine.h"
 #include "engine/fetch_plan.h"
+#include "engine/optimizer_swap.h"
 #include "engine/loss_scaler.h"
 #include "engine/partition.h"
 #include "engine/registry.h"
@@ -70,14 +72,27 @@ struct Engine::Impl {
   void poll_outstanding();
   void print_breakdowns();
   std::vector<MemoryUsage> usage() const;
+  std::array<const Arena*, 6> arenas() const;  // every arena (null where not made)
   std::string memory_text() const;
 
   // ---- model_state.cpp ----
   void lay_out();
   void allocate();
   void fill_initial_values();
+  std::size_t swap_region_bytes(std::size_t elements) const;
+  std::size_t swap_buffer_bytes() const;  // the pinned buffers of the NVMe pipeline
+  void set_up_swap();
+  std::size_t group_at(std::size_t flat) const;  // the step group holding owned offset `flat`
+  // Writes this rank's fp32 master values of owned offsets [flat, flat + count); with NVMe the
+  // swapped part goes through the swap's init buffers, in increasing order of `flat`.
+  void put_master(std::size_t flat, const float* values, std::size_t count);
+  void finish_masters();
+  // Copies this rank's master of owned offsets [flat, flat + count) into `out` (device memory).
+  void copy_master(std::size_t flat, std::size_t count, float* out);
+  std::size_t filling = kNone;  // init: the swapped group being filled
   float* master_of(std::size_t param);           // fp32 master shard (or full param at stage 0 fp32)
   Device& state_device();  // computes on the owned state: the device, or the CPU with offload
+  Device& host_device();   // computes on host memory: the CPU
   float* state_scalars();  // scratch the state device can write
   void* shard_source(std::size_t param);         // what a gather reads: the compute shard
   std::size_t owned_valid(std::size_t param) const;  // elements of this rank's shard that are real
@@ -134,6 +149,10 @@ struct Engine::Impl {
   // offload_optimizer (cpu or nvme): the owned gradient shard, masters and moments live in
   // pinned host memory and the CPU optimizer steps them.
   bool offload = false;
+  bool nvme = false;  // offload_optimizer.device nvme: masters and moments swapped
+  // offload_param (stage 3): the compute shards live in host memory; a gather copies this
+  // rank's shard into its place in the gathered buffer, then all-gathers in place.
+  bool param_offload = false;
   bool initialized = false;
   bool train = true;
   enum class Phase { idle, forward, backward } phase = Phase::idle;
@@ -150,9 +169,20 @@ struct Engine::Impl {
   std::unique_ptr<Arena> grad_arena;    // stages 2-3: full gradients while they live
   std::unique_ptr<Arena> gather_arena;  // stage 3: gathered parameters
   std::unique_ptr<Arena> offload_arena; // optimizer offload: pinned owned state and staging
+  std::unique_ptr<Arena> param_arena;   // offload_param: the compute shards in host memory
   std::unique_ptr<Device> host;         // optimizer offload beside a GPU: the CPU's kernels
   float* host_scalars = nullptr;
   void* reduce_staging = nullptr;  // offload: this rank's reduced block, copied down
+  // NVMe: the swap of the step groups past the first `resident_groups` (those within
+  // max_in_cpu), whose state starts at owned flat offset `resident_end`.
+  std::unique_ptr<offload::AsyncIO> aio;
+  std::unique_ptr<offload::SwapDirectory> swap_dir;
+  std::unique_ptr<Arena> nvme_arena;
+  std::unique_ptr<OptimizerSwap> swap;
+  std::size_t resident_groups = 0;
+  std::size_t resident_end = 0;
+  std::vector<std::size_t> group_lo;  // owned flat offset where each step group starts
+  bool failed = false;                // a step threw: swap files are kept for inspection
   void* param_staging = nullptr;   // offload: a step group's updated compute values, to go up
   std::vector<Block> state_blocks;
   float* master = nullptr;       // owned flat fp32 (mixed, or fp32 at stages 1-3)

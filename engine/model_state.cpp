@@ -1,8 +1,11 @@
 // Where the model state lives: the layout of each rank's owned flat buffers, the arenas and
 // the blocks carved from them, and the initial values. What each stage holds per rank is
 // docs/design.md's table; README "Memory" lists the buffers beside it.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <ctime>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -21,9 +24,11 @@ std::size_t Engine::Impl::owned_valid(std::size_t param) const {
   return params[param].shape.valid(stage == 0 ? 0 : rank);
 }
 
-Device& Engine::Impl::state_device() { return host ? *host : *device; }
+Device& Engine::Impl::state_device() { return offload ? host_device() : *device; }
 
-float* Engine::Impl::state_scalars() { return host ? host_scalars : scalars; }
+Device& Engine::Impl::host_device() { return host ? *host : *device; }
+
+float* Engine::Impl::state_scalars() { return offload && host ? host_scalars : scalars; }
 
 float* Engine::Impl::master_of(std::size_t param) {
   if (master == nullptr) return static_cast<float*>(params[param].full);  // fp32, stage 0
@@ -50,7 +55,9 @@ void Engine::Impl::lay_out() {
     }
     // Stage 3 gathers from compute shards in the device's memory: fp32 trainable parameters
     // have none (the master is it) unless the master is offloaded.
-    if (!specs[p].trainable || mixed || offload) compute_numels[p] = specs[p].numel;
+    if (!specs[p].trainable || mixed || offload || param_offload) {
+      compute_numels[p] = specs[p].numel;
+    }
   }
   owned = flat_layout(trainable_numels, shard_ranks);
   owned_total = owned.total;
@@ -81,14 +88,33 @@ void Engine::Impl::lay_out() {
   std::vector<std::size_t> order(trainable.size());
   for (std::size_t t = 0; t < order.size(); ++t) order[t] = t;
   std::size_t per_rank = static_cast<std::size_t>(-1) / static_cast<std::size_t>(shard_ranks);
+  const auto sub_group = static_cast<std::size_t>(config.zero.sub_group_size);
   if (stage == 1 || stage == 2) {
     per_rank = static_cast<std::size_t>(config.zero.allgather_bucket_size) /
                static_cast<std::size_t>(world);
+    if (nvme) per_rank = std::min(per_rank, sub_group);
   } else if (offload) {
-    per_rank = static_cast<std::size_t>(config.zero.sub_group_size);
+    per_rank = sub_group;
   }
   step_groups = plan_buckets(order, trainable_numels, shard_ranks,
                              std::max<std::size_t>(per_rank, 1) * static_cast<std::size_t>(shard_ranks));
+  group_lo.clear();
+  for (const Bucket& group : step_groups) {
+    const BucketPiece& first = group.pieces.front();
+    group_lo.push_back(params[trainable[first.param]].flat + first.begin);
+  }
+  // With NVMe, whole groups from the first stay in memory while they fit in max_in_cpu.
+  resident_groups = step_groups.size();
+  resident_end = owned_total;
+  if (nvme) {
+    const auto max_in_cpu = static_cast<std::size_t>(config.zero.offload_optimizer.max_in_cpu);
+    resident_groups = 0;
+    resident_end = 0;
+    while (resident_groups < step_groups.size() &&
+           resident_end + step_groups[resident_groups].block <= max_in_cpu) {
+      resident_end += step_groups[resident_groups++].block;
+    }
+  }
 }
 
 void Engine::Impl::allocate() {
@@ -115,11 +141,14 @@ void Engine::Impl::allocate() {
     if (full_grads && specs[p].trainable) capacity += align_up(specs[p].numel * csize);
   }
   // The owned state: in this arena, or with offload in a pinned one.
+  // With NVMe only the resident part of the masters and moments is in memory.
   std::size_t owned_capacity = 0;
-  if (has_master) owned_capacity += align_up(owned_total * 4);
+  if (has_master) owned_capacity += align_up(resident_end * 4);
   if (has_grad_flat) owned_capacity += align_up(owned_total * dtype_size(accum));
   const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
-  owned_capacity += state_buffers * align_up(owned_total * state_size);
+  owned_capacity += state_buffers * align_up(resident_end * state_size);
+  const std::size_t swap_buffers_bytes = nvme ? swap_buffer_bytes() : 0;
+  owned_capacity += swap_buffers_bytes;
   const std::size_t reduce_staging_bytes = offload ? largest_bucket * dtype_size(wire) : 0;
   const std::size_t param_staging_bytes = offload ? largest_group * csize : 0;
   if (offload) {
@@ -134,7 +163,7 @@ void Engine::Impl::allocate() {
   } else {
     capacity += owned_capacity;
   }
-  if (stage == 3) capacity += align_up(compute_shards.total * csize);
+  if (stage == 3 && !param_offload) capacity += align_up(compute_shards.total * csize);
   if (!buckets.empty()) capacity += bucket_count * align_up(bucket_bytes);
   capacity += align_up(largest_gather * world * csize);
   state_arena = std::make_unique<Arena>(device.get(), Tier::device, std::max<std::size_t>(capacity, kAlign),
@@ -164,21 +193,35 @@ void Engine::Impl::allocate() {
     }
   }
   if (has_master) {
-    master = static_cast<float*>(take_owned(MemoryKind::master, owned_total * 4));
-    owned_device.fill(master, DType::f32, owned_total, 0.0f, owned_stream);
+    master = static_cast<float*>(take_owned(MemoryKind::master, resident_end * 4));
+    if (master != nullptr) owned_device.fill(master, DType::f32, resident_end, 0.0f, owned_stream);
   }
   if (has_grad_flat) {
     grad_flat = take_owned(MemoryKind::grad, owned_total * dtype_size(accum));
     owned_device.fill(grad_flat, accum, owned_total, 0.0f, owned_stream);
   }
   for (int s = 0; s < state_buffers; ++s) {
-    moments[s] = take_owned(MemoryKind::moment, owned_total * state_size);
-    owned_device.fill(moments[s], config.optimizer_state_dtype, owned_total, 0.0f, owned_stream);
+    moments[s] = take_owned(MemoryKind::moment, resident_end * state_size);
+    if (moments[s] != nullptr) {
+      owned_device.fill(moments[s], config.optimizer_state_dtype, resident_end, 0.0f,
+                        owned_stream);
+    }
   }
   reduce_staging = take_owned(MemoryKind::buffer, reduce_staging_bytes);
   param_staging = take_owned(MemoryKind::buffer, param_staging_bytes);
   owned_stream.synchronize();
-  if (stage == 3) {
+  if (nvme) set_up_swap();
+  if (stage == 3 && param_offload) {
+    const bool pinned = config.zero.offload_param.pin_memory;
+    param_arena = std::make_unique<Arena>(
+        device.get(), pinned ? Tier::pinned : Tier::host,
+        std::max<std::size_t>(align_up(compute_shards.total * csize), kAlign),
+        pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)");
+    compute_shard = take_from(*param_arena, MemoryKind::param, compute_shards.total * csize);
+    host_device().fill(compute_shard, compute, compute_shards.total, 0.0f,
+                       host_device().default_stream());
+    host_device().default_stream().synchronize();
+  } else if (stage == 3) {
     compute_shard = take(MemoryKind::param, compute_shards.total * csize);
     device->fill(compute_shard, compute, compute_shards.total, 0.0f, stream);
   }
@@ -332,7 +375,9 @@ void Engine::Impl::fill_initial_values() {
                         values.data() + world_shape.begin(q));
         }
         upload(state.full, compute, values.data(), spec.numel);
-        if (spec.trainable && master != nullptr) {
+        if (spec.trainable && offload) {
+          put_master(state.flat, values.data() + state.shape.begin(rank), state.shape.valid(rank));
+        } else if (spec.trainable && master != nullptr) {
           const int r = stage == 0 ? 0 : rank;
           upload(master + state.flat, DType::f32, values.data() + state.shape.begin(r),
                  state.shape.valid(r));
@@ -341,8 +386,19 @@ void Engine::Impl::fill_initial_values() {
         const std::size_t count = world_shape.valid(rank);
         values.assign(count, 0.0f);
         initial_range(state.initial, broadcast, world_shape.begin(rank), count, values.data());
-        if (spec.trainable) upload(master + state.flat, DType::f32, values.data(), count);
-        if (state.compute_flat != kNone) {
+        if (spec.trainable && offload) {
+          put_master(state.flat, values.data(), count);
+        } else if (spec.trainable) {
+          upload(master + state.flat, DType::f32, values.data(), count);
+        }
+        if (state.compute_flat != kNone && param_offload) {
+          // Host memory: cast on the host.
+          host_device().cast(values.data(), DType::f32,
+                             static_cast<char*>(compute_shard) +
+                                 state.compute_flat * dtype_size(compute),
+                             compute, count, host_device().default_stream());
+          host_device().default_stream().synchronize();
+        } else if (state.compute_flat != kNone) {
           upload(static_cast<char*>(compute_shard) + state.compute_flat * dtype_size(compute),
                  compute, values.data(), count);
         }
@@ -354,6 +410,157 @@ void Engine::Impl::fill_initial_values() {
     throw;
   }
   device->unreserve(Tier::device, staging, staging_bytes);
+  finish_masters();
+}
+
+std::size_t Engine::Impl::group_at(std::size_t flat) const {
+  const auto it = std::upper_bound(group_lo.begin(), group_lo.end(), flat);
+  return static_cast<std::size_t>(it - group_lo.begin()) - 1;
+}
+
+// Offload: the master is in host memory (resident) or in the swap, never where the device's
+// kernels write, so the values are copied by the host.
+void Engine::Impl::put_master(std::size_t flat, const float* values, std::size_t count) {
+  while (count > 0) {
+    if (flat < resident_end) {
+      const std::size_t n = std::min(count, resident_end - flat);
+      std::memcpy(master + flat, values, n * sizeof(float));
+      flat += n, values += n, count -= n;
+      continue;
+    }
+    // The swapped groups are filled in order; one skipped (no values) is written as zeros.
+    const std::size_t g = group_at(flat);
+    const std::size_t s = g - resident_groups;
+    if (filling != s) {
+      const std::size_t from = filling == kNone ? 0 : filling + 1;
+      if (filling != kNone) swap->commit(filling);
+      for (std::size_t k = from; k < s; ++k) {
+        swap->fill(k);
+        swap->commit(k);
+      }
+      swap->fill(s);
+      filling = s;
+    }
+    const GroupView view = swap->filled(s);
+    const std::size_t group_end = group_lo[g] + step_groups[g].block;
+    const std::size_t n = std::min(count, group_end - flat);
+    std::memcpy(view.master + (flat - group_lo[g]), values, n * sizeof(float));
+    flat += n, values += n, count -= n;
+  }
+}
+
+void Engine::Impl::finish_masters() {
+  if (!swap) return;
+  const std::size_t from = filling == kNone ? 0 : filling + 1;
+  if (filling != kNone) swap->commit(filling);
+  for (std::size_t k = from; k < swap->groups(); ++k) {
+    swap->fill(k);
+    swap->commit(k);
+  }
+  swap->finish();
+  filling = kNone;
+}
+
+void Engine::Impl::copy_master(std::size_t flat, std::size_t count, float* out) {
+  while (count > 0) {
+    if (flat < resident_end) {
+      const std::size_t n = std::min(count, resident_end - flat);
+      device->copy(out, master + flat, n * sizeof(float));
+      flat += n, out += n, count -= n;
+      continue;
+    }
+    const std::size_t g = group_at(flat);
+    const GroupView view = swap->peek(g - resident_groups);
+    const std::size_t n = std::min(count, group_lo[g] + step_groups[g].block - flat);
+    device->copy(out, view.master + (flat - group_lo[g]), n * sizeof(float));
+    flat += n, out += n, count -= n;
+  }
+}
+
+}  // namespace zero::engine
+
+namespace zero::engine {
+namespace {
+
+constexpr std::size_t kDirectAlign = 4096;  // the strictest direct-I/O alignment
+
+std::size_t align_direct(std::size_t bytes) {
+  return (bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+}
+
+}  // namespace
+
+// A swapped group's region: its masters and its moments, each aligned for direct I/O.
+std::size_t Engine::Impl::swap_region_bytes(std::size_t elements) const {
+  if (elements == 0) return 0;
+  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
+  return align_direct(elements * 4) +
+         static_cast<std::size_t>(config.optimizer.state_buffers()) *
+             align_direct(elements * state_size);
+}
+
+std::size_t Engine::Impl::swap_buffer_bytes() const {
+  std::size_t largest = 0;
+  for (std::size_t g = resident_groups; g < step_groups.size(); ++g) {
+    largest = std::max(largest, swap_region_bytes(step_groups[g].block));
+  }
+  const auto count = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
+  const std::size_t bytes = count * (largest + kDirectAlign);
+  // Refused here, before any memory is taken, with what to set.
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  const std::size_t memory = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) *
+                                                         static_cast<std::size_t>(page)
+                                                   : 0;
+  if (memory != 0 && bytes > memory / 2) {
+    const std::size_t per_element = swap_region_bytes(1 << 20) >> 20;
+    throw make_error(
+        ErrorCategory::config,
+        "offload_optimizer: {} buffers of the largest step group's optimizer state ({} each) "
+        "need {} of pinned memory, more than half of this host's {}; lower "
+        "zero_optimization.sub_group_size (now {} elements; {} would make them about {} in all) "
+        "or offload_optimizer.buffer_count",
+        count, format_bytes(largest), format_bytes(bytes), format_bytes(memory),
+        config.zero.sub_group_size, memory / 8 / count / std::max<std::size_t>(per_element, 1),
+        format_bytes(memory / 8));
+  }
+  return bytes;
+}
+
+void Engine::Impl::set_up_swap() {
+  // A job id every rank shares: rank 0's process id and clock.
+  auto* scratch = reinterpret_cast<std::int64_t*>(scalars) + 8;
+  scratch[0] = rank == 0 ? (static_cast<std::int64_t>(getpid()) << 32) ^
+                               static_cast<std::int64_t>(std::time(nullptr))
+                         : 0;
+  comm->broadcast(scratch, 1, DType::i64, 0).wait();
+  const std::string job = fmt::format("{:x}", static_cast<std::uint64_t>(scratch[0]));
+
+  offload::AioOptions aio_options;
+  aio_options.block_size = static_cast<std::size_t>(config.aio.block_size);
+  aio_options.queue_depth = static_cast<int>(config.aio.queue_depth);
+  aio_options.intra_op_parallelism = static_cast<int>(config.aio.intra_op_parallelism);
+  aio_options.inject = options.aio_inject;
+  aio = offload::AsyncIO::create(aio_options);
+  swap_dir = std::make_unique<offload::SwapDirectory>(config.zero.offload_optimizer.nvme_path,
+                                                      job, rank);
+  OptimizerSwapOptions swap_options;
+  std::size_t capacity = 0;
+  for (std::size_t g = resident_groups; g < step_groups.size(); ++g) {
+    swap_options.group_elements.push_back(step_groups[g].block);
+    capacity += swap_region_bytes(step_groups[g].block);
+  }
+  swap_options.state_buffers = config.optimizer.state_buffers();
+  swap_options.state_dtype = config.optimizer_state_dtype;
+  swap_options.buffer_count = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
+  swap_options.pipeline_read = config.zero.offload_optimizer.pipeline_read;
+  swap_options.pipeline_write = config.zero.offload_optimizer.pipeline_write;
+  nvme_arena = std::make_unique<Arena>(nullptr, Tier::nvme, std::max<std::size_t>(capacity, 1),
+                                       "optimizer swap file");
+  swap = std::make_unique<OptimizerSwap>(std::move(swap_options), *aio, *swap_dir,
+                                         *offload_arena, *nvme_arena);
+  log::info("engine: optimizer state of {} step groups swapped to {} ({}), {} kept in memory",
+            swap->groups(), swap->path(), format_bytes(capacity), resident_groups);
 }
 
 }  // namespace zero::engine

@@ -200,7 +200,15 @@ bool Engine::Impl::gather_param(std::size_t param, bool own) {
   if (shard == 0) return true;
   Stream& stream = device->default_stream();
   Timer timer;
-  state.gathering = comm->all_gather(shard_source(param), state.full, shard, compute, &stream);
+  const void* source = shard_source(param);
+  if (param_offload) {
+    // The shard is in host memory: into its place in the gathered buffer, then in place.
+    char* place = static_cast<char*>(state.full) +
+                  static_cast<std::size_t>(rank) * shard * dtype_size(compute);
+    device->copy_async(place, source, shard * dtype_size(compute), stream);
+    source = place;
+  }
+  state.gathering = comm->all_gather(source, state.full, shard, compute, &stream);
   timers.gather_issue += timer.seconds();
   state.in_flight = true;
   gathers_in_flight += 1;

@@ -73,13 +73,15 @@ std::vector<optim::Slice> Engine::Impl::slices() {
     const ParamState& state = params[p];
     const GroupSpec& group = registry.group(registry.param(p).group);
     optim::Slice s;
-    s.master = master_of(p);
+    // With NVMe a swapped parameter's master and moments are found per step group.
+    const bool resident = !nvme || state.flat < resident_end;
+    s.master = resident ? master_of(p) : nullptr;
     s.grad = grad_flat != nullptr
                  ? static_cast<const void*>(static_cast<const char*>(grad_flat) +
                                             state.flat * dtype_size(accum))
                  : state.grad;
     for (int k = 0; k < 2; ++k) {
-      if (moments[k] != nullptr) {
+      if (moments[k] != nullptr && resident) {
         s.state[k] = static_cast<char*>(moments[k]) + state.flat * state_size;
       }
     }
@@ -161,7 +163,20 @@ StepStats Engine::Impl::boundary_step() {
   const bool all_gather_after = stage == 1 || stage == 2;
   const int r = shard_ranks == 1 ? 0 : rank;
   std::vector<optim::Slice> pieces;
-  for (const Bucket& group : step_groups) {
+  for (std::size_t gi = 0; gi < step_groups.size(); ++gi) {
+    const Bucket& group = step_groups[gi];
+    // NVMe: the group's masters and moments come in from the swap for its step.
+    const bool swapped = gi >= resident_groups;
+    const GroupView view = swapped ? swap->acquire(gi - resident_groups) : GroupView{};
+    auto master_at = [&](const BucketPiece& piece) -> float* {
+      const std::size_t at = params[trainable[piece.param]].flat + piece.begin;
+      return swapped ? view.master + (at - group_lo[gi]) : all[piece.param].master + piece.begin;
+    };
+    auto state_at = [&](const BucketPiece& piece, int m) -> void* {
+      const std::size_t at = params[trainable[piece.param]].flat + piece.begin;
+      if (swapped) return static_cast<char*>(view.state[m]) + (at - group_lo[gi]) * state_size;
+      return static_cast<char*>(all[piece.param].state[m]) + piece.begin * state_size;
+    };
     // Where this rank's updated compute values go: its block of the all-gather bucket (stages
     // 1-2) or the compute copy itself (stages 0 and 3); with offload first the pinned staging,
     // copied up after.
@@ -177,12 +192,10 @@ StepStats Engine::Impl::boundary_step() {
       const std::size_t count = piece_valid(piece, whole.count);
       if (count == 0) continue;
       optim::Slice s = whole;
-      s.master += piece.begin;
+      s.master = master_at(piece);
       s.grad = static_cast<const char*>(whole.grad) +
                piece.begin * dtype_size(grad_flat != nullptr ? accum : compute);
-      for (int m = 0; m < 2; ++m) {
-        if (s.state[m] != nullptr) s.state[m] = static_cast<char*>(s.state[m]) + piece.begin * state_size;
-      }
+      for (int m = 0; m < config.optimizer.state_buffers(); ++m) s.state[m] = state_at(piece, m);
       if (!mixed) {
         s.param_out = nullptr;
       } else if (out != nullptr) {
@@ -207,7 +220,7 @@ StepStats Engine::Impl::boundary_step() {
       if (count == 0) continue;
       const void* from = nullptr;
       if (!mixed) {
-        from = all[piece.param].master + piece.begin;
+        from = master_at(piece);
       } else if (offload) {
         from = out + (bucket_position(group, piece, r) - block_start) * csize;
       }
@@ -219,6 +232,10 @@ StepStats Engine::Impl::boundary_step() {
         to = static_cast<char*>(compute_shard) + (params[p].compute_flat + piece.begin) * csize;
       }
       if (to != nullptr && to != from) device->copy_async(to, from, count * csize, stream);
+    }
+    if (swapped) {
+      stream.synchronize();  // the copies above read the buffer the write takes
+      swap->release(gi - resident_groups);
     }
     if (!all_gather_after) continue;
 
@@ -239,6 +256,7 @@ StepStats Engine::Impl::boundary_step() {
       }
     }
   }
+  if (swap) swap->finish();
   stream.synchronize();
   optimizer_steps = k;
   scaler.update(false);

@@ -63,6 +63,7 @@ struct OffloadOptimizerConfig {
   bool pin_memory = false;
   bool pipeline_read = false;
   bool pipeline_write = false;
+  std::int64_t max_in_cpu = 0;  // nvme: elements of optimizer state kept in memory (zero's key)
   bool fast_init = false;
   double ratio = 1.0;
 };

@@ -24,6 +24,9 @@ void read_offload_optimizer(Section& zero, Config& config) {
   offload.pin_memory = section.boolean({"pin_memory"}, false);
   offload.pipeline_read = section.boolean({"pipeline_read"}, false);
   offload.pipeline_write = section.boolean({"pipeline_write"}, false);
+  // Our own key: elements of optimizer state kept in pinned memory with device "nvme", so the
+  // capacity is memory plus disk. Whole step groups, from the first, while they fit.
+  offload.max_in_cpu = section.integer({"max_in_cpu"}, 0, kNonNegative);
   section.no_effect_flag("fast_init", "swap files are allocated and written once at init");
   section.declare("ratio", KeyClass::unsupported, "partial optimizer offload (ratio < 1)");
   if (const double ratio = section.real({"ratio"}, 1.0, {0.0, 1.0}); ratio < 1.0) {

@@ -223,7 +223,10 @@ typedef struct zero_step_stats {
   long long micro_steps;  /* zero_step calls so far */
 } zero_step_stats;
 
-/* Collective. Call after every micro-batch's backward. `stats` may be NULL. */
+/* Collective. Call after every micro-batch's backward. `stats` may be NULL. When an optimizer
+ * step fails (an I/O error on the NVMe swap, a communication error), the optimizer state may
+ * be half updated: later zero_step calls return ZERO_ERROR_USAGE, and NVMe swap files are kept
+ * for inspection when the engine is destroyed. Destroy it and resume from a checkpoint. */
 ZERO_API zero_status zero_step(zero_engine* engine, zero_step_stats* stats);
 
 /* Collective: the full current value of a parameter as numel floats, on every rank (the fp32

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -111,7 +112,15 @@ struct Case {
   double clipping;
   bool overlap;
   const char* offload = "none";  // offload_optimizer.device
+  const char* param_offload = "none";  // offload_param.device (stage 3)
 };
+
+// Where NVMe cases put their swap files: ZERO_TEST_NVME_DIR, else the working directory (ctest
+// runs in the build tree, on a disk that takes O_DIRECT; tmpfs does not).
+const char* swap_dir() {
+  const char* dir = std::getenv("ZERO_TEST_NVME_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : ".";
+}
 
 std::string config_for(const Case& c, int accumulation) {
   std::string precision;
@@ -137,11 +146,15 @@ std::string config_for(const Case& c, int accumulation) {
       "stage3_param_persistence_threshold": 10,
       "stage3_prefetch_bucket_size": 64,
       "sub_group_size": 50,
-      "offload_optimizer": {"device": "%s", "pin_memory": true}
+      "offload_optimizer": {"device": "%s", "pin_memory": true, "nvme_path": "%s",
+                            "buffer_count": 3, "pipeline_read": true, "pipeline_write": %s,
+                            "max_in_cpu": 60},
+      "offload_param": {"device": "%s", "pin_memory": true}
     }
   })",
                 accumulation, precision.c_str(), c.clipping, c.stage, c.overlap ? "true" : "false",
-                c.stage == 0 ? "none" : c.offload);
+                c.stage == 0 ? "none" : c.offload, swap_dir(), c.accumulation == 3 ? "true" : "false",
+                c.stage == 3 ? c.param_offload : "none");
   return text;
 }
 
@@ -230,10 +243,12 @@ std::uint64_t checksum(const void* data, std::size_t bytes) {
 void run_case(const Case& c) {
   char name[160];
   std::snprintf(name, sizeof name,
-                "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s, %d ranks",
+                "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s, params %s, "
+                "%d ranks",
                 c.stage, c.precision, c.accumulation, c.clipping, c.overlap ? 1 : 0, c.offload,
-                g_world);
-  const bool offloaded = std::string(c.offload) != "none";
+                c.param_offload, g_world);
+  const bool offloaded =
+      std::string(c.offload) != "none" || std::string(c.param_offload) != "none";
   std::vector<int> ids, ref_ids;
   MPI_Comm world = MPI_COMM_WORLD;
   MPI_Comm self = MPI_COMM_SELF;
@@ -241,12 +256,14 @@ void run_case(const Case& c) {
   Case reference_case = c;
   reference_case.stage = 0;
   reference_case.offload = "none";
+  reference_case.param_offload = "none";
   zero_engine* reference = build(reference_case, &self, c.accumulation * g_world, &ref_ids);
   // Offloaded: the same case without offload, which must give the same bits (on the CPU
   // device the same kernels run).
   std::vector<int> plain_ids;
   Case plain_case = c;
   plain_case.offload = "none";
+  plain_case.param_offload = "none";
   zero_engine* plain = offloaded ? build(plain_case, &world, c.accumulation, &plain_ids) : nullptr;
   zero_dtype dtype = ZERO_FP32;
   CHECK_OK(zero_compute_dtype(engine, &dtype));
@@ -370,6 +387,21 @@ int main(int argc, char** argv) {
     if (stage >= 1) {
       for (const char* precision : {"fp32", "bf16", "fp16"}) {
         run_case({stage, precision, 3, 0.05, true, "cpu"});
+      }
+      // Optimizer state on NVMe: 60 elements per rank stay in memory, the rest is swapped
+      // through 3 buffers (pipelined reads, and writes when accumulating).
+      for (const char* precision : {"fp32", "bf16"}) {
+        for (int accumulation : {1, 3}) {
+          run_case({stage, precision, accumulation, 0.05, accumulation == 3, "nvme"});
+        }
+      }
+      // Parameter offload to the CPU, with each kind of optimizer offload.
+      if (stage == 3) {
+        for (const char* optimizer : {"none", "cpu", "nvme"}) {
+          for (const char* precision : {"fp32", "bf16"}) {
+            run_case({stage, precision, 3, 0.05, true, optimizer, "cpu"});
+          }
+        }
       }
     }
   }

@@ -29,7 +29,11 @@ struct Case {
   bool bf16_states = false;  // bf16.bf16_optimizer_states
   bool offload = false;      // offload_optimizer.device cpu
   bool pinned = true;        // and its pin_memory
+  bool nvme = false;         // offload_optimizer.device nvme (with offload true)
+  bool param_offload = false;  // offload_param.device cpu (stage 3), pinned
 };
+
+constexpr std::size_t kSwapBuffers = 3;  // offload_optimizer.buffer_count
 
 constexpr std::size_t kSubGroup = 700;  // sub_group_size; p5's shard exceeds it at N <= 4
 
@@ -43,8 +47,12 @@ std::string config_text(const Case& c) {
                      R"(, "stage3_param_persistence_threshold": 10,
                           "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0,
                           "sub_group_size": )" + std::to_string(kSubGroup) +
-                     R"(, "offload_optimizer": {"device": ")" + (c.offload ? "cpu" : "none") +
-                     R"(", "pin_memory": )" + (c.pinned ? "true" : "false") + "}}";
+                     R"(, "offload_optimizer": {"device": ")" +
+                     (c.nvme ? "nvme" : c.offload ? "cpu" : "none") + R"(", "pin_memory": )" +
+                     (c.pinned ? "true" : "false") +
+                     R"(, "nvme_path": ".", "buffer_count": )" + std::to_string(kSwapBuffers) +
+                     R"(}, "offload_param": {"device": ")" + (c.param_offload ? "cpu" : "none") +
+                     R"(", "pin_memory": true}})";
   if (c.precision == "bf16") {
     text += std::string(R"(, "bf16": {"enabled": true, "bf16_optimizer_states": )") +
             (c.bf16_states ? "true" : "false") + "}";
@@ -92,28 +100,42 @@ Bytes expected(const Case& c, int world) {
   const Tier owned = !c.offload ? Tier::device : c.pinned ? Tier::pinned : Tier::host;
   // Compute parameters: replicated at stages 0-2, the compute shards at stage 3 (fp32
   // trainable ones are their masters, unless those are offloaded).
-  live[{Tier::device, MemoryKind::param}] =
+  // With offload_param they are in pinned memory, trainable ones included in fp32.
+  live[{c.param_offload ? Tier::pinned : Tier::device, MemoryKind::param}] =
       c.stage <= 2 ? cb * all
-                   : cb * (frozen_shards + (mixed || c.offload ? trainable_shards : 0));
+                   : cb * (frozen_shards +
+                           (mixed || c.offload || c.param_offload ? trainable_shards : 0));
   // Gradients: full ones at stages 0-1; the owned shard at stages 1-3, and at stage 0 when it
   // accumulates in another dtype.
   if (c.stage <= 1) live[{Tier::device, MemoryKind::grad}] = cb * trainable;
   if (c.stage >= 1 || gb != cb) live[{owned, MemoryKind::grad}] += gb * trainable_shards;
-  // fp32 masters (stage 0 fp32 updates the parameters themselves) and Adam's two moments.
-  if (c.stage >= 1 || mixed) live[{owned, MemoryKind::master}] = 4 * trainable_shards;
-  live[{owned, MemoryKind::moment}] = (c.bf16_states ? 4 : 8) * trainable_shards;
+  // fp32 masters (stage 0 fp32 updates the parameters themselves) and Adam's two moments; with
+  // NVMe in the swap file (the nvme tier), the gradient shard staying in memory.
+  const Tier state = c.nvme ? Tier::nvme : owned;
+  if (c.stage >= 1 || mixed) live[{state, MemoryKind::master}] = 4 * trainable_shards;
+  live[{state, MemoryKind::moment}] = (c.bf16_states ? 4 : 8) * trainable_shards;
   // Buffers: one or two reduction buckets of reduce_bucket_size elements rounded down to a
   // multiple of N (p5 fills one) in the gradient dtype, and at stages 1-2 the all-gather
   // bucket of allgather_bucket_size elements, rounded the same way, in the compute dtype.
+  // A step group per rank: an all-gather bucket's block at stages 1-2 (capped at
+  // sub_group_size with NVMe), sub_group_size elements at stage 3 with offload.
+  std::size_t group = c.stage == 3 ? kSubGroup : kAllgatherBucket / n;
+  if (c.nvme) group = std::min(group, kSubGroup);
   std::size_t buffer = (c.overlap ? 2 : 1) * (kReduceBucket / n * n) * cb;
-  if (c.stage == 1 || c.stage == 2) buffer += (kAllgatherBucket / n * n) * cb;
+  if (c.stage == 1 || c.stage == 2) buffer += group * n * cb;
   live[{Tier::device, MemoryKind::buffer}] = buffer;
   // Offload: pinned staging for this rank's block of a reduction bucket, coming down, and for
   // a step group's updated compute values going up (an all-gather bucket's block at stages
   // 1-2, sub_group_size elements at stage 3).
+  // NVMe adds buffer_count buffers of the largest group's region: its masters and moments,
+  // each rounded up to 4096 bytes for direct I/O.
   if (c.offload) {
-    const std::size_t group = c.stage == 3 ? kSubGroup : kAllgatherBucket / n;
     live[{owned, MemoryKind::buffer}] = (kReduceBucket / n) * cb + group * cb;
+    if (c.nvme) {
+      auto direct = [](std::size_t bytes) { return (bytes + 4095) / 4096 * 4096; };
+      const std::size_t region = direct(group * 4) + 2 * direct(group * (c.bf16_states ? 2 : 4));
+      live[{owned, MemoryKind::buffer}] += kSwapBuffers * region;
+    }
   }
   for (auto& [kind, bytes] : live) {
     if (bytes == 0) continue;
@@ -166,12 +188,20 @@ TEST_CASE("engine memory: bytes by kind are the table's plus the documented buff
       cases.push_back({stage, "fp32", 0, false, false, true});
       cases.push_back({stage, "bf16", 4, true, false, true});
       cases.push_back({stage, "bf16", 0, false, false, true, false});
+      cases.push_back({stage, "fp32", 0, false, false, true, true, true});
+      cases.push_back({stage, "bf16", 0, true, true, true, true, true});
+    }
+    if (stage == 3) {
+      cases.push_back({stage, "fp32", 0, false, false, false, true, false, true});
+      cases.push_back({stage, "bf16", 0, false, false, true, true, false, true});
     }
   }
   for (const Case& c : cases) {
     INFO("stage " << c.stage << ", " << c.precision << ", grad accum bytes " << c.grad_bytes
                   << ", overlap " << c.overlap << ", bf16 states " << c.bf16_states
-                  << ", offload " << c.offload << ", pinned " << c.pinned << ", "
+                  << ", offload " << c.offload << ", pinned " << c.pinned << ", nvme " << c.nvme
+                  << ", param offload " << c.param_offload
+                  << ", "
                   << world << " ranks");
     auto e = make_engine(config_text(c));
     const Bytes want = expected(c, world);

@@ -3,6 +3,7 @@
 //   zero-bench comm [OPTIONS]   collectives: algbw and busbw per size, or --overlap
 //   zero-bench adam [OPTIONS]   the fused CPU optimizer step against its bandwidth floor
 //   zero-bench aio PATH         direct I/O read and write GB/s against fio's io_uring engine
+//   zero-bench offload PATH     the NVMe-offloaded optimizer step against its I/O and its Adam
 #include <exception>
 #include <iostream>
 
@@ -12,6 +13,7 @@
 #include "tools/zero-bench/bench_adam.h"
 #include "tools/zero-bench/bench_aio.h"
 #include "tools/zero-bench/bench_comm.h"
+#include "tools/zero-bench/bench_offload.h"
 
 namespace {
 
@@ -33,6 +35,8 @@ int main(int argc, char** argv) {
   CLI::App* adam_command = zero::bench::add_adam_command(app, adam_options);
   zero::bench::AioBenchOptions aio_options;
   CLI::App* aio_command = zero::bench::add_aio_command(app, aio_options);
+  zero::bench::OffloadBenchOptions offload_options;
+  CLI::App* offload_command = zero::bench::add_offload_command(app, offload_options);
 
   try {
     app.parse(argc, argv);
@@ -44,6 +48,7 @@ int main(int argc, char** argv) {
     if (*comm_command) return zero::bench::run_comm_bench(comm_options);
     if (*adam_command) return zero::bench::run_adam_bench(adam_options);
     if (*aio_command) return zero::bench::run_aio_bench(aio_options);
+    if (*offload_command) return zero::bench::run_offload_bench(offload_options);
     return kUsage;
   } catch (const zero::Error& error) {
     std::cerr << "zero-bench: " << error.what() << "\n";

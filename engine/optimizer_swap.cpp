@@ -1,0 +1,160 @@
+#include "engine/optimizer_swap.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace zero::engine {
+namespace {
+
+std::size_t align_up(std::size_t bytes, std::size_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+}  // namespace
+
+OptimizerSwap::OptimizerSwap(OptimizerSwapOptions options, offload::AsyncIO& io,
+                             offload::SwapDirectory& directory, Arena& pinned, Arena& nvme)
+    : options_(std::move(options)), io_(io), pinned_(pinned) {
+  if (options_.buffer_count < 3) {
+    throw make_error(ErrorCategory::config,
+                     "zero_optimization.offload_optimizer.buffer_count is {}: swapping optimizer "
+                     "state needs at least 3 buffers (one read ahead, one stepping, one writing)",
+                     options_.buffer_count);
+  }
+  const std::size_t state_size = dtype_size(options_.state_dtype);
+  // Lay the regions out with the nvme arena, at the strictest direct-I/O alignment any disk
+  // asks (4096), so the file can be created before its own alignment is known.
+  constexpr std::size_t kAlign = 4096;
+  std::size_t largest = 0;
+  for (std::size_t elements : options_.group_elements) {
+    Region region;
+    region.elements = elements;
+    if (elements != 0) {
+      const Block master = nvme.allocate(MemoryKind::master, elements * 4, kAlign);
+      blocks_.push_back(master);
+      region.offset = master.offset;
+      std::uint64_t end = master.offset + align_up(elements * 4, kAlign);
+      for (int k = 0; k < options_.state_buffers; ++k) {
+        const Block moment = nvme.allocate(MemoryKind::moment, elements * state_size, kAlign);
+        blocks_.push_back(moment);
+        region.state_offset[k] = static_cast<std::size_t>(moment.offset - region.offset);
+        end = moment.offset + align_up(elements * state_size, kAlign);
+      }
+      region.bytes = static_cast<std::size_t>(end - region.offset);
+    }
+    largest = std::max(largest, region.bytes);
+    regions_.push_back(region);
+  }
+  file_ = directory.create("optimizer.swap", nvme.capacity(),
+                           "zero_optimization.offload_optimizer.nvme_path");
+  slots_.resize(options_.buffer_count);
+  std::vector<std::pair<void*, std::size_t>> buffers;
+  for (Slot& slot : slots_) {
+    if (largest == 0) break;
+    const Block block = pinned_.allocate(MemoryKind::buffer, largest, kAlign);
+    blocks_.push_back(block);
+    slot.data = block.ptr;
+    buffers.emplace_back(slot.data, largest);
+  }
+  // Registered buffers spare the kernel pinning their pages on every request.
+  const bool registered = !buffers.empty() && io_.register_buffers(buffers);
+  log::debug("optimizer swap: {} buffers of {}{}", buffers.size(), format_bytes(largest),
+             registered ? ", registered with io_uring" : "");
+}
+
+OptimizerSwap::~OptimizerSwap() {
+  for (Slot& slot : slots_) {
+    if (!slot.reading && !slot.writing) continue;
+    try {
+      settle(slot);
+    } catch (...) {
+      // Failing I/O at destruction: nothing left to protect; the error was or will be seen.
+    }
+  }
+}
+
+const std::string& OptimizerSwap::path() const noexcept { return file_->path(); }
+
+GroupView OptimizerSwap::view(const Slot& slot, const Region& region) const {
+  GroupView v;
+  v.master = static_cast<float*>(slot.data);
+  for (int k = 0; k < options_.state_buffers; ++k) {
+    v.state[k] = static_cast<char*>(slot.data) + region.state_offset[k];
+  }
+  return v;
+}
+
+void OptimizerSwap::settle(Slot& slot) {
+  if (!slot.reading && !slot.writing) return;
+  const offload::Ticket ticket = slot.ticket;
+  slot.reading = slot.writing = false;
+  file_->wait(io_, ticket);
+}
+
+void OptimizerSwap::issue_read(std::size_t group) {
+  Slot& slot = slot_of(group);
+  settle(slot);  // the group that had this buffer is written out first
+  const Region& region = regions_[group];
+  slot.group = group;
+  if (region.bytes == 0) return;
+  slot.ticket = file_->read(io_, region.offset, slot.data, region.bytes);
+  slot.reading = true;
+}
+
+GroupView OptimizerSwap::acquire(std::size_t group) {
+  if (group >= regions_.size()) {
+    throw make_error(ErrorCategory::internal, "OptimizerSwap::acquire({}) of {} groups", group,
+                     regions_.size());
+  }
+  // Reads ahead: with pipeline_read as far as the buffers allow while one write is still in
+  // flight (groups up to group + buffer_count - 2), else only this group.
+  const std::size_t ahead = options_.pipeline_read ? slots_.size() - 2 : 0;
+  const std::size_t last = std::min(regions_.size() - 1, group + ahead);
+  next_read_ = std::max(next_read_, group);
+  while (next_read_ <= last) issue_read(next_read_++);
+  Slot& slot = slot_of(group);
+  settle(slot);
+  return view(slot, regions_[group]);
+}
+
+void OptimizerSwap::release(std::size_t group) {
+  Slot& slot = slot_of(group);
+  const Region& region = regions_[group];
+  if (region.bytes == 0) return;
+  slot.ticket = file_->write(io_, region.offset, slot.data, region.bytes);
+  slot.writing = true;
+  if (!options_.pipeline_write) settle(slot);
+}
+
+void OptimizerSwap::finish() {
+  for (Slot& slot : slots_) settle(slot);
+  next_read_ = 0;
+}
+
+GroupView OptimizerSwap::fill(std::size_t group) {
+  Slot& slot = slot_of(group);
+  settle(slot);
+  slot.group = group;
+  const Region& region = regions_[group];
+  if (region.bytes != 0) std::memset(slot.data, 0, region.bytes);
+  return view(slot, region);
+}
+
+GroupView OptimizerSwap::filled(std::size_t group) {
+  return view(slot_of(group), regions_[group]);
+}
+
+void OptimizerSwap::commit(std::size_t group) { release(group); }
+
+GroupView OptimizerSwap::peek(std::size_t group) {
+  finish();
+  issue_read(group);
+  Slot& slot = slot_of(group);
+  settle(slot);
+  return view(slot, regions_[group]);
+}
+
+}  // namespace zero::engine

@@ -1,0 +1,99 @@
+// Optimizer state on NVMe (offload_optimizer.device = nvme): each step group's fp32 masters and
+// moments live in this rank's swap file as one region, [master | moment 0 | moment 1], each
+// part aligned to the file's direct-I/O alignment. The step brings the groups through
+// `buffer_count` pinned buffers in order: while the optimizer runs on group i, the reads of the
+// groups after it and the write of the group before it are in flight (pipeline_read,
+// pipeline_write; without them each read or write is waited for at once). Groups within
+// offload_optimizer.max_in_cpu elements are not swapped: they stay in pinned memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "device/arena.h"
+#include "offload/aio.h"
+#include "offload/swap.h"
+
+namespace zero::engine {
+
+struct OptimizerSwapOptions {
+  std::vector<std::size_t> group_elements;  // per swapped group, its owned elements
+  int state_buffers = 2;                    // moments per element (Adam 2, SGD 0 or 1)
+  DType state_dtype = DType::f32;
+  std::size_t buffer_count = 4;             // offload_optimizer.buffer_count (at least 3)
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+};
+
+// Where a group's state is while it is in a buffer.
+struct GroupView {
+  float* master = nullptr;
+  void* state[2] = {nullptr, nullptr};
+};
+
+class OptimizerSwap {
+ public:
+  // Creates the swap file in `directory` (preallocated: refused when the disk lacks room) and
+  // takes `buffer_count` buffers of the largest region from `pinned`. `nvme` is the nvme-tier
+  // arena that places the regions (and counts their bytes by kind).
+  OptimizerSwap(OptimizerSwapOptions options, offload::AsyncIO& io,
+                offload::SwapDirectory& directory, Arena& pinned, Arena& nvme);
+  ~OptimizerSwap();
+  OptimizerSwap(const OptimizerSwap&) = delete;
+  OptimizerSwap& operator=(const OptimizerSwap&) = delete;
+
+  std::size_t groups() const noexcept { return regions_.size(); }
+  const std::string& path() const noexcept;
+
+  // The step, for g = 0, 1, ... in order: acquire(g) waits for the group's state (issuing the
+  // reads ahead the pipeline allows), release(g) writes it back; finish() waits for every
+  // write. A failure throws the io Error (path, offset, what happened) and leaves the state
+  // of the step undefined: the run must stop.
+  GroupView acquire(std::size_t group);
+  void release(std::size_t group);
+  void finish();
+
+  // Initial values: fill(g) hands out group g's buffer zeroed (moments zero); commit(g)
+  // writes it. Every group is filled and committed once at init, in order.
+  GroupView fill(std::size_t group);
+  GroupView filled(std::size_t group);  // the buffer fill(group) handed out, again
+  void commit(std::size_t group);
+
+  // Reads group g into a buffer and returns it, outside a step (read_param, checkpoints).
+  GroupView peek(std::size_t group);
+
+ private:
+  struct Region {
+    std::size_t elements = 0;
+    std::uint64_t offset = 0;  // in the file
+    std::size_t bytes = 0;
+    std::size_t state_offset[2] = {0, 0};  // within the region
+  };
+  struct Slot {
+    void* data = nullptr;
+    std::optional<std::size_t> group;  // held by this group
+    bool reading = false, writing = false;
+    offload::Ticket ticket = 0;
+  };
+
+  GroupView view(const Slot& slot, const Region& region) const;
+  Slot& slot_of(std::size_t group) { return slots_[group % slots_.size()]; }
+  void settle(Slot& slot);  // waits for the slot's I/O in flight
+  void issue_read(std::size_t group);
+
+  OptimizerSwapOptions options_;
+  offload::AsyncIO& io_;
+  std::unique_ptr<offload::SwapFile> file_;
+  std::vector<Region> regions_;
+  std::vector<Slot> slots_;
+  std::vector<Block> blocks_;
+  Arena& pinned_;
+  std::size_t next_read_ = 0;  // the next group whose read has not been issued this step
+};
+
+}  // namespace zero::engine
