@@ -40,11 +40,7 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
   offload = config.zero.offload_optimizer.device != config::OffloadDevice::none;
   nvme = config.zero.offload_optimizer.device == config::OffloadDevice::nvme;
   param_offload = stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
-  if (param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme) {
-    throw make_error(ErrorCategory::config,
-                     "zero_optimization.offload_param.device \"nvme\" is not built yet; use "
-                     "\"cpu\" (the compute shards in host memory)");
-  }
+  param_nvme = param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme;
   if ((offload || param_offload) && device->type() != DeviceType::cpu) {
     // The owned state is in pinned memory, where the CPU computes on it.
     host = create_cpu_device();
@@ -478,10 +474,10 @@ std::vector<float> Engine::read_param(std::size_t param) {
       half = e.device->reserve(Tier::device, half_bytes);
       const void* source = e.shard_source(param);
       if (e.param_offload) {
-        // The shard is in host memory: into its place first, then gathered in place.
+        // The shard is in host memory or on NVMe: into its place first, then gathered in place.
         char* place = static_cast<char*>(half) +
                       static_cast<std::size_t>(e.rank) * shape.shard * dtype_size(e.compute);
-        e.device->copy(place, source, shape.shard * dtype_size(e.compute));
+        e.fetch_shard(param, place);
         source = place;
       }
       e.comm->all_gather(source, half, shape.shard, e.compute, &stream).wait();
@@ -508,9 +504,9 @@ FetchStats Engine::fetch_stats() const {
 
 std::vector<MemoryUsage> Engine::memory_usage() const { return impl_->usage(); }
 
-std::array<const Arena*, 6> Engine::Impl::arenas() const {
-  return {state_arena.get(),   grad_arena.get(),  gather_arena.get(),
-          offload_arena.get(), param_arena.get(), nvme_arena.get()};
+std::array<const Arena*, 7> Engine::Impl::arenas() const {
+  return {state_arena.get(), grad_arena.get(),  gather_arena.get(),     offload_arena.get(),
+          param_arena.get(), nvme_arena.get(),  param_nvme_arena.get()};
 }
 
 std::vector<MemoryUsage> Engine::Impl::usage() const {

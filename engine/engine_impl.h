@@ -72,7 +72,7 @@ struct Engine::Impl {
   void poll_outstanding();
   void print_breakdowns();
   std::vector<MemoryUsage> usage() const;
-  std::array<const Arena*, 6> arenas() const;  // every arena (null where not made)
+  std::array<const Arena*, 7> arenas() const;  // every arena (null where not made)
   std::string memory_text() const;
 
   // ---- model_state.cpp ----
@@ -87,6 +87,15 @@ struct Engine::Impl {
   // swapped part goes through the swap's init buffers, in increasing order of `flat`.
   void put_master(std::size_t flat, const float* values, std::size_t count);
   void finish_masters();
+  bool swapped_param(std::size_t param) const;
+  std::size_t param_region_bytes(std::size_t param) const;
+  void set_up_param_swap();
+  void open_swap_io();  // the AsyncIO and the swap directory, once
+  // Copies this rank's compute shard of `param` into `place` (device memory).
+  void fetch_shard(std::size_t param, void* place);
+  // Writes `param`'s shard from param_bounce[which] to its region (waits).
+  void store_shard(std::size_t param, int which);
+  char* assemble(std::size_t param);  // param_bounce[1], zeroed when a new parameter starts
   // Copies this rank's master of owned offsets [flat, flat + count) into `out` (device memory).
   void copy_master(std::size_t flat, std::size_t count, float* out);
   std::size_t filling = kNone;  // init: the swapped group being filled
@@ -153,6 +162,17 @@ struct Engine::Impl {
   // offload_param (stage 3): the compute shards live in host memory; a gather copies this
   // rank's shard into its place in the gathered buffer, then all-gathers in place.
   bool param_offload = false;
+  // offload_param nvme: compute shards past `compute_resident_end` (a prefix of the compute
+  // flat layout within max_in_cpu stays in host memory) are regions of params.swap, read
+  // through one pinned bounce buffer and, in a step, assembled whole in another before their
+  // write (a parameter's pieces come in order, so one is assembled at a time).
+  bool param_nvme = false;
+  std::size_t compute_resident_end = 0;
+  std::vector<std::uint64_t> param_region;  // per parameter: its offset in params.swap, or kNone
+  std::unique_ptr<offload::SwapFile> param_file;
+  std::unique_ptr<Arena> param_nvme_arena;
+  void* param_bounce[2] = {nullptr, nullptr};
+  std::size_t assembling = kNone;  // the swapped parameter being assembled in param_bounce[1]
   bool initialized = false;
   bool train = true;
   enum class Phase { idle, forward, backward } phase = Phase::idle;

@@ -37,6 +37,7 @@ float* Engine::Impl::master_of(std::size_t param) {
 
 void* Engine::Impl::shard_source(std::size_t param) {
   const ParamState& state = params[param];
+  if (swapped_param(param)) return nullptr;  // on NVMe: fetch_shard reads it
   if (state.compute_flat != kNone) {
     return static_cast<char*>(compute_shard) + state.compute_flat * dtype_size(compute);
   }
@@ -93,8 +94,8 @@ void Engine::Impl::lay_out() {
     per_rank = static_cast<std::size_t>(config.zero.allgather_bucket_size) /
                static_cast<std::size_t>(world);
     if (nvme) per_rank = std::min(per_rank, sub_group);
-  } else if (offload) {
-    per_rank = sub_group;
+  } else if (offload || param_nvme) {
+    per_rank = sub_group;  // bounds the staging of updated compute values
   }
   step_groups = plan_buckets(order, trainable_numels, shard_ranks,
                              std::max<std::size_t>(per_rank, 1) * static_cast<std::size_t>(shard_ranks));
@@ -150,7 +151,7 @@ void Engine::Impl::allocate() {
   const std::size_t swap_buffers_bytes = nvme ? swap_buffer_bytes() : 0;
   owned_capacity += swap_buffers_bytes;
   const std::size_t reduce_staging_bytes = offload ? largest_bucket * dtype_size(wire) : 0;
-  const std::size_t param_staging_bytes = offload ? largest_group * csize : 0;
+  const std::size_t param_staging_bytes = offload || param_nvme ? largest_group * csize : 0;
   if (offload) {
     owned_capacity += align_up(reduce_staging_bytes) + align_up(param_staging_bytes);
     // DeepSpeed's pin_memory: page-locked memory copies faster and asynchronously, pageable
@@ -208,19 +209,54 @@ void Engine::Impl::allocate() {
     }
   }
   reduce_staging = take_owned(MemoryKind::buffer, reduce_staging_bytes);
-  param_staging = take_owned(MemoryKind::buffer, param_staging_bytes);
+  if (offload) param_staging = take_owned(MemoryKind::buffer, param_staging_bytes);
   owned_stream.synchronize();
   if (nvme) set_up_swap();
   if (stage == 3 && param_offload) {
+    // The compute shards in host memory (with NVMe, those within max_in_cpu), and with NVMe
+    // the two bounce buffers and, without optimizer offload, the staging of updated values.
+    compute_resident_end = compute_shards.total;
+    std::size_t bounce = 0;
+    if (param_nvme) {
+      const auto max_in_cpu = static_cast<std::size_t>(config.zero.offload_param.max_in_cpu);
+      compute_resident_end = 0;
+      for (std::size_t p = 0; p < specs.size(); ++p) {
+        if (params[p].compute_flat == kNone) continue;
+        const std::size_t end = params[p].compute_flat + shard_shape(specs[p].numel, world).shard;
+        if (end > max_in_cpu) break;
+        compute_resident_end = end;
+      }
+      const auto buffer_size = static_cast<std::size_t>(config.zero.offload_param.buffer_size);
+      for (std::size_t p = 0; p < specs.size(); ++p) {
+        const std::size_t shard = shard_shape(specs[p].numel, world).shard;
+        if (params[p].compute_flat == kNone || shard <= buffer_size) continue;
+        throw make_error(ErrorCategory::config,
+                         "parameter '{}': its shard of {} elements is larger than "
+                         "zero_optimization.offload_param.buffer_size ({}); set buffer_size to at "
+                         "least {}",
+                         specs[p].name, shard, buffer_size, shard);
+      }
+      std::size_t largest = 0;
+      for (std::size_t p = 0; p < specs.size(); ++p) {
+        if (params[p].compute_flat != kNone) largest = std::max(largest, param_region_bytes(p));
+      }
+      bounce = largest + 4096;
+    }
     const bool pinned = config.zero.offload_param.pin_memory;
+    const std::size_t staging = offload ? 0 : align_up(param_staging_bytes);
     param_arena = std::make_unique<Arena>(
         device.get(), pinned ? Tier::pinned : Tier::host,
-        std::max<std::size_t>(align_up(compute_shards.total * csize), kAlign),
+        std::max<std::size_t>(align_up(compute_resident_end * csize) + 2 * bounce + staging,
+                              kAlign),
         pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)");
-    compute_shard = take_from(*param_arena, MemoryKind::param, compute_shards.total * csize);
-    host_device().fill(compute_shard, compute, compute_shards.total, 0.0f,
-                       host_device().default_stream());
-    host_device().default_stream().synchronize();
+    compute_shard = take_from(*param_arena, MemoryKind::param, compute_resident_end * csize);
+    if (compute_shard != nullptr) {
+      host_device().fill(compute_shard, compute, compute_resident_end, 0.0f,
+                         host_device().default_stream());
+      host_device().default_stream().synchronize();
+    }
+    if (!offload) param_staging = take_from(*param_arena, MemoryKind::buffer, param_staging_bytes);
+    if (param_nvme) set_up_param_swap();
   } else if (stage == 3) {
     compute_shard = take(MemoryKind::param, compute_shards.total * csize);
     device->fill(compute_shard, compute, compute_shards.total, 0.0f, stream);
@@ -391,7 +427,14 @@ void Engine::Impl::fill_initial_values() {
         } else if (spec.trainable) {
           upload(master + state.flat, DType::f32, values.data(), count);
         }
-        if (state.compute_flat != kNone && param_offload) {
+        if (swapped_param(p)) {
+          const std::size_t bytes = param_region_bytes(p);
+          std::memset(param_bounce[0], 0, bytes);
+          host_device().cast(values.data(), DType::f32, param_bounce[0], compute, count,
+                             host_device().default_stream());
+          host_device().default_stream().synchronize();
+          store_shard(p, 0);
+        } else if (state.compute_flat != kNone && param_offload) {
           // Host memory: cast on the host.
           host_device().cast(values.data(), DType::f32,
                              static_cast<char*>(compute_shard) +
@@ -527,7 +570,8 @@ std::size_t Engine::Impl::swap_buffer_bytes() const {
   return bytes;
 }
 
-void Engine::Impl::set_up_swap() {
+void Engine::Impl::open_swap_io() {
+  if (aio) return;
   // A job id every rank shares: rank 0's process id and clock.
   auto* scratch = reinterpret_cast<std::int64_t*>(scalars) + 8;
   scratch[0] = rank == 0 ? (static_cast<std::int64_t>(getpid()) << 32) ^
@@ -542,8 +586,15 @@ void Engine::Impl::set_up_swap() {
   aio_options.intra_op_parallelism = static_cast<int>(config.aio.intra_op_parallelism);
   aio_options.inject = options.aio_inject;
   aio = offload::AsyncIO::create(aio_options);
-  swap_dir = std::make_unique<offload::SwapDirectory>(config.zero.offload_optimizer.nvme_path,
-                                                      job, rank);
+  // One directory per rank holds both swap files; the optimizer's nvme_path wins when both
+  // are set.
+  const std::string& path = nvme ? config.zero.offload_optimizer.nvme_path
+                                 : config.zero.offload_param.nvme_path;
+  swap_dir = std::make_unique<offload::SwapDirectory>(path, job, rank);
+}
+
+void Engine::Impl::set_up_swap() {
+  open_swap_io();
   OptimizerSwapOptions swap_options;
   std::size_t capacity = 0;
   for (std::size_t g = resident_groups; g < step_groups.size(); ++g) {
@@ -561,6 +612,75 @@ void Engine::Impl::set_up_swap() {
                                          *offload_arena, *nvme_arena);
   log::info("engine: optimizer state of {} step groups swapped to {} ({}), {} kept in memory",
             swap->groups(), swap->path(), format_bytes(capacity), resident_groups);
+}
+
+bool Engine::Impl::swapped_param(std::size_t param) const {
+  return param_nvme && params[param].compute_flat != kNone &&
+         params[param].compute_flat >= compute_resident_end;
+}
+
+std::size_t Engine::Impl::param_region_bytes(std::size_t param) const {
+  return align_direct(shard_shape(registry.param(param).numel, world).shard * dtype_size(compute));
+}
+
+void Engine::Impl::set_up_param_swap() {
+  open_swap_io();
+  param_region.assign(params.size(), kNone);
+  std::size_t capacity = 0;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    if (swapped_param(p)) capacity += param_region_bytes(p);
+  }
+  param_nvme_arena = std::make_unique<Arena>(nullptr, Tier::nvme,
+                                             std::max<std::size_t>(capacity, 1),
+                                             "parameter swap file");
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    if (!swapped_param(p) || param_region_bytes(p) == 0) continue;
+    const std::size_t shard = shard_shape(registry.param(p).numel, world).shard;
+    param_region[p] =
+        param_nvme_arena->allocate(MemoryKind::param, shard * dtype_size(compute), kDirectAlign)
+            .offset;
+  }
+  param_file = swap_dir->create("params.swap", param_nvme_arena->capacity(),
+                                "zero_optimization.offload_param.nvme_path");
+  std::size_t largest = 0;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    if (params[p].compute_flat != kNone) largest = std::max(largest, param_region_bytes(p));
+  }
+  for (void*& bounce : param_bounce) {
+    bounce = param_arena->allocate(MemoryKind::buffer, std::max<std::size_t>(largest, 1),
+                                   kDirectAlign)
+                 .ptr;
+  }
+  log::info("engine: {} of compute shards swapped to {}, {} elements kept in memory",
+            format_bytes(capacity), param_file->path(), compute_resident_end);
+}
+
+void Engine::Impl::fetch_shard(std::size_t param, void* place) {
+  const std::size_t bytes = shard_shape(registry.param(param).numel, world).shard *
+                            dtype_size(compute);
+  if (bytes == 0) return;
+  if (!swapped_param(param)) {
+    device->copy(place, shard_source(param), bytes);
+    return;
+  }
+  const std::size_t region = param_region_bytes(param);
+  param_file->wait(*aio, param_file->read(*aio, param_region[param], param_bounce[0], region));
+  device->copy(place, param_bounce[0], bytes);
+}
+
+void Engine::Impl::store_shard(std::size_t param, int which) {
+  const std::size_t region = param_region_bytes(param);
+  if (region == 0) return;
+  param_file->wait(*aio,
+                   param_file->write(*aio, param_region[param], param_bounce[which], region));
+}
+
+char* Engine::Impl::assemble(std::size_t param) {
+  if (assembling != param) {
+    std::memset(param_bounce[1], 0, param_region_bytes(param));
+    assembling = param;
+  }
+  return static_cast<char*>(param_bounce[1]);
 }
 
 }  // namespace zero::engine

@@ -202,10 +202,11 @@ bool Engine::Impl::gather_param(std::size_t param, bool own) {
   Timer timer;
   const void* source = shard_source(param);
   if (param_offload) {
-    // The shard is in host memory: into its place in the gathered buffer, then in place.
+    // The shard is in host memory or on NVMe: into its place in the gathered buffer, then
+    // gathered in place.
     char* place = static_cast<char*>(state.full) +
                   static_cast<std::size_t>(rank) * shard * dtype_size(compute);
-    device->copy_async(place, source, shard * dtype_size(compute), stream);
+    fetch_shard(param, place);
     source = place;
   }
   state.gathering = comm->all_gather(source, state.full, shard, compute, &stream);

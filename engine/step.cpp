@@ -88,7 +88,7 @@ std::vector<optim::Slice> Engine::Impl::slices() {
     // Stage 0 writes the replicated copy, stage 3 the compute shard; stages 1-2 write into
     // the all-gather bucket (set per piece by the caller).
     if (mixed && stage == 0) s.param_out = state.full;
-    if (mixed && stage == 3) {
+    if (mixed && stage == 3 && !swapped_param(p)) {
       s.param_out = static_cast<char*>(compute_shard) + state.compute_flat * csize;
     }
     s.count = owned_valid(p);
@@ -184,7 +184,7 @@ StepStats Engine::Impl::boundary_step() {
                       ? static_cast<char*>(gather_buffer) + static_cast<std::size_t>(rank) *
                                                                 group.block * csize
                       : nullptr;
-    char* out = offload ? static_cast<char*>(param_staging) : block;
+    char* out = offload || param_nvme ? static_cast<char*>(param_staging) : block;
     const std::size_t block_start = static_cast<std::size_t>(r) * group.block;
     pieces.clear();
     for (const BucketPiece& piece : group.pieces) {
@@ -213,25 +213,35 @@ StepStats Engine::Impl::boundary_step() {
     timers.optimizer += optimizer_timer.seconds();
 
     // The updated values the optimizer did not write in place: fp32 masters, or (offload) the
-    // staging, into the all-gather block or the stage-3 compute shards.
+    // staging, into the all-gather block or the stage-3 compute shards; a shard on NVMe is
+    // assembled whole and written at its last piece.
     for (const BucketPiece& piece : group.pieces) {
       const std::size_t p = trainable[piece.param];
       const std::size_t count = piece_valid(piece, all[piece.param].count);
-      if (count == 0) continue;
+      const bool on_nvme = stage == 3 && swapped_param(p);
+      char* shard = on_nvme ? assemble(p) : nullptr;
       const void* from = nullptr;
       if (!mixed) {
         from = master_at(piece);
-      } else if (offload) {
+      } else if (offload || param_nvme) {
         from = out + (bucket_position(group, piece, r) - block_start) * csize;
       }
-      if (from == nullptr) continue;
       char* to = nullptr;
       if (all_gather_after) {
         to = block + (bucket_position(group, piece, r) - block_start) * csize;
+      } else if (on_nvme) {
+        to = shard + piece.begin * csize;
       } else if (stage == 3 && params[p].compute_flat != kNone) {
         to = static_cast<char*>(compute_shard) + (params[p].compute_flat + piece.begin) * csize;
       }
-      if (to != nullptr && to != from) device->copy_async(to, from, count * csize, stream);
+      if (count != 0 && from != nullptr && to != nullptr && to != from) {
+        device->copy_async(to, from, count * csize, stream);
+      }
+      if (on_nvme && piece.end == shard_shape(registry.param(p).numel, world).shard) {
+        stream.synchronize();
+        store_shard(p, 1);
+        assembling = kNone;
+      }
     }
     if (swapped) {
       stream.synchronize();  // the copies above read the buffer the write takes

@@ -149,12 +149,13 @@ std::string config_for(const Case& c, int accumulation) {
       "offload_optimizer": {"device": "%s", "pin_memory": true, "nvme_path": "%s",
                             "buffer_count": 3, "pipeline_read": true, "pipeline_write": %s,
                             "max_in_cpu": 60},
-      "offload_param": {"device": "%s", "pin_memory": true}
+      "offload_param": {"device": "%s", "pin_memory": true, "nvme_path": "%s",
+                        "max_in_cpu": 30, "buffer_size": 1000}
     }
   })",
                 accumulation, precision.c_str(), c.clipping, c.stage, c.overlap ? "true" : "false",
                 c.stage == 0 ? "none" : c.offload, swap_dir(), c.accumulation == 3 ? "true" : "false",
-                c.stage == 3 ? c.param_offload : "none");
+                c.stage == 3 ? c.param_offload : "none", swap_dir());
   return text;
 }
 
@@ -397,9 +398,11 @@ int main(int argc, char** argv) {
       }
       // Parameter offload to the CPU, with each kind of optimizer offload.
       if (stage == 3) {
-        for (const char* optimizer : {"none", "cpu", "nvme"}) {
-          for (const char* precision : {"fp32", "bf16"}) {
-            run_case({stage, precision, 3, 0.05, true, optimizer, "cpu"});
+        for (const char* params : {"cpu", "nvme"}) {
+          for (const char* optimizer : {"none", "cpu", "nvme"}) {
+            for (const char* precision : {"fp32", "bf16"}) {
+              run_case({stage, precision, 3, 0.05, true, optimizer, params});
+            }
           }
         }
       }

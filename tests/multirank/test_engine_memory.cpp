@@ -31,6 +31,7 @@ struct Case {
   bool pinned = true;        // and its pin_memory
   bool nvme = false;         // offload_optimizer.device nvme (with offload true)
   bool param_offload = false;  // offload_param.device cpu (stage 3), pinned
+  bool param_nvme = false;     // offload_param.device nvme (with param_offload), max_in_cpu 0
 };
 
 constexpr std::size_t kSwapBuffers = 3;  // offload_optimizer.buffer_count
@@ -51,8 +52,9 @@ std::string config_text(const Case& c) {
                      (c.nvme ? "nvme" : c.offload ? "cpu" : "none") + R"(", "pin_memory": )" +
                      (c.pinned ? "true" : "false") +
                      R"(, "nvme_path": ".", "buffer_count": )" + std::to_string(kSwapBuffers) +
-                     R"(}, "offload_param": {"device": ")" + (c.param_offload ? "cpu" : "none") +
-                     R"(", "pin_memory": true}})";
+                     R"(}, "offload_param": {"device": ")" +
+                     (c.param_nvme ? "nvme" : c.param_offload ? "cpu" : "none") +
+                     R"(", "pin_memory": true, "nvme_path": ".", "max_in_cpu": 0}})";
   if (c.precision == "bf16") {
     text += std::string(R"(, "bf16": {"enabled": true, "bf16_optimizer_states": )") +
             (c.bf16_states ? "true" : "false") + "}";
@@ -101,7 +103,9 @@ Bytes expected(const Case& c, int world) {
   // Compute parameters: replicated at stages 0-2, the compute shards at stage 3 (fp32
   // trainable ones are their masters, unless those are offloaded).
   // With offload_param they are in pinned memory, trainable ones included in fp32.
-  live[{c.param_offload ? Tier::pinned : Tier::device, MemoryKind::param}] =
+  // On NVMe (max_in_cpu 0) all of them are in the parameter swap file.
+  live[{c.param_nvme ? Tier::nvme : c.param_offload ? Tier::pinned : Tier::device,
+        MemoryKind::param}] =
       c.stage <= 2 ? cb * all
                    : cb * (frozen_shards +
                            (mixed || c.offload || c.param_offload ? trainable_shards : 0));
@@ -129,8 +133,16 @@ Bytes expected(const Case& c, int world) {
   // 1-2, sub_group_size elements at stage 3).
   // NVMe adds buffer_count buffers of the largest group's region: its masters and moments,
   // each rounded up to 4096 bytes for direct I/O.
+  // Parameters on NVMe: two bounce buffers of the largest shard (rounded up to 4096 bytes) and,
+  // without optimizer offload, the staging of a step group's updated values.
+  if (c.param_nvme) {
+    std::size_t largest = 0;
+    for (std::int64_t size : model.sizes) largest = std::max(largest, shard(size));
+    const std::size_t bounce = (largest * cb + 4095) / 4096 * 4096;
+    live[{Tier::pinned, MemoryKind::buffer}] += 2 * bounce + (c.offload ? 0 : kSubGroup * cb);
+  }
   if (c.offload) {
-    live[{owned, MemoryKind::buffer}] = (kReduceBucket / n) * cb + group * cb;
+    live[{owned, MemoryKind::buffer}] += (kReduceBucket / n) * cb + group * cb;
     if (c.nvme) {
       auto direct = [](std::size_t bytes) { return (bytes + 4095) / 4096 * 4096; };
       const std::size_t region = direct(group * 4) + 2 * direct(group * (c.bf16_states ? 2 : 4));
@@ -194,13 +206,15 @@ TEST_CASE("engine memory: bytes by kind are the table's plus the documented buff
     if (stage == 3) {
       cases.push_back({stage, "fp32", 0, false, false, false, true, false, true});
       cases.push_back({stage, "bf16", 0, false, false, true, true, false, true});
+      cases.push_back({stage, "fp32", 0, false, false, false, true, false, true, true});
+      cases.push_back({stage, "bf16", 0, false, false, true, true, true, true, true});
     }
   }
   for (const Case& c : cases) {
     INFO("stage " << c.stage << ", " << c.precision << ", grad accum bytes " << c.grad_bytes
                   << ", overlap " << c.overlap << ", bf16 states " << c.bf16_states
                   << ", offload " << c.offload << ", pinned " << c.pinned << ", nvme " << c.nvme
-                  << ", param offload " << c.param_offload
+                  << ", param offload " << c.param_offload << ", param nvme " << c.param_nvme
                   << ", "
                   << world << " ranks");
     auto e = make_engine(config_text(c));

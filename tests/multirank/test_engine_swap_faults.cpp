@@ -79,6 +79,23 @@ TEST_CASE("engine swap: settings the pipeline cannot work with are refused at in
   }
 }
 
+TEST_CASE("engine swap: a parameter shard larger than offload_param.buffer_size is refused",
+          "[engine]") {
+  ScratchDir dir("swap-param-buffer");
+  try {
+    make_engine(R"({"train_micro_batch_size_per_gpu": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+        "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": ")" +
+                dir.path.string() + R"(", "buffer_size": 100}}})");
+    FAIL("a parameter larger than the parameter buffers was accepted");
+  } catch (const Error& error) {
+    CHECK(error.category() == ErrorCategory::config);
+    // p0 (1201 elements) is the first whose shard exceeds 100 at up to 4 ranks.
+    CHECK_THAT(error.what(), Catch::Contains("parameter 'p0'"));
+    CHECK_THAT(error.what(), Catch::Contains("offload_param.buffer_size (100)"));
+  }
+}
+
 TEST_CASE("engine swap: a disk that fills up fails the step, naming the file, and keeps it",
           "[engine]") {
   ScratchDir dir("swap-full");
