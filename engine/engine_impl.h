@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstddef>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,6 +45,7 @@ struct ParamState {
   bool persistent = false;  // stage 3: stays gathered until a step (param_persistence_threshold)
   Work gathering;           // stage 3: the all-gather into `full`, while in_flight
   bool in_flight = false;
+  bool reading = false;     // offload_param nvme: its shard is being read; gathered after
   void* grad = nullptr;     // the full gradient buffer, while it exists
   Block grad_block;         // stages 2-3: the gradient arena's block
   // Backward bookkeeping of the current micro-step.
@@ -96,6 +98,10 @@ struct Engine::Impl {
   // Writes `param`'s shard from param_bounce[which] to its region (waits).
   void store_shard(std::size_t param, int which);
   char* assemble(std::size_t param);  // param_bounce[1], zeroed when a new parameter starts
+  void start_read(std::size_t param);
+  // Completes the pending reads in order, issuing their all-gathers, through `param` (all of
+  // them for kNone).
+  void finish_reads(std::size_t param);
   // Copies this rank's master of owned offsets [flat, flat + count) into `out` (device memory).
   void copy_master(std::size_t flat, std::size_t count, float* out);
   std::size_t filling = kNone;  // init: the swapped group being filled
@@ -171,7 +177,18 @@ struct Engine::Impl {
   std::vector<std::uint64_t> param_region;  // per parameter: its offset in params.swap, or kNone
   std::unique_ptr<offload::SwapFile> param_file;
   std::unique_ptr<Arena> param_nvme_arena;
-  void* param_bounce[2] = {nullptr, nullptr};
+  void* param_bounce[2] = {nullptr, nullptr};  // [0] init and synchronous reads, [1] assembly
+  // Reads of shards ahead of their gathers (offload_param.buffer_count buffers). A read's
+  // all-gather is issued when it is completed, in the order the reads were started, at the
+  // next hook or when the shard is needed: points every rank reaches in the same order.
+  struct PendingRead {
+    std::size_t param;
+    offload::Ticket ticket;
+    std::size_t buffer;
+  };
+  std::vector<void*> read_buffers;
+  std::vector<bool> read_busy;
+  std::deque<PendingRead> reads;
   std::size_t assembling = kNone;  // the swapped parameter being assembled in param_bounce[1]
   bool initialized = false;
   bool train = true;

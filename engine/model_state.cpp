@@ -242,11 +242,13 @@ void Engine::Impl::allocate() {
       }
       bounce = largest + 4096;
     }
+    const std::size_t bounces =
+        param_nvme ? 2 + static_cast<std::size_t>(config.zero.offload_param.buffer_count) : 0;
     const bool pinned = config.zero.offload_param.pin_memory;
     const std::size_t staging = offload ? 0 : align_up(param_staging_bytes);
     param_arena = std::make_unique<Arena>(
         device.get(), pinned ? Tier::pinned : Tier::host,
-        std::max<std::size_t>(align_up(compute_resident_end * csize) + 2 * bounce + staging,
+        std::max<std::size_t>(align_up(compute_resident_end * csize) + bounces * bounce + staging,
                               kAlign),
         pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)");
     compute_shard = take_from(*param_arena, MemoryKind::param, compute_resident_end * csize);
@@ -651,6 +653,14 @@ void Engine::Impl::set_up_param_swap() {
                                    kDirectAlign)
                  .ptr;
   }
+  const auto count = static_cast<std::size_t>(config.zero.offload_param.buffer_count);
+  for (std::size_t b = 0; b < count; ++b) {
+    read_buffers.push_back(param_arena
+                               ->allocate(MemoryKind::buffer, std::max<std::size_t>(largest, 1),
+                                          kDirectAlign)
+                               .ptr);
+  }
+  read_busy.assign(count, false);
   log::info("engine: {} of compute shards swapped to {}, {} elements kept in memory",
             format_bytes(capacity), param_file->path(), compute_resident_end);
 }
@@ -663,6 +673,7 @@ void Engine::Impl::fetch_shard(std::size_t param, void* place) {
     device->copy(place, shard_source(param), bytes);
     return;
   }
+  finish_reads(kNone);  // param_bounce[0] and the file are ours alone meanwhile
   const std::size_t region = param_region_bytes(param);
   param_file->wait(*aio, param_file->read(*aio, param_region[param], param_bounce[0], region));
   device->copy(place, param_bounce[0], bytes);
@@ -681,6 +692,42 @@ char* Engine::Impl::assemble(std::size_t param) {
     assembling = param;
   }
   return static_cast<char*>(param_bounce[1]);
+}
+
+void Engine::Impl::start_read(std::size_t param) {
+  auto free = std::find(read_busy.begin(), read_busy.end(), false);
+  while (free == read_busy.end()) {
+    finish_reads(reads.front().param);  // the oldest read makes room
+    free = std::find(read_busy.begin(), read_busy.end(), false);
+  }
+  const auto buffer = static_cast<std::size_t>(free - read_busy.begin());
+  read_busy[buffer] = true;
+  const offload::Ticket ticket = param_file->read(*aio, param_region[param], read_buffers[buffer],
+                                                  param_region_bytes(param));
+  reads.push_back({param, ticket, buffer});
+  params[param].reading = true;
+}
+
+void Engine::Impl::finish_reads(std::size_t param) {
+  while (!reads.empty()) {
+    const PendingRead read = reads.front();
+    reads.pop_front();
+    ParamState& state = params[read.param];
+    Timer timer;
+    param_file->wait(*aio, read.ticket);
+    timers.gather_wait += timer.seconds();
+    const std::size_t shard = shard_shape(registry.param(read.param).numel, world).shard;
+    const std::size_t bytes = shard * dtype_size(compute);
+    char* place = static_cast<char*>(state.full) + static_cast<std::size_t>(rank) * bytes;
+    Stream& stream = device->default_stream();
+    device->copy_async(place, read_buffers[read.buffer], bytes, stream);
+    state.gathering = comm->all_gather(place, state.full, shard, compute, &stream);
+    state.reading = false;
+    state.in_flight = true;
+    gathers_in_flight += 1;
+    read_busy[read.buffer] = false;
+    if (read.param == param) return;
+  }
 }
 
 }  // namespace zero::engine

@@ -41,6 +41,9 @@ std::string Engine::Impl::describe_event(const TraceEvent& event) const {
 void Engine::Impl::enter(std::size_t module, bool backward) {
   if (stage != 3) return;
   const bool top = !any_hook_open();
+  // Shards read from NVMe since the last hook are gathered now: a point every rank reaches
+  // in the same order, so their all-gathers are issued in the same order everywhere.
+  finish_reads(kNone);
   TraceState& t = traces[train ? 0 : 1];
   const TraceEvent event{module, backward};
   // An evaluation pass has no step to end it: it ends where the next one begins, at a top-level
@@ -198,6 +201,10 @@ bool Engine::Impl::gather_param(std::size_t param, bool own) {
   fetch.gathers += 1;
   const std::size_t shard = shard_shape(registry.param(param).numel, world).shard;
   if (shard == 0) return true;
+  if (swapped_param(param)) {
+    start_read(param);  // gathered when the read completes (finish_reads)
+    return true;
+  }
   Stream& stream = device->default_stream();
   Timer timer;
   const void* source = shard_source(param);
@@ -222,6 +229,7 @@ bool Engine::Impl::fits_gather_arena(std::size_t bytes) const {
 
 void Engine::Impl::wait_gather(std::size_t param) {
   ParamState& state = params[param];
+  if (state.reading) finish_reads(param);
   if (!state.in_flight) return;
   Timer timer;
   state.gathering.wait();
@@ -247,6 +255,7 @@ void Engine::Impl::release_param(std::size_t param) {
 void Engine::Impl::release_unheld(bool stale) {
   if (stage != 3) return;
   // Gathers still in flight read the shards: they finish before anything (a step) writes them.
+  finish_reads(kNone);
   for (std::size_t p = 0; p < params.size() && gathers_in_flight > 0; ++p) wait_gather(p);
   for (std::size_t p = 0; p < params.size(); ++p) {
     const ParamState& state = params[p];

@@ -54,7 +54,8 @@ std::string config_text(const Case& c) {
                      R"(, "nvme_path": ".", "buffer_count": )" + std::to_string(kSwapBuffers) +
                      R"(}, "offload_param": {"device": ")" +
                      (c.param_nvme ? "nvme" : c.param_offload ? "cpu" : "none") +
-                     R"(", "pin_memory": true, "nvme_path": ".", "max_in_cpu": 0}})";
+                     R"(", "pin_memory": true, "nvme_path": ".", "max_in_cpu": 0, "buffer_count": )" +
+                     std::to_string(kSwapBuffers) + "}}";
   if (c.precision == "bf16") {
     text += std::string(R"(, "bf16": {"enabled": true, "bf16_optimizer_states": )") +
             (c.bf16_states ? "true" : "false") + "}";
@@ -133,13 +134,15 @@ Bytes expected(const Case& c, int world) {
   // 1-2, sub_group_size elements at stage 3).
   // NVMe adds buffer_count buffers of the largest group's region: its masters and moments,
   // each rounded up to 4096 bytes for direct I/O.
-  // Parameters on NVMe: two bounce buffers of the largest shard (rounded up to 4096 bytes) and,
-  // without optimizer offload, the staging of a step group's updated values.
+  // Parameters on NVMe: two bounce buffers and buffer_count read buffers of the largest shard
+  // (rounded up to 4096 bytes) and, without optimizer offload, the staging of a step group's
+  // updated values.
   if (c.param_nvme) {
     std::size_t largest = 0;
     for (std::int64_t size : model.sizes) largest = std::max(largest, shard(size));
     const std::size_t bounce = (largest * cb + 4095) / 4096 * 4096;
-    live[{Tier::pinned, MemoryKind::buffer}] += 2 * bounce + (c.offload ? 0 : kSubGroup * cb);
+    live[{Tier::pinned, MemoryKind::buffer}] +=
+        (2 + kSwapBuffers) * bounce + (c.offload ? 0 : kSubGroup * cb);
   }
   if (c.offload) {
     live[{owned, MemoryKind::buffer}] += (kReduceBucket / n) * cb + group * cb;
