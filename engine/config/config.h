@@ -99,8 +99,6 @@ struct AioConfig {
   std::int64_t block_size = 1'048'576;
   std::int64_t queue_depth = 8;
   std::int64_t intra_op_parallelism = 1;
-  bool single_submit = false;
-  bool overlap_events = true;
 };
 
 struct CheckpointConfig {

@@ -69,12 +69,19 @@ bool not_false(const json& value) { return !value.is_null() && value != false; }
 
 void read_aio(Section& root, Config& config) {
   Section aio = root.child("aio");
-  config.aio.block_size = aio.integer({"block_size"}, 1'048'576, {512, INT64_MAX});
-  config.aio.queue_depth = aio.integer({"queue_depth"}, 8, {1, 65536});
+  // The ranges offload/aio.h takes: pieces of whole 4096-byte units (the strictest direct-I/O
+  // alignment) up to 1 GiB, at most 1024 in flight per ring and 256 rings.
+  config.aio.block_size = aio.integer({"block_size"}, 1'048'576, {4096, std::int64_t{1} << 30});
+  if (config.aio.block_size % 4096 != 0) {
+    root.reader().error(fmt::format("aio.block_size: {} is not a multiple of 4096 (direct I/O "
+                                    "moves whole 4096-byte units); use e.g. {}",
+                                    config.aio.block_size, config.aio.block_size / 4096 * 4096));
+  }
+  config.aio.queue_depth = aio.integer({"queue_depth"}, 8, {1, 1024});
   if (aio.has("intra_op_parallelism") && aio.has("thread_count")) {
     // The newest DeepSpeed accepts both names; intra_op_parallelism wins.
-    config.aio.intra_op_parallelism = aio.integer({"intra_op_parallelism"}, 1, {1, 1024});
-    const auto threads = aio.integer({"thread_count"}, 1, {1, 1024});
+    config.aio.intra_op_parallelism = aio.integer({"intra_op_parallelism"}, 1, {1, 256});
+    const auto threads = aio.integer({"thread_count"}, 1, {1, 256});
     if (threads != config.aio.intra_op_parallelism) {
       root.reader().warning(fmt::format(
           "aio.thread_count ({}) is the old name of aio.intra_op_parallelism ({}); using {}",
@@ -82,10 +89,12 @@ void read_aio(Section& root, Config& config) {
     }
   } else {
     config.aio.intra_op_parallelism =
-        aio.integer({"intra_op_parallelism", "thread_count"}, 1, {1, 1024});
+        aio.integer({"intra_op_parallelism", "thread_count"}, 1, {1, 256});
   }
-  config.aio.single_submit = aio.boolean({"single_submit"}, false);
-  config.aio.overlap_events = aio.boolean({"overlap_events"}, true);
+  aio.no_effect_flag("single_submit",
+                     "each ring's thread submits the pieces it has ready in one call");
+  aio.no_effect_flag("overlap_events",
+                     "each ring's thread submits new pieces and reaps completions in one wait");
   aio.unsupported_flag("use_gds", "GPUDirect Storage (use_gds)");
   aio.finish();
 }

@@ -499,7 +499,10 @@ TEST_CASE("aio: DeepSpeed's defaults, thread_count as the old name, GDS refused"
   REQUIRE(defaults.aio.block_size == 1'048'576);
   REQUIRE(defaults.aio.queue_depth == 8);
   REQUIRE(defaults.aio.intra_op_parallelism == 1);
-  REQUIRE(defaults.aio.overlap_events);
+  REQUIRE_THAT(error_of(with(R"("aio": {"block_size": 6000})")),
+               Catch::Contains("not a multiple of 4096"));
+  REQUIRE(!error_of(with(R"("aio": {"queue_depth": 2048})")).empty());
+  REQUIRE(read(with(R"("aio": {"single_submit": true})")).infos.size() >= 1);
   REQUIRE(read(with(R"("aio": {"thread_count": 4})")).aio.intra_op_parallelism == 4);
   REQUIRE(error_of(with(R"("aio": {"use_gds": true})")) ==
           "aio.use_gds: GPUDirect Storage (use_gds) is not supported by zero (got true); remove it "
