@@ -20,18 +20,6 @@ std::uint64_t align_up(std::uint64_t value, std::size_t alignment) {
 
 }  // namespace
 
-std::string format_bytes(std::size_t bytes) {
-  static constexpr const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  double value = static_cast<double>(bytes);
-  int unit = -1;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return fmt::format("{:.2f} {}", value, units[unit]);
-}
-
 Arena::Arena(Device* device, Tier tier, std::size_t capacity, std::string name)
     : device_(device), tier_(tier), capacity_(capacity), name_(std::move(name)) {
   if (name_.empty()) name_ = std::string(tier_name(tier));

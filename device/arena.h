@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/bytes.h"  // format_bytes, which arena messages use
 #include "device/memory.h"
 
 namespace zero {
@@ -96,7 +97,5 @@ class Arena {
   std::size_t peak_bytes_ = 0;
 };
 
-// Formats a byte count for people: "512 B", "1.50 KiB", "3.25 GiB".
-std::string format_bytes(std::size_t bytes);
 
 }  // namespace zero

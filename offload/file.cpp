@@ -78,7 +78,7 @@ void File::preallocate(std::uint64_t bytes) {
       log::warn(
           "{}: the file system cannot preallocate (fallocate: {}); the file is sized to {} "
           "but its blocks are not reserved, so a full disk shows only when a write fails",
-          path_, detail::errno_text(err), detail::human_bytes(bytes));
+          path_, detail::errno_text(err), format_bytes(bytes));
       return;
     }
   }
@@ -86,9 +86,9 @@ void File::preallocate(std::uint64_t bytes) {
   throw make_error(ErrorCategory::io,
                    "cannot preallocate {} ({} bytes) for {}: {} (the file system has {} free); "
                    "free space there or put the file on a larger disk",
-                   detail::human_bytes(bytes), bytes, path_, detail::errno_text(err),
+                   format_bytes(bytes), bytes, path_, detail::errno_text(err),
                    free < 0 ? std::string("an unknown amount")
-                            : detail::human_bytes(static_cast<std::uint64_t>(free)));
+                            : format_bytes(static_cast<std::uint64_t>(free)));
 }
 
 }  // namespace zero::offload

@@ -93,7 +93,7 @@ std::unique_ptr<SwapFile> SwapDirectory::create(std::string_view name, std::uint
       throw make_error(ErrorCategory::io,
                        "{}: {} has {} free; swap file {} needs {} ({} bytes): free space there, "
                        "point {} at a disk with more room, or offload less to NVMe",
-                       setting, path_, detail::human_bytes(free), name, detail::human_bytes(bytes),
+                       setting, path_, format_bytes(free), name, format_bytes(bytes),
                        bytes, setting);
     }
   }

@@ -55,7 +55,7 @@ std::string memlock_limit() {
   struct rlimit limit {};
   if (::getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return "unknown";
   if (limit.rlim_cur == RLIM_INFINITY) return "unlimited";
-  return human_bytes(limit.rlim_cur);
+  return format_bytes(limit.rlim_cur);
 }
 
 // A buffer registered with the ring, and its index there.
@@ -446,7 +446,7 @@ bool UringBackend::register_buffers(const std::vector<std::pair<void*, std::size
   }
   const int ret = register_everywhere(chunks);
   if (ret == 0) {
-    log::debug("io_uring: {} registered as {} fixed buffers on {} rings", human_bytes(total),
+    log::debug("io_uring: {} registered as {} fixed buffers on {} rings", format_bytes(total),
                chunks.size(), lanes_.size());
     return true;
   }
@@ -456,7 +456,7 @@ bool UringBackend::register_buffers(const std::vector<std::pair<void*, std::size
       "locked-memory limit is {} and each ring counts them again: raise it (ulimit -l, or "
       "grant CAP_IPC_LOCK). Reads and writes go on without fixed buffers, at the cost of "
       "pinning pages per request (zero-bench aio --register no measures it)",
-      human_bytes(total), lanes_.size(), errno_text(-ret), memlock_limit());
+      format_bytes(total), lanes_.size(), errno_text(-ret), memlock_limit());
   return false;
 }
 
