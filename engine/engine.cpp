@@ -61,7 +61,14 @@ Engine::Impl::~Impl() {
     }
   }
   if (failed && swap_dir) swap_dir->keep("the engine stopped after a failed step");
-  // Reads of parameter shards still in flight use the file and buffers about to go.
+  // Reads and writes of parameter shards still in flight use the file and buffers about to go.
+  for (auto& ticket : writing) {
+    try {
+      if (ticket) param_file->wait(*aio, *ticket);
+    } catch (const std::exception&) {
+      // Nothing depends on it any more.
+    }
+  }
   for (const auto& read : reads) {
     try {
       param_file->wait(*aio, read.ticket);

@@ -97,7 +97,9 @@ struct Engine::Impl {
   void fetch_shard(std::size_t param, void* place);
   // Writes `param`'s shard from param_bounce[which] to its region (waits).
   void store_shard(std::size_t param, int which);
-  char* assemble(std::size_t param);  // param_bounce[1], zeroed when a new parameter starts
+  void write_assembled();     // starts the write of the assembled shard
+  void finish_param_writes();  // waits for every shard write
+  char* assemble(std::size_t param);  // an assembly buffer, zeroed when a new parameter starts
   void start_read(std::size_t param);
   // Completes the pending reads in order, issuing their all-gathers, through `param` (all of
   // them for kNone).
@@ -177,7 +179,11 @@ struct Engine::Impl {
   std::vector<std::uint64_t> param_region;  // per parameter: its offset in params.swap, or kNone
   std::unique_ptr<offload::SwapFile> param_file;
   std::unique_ptr<Arena> param_nvme_arena;
-  void* param_bounce[2] = {nullptr, nullptr};  // [0] init and synchronous reads, [1] assembly
+  // [0] init and synchronous reads; [1] and [2] assembly, alternating so that one shard's write
+  // goes on while the next is assembled.
+  void* param_bounce[3] = {nullptr, nullptr, nullptr};
+  int assembly = 1;                           // the bounce buffer `assembling` uses
+  std::optional<offload::Ticket> writing[3];  // a write from that buffer, not yet waited for
   // Reads of shards ahead of their gathers (offload_param.buffer_count buffers). A read's
   // all-gather is issued when it is completed, in the order the reads were started, at the
   // next hook or when the shard is needed: points every rank reaches in the same order.
@@ -189,7 +195,7 @@ struct Engine::Impl {
   std::vector<void*> read_buffers;
   std::vector<bool> read_busy;
   std::deque<PendingRead> reads;
-  std::size_t assembling = kNone;  // the swapped parameter being assembled in param_bounce[1]
+  std::size_t assembling = kNone;  // the swapped parameter being assembled
   bool initialized = false;
   bool train = true;
   enum class Phase { idle, forward, backward } phase = Phase::idle;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <utility>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -243,7 +244,7 @@ void Engine::Impl::allocate() {
       bounce = largest + 4096;
     }
     const std::size_t bounces =
-        param_nvme ? 2 + static_cast<std::size_t>(config.zero.offload_param.buffer_count) : 0;
+        param_nvme ? 3 + static_cast<std::size_t>(config.zero.offload_param.buffer_count) : 0;
     const bool pinned = config.zero.offload_param.pin_memory;
     const std::size_t staging = offload ? 0 : align_up(param_staging_bytes);
     param_arena = std::make_unique<Arena>(
@@ -688,10 +689,28 @@ void Engine::Impl::store_shard(std::size_t param, int which) {
 
 char* Engine::Impl::assemble(std::size_t param) {
   if (assembling != param) {
-    std::memset(param_bounce[1], 0, param_region_bytes(param));
+    // The buffer's previous shard must be on disk before it is reused.
+    if (writing[assembly]) param_file->wait(*aio, *std::exchange(writing[assembly], {}));
+    std::memset(param_bounce[assembly], 0, param_region_bytes(param));
     assembling = param;
   }
-  return static_cast<char*>(param_bounce[1]);
+  return static_cast<char*>(param_bounce[assembly]);
+}
+
+void Engine::Impl::write_assembled() {
+  const std::size_t region = param_region_bytes(assembling);
+  if (region != 0) {
+    writing[assembly] =
+        param_file->write(*aio, param_region[assembling], param_bounce[assembly], region);
+  }
+  assembling = kNone;
+  assembly = assembly == 1 ? 2 : 1;
+}
+
+void Engine::Impl::finish_param_writes() {
+  for (auto& ticket : writing) {
+    if (ticket) param_file->wait(*aio, *std::exchange(ticket, {}));
+  }
 }
 
 void Engine::Impl::start_read(std::size_t param) {

@@ -239,8 +239,7 @@ StepStats Engine::Impl::boundary_step() {
       }
       if (on_nvme && piece.end == shard_shape(registry.param(p).numel, world).shard) {
         stream.synchronize();
-        store_shard(p, 1);
-        assembling = kNone;
+        write_assembled();
       }
     }
     if (swapped) {
@@ -267,6 +266,7 @@ StepStats Engine::Impl::boundary_step() {
     }
   }
   if (swap) swap->finish();
+  if (param_nvme) finish_param_writes();  // the next gathers read these shards
   stream.synchronize();
   optimizer_steps = k;
   scaler.update(false);

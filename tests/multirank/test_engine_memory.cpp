@@ -134,7 +134,7 @@ Bytes expected(const Case& c, int world) {
   // 1-2, sub_group_size elements at stage 3).
   // NVMe adds buffer_count buffers of the largest group's region: its masters and moments,
   // each rounded up to 4096 bytes for direct I/O.
-  // Parameters on NVMe: two bounce buffers and buffer_count read buffers of the largest shard
+  // Parameters on NVMe: three bounce buffers and buffer_count read buffers of the largest shard
   // (rounded up to 4096 bytes) and, without optimizer offload, the staging of a step group's
   // updated values.
   if (c.param_nvme) {
@@ -142,7 +142,7 @@ Bytes expected(const Case& c, int world) {
     for (std::int64_t size : model.sizes) largest = std::max(largest, shard(size));
     const std::size_t bounce = (largest * cb + 4095) / 4096 * 4096;
     live[{Tier::pinned, MemoryKind::buffer}] +=
-        (2 + kSwapBuffers) * bounce + (c.offload ? 0 : kSubGroup * cb);
+        (3 + kSwapBuffers) * bounce + (c.offload ? 0 : kSubGroup * cb);
   }
   if (c.offload) {
     live[{owned, MemoryKind::buffer}] += (kReduceBucket / n) * cb + group * cb;
