@@ -1,7 +1,8 @@
 // The Engine's state, shared by the translation units that each implement one concern of it:
 // engine.cpp (registration, init, accessors), model_state.cpp (layout and allocation),
-// grad_reduce.cpp (buckets of gradients), param_gather.cpp (stage-3 gathers and the
-// all-gather after a step), step.cpp (the optimizer step). Internal to engine/.
+// grad_reduce.cpp (buckets of gradients), param_gather.cpp (the stage-3 fetcher), step.cpp
+// (the optimizer step), swap_state.cpp (state on NVMe: the swap files and what reads and
+// writes them). Internal to engine/.
 #pragma once
 
 #include <array>

@@ -1,0 +1,305 @@
+// Model state on NVMe: the optimizer's masters and moments in step-group regions of a swap file
+// (engine/optimizer_swap.h moves them), the stage-3 compute shards in per-parameter regions of
+// another, the I/O engine and the rank's swap directory they share, and the masters' way in at
+// init and out for read_param wherever they live. The layout and allocation are
+// model_state.cpp's.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <utility>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/engine_impl.h"
+
+namespace zero::engine {
+namespace {
+
+constexpr std::size_t kDirectAlign = 4096;  // the strictest direct-I/O alignment
+
+std::size_t align_direct(std::size_t bytes) {
+  return (bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+}
+
+}  // namespace
+
+// A swapped group's region: its masters and its moments, each aligned for direct I/O.
+std::size_t Engine::Impl::swap_region_bytes(std::size_t elements) const {
+  if (elements == 0) return 0;
+  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
+  return align_direct(elements * 4) +
+         static_cast<std::size_t>(config.optimizer.state_buffers()) *
+             align_direct(elements * state_size);
+}
+
+std::size_t Engine::Impl::swap_buffer_bytes() const {
+  std::size_t largest = 0;
+  for (std::size_t g = resident_groups; g < step_groups.size(); ++g) {
+    largest = std::max(largest, swap_region_bytes(step_groups[g].block));
+  }
+  const auto count = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
+  const std::size_t bytes = count * (largest + kDirectAlign);
+  // Refused here, before any memory is taken, with what to set.
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  const std::size_t memory = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) *
+                                                         static_cast<std::size_t>(page)
+                                                   : 0;
+  if (memory != 0 && bytes > memory / 2) {
+    const std::size_t per_element = swap_region_bytes(1 << 20) >> 20;
+    throw make_error(
+        ErrorCategory::config,
+        "offload_optimizer: {} buffers of the largest step group's optimizer state ({} each) "
+        "need {} of pinned memory, more than half of this host's {}; lower "
+        "zero_optimization.sub_group_size (now {} elements; {} would make them about {} in all) "
+        "or offload_optimizer.buffer_count",
+        count, format_bytes(largest), format_bytes(bytes), format_bytes(memory),
+        config.zero.sub_group_size, memory / 8 / count / std::max<std::size_t>(per_element, 1),
+        format_bytes(memory / 8));
+  }
+  return bytes;
+}
+
+void Engine::Impl::open_swap_io() {
+  if (aio) return;
+  // A job id every rank shares: rank 0's process id and clock.
+  auto* scratch = reinterpret_cast<std::int64_t*>(scalars) + 8;
+  scratch[0] = rank == 0 ? (static_cast<std::int64_t>(getpid()) << 32) ^
+                               static_cast<std::int64_t>(std::time(nullptr))
+                         : 0;
+  comm->broadcast(scratch, 1, DType::i64, 0).wait();
+  const std::string job = fmt::format("{:x}", static_cast<std::uint64_t>(scratch[0]));
+
+  offload::AioOptions aio_options;
+  aio_options.block_size = static_cast<std::size_t>(config.aio.block_size);
+  aio_options.queue_depth = static_cast<int>(config.aio.queue_depth);
+  aio_options.intra_op_parallelism = static_cast<int>(config.aio.intra_op_parallelism);
+  aio_options.inject = options.aio_inject;
+  aio = offload::AsyncIO::create(aio_options);
+  // One directory per rank holds both swap files; the optimizer's nvme_path wins when both
+  // are set.
+  const std::string& path = nvme ? config.zero.offload_optimizer.nvme_path
+                                 : config.zero.offload_param.nvme_path;
+  swap_dir = std::make_unique<offload::SwapDirectory>(path, job, rank);
+}
+
+void Engine::Impl::set_up_swap() {
+  open_swap_io();
+  OptimizerSwapOptions swap_options;
+  std::size_t capacity = 0;
+  for (std::size_t g = resident_groups; g < step_groups.size(); ++g) {
+    swap_options.group_elements.push_back(step_groups[g].block);
+    capacity += swap_region_bytes(step_groups[g].block);
+  }
+  swap_options.state_buffers = config.optimizer.state_buffers();
+  swap_options.state_dtype = config.optimizer_state_dtype;
+  swap_options.buffer_count = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
+  swap_options.pipeline_read = config.zero.offload_optimizer.pipeline_read;
+  swap_options.pipeline_write = config.zero.offload_optimizer.pipeline_write;
+  nvme_arena = std::make_unique<Arena>(nullptr, Tier::nvme, std::max<std::size_t>(capacity, 1),
+                                       "optimizer swap file");
+  swap = std::make_unique<OptimizerSwap>(std::move(swap_options), *aio, *swap_dir,
+                                         *offload_arena, *nvme_arena);
+  log::info("engine: optimizer state of {} step groups swapped to {} ({}), {} kept in memory",
+            swap->groups(), swap->path(), format_bytes(capacity), resident_groups);
+}
+
+bool Engine::Impl::swapped_param(std::size_t param) const {
+  return param_nvme && params[param].compute_flat != kNone &&
+         params[param].compute_flat >= compute_resident_end;
+}
+
+std::size_t Engine::Impl::param_region_bytes(std::size_t param) const {
+  return align_direct(shard_shape(registry.param(param).numel, world).shard * dtype_size(compute));
+}
+
+void Engine::Impl::set_up_param_swap() {
+  open_swap_io();
+  param_region.assign(params.size(), kNone);
+  std::size_t capacity = 0;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    if (swapped_param(p)) capacity += param_region_bytes(p);
+  }
+  param_nvme_arena = std::make_unique<Arena>(nullptr, Tier::nvme,
+                                             std::max<std::size_t>(capacity, 1),
+                                             "parameter swap file");
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    if (!swapped_param(p) || param_region_bytes(p) == 0) continue;
+    const std::size_t shard = shard_shape(registry.param(p).numel, world).shard;
+    param_region[p] =
+        param_nvme_arena->allocate(MemoryKind::param, shard * dtype_size(compute), kDirectAlign)
+            .offset;
+  }
+  param_file = swap_dir->create("params.swap", param_nvme_arena->capacity(),
+                                "zero_optimization.offload_param.nvme_path");
+  std::size_t largest = 0;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    if (params[p].compute_flat != kNone) largest = std::max(largest, param_region_bytes(p));
+  }
+  for (void*& bounce : param_bounce) {
+    bounce = param_arena->allocate(MemoryKind::buffer, std::max<std::size_t>(largest, 1),
+                                   kDirectAlign)
+                 .ptr;
+  }
+  const auto count = static_cast<std::size_t>(config.zero.offload_param.buffer_count);
+  for (std::size_t b = 0; b < count; ++b) {
+    read_buffers.push_back(param_arena
+                               ->allocate(MemoryKind::buffer, std::max<std::size_t>(largest, 1),
+                                          kDirectAlign)
+                               .ptr);
+  }
+  read_busy.assign(count, false);
+  log::info("engine: {} of compute shards swapped to {}, {} elements kept in memory",
+            format_bytes(capacity), param_file->path(), compute_resident_end);
+}
+
+void Engine::Impl::fetch_shard(std::size_t param, void* place) {
+  const std::size_t bytes = shard_shape(registry.param(param).numel, world).shard *
+                            dtype_size(compute);
+  if (bytes == 0) return;
+  if (!swapped_param(param)) {
+    device->copy(place, shard_source(param), bytes);
+    return;
+  }
+  finish_reads(kNone);  // param_bounce[0] and the file are ours alone meanwhile
+  const std::size_t region = param_region_bytes(param);
+  param_file->wait(*aio, param_file->read(*aio, param_region[param], param_bounce[0], region));
+  device->copy(place, param_bounce[0], bytes);
+}
+
+void Engine::Impl::store_shard(std::size_t param, int which) {
+  const std::size_t region = param_region_bytes(param);
+  if (region == 0) return;
+  param_file->wait(*aio,
+                   param_file->write(*aio, param_region[param], param_bounce[which], region));
+}
+
+char* Engine::Impl::assemble(std::size_t param) {
+  if (assembling != param) {
+    // The buffer's previous shard must be on disk before it is reused.
+    if (writing[assembly]) param_file->wait(*aio, *std::exchange(writing[assembly], {}));
+    std::memset(param_bounce[assembly], 0, param_region_bytes(param));
+    assembling = param;
+  }
+  return static_cast<char*>(param_bounce[assembly]);
+}
+
+void Engine::Impl::write_assembled() {
+  const std::size_t region = param_region_bytes(assembling);
+  if (region != 0) {
+    writing[assembly] =
+        param_file->write(*aio, param_region[assembling], param_bounce[assembly], region);
+  }
+  assembling = kNone;
+  assembly = assembly == 1 ? 2 : 1;
+}
+
+void Engine::Impl::finish_param_writes() {
+  for (auto& ticket : writing) {
+    if (ticket) param_file->wait(*aio, *std::exchange(ticket, {}));
+  }
+}
+
+void Engine::Impl::start_read(std::size_t param) {
+  auto free = std::find(read_busy.begin(), read_busy.end(), false);
+  while (free == read_busy.end()) {
+    finish_reads(reads.front().param);  // the oldest read makes room
+    free = std::find(read_busy.begin(), read_busy.end(), false);
+  }
+  const auto buffer = static_cast<std::size_t>(free - read_busy.begin());
+  read_busy[buffer] = true;
+  const offload::Ticket ticket = param_file->read(*aio, param_region[param], read_buffers[buffer],
+                                                  param_region_bytes(param));
+  reads.push_back({param, ticket, buffer});
+  params[param].reading = true;
+}
+
+void Engine::Impl::finish_reads(std::size_t param) {
+  while (!reads.empty()) {
+    const PendingRead read = reads.front();
+    reads.pop_front();
+    ParamState& state = params[read.param];
+    Timer timer;
+    param_file->wait(*aio, read.ticket);
+    timers.gather_wait += timer.seconds();
+    const std::size_t shard = shard_shape(registry.param(read.param).numel, world).shard;
+    const std::size_t bytes = shard * dtype_size(compute);
+    char* place = static_cast<char*>(state.full) + static_cast<std::size_t>(rank) * bytes;
+    Stream& stream = device->default_stream();
+    device->copy_async(place, read_buffers[read.buffer], bytes, stream);
+    state.gathering = comm->all_gather(place, state.full, shard, compute, &stream);
+    state.reading = false;
+    state.in_flight = true;
+    gathers_in_flight += 1;
+    read_busy[read.buffer] = false;
+    if (read.param == param) return;
+  }
+}
+
+std::size_t Engine::Impl::group_at(std::size_t flat) const {
+  const auto it = std::upper_bound(group_lo.begin(), group_lo.end(), flat);
+  return static_cast<std::size_t>(it - group_lo.begin()) - 1;
+}
+
+// Offload: the master is in host memory (resident) or in the swap, never where the device's
+// kernels write, so the values are copied by the host.
+void Engine::Impl::put_master(std::size_t flat, const float* values, std::size_t count) {
+  while (count > 0) {
+    if (flat < resident_end) {
+      const std::size_t n = std::min(count, resident_end - flat);
+      std::memcpy(master + flat, values, n * sizeof(float));
+      flat += n, values += n, count -= n;
+      continue;
+    }
+    // The swapped groups are filled in order; one skipped (no values) is written as zeros.
+    const std::size_t g = group_at(flat);
+    const std::size_t s = g - resident_groups;
+    if (filling != s) {
+      const std::size_t from = filling == kNone ? 0 : filling + 1;
+      if (filling != kNone) swap->commit(filling);
+      for (std::size_t k = from; k < s; ++k) {
+        swap->fill(k);
+        swap->commit(k);
+      }
+      swap->fill(s);
+      filling = s;
+    }
+    const GroupView view = swap->filled(s);
+    const std::size_t group_end = group_lo[g] + step_groups[g].block;
+    const std::size_t n = std::min(count, group_end - flat);
+    std::memcpy(view.master + (flat - group_lo[g]), values, n * sizeof(float));
+    flat += n, values += n, count -= n;
+  }
+}
+
+void Engine::Impl::finish_masters() {
+  if (!swap) return;
+  const std::size_t from = filling == kNone ? 0 : filling + 1;
+  if (filling != kNone) swap->commit(filling);
+  for (std::size_t k = from; k < swap->groups(); ++k) {
+    swap->fill(k);
+    swap->commit(k);
+  }
+  swap->finish();
+  filling = kNone;
+}
+
+void Engine::Impl::copy_master(std::size_t flat, std::size_t count, float* out) {
+  while (count > 0) {
+    if (flat < resident_end) {
+      const std::size_t n = std::min(count, resident_end - flat);
+      device->copy(out, master + flat, n * sizeof(float));
+      flat += n, out += n, count -= n;
+      continue;
+    }
+    const std::size_t g = group_at(flat);
+    const GroupView view = swap->peek(g - resident_groups);
+    const std::size_t n = std::min(count, group_lo[g] + step_groups[g].block - flat);
+    device->copy(out, view.master + (flat - group_lo[g]), n * sizeof(float));
+    flat += n, out += n, count -= n;
+  }
+}
+
+}  // namespace zero::engine
