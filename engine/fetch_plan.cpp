@@ -1,5 +1,7 @@
 #include "engine/fetch_plan.h"
 
+#include <algorithm>
+
 #include <xxhash.h>
 
 #include "base/error.h"
@@ -25,6 +27,7 @@ FetchPlan::FetchPlan(std::vector<TraceEvent> events,
       }
     }
   }
+  seen_.assign(elements_.size(), 0);
   before_.assign(events_.size() + 1, 0);
   for (std::size_t i = 0; i < events_.size(); ++i) {
     const std::size_t m = events_[i].module;
@@ -76,13 +79,18 @@ std::vector<std::size_t> FetchPlan::prefetch(
     std::size_t i, std::size_t window, std::size_t max_live, std::size_t live,
     const std::function<bool(std::size_t)>& gathered) const {
   std::vector<std::size_t> out;
-  std::vector<bool> seen(elements_.size(), false);
+  // Each parameter once: marked with this call's stamp, so no per-call clearing or allocation
+  // (this runs at every pre hook).
+  if (++stamp_ == 0) {
+    std::fill(seen_.begin(), seen_.end(), 0);
+    stamp_ = 1;
+  }
   std::size_t walked = 0;
   for (std::size_t e = i + 1; e < events_.size(); ++e) {
     for (std::size_t p : module_params_[events_[e].module]) {
       if (walked >= window) return out;
-      if (seen[p]) continue;
-      seen[p] = true;
+      if (seen_[p] == stamp_) continue;
+      seen_[p] = stamp_;
       walked += elements_[p];
       if (gathered(p)) continue;
       const std::size_t cost = persistent_[p] ? 0 : elements_[p];

@@ -53,7 +53,7 @@ class FetchPlan {
   // (stage3_prefetch_bucket_size; gathered ones count, since they are data already ahead),
   // skipping those `gathered(p)` says are there and stopping at the first whose gather would
   // take the live elements (`live`, plus each one taken that is not persistent) past
-  // `max_live` (stage3_max_live_parameters).
+  // `max_live` (stage3_max_live_parameters). Not thread-safe (it keeps scratch between calls).
   std::vector<std::size_t> prefetch(std::size_t i, std::size_t window, std::size_t max_live,
                                     std::size_t live,
                                     const std::function<bool(std::size_t)>& gathered) const;
@@ -65,6 +65,9 @@ class FetchPlan {
   std::vector<bool> persistent_;
   std::vector<std::vector<std::size_t>> next_use_;  // per event, per parameter of its module
   std::vector<std::size_t> before_;  // before_[i]: elements gathered by events < i
+  // prefetch()'s scratch: a parameter is seen this call when its entry equals the stamp.
+  mutable std::vector<std::uint32_t> seen_;
+  mutable std::uint32_t stamp_ = 0;
 };
 
 }  // namespace zero::engine
