@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/half.h"
+#include "tests/multirank/c_api_check.h"
 #include "zero/zero.h"
 
 namespace {
@@ -94,16 +95,6 @@ void store(void* data, zero_dtype dtype, std::size_t i, float v) {
     case ZERO_FP16: static_cast<std::uint16_t*>(data)[i] = zero::float_to_fp16(v); return;
   }
 }
-
-#define CHECK_OK(call)                                                                   \
-  do {                                                                                   \
-    const zero_status status_ = (call);                                                  \
-    if (status_ != ZERO_OK) {                                                            \
-      std::fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, #call,                \
-                   zero_status_string(status_), zero_last_error());                      \
-      MPI_Abort(MPI_COMM_WORLD, 2);                                                      \
-    }                                                                                    \
-  } while (0)
 
 struct Case {
   int stage;

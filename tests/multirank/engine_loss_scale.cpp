@@ -37,6 +37,7 @@
 
 #include "base/half.h"
 #include "engine/deepspeed_loss_scaler.h"
+#include "tests/multirank/c_api_check.h"
 #include "zero/zero.h"
 
 namespace {
@@ -46,16 +47,6 @@ using zero_test::DeepSpeedDynamicLossScaler;
 int g_rank = 0;
 int g_world = 1;
 int g_failures = 0;
-
-#define CHECK_OK(call)                                                    \
-  do {                                                                    \
-    const zero_status status_ = (call);                                   \
-    if (status_ != ZERO_OK) {                                             \
-      std::fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, #call, \
-                   zero_status_string(status_), zero_last_error());       \
-      MPI_Abort(MPI_COMM_WORLD, 2);                                       \
-    }                                                                     \
-  } while (0)
 
 // ---- The model: three modules with one parameter each ----
 
