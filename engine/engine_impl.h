@@ -61,6 +61,23 @@ struct BucketRun {
   std::size_t waiting = 0;  // params of this bucket not yet ready
 };
 
+// Where new values of the model state come from: the initial values at init, a checkpoint,
+// pretrained weights. assign_state() asks for the ranges this rank keeps.
+struct ValueSource {
+  virtual ~ValueSource() = default;
+  // Called on every rank for each parameter in registration order before its values(): a
+  // source may take part in collectives here.
+  virtual void begin(std::size_t param) { (void)param; }
+  // The fp32 values of global elements [first, first + count) of the parameter.
+  virtual void values(std::size_t param, std::uint64_t first, std::size_t count, float* out) = 0;
+  // Moment m of a trainable parameter over [first, first + count) in `dtype`; false: zeros.
+  virtual bool moment(std::size_t param, int m, std::uint64_t first, std::size_t count,
+                      DType dtype, void* out) {
+    (void)param, (void)m, (void)first, (void)count, (void)dtype, (void)out;
+    return false;
+  }
+};
+
 struct Engine::Impl {
   Impl(config::Config config, std::unique_ptr<Device> device, std::unique_ptr<Communicator> comm,
        EngineOptions options);
@@ -82,14 +99,19 @@ struct Engine::Impl {
   void lay_out();
   void allocate();
   void fill_initial_values();
+  // Sets every parameter's value (and trainable ones' moments) from `source`, on every rank in
+  // registration order (assign_state.cpp).
+  void assign_state(ValueSource& source);
   std::size_t swap_region_bytes(std::size_t elements) const;
   std::size_t swap_buffer_bytes() const;  // the pinned buffers of the NVMe pipeline
   void set_up_swap();
   std::size_t group_at(std::size_t flat) const;  // the step group holding owned offset `flat`
-  // Writes this rank's fp32 master values of owned offsets [flat, flat + count); with NVMe the
-  // swapped part goes through the swap's init buffers, in increasing order of `flat`.
-  void put_master(std::size_t flat, const float* values, std::size_t count);
-  void finish_masters();
+  // Writes this rank's fp32 masters of owned offsets [flat, flat + count) and its moments
+  // (host bytes in the state dtype; nullptr: zeros); with NVMe the swapped part goes through the
+  // swap's fill buffers, in increasing order of `flat`. finish_state() writes the last group.
+  void put_state(std::size_t flat, const float* values, const void* const* moments_in,
+                 std::size_t count);
+  void finish_state();
   bool swapped_param(std::size_t param) const;
   std::size_t param_region_bytes(std::size_t param) const;
   void set_up_param_swap();

@@ -243,49 +243,6 @@ std::size_t Engine::Impl::group_at(std::size_t flat) const {
   return static_cast<std::size_t>(it - group_lo.begin()) - 1;
 }
 
-// Offload: the master is in host memory (resident) or in the swap, never where the device's
-// kernels write, so the values are copied by the host.
-void Engine::Impl::put_master(std::size_t flat, const float* values, std::size_t count) {
-  while (count > 0) {
-    if (flat < resident_end) {
-      const std::size_t n = std::min(count, resident_end - flat);
-      std::memcpy(master + flat, values, n * sizeof(float));
-      flat += n, values += n, count -= n;
-      continue;
-    }
-    // The swapped groups are filled in order; one skipped (no values) is written as zeros.
-    const std::size_t g = group_at(flat);
-    const std::size_t s = g - resident_groups;
-    if (filling != s) {
-      const std::size_t from = filling == kNone ? 0 : filling + 1;
-      if (filling != kNone) swap->commit(filling);
-      for (std::size_t k = from; k < s; ++k) {
-        swap->fill(k);
-        swap->commit(k);
-      }
-      swap->fill(s);
-      filling = s;
-    }
-    const GroupView view = swap->filled(s);
-    const std::size_t group_end = group_lo[g] + step_groups[g].block;
-    const std::size_t n = std::min(count, group_end - flat);
-    std::memcpy(view.master + (flat - group_lo[g]), values, n * sizeof(float));
-    flat += n, values += n, count -= n;
-  }
-}
-
-void Engine::Impl::finish_masters() {
-  if (!swap) return;
-  const std::size_t from = filling == kNone ? 0 : filling + 1;
-  if (filling != kNone) swap->commit(filling);
-  for (std::size_t k = from; k < swap->groups(); ++k) {
-    swap->fill(k);
-    swap->commit(k);
-  }
-  swap->finish();
-  filling = kNone;
-}
-
 void Engine::Impl::copy_master(std::size_t flat, std::size_t count, float* out) {
   while (count > 0) {
     if (flat < resident_end) {
