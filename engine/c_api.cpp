@@ -21,6 +21,7 @@
 
 struct zero_engine {
   std::unique_ptr<zero::engine::Engine> engine;
+  std::string loaded_user_data;  // of the last checkpoint loaded
 };
 
 namespace {
@@ -383,6 +384,79 @@ zero_status zero_memory_report(const zero_engine* engine, char* buffer, unsigned
     const std::size_t n = std::min<std::size_t>(text.size(), size - 1);
     std::memcpy(buffer, text.data(), n);
     buffer[n] = '\0';
+  });
+}
+
+zero_status zero_save_checkpoint(zero_engine* engine, const char* dir, const char* tag,
+                                 const void* user_data, unsigned long long user_bytes) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_save_checkpoint");
+    require(dir, "zero_save_checkpoint", "dir");
+    if (user_bytes > 0) require(user_data, "zero_save_checkpoint", "user_data");
+    zero::engine::SaveOptions options;
+    if (tag != nullptr) options.tag = tag;
+    if (user_bytes > 0) options.user_data.assign(static_cast<const char*>(user_data), user_bytes);
+    e.save_checkpoint(dir, options);
+  });
+}
+
+zero_status zero_load_checkpoint(zero_engine* engine, const char* dir, const char* tag,
+                                 unsigned flags) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_load_checkpoint");
+    require(dir, "zero_load_checkpoint", "dir");
+    if ((flags & ~ZERO_LOAD_MODULE_ONLY) != 0) {
+      throw make_error(ErrorCategory::usage, "zero_load_checkpoint: unknown flags {:#x}",
+                       flags & ~ZERO_LOAD_MODULE_ONLY);
+    }
+    zero::engine::LoadOptions options;
+    if (tag != nullptr) options.tag = tag;
+    options.module_only = (flags & ZERO_LOAD_MODULE_ONLY) != 0;
+    engine->loaded_user_data = e.load_checkpoint(dir, options).user_data;
+  });
+}
+
+zero_status zero_checkpoint_user_data(const zero_engine* engine, void* buffer,
+                                      unsigned long long size, unsigned long long* bytes) {
+  return zero::guard([&] {
+    engine_of(engine, "zero_checkpoint_user_data");
+    const std::string& data = engine->loaded_user_data;
+    if (bytes != nullptr) *bytes = data.size();
+    if (size == 0) return;
+    require(buffer, "zero_checkpoint_user_data", "buffer");
+    std::memcpy(buffer, data.data(), std::min<std::size_t>(data.size(), size));
+  });
+}
+
+zero_status zero_load_pretrained(zero_engine* engine, const char* path,
+                                 const zero_pretrained_options* options) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_load_pretrained");
+    require(path, "zero_load_pretrained", "path");
+    zero::engine::PretrainedOptions mapped;
+    if (options != nullptr) {
+      auto list = [](const char* const* items, int count, const char* what) {
+        if (count < 0 || (count > 0 && items == nullptr)) {
+          throw make_error(ErrorCategory::usage, "zero_load_pretrained: {} has count {} and {}",
+                           what, count, items == nullptr ? "no array" : "an array");
+        }
+        std::vector<std::string> out;
+        for (int i = 0; i < count; ++i) {
+          if (items[i] == nullptr) {
+            throw make_error(ErrorCategory::usage, "zero_load_pretrained: {}[{}] is NULL", what, i);
+          }
+          out.emplace_back(items[i]);
+        }
+        return out;
+      };
+      const std::vector<std::string> names =
+          list(options->names, options->name_pairs * 2, "names");
+      for (std::size_t i = 0; i + 1 < names.size(); i += 2) mapped.names.emplace_back(names[i], names[i + 1]);
+      mapped.transposed = list(options->transposed, options->transposed_count, "transposed");
+      mapped.ignore = list(options->ignore, options->ignore_count, "ignore");
+      mapped.skip = list(options->skip, options->skip_count, "skip");
+    }
+    e.load_pretrained(path, mapped);
   });
 }
 

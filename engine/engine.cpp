@@ -60,7 +60,7 @@ Engine::Impl::~Impl() {
       log::warn("engine: an outstanding gradient reduction failed at shutdown: {}", error.what());
     }
   }
-  if (failed && swap_dir) swap_dir->keep("the engine stopped after a failed step");
+  if (failed && swap_dir) swap_dir->keep(fmt::format("the engine stopped after a failure: {}", failure));
   // Reads and writes of parameter shards still in flight use the file and buffers about to go.
   for (auto& ticket : writing) {
     try {
@@ -392,8 +392,9 @@ StepStats Engine::step() {
   e.require_initialized("step");
   if (e.failed) {
     throw make_error(ErrorCategory::usage,
-                     "step after a step that failed: the optimizer state may be half updated, so "
-                     "the engine takes no more steps; destroy it and resume from a checkpoint");
+                     "step after a failure ({}): the engine takes no more steps; destroy it and "
+                     "resume from a checkpoint",
+                     e.failure);
   }
   for (std::size_t m = 0; m < e.module_open.size(); ++m) {
     if (e.module_open[m] != 0) {
@@ -425,6 +426,7 @@ StepStats Engine::step() {
       stats = e.boundary_step();
     } catch (...) {
       e.failed = true;  // the owned state may be half stepped: swap files stay for inspection
+      e.failure = "a step failed, so the optimizer state may be half updated";
       throw;
     }
     e.timers.step += timer.seconds();

@@ -81,6 +81,36 @@ struct FetchStats {
   std::size_t peak_live_elements = 0;  // the most there were at once
 };
 
+struct SaveOptions {
+  std::string tag;        // empty: "global_step<N>"
+  std::string user_data;  // opaque bytes kept with the checkpoint (e.g. the data position)
+};
+
+struct LoadOptions {
+  std::string tag;           // empty: the one DIR/latest names
+  bool module_only = false;  // the values only: no moments, counters or loss-scale state
+};
+
+struct LoadResult {
+  std::string directory;  // DIR/<tag>
+  std::string tag;
+  std::string user_data;
+  std::int64_t global_steps = 0;  // of the checkpoint
+};
+
+// How load_pretrained maps the files' tensors onto the registered parameters.
+struct PretrainedOptions {
+  // A parameter's tensor name in the files, where it differs from the parameter's name.
+  std::vector<std::pair<std::string, std::string>> names;
+  // Parameters stored transposed: a 2-D [rows, cols] parameter whose tensor is [cols, rows]
+  // (Hugging Face GPT-2's Conv1D weights).
+  std::vector<std::string> transposed;
+  // The files' tensors no parameter takes (buffers such as attention masks): not an error.
+  std::vector<std::string> ignore;
+  // Parameters the files do not hold: they keep their values.
+  std::vector<std::string> skip;
+};
+
 struct EngineOptions {
   // OpenMP threads of the CPU optimizer; 0: one.
   int optimizer_threads = 0;
@@ -90,6 +120,10 @@ struct EngineOptions {
   std::function<int(bool write, const std::string& path, std::uint64_t offset,
                     std::size_t bytes)>
       aio_inject;
+  // Tests: called at points of a checkpoint save ("rank_file_written" on every rank,
+  // "manifest_written" and "tag_in_place" on rank 0); it may throw, or end the process to
+  // stand for a crash there.
+  std::function<void(const std::string& point)> save_inject;
 };
 
 class Engine {
@@ -155,6 +189,27 @@ class Engine {
   // Collective: the full current value of a parameter as fp32 on every rank: the master for
   // trainable parameters in mixed precision, else the compute copy.
   std::vector<float> read_param(std::size_t param);
+
+  // Collective. Writes DIR/<tag>/: one safetensors file per rank with its shards of every
+  // parameter's state (trainable: fp32 master and the optimizer's moments; frozen: the value)
+  // and meta.json; then DIR/latest names the tag. Atomic: a failure or crash at any point leaves
+  // the previous checkpoints and `latest` as they were. At an accumulation boundary only, with
+  // no pass open. Throws an io Error naming the rank, file and offset when a write fails.
+  void save_checkpoint(const std::string& dir, const SaveOptions& options = {});
+
+  // Collective. Sets the state from DIR/<tag> (saved at any world size and stage): values,
+  // masters and moments, step counters, loss-scale state and the rounding seed. Refuses a
+  // checkpoint of another model, naming the first difference, before changing anything; a
+  // failure while reading (a damaged file) leaves the engine unusable for steps.
+  LoadResult load_checkpoint(const std::string& dir, const LoadOptions& options = {});
+
+  // Collective. Sets the parameters' values from safetensors files, each rank reading only the
+  // byte ranges it keeps (stage 3 never holds a whole model on one rank), converting F64, F32,
+  // F16 and BF16 to the engine's dtypes. `path` is a .safetensors file, an index JSON as Hugging
+  // Face writes it (model.safetensors.index.json, its "weight_map" naming each tensor's file),
+  // or a directory holding either. The optimizer's moments are zeroed; counters stay. A tensor
+  // missing, unused or of another shape is refused before anything changes, naming it.
+  void load_pretrained(const std::string& path, const PretrainedOptions& options = {});
 
   FetchStats fetch_stats() const;
 

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "comm/work.h"
 #include "device/arena.h"
 #include "device/device.h"
+#include "engine/checkpoint/manifest.h"
 #include "engine/engine.h"
 #include "engine/fetch_plan.h"
 #include "engine/optimizer_swap.h"
@@ -165,6 +167,25 @@ struct Engine::Impl {
   std::size_t gathered_elements(std::size_t param) const;
   std::string describe_event(const TraceEvent& event) const;
 
+  // ---- checkpoint_state.cpp ----
+  void save_checkpoint(const std::string& dir, const SaveOptions& save);
+  LoadResult load_checkpoint(const std::string& dir, const LoadOptions& load);
+  // Collective: every rank's text, on every rank.
+  std::vector<std::string> all_gather_text(const std::string& text);
+  // Collective: runs `work` on every rank; when it threw on any, every rank throws one Error
+  // saying `what` failed, with each failing rank's message (the first one's category).
+  void agree(const char* what, const std::function<void()>& work);
+  // Initialised, not failed, no pass open, at an accumulation boundary.
+  void require_quiet(const char* call) const;
+  std::vector<std::string> state_names() const;  // the optimizer's moments
+  std::string write_rank_file(const std::string& staging);  // returns its FileEntry as JSON
+  checkpoint::Manifest make_manifest(const std::string& tag, const std::string& user_data,
+                                     const std::vector<std::string>& records) const;
+  void prune_checkpoints(const std::string& dir, const std::string& keep) const;
+  std::vector<const checkpoint::ParamEntry*> match_checkpoint(const checkpoint::Manifest& m,
+                                                              const std::string& where,
+                                                              bool module_only) const;
+
   // ---- step.cpp ----
   StepStats boundary_step();
   bool check_overflow();
@@ -248,7 +269,8 @@ struct Engine::Impl {
   std::size_t resident_groups = 0;
   std::size_t resident_end = 0;
   std::vector<std::size_t> group_lo;  // owned flat offset where each step group starts
-  bool failed = false;                // a step threw: swap files are kept for inspection
+  bool failed = false;  // a step or a load threw: no more steps; swap files kept for inspection
+  std::string failure;  // what failed
   void* param_staging = nullptr;   // offload: a step group's updated compute values, to go up
   std::vector<Block> state_blocks;
   float* master = nullptr;       // owned flat fp32 (mixed, or fp32 at stages 1-3)

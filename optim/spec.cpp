@@ -15,6 +15,28 @@ std::string_view optimizer_type_name(OptimizerType type) noexcept {
   return "unknown";
 }
 
+std::string_view optimizer_key(OptimizerType type) noexcept {
+  switch (type) {
+    case OptimizerType::adam: return "adam";
+    case OptimizerType::adamw: return "adamw";
+    case OptimizerType::adagrad: return "adagrad";
+    case OptimizerType::lion: return "lion";
+    case OptimizerType::sgd: return "sgd";
+  }
+  return "?";
+}
+
+std::string_view state_name(OptimizerType type, int k) noexcept {
+  switch (type) {
+    case OptimizerType::adam:
+    case OptimizerType::adamw: return k == 0 ? "exp_avg" : "exp_avg_sq";
+    case OptimizerType::adagrad: return "sum";
+    case OptimizerType::lion: return "exp_avg";
+    case OptimizerType::sgd: return "momentum_buffer";
+  }
+  return "?";
+}
+
 int OptimizerSpec::state_buffers() const noexcept {
   switch (type) {
     case OptimizerType::adam:

@@ -26,6 +26,11 @@ namespace zero::optim {
 enum class OptimizerType { adam, adamw, adagrad, lion, sgd };
 
 std::string_view optimizer_type_name(OptimizerType type) noexcept;  // "Adam (L2 weight decay)"...
+// The type's short name: "adam", "adamw", "adagrad", "lion", "sgd".
+std::string_view optimizer_key(OptimizerType type) noexcept;
+// The name of moment `k` (0 or 1) as PyTorch's optimizers call it in their state: Adam's
+// "exp_avg" and "exp_avg_sq", Adagrad's "sum", Lion's "exp_avg", SGD's "momentum_buffer".
+std::string_view state_name(OptimizerType type, int k) noexcept;
 
 // DeepSpeed's optimizer.params, resolved (engine/config reads them into this).
 struct OptimizerSpec {

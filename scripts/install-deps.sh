@@ -10,6 +10,7 @@ packages=(
   liburing-dev libxxhash-dev libopenblas-dev
   libopenmpi-dev openmpi-bin
   fio
+  python3 python3-venv python3-pip
 )
 
 missing=()

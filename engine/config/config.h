@@ -105,6 +105,8 @@ struct CheckpointConfig {
   TagValidation tag_validation = TagValidation::warn;
   bool load_universal = false;
   bool use_node_local_storage = false;
+  // Our own key: after a successful save, only the newest keep_last tags stay (0: all).
+  std::int64_t keep_last = 0;
 };
 
 struct ActivationCheckpointingConfig {

@@ -108,6 +108,8 @@ void read_checkpoint(Section& root, Config& config) {
                                                       : TagValidation::warn;
   config.checkpoint.load_universal = checkpoint.boolean({"load_universal"}, false);
   config.checkpoint.use_node_local_storage = checkpoint.boolean({"use_node_local_storage"}, false);
+  // Our own key: tags past the newest keep_last are removed after a successful save.
+  config.checkpoint.keep_last = checkpoint.integer({"keep_last"}, 0, kNonNegative);
   if (config.checkpoint.load_universal) {
     root.reader().info(
         "checkpoint.load_universal: every zero checkpoint is universal (loads at any world size "

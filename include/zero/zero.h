@@ -234,6 +234,75 @@ ZERO_API zero_status zero_step(zero_engine* engine, zero_step_stats* stats);
 ZERO_API zero_status zero_read_param(zero_engine* engine, int param, float* out,
                                      unsigned long long count);
 
+/* ---- Checkpoints ----
+ *
+ * DIR/<tag>/ holds one safetensors file per rank (its shard of every parameter: the fp32 master
+ * and the optimizer's moments for trainable parameters, the value for frozen ones) and
+ * meta.json (the config, the parameters, world size and stage, step counters, loss-scale state,
+ * the rounding seed, your user data, and every file's xxHash checksums). DIR/latest names the
+ * newest complete tag. A checkpoint loads at any world size and any stage. */
+
+/* Collective; call it at an accumulation boundary (after the zero_step that ran the optimizer),
+ * with no pass open. Writes DIR/<tag>/ (tag NULL or "": "global_step<N>") and then moves
+ * DIR/latest to it. Atomic: the files are written under temporary names, checksummed, fsynced
+ * and renamed, and DIR/latest moves only after every rank's files are durable, so a failure
+ * or a crash at any point leaves the previous checkpoint loadable; saving to an existing tag
+ * replaces it in one step. `user_data` (user_bytes bytes; NULL when 0), e.g. the data loader's
+ * position, is kept with the checkpoint: rank 0's copy is saved. The config key
+ * checkpoint.keep_last = K removes all but the newest K tags after a successful save. */
+ZERO_API zero_status zero_save_checkpoint(zero_engine* engine, const char* dir, const char* tag,
+                                          const void* user_data, unsigned long long user_bytes);
+
+/* zero_load_checkpoint flags. */
+#define ZERO_LOAD_MODULE_ONLY 1u /* the values only: the optimizer state and counters start afresh */
+
+/* Collective, with the same conditions as zero_save_checkpoint. Loads DIR/<tag> (tag NULL or
+ * "": the tag DIR/latest names; DIR may also be a tag directory itself) into the registered
+ * model, whatever world size and stage saved it: values, fp32 masters, moments, step counters,
+ * loss-scale state and the rounding seed, so that training continues as if never stopped.
+ * Every byte read is checked against its checksum. A checkpoint of another model (a parameter
+ * missing, extra or of another shape) or of another optimizer is refused before anything
+ * changes, naming the first difference; a damaged file found while reading fails the load and
+ * leaves the engine refusing steps (ZERO_ERROR_USAGE): destroy it. */
+ZERO_API zero_status zero_load_checkpoint(zero_engine* engine, const char* dir, const char* tag,
+                                          unsigned flags);
+
+/* The user data of the last checkpoint loaded: up to `size` bytes into buffer; *bytes (may be
+ * NULL) gets its full length. Zero bytes before any load. */
+ZERO_API zero_status zero_checkpoint_user_data(const zero_engine* engine, void* buffer,
+                                               unsigned long long size, unsigned long long* bytes);
+
+/* ---- Pretrained weights ---- */
+
+/* How zero_load_pretrained maps tensors onto parameters. Zero-initialise it ({0}); every list
+ * may be NULL with a count of 0. */
+typedef struct zero_pretrained_options {
+  /* Pairs: names[2k] is a registered parameter, names[2k + 1] its tensor's name in the files
+   * (unlisted parameters: the same name). */
+  const char* const* names;
+  int name_pairs;
+  /* 2-D parameters [rows, cols] whose tensor is stored [cols, rows] (Hugging Face GPT-2's
+   * Conv1D weights c_attn, c_proj, c_fc). */
+  const char* const* transposed;
+  int transposed_count;
+  /* Tensors in the files that no parameter takes (buffers such as attention masks). */
+  const char* const* ignore;
+  int ignore_count;
+  /* Parameters the files do not hold: they keep their values. */
+  const char* const* skip;
+  int skip_count;
+} zero_pretrained_options;
+
+/* Collective, after zero_init, between passes. Sets the parameters' values from safetensors
+ * files: `path` is a .safetensors file, an index JSON as Hugging Face writes it
+ * (model.safetensors.index.json, whose "weight_map" names each tensor's file), or a directory
+ * holding either. Each rank reads only the byte ranges it keeps (at stage 3 its shards), and F64,
+ * F32, F16 and BF16 convert to the engine's dtypes. Optimizer moments are zeroed; step counters
+ * stay. A parameter without its tensor, a tensor no parameter takes, or a shape that differs is
+ * refused before anything changes, naming it. `options` may be NULL. */
+ZERO_API zero_status zero_load_pretrained(zero_engine* engine, const char* path,
+                                          const zero_pretrained_options* options);
+
 /* ---- Memory and failure ---- */
 
 /* Tiers and kinds of model state, as zero_memory_bytes reports them. */

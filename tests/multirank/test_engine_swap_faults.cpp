@@ -124,7 +124,7 @@ TEST_CASE("engine swap: a disk that fills up fails the step, naming the file, an
     FAIL("a step after a failed one went through");
   } catch (const Error& error) {
     CHECK(error.category() == ErrorCategory::usage);
-    CHECK_THAT(error.what(), Catch::Contains("step after a step that failed"));
+    CHECK_THAT(error.what(), Catch::Contains("step after a failure (a step failed"));
   }
   e.reset();
   CHECK(fs::exists(file));  // left for inspection

@@ -1,0 +1,134 @@
+// Durable file-system steps for checkpoints (see durable.h).
+#include "engine/checkpoint/durable.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
+
+namespace zero::checkpoint {
+namespace {
+
+std::string errno_text(int err) { return fmt::format("{} ({})", std::strerror(err), err); }
+
+std::string parent_of(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+void write_all(int fd, const std::string& path, std::string_view text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw make_error(ErrorCategory::io, "cannot write {} at offset {}: {}", path, done,
+                       errno_text(errno));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+void write_file_durably(const std::string& path, std::string_view text) {
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw make_error(ErrorCategory::io, "cannot create {}: {}", temporary, errno_text(errno));
+  }
+  try {
+    write_all(fd, temporary, text);
+    if (::fsync(fd) != 0) {
+      throw make_error(ErrorCategory::io, "cannot fsync {}: {}", temporary, errno_text(errno));
+    }
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temporary.c_str());
+    throw make_error(ErrorCategory::io, "cannot rename {} to {}: {}", temporary, path,
+                     errno_text(err));
+  }
+  sync_directory(parent_of(path));
+}
+
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    throw make_error(ErrorCategory::io, "cannot open directory {} to sync it: {}", dir,
+                     errno_text(errno));
+  }
+  const int ret = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some file systems cannot fsync a directory (EINVAL); their renames are as durable as they get.
+  if (ret != 0 && err != EINVAL) {
+    throw make_error(ErrorCategory::io, "cannot fsync directory {}: {}", dir, errno_text(err));
+  }
+}
+
+void replace_directory(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+    sync_directory(parent_of(to));
+    return;
+  }
+  if (errno != EEXIST) {
+    // EINVAL: a file system without RENAME_NOREPLACE; a plain rename does for a new name.
+    if (errno == EINVAL && !std::filesystem::exists(to) && ::rename(from.c_str(), to.c_str()) == 0) {
+      sync_directory(parent_of(to));
+      return;
+    }
+    throw make_error(ErrorCategory::io, "cannot move {} to {}: {}", from, to, errno_text(errno));
+  }
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
+    throw make_error(ErrorCategory::io,
+                     "cannot put {} in place of the existing {} (renameat2 RENAME_EXCHANGE): {}; "
+                     "save under a new tag, or remove the old one first",
+                     from, to, errno_text(errno));
+  }
+  sync_directory(parent_of(to));
+  remove_tree(from);  // the old content
+}
+
+void make_directories(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    throw make_error(ErrorCategory::io, "cannot create directory {}: {}", dir, error.message());
+  }
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code error;
+  std::filesystem::remove_all(path, error);
+  if (error) throw make_error(ErrorCategory::io, "cannot remove {}: {}", path, error.message());
+}
+
+std::string read_latest(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "latest").string();
+  std::ifstream in(path);
+  std::string tag;
+  if (in) std::getline(in, tag);
+  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+  if (tag.empty()) {
+    throw make_error(ErrorCategory::io,
+                     "{}: {}; is {} a checkpoint directory? Name the tag to load explicitly", path,
+                     in ? "empty" : "missing", dir);
+  }
+  return tag;
+}
+
+}  // namespace zero::checkpoint

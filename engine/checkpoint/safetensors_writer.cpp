@@ -1,0 +1,246 @@
+// The safetensors writer: the header built with nlohmann/json from the declarations, then the
+// data streamed through a buffer with pwrite, hashed in chunks (XXH3-64) on its way through.
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "base/error.h"
+#include "engine/checkpoint/file_io.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/checkpoint/safetensors_detail.h"
+
+namespace zero::checkpoint {
+
+using detail::data_bytes;
+using detail::errno_text;
+using detail::kMetadataKey;
+using detail::new_xxh_state;
+using detail::pwrite_all;
+using detail::XxhState;
+
+namespace {
+constexpr std::size_t kWriteBufferBytes = std::size_t{4} << 20;
+}  // namespace
+
+struct SafetensorsWriter::State {
+  std::vector<std::byte> buffer;  // data not yet written, starting at data byte written - fill
+  std::size_t fill = 0;
+  XxhState hash = new_xxh_state();
+  std::uint64_t chunk_fill = 0;  // bytes of the current chunk hashed so far
+  std::size_t current = 0;       // the tensor the next byte goes into
+  bool failed = false;           // a write, flush or fsync failed: the file is incomplete
+};
+
+namespace {
+
+std::string header_json(const std::vector<TensorInfo>& tensors,
+                        const std::map<std::string, std::string>& metadata,
+                        const std::string& path) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
+  for (const TensorInfo& tensor : tensors) {
+    header[tensor.name] = {{"dtype", tensor.dtype},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {tensor.begin, tensor.end}}};
+  }
+  try {
+    return header.dump();
+  } catch (const nlohmann::json::exception& error) {  // a name or value that is not UTF-8
+    throw make_error(ErrorCategory::usage, "cannot write the header of {}: {}", path, error.what());
+  }
+}
+
+std::vector<TensorInfo> lay_out(const std::vector<TensorDecl>& decls, const std::string& path) {
+  std::vector<TensorInfo> tensors;
+  std::set<std::string_view> seen;
+  std::uint64_t cursor = 0;
+  for (const TensorDecl& decl : decls) {
+    if (decl.name.empty() || decl.name == kMetadataKey || !seen.insert(decl.name).second) {
+      throw make_error(ErrorCategory::usage,
+                       "cannot write {}: tensor name '{}' is {}; give each tensor its own name",
+                       path, decl.name,
+                       decl.name.empty()           ? "empty"
+                       : decl.name == kMetadataKey ? "reserved"
+                                                   : "used twice");
+    }
+    const std::size_t size = element_size(decl.dtype);
+    if (size == 0) {
+      throw make_error(ErrorCategory::usage, "cannot write {}: tensor '{}' has unknown dtype '{}'",
+                       path, decl.name, decl.dtype);
+    }
+    const auto bytes = data_bytes(decl.shape, size);
+    if (!bytes || cursor + *bytes < cursor) {
+      throw make_error(ErrorCategory::usage,
+                       "cannot write {}: tensor '{}' has a negative or too large shape", path,
+                       decl.name);
+    }
+    tensors.push_back({decl.name, decl.dtype, decl.shape, cursor, cursor + *bytes});
+    cursor += *bytes;
+  }
+  return tensors;
+}
+
+}  // namespace
+
+SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> tensors,
+                                     std::map<std::string, std::string> metadata,
+                                     std::uint64_t chunk_bytes, unsigned mode)
+    : path_(std::move(path)), chunk_bytes_(chunk_bytes), state_(std::make_unique<State>()) {
+  if (chunk_bytes == 0) {
+    throw make_error(ErrorCategory::usage, "cannot write {}: chunk_bytes is 0", path_);
+  }
+  tensors_ = lay_out(tensors, path_);
+  sums_.assign(tensors_.size(), ChunkSums{chunk_bytes, {}});
+  std::string json = header_json(tensors_, metadata, path_);
+  json.append((8 - json.size() % 8) % 8, ' ');  // 8 + N a multiple of 8: aligned data
+  if (json.size() > detail::kMaxHeaderBytes) {
+    throw make_error(ErrorCategory::usage,
+                     "cannot write {}: its header would have {} bytes, more than the {} that "
+                     "safetensors readers accept; write fewer tensors or less metadata per file",
+                     path_, json.size(), detail::kMaxHeaderBytes);
+  }
+  std::string header(8, '\0');
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  header += json;
+  header_bytes_ = header.size();
+  header_hash_ = XXH3_64bits(header.data(), header.size());
+  while (state_->current < tensors_.size() && tensors_[state_->current].bytes() == 0) {
+    ++state_->current;
+  }
+
+  fd_ = detail::open_file(path_, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode, "create");
+  try {
+    pwrite_all(fd_, path_, header.data(), header.size(), 0);
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+  state_->buffer.resize(kWriteBufferBytes);
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::size_t SafetensorsWriter::current() const noexcept {
+  return state_->current;
+}
+
+std::uint64_t SafetensorsWriter::header_bytes() const noexcept {
+  return header_bytes_;
+}
+
+std::uint64_t SafetensorsWriter::file_bytes() const noexcept {
+  return header_bytes_ + (tensors_.empty() ? 0 : tensors_.back().end);
+}
+
+std::uint64_t SafetensorsWriter::header_hash() const noexcept {
+  return header_hash_;
+}
+
+void SafetensorsWriter::write(const void* data, std::size_t bytes) {
+  State& state = *state_;
+  if (fd_ < 0) throw make_error(ErrorCategory::usage, "write to {} after finish()", path_);
+  if (state.failed) {
+    throw make_error(ErrorCategory::io,
+                     "cannot write to {}: an earlier write failed; the file is incomplete: remove "
+                     "it and write it again",
+                     path_);
+  }
+  const std::uint64_t total = file_bytes() - header_bytes_;
+  if (bytes > total - written_) {
+    throw make_error(ErrorCategory::usage,
+                     "write of {} bytes to {} past the end of the data: {} of its {} bytes are "
+                     "written",
+                     bytes, path_, written_, total);
+  }
+  const auto* from = static_cast<const std::byte*>(data);
+  try {
+    while (bytes > 0) {
+      const TensorInfo& tensor = tensors_[state.current];
+      const std::size_t take =
+          std::min<std::uint64_t>({bytes, tensor.end - written_, chunk_bytes_ - state.chunk_fill});
+      ZERO_CHECK(take > 0, "no room in tensor {} of {}", state.current, path_);
+      XXH3_64bits_update(state.hash.get(), from, take);
+      for (std::size_t copied = 0; copied < take;) {  // into the buffer, flushing when full
+        const std::size_t n = std::min(take - copied, state.buffer.size() - state.fill);
+        std::memcpy(state.buffer.data() + state.fill, from + copied, n);
+        state.fill += n;
+        copied += n;
+        written_ += n;
+        if (state.fill == state.buffer.size()) {
+          pwrite_all(fd_, path_, state.buffer.data(), state.fill,
+                     header_bytes_ + written_ - state.fill);
+          state.fill = 0;
+        }
+      }
+      from += take;
+      bytes -= take;
+      state.chunk_fill += take;
+      if (state.chunk_fill == chunk_bytes_ || written_ == tensor.end) {
+        sums_[state.current].hashes.push_back(XXH3_64bits_digest(state.hash.get()));
+        XXH3_64bits_reset(state.hash.get());
+        state.chunk_fill = 0;
+      }
+      while (state.current < tensors_.size() && tensors_[state.current].end <= written_) {
+        ++state.current;
+      }
+    }
+  } catch (...) {
+    state.failed = true;
+    throw;
+  }
+}
+
+void SafetensorsWriter::finish() {
+  State& state = *state_;
+  if (fd_ < 0) throw make_error(ErrorCategory::usage, "finish() of {} called twice", path_);
+  if (state.failed) {
+    throw make_error(ErrorCategory::io,
+                     "cannot finish {}: an earlier write, flush or fsync failed; the file is "
+                     "incomplete: remove it and write it again",
+                     path_);
+  }
+  if (state.current < tensors_.size()) {
+    const TensorInfo& tensor = tensors_[state.current];
+    throw make_error(ErrorCategory::usage,
+                     "finish() of {} with data missing: tensor '{}' has {} of its {} bytes ({} of "
+                     "{} data bytes written)",
+                     path_, tensor.name, written_ - tensor.begin, tensor.bytes(), written_,
+                     file_bytes() - header_bytes_);
+  }
+  try {
+    pwrite_all(fd_, path_, state.buffer.data(), state.fill, header_bytes_ + written_ - state.fill);
+    int result;
+    do {
+      result = ::fsync(fd_);
+    } while (result != 0 && errno == EINTR);
+    if (result != 0) {
+      const int err = errno;
+      throw make_error(ErrorCategory::io, "cannot fsync {}: {}; the file may not be on disk", path_,
+                       errno_text(err));
+    }
+  } catch (...) {
+    // Final: after an fsync error the kernel may have dropped the dirty pages, and a second
+    // fsync would report success for data that is not on disk.
+    state.failed = true;
+    throw;
+  }
+  const int fd = fd_;
+  fd_ = -1;
+  state.buffer = {};
+  if (::close(fd) != 0 && errno != EINTR) {  // EINTR: closed all the same (Linux)
+    const int err = errno;
+    throw make_error(ErrorCategory::io, "cannot close {}: {}", path_, errno_text(err));
+  }
+}
+
+}  // namespace zero::checkpoint

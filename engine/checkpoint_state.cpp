@@ -1,0 +1,562 @@
+// Checkpoints of the engine's state (the format is engine/checkpoint/): save writes this rank's
+// shard of every parameter's state, read from wherever it lives (device, host, NVMe swap), into
+// its own file of DIR/.<tag>.saving/; rank 0 adds meta.json and puts the directory in place of
+// DIR/<tag>, then moves DIR/latest. Load re-splits each parameter's saved state for this
+// rank's place at this world size and stage, through assign_state().
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+#include <fmt/chrono.h>
+#include <fmt/ranges.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/version.h"
+#include "engine/checkpoint/durable.h"
+#include "engine/checkpoint/manifest.h"
+#include "engine/checkpoint/reader.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/engine_impl.h"
+#include "optim/spec.h"
+
+namespace zero::engine {
+namespace fs = std::filesystem;
+using checkpoint::kMaster;
+using checkpoint::kParam;
+
+namespace {
+
+constexpr std::size_t kPieceBytes = std::size_t{16} << 20;  // staging per copy while saving
+
+// Device memory taken for one collective or copy and given back on every path.
+class DeviceScratch {
+ public:
+  DeviceScratch(Device& device, std::size_t bytes)
+      : device_(device), bytes_(std::max<std::size_t>(bytes, 8)),
+        data_(device.reserve(Tier::device, bytes_)) {}
+  ~DeviceScratch() { device_.unreserve(Tier::device, data_, bytes_); }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  char* data() const noexcept { return static_cast<char*>(data_); }
+
+ private:
+  Device& device_;
+  std::size_t bytes_;
+  void* data_;
+};
+
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::chrono::system_clock::to_time_t(now)));
+}
+
+void check_tag(const std::string& tag) {
+  const bool bad = tag.empty() || tag == "." || tag == ".." || tag.front() == '.' ||
+                   tag == checkpoint::kLatestName || tag.find('/') != std::string::npos ||
+                   tag.find('\0') != std::string::npos || tag.size() > 200;
+  if (bad) {
+    throw make_error(ErrorCategory::usage,
+                     "checkpoint tag \"{}\" cannot name a directory of its own: use a name of at "
+                     "most 200 characters without '/', not starting with '.' and not \"latest\"",
+                     tag);
+  }
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+// Where save_checkpoint's reads are: the swap group last read, this rank's stage-3 compute
+// shard of the parameter last fetched.
+struct SaveCursor {
+  std::vector<std::string> names;  // the moments
+  std::size_t group = kNone;
+  GroupView view;
+  std::size_t shard_param = kNone;
+  std::unique_ptr<DeviceScratch> shard;
+
+  int moment_index(std::string_view kind) const {
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      if (names[k] == kind) return static_cast<int>(k);
+    }
+    return -1;
+  }
+};
+
+// The values of a checkpoint, re-split for this rank.
+class CheckpointSource final : public ValueSource {
+ public:
+  CheckpointSource(checkpoint::CheckpointReader& reader,
+                   std::vector<const checkpoint::ParamEntry*> entries, bool module_only)
+      : reader_(reader), entries_(std::move(entries)), module_only_(module_only) {}
+
+  void values(std::size_t p, std::uint64_t first, std::size_t count, float* out) override {
+    if (count == 0) return;
+    const checkpoint::ParamEntry& entry = *entries_[p];
+    reader_.read(entry.trainable ? kMaster : kParam, entry, first, count, DType::f32, out);
+  }
+
+  bool moment(std::size_t p, int m, std::uint64_t first, std::size_t count, DType dtype,
+              void* out) override {
+    if (module_only_) return false;
+    const checkpoint::ParamEntry& entry = *entries_[p];
+    if (count > 0) {
+      reader_.read(reader_.manifest().state_names[static_cast<std::size_t>(m)], entry, first,
+                   count, dtype, out);
+    }
+    return true;
+  }
+
+ private:
+  checkpoint::CheckpointReader& reader_;
+  std::vector<const checkpoint::ParamEntry*> entries_;
+  bool module_only_;
+};
+
+}  // namespace
+
+std::vector<std::string> Engine::Impl::all_gather_text(const std::string& text) {
+  if (world == 1) return {text};
+  const auto n = static_cast<std::size_t>(world);
+  std::vector<std::int64_t> sizes(n);
+  {
+    DeviceScratch scratch(*device, (n + 1) * 8);
+    const auto mine = static_cast<std::int64_t>(text.size());
+    device->copy(scratch.data(), &mine, 8);
+    comm->all_gather(scratch.data(), scratch.data() + 8, 1, DType::i64).wait();
+    device->copy(sizes.data(), scratch.data() + 8, n * 8);
+  }
+  const std::size_t words =
+      std::max<std::size_t>(1, (static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end())) + 7) / 8);
+  std::vector<char> all(n * words * 8);
+  {
+    DeviceScratch scratch(*device, (n + 1) * words * 8);
+    std::vector<char> padded(words * 8, '\0');
+    std::memcpy(padded.data(), text.data(), text.size());
+    device->copy(scratch.data(), padded.data(), padded.size());
+    comm->all_gather(scratch.data(), scratch.data() + words * 8, words, DType::i64).wait();
+    device->copy(all.data(), scratch.data() + words * 8, all.size());
+  }
+  std::vector<std::string> out(n);
+  for (std::size_t q = 0; q < n; ++q) {
+    out[q].assign(all.data() + q * words * 8, static_cast<std::size_t>(sizes[q]));
+  }
+  return out;
+}
+
+void Engine::Impl::agree(const char* what, const std::function<void()>& work) {
+  std::string outcome;  // empty: done; else the category's digit and the message
+  try {
+    work();
+  } catch (const Error& error) {
+    outcome = fmt::format("{}{}", static_cast<int>(error.category()), error.what());
+  } catch (const std::exception& error) {
+    outcome = fmt::format("{}{}", static_cast<int>(ErrorCategory::internal), error.what());
+  }
+  const std::vector<std::string> all = all_gather_text(outcome);
+  std::string message;
+  auto category = ErrorCategory::internal;
+  int failures = 0;
+  for (std::size_t q = 0; q < all.size(); ++q) {
+    if (all[q].empty()) continue;
+    if (failures++ == 0) category = static_cast<ErrorCategory>(all[q][0] - '0');
+    message += world == 1 ? all[q].substr(1)
+                          : fmt::format("{}rank {}: {}", message.empty() ? "" : "; ", q,
+                                        all[q].substr(1));
+  }
+  if (failures > 0) throw make_error(category, "{} failed: {}", what, message);
+}
+
+void Engine::Impl::require_quiet(const char* call) const {
+  require_initialized(call);
+  if (failed) {
+    throw make_error(ErrorCategory::usage, "{} after a failure ({}): destroy the engine and start "
+                     "again from a checkpoint", call, failure);
+  }
+  for (std::size_t m = 0; m < module_open.size(); ++m) {
+    if (module_open[m] != 0) {
+      throw make_error(ErrorCategory::usage,
+                       "{} while module '{}' has a pre hook without its post hook: call it between "
+                       "passes", call, registry.module(m).name);
+    }
+  }
+  if (phase == Phase::backward) {
+    throw make_error(ErrorCategory::usage, "{} in the middle of a backward pass: call step() first",
+                     call);
+  }
+  const auto steps = config.batch.gradient_accumulation_steps;
+  if (micro_steps % steps != 0) {
+    throw make_error(ErrorCategory::usage,
+                     "{} inside an accumulation window ({} of {} micro-steps done): the "
+                     "accumulated gradients are not part of a checkpoint; call it after the step "
+                     "that ends the window",
+                     call, micro_steps % steps, steps);
+  }
+}
+
+// ---- save ----
+
+namespace {
+
+// Elements [first, first + count) of `kind` of parameter p, of this rank's saved range, into
+// host memory.
+void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint64_t first,
+                std::size_t count, void* out, SaveCursor& cursor) {
+  if (count == 0) return;
+  const ParamState& state = e.params[p];
+  Device* device = e.device.get();
+  const DType compute = e.compute;
+  const int stage = e.stage, rank = e.rank, world = e.world;
+  const std::size_t csize = dtype_size(compute);
+  if (kind == kParam) {
+    if (stage <= 2) {
+      device->copy(out, static_cast<const char*>(state.full) + first * csize, count * csize);
+      return;
+    }
+    // Stage 3: this rank's compute shard, wherever it lives, through device memory.
+    const ShardShape world_shape = shard_shape(e.registry.param(p).numel, world);
+    if (cursor.shard_param != p) {
+      cursor.shard.reset();
+      cursor.shard = std::make_unique<DeviceScratch>(*device, world_shape.shard * csize);
+      e.fetch_shard(p, cursor.shard->data());
+      cursor.shard_param = p;
+    }
+    device->copy(out, cursor.shard->data() + (first - world_shape.begin(rank)) * csize,
+                 count * csize);
+    return;
+  }
+  const int m = kind == kMaster ? -1 : cursor.moment_index(kind);
+  if (m < 0 && e.master == nullptr) {  // fp32 at stage 0: the value is the master
+    device->copy(out, static_cast<const float*>(state.full) + first, count * sizeof(float));
+    return;
+  }
+  const std::size_t size = m < 0 ? sizeof(float) : dtype_size(e.config.optimizer_state_dtype);
+  std::size_t flat = state.flat + (first - state.shape.begin(stage == 0 ? 0 : rank));
+  char* to = static_cast<char*>(out);
+  while (count > 0) {
+    if (flat < e.resident_end) {
+      const std::size_t n = std::min(count, e.resident_end - flat);
+      const char* from = m < 0 ? reinterpret_cast<const char*>(e.master + flat)
+                               : static_cast<const char*>(e.moments[m]) + flat * size;
+      device->copy(to, from, n * size);
+      flat += n, to += n * size, count -= n;
+      continue;
+    }
+    const std::size_t g = e.group_at(flat);
+    if (cursor.group != g) {
+      cursor.view = e.swap->peek(g - e.resident_groups);
+      cursor.group = g;
+    }
+    const std::size_t n = std::min(count, e.group_lo[g] + e.step_groups[g].block - flat);
+    const std::size_t at = flat - e.group_lo[g];
+    const char* from = m < 0 ? reinterpret_cast<const char*>(cursor.view.master + at)
+                             : static_cast<const char*>(cursor.view.state[m]) + at * size;
+    std::memcpy(to, from, n * size);
+    flat += n, to += n * size, count -= n;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Engine::Impl::state_names() const {
+  std::vector<std::string> names;
+  for (int k = 0; k < config.optimizer.state_buffers(); ++k) {
+    names.emplace_back(optim::state_name(config.optimizer.type, k));
+  }
+  return names;
+}
+
+std::string Engine::Impl::write_rank_file(const std::string& staging) {
+  const std::string name = checkpoint::rank_file_name(rank, world);
+  const std::string final_path = (fs::path(staging) / name).string();
+  const std::string temporary = final_path + ".tmp";
+  const std::vector<std::string> moments_names = state_names();
+
+  // What this rank's file holds, in order: per parameter, its kinds of state.
+  struct Part {
+    std::size_t param;
+    std::string kind;
+    DType dtype;
+  };
+  std::vector<Part> parts;
+  std::vector<checkpoint::TensorDecl> decls;
+  for (std::size_t p = 0; p < registry.param_count(); ++p) {
+    const ParamSpec& spec = registry.param(p);
+    std::vector<std::pair<std::string, DType>> kinds;
+    if (spec.trainable) {
+      kinds.emplace_back(kMaster, DType::f32);
+      for (const std::string& s : moments_names) kinds.emplace_back(s, config.optimizer_state_dtype);
+    } else {
+      kinds.emplace_back(kParam, compute);
+    }
+    const auto count = checkpoint::saved_range(spec.numel, world, rank).count;
+    for (auto& [kind, dtype] : kinds) {
+      decls.push_back({checkpoint::tensor_name(kind, spec.name),
+                       std::string(checkpoint::safetensors_dtype(dtype)),
+                       {static_cast<std::int64_t>(count)}});
+      parts.push_back({p, kind, dtype});
+    }
+  }
+  checkpoint::SafetensorsWriter writer(
+      temporary, std::move(decls),
+      {{"format", "zero-checkpoint-shard"}, {"rank", std::to_string(rank)},
+       {"world_size", std::to_string(world)}});
+  SaveCursor cursor;
+  cursor.names = moments_names;
+  std::vector<char> host(kPieceBytes);
+  for (const Part& part : parts) {
+    const auto range = checkpoint::saved_range(registry.param(part.param).numel, world, rank);
+    const std::size_t size = dtype_size(part.dtype);
+    const std::size_t step = kPieceBytes / size;
+    for (std::size_t done = 0; done < range.count; done += step) {
+      const std::size_t n = std::min(step, range.count - done);
+      read_saved(*this, part.kind, part.param, range.begin + done, n, host.data(), cursor);
+      writer.write(host.data(), n * size);
+    }
+  }
+  writer.finish();
+  if (::rename(temporary.c_str(), final_path.c_str()) != 0) {
+    throw make_error(ErrorCategory::io, "cannot rename {} to {}: {}", temporary, final_path,
+                     std::strerror(errno));
+  }
+  checkpoint::FileEntry entry;
+  entry.name = name;
+  entry.rank = rank;
+  entry.bytes = writer.file_bytes();
+  entry.header_hash = writer.header_hash();
+  for (std::size_t i = 0; i < writer.tensors().size(); ++i) {
+    entry.sums.emplace(writer.tensors()[i].name, writer.sums()[i].hashes);
+  }
+  return checkpoint::to_json(entry).dump();
+}
+
+checkpoint::Manifest Engine::Impl::make_manifest(const std::string& tag,
+                                                 const std::string& user_data,
+                                                 const std::vector<std::string>& records) const {
+  checkpoint::Manifest m;
+  m.tag = tag;
+  m.created = utc_now();
+  m.library_version = ZERO_BUILD_VERSION_STRING;
+  m.world_size = world;
+  m.stage = stage;
+  m.precision = std::string(config::precision_name(config.precision));
+  m.compute_dtype = compute;
+  m.optimizer = std::string(optim::optimizer_key(config.optimizer.type));
+  m.state_dtype = config.optimizer_state_dtype;
+  m.state_names = state_names();
+  m.config = nlohmann::json::object();
+  for (const config::ResolvedValue& value : config.resolved) m.config[value.path] = value.value;
+  m.global_steps = global_steps;
+  m.micro_steps = micro_steps;
+  m.optimizer_steps = optimizer_steps;
+  const LossScalerState& s = scaler.state();
+  m.scaler = {s.scale, s.hysteresis_left, s.iteration, s.last_overflow_iteration};
+  m.seed = options.seed;
+  m.user_data = user_data;
+  for (const GroupSpec& g : registry.groups()) m.groups.push_back({g.name, g.weight_decay, g.lr_scale});
+  for (const ParamSpec& p : registry.params()) {
+    m.params.push_back({p.name, p.shape, p.numel, p.trainable, p.group});
+  }
+  m.chunk_bytes = checkpoint::SafetensorsWriter::kDefaultChunkBytes;
+  for (std::size_t q = 0; q < records.size(); ++q) {
+    m.files.push_back(checkpoint::file_entry_from_json(nlohmann::json::parse(records[q]),
+                                                       fmt::format("rank {}'s file record", q)));
+  }
+  return m;
+}
+
+void Engine::Impl::prune_checkpoints(const std::string& dir, const std::string& keep) const {
+  const auto keep_last = config.checkpoint.keep_last;
+  if (keep_last <= 0) return;
+  struct Tag {
+    std::string name;
+    std::int64_t steps;
+    std::string created;
+  };
+  std::vector<Tag> tags;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.front() == '.' || name == keep) continue;
+    const fs::path meta = entry.path() / checkpoint::kManifestName;
+    if (!fs::exists(meta)) continue;
+    try {
+      const checkpoint::Manifest m = checkpoint::read_manifest(meta.string());
+      tags.push_back({name, m.global_steps, m.created});
+    } catch (const Error& error) {
+      log::warn("checkpoint.keep_last: leaving {} alone: {}", entry.path().string(), error.what());
+    }
+  }
+  std::sort(tags.begin(), tags.end(), [](const Tag& a, const Tag& b) {
+    return std::tie(a.steps, a.created, a.name) > std::tie(b.steps, b.created, b.name);
+  });
+  // The tag just saved counts as the newest.
+  for (std::size_t i = static_cast<std::size_t>(keep_last) - 1; i < tags.size(); ++i) {
+    checkpoint::remove_tree((fs::path(dir) / tags[i].name).string());
+    log::info("checkpoint.keep_last = {}: removed {}", keep_last, (fs::path(dir) / tags[i].name).string());
+  }
+  checkpoint::sync_directory(dir);
+}
+
+void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& save) {
+  require_quiet("save_checkpoint");
+  if (dir.empty()) throw make_error(ErrorCategory::usage, "save_checkpoint: the directory is empty");
+  const std::string tag = save.tag.empty() ? fmt::format("global_step{}", global_steps) : save.tag;
+  check_tag(tag);
+  const Timer timer;
+  const std::string staging = (fs::path(dir) / fmt::format(".{}.saving", tag)).string();
+  const std::string target = (fs::path(dir) / tag).string();
+  auto inject = [&](const char* point) {
+    if (options.save_inject) options.save_inject(point);
+  };
+  const std::string what = fmt::format("saving checkpoint {}", target);
+  try {
+    agree(what.c_str(), [&] {
+      if (rank != 0) return;
+      checkpoint::make_directories(dir);
+      checkpoint::remove_tree(staging);  // an earlier save of this tag that did not finish
+      checkpoint::make_directories(staging);
+    });
+    release_unheld(/*stale=*/false);  // gathers in flight finish before shards are read
+    std::string record;
+    agree(what.c_str(), [&] {
+      record = write_rank_file(staging);
+      inject("rank_file_written");
+    });
+    const std::vector<std::string> records = all_gather_text(record);
+    agree(what.c_str(), [&] {
+      if (rank != 0) return;
+      const checkpoint::Manifest manifest = make_manifest(tag, save.user_data, records);
+      checkpoint::write_file_durably(
+          (fs::path(staging) / checkpoint::kManifestName).string(),
+          checkpoint::to_json(manifest).dump(1));
+      inject("manifest_written");
+      checkpoint::replace_directory(staging, target);
+      inject("tag_in_place");
+      checkpoint::write_file_durably((fs::path(dir) / checkpoint::kLatestName).string(),
+                                     tag + "\n");
+      prune_checkpoints(dir, tag);
+    });
+  } catch (...) {
+    if (rank == 0) {
+      std::error_code ignored;
+      fs::remove_all(staging, ignored);
+    }
+    throw;
+  }
+  if (rank == 0) {
+    log::info("checkpoint {} saved: {} rank file(s), step {}, {:.2f} s", target, world,
+              global_steps, timer.seconds());
+  }
+}
+
+// ---- load ----
+
+std::vector<const checkpoint::ParamEntry*> Engine::Impl::match_checkpoint(
+    const checkpoint::Manifest& m, const std::string& where, bool module_only) const {
+  std::vector<const checkpoint::ParamEntry*> entries;
+  for (std::size_t p = 0; p < registry.param_count(); ++p) {
+    const ParamSpec& spec = registry.param(p);
+    const checkpoint::ParamEntry* entry = m.find(spec.name);
+    if (entry == nullptr) {
+      throw make_error(ErrorCategory::usage,
+                       "checkpoint {} has no parameter '{}' (this model's parameter {}, shape {}): "
+                       "it was saved from a different model",
+                       where, spec.name, p, shape_text(spec.shape));
+    }
+    if (entry->shape != spec.shape) {
+      throw make_error(ErrorCategory::usage,
+                       "checkpoint {}: parameter '{}' has shape {} there and {} in this model",
+                       where, spec.name, shape_text(entry->shape), shape_text(spec.shape));
+    }
+    if (entry->trainable != spec.trainable && !module_only) {
+      throw make_error(ErrorCategory::usage,
+                       "checkpoint {}: parameter '{}' is {} there and {} in this model; load the "
+                       "values alone (module_only, ZERO_LOAD_MODULE_ONLY) to start the optimizer "
+                       "state afresh",
+                       where, spec.name, entry->trainable ? "trainable" : "frozen",
+                       spec.trainable ? "trainable" : "frozen");
+    }
+    entries.push_back(entry);
+  }
+  for (const checkpoint::ParamEntry& entry : m.params) {
+    if (!registry.find_param(entry.name)) {
+      throw make_error(ErrorCategory::usage,
+                       "checkpoint {} has parameter '{}' (shape {}) that this model does not "
+                       "register: it was saved from a different model",
+                       where, entry.name, shape_text(entry.shape));
+    }
+  }
+  if (!module_only && m.state_names != state_names()) {
+    throw make_error(ErrorCategory::usage,
+                     "checkpoint {} holds the state of optimizer {} ({}), this run's {} keeps ({}): "
+                     "load the values alone (module_only, ZERO_LOAD_MODULE_ONLY) to start the "
+                     "optimizer state afresh",
+                     where, m.optimizer, fmt::join(m.state_names, ", "),
+                     optim::optimizer_key(config.optimizer.type), fmt::join(state_names(), ", "));
+  }
+  return entries;
+}
+
+LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptions& load) {
+  require_quiet("load_checkpoint");
+  const Timer timer;
+  std::unique_ptr<checkpoint::CheckpointReader> reader;
+  std::vector<const checkpoint::ParamEntry*> entries;
+  LossScaler next_scaler = scaler;
+  // Everything that can refuse the checkpoint comes before the state changes.
+  agree(fmt::format("loading checkpoint {}{}{}", dir, load.tag.empty() ? "" : "/", load.tag).c_str(),
+        [&] {
+          reader = std::make_unique<checkpoint::CheckpointReader>(
+              checkpoint::resolve_tag_directory(dir, load.tag));
+          const checkpoint::Manifest& m = reader->manifest();
+          entries = match_checkpoint(m, reader->directory(), load.module_only);
+          if (!load.module_only && config.precision == config::Precision::fp16 &&
+              m.precision == "fp16") {
+            next_scaler.restore({m.scaler.scale, m.scaler.hysteresis_left, m.scaler.iteration,
+                                 m.scaler.last_overflow_iteration});
+          }
+        });
+  const checkpoint::Manifest& m = reader->manifest();
+  const std::string what = fmt::format("loading checkpoint {}", reader->directory());
+
+  release_unheld(/*stale=*/true);
+  CheckpointSource source(*reader, std::move(entries), load.module_only);
+  try {
+    agree(what.c_str(), [&] { assign_state(source); });
+  } catch (const Error& error) {
+    failed = true;
+    failure = fmt::format("a checkpoint load failed part way, so the state is partly replaced: {}",
+                          error.what());
+    throw;
+  }
+  if (!load.module_only) {
+    global_steps = m.global_steps;
+    // Saved at a boundary, so the next micro-step opens a window; counted in this run's
+    // accumulation steps (the global batch may be split differently over this world).
+    micro_steps = m.global_steps * config.batch.gradient_accumulation_steps;
+    optimizer_steps = m.optimizer_steps;
+    options.seed = m.seed;
+    scaler = next_scaler;
+  }
+  zero_owned_grads();
+  release_unheld(/*stale=*/true);
+  if (rank == 0) {
+    log::info("checkpoint {} loaded{}: saved by {} rank(s) at stage {}, step {}, {:.2f} s",
+              reader->directory(), load.module_only ? " (values only)" : "", m.world_size,
+              m.stage, m.global_steps, timer.seconds());
+  }
+  return {reader->directory(), m.tag, m.user_data, m.global_steps};
+}
+
+void Engine::save_checkpoint(const std::string& dir, const SaveOptions& options) {
+  impl_->save_checkpoint(dir, options);
+}
+
+LoadResult Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
+  return impl_->load_checkpoint(dir, options);
+}
+
+}  // namespace zero::engine

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Export then import: a checkpoint saved at 2 ranks (stage 3), exported by zero-ckpt to one
+# safetensors file, is read by the safetensors Python package and loaded back through
+# zero_load_pretrained at 1 and 2 ranks; both must equal the engine's values at the save.
+#   checkpoint_export.sh ZERO_RUN PROGRAM ZERO_CKPT PYTHON CHECK_SCRIPT DIR
+set -euo pipefail
+run=$1 program=$2 ckpt=$3 python=$4 script=$5 dir=$6
+rm -rf "$dir"
+mkdir -p "$dir"
+export OMP_NUM_THREADS=1 ZERO_LOG_LEVEL=${ZERO_LOG_LEVEL:-warn}
+"$run" -n 2 -- "$program" save "$dir" reshard
+"$ckpt" inspect "$dir/s3-fp32" --params
+"$ckpt" export "$dir/s3-fp32" --out "$dir/model.safetensors"
+"$python" "$script" "$dir/model.safetensors" "$dir/s3-fp32/at_save.bin" \
+  embed.weight block.weight block.bias block.frozen sometimes.weight head.weight
+for n in 1 2; do
+  "$run" -n "$n" -- "$program" import "$dir/model.safetensors" "$dir/s3-fp32/at_save.bin"
+done
+rm -rf "$dir"
