@@ -4,6 +4,7 @@
 //   zero-bench adam [OPTIONS]   the fused CPU optimizer step against its bandwidth floor
 //   zero-bench aio PATH         direct I/O read and write GB/s against fio's io_uring engine
 //   zero-bench offload PATH     the NVMe-offloaded optimizer step against its I/O and its Adam
+//   zero-bench checkpoint PATH  a GPT-2-sized checkpoint: save, load, inspect and export
 #include <exception>
 #include <iostream>
 
@@ -12,6 +13,7 @@
 #include "base/error.h"
 #include "tools/zero-bench/bench_adam.h"
 #include "tools/zero-bench/bench_aio.h"
+#include "tools/zero-bench/bench_checkpoint.h"
 #include "tools/zero-bench/bench_comm.h"
 #include "tools/zero-bench/bench_offload.h"
 
@@ -37,6 +39,8 @@ int main(int argc, char** argv) {
   CLI::App* aio_command = zero::bench::add_aio_command(app, aio_options);
   zero::bench::OffloadBenchOptions offload_options;
   CLI::App* offload_command = zero::bench::add_offload_command(app, offload_options);
+  zero::bench::CheckpointBenchOptions checkpoint_options;
+  CLI::App* checkpoint_command = zero::bench::add_checkpoint_command(app, checkpoint_options);
 
   try {
     app.parse(argc, argv);
@@ -49,6 +53,7 @@ int main(int argc, char** argv) {
     if (*adam_command) return zero::bench::run_adam_bench(adam_options);
     if (*aio_command) return zero::bench::run_aio_bench(aio_options);
     if (*offload_command) return zero::bench::run_offload_bench(offload_options);
+    if (*checkpoint_command) return zero::bench::run_checkpoint_bench(checkpoint_options);
     return kUsage;
   } catch (const zero::Error& error) {
     std::cerr << "zero-bench: " << error.what() << "\n";
