@@ -13,6 +13,18 @@ export OMP_NUM_THREADS=1 ZERO_LOG_LEVEL=${ZERO_LOG_LEVEL:-warn}
 "$ckpt" export "$dir/s3-fp32" --out "$dir/model.safetensors"
 "$python" "$script" "$dir/model.safetensors" "$dir/s3-fp32/at_save.bin" \
   embed.weight block.weight block.bias block.frozen sometimes.weight head.weight
+# A byte changed in a rank file: zero-ckpt inspect fails, naming the file.
+cp -r "$dir/s3-fp32" "$dir/damaged"
+file=$(ls "$dir"/damaged/step5/rank00001-of-*.safetensors)
+size=$(stat -c %s "$file")
+old=$(od -An -tu1 -j $((size - 3)) -N1 "$file" | tr -d ' ')
+printf "\\x$(printf %02x $((old ^ 255)))" | dd of="$file" bs=1 seek=$((size - 3)) conv=notrunc status=none
+if "$ckpt" inspect "$dir/damaged" 2> "$dir/inspect.err"; then
+  echo "FAIL: zero-ckpt inspect passed a damaged checkpoint" >&2
+  exit 1
+fi
+grep -q "rank00001-of-" "$dir/inspect.err" || { cat "$dir/inspect.err" >&2; exit 1; }
+echo "ok   zero-ckpt inspect refuses a damaged rank file: $(cat "$dir/inspect.err")"
 for n in 1 2; do
   "$run" -n "$n" -- "$program" import "$dir/model.safetensors" "$dir/s3-fp32/at_save.bin"
 done

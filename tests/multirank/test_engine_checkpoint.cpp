@@ -326,4 +326,58 @@ TEST_CASE("engine pretrained: safetensors weights load by name, with dtype conve
   }
 }
 
+TEST_CASE("engine pretrained: several files listed by an index JSON, found from the directory",
+          "[engine]") {
+  SharedDir dir("pretrained-index");
+  const Model model;
+  auto value = [](std::size_t p, std::size_t i) {
+    return 0.5f - 0.125f * static_cast<float>(p) + 0.002f * static_cast<float>(i % 500);
+  };
+  // Parameters 0-4 in the first file, 5-8 in the second, as Hugging Face shards a model.
+  if (side_channel().rank() == 0) {
+    nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+    for (int part = 0; part < 2; ++part) {
+      const std::string name = "model-0000" + std::to_string(part + 1) + "-of-00002.safetensors";
+      std::vector<checkpoint::TensorDecl> decls;
+      const std::size_t lo = part == 0 ? 0 : 5, hi = part == 0 ? 5 : model.sizes.size();
+      for (std::size_t p = lo; p < hi; ++p) {
+        decls.push_back({"p" + std::to_string(p), "BF16", {model.sizes[p]}});
+        index["weight_map"]["p" + std::to_string(p)] = name;
+      }
+      checkpoint::SafetensorsWriter writer((dir.path / name).string(), decls);
+      for (std::size_t p = lo; p < hi; ++p) {
+        for (std::int64_t i = 0; i < model.sizes[p]; ++i) {
+          const std::uint16_t b = float_to_bf16(value(p, static_cast<std::size_t>(i)));
+          writer.write(&b, 2);
+        }
+      }
+      writer.finish();
+    }
+    std::ofstream(dir.path / "model.safetensors.index.json") << index.dump(1);
+  }
+  barrier();
+  auto e = make_engine(config(3));
+  e->load_pretrained(dir.path.string());
+  const auto after = values(*e);
+  for (std::size_t p = 0; p < model.sizes.size(); ++p) {
+    for (std::size_t i = 0; i < after[p].size(); ++i) {
+      const float want = bf16_to_float(float_to_bf16(value(p, i)));
+      if (after[p][i] != want) {
+        FAIL_CHECK("p" << p << "[" << i << "] = " << after[p][i] << ", expected " << want);
+        break;
+      }
+    }
+  }
+  // An index naming a tensor its file lacks is refused, naming both.
+  barrier();
+  if (side_channel().rank() == 0) {
+    nlohmann::json index = nlohmann::json::parse(read_text(dir.path / "model.safetensors.index.json"));
+    index["weight_map"]["p9"] = "model-00001-of-00002.safetensors";
+    std::ofstream(dir.path / "model.safetensors.index.json") << index.dump(1);
+  }
+  barrier();
+  CHECK_THROWS_WITH(e->load_pretrained(dir.path.string()),
+                    Catch::Contains("model-00001-of-00002.safetensors") && Catch::Contains("p9"));
+}
+
 }  // namespace zero::testing
