@@ -39,6 +39,8 @@ const std::map<std::string, Shape> kModels = {
     {"gpt2-1.5b", {48, 1600, 50257, 1024}},
 };
 
+float initial_value(std::uint64_t i) { return 1e-3f * static_cast<float>(i % 977); }
+
 // Registers GPT-2's parameters under Hugging Face's names (the Conv1D weights as the model
 // computes with them, [out, in]); one module per block. Returns the parameter count.
 std::uint64_t register_gpt2(engine::Engine& e, const Shape& s) {
@@ -47,7 +49,7 @@ std::uint64_t register_gpt2(engine::Engine& e, const Shape& s) {
   const std::size_t decay = 0;
   const std::size_t no_decay = e.add_group("no_decay", 0.0, 1.0);
   auto initial = [](std::uint64_t offset, std::size_t count, float* out) {
-    for (std::size_t i = 0; i < count; ++i) out[i] = 1e-3f * static_cast<float>((offset + i) % 977);
+    for (std::size_t i = 0; i < count; ++i) out[i] = initial_value(offset + i);
   };
   auto add = [&](const std::string& name, std::vector<std::int64_t> shape, std::size_t group,
                  std::vector<std::size_t> modules) {
@@ -169,6 +171,16 @@ int run_checkpoint_bench(const CheckpointBenchOptions& options) {
   timer = Timer();
   engine->load_checkpoint(dir.string());
   const double load_s = timer.seconds();
+  // The first and last parameters read back as they were set (the fp32 masters).
+  for (const std::size_t p : {std::size_t{0}, engine->registry().param_count() - 1}) {
+    const std::vector<float> got = engine->read_param(p);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (got[i] != initial_value(i)) {
+        throw make_error(ErrorCategory::internal, "after the load, {}[{}] = {}, saved {}",
+                         engine->registry().param(p).name, i, got[i], initial_value(i));
+      }
+    }
+  }
   const long engine_peak = self_peak_kib();
   engine.reset();
 
