@@ -303,7 +303,8 @@ std::string Engine::Impl::write_rank_file(const std::string& staging) {
   checkpoint::SafetensorsWriter writer(
       temporary, std::move(decls),
       {{"format", "zero-checkpoint-shard"}, {"rank", std::to_string(rank)},
-       {"world_size", std::to_string(world)}});
+       {"world_size", std::to_string(world)}},
+      checkpoint::SafetensorsWriter::kDefaultChunkBytes, 0644, /*direct=*/true);
   SaveCursor cursor;
   cursor.names = moments_names;
   std::vector<char> host(kPieceBytes);

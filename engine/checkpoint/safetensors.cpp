@@ -158,6 +158,11 @@ void check_chunks(int fd, const std::string& path, std::uint64_t data_offset,
         target = scratch.data();
       }
       pread_all(fd, path, target, next - pos, data_offset + tensor.begin + pos);
+      // Read once: its pages leave the page cache at once, so that reading a checkpoint larger
+      // than memory does not push out the training's own memory (and the freed pages serve the
+      // next read).
+      ::posix_fadvise(fd, static_cast<off_t>(data_offset + tensor.begin + pos),
+                      static_cast<off_t>(next - pos), POSIX_FADV_DONTNEED);
       XXH3_64bits_update(state.get(), target, next - pos);
       pos = next;
     }

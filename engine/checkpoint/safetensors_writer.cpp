@@ -4,6 +4,8 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <set>
 
 #include <fcntl.h>
@@ -27,10 +29,40 @@ using detail::XxhState;
 
 namespace {
 constexpr std::size_t kWriteBufferBytes = std::size_t{4} << 20;
+// O_DIRECT's unit: offsets, lengths and buffer addresses in whole units of it (4096 suits every
+// file system's direct-I/O alignment).
+constexpr std::size_t kDirectUnit = 4096;
+
+std::size_t round_up(std::size_t n, std::size_t unit) { return (n + unit - 1) / unit * unit; }
+
+// The write buffer, aligned for O_DIRECT.
+class AlignedBuffer {
+ public:
+  std::byte* data() const noexcept { return data_.get(); }
+  std::size_t size() const noexcept { return size_; }
+  void allocate(std::size_t bytes) {
+    data_.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{kDirectUnit})));
+    size_ = bytes;
+  }
+  void release() noexcept {
+    data_.reset();
+    size_ = 0;
+  }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const noexcept {
+      ::operator delete[](p, std::align_val_t{kDirectUnit});
+    }
+  };
+  std::unique_ptr<std::byte[], Free> data_;
+  std::size_t size_ = 0;
+};
+
 }  // namespace
 
 struct SafetensorsWriter::State {
-  std::vector<std::byte> buffer;  // data not yet written, starting at data byte written - fill
+  AlignedBuffer buffer;  // data not yet written, starting at data byte written - fill
   std::size_t fill = 0;
   XxhState hash = new_xxh_state();
   std::uint64_t chunk_fill = 0;  // bytes of the current chunk hashed so far
@@ -91,15 +123,18 @@ std::vector<TensorInfo> lay_out(const std::vector<TensorDecl>& decls, const std:
 
 SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> tensors,
                                      std::map<std::string, std::string> metadata,
-                                     std::uint64_t chunk_bytes, unsigned mode)
-    : path_(std::move(path)), chunk_bytes_(chunk_bytes), state_(std::make_unique<State>()) {
+                                     std::uint64_t chunk_bytes, unsigned mode, bool direct)
+    : path_(std::move(path)), chunk_bytes_(chunk_bytes), direct_(direct),
+      state_(std::make_unique<State>()) {
   if (chunk_bytes == 0) {
     throw make_error(ErrorCategory::usage, "cannot write {}: chunk_bytes is 0", path_);
   }
   tensors_ = lay_out(tensors, path_);
   sums_.assign(tensors_.size(), ChunkSums{chunk_bytes, {}});
   std::string json = header_json(tensors_, metadata, path_);
-  json.append((8 - json.size() % 8) % 8, ' ');  // 8 + N a multiple of 8: aligned data
+  // 8 + N a multiple of 8 (aligned data), or of O_DIRECT's unit.
+  const std::size_t unit = direct_ ? kDirectUnit : 8;
+  json.append(round_up(8 + json.size(), unit) - 8 - json.size(), ' ');
   if (json.size() > detail::kMaxHeaderBytes) {
     throw make_error(ErrorCategory::usage,
                      "cannot write {}: its header would have {} bytes, more than the {} that "
@@ -115,15 +150,28 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> t
     ++state_->current;
   }
 
-  fd_ = detail::open_file(path_, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode, "create");
+  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  if (direct_) {
+    do {
+      fd_ = ::open(path_.c_str(), flags | O_DIRECT, static_cast<mode_t>(mode));
+    } while (fd_ < 0 && errno == EINTR);
+    if (fd_ < 0 && errno != EINVAL) {
+      const int err = errno;
+      throw make_error(ErrorCategory::io, "cannot create {}: {}", path_, errno_text(err));
+    }
+    direct_ = fd_ >= 0;  // EINVAL: this file system takes no O_DIRECT; buffered, then
+  }
+  if (fd_ < 0) fd_ = detail::open_file(path_, flags, mode, "create");
+  state_->buffer.allocate(std::max(kWriteBufferBytes, round_up(header.size(), kDirectUnit)));
   try {
-    pwrite_all(fd_, path_, header.data(), header.size(), 0);
+    // Through the aligned buffer: O_DIRECT reads the memory it writes from at its unit.
+    std::memcpy(state_->buffer.data(), header.data(), header.size());
+    pwrite_all(fd_, path_, state_->buffer.data(), header.size(), 0);
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
     throw;
   }
-  state_->buffer.resize(kWriteBufferBytes);
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
@@ -218,7 +266,18 @@ void SafetensorsWriter::finish() {
                      file_bytes() - header_bytes_);
   }
   try {
-    pwrite_all(fd_, path_, state.buffer.data(), state.fill, header_bytes_ + written_ - state.fill);
+    std::size_t tail = state.fill;
+    if (direct_) {
+      // The last piece in whole units, zero-padded; the file is then cut to its size.
+      tail = round_up(state.fill, kDirectUnit);
+      std::memset(state.buffer.data() + state.fill, 0, tail - state.fill);
+    }
+    pwrite_all(fd_, path_, state.buffer.data(), tail, header_bytes_ + written_ - state.fill);
+    if (tail != state.fill && ::ftruncate(fd_, static_cast<off_t>(file_bytes())) != 0) {
+      const int err = errno;
+      throw make_error(ErrorCategory::io, "cannot set the size of {} to {}: {}", path_,
+                       file_bytes(), errno_text(err));
+    }
     int result;
     do {
       result = ::fsync(fd_);
@@ -236,7 +295,7 @@ void SafetensorsWriter::finish() {
   }
   const int fd = fd_;
   fd_ = -1;
-  state.buffer = {};
+  state.buffer.release();
   if (::close(fd) != 0 && errno != EINTR) {  // EINTR: closed all the same (Linux)
     const int err = errno;
     throw make_error(ErrorCategory::io, "cannot close {}: {}", path_, errno_text(err));

@@ -141,8 +141,10 @@ struct Written {
 // Writes `data` in pieces of the given sizes, cycling (one piece when empty).
 Written write_file(const std::string& path, const std::vector<TensorDecl>& decls, const Bytes& data,
                    const std::vector<std::size_t>& pieces = {},
-                   std::uint64_t chunk = SafetensorsWriter::kDefaultChunkBytes) {
-  SafetensorsWriter writer(path, decls, kMetadata, chunk);
+                   std::uint64_t chunk = SafetensorsWriter::kDefaultChunkBytes,
+                   bool direct = false) {
+  SafetensorsWriter writer(path, decls, kMetadata, chunk, 0644, direct);
+  if (direct) CHECK(writer.direct());  // the build tree is on a disk that takes O_DIRECT
   std::size_t at = 0;
   for (std::size_t i = 0; at < data.size(); ++i) {
     const std::size_t n =
@@ -276,6 +278,33 @@ TEST_CASE(
   const TensorInfo stranger{"x", "U8", {10}, 6105, 6115};  // past the data section
   CHECK(error_of([&] { reader.read(stranger, 0, 1, out.data()); }).category() ==
         ErrorCategory::usage);
+}
+
+TEST_CASE("safetensors: O_DIRECT writes give the same tensors with the header padded to 4096",
+          "[checkpoint]") {
+  ScratchDir dir("direct");
+  // Odd sizes, a tail that is not a whole 4096-byte unit, and more than one write buffer.
+  const std::vector<TensorDecl> decls = {
+      {"a", "F32", {1000, 3}}, {"b", "BF16", {4097}}, {"empty", "F16", {0}}, {"c", "U8", {(6 << 20) + 5}}};
+  const Bytes data = random_bytes(data_bytes_of(decls), 11);
+  const Written buffered = write_file(dir.file("buffered"), decls, data, {4099, 1 << 20}, 5000);
+  const Written direct = write_file(dir.file("direct"), decls, data, {4099, 1 << 20}, 5000, true);
+  CHECK(direct.header_bytes % 4096 == 0);
+  CHECK(buffered.header_bytes % 8 == 0);
+  const Bytes file = read_file(dir.file("direct"));
+  CHECK(file.size() == direct.header_bytes + data.size());  // cut to its size after the padded tail
+  CHECK(Bytes(file.begin() + static_cast<long>(direct.header_bytes), file.end()) == data);
+  for (std::size_t i = 0; i < decls.size(); ++i) CHECK(direct.sums[i].hashes == buffered.sums[i].hashes);
+  SafetensorsReader reader(dir.file("direct"));
+  CHECK(reader.header_hash() == direct.header_hash);
+  REQUIRE(reader.tensors().size() == decls.size());
+  for (std::size_t i = 0; i < decls.size(); ++i) {
+    const TensorInfo& t = reader.at(decls[i].name);
+    Bytes got(t.bytes());
+    reader.read_checked(t, 0, got.size(), got.data(), direct.sums[i]);
+    CHECK(got == Bytes(data.begin() + static_cast<long>(t.begin), data.begin() + static_cast<long>(t.end)));
+  }
+  CHECK(reader.metadata() == kMetadata);
 }
 
 TEST_CASE("safetensors: read_f32 converts F16, BF16 and F64 as the scalar conversions do",

@@ -121,7 +121,8 @@ int export_model(const std::string& path, const std::string& out, const std::str
     zero::checkpoint::SafetensorsWriter writer(
         temporary, std::move(decls),
         {{"format", "pt"}, {"zero_checkpoint", reader.directory()},
-         {"zero_step", std::to_string(m.global_steps)}});
+         {"zero_step", std::to_string(m.global_steps)}},
+        zero::checkpoint::SafetensorsWriter::kDefaultChunkBytes, 0644, /*direct=*/true);
     // Streamed in pieces of 4 Mi elements: the memory does not grow with the model.
     constexpr std::size_t kPiece = std::size_t{1} << 22;
     std::vector<char> buffer(kPiece * zero::dtype_size(*dtype));
