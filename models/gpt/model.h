@@ -1,0 +1,89 @@
+// The reference GPT-2-style decoder, driven through the public C API only (zero/zero.h): token
+// and position embeddings, pre-LayerNorm blocks (causal multi-head attention, GELU MLP), a
+// final LayerNorm and the output projection tied to the token embedding, with cross-entropy.
+//
+// Registration: module "embed" (wte, wpe), one module per block "h.<i>" (its 12 parameters,
+// named as Hugging Face names GPT-2's), module "head" (ln_f and the tied wte). Biases and
+// LayerNorm weights go in a "no_decay" group. Each forward and backward calls the module's
+// hooks around its compute, so stage 3 gathers one block at a time.
+//
+// This version computes in fp32 (the engine's compute dtype must be fp32).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/zero.h"
+
+namespace zero::gpt {
+
+struct GptConfig {
+  int layers = 4;
+  int heads = 4;
+  int channels = 128;
+  int max_seq = 64;
+  int vocab = 256;
+
+  // tiny (for tests and the demo: 4 layers, 4 heads, 128 channels, 64 positions, 256 bytes),
+  // gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b. Throws std::invalid_argument for another name.
+  static GptConfig by_name(const std::string& name);
+  std::int64_t parameters() const;  // with the tied embedding counted once
+};
+
+class Gpt {
+ public:
+  // Registers the model's groups, modules and parameters with `engine` (before zero_init);
+  // initial values as GPT-2 draws them (normal, std 0.02; residual projections scaled by
+  // 1/sqrt(2 layers); LayerNorm weights 1, biases 0), from `seed`, independent of the world
+  // size. `batch` sequences of `seq` positions per micro-batch (seq <= max_seq). Throws
+  // std::runtime_error with zero_last_error() when a call fails.
+  Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::uint64_t seed);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  // One micro-batch's forward: tokens and targets are batch * seq each (a target < 0 has no
+  // loss). Returns the mean loss over the positions with targets.
+  float forward(const std::int32_t* tokens, const std::int32_t* targets);
+  // Its backward: adds this micro-batch's gradients (of the loss times zero_loss_factor).
+  void backward();
+  // Forward only, in the engine's evaluation mode; returns the mean loss.
+  float evaluate(const std::int32_t* tokens, const std::int32_t* targets);
+
+  const GptConfig& config() const noexcept { return config_; }
+
+ private:
+  struct Block {
+    int module = 0;
+    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+  };
+  struct Activations {
+    std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd,
+        fch, fch_gelu, out;
+  };
+
+  float* param(int id);
+  float* grad(int id);
+  void check(zero_status status, const char* call) const;
+
+  struct Init;  // the initializer's per-parameter settings, read during zero_init
+
+  zero_engine* engine_;
+  std::unique_ptr<Init> init_;
+  GptConfig config_;
+  int batch_, seq_;
+  int embed_module_ = 0, head_module_ = 0;
+  int wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
+  std::vector<Block> blocks_;
+
+  // This micro-batch's inputs and activations, kept for the backward.
+  std::vector<std::int32_t> tokens_, targets_;
+  std::vector<float> encoded_;
+  std::vector<Activations> acts_;
+  std::vector<float> lnf_, lnf_mean_, lnf_rstd_, logits_, probs_, losses_;
+  int counted_ = 0;  // positions with a target
+};
+
+}  // namespace zero::gpt
