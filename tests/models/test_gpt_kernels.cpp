@@ -67,7 +67,7 @@ void check_close(const char* what, const std::vector<float>& got, const Vec& wan
 
 }  // namespace
 
-TEST_CASE("gpt kernels: layernorm backward matches finite differences; float matches double",
+TEST_CASE("gpt kernels: layernorm backward matches finite differences, and float matches double",
           "[gpt]") {
   std::mt19937 rng(1);
   const int N = 5, C = 13;
@@ -146,7 +146,7 @@ TEST_CASE("gpt kernels: gelu backward matches finite differences", "[gpt]") {
                                                      (x[0] + 0.044715 * std::pow(x[0], 3))))));
 }
 
-TEST_CASE("gpt kernels: causal attention backward matches finite differences; float matches",
+TEST_CASE("gpt kernels: causal attention backward matches finite differences, and float matches",
           "[gpt]") {
   std::mt19937 rng(4);
   const int B = 2, Tn = 5, C = 12, NH = 3;
@@ -175,7 +175,7 @@ TEST_CASE("gpt kernels: causal attention backward matches finite differences; fl
   check_close("dqkv", dqf, dqkv);
 }
 
-TEST_CASE("gpt kernels: cross-entropy backward matches finite differences; no-target rows",
+TEST_CASE("gpt kernels: cross-entropy backward matches finite differences, rows without a target too",
           "[gpt]") {
   std::mt19937 rng(5);
   const int N = 6, V = 17;
