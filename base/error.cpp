@@ -1,7 +1,14 @@
 // Names of the error categories, as they appear in messages and in zero_status_string.
 #include "base/error.h"
 
+#include <cstring>
+
 namespace zero {
+
+std::string errno_text(int err) {
+  char buffer[256];
+  return ::strerror_r(err, buffer, sizeof buffer);  // the GNU strerror_r returns the text
+}
 
 std::string_view category_name(ErrorCategory category) noexcept {
   switch (category) {

@@ -24,6 +24,9 @@ enum class ErrorCategory {
 
 std::string_view category_name(ErrorCategory category) noexcept;
 
+// strerror's text for an errno value, thread-safe (I/O threads report failures at once).
+std::string errno_text(int err);
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorCategory category, const std::string& message)

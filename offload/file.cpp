@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "offload/aio.h"
-#include "offload/text.h"
+#include "base/bytes.h"
 
 namespace zero::offload {
 namespace {
@@ -51,7 +51,7 @@ File::File(std::string path, bool create) : path_(std::move(path)) {
     // open() answers EINVAL for O_DIRECT on file systems without direct I/O (tmpfs before 6.6,
     // some FUSE and network file systems).
     throw make_error(ErrorCategory::io, "cannot open {} for direct I/O: {}{}", path_,
-                     detail::errno_text(err),
+                     errno_text(err),
                      err == EINVAL ? "; the file system does not support O_DIRECT (tmpfs?): put "
                                      "the swap directory (nvme_path) on a local disk"
                                    : "");
@@ -78,7 +78,7 @@ void File::preallocate(std::uint64_t bytes) {
       log::warn(
           "{}: the file system cannot preallocate (fallocate: {}); the file is sized to {} "
           "but its blocks are not reserved, so a full disk shows only when a write fails",
-          path_, detail::errno_text(err), format_bytes(bytes));
+          path_, errno_text(err), format_bytes(bytes));
       return;
     }
   }
@@ -86,7 +86,7 @@ void File::preallocate(std::uint64_t bytes) {
   throw make_error(ErrorCategory::io,
                    "cannot preallocate {} ({} bytes) for {}: {} (the file system has {} free); "
                    "free space there or put the file on a larger disk",
-                   format_bytes(bytes), bytes, path_, detail::errno_text(err),
+                   format_bytes(bytes), bytes, path_, errno_text(err),
                    free < 0 ? std::string("an unknown amount")
                             : format_bytes(static_cast<std::uint64_t>(free)));
 }

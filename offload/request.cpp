@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 
 #include "base/error.h"
-#include "offload/text.h"
 
 namespace zero::offload::detail {
 

@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "offload/swap.h"
-#include "offload/text.h"
+#include "base/bytes.h"
 
 namespace zero::offload {
 namespace {
@@ -37,7 +37,7 @@ void make_directories(const std::string& path) {
     struct stat st {};
     if (err == EEXIST && ::stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
     throw make_error(ErrorCategory::io, "cannot create the swap directory {}: {} at {}", path,
-                     detail::errno_text(err == EEXIST ? ENOTDIR : err), prefix.string());
+                     errno_text(err == EEXIST ? ENOTDIR : err), prefix.string());
   }
 }
 

@@ -21,7 +21,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "offload/request.h"
-#include "offload/text.h"
+#include "base/bytes.h"
 
 namespace zero::offload::detail {
 namespace {

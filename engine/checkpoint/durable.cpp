@@ -17,8 +17,6 @@
 namespace zero::checkpoint {
 namespace {
 
-std::string errno_text(int err) { return fmt::format("{} ({})", std::strerror(err), err); }
-
 std::string parent_of(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   return parent.empty() ? std::string(".") : parent.string();

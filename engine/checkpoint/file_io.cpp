@@ -11,11 +11,6 @@
 
 namespace zero::checkpoint::detail {
 
-std::string errno_text(int err) {
-  char buffer[256];
-  return ::strerror_r(err, buffer, sizeof buffer);  // the GNU strerror_r returns the text
-}
-
 int open_file(const std::string& path, int flags, unsigned mode, std::string_view what) {
   int fd;
   do {

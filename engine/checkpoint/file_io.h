@@ -9,9 +9,6 @@
 
 namespace zero::checkpoint::detail {
 
-// strerror, thread-safe.
-std::string errno_text(int err);
-
 // open(2) retried on EINTR; on failure an io Error "cannot <what> <path>: <strerror>".
 int open_file(const std::string& path, int flags, unsigned mode, std::string_view what);
 

@@ -21,7 +21,6 @@
 namespace zero::checkpoint {
 
 using detail::data_bytes;
-using detail::errno_text;
 using detail::kMetadataKey;
 using detail::new_xxh_state;
 using detail::pwrite_all;
