@@ -31,23 +31,6 @@ namespace {
 
 constexpr std::size_t kPieceBytes = std::size_t{16} << 20;  // staging per copy while saving
 
-// Device memory taken for one collective or copy and given back on every path.
-class DeviceScratch {
- public:
-  DeviceScratch(Device& device, std::size_t bytes)
-      : device_(device), bytes_(std::max<std::size_t>(bytes, 8)),
-        data_(device.reserve(Tier::device, bytes_)) {}
-  ~DeviceScratch() { device_.unreserve(Tier::device, data_, bytes_); }
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-  char* data() const noexcept { return static_cast<char*>(data_); }
-
- private:
-  Device& device_;
-  std::size_t bytes_;
-  void* data_;
-};
-
 std::string utc_now() {
   const auto now = std::chrono::system_clock::now();
   return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::chrono::system_clock::to_time_t(now)));
@@ -63,10 +46,6 @@ void check_tag(const std::string& tag) {
                      "most 200 characters without '/', not starting with '.' and not \"latest\"",
                      tag);
   }
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
 // Where save_checkpoint's reads are: the swap group last read, this rank's stage-3 compute
@@ -117,85 +96,6 @@ class CheckpointSource final : public ValueSource {
 };
 
 }  // namespace
-
-std::vector<std::string> Engine::Impl::all_gather_text(const std::string& text) {
-  if (world == 1) return {text};
-  const auto n = static_cast<std::size_t>(world);
-  std::vector<std::int64_t> sizes(n);
-  {
-    DeviceScratch scratch(*device, (n + 1) * 8);
-    const auto mine = static_cast<std::int64_t>(text.size());
-    device->copy(scratch.data(), &mine, 8);
-    comm->all_gather(scratch.data(), scratch.data() + 8, 1, DType::i64).wait();
-    device->copy(sizes.data(), scratch.data() + 8, n * 8);
-  }
-  const std::size_t words =
-      std::max<std::size_t>(1, (static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end())) + 7) / 8);
-  std::vector<char> all(n * words * 8);
-  {
-    DeviceScratch scratch(*device, (n + 1) * words * 8);
-    std::vector<char> padded(words * 8, '\0');
-    std::memcpy(padded.data(), text.data(), text.size());
-    device->copy(scratch.data(), padded.data(), padded.size());
-    comm->all_gather(scratch.data(), scratch.data() + words * 8, words, DType::i64).wait();
-    device->copy(all.data(), scratch.data() + words * 8, all.size());
-  }
-  std::vector<std::string> out(n);
-  for (std::size_t q = 0; q < n; ++q) {
-    out[q].assign(all.data() + q * words * 8, static_cast<std::size_t>(sizes[q]));
-  }
-  return out;
-}
-
-void Engine::Impl::agree(const char* what, const std::function<void()>& work) {
-  std::string outcome;  // empty: done; else the category's digit and the message
-  try {
-    work();
-  } catch (const Error& error) {
-    outcome = fmt::format("{}{}", static_cast<int>(error.category()), error.what());
-  } catch (const std::exception& error) {
-    outcome = fmt::format("{}{}", static_cast<int>(ErrorCategory::internal), error.what());
-  }
-  const std::vector<std::string> all = all_gather_text(outcome);
-  std::string message;
-  auto category = ErrorCategory::internal;
-  int failures = 0;
-  for (std::size_t q = 0; q < all.size(); ++q) {
-    if (all[q].empty()) continue;
-    if (failures++ == 0) category = static_cast<ErrorCategory>(all[q][0] - '0');
-    message += world == 1 ? all[q].substr(1)
-                          : fmt::format("{}rank {}: {}", message.empty() ? "" : "; ", q,
-                                        all[q].substr(1));
-  }
-  if (failures > 0) throw make_error(category, "{} failed: {}", what, message);
-}
-
-void Engine::Impl::require_quiet(const char* call) const {
-  require_initialized(call);
-  if (failed) {
-    throw make_error(ErrorCategory::usage, "{} after a failure ({}): destroy the engine and start "
-                     "again from a checkpoint", call, failure);
-  }
-  for (std::size_t m = 0; m < module_open.size(); ++m) {
-    if (module_open[m] != 0) {
-      throw make_error(ErrorCategory::usage,
-                       "{} while module '{}' has a pre hook without its post hook: call it between "
-                       "passes", call, registry.module(m).name);
-    }
-  }
-  if (phase == Phase::backward) {
-    throw make_error(ErrorCategory::usage, "{} in the middle of a backward pass: call step() first",
-                     call);
-  }
-  const auto steps = config.batch.gradient_accumulation_steps;
-  if (micro_steps % steps != 0) {
-    throw make_error(ErrorCategory::usage,
-                     "{} inside an accumulation window ({} of {} micro-steps done): the "
-                     "accumulated gradients are not part of a checkpoint; call it after the step "
-                     "that ends the window",
-                     call, micro_steps % steps, steps);
-  }
-}
 
 // ---- save ----
 

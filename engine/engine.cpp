@@ -95,6 +95,33 @@ void Engine::Impl::require_initialized(const char* call) const {
   }
 }
 
+void Engine::Impl::require_quiet(const char* call) const {
+  require_initialized(call);
+  if (failed) {
+    throw make_error(ErrorCategory::usage, "{} after a failure ({}): destroy the engine and start "
+                     "again from a checkpoint", call, failure);
+  }
+  for (std::size_t m = 0; m < module_open.size(); ++m) {
+    if (module_open[m] != 0) {
+      throw make_error(ErrorCategory::usage,
+                       "{} while module '{}' has a pre hook without its post hook: call it between "
+                       "passes", call, registry.module(m).name);
+    }
+  }
+  if (phase == Phase::backward) {
+    throw make_error(ErrorCategory::usage, "{} in the middle of a backward pass: call step() first",
+                     call);
+  }
+  const auto steps = config.batch.gradient_accumulation_steps;
+  if (micro_steps % steps != 0) {
+    throw make_error(ErrorCategory::usage,
+                     "{} inside an accumulation window ({} of {} micro-steps done): the "
+                     "accumulated gradients are not part of a checkpoint; call it after the step "
+                     "that ends the window",
+                     call, micro_steps % steps, steps);
+  }
+}
+
 std::size_t Engine::Impl::require_module(std::size_t module, const char* call) const {
   if (module >= registry.module_count()) {
     throw make_error(ErrorCategory::usage, "{}: module {} does not exist ({} modules registered)",

@@ -2,7 +2,9 @@
 // engine.cpp (registration, init, accessors), model_state.cpp (layout and allocation),
 // grad_reduce.cpp (buckets of gradients), param_gather.cpp (the stage-3 fetcher), step.cpp
 // (the optimizer step), swap_state.cpp (state on NVMe: the swap files and what reads and
-// writes them). Internal to engine/.
+// writes them), assign_state.cpp (setting the state from a ValueSource), agreement.cpp
+// (outcomes agreed across ranks), checkpoint_state.cpp (save and load), pretrained.cpp
+// (safetensors weights). Internal to engine/.
 #pragma once
 
 #include <array>
@@ -63,6 +65,23 @@ struct BucketRun {
   std::size_t waiting = 0;  // params of this bucket not yet ready
 };
 
+// Device memory taken for one collective or copy and given back on every path.
+class DeviceScratch {
+ public:
+  DeviceScratch(Device& device, std::size_t bytes)
+      : device_(device), bytes_(std::max<std::size_t>(bytes, 8)),
+        data_(device.reserve(Tier::device, bytes_)) {}
+  ~DeviceScratch() { device_.unreserve(Tier::device, data_, bytes_); }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  char* data() const noexcept { return static_cast<char*>(data_); }
+
+ private:
+  Device& device_;
+  std::size_t bytes_;
+  void* data_;
+};
+
 // Where new values of the model state come from: the initial values at init, a checkpoint,
 // pretrained weights. assign_state() asks for the ranges this rank keeps.
 struct ValueSource {
@@ -88,6 +107,9 @@ struct Engine::Impl {
   // ---- engine.cpp ----
   void check_same_registration();
   void require_initialized(const char* call) const;
+  // Initialised, not failed, no pass open, at an accumulation boundary: checkpoints and
+  // pretrained weights happen only there.
+  void require_quiet(const char* call) const;
   std::size_t require_module(std::size_t module, const char* call) const;
   std::size_t require_param(std::size_t param, const char* call) const;
   Stream& stream_of(Stream* stream);
@@ -167,16 +189,16 @@ struct Engine::Impl {
   std::size_t gathered_elements(std::size_t param) const;
   std::string describe_event(const TraceEvent& event) const;
 
-  // ---- checkpoint_state.cpp ----
-  void save_checkpoint(const std::string& dir, const SaveOptions& save);
-  LoadResult load_checkpoint(const std::string& dir, const LoadOptions& load);
+  // ---- agreement.cpp ----
   // Collective: every rank's text, on every rank.
   std::vector<std::string> all_gather_text(const std::string& text);
   // Collective: runs `work` on every rank; when it threw on any, every rank throws one Error
   // saying `what` failed, with each failing rank's message (the first one's category).
   void agree(const char* what, const std::function<void()>& work);
-  // Initialised, not failed, no pass open, at an accumulation boundary.
-  void require_quiet(const char* call) const;
+
+  // ---- checkpoint_state.cpp ----
+  void save_checkpoint(const std::string& dir, const SaveOptions& save);
+  LoadResult load_checkpoint(const std::string& dir, const LoadOptions& load);
   std::vector<std::string> state_names() const;  // the optimizer's moments
   std::string write_rank_file(const std::string& staging);  // returns its FileEntry as JSON
   checkpoint::Manifest make_manifest(const std::string& tag, const std::string& user_data,

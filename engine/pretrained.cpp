@@ -16,10 +16,6 @@ namespace {
 
 using checkpoint::TensorSet;
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
 // What each parameter reads: its tensor (or none: skipped), and whether it is transposed.
 struct Mapping {
   const TensorSet::Entry* entry = nullptr;

@@ -40,11 +40,11 @@ enum Kind : std::uint8_t { kGroup = 'G', kModule = 'M', kParam = 'P', kWhole = '
 
 bool finite_non_negative(double v) { return std::isfinite(v) && v >= 0.0; }
 
+}  // namespace
+
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
-
-}  // namespace
 
 Registry::Registry(double default_weight_decay) {
   if (!finite_non_negative(default_weight_decay)) {

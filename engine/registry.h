@@ -20,6 +20,9 @@
 
 namespace zero::engine {
 
+// "[3, 4]": a shape as messages print it.
+std::string shape_text(const std::vector<std::int64_t>& shape);
+
 // A parameter group. Group 0 always exists ("default"), with the optimizer's weight decay.
 struct GroupSpec {
   std::string name;
