@@ -22,43 +22,16 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "engine/checkpoint/safetensors.h"
+#include "tests/scratch.h"
 
 namespace zero::checkpoint {
 namespace {
 
 using Bytes = std::vector<unsigned char>;
+using testing::error_of;
+using testing::ScratchDir;
 
 // A fresh directory for one test, removed when it ends.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& name)
-      : path_(std::filesystem::path(ZERO_BINARY_DIR) / "checkpoint-tests" /
-              (name + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
-template <class F>
-Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& error) {
-    return error;
-  }
-  FAIL("no error was thrown");
-  return Error(ErrorCategory::internal, "unreachable");
-}
 
 Bytes random_bytes(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 random(seed);

@@ -1,4 +1,4 @@
-// What the offload tests share: a scratch directory on the local disk, aligned buffers with
+// What the offload tests share: the scratch directory (tests/scratch.h), aligned buffers with
 // random contents, and which backends this machine can run.
 #pragma once
 
@@ -12,32 +12,11 @@
 
 #include "base/error.h"
 #include "offload/aio.h"
+#include "tests/scratch.h"
 
 namespace zero::offload::test {
 
-// A fresh directory under the build directory, removed when the test ends. Not /tmp: O_DIRECT
-// fails on tmpfs, which /tmp often is.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& name)
-      : path_(std::filesystem::path(ZERO_BINARY_DIR) / "offload-tests" /
-              (name + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-
-  std::string path() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using zero::testing::ScratchDir;
 
 // Memory aligned for direct I/O (4096 covers every alignment statx reports here).
 class AlignedBuffer {

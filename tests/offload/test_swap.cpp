@@ -20,6 +20,7 @@ namespace {
 using test::AlignedBuffer;
 using test::options_for;
 using test::ScratchDir;
+using zero::testing::error_of;
 
 constexpr std::uint64_t kTiB = std::uint64_t{1} << 40;
 constexpr const char* kSetting = "zero_optimization.offload_optimizer.nvme_path";
@@ -44,17 +45,6 @@ void scribble(const std::string& path, std::uint64_t offset, std::size_t bytes, 
           static_cast<ssize_t>(bytes));
   REQUIRE(::fsync(fd) == 0);
   ::close(fd);
-}
-
-template <class F>
-Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& error) {
-    return error;
-  }
-  FAIL("no error");
-  return Error(ErrorCategory::internal, "unreachable");
 }
 
 }  // namespace
