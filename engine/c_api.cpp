@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,18 @@ const zero::engine::Engine& engine_of(const zero_engine* handle, const char* cal
 std::size_t index_of(int index, const char* call, const char* what) {
   if (index < 0) throw make_error(ErrorCategory::usage, "{}: {} index {} is negative", call, what, index);
   return static_cast<std::size_t>(index);
+}
+
+// Text into a caller's buffer, cut to size - 1 bytes and NUL-terminated; *needed gets the full
+// length + 1.
+void copy_text(const std::string& text, char* buffer, unsigned long long size,
+               unsigned long long* needed, const char* call) {
+  if (needed != nullptr) *needed = text.size() + 1;
+  if (size == 0) return;
+  require(buffer, call, "buffer");
+  const std::size_t n = std::min<std::size_t>(text.size(), size - 1);
+  std::memcpy(buffer, text.data(), n);
+  buffer[n] = '\0';
 }
 
 using ConfigReader = std::function<zero::config::Config(const zero::config::ReadOptions&)>;
@@ -174,6 +187,21 @@ zero_status zero_compute_dtype(const zero_engine* engine, zero_dtype* dtype) {
       case zero::DType::bf16: *dtype = ZERO_BF16; break;
       default: *dtype = ZERO_FP32; break;
     }
+  });
+}
+
+zero_status zero_config_value(const zero_engine* engine, const char* key, char* buffer,
+                              unsigned long long size, unsigned long long* needed) {
+  return zero::guard([&] {
+    const auto& e = engine_of(engine, "zero_config_value");
+    require(key, "zero_config_value", "key");
+    const std::optional<zero::config::json> value = zero::config::resolved_value(e.config(), key);
+    if (!value) {
+      throw make_error(ErrorCategory::usage,
+                       "zero_config_value: the config resolves no key '{}' (see zero-config keys)",
+                       key);
+    }
+    copy_text(value->dump(), buffer, size, needed, "zero_config_value");
   });
 }
 
@@ -377,13 +405,8 @@ zero_status zero_memory_bytes(const zero_engine* engine, zero_tier tier, zero_ki
 zero_status zero_memory_report(const zero_engine* engine, char* buffer, unsigned long long size,
                                unsigned long long* needed) {
   return zero::guard([&] {
-    const std::string text = engine_of(engine, "zero_memory_report").memory_report();
-    if (needed != nullptr) *needed = text.size() + 1;
-    if (size == 0) return;
-    require(buffer, "zero_memory_report", "buffer");
-    const std::size_t n = std::min<std::size_t>(text.size(), size - 1);
-    std::memcpy(buffer, text.data(), n);
-    buffer[n] = '\0';
+    copy_text(engine_of(engine, "zero_memory_report").memory_report(), buffer, size, needed,
+              "zero_memory_report");
   });
 }
 

@@ -174,4 +174,28 @@ void log_notes(const Config& config) {
   for (const auto& line : config.warnings) log::warn("config: {}", line);
 }
 
+std::optional<json> resolved_value(const Config& config, std::string_view key) {
+  if (key.empty()) return std::nullopt;
+  std::optional<json> section;
+  for (const ResolvedValue& value : config.resolved) {
+    if (value.path == key) return value.value;
+    if (value.path.size() <= key.size() || value.path.compare(0, key.size(), key) != 0 ||
+        value.path[key.size()] != '.') {
+      continue;
+    }
+    if (!section) section = json::object();
+    // "a.b.c" under "a" goes to section["b"]["c"].
+    json* node = &*section;
+    std::string_view rest = std::string_view(value.path).substr(key.size() + 1);
+    for (std::size_t dot; (dot = rest.find('.')) != std::string_view::npos;
+         rest.remove_prefix(dot + 1)) {
+      json& child = (*node)[std::string(rest.substr(0, dot))];
+      if (!child.is_object()) child = json::object();
+      node = &child;
+    }
+    (*node)[std::string(rest)] = value.value;
+  }
+  return section;
+}
+
 }  // namespace zero::config

@@ -181,4 +181,8 @@ Config read_config_file(const std::string& path, ReadOptions options);
 // Logs the infos (at info) and warnings (at warn) of a read.
 void log_notes(const Config& config);
 
+// The resolved value of a dotted key, or for a section's path an object of the resolved keys
+// beneath it; nullopt when nothing under that path was resolved.
+std::optional<json> resolved_value(const Config& config, std::string_view key);
+
 }  // namespace zero::config

@@ -133,6 +133,16 @@ ZERO_API zero_status zero_rank(const zero_engine* engine, int* rank);
 ZERO_API zero_status zero_world_size(const zero_engine* engine, int* world_size);
 ZERO_API zero_status zero_compute_dtype(const zero_engine* engine, zero_dtype* dtype);
 
+/* The resolved value of a config key as JSON text ("8", "true", "\"cpu\"", "[0.9,0.95]"):
+ * `key` is a dotted path such as "train_micro_batch_size_per_gpu" or
+ * "activation_checkpointing.cpu_checkpointing", after "auto" values, overrides and defaults are
+ * resolved; a section's path ("zero_optimization.offload_optimizer") gives an object of its
+ * resolved keys. Written into buffer (size bytes, always NUL-terminated when size > 0); *needed
+ * (may be NULL) gets the full length + 1. ZERO_ERROR_USAGE for a key the config does not
+ * resolve. */
+ZERO_API zero_status zero_config_value(const zero_engine* engine, const char* key, char* buffer,
+                                       unsigned long long size, unsigned long long* needed);
+
 /* ---- Registration (before zero_init) ---- */
 
 /* A parameter group: weight decay and learning-rate scale for the parameters in it (e.g. no

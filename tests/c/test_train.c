@@ -146,6 +146,38 @@ int main(void) {
       return 1;
     }
   }
+  {
+    /* Resolved config values as JSON text: a value from the file, a default, a section, a
+     * buffer too small, and a key nothing resolves. */
+    char text[256];
+    unsigned long long needed = 0;
+    CHECK(zero_config_value(engine, "zero_optimization.stage", text, sizeof text, &needed));
+    if (strcmp(text, "2") != 0 || needed != 2) {
+      fprintf(stderr, "zero_optimization.stage gave '%s' (needed %llu)\n", text, needed);
+      return 1;
+    }
+    CHECK(zero_config_value(engine, "steps_per_print", text, sizeof text, NULL));
+    if (strcmp(text, "10") != 0) {
+      fprintf(stderr, "steps_per_print gave '%s'\n", text);
+      return 1;
+    }
+    CHECK(zero_config_value(engine, "optimizer.params", text, sizeof text, NULL));
+    if (strstr(text, "\"lr\":0.05") == NULL || text[0] != '{') {
+      fprintf(stderr, "optimizer.params gave '%s'\n", text);
+      return 1;
+    }
+    CHECK(zero_config_value(engine, "bf16.enabled", text, 3, &needed));
+    if (strcmp(text, "tr") != 0 || needed != 5) {
+      fprintf(stderr, "bf16.enabled cut to 3 bytes gave '%s' (needed %llu)\n", text, needed);
+      return 1;
+    }
+    if (zero_config_value(engine, "optimizer.params.l", text, sizeof text, NULL) !=
+            ZERO_ERROR_USAGE ||
+        strstr(zero_last_error(), "optimizer.params.l") == NULL) {
+      fprintf(stderr, "an unknown key was not refused by name: %s\n", zero_last_error());
+      return 1;
+    }
+  }
   CHECK(zero_destroy(engine));
   printf("loss %.6f -> %.6f\n", first_loss, loss);
   if (!(loss < first_loss / 100)) {
