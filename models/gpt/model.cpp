@@ -2,6 +2,7 @@
 // of each module between its hooks, from the layers in kernels.h.
 #include "models/gpt/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -78,8 +79,14 @@ void Gpt::check(zero_status status, const char* call) const {
   }
 }
 
-Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::uint64_t seed)
-    : engine_(engine), init_(std::make_unique<Init>()), config_(config), batch_(batch), seq_(seq) {
+Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::uint64_t seed,
+         const GptOptions& options)
+    : engine_(engine),
+      init_(std::make_unique<Init>()),
+      config_(config),
+      batch_(batch),
+      seq_(seq),
+      options_(options) {
   if (seq < 1 || seq > config.max_seq) {
     throw std::invalid_argument("sequence length " + std::to_string(seq) + " is outside the model's 1.." +
                                 std::to_string(config.max_seq));
@@ -121,6 +128,7 @@ Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::
     desc.initializer_user = &init;
     int id = -1;
     check(zero_add_param(engine, &desc, &id), "zero_add_param");
+    names_.push_back(name);
     init.stddev.resize(static_cast<std::size_t>(id) + 1, 0.0);
     init.constant.resize(static_cast<std::size_t>(id) + 1, 0.0f);
     init.stddev[static_cast<std::size_t>(id)] = stddev;
@@ -150,20 +158,39 @@ Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::
   lnf_w_ = add("ln_f.weight", {C}, no_decay, {head_module_}, 0, 1);
   lnf_b_ = add("ln_f.bias", {C}, no_decay, {head_module_}, 0, 0);
 
+  if (options_.checkpoint_blocks < 0) options_.checkpoint_blocks = 0;
   const std::size_t N = static_cast<std::size_t>(batch) * seq;
   const std::size_t c = static_cast<std::size_t>(C);
+  const std::size_t scores = static_cast<std::size_t>(batch) * config.heads * seq * seq;
   encoded_.resize(N * c);
   acts_.resize(static_cast<std::size_t>(config.layers));
-  for (Activations& a : acts_) {
-    a.ln1.resize(N * c), a.ln1_mean.resize(N), a.ln1_rstd.resize(N), a.qkv.resize(3 * N * c);
-    a.att.resize(static_cast<std::size_t>(batch) * config.heads * seq * seq);
-    a.atty.resize(N * c), a.res2.resize(N * c), a.ln2.resize(N * c), a.ln2_mean.resize(N);
-    a.ln2_rstd.resize(N), a.fch.resize(4 * N * c), a.fch_gelu.resize(4 * N * c), a.out.resize(N * c);
+  outs_.resize(static_cast<std::size_t>(config.layers));
+  for (std::size_t l = 0; l < acts_.size(); ++l) {
+    if (!checkpointed(l)) acts_[l].allocate(N, c, scores);
+    outs_[l].resize(N * c);
   }
+  if (options_.checkpoint_blocks > 0) recompute_.allocate(N, c, scores);
   lnf_.resize(N * c), lnf_mean_.resize(N), lnf_rstd_.resize(N);
   logits_.resize(N * static_cast<std::size_t>(config.vocab));
   probs_.resize(logits_.size());
   losses_.resize(N);
+  d4_.resize(4 * N * c), d4b_.resize(4 * N * c), dqkv_.resize(3 * N * c), datt_.resize(scores);
+  dres2_.resize(N * c), dsmall_.resize(N * c);
+}
+
+void Gpt::Activations::allocate(std::size_t N, std::size_t C, std::size_t batch_heads_seq_seq) {
+  ln1.resize(N * C), ln1_mean.resize(N), ln1_rstd.resize(N), qkv.resize(3 * N * C);
+  att.resize(batch_heads_seq_seq), atty.resize(N * C), res2.resize(N * C), ln2.resize(N * C);
+  ln2_mean.resize(N), ln2_rstd.resize(N), fch.resize(4 * N * C), fch_gelu.resize(4 * N * C);
+}
+
+std::uint64_t Gpt::Activations::bytes() const noexcept {
+  std::size_t n = 0;
+  for (const auto* v : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &atty, &res2, &ln2, &ln2_mean,
+                        &ln2_rstd, &fch, &fch_gelu}) {
+    n += v->size();
+  }
+  return n * sizeof(float);
 }
 
 Gpt::~Gpt() = default;
@@ -181,7 +208,7 @@ float* Gpt::grad(int id) {
 }
 
 float Gpt::forward(const std::int32_t* tokens, const std::int32_t* targets) {
-  const int B = batch_, T = seq_, C = config_.channels, NH = config_.heads, V = config_.vocab;
+  const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab;
   const int N = B * T;
   tokens_.assign(tokens, tokens + N);
   targets_.assign(targets, targets + N);
@@ -200,23 +227,10 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   const float* x = encoded_.data();
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];
-    Activations& a = acts_[l];
     check(zero_pre_forward(engine_, b.module, nullptr), "zero_pre_forward");
-    layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, param(b.ln1_w),
-                      param(b.ln1_b), N, C);
-    matmul_forward(a.qkv.data(), a.ln1.data(), param(b.qkv_w), param(b.qkv_b), N, C, 3 * C);
-    attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
-    matmul_forward(a.res2.data(), a.atty.data(), param(b.proj_w), param(b.proj_b), N, C, C);
-    residual_forward(a.res2.data(), a.res2.data(), x, static_cast<std::size_t>(N) * C);
-    layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
-                      param(b.ln2_w), param(b.ln2_b), N, C);
-    matmul_forward(a.fch.data(), a.ln2.data(), param(b.fc_w), param(b.fc_b), N, C, 4 * C);
-    gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<std::size_t>(N) * 4 * C);
-    matmul_forward(a.out.data(), a.fch_gelu.data(), param(b.fcproj_w), param(b.fcproj_b), N,
-                   4 * C, C);
-    residual_forward(a.out.data(), a.out.data(), a.res2.data(), static_cast<std::size_t>(N) * C);
+    block_forward(b, x, checkpointed(l) ? recompute_ : acts_[l], outs_[l].data());
     check(zero_post_forward(engine_, b.module, nullptr), "zero_post_forward");
-    x = a.out.data();
+    x = outs_[l].data();
   }
 
   check(zero_pre_forward(engine_, head_module_, nullptr), "zero_pre_forward");
@@ -238,7 +252,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* targets) {
 }
 
 void Gpt::backward() {
-  const int B = batch_, T = seq_, C = config_.channels, NH = config_.heads, V = config_.vocab;
+  const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab;
   const int N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   double factor = 1.0;
@@ -252,50 +266,151 @@ void Gpt::backward() {
   crossentropy_backward(dlogits.data(), probs_.data(), targets_.data(), dlosses.data(), N, V);
   matmul_backward(scratch.data(), grad(wte_), static_cast<float*>(nullptr), dlogits.data(),
                   lnf_.data(), param(wte_), N, C, V);
-  const float* last = blocks_.empty() ? encoded_.data() : acts_.back().out.data();
+  const float* last = blocks_.empty() ? encoded_.data() : outs_.back().data();
   layernorm_backward(dx.data(), grad(lnf_w_), grad(lnf_b_), scratch.data(), last, param(lnf_w_),
                      lnf_mean_.data(), lnf_rstd_.data(), N, C);
   check(zero_post_backward(engine_, head_module_, nullptr), "zero_post_backward");
 
-  // dx: the gradient of the residual stream at a block's output.
-  std::vector<float> d4(4 * NC), d4b(4 * NC), dqkv(3 * NC), datt, dres2(NC), dsmall(NC);
+  // dx: the gradient of the residual stream at a block's output, then at its input.
   for (std::size_t l = blocks_.size(); l-- > 0;) {
     const Block& b = blocks_[l];
-    Activations& a = acts_[l];
-    const float* x = l == 0 ? encoded_.data() : acts_[l - 1].out.data();
+    const float* x = l == 0 ? encoded_.data() : outs_[l - 1].data();
     check(zero_pre_backward(engine_, b.module, nullptr), "zero_pre_backward");
-    // MLP branch: out = res2 + fcproj(gelu(fc(ln2(res2)))).
-    std::fill(d4.begin(), d4.end(), 0.0f);
-    matmul_backward(d4.data(), grad(b.fcproj_w), grad(b.fcproj_b), dx.data(), a.fch_gelu.data(),
-                    param(b.fcproj_w), N, 4 * C, C);
-    std::fill(d4b.begin(), d4b.end(), 0.0f);
-    gelu_backward(d4b.data(), a.fch.data(), d4.data(), 4 * NC);
-    std::fill(dsmall.begin(), dsmall.end(), 0.0f);
-    matmul_backward(dsmall.data(), grad(b.fc_w), grad(b.fc_b), d4b.data(), a.ln2.data(),
-                    param(b.fc_w), N, C, 4 * C);
-    dres2 = dx;  // the residual path
-    layernorm_backward(dres2.data(), grad(b.ln2_w), grad(b.ln2_b), dsmall.data(), a.res2.data(),
-                       param(b.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
-    // Attention branch: res2 = x + proj(attention(qkv(ln1(x)))).
-    std::fill(dsmall.begin(), dsmall.end(), 0.0f);
-    matmul_backward(dsmall.data(), grad(b.proj_w), grad(b.proj_b), dres2.data(), a.atty.data(),
-                    param(b.proj_w), N, C, C);
-    std::fill(dqkv.begin(), dqkv.end(), 0.0f);
-    datt.resize(a.att.size());
-    attention_backward(dqkv.data(), datt.data(), dsmall.data(), a.qkv.data(), a.att.data(), B, T,
-                       C, NH);
-    std::fill(dsmall.begin(), dsmall.end(), 0.0f);
-    matmul_backward(dsmall.data(), grad(b.qkv_w), grad(b.qkv_b), dqkv.data(), a.ln1.data(),
-                    param(b.qkv_w), N, C, 3 * C);
-    dx = dres2;  // the residual path
-    layernorm_backward(dx.data(), grad(b.ln1_w), grad(b.ln1_b), dsmall.data(), x,
-                       param(b.ln1_w), a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+    if (checkpointed(l)) {
+      // The forward again from the saved input; its output equals outs_[l] bit for bit.
+      block_forward(b, x, recompute_, dsmall_.data());
+    }
+    block_backward(b, x, checkpointed(l) ? recompute_ : acts_[l], dx.data());
     check(zero_post_backward(engine_, b.module, nullptr), "zero_post_backward");
   }
 
   check(zero_pre_backward(engine_, embed_module_, nullptr), "zero_pre_backward");
   encoder_backward(grad(wte_), grad(wpe_), dx.data(), tokens_.data(), B, T, C);
   check(zero_post_backward(engine_, embed_module_, nullptr), "zero_post_backward");
+}
+
+// out = x + attn(ln1(x)), then out += mlp(ln2(out)): the residual stream through one block.
+void Gpt::block_forward(const Block& b, const float* x, Activations& a, float* out) {
+  const int B = batch_, T = seq_, C = config_.channels, NH = config_.heads, N = B * T;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, param(b.ln1_w),
+                    param(b.ln1_b), N, C);
+  matmul_forward(a.qkv.data(), a.ln1.data(), param(b.qkv_w), param(b.qkv_b), N, C, 3 * C);
+  attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
+  matmul_forward(a.res2.data(), a.atty.data(), param(b.proj_w), param(b.proj_b), N, C, C);
+  residual_forward(a.res2.data(), a.res2.data(), x, NC);
+  layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
+                    param(b.ln2_w), param(b.ln2_b), N, C);
+  matmul_forward(a.fch.data(), a.ln2.data(), param(b.fc_w), param(b.fc_b), N, C, 4 * C);
+  gelu_forward(a.fch_gelu.data(), a.fch.data(), 4 * NC);
+  matmul_forward(out, a.fch_gelu.data(), param(b.fcproj_w), param(b.fcproj_b), N, 4 * C, C);
+  residual_forward(out, out, a.res2.data(), NC);
+}
+
+// dx holds the gradient at the block's output and leaves with the gradient at its input x; the
+// parameters' gradients are added to their buffers.
+void Gpt::block_backward(const Block& b, const float* x, const Activations& a, float* dx) {
+  const int B = batch_, T = seq_, C = config_.channels, NH = config_.heads, N = B * T;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  // MLP branch: out = res2 + fcproj(gelu(fc(ln2(res2)))).
+  std::fill(d4_.begin(), d4_.end(), 0.0f);
+  matmul_backward(d4_.data(), grad(b.fcproj_w), grad(b.fcproj_b), dx, a.fch_gelu.data(),
+                  param(b.fcproj_w), N, 4 * C, C);
+  std::fill(d4b_.begin(), d4b_.end(), 0.0f);
+  gelu_backward(d4b_.data(), a.fch.data(), d4_.data(), 4 * NC);
+  std::fill(dsmall_.begin(), dsmall_.end(), 0.0f);
+  matmul_backward(dsmall_.data(), grad(b.fc_w), grad(b.fc_b), d4b_.data(), a.ln2.data(),
+                  param(b.fc_w), N, C, 4 * C);
+  std::copy(dx, dx + NC, dres2_.begin());  // the residual path
+  layernorm_backward(dres2_.data(), grad(b.ln2_w), grad(b.ln2_b), dsmall_.data(), a.res2.data(),
+                     param(b.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  // Attention branch: res2 = x + proj(attention(qkv(ln1(x)))).
+  std::fill(dsmall_.begin(), dsmall_.end(), 0.0f);
+  matmul_backward(dsmall_.data(), grad(b.proj_w), grad(b.proj_b), dres2_.data(), a.atty.data(),
+                  param(b.proj_w), N, C, C);
+  std::fill(dqkv_.begin(), dqkv_.end(), 0.0f);
+  attention_backward(dqkv_.data(), datt_.data(), dsmall_.data(), a.qkv.data(), a.att.data(), B, T,
+                     C, NH);
+  std::fill(dsmall_.begin(), dsmall_.end(), 0.0f);
+  matmul_backward(dsmall_.data(), grad(b.qkv_w), grad(b.qkv_b), dqkv_.data(), a.ln1.data(),
+                  param(b.qkv_w), N, C, 3 * C);
+  std::copy(dres2_.begin(), dres2_.end(), dx);  // the residual path
+  layernorm_backward(dx, grad(b.ln1_w), grad(b.ln1_b), dsmall_.data(), x, param(b.ln1_w),
+                     a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+}
+
+double Gpt::forward_flops() const {
+  const double N = static_cast<double>(batch_) * seq_, C = config_.channels;
+  // Per block: the four matrix products (3C + C + 4C + 4C outputs of C or 4C inputs: 24 N C^2)
+  // and attention (scores and weighted sum over a causal T x T: 2 * 2 * B * T^2 * C, halved).
+  const double block = 24.0 * N * C * C + 2.0 * N * seq_ * C;
+  return config_.layers * block + 2.0 * N * C * config_.vocab;
+}
+
+ActivationCost Gpt::activation_cost() const {
+  ActivationCost cost;
+  const std::size_t NC = static_cast<std::size_t>(batch_) * seq_ * config_.channels;
+  Activations full;
+  full.allocate(static_cast<std::size_t>(batch_) * seq_, static_cast<std::size_t>(config_.channels),
+                static_cast<std::size_t>(batch_) * config_.heads * seq_ * seq_);
+  const std::uint64_t per_block = full.bytes() + NC * sizeof(float);  // + the block's output
+  const std::uint64_t common =
+      (encoded_.size() + lnf_.size() + lnf_mean_.size() + lnf_rstd_.size() + logits_.size() +
+       probs_.size() + losses_.size()) * sizeof(float);
+  cost.uncheckpointed_bytes = common + per_block * static_cast<std::uint64_t>(config_.layers);
+  cost.kept_bytes = common + recompute_.bytes();
+  for (std::size_t l = 0; l < acts_.size(); ++l) {
+    cost.kept_bytes += acts_[l].bytes() + outs_[l].size() * sizeof(float);
+  }
+  const int recomputed = std::min(options_.checkpoint_blocks, config_.layers);
+  const double N = static_cast<double>(batch_) * seq_, C = config_.channels;
+  cost.recompute_flops = recomputed * (24.0 * N * C * C + 2.0 * N * seq_ * C);
+  cost.train_flops = 3.0 * forward_flops();
+  return cost;
+}
+
+void Gpt::load_pretrained(const std::string& path) {
+  // The Conv1D weights are stored [in, out], ours [out, in]; attention-mask buffers and the
+  // tied lm_head.weight have no parameter.
+  std::vector<std::string> transposed, ignore{"lm_head.weight"};
+  for (int l = 0; l < config_.layers; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    for (const char* name :
+         {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
+      transposed.push_back(h + name);
+    }
+    for (const char* buffer : {"attn.bias", "attn.masked_bias"}) {
+      ignore.push_back(h + buffer);
+      ignore.push_back("transformer." + h + buffer);
+    }
+  }
+  // GPT2Model's files name the tensors as we register them; GPT2LMHeadModel's prefix them with
+  // "transformer.". The load refuses before changing anything, so the second try is safe.
+  std::vector<std::string> prefixed;
+  for (const std::string& name : names_) {
+    prefixed.push_back(name);
+    prefixed.push_back("transformer." + name);
+  }
+  auto c_strings = [](const std::vector<std::string>& strings) {
+    std::vector<const char*> out;
+    for (const std::string& s : strings) out.push_back(s.c_str());
+    return out;
+  };
+  const std::vector<const char*> transposed_c = c_strings(transposed);
+  const std::vector<const char*> ignore_c = c_strings(ignore), prefixed_c = c_strings(prefixed);
+  zero_pretrained_options options{};
+  options.transposed = transposed_c.data();
+  options.transposed_count = static_cast<int>(transposed_c.size());
+  options.ignore = ignore_c.data();
+  options.ignore_count = static_cast<int>(ignore_c.size());
+  const zero_status plain = zero_load_pretrained(engine_, path.c_str(), &options);
+  if (plain == ZERO_OK) return;
+  const std::string plain_error = zero_last_error();
+  options.names = prefixed_c.data();
+  options.name_pairs = static_cast<int>(names_.size());
+  if (zero_load_pretrained(engine_, path.c_str(), &options) == ZERO_OK) return;
+  throw std::runtime_error("loading GPT-2 weights from " + path + ": " +
+                           zero_status_string(plain) + ": " + plain_error);
 }
 
 float Gpt::evaluate(const std::int32_t* tokens, const std::int32_t* targets) {

@@ -32,6 +32,25 @@ struct GptConfig {
   std::int64_t parameters() const;  // with the tied embedding counted once
 };
 
+// Activation checkpointing, as the config's activation_checkpointing section asks for it: the
+// first `checkpoint_blocks` blocks keep only their input between forward and backward and
+// compute their forward again in backward (at stage 3 inside the block's backward hooks, so the
+// block is gathered again).
+struct GptOptions {
+  int checkpoint_blocks = 0;       // 0: none; layers or more: every block
+  bool cpu_checkpointing = false;  // the saved inputs in host memory (the CPU path's only memory)
+};
+
+// What the activations cost for one micro-batch: the bytes held from forward to backward, with
+// the options in use and without checkpointing, and the forward FLOPs recomputed in backward
+// next to the forward and backward FLOPs of the micro-batch.
+struct ActivationCost {
+  std::uint64_t kept_bytes = 0;
+  std::uint64_t uncheckpointed_bytes = 0;
+  double recompute_flops = 0;
+  double train_flops = 0;  // forward + backward (2x forward), without the recomputation
+};
+
 class Gpt {
  public:
   // Registers the model's groups, modules and parameters with `engine` (before zero_init);
@@ -39,7 +58,8 @@ class Gpt {
   // 1/sqrt(2 layers); LayerNorm weights 1, biases 0), from `seed`, independent of the world
   // size. `batch` sequences of `seq` positions per micro-batch (seq <= max_seq). Throws
   // std::runtime_error with zero_last_error() when a call fails.
-  Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::uint64_t seed);
+  Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::uint64_t seed,
+      const GptOptions& options = {});
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -52,7 +72,18 @@ class Gpt {
   // Forward only, in the engine's evaluation mode; returns the mean loss.
   float evaluate(const std::int32_t* tokens, const std::int32_t* targets);
 
+  // Sets the weights from Hugging Face GPT-2 safetensors (a file, an index JSON or a
+  // directory; names with or without the "transformer." prefix; the Conv1D weights c_attn,
+  // c_proj and c_fc stored [in, out]; attention-mask buffers and lm_head.weight, the tied
+  // embedding, ignored) through zero_load_pretrained. Collective, after zero_init. Throws
+  // std::runtime_error with the engine's message when the files do not fit the model.
+  void load_pretrained(const std::string& path);
+
   const GptConfig& config() const noexcept { return config_; }
+  const GptOptions& options() const noexcept { return options_; }
+  ActivationCost activation_cost() const;
+  // Forward FLOPs per micro-batch (matrix products and attention; 2 per multiply-add).
+  double forward_flops() const;
 
  private:
   struct Block {
@@ -61,9 +92,16 @@ class Gpt {
   };
   struct Activations {
     std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd,
-        fch, fch_gelu, out;
+        fch, fch_gelu;
+    void allocate(std::size_t N, std::size_t C, std::size_t batch_heads_seq_seq);
+    std::uint64_t bytes() const noexcept;
   };
 
+  void block_forward(const Block& b, const float* x, Activations& a, float* out);
+  void block_backward(const Block& b, const float* x, const Activations& a, float* dx);
+  bool checkpointed(std::size_t block) const noexcept {
+    return static_cast<int>(block) < options_.checkpoint_blocks;
+  }
   float* param(int id);
   float* grad(int id);
   void check(zero_status status, const char* call) const;
@@ -77,11 +115,19 @@ class Gpt {
   int embed_module_ = 0, head_module_ = 0;
   int wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<Block> blocks_;
+  std::vector<std::string> names_;  // by parameter id
 
   // This micro-batch's inputs and activations, kept for the backward.
   std::vector<std::int32_t> tokens_, targets_;
   std::vector<float> encoded_;
+  GptOptions options_;
+  // Per block: its activations, or for a checkpointed block none (recompute_ holds them while
+  // its backward runs); outs_[l], the block's output, is the saved input of block l + 1.
   std::vector<Activations> acts_;
+  Activations recompute_;
+  std::vector<std::vector<float>> outs_;
+  // Backward scratch, kept across micro-batches.
+  std::vector<float> d4_, d4b_, dqkv_, datt_, dres2_, dsmall_;
   std::vector<float> lnf_, lnf_mean_, lnf_rstd_, logits_, probs_, losses_;
   int counted_ = 0;  // positions with a target
 };

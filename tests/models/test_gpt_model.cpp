@@ -7,11 +7,14 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/safetensors.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/model.h"
+#include "tests/scratch.h"
 #include "zero/zero.h"
 
 namespace zero::gpt {
@@ -62,7 +65,95 @@ double reference_loss(const std::vector<Vec>& p, const std::vector<std::int32_t>
 
 #define REQUIRE_OK(call) REQUIRE((call) == ZERO_OK)
 
+// The parameters' sizes and shapes in registration order.
+std::vector<std::vector<long long>> shapes(const GptConfig& g) {
+  const long long C = g.channels;
+  std::vector<std::vector<long long>> out{{g.vocab, C}, {g.max_seq, C}};
+  for (int l = 0; l < g.layers; ++l) {
+    for (std::vector<long long> shape : std::vector<std::vector<long long>>{
+             {C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C}, {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}}) {
+      out.push_back(shape);
+    }
+  }
+  out.push_back({C});
+  out.push_back({C});
+  return out;
+}
+
+std::size_t numel(const std::vector<long long>& shape) {
+  std::size_t n = 1;
+  for (long long d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+std::vector<std::vector<float>> read_all(zero_engine* engine, const GptConfig& g) {
+  std::vector<std::vector<float>> out;
+  for (const auto& shape : shapes(g)) {
+    out.emplace_back(numel(shape));
+    const int id = static_cast<int>(out.size() - 1);
+    REQUIRE(zero_read_param(engine, id, out.back().data(), out.back().size()) == ZERO_OK);
+  }
+  return out;
+}
+
+// `steps` AdamW steps of the small model at `stage` with the options; the parameters after.
+std::vector<std::vector<float>> train_steps(int stage, const GptOptions& gpt_options, int steps,
+                                            ActivationCost* cost = nullptr) {
+  const std::string config =
+      R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+          "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
+  zero_create_options options{};
+  options.device = 1;
+  zero_engine* engine = nullptr;
+  REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
+  std::vector<std::vector<float>> out;
+  {
+    Gpt model(engine, kSmall, kB, kT, 11, gpt_options);
+    REQUIRE_OK(zero_init(engine));
+    std::mt19937 rng(5);
+    std::vector<std::int32_t> tokens(kB * kT), targets(kB * kT);
+    for (int step = 0; step < steps; ++step) {
+      for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % kSmall.vocab);
+      for (auto& t : targets) t = static_cast<std::int32_t>(rng() % kSmall.vocab);
+      model.forward(tokens.data(), targets.data());
+      model.backward();
+      REQUIRE_OK(zero_step(engine, nullptr));
+    }
+    out = read_all(engine, kSmall);
+    if (cost != nullptr) *cost = model.activation_cost();
+  }
+  REQUIRE_OK(zero_destroy(engine));
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("gpt model: activation checkpointing recomputes the same gradients and keeps less",
+          "[gpt]") {
+  for (int stage : {0, 3}) {
+    INFO("stage " << stage);
+    ActivationCost none_cost, one_cost, all_cost;
+    const auto none = train_steps(stage, {}, 3, &none_cost);
+    const auto one = train_steps(stage, {1, false}, 3, &one_cost);
+    const auto all = train_steps(stage, {kSmall.layers, true}, 3, &all_cost);
+    // The recomputed forward is the same arithmetic, so the results are identical.
+    CHECK(none != train_steps(stage, {}, 0));
+    CHECK(one == none);
+    CHECK(all == none);
+    // A block's activations: ln1, qkv, attention output, res2, ln2 (1 + 3 + 1 + 1 + 1 NC), the
+    // MLP's two 4 NC, the two LayerNorms' mean and rstd (4 N), and the B * heads * T * T scores.
+    const std::uint64_t N = kB * kT, NC = N * kSmall.channels;
+    const std::uint64_t block = 4 * (15 * NC + 4 * N + N * kSmall.heads * kT);
+    CHECK(none_cost.kept_bytes == none_cost.uncheckpointed_bytes);
+    CHECK(none_cost.recompute_flops == 0);
+    // One checkpointed block saves nothing: the recomputation needs one block's room.
+    CHECK(one_cost.kept_bytes == none_cost.kept_bytes);
+    CHECK(none_cost.kept_bytes - all_cost.kept_bytes == (kSmall.layers - 1) * block);
+    CHECK(all_cost.uncheckpointed_bytes == none_cost.uncheckpointed_bytes);
+    CHECK(all_cost.recompute_flops == Approx(kSmall.layers * one_cost.recompute_flops));
+    CHECK(all_cost.recompute_flops < all_cost.train_flops / 3);
+  }
+}
 
 TEST_CASE("gpt model: the engine's loss and gradients match finite differences of the model",
           "[gpt]") {
@@ -141,6 +232,124 @@ TEST_CASE("gpt model: the engine's loss and gradients match finite differences o
   CHECK(model.evaluate(tokens.data(), targets.data()) ==
         Approx(reference_loss(after, tokens, targets)).epsilon(1e-5));
   REQUIRE_OK(zero_destroy(engine));
+}
+
+}  // namespace zero::gpt
+
+namespace zero::gpt {
+namespace {
+
+// Writes the parameters `p` (our layout, registration order) as Hugging Face's GPT-2 stores
+// them: Conv1D weights transposed to [in, out], `prefix` before every name, the attention-mask
+// buffers and lm_head.weight (the tied embedding) besides; `drop` leaves one tensor out.
+void write_hf(const std::string& path, const std::vector<std::vector<float>>& p,
+              const std::vector<std::string>& names, const std::string& prefix,
+              const std::string& drop = "") {
+  const auto shape = shapes(kSmall);
+  std::vector<checkpoint::TensorDecl> decls;
+  std::vector<std::vector<float>> data;
+  for (std::size_t id = 0; id < p.size(); ++id) {
+    if (names[id] == drop) continue;
+    const bool conv1d = shape[id].size() == 2 && names[id].rfind("h.", 0) == 0;
+    std::vector<std::int64_t> dims(shape[id].begin(), shape[id].end());
+    std::vector<float> values = p[id];
+    if (conv1d) {
+      const std::size_t rows = static_cast<std::size_t>(dims[0]), cols = static_cast<std::size_t>(dims[1]);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t c = 0; c < cols; ++c) values[c * rows + r] = p[id][r * cols + c];
+      }
+      std::swap(dims[0], dims[1]);
+    }
+    decls.push_back({prefix + names[id], "F32", dims});
+    data.push_back(std::move(values));
+  }
+  for (int l = 0; l < kSmall.layers; ++l) {
+    const std::int64_t T = kSmall.max_seq;
+    decls.push_back({prefix + "h." + std::to_string(l) + ".attn.bias", "F32", {1, 1, T, T}});
+    data.emplace_back(static_cast<std::size_t>(T * T), 1.0f);
+  }
+  decls.push_back({"lm_head.weight", "F32", {kSmall.vocab, kSmall.channels}});
+  data.push_back(p[0]);
+  checkpoint::SafetensorsWriter writer(path, decls, {{"format", "pt"}});
+  for (const auto& values : data) writer.write(values.data(), values.size() * sizeof(float));
+  writer.finish();
+}
+
+std::vector<std::string> hf_names() {
+  std::vector<std::string> names{"wte.weight", "wpe.weight"};
+  for (int l = 0; l < kSmall.layers; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    for (const char* n : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
+                          "mlp.c_proj.bias"}) {
+      names.push_back(h + n);
+    }
+  }
+  names.push_back("ln_f.weight");
+  names.push_back("ln_f.bias");
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("gpt model: Hugging Face GPT-2 weights load, Conv1D transposed, and give the reference loss",
+          "[gpt]") {
+  testing::ScratchDir dir("gpt-hf");
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 0.2f);
+  std::vector<std::vector<float>> p;
+  for (const auto& shape : shapes(kSmall)) {
+    p.emplace_back(numel(shape));
+    for (float& v : p.back()) v = normal(rng);
+  }
+  for (std::size_t id : {2u, 8u}) {  // LayerNorm weights near 1, so the network is not flat
+    for (float& v : p[id]) v += 1.0f;
+  }
+  const std::vector<std::string> names = hf_names();
+  const std::string lm_head = dir.path() + "/gpt2-lmhead.safetensors";
+  const std::string plain = dir.path() + "/gpt2.safetensors";
+  const std::string missing = dir.path() + "/gpt2-missing.safetensors";
+  write_hf(lm_head, p, names, "transformer.");
+  write_hf(plain, p, names, "");
+  write_hf(missing, p, names, "", "h.1.mlp.c_fc.bias");
+
+  std::vector<std::int32_t> tokens(kB * kT), targets(kB * kT);
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % kSmall.vocab);
+  for (auto& t : targets) t = static_cast<std::int32_t>(rng() % kSmall.vocab);
+  std::vector<Vec> reference(p.size());
+  for (std::size_t id = 0; id < p.size(); ++id) reference[id].assign(p[id].begin(), p[id].end());
+  const double expected = reference_loss(reference, tokens, targets);
+
+  for (const std::string& path : {lm_head, plain}) {
+    INFO(path);
+    for (int stage : {0, 3}) {
+      const std::string config = R"({"train_micro_batch_size_per_gpu": 2,
+          "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+          "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
+      zero_create_options options{};
+      options.device = 1;
+      zero_engine* engine = nullptr;
+      REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
+      {
+        Gpt model(engine, kSmall, kB, kT, 99);
+        REQUIRE_OK(zero_init(engine));
+        model.load_pretrained(path);
+        CHECK(read_all(engine, kSmall) == p);
+        CHECK(model.evaluate(tokens.data(), targets.data()) == Approx(expected).epsilon(1e-5));
+        if (path == plain) {
+          try {
+            model.load_pretrained(missing);
+            FAIL("a file without h.1.mlp.c_fc.bias loaded");
+          } catch (const std::runtime_error& e) {
+            CHECK_THAT(e.what(), Catch::Contains("h.1.mlp.c_fc.bias"));
+          }
+          CHECK(read_all(engine, kSmall) == p);  // refused before anything changed
+        }
+      }
+      REQUIRE_OK(zero_destroy(engine));
+    }
+  }
 }
 
 }  // namespace zero::gpt
