@@ -38,6 +38,18 @@ std::vector<std::string> Engine::Impl::all_gather_text(const std::string& text) 
   return out;
 }
 
+void Engine::mean_across_ranks(double* values, std::size_t count) {
+  Impl& e = *impl_;
+  e.require_initialized("mean_across_ranks");
+  if (count == 0 || e.world == 1) return;
+  std::vector<float> sums(values, values + count);
+  DeviceScratch scratch(*e.device, count * sizeof(float));
+  e.device->copy(scratch.data(), sums.data(), count * sizeof(float));
+  e.comm->all_reduce(scratch.data(), count, DType::f32, ReduceOp::sum).wait();
+  e.device->copy(sums.data(), scratch.data(), count * sizeof(float));
+  for (std::size_t i = 0; i < count; ++i) values[i] = sums[i] / e.world;
+}
+
 void Engine::Impl::agree(const char* what, const std::function<void()>& work) {
   std::string outcome;  // empty: done; else the category's digit and the message
   try {

@@ -380,6 +380,14 @@ zero_status zero_read_param(zero_engine* engine, int param, float* out,
   });
 }
 
+zero_status zero_mean_across_ranks(zero_engine* engine, double* values, int count) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_mean_across_ranks");
+    if (count > 0) require(values, "zero_mean_across_ranks", "values");
+    e.mean_across_ranks(values, index_of(count, "zero_mean_across_ranks", "count"));
+  });
+}
+
 zero_status zero_memory_bytes(const zero_engine* engine, zero_tier tier, zero_kind kind,
                               unsigned long long* live, unsigned long long* peak) {
   return zero::guard([&] {

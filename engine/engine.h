@@ -211,6 +211,9 @@ class Engine {
   // missing, unused or of another shape is refused before anything changes, naming it.
   void load_pretrained(const std::string& path, const PretrainedOptions& options = {});
 
+  // Collective: each value replaced by its mean over the ranks (in fp32), e.g. a trainer's loss.
+  void mean_across_ranks(double* values, std::size_t count);
+
   FetchStats fetch_stats() const;
 
   std::vector<MemoryUsage> memory_usage() const;

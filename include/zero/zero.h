@@ -244,6 +244,10 @@ ZERO_API zero_status zero_step(zero_engine* engine, zero_step_stats* stats);
 ZERO_API zero_status zero_read_param(zero_engine* engine, int param, float* out,
                                      unsigned long long count);
 
+/* Collective: each of the `count` values replaced by its mean over the ranks (summed in fp32),
+ * e.g. the loss a trainer prints. After zero_init. */
+ZERO_API zero_status zero_mean_across_ranks(zero_engine* engine, double* values, int count);
+
 /* ---- Checkpoints ----
  *
  * DIR/<tag>/ holds one safetensors file per rank (its shard of every parameter: the fp32 master

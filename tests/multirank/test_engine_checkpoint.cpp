@@ -5,6 +5,7 @@
 // and pretrained safetensors weights load by name with dtype conversion.
 #include <catch2/catch.hpp>
 
+#include <mpi.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -378,6 +379,23 @@ TEST_CASE("engine pretrained: several files listed by an index JSON, found from 
   barrier();
   CHECK_THROWS_WITH(e->load_pretrained(dir.path.string()),
                     Catch::Contains("model-00001-of-00002.safetensors") && Catch::Contains("p9"));
+}
+
+}  // namespace zero::testing
+
+namespace zero::testing {
+
+// Beside the agreements checkpoints use: the mean a trainer prints (its loss) over the ranks.
+TEST_CASE("engine agreement: mean_across_ranks gives every rank the mean of each value", "[engine]") {
+  auto e = make_engine(config(2));
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  double values[3] = {static_cast<double>(rank), 2.5, rank == 0 ? 4.0 * world : 0.0};
+  e->mean_across_ranks(values, 3);
+  CHECK(values[0] == Approx((world - 1) / 2.0));
+  CHECK(values[1] == Approx(2.5));
+  CHECK(values[2] == Approx(4.0));
 }
 
 }  // namespace zero::testing
