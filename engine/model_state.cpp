@@ -268,25 +268,38 @@ void Engine::Impl::allocate() {
   }
   gather_buffer = take(MemoryKind::buffer, largest_gather * world * csize);
 
-  // Stages 2-3: full gradients live from a module's pre_backward to their reduction. Sized by
-  // walking the planned backward (modules in reverse registration order): the most bytes live
-  // at once, plus a quarter for hooks that run in another order.
+  // Stages 2-3: full gradients live from a module's pre_backward until the bucket holding
+  // their last piece is issued, and buckets issue in order once all their parameters are
+  // ready. Sized by walking the planned backward (modules in reverse registration order) as
+  // the hooks run it: the most bytes live at once, plus a quarter for hooks that run in
+  // another order.
   if (stage >= 2) {
-    std::vector<std::size_t> uses(specs.size(), 0);
+    std::vector<std::size_t> uses(specs.size(), 0), waiting(buckets.size(), 0);
     std::vector<bool> live(specs.size(), false);
-    std::size_t now = 0, peak = 0;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      for (std::size_t i = 0; i < buckets[b].pieces.size(); ++i) {
+        if (i == 0 || buckets[b].pieces[i].param != buckets[b].pieces[i - 1].param) ++waiting[b];
+      }
+    }
+    std::size_t now = 0, peak = 0, next = 0;
     for (std::size_t m = registry.module_count(); m-- > 0;) {
       for (std::size_t p : registry.module(m).params) {
-        if (!specs[p].trainable || live[p] || uses[p] == specs[p].modules.size()) continue;
+        if (!specs[p].trainable || live[p] || uses[p] > 0) continue;
         live[p] = true;
         now += align_up(specs[p].numel * csize);
       }
       peak = std::max(peak, now);
       for (std::size_t p : registry.module(m).params) {
-        if (!specs[p].trainable) continue;
-        if (++uses[p] == specs[p].modules.size() && live[p]) {
-          live[p] = false;
-          now -= align_up(specs[p].numel * csize);
+        if (!specs[p].trainable || ++uses[p] != specs[p].modules.size()) continue;
+        for (std::size_t b : param_buckets[trainable_pos[p]]) waiting[b] -= 1;
+      }
+      for (; next < buckets.size() && waiting[next] == 0; ++next) {
+        for (const BucketPiece& piece : buckets[next].pieces) {
+          const std::size_t p = trainable[piece.param];
+          if (live[p] && param_buckets[piece.param].back() == next) {
+            live[p] = false;
+            now -= align_up(specs[p].numel * csize);
+          }
         }
       }
     }
