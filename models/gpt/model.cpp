@@ -99,7 +99,7 @@ Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::
   check(zero_compute_dtype(engine, &dtype), "zero_compute_dtype");
   if (dtype != ZERO_FP32) {
     throw std::invalid_argument(
-        "the reference GPT computes in fp32 on the CPU: disable bf16 and fp16 in the config");
+        "the reference GPT computes in fp32 on the CPU: disable bf16 and fp16 in the config (zero-train: --set bf16.enabled=false)");
   }
   Init& init = *init_;
   init.seed = seed;

@@ -1,0 +1,88 @@
+// zero-train: trains the reference GPT (models/gpt/) with the zero engine from a DeepSpeed-style
+// config, on one rank or on many under zero-run (or mpirun, srun). See --help and the README.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "tools/zero-train/options.h"
+
+int main(int argc, char** argv) {
+  zero::train::TrainOptions o;
+  CLI::App app{
+      "zero-train: trains the reference GPT-2-style model with the zero engine (ZeRO stages 0-3, "
+      "CPU and NVMe offload) from a DeepSpeed-style JSON config. Run it on N ranks with "
+      "`zero-run -n N -- zero-train ...`.\n\n"
+      "Every steps_per_print steps (a config key) rank 0 prints the step, loss (the mean over "
+      "the global batch), learning rate, loss scale, gradient norm, tokens/s and step time; "
+      "with wall_clock_breakdown also the forward / backward / engine step split (and the engine "
+      "its reductions, gathers and optimizer). On a terminal a progress bar shows the ETA. The "
+      "end prints a summary with the peak memory of each rank by tier and kind.\n\n"
+      "Data: an llm.c token shard (uint16 or uint32 tokens after a 256-int32 header) or UTF-8 "
+      "text read as bytes (vocabulary 256, as the model 'tiny' has). The last --val-fraction is "
+      "held out for validation. Step s takes the same sequences at any world size, and "
+      "checkpoints keep the data position, so --resume continues where the run stopped.\n\n"
+      "Activation checkpointing: on when the config has an activation_checkpointing section "
+      "(number_checkpoints: how many blocks, from the first; all by default; cpu_checkpointing) "
+      "or with --activation-checkpointing.",
+      "zero-train"};
+  app.get_formatter()->column_width(34);
+  app.add_option("--config,--deepspeed_config", o.config, "the DeepSpeed-style JSON config")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--model", o.model,
+                 "tiny (4 layers, 4 heads, 128 channels, 64 positions, vocabulary 256), gpt2-124m, "
+                 "gpt2-350m, gpt2-774m or gpt2-1.5b")
+      ->capture_default_str();
+  app.add_option("--layers", o.layers, "custom: blocks (over --model's)");
+  app.add_option("--heads", o.heads, "custom: attention heads");
+  app.add_option("--channels", o.channels, "custom: width");
+  app.add_option("--positions", o.positions, "custom: the longest sequence (position embeddings)");
+  app.add_option("--vocab", o.vocab, "custom: vocabulary size");
+  app.add_option("--data", o.data, "token shard or text file")->required();
+  app.add_option("--seq", o.seq, "positions per sequence (default: the model's)");
+  app.add_option("--steps", o.steps, "optimizer steps to reach (fills scheduler total_num_steps "
+                                     "when it is \"auto\")")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--micro-batch", o.micro_batch,
+                 "sequences per rank per micro-step (train_micro_batch_size_per_gpu)");
+  app.add_option("--lr", o.lr, "learning rate (optimizer.params.lr, and warmup_max_lr when \"auto\")");
+  app.add_option("--set", o.sets, "config override KEY=VALUE, e.g. zero_optimization.stage=2 "
+                                  "(repeatable; wins over the file and the flags)");
+  app.add_option("--val-fraction", o.val_fraction, "share of the data held out for validation")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.5));
+  app.add_option("--eval-every", o.eval_every, "validation loss every K steps (and at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-batches", o.eval_batches, "micro-batches per evaluation")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--save", o.save, "checkpoint directory: saves at the end (and every --save-every)");
+  app.add_option("--save-every", o.save_every, "save every K steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", o.resume, "continue from a checkpoint directory (its latest tag) or tag");
+  app.add_option("--init", o.init, "start from Hugging Face GPT-2 safetensors (file, index JSON or "
+                                   "directory)");
+  app.add_option("--seed", o.seed, "initial weights and stochastic rounding")->capture_default_str();
+  app.add_option("--metrics", o.metrics, "JSON lines of every step, evaluation and the summary "
+                                         "(plot them with tools/plot-metrics)");
+  app.add_flag("--activation-checkpointing", o.activation_checkpointing,
+               "recompute every block's forward in backward, as if the config had an "
+               "activation_checkpointing section");
+  app.add_flag("!--no-progress", o.progress, "no progress bar, even on a terminal");
+  app.add_option("--device", o.device, "0 automatic (a GPU when there is one), 1 CPU, 2 CUDA")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 2));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return zero::train::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zero-train: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,431 @@
+// zero-train's training run (see options.h): the engine from the config and the flags, the
+// reference GPT on it, the data cut into each rank's micro-batches, the loop with evaluation and
+// checkpoints, and the summary. Uses only zero.h, the reference model and the data reader.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "models/gpt/data.h"
+#include "models/gpt/model.h"
+#include "tools/zero-train/options.h"
+#include "tools/zero-train/report.h"
+#include "zero/zero.h"
+
+namespace zero::train {
+namespace {
+
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A failing engine call: after zero_create, one rank's failure must end every rank (the others
+// may wait in a collective), so it goes through zero_abort.
+class EngineCalls {
+ public:
+  explicit EngineCalls(zero_engine* engine) : engine_(engine) {}
+  void check(zero_status status, const char* call) const {
+    if (status != ZERO_OK) fail(fmt::format("{}: {}: {}", call, zero_status_string(status), zero_last_error()));
+  }
+  [[noreturn]] void fail(const std::string& message) const {
+    std::fprintf(stderr, "zero-train: %s\n", message.c_str());
+    std::fflush(stderr);
+    zero_abort(engine_, 1, message.c_str());
+    std::_Exit(1);  // zero_abort returns only without a communicator
+  }
+
+ private:
+  zero_engine* engine_;
+};
+
+// The config file as JSON, for what only its text says: whether "auto" stands at a key, and
+// whether it has an activation_checkpointing section.
+json read_raw_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("--config {}: cannot read it", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+}
+
+bool is_auto(const json& raw, const std::string& dotted) {
+  const json* node = &raw;
+  std::size_t begin = 0;
+  while (node->is_object()) {
+    const std::size_t dot = dotted.find('.', begin);
+    const std::string key = dotted.substr(begin, dot == std::string::npos ? dot : dot - begin);
+    const auto it = node->find(key);
+    if (it == node->end()) return false;
+    node = &*it;
+    if (dot == std::string::npos) return node->is_string() && node->get<std::string>() == "auto";
+    begin = dot + 1;
+  }
+  return false;
+}
+
+// The flags that supply config values: --micro-batch and --lr always; --steps and --lr fill the
+// scheduler's "auto" values; --set KEY=VALUE last, so it wins.
+std::vector<std::string> overrides(const TrainOptions& o, const json& raw) {
+  std::vector<std::string> out;
+  if (o.micro_batch) out.push_back(fmt::format("train_micro_batch_size_per_gpu={}", *o.micro_batch));
+  if (o.lr) {
+    out.push_back(fmt::format("optimizer.params.lr={}", *o.lr));
+    if (is_auto(raw, "scheduler.params.warmup_max_lr")) {
+      out.push_back(fmt::format("scheduler.params.warmup_max_lr={}", *o.lr));
+    }
+  }
+  if (is_auto(raw, "scheduler.params.total_num_steps")) {
+    out.push_back(fmt::format("scheduler.params.total_num_steps={}", o.steps));
+  }
+  out.insert(out.end(), o.sets.begin(), o.sets.end());
+  return out;
+}
+
+json config_value(zero_engine* engine, const EngineCalls& calls, const char* key) {
+  unsigned long long needed = 0;
+  calls.check(zero_config_value(engine, key, nullptr, 0, &needed), "zero_config_value");
+  std::string text(needed, '\0');
+  calls.check(zero_config_value(engine, key, text.data(), needed, nullptr), "zero_config_value");
+  text.resize(needed - 1);
+  return json::parse(text);
+}
+
+gpt::GptConfig model_config(const TrainOptions& o) {
+  gpt::GptConfig c = gpt::GptConfig::by_name(o.model);
+  if (o.layers) c.layers = *o.layers;
+  if (o.heads) c.heads = *o.heads;
+  if (o.channels) c.channels = *o.channels;
+  if (o.positions) c.max_seq = *o.positions;
+  if (o.vocab) c.vocab = *o.vocab;
+  return c;
+}
+
+// What a checkpoint keeps of the data: enough to continue on the same sequences.
+std::string data_position(const TrainOptions& o, const gpt::TokenStream& stream, std::int64_t step,
+                          std::uint64_t sequences_per_step, int seq) {
+  return json{{"trainer", "zero-train"},
+              {"step", step},
+              {"sequences_taken", static_cast<std::uint64_t>(step) * sequences_per_step},
+              {"seq", seq},
+              {"data", stream.origin()},
+              {"data_tokens", stream.size()},
+              {"seed", o.seed}}
+      .dump();
+}
+
+// Memory by tier and kind, every rank's, gathered on every rank through the mean (each rank
+// fills its own slots, the others are 0, so world * mean is the value).
+struct MemoryTable {
+  static constexpr int kTiers = 4, kKinds = 5;
+  std::vector<double> peak;  // [rank][tier][kind]
+};
+
+MemoryTable gather_memory(zero_engine* engine, const EngineCalls& calls, int rank, int world) {
+  MemoryTable table;
+  const int per_rank = MemoryTable::kTiers * MemoryTable::kKinds;
+  table.peak.assign(static_cast<std::size_t>(world * per_rank), 0.0);
+  for (int t = 0; t < MemoryTable::kTiers; ++t) {
+    for (int k = 0; k < MemoryTable::kKinds; ++k) {
+      unsigned long long live = 0, peak = 0;
+      calls.check(zero_memory_bytes(engine, static_cast<zero_tier>(t), static_cast<zero_kind>(k),
+                                    &live, &peak),
+                  "zero_memory_bytes");
+      table.peak[static_cast<std::size_t>(rank * per_rank + t * MemoryTable::kKinds + k)] =
+          static_cast<double>(peak);
+    }
+  }
+  calls.check(zero_mean_across_ranks(engine, table.peak.data(), static_cast<int>(table.peak.size())),
+              "zero_mean_across_ranks");
+  for (double& v : table.peak) v *= world;
+  return table;
+}
+
+std::vector<std::string> memory_lines(const MemoryTable& table, int world) {
+  const char* tiers[] = {"device", "pinned", "host", "nvme"};
+  const char* kinds[] = {"parameters", "gradients", "fp32 masters", "optimizer moments", "buffers"};
+  std::vector<std::string> lines;
+  for (int r = 0; r < world; ++r) {
+    for (int t = 0; t < MemoryTable::kTiers; ++t) {
+      std::string line;
+      double total = 0;
+      for (int k = 0; k < MemoryTable::kKinds; ++k) {
+        const double bytes = table.peak[static_cast<std::size_t>(
+            (r * MemoryTable::kTiers + t) * MemoryTable::kKinds + k)];
+        if (bytes <= 0) continue;
+        total += bytes;
+        line += fmt::format("{}{} {}", line.empty() ? "" : ", ", kinds[k], human_bytes(bytes));
+      }
+      if (total > 0) {
+        lines.push_back(fmt::format("  rank {} {:<6} {:>10}: {}", r, tiers[t], human_bytes(total), line));
+      }
+    }
+  }
+  return lines;
+}
+
+}  // namespace
+
+int run(const TrainOptions& o) {
+  // Unparsable text comes back discarded; zero_create reads the file again and names the line.
+  const json raw = read_raw_config(o.config);
+  // Before the engine: the model's sizes and the data, so that their errors come first.
+  const gpt::GptConfig model = model_config(o);
+  const int seq = o.seq.value_or(model.max_seq);
+  if (seq > model.max_seq) {
+    throw std::runtime_error(fmt::format(
+        "--seq {} is longer than the model's {} positions ({}): use --seq {} or less, or more "
+        "positions with --positions",
+        seq, model.max_seq, o.model, model.max_seq));
+  }
+  if (seq < 1) throw std::runtime_error(fmt::format("--seq {} must be at least 1", seq));
+  const gpt::TokenStream stream = gpt::TokenStream::open(o.data);
+  gpt::TokenStream train_stream, val_stream;
+  stream.split(o.val_fraction, seq, train_stream, val_stream);
+
+  const std::vector<std::string> sets = overrides(o, raw);
+  std::vector<const char*> set_c;
+  for (const std::string& s : sets) set_c.push_back(s.c_str());
+  zero_create_options create{};
+  create.overrides = set_c.data();
+  create.override_count = static_cast<int>(set_c.size());
+  create.device = o.device;
+  create.optimizer_threads = omp_get_max_threads();
+  create.seed = o.seed;
+  zero_engine* engine = nullptr;
+  if (zero_create_from_file(o.config.c_str(), &create, &engine) != ZERO_OK) {
+    throw std::runtime_error(zero_last_error());
+  }
+  const EngineCalls calls(engine);
+  int rank = 0, world = 1;
+  calls.check(zero_rank(engine, &rank), "zero_rank");
+  calls.check(zero_world_size(engine, &world), "zero_world_size");
+
+  const int batch = config_value(engine, calls, "train_micro_batch_size_per_gpu").get<int>();
+  const int accumulation = config_value(engine, calls, "gradient_accumulation_steps").get<int>();
+  const std::int64_t print_every = config_value(engine, calls, "steps_per_print").get<std::int64_t>();
+  const bool breakdown = config_value(engine, calls, "wall_clock_breakdown").get<bool>();
+  const json ac = config_value(engine, calls, "activation_checkpointing");
+  gpt::GptOptions gpt_options;
+  if (o.activation_checkpointing || (raw.is_object() && raw.contains("activation_checkpointing"))) {
+    gpt_options.checkpoint_blocks = ac.contains("number_checkpoints")
+                                        ? ac["number_checkpoints"].get<int>()
+                                        : model.layers;
+    gpt_options.cpu_checkpointing = ac.value("cpu_checkpointing", false);
+  }
+
+  Report report(rank == 0, o.steps, print_every, breakdown, o.progress, o.metrics);
+  const std::uint64_t per_step = static_cast<std::uint64_t>(world) * accumulation * batch;
+  const std::int64_t tokens_per_step = static_cast<std::int64_t>(per_step) * seq;
+
+  std::unique_ptr<gpt::Gpt> gpt;
+  std::unique_ptr<gpt::Batcher> train_batches, val_batches;
+  try {
+    gpt = std::make_unique<gpt::Gpt>(engine, model, batch, seq, o.seed, gpt_options);
+    train_batches = std::make_unique<gpt::Batcher>(train_stream, batch, seq, model.vocab);
+    if (val_stream.size() > static_cast<std::size_t>(seq)) {
+      val_batches = std::make_unique<gpt::Batcher>(val_stream, batch, seq, model.vocab);
+    }
+  } catch (const std::exception& e) {
+    calls.fail(e.what());
+  }
+  calls.check(zero_init(engine), "zero_init");
+
+  report.say(fmt::format(
+      "zero-train: {} ({:.2f}M parameters: {} layers, {} heads, {} channels, {} positions, "
+      "vocabulary {}) on {} rank(s)",
+      o.model, static_cast<double>(model.parameters()) / 1e6, model.layers, model.heads,
+      model.channels, model.max_seq, model.vocab, world));
+  report.say(fmt::format(
+      "data: {} ({}, {} tokens: {} training, {} validation); {} sequences of {} per micro-batch, "
+      "{} accumulation step(s): {} tokens per step",
+      stream.origin(), stream.format(), stream.size(), train_stream.size(), val_stream.size(),
+      batch, seq, accumulation, tokens_per_step));
+  const gpt::ActivationCost cost = gpt->activation_cost();
+  if (gpt_options.checkpoint_blocks > 0) {
+    report.say(fmt::format(
+        "activation checkpointing: {} of {} blocks{}; activations kept per micro-batch {} "
+        "instead of {} (saves {}); the recomputed forward adds {:.1f}% to the step's FLOPs",
+        std::min(gpt_options.checkpoint_blocks, model.layers), model.layers,
+        gpt_options.cpu_checkpointing ? ", saved inputs in host memory" : "",
+        human_bytes(static_cast<double>(cost.kept_bytes)),
+        human_bytes(static_cast<double>(cost.uncheckpointed_bytes)),
+        human_bytes(static_cast<double>(cost.uncheckpointed_bytes - cost.kept_bytes)),
+        100.0 * cost.recompute_flops / cost.train_flops));
+  } else {
+    report.say(fmt::format("activations kept per micro-batch: {}",
+                           human_bytes(static_cast<double>(cost.kept_bytes))));
+  }
+
+  try {
+    if (!o.init.empty()) {
+      gpt->load_pretrained(o.init);
+      report.say("weights from " + o.init);
+    }
+  } catch (const std::exception& e) {
+    calls.fail(e.what());
+  }
+  std::int64_t start = 0;
+  if (!o.resume.empty()) {
+    calls.check(zero_load_checkpoint(engine, o.resume.c_str(), nullptr, 0), "zero_load_checkpoint");
+    unsigned long long bytes = 0;
+    calls.check(zero_checkpoint_user_data(engine, nullptr, 0, &bytes), "zero_checkpoint_user_data");
+    std::string text(bytes, '\0');
+    calls.check(zero_checkpoint_user_data(engine, text.data(), bytes, nullptr),
+                "zero_checkpoint_user_data");
+    const json position = json::parse(text, nullptr, false);
+    if (!position.is_object() || !position.contains("step")) {
+      calls.fail(fmt::format("--resume {}: the checkpoint holds no zero-train data position", o.resume));
+    }
+    start = position["step"].get<std::int64_t>();
+    if (position.value("data", "") != stream.origin() ||
+        position.value("data_tokens", std::uint64_t{0}) != stream.size() ||
+        position.value("seq", 0) != seq) {
+      report.say(fmt::format(
+          "warning: the checkpoint was trained on {} ({} tokens, sequences of {}); this run reads "
+          "{} ({} tokens, {}): the data position carries over by step only",
+          position.value("data", "?"), position.value("data_tokens", std::uint64_t{0}),
+          position.value("seq", 0), stream.origin(), stream.size(), seq));
+    }
+    report.say(fmt::format("resumed from {} at step {} ({} sequences taken)", o.resume, start,
+                           position.value("sequences_taken", std::uint64_t{0})));
+  }
+  if (start >= o.steps) {
+    report.say(fmt::format("nothing to do: the run is at step {} of {}", start, o.steps));
+  }
+
+  const std::size_t n = static_cast<std::size_t>(batch) * seq;
+  std::vector<std::int32_t> tokens(n), targets(n);
+
+  // Evaluation: eval_batches micro-batches of the validation part, split over the ranks, the
+  // same ones every time.
+  auto evaluate = [&]() -> double {
+    if (!val_batches) return -1;
+    double sum[2] = {0, 0};  // loss sum, batches
+    for (int k = rank; k < o.eval_batches; k += world) {
+      val_batches->fill(static_cast<std::uint64_t>(k) * batch, tokens.data(), targets.data());
+      sum[0] += gpt->evaluate(tokens.data(), targets.data());
+      sum[1] += 1;
+    }
+    // Every rank must make the same number of passes: stage 3 gathers in the forward hooks.
+    const int passes = (o.eval_batches + world - 1) / world;
+    for (int k = static_cast<int>(sum[1]); k < passes; ++k) {
+      val_batches->fill(0, tokens.data(), targets.data());
+      gpt->evaluate(tokens.data(), targets.data());
+    }
+    calls.check(zero_mean_across_ranks(engine, sum, 2), "zero_mean_across_ranks");
+    return sum[1] > 0 ? sum[0] / sum[1] : -1;
+  };
+  auto save = [&](std::int64_t step) {
+    const std::string position = data_position(o, stream, step, per_step, seq);
+    const auto began = Clock::now();
+    calls.check(zero_save_checkpoint(engine, o.save.c_str(), nullptr, position.data(), position.size()),
+                "zero_save_checkpoint");
+    report.say(fmt::format("saved {}/global_step{} in {:.2f} s", o.save, step, seconds_since(began)));
+  };
+
+  const auto began = Clock::now();
+  StepRecord record;
+  record.tokens = 0;
+  double last_loss = 0, last_eval = -1, best_tokens_per_s = 0, tokens_per_s_sum = 0;
+  std::int64_t timed_steps = 0;
+  for (std::int64_t step = start; step < o.steps; ++step) {
+    const auto step_began = Clock::now();
+    StepRecord r;
+    double loss = 0;
+    zero_step_stats stats{};
+    try {
+      for (int m = 0; m < accumulation; ++m) {
+        train_batches->fill(gpt::Batcher::first_sequence(step, m, accumulation, rank, world, batch),
+                            tokens.data(), targets.data());
+        auto t = Clock::now();
+        loss += gpt->forward(tokens.data(), targets.data());
+        r.forward_s += seconds_since(t);
+        t = Clock::now();
+        gpt->backward();
+        r.backward_s += seconds_since(t);
+        t = Clock::now();
+        calls.check(zero_step(engine, &stats), "zero_step");
+        r.engine_step_s += seconds_since(t);
+      }
+    } catch (const std::exception& e) {
+      calls.fail(fmt::format("step {}: {}", step + 1, e.what()));
+    }
+    loss /= accumulation;
+    calls.check(zero_mean_across_ranks(engine, &loss, 1), "zero_mean_across_ranks");
+    r.step = step + 1;
+    r.loss = loss;
+    r.lr = stats.lr;
+    r.loss_scale = stats.loss_scale;
+    r.grad_norm = stats.grad_norm;
+    r.skipped = stats.skipped != 0;
+    r.step_time_s = seconds_since(step_began);
+    r.tokens_per_s = static_cast<double>(tokens_per_step) / r.step_time_s;
+    record.tokens += tokens_per_step;
+    r.tokens = record.tokens;
+    r.elapsed_s = seconds_since(began);
+    r.eta_s = r.elapsed_s / static_cast<double>(step + 1 - start) * static_cast<double>(o.steps - step - 1);
+    report.step(r);
+    last_loss = loss;
+    if (step > start) {  // the first step warms up (allocation, recorded gather order)
+      tokens_per_s_sum += r.tokens_per_s;
+      ++timed_steps;
+      best_tokens_per_s = std::max(best_tokens_per_s, r.tokens_per_s);
+    }
+    const bool last = step + 1 == o.steps;
+    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) {
+      last_eval = evaluate();
+      if (last_eval >= 0) report.eval(step + 1, last_eval, seconds_since(began));
+    }
+    if (!o.save.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last)) {
+      save(step + 1);
+    }
+  }
+
+  const double elapsed = seconds_since(began);
+  const MemoryTable memory = gather_memory(engine, calls, rank, world);
+  const double mean_tokens_per_s = timed_steps > 0 ? tokens_per_s_sum / timed_steps : 0;
+  if (report.active()) {
+    report.say(fmt::format(
+        "done: {} steps in {} ({} tokens), {:.0f} tokens/s (mean after the first step), final "
+        "loss {:.4f}{}",
+        o.steps - start, human_duration(elapsed), record.tokens, mean_tokens_per_s, last_loss,
+        last_eval >= 0 ? fmt::format(", validation loss {:.4f}", last_eval) : ""));
+    report.say("memory, peak by tier and kind:");
+    for (const std::string& line : memory_lines(memory, world)) report.say(line);
+    json summary{{"kind", "summary"},
+                 {"steps", o.steps - start},
+                 {"tokens", record.tokens},
+                 {"elapsed_s", elapsed},
+                 {"tokens_per_s", mean_tokens_per_s},
+                 {"best_tokens_per_s", best_tokens_per_s},
+                 {"final_loss", last_loss},
+                 {"eval_loss", last_eval},
+                 {"world_size", world},
+                 {"micro_batch", batch},
+                 {"accumulation", accumulation},
+                 {"seq", seq},
+                 {"model", o.model},
+                 {"parameters", model.parameters()},
+                 {"activation_checkpointing", gpt_options.checkpoint_blocks},
+                 {"activation_bytes", cost.kept_bytes},
+                 {"memory_peak_bytes", memory.peak}};
+    report.metrics(summary);
+  }
+  gpt.reset();
+  calls.check(zero_destroy(engine), "zero_destroy");
+  return 0;
+}
+
+}  // namespace zero::train
