@@ -1,6 +1,7 @@
 # The README's two commands, and their set-up:
 #   make test   install what is missing, configure, build everything, run every test (ctest)
-#   make demo   the main job (until the trainer exists: validate configs/demo.json)
+#   make demo   install what is missing, build zero-train alone (no CUDA, no tests) in build-demo,
+#               and train the reference GPT on 2 ranks (scripts/demo.sh)
 # Knobs: BUILD (build folder), BUILD_TYPE, CUDA_ARCHS ("80;90"), JOBS, CMAKE_FLAGS, GENERATOR
 # (Ninja when installed).
 BUILD ?= build
@@ -33,12 +34,15 @@ test-asan:
 	$(MAKE) test BUILD=build-asan BUILD_TYPE=Debug \
 	  CMAKE_FLAGS="-DZERO_WITH_CUDA=OFF -DZERO_SANITIZE=address,undefined" CTEST_FLAGS="-L unit"
 
-demo: configure
-	cmake --build $(BUILD) -j $(JOBS) --target zero-config
-	$(BUILD)/tools/zero-config/zero-config check configs/demo.json --world-size 2
+DEMO_BUILD ?= build-demo
+demo: deps
+	cmake -S . -B $(DEMO_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release \
+	  -DZERO_WITH_CUDA=OFF -DBUILD_TESTING=OFF $(CMAKE_FLAGS)
+	cmake --build $(DEMO_BUILD) -j $(JOBS) --target zero-train zero-run zero-ckpt
+	bash scripts/demo.sh $(DEMO_BUILD)
 
 format:
 	git ls-files '*.h' '*.cpp' '*.cu' '*.c' | xargs clang-format -i
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-demo

@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   fio
   python3 python3-venv python3-pip
+  gnuplot-nox
 )
 
 missing=()

@@ -33,7 +33,8 @@ What zero-run does:
               in mpirun's environment.
   oversubscription
               without --hostfile and with N > cores, passes --oversubscribe.
-  environment every rank gets ZERO_LAUNCHER=zero-run and OMP_NUM_THREADS=k with
+  environment every rank gets ZERO_LAUNCHER=zero-run, ZERO_STDOUT_TTY=1 or 0 (whether
+              zero-run's stdout is a terminal; ranks on this node) and OMP_NUM_THREADS=k with
               k = max(1, CPUs / ranks per node) (-x NAME=VALUE); an OMP_NUM_THREADS already
               set is kept and passed on instead (-x OMP_NUM_THREADS).
   binding     --bind-to none (for at most two ranks Open MPI would bind each to one core,
@@ -161,7 +162,11 @@ int main(int argc, char** argv) {
       std::cout << zero::run::describe(plan, request, machine);
       return 0;
     }
-    return zero::run::run_child(plan.argv, plan.environment);
+    // Under mpirun a rank's stdout is a pseudo-terminal even when zero-run's output goes to a
+    // file; ZERO_STDOUT_TTY says what it really is (zero-train draws its progress bar by it).
+    zero::run::Environment environment = plan.environment;
+    environment.emplace_back("ZERO_STDOUT_TTY", isatty(STDOUT_FILENO) == 1 ? "1" : "0");
+    return zero::run::run_child(plan.argv, environment);
   } catch (const zero::Error& error) {
     std::cerr << "zero-run: " << error.what() << "\n";
     return error.category() == zero::ErrorCategory::usage ? kUsage : 1;

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -29,13 +30,25 @@ std::string human_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
+namespace {
+
+// Under mpirun a rank's stdout is a pseudo-terminal whatever the launcher's output is; zero-run
+// says what it really is in ZERO_STDOUT_TTY.
+bool stdout_is_terminal() {
+  if (isatty(STDOUT_FILENO) != 1) return false;
+  if (const char* said = std::getenv("ZERO_STDOUT_TTY")) return std::strcmp(said, "1") == 0;
+  return std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMI_SIZE") == nullptr;
+}
+
+}  // namespace
+
 Report::Report(bool active, std::int64_t total_steps, std::int64_t steps_per_print,
                bool breakdown, bool progress, const std::string& metrics_path)
     : active_(active),
       total_steps_(total_steps),
       steps_per_print_(std::max<std::int64_t>(steps_per_print, 1)),
       breakdown_(breakdown),
-      bar_(active && progress && isatty(STDOUT_FILENO) == 1) {
+      bar_(active && progress && stdout_is_terminal()) {
   if (active_ && !metrics_path.empty()) {
     metrics_ = std::fopen(metrics_path.c_str(), "w");
     if (metrics_ == nullptr) {
@@ -71,6 +84,12 @@ void Report::step(const StepRecord& r) {
                                 {"backward_s", r.backward_s}, {"engine_step_s", r.engine_step_s},
                                 {"tokens", r.tokens},       {"elapsed_s", r.elapsed_s}};
     metrics(line);
+  }
+  if (r.step == total_steps_) {  // the bar's last state stays on its own line
+    draw_bar();
+    if (bar_drawn_) std::fputc('\n', stdout);
+    bar_drawn_ = false;
+    bar_ = false;
   }
   if (r.step % steps_per_print_ == 0 || r.step == total_steps_) {
     std::string line = fmt::format(

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# zero-train end to end, one ctest test per case: check_zero_train.sh ZERO_RUN ZERO_TRAIN
+# SOURCE_DIR WORK CASE. The trains_* cases run real ranks through zero-run (Open MPI) on the
+# shipped corpus and exit 77 (skipped) without mpirun; the errors case runs one rank directly.
+set -euo pipefail
+
+zero_run=$1
+train=$2
+source_dir=$3
+work=$4
+case_name=$5
+rm -rf "$work"
+mkdir -p "$work"
+export ZERO_LOG_LEVEL=warn OMP_NUM_THREADS=1
+corpus=$source_dir/data/fortunes.txt
+
+fail() {
+  echo "FAIL ($case_name): $*" >&2
+  exit 1
+}
+have_mpirun() { command -v mpirun >/dev/null || [ -n "${ZERO_MPIRUN:-}" ]; }
+
+# A small fp32 stage-3 config with the optimizer offloaded to the CPU, as the demo's.
+cat >"$work/config.json" <<'JSON'
+{
+  "train_micro_batch_size_per_gpu": 4,
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": "auto", "warmup_num_steps": 5}},
+  "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                        "reduce_bucket_size": 1e5, "stage3_param_persistence_threshold": 1000},
+  "steps_per_print": 10
+}
+JSON
+
+# Runs zero-train on N ranks (on $DATA, else the corpus; sequences of $SEQ, else 32); sets out,
+# err and rc.
+run() {
+  local ranks=$1
+  shift
+  rc=0
+  "$zero_run" -n "$ranks" -- "$train" --config "$work/config.json" --data "${DATA:-$corpus}" --seq "${SEQ:-32}" \
+    --no-progress "$@" >"$work/out" 2>"$work/err" || rc=$?
+  out=$(<"$work/out")
+  err=$(<"$work/err")
+}
+expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1; stdout: $out; stderr: $err"; }
+expect_out() { [[ "$out" == *"$1"* ]] || fail "stdout lacks '$1': $out"; }
+expect_err() { [[ "$err" == *"$1"* ]] || fail "stderr lacks '$1': $err"; }
+# The loss of step N in a metrics file, exactly as written.
+loss_at() {
+  grep "\"kind\":\"train\",\"step\":$2," "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'
+}
+
+case $case_name in
+  trains_and_resumes_exactly)
+    have_mpirun || exit 77
+    # 40 steps straight, and 25 steps + a save + a new job resuming to 40: the same losses.
+    run 2 --steps 40 --metrics "$work/straight.jsonl" --eval-every 20
+    expect_rc 0
+    expect_out "step 40/40 | loss"
+    expect_out "validation loss"
+    expect_out "rank 1 host"
+    first=$(loss_at "$work/straight.jsonl" 1)
+    last=$(loss_at "$work/straight.jsonl" 40)
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 5.0 && b < a - 1.5) }' ||
+      fail "the loss did not fall from above 5 by 1.5: step 1 $first, step 40 $last"
+    run 2 --steps 40 --save-every 25 --save "$work/ckpt" --metrics "$work/first.jsonl"
+    expect_rc 0
+    expect_out "saved $work/ckpt/global_step25"
+    [ -f "$work/ckpt/global_step25/meta.json" ] || fail "no checkpoint at step 25"
+    # meta.json keeps the caller's user data in hex.
+    position=$(printf '%s' '"sequences_taken":200' | od -An -tx1 | tr -d ' \n')
+    grep -q "$position" "$work/ckpt/global_step25/meta.json" ||
+      fail "the checkpoint lacks the data position (200 sequences = 25 steps x 2 ranks x 4)"
+    run 2 --steps 40 --resume "$work/ckpt/global_step25" --metrics "$work/resumed.jsonl"
+    expect_rc 0
+    expect_out "resumed from $work/ckpt/global_step25 at step 25"
+    for step in 26 33 40; do
+      a=$(loss_at "$work/straight.jsonl" $step)
+      b=$(loss_at "$work/resumed.jsonl" $step)
+      [ -n "$a" ] && [ "$a" = "$b" ] || fail "step $step: loss $a straight, $b resumed"
+    done
+    ;;
+  trains_with_activation_checkpointing)
+    have_mpirun || exit 77
+    # The recomputed forward gives the same losses as keeping the activations.
+    run 2 --steps 6 --metrics "$work/plain.jsonl"
+    expect_rc 0
+    run 2 --steps 6 --activation-checkpointing --metrics "$work/ac.jsonl"
+    expect_rc 0
+    expect_out "activation checkpointing: 4 of 4 blocks"
+    for step in 1 6; do
+      a=$(loss_at "$work/plain.jsonl" $step)
+      b=$(loss_at "$work/ac.jsonl" $step)
+      [ -n "$a" ] && [ "$a" = "$b" ] || fail "step $step: loss $a plain, $b with checkpointing"
+    done
+    ;;
+  errors)
+    # One rank, run directly: each mistake fails with a message that names it.
+    DATA=$work/missing.txt run 1 --steps 2
+    [ "$rc" -ne 0 ] || fail "a missing data file was accepted"
+    expect_err "$work/missing.txt"
+    SEQ=65 run 1 --steps 2
+    [ "$rc" -ne 0 ] || fail "a sequence longer than the model's was accepted"
+    expect_err "--seq 65 is longer than the model's 64 positions"
+    run 1 --steps 2 --set bf16.enabled=true
+    [ "$rc" -ne 0 ] || fail "a bf16 config was accepted"
+    expect_err "computes in fp32"
+    run 1 --steps 2 --set train_batch_size=6 --set gradient_accumulation_steps=4
+    [ "$rc" -ne 0 ] || fail "a batch that does not divide was accepted"
+    expect_err "train_batch_size"
+    run 1 --steps 2 --model gpt2-7b
+    [ "$rc" -ne 0 ] || fail "an unknown model was accepted"
+    expect_err "unknown model 'gpt2-7b'"
+    run 1 --steps 2 --resume "$work/no-checkpoint"
+    [ "$rc" -ne 0 ] || fail "a missing checkpoint was accepted"
+    expect_err "no-checkpoint"
+    ;;
+  *)
+    fail "unknown case"
+    ;;
+esac
+echo "ok ($case_name)"
