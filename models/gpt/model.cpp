@@ -176,6 +176,7 @@ Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::
   losses_.resize(N);
   d4_.resize(4 * N * c), d4b_.resize(4 * N * c), dqkv_.resize(3 * N * c), datt_.resize(scores);
   dres2_.resize(N * c), dsmall_.resize(N * c);
+  dlosses_.resize(N), dlogits_.resize(logits_.size()), dx_.resize(N * c), dlnf_.resize(N * c);
 }
 
 void Gpt::Activations::allocate(std::size_t N, std::size_t C, std::size_t batch_heads_seq_seq) {
@@ -191,6 +192,12 @@ std::uint64_t Gpt::Activations::bytes() const noexcept {
     n += v->size();
   }
   return n * sizeof(float);
+}
+
+std::uint64_t Gpt::Activations::bytes_for(std::size_t N, std::size_t C,
+                                          std::size_t batch_heads_seq_seq) noexcept {
+  // As allocate(): ln1, qkv, atty, res2, ln2 (7 NC), fch and fch_gelu (8 NC), four N-vectors.
+  return (15 * N * C + 4 * N + batch_heads_seq_seq) * sizeof(float);
 }
 
 Gpt::~Gpt() = default;
@@ -254,20 +261,23 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* targets) {
 void Gpt::backward() {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab;
   const int N = B * T;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
   double factor = 1.0;
   check(zero_loss_factor(engine_, &factor), "zero_loss_factor");
   // d(mean loss * factor) / d(loss_i)
   const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
-  std::vector<float> dlosses(static_cast<std::size_t>(N), dloss);
-  std::vector<float> dlogits(logits_.size(), 0.0f), dx(NC, 0.0f), scratch(NC, 0.0f);
+  std::fill(dlosses_.begin(), dlosses_.end(), dloss);
+  // The layers' backward adds (+=) into these.
+  std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
+  std::fill(dx_.begin(), dx_.end(), 0.0f);
+  std::fill(dlnf_.begin(), dlnf_.end(), 0.0f);
+  float* dx = dx_.data();
 
   check(zero_pre_backward(engine_, head_module_, nullptr), "zero_pre_backward");
-  crossentropy_backward(dlogits.data(), probs_.data(), targets_.data(), dlosses.data(), N, V);
-  matmul_backward(scratch.data(), grad(wte_), static_cast<float*>(nullptr), dlogits.data(),
+  crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), dlosses_.data(), N, V);
+  matmul_backward(dlnf_.data(), grad(wte_), static_cast<float*>(nullptr), dlogits_.data(),
                   lnf_.data(), param(wte_), N, C, V);
   const float* last = blocks_.empty() ? encoded_.data() : outs_.back().data();
-  layernorm_backward(dx.data(), grad(lnf_w_), grad(lnf_b_), scratch.data(), last, param(lnf_w_),
+  layernorm_backward(dx, grad(lnf_w_), grad(lnf_b_), dlnf_.data(), last, param(lnf_w_),
                      lnf_mean_.data(), lnf_rstd_.data(), N, C);
   check(zero_post_backward(engine_, head_module_, nullptr), "zero_post_backward");
 
@@ -280,12 +290,12 @@ void Gpt::backward() {
       // The forward again from the saved input; its output equals outs_[l] bit for bit.
       block_forward(b, x, recompute_, dsmall_.data());
     }
-    block_backward(b, x, checkpointed(l) ? recompute_ : acts_[l], dx.data());
+    block_backward(b, x, checkpointed(l) ? recompute_ : acts_[l], dx);
     check(zero_post_backward(engine_, b.module, nullptr), "zero_post_backward");
   }
 
   check(zero_pre_backward(engine_, embed_module_, nullptr), "zero_pre_backward");
-  encoder_backward(grad(wte_), grad(wpe_), dx.data(), tokens_.data(), B, T, C);
+  encoder_backward(grad(wte_), grad(wpe_), dx, tokens_.data(), B, T, C);
   check(zero_post_backward(engine_, embed_module_, nullptr), "zero_post_backward");
 }
 
@@ -339,21 +349,24 @@ void Gpt::block_backward(const Block& b, const float* x, const Activations& a, f
                      a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
 
-double Gpt::forward_flops() const {
+// One block's forward: the four matrix products (3C + C + 4C + 4C outputs of C or 4C inputs:
+// 24 N C^2) and causal attention (scores and weighted sum, 2 * 2 * B * T^2 * C, halved).
+double Gpt::block_flops() const {
   const double N = static_cast<double>(batch_) * seq_, C = config_.channels;
-  // Per block: the four matrix products (3C + C + 4C + 4C outputs of C or 4C inputs: 24 N C^2)
-  // and attention (scores and weighted sum over a causal T x T: 2 * 2 * B * T^2 * C, halved).
-  const double block = 24.0 * N * C * C + 2.0 * N * seq_ * C;
-  return config_.layers * block + 2.0 * N * C * config_.vocab;
+  return 24.0 * N * C * C + 2.0 * N * seq_ * C;
+}
+
+double Gpt::forward_flops() const {
+  const double N = static_cast<double>(batch_) * seq_;
+  return config_.layers * block_flops() + 2.0 * N * config_.channels * config_.vocab;
 }
 
 ActivationCost Gpt::activation_cost() const {
   ActivationCost cost;
-  const std::size_t NC = static_cast<std::size_t>(batch_) * seq_ * config_.channels;
-  Activations full;
-  full.allocate(static_cast<std::size_t>(batch_) * seq_, static_cast<std::size_t>(config_.channels),
-                static_cast<std::size_t>(batch_) * config_.heads * seq_ * seq_);
-  const std::uint64_t per_block = full.bytes() + NC * sizeof(float);  // + the block's output
+  const std::size_t N = static_cast<std::size_t>(batch_) * seq_;
+  const std::size_t NC = N * config_.channels;
+  const std::uint64_t per_block =  // a block's activations and its output
+      Activations::bytes_for(N, config_.channels, N * config_.heads * seq_) + NC * sizeof(float);
   const std::uint64_t common =
       (encoded_.size() + lnf_.size() + lnf_mean_.size() + lnf_rstd_.size() + logits_.size() +
        probs_.size() + losses_.size()) * sizeof(float);
@@ -362,9 +375,7 @@ ActivationCost Gpt::activation_cost() const {
   for (std::size_t l = 0; l < acts_.size(); ++l) {
     cost.kept_bytes += acts_[l].bytes() + outs_[l].size() * sizeof(float);
   }
-  const int recomputed = std::min(options_.checkpoint_blocks, config_.layers);
-  const double N = static_cast<double>(batch_) * seq_, C = config_.channels;
-  cost.recompute_flops = recomputed * (24.0 * N * C * C + 2.0 * N * seq_ * C);
+  cost.recompute_flops = std::min(options_.checkpoint_blocks, config_.layers) * block_flops();
   cost.train_flops = 3.0 * forward_flops();
   return cost;
 }
@@ -408,9 +419,13 @@ void Gpt::load_pretrained(const std::string& path) {
   const std::string plain_error = zero_last_error();
   options.names = prefixed_c.data();
   options.name_pairs = static_cast<int>(names_.size());
-  if (zero_load_pretrained(engine_, path.c_str(), &options) == ZERO_OK) return;
-  throw std::runtime_error("loading GPT-2 weights from " + path + ": " +
-                           zero_status_string(plain) + ": " + plain_error);
+  const zero_status prefixed_status = zero_load_pretrained(engine_, path.c_str(), &options);
+  if (prefixed_status == ZERO_OK) return;
+  // Neither naming fits: say what each found wrong, the file decides which is the real one.
+  throw std::runtime_error("loading GPT-2 weights from " + path + ": as GPT2Model names: " +
+                           zero_status_string(plain) + ": " + plain_error +
+                           "; as GPT2LMHeadModel names (\"transformer.\" before each): " +
+                           zero_status_string(prefixed_status) + ": " + zero_last_error());
 }
 
 float Gpt::evaluate(const std::int32_t* tokens, const std::int32_t* targets) {

@@ -94,11 +94,14 @@ class Gpt {
     std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd,
         fch, fch_gelu;
     void allocate(std::size_t N, std::size_t C, std::size_t batch_heads_seq_seq);
-    std::uint64_t bytes() const noexcept;
+    std::uint64_t bytes() const noexcept;  // as allocated (0 when not)
+    static std::uint64_t bytes_for(std::size_t N, std::size_t C,
+                                   std::size_t batch_heads_seq_seq) noexcept;
   };
 
   void block_forward(const Block& b, const float* x, Activations& a, float* out);
   void block_backward(const Block& b, const float* x, const Activations& a, float* dx);
+  double block_flops() const;
   bool checkpointed(std::size_t block) const noexcept {
     return static_cast<int>(block) < options_.checkpoint_blocks;
   }
@@ -127,7 +130,7 @@ class Gpt {
   Activations recompute_;
   std::vector<std::vector<float>> outs_;
   // Backward scratch, kept across micro-batches.
-  std::vector<float> d4_, d4b_, dqkv_, datt_, dres2_, dsmall_;
+  std::vector<float> d4_, d4b_, dqkv_, datt_, dres2_, dsmall_, dlosses_, dlogits_, dx_, dlnf_;
   std::vector<float> lnf_, lnf_mean_, lnf_rstd_, logits_, probs_, losses_;
   int counted_ = 0;  // positions with a target
 };
