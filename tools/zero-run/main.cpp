@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
     if (!hostfile.empty()) request.hostfile = zero::run::read_hostfile(hostfile);
     const char* omp = std::getenv("OMP_NUM_THREADS");
     const zero::run::Machine machine{zero::run::available_cpus(), geteuid() == 0,
-                                     omp != nullptr && *omp != '\0'};
+                                     omp != nullptr && *omp != '\0', isatty(STDOUT_FILENO) == 1};
     std::string mpirun;
     if (!zero::run::runs_directly(request)) {
       const char* from_env = std::getenv("ZERO_MPIRUN");
@@ -162,11 +162,7 @@ int main(int argc, char** argv) {
       std::cout << zero::run::describe(plan, request, machine);
       return 0;
     }
-    // Under mpirun a rank's stdout is a pseudo-terminal even when zero-run's output goes to a
-    // file; ZERO_STDOUT_TTY says what it really is (zero-train draws its progress bar by it).
-    zero::run::Environment environment = plan.environment;
-    environment.emplace_back("ZERO_STDOUT_TTY", isatty(STDOUT_FILENO) == 1 ? "1" : "0");
-    return zero::run::run_child(plan.argv, environment);
+    return zero::run::run_child(plan.argv, plan.environment);
   } catch (const zero::Error& error) {
     std::cerr << "zero-run: " << error.what() << "\n";
     return error.category() == zero::ErrorCategory::usage ? kUsage : 1;

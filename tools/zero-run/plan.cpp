@@ -21,6 +21,13 @@ int ranks_per_node(const Request& request) {
   return (request.ranks + hostfile.hosts - 1) / hostfile.hosts;
 }
 
+// Under mpirun a rank's stdout is a pseudo-terminal even when zero-run's output goes to a file;
+// ZERO_STDOUT_TTY says what it really is (zero-train draws its progress bar by it). mpirun's
+// own environment reaches the ranks on this node.
+void add_stdout_tty(Plan& plan, const Machine& machine) {
+  plan.environment.emplace_back("ZERO_STDOUT_TTY", machine.stdout_tty ? "1" : "0");
+}
+
 }  // namespace
 
 bool runs_directly(const Request& request) {
@@ -45,6 +52,7 @@ Plan make_plan(const Request& request, const Machine& machine, const std::string
     plan.argv = request.command;
     if (plan.omp_threads > 0) plan.environment.emplace_back("OMP_NUM_THREADS", omp_value);
     plan.environment.emplace_back("ZERO_LAUNCHER", "zero-run");
+    add_stdout_tty(plan, machine);
     return plan;
   }
 
@@ -76,6 +84,7 @@ Plan make_plan(const Request& request, const Machine& machine, const std::string
   if (machine.root) {
     plan.environment = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
   }
+  add_stdout_tty(plan, machine);
   return plan;
 }
 

@@ -28,6 +28,7 @@ struct Machine {
   Cpus cpus;
   bool root = false;                  // geteuid() == 0: Open MPI refuses unless told it may
   bool user_omp_num_threads = false;  // OMP_NUM_THREADS is set (non-empty): keep the user's
+  bool stdout_tty = false;            // zero-run's stdout is a terminal (ranks' is a pty anyway)
 };
 
 struct Plan {
