@@ -115,6 +115,27 @@ void Report::eval(std::int64_t step, double loss, double elapsed_s) {
   metrics({{"kind", "eval"}, {"step", step}, {"eval_loss", loss}, {"elapsed_s", elapsed_s}});
 }
 
+void Report::memory(const std::vector<double>& peaks, int world) {
+  if (!active_) return;
+  const char* tiers[kTiers] = {"device", "pinned", "host", "nvme"};
+  const char* kinds[kKinds] = {"parameters", "gradients", "fp32 masters", "optimizer moments",
+                               "buffers"};
+  say("memory, peak by tier and kind:");
+  for (int r = 0; r < world; ++r) {
+    for (int t = 0; t < kTiers; ++t) {
+      std::string line;
+      double total = 0;
+      for (int k = 0; k < kKinds; ++k) {
+        const double bytes = peaks[static_cast<std::size_t>((r * kTiers + t) * kKinds + k)];
+        if (bytes <= 0) continue;
+        total += bytes;
+        line += fmt::format("{}{} {}", line.empty() ? "" : ", ", kinds[k], human_bytes(bytes));
+      }
+      if (total > 0) say(fmt::format("  rank {} {:<6} {:>10}: {}", r, tiers[t], human_bytes(total), line));
+    }
+  }
+}
+
 void Report::metrics(const nlohmann::ordered_json& line) {
   if (metrics_ == nullptr) return;
   const std::string text = line.dump() + "\n";

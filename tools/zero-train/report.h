@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,10 @@ class Report {
   void say(const std::string& line);
   void step(const StepRecord& record);
   void eval(std::int64_t step, double loss, double elapsed_s);
+  // Peak bytes [rank][tier][kind] (tiers and kinds as zero.h numbers them), a line per rank
+  // and tier in use.
+  static constexpr int kTiers = 4, kKinds = 5;
+  void memory(const std::vector<double>& peaks, int world);
   // A JSON object as one metrics line (kind "summary", ...), when metrics are written.
   void metrics(const nlohmann::ordered_json& line);
 

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -125,54 +127,24 @@ std::string data_position(const TrainOptions& o, const gpt::TokenStream& stream,
       .dump();
 }
 
-// Memory by tier and kind, every rank's, gathered on every rank through the mean (each rank
-// fills its own slots, the others are 0, so world * mean is the value).
-struct MemoryTable {
-  static constexpr int kTiers = 4, kKinds = 5;
-  std::vector<double> peak;  // [rank][tier][kind]
-};
-
-MemoryTable gather_memory(zero_engine* engine, const EngineCalls& calls, int rank, int world) {
-  MemoryTable table;
-  const int per_rank = MemoryTable::kTiers * MemoryTable::kKinds;
-  table.peak.assign(static_cast<std::size_t>(world * per_rank), 0.0);
-  for (int t = 0; t < MemoryTable::kTiers; ++t) {
-    for (int k = 0; k < MemoryTable::kKinds; ++k) {
+// Peak bytes by tier and kind, every rank's, gathered on every rank through the mean (each rank
+// fills its own slots, the others are 0, so world * mean is the value): [rank][tier][kind].
+std::vector<double> gather_memory(zero_engine* engine, const EngineCalls& calls, int rank, int world) {
+  constexpr int kTiers = Report::kTiers, kKinds = Report::kKinds;
+  std::vector<double> peaks(static_cast<std::size_t>(world * kTiers * kKinds), 0.0);
+  for (int t = 0; t < kTiers; ++t) {
+    for (int k = 0; k < kKinds; ++k) {
       unsigned long long live = 0, peak = 0;
       calls.check(zero_memory_bytes(engine, static_cast<zero_tier>(t), static_cast<zero_kind>(k),
                                     &live, &peak),
                   "zero_memory_bytes");
-      table.peak[static_cast<std::size_t>(rank * per_rank + t * MemoryTable::kKinds + k)] =
-          static_cast<double>(peak);
+      peaks[static_cast<std::size_t>((rank * kTiers + t) * kKinds + k)] = static_cast<double>(peak);
     }
   }
-  calls.check(zero_mean_across_ranks(engine, table.peak.data(), static_cast<int>(table.peak.size())),
+  calls.check(zero_mean_across_ranks(engine, peaks.data(), static_cast<int>(peaks.size())),
               "zero_mean_across_ranks");
-  for (double& v : table.peak) v *= world;
-  return table;
-}
-
-std::vector<std::string> memory_lines(const MemoryTable& table, int world) {
-  const char* tiers[] = {"device", "pinned", "host", "nvme"};
-  const char* kinds[] = {"parameters", "gradients", "fp32 masters", "optimizer moments", "buffers"};
-  std::vector<std::string> lines;
-  for (int r = 0; r < world; ++r) {
-    for (int t = 0; t < MemoryTable::kTiers; ++t) {
-      std::string line;
-      double total = 0;
-      for (int k = 0; k < MemoryTable::kKinds; ++k) {
-        const double bytes = table.peak[static_cast<std::size_t>(
-            (r * MemoryTable::kTiers + t) * MemoryTable::kKinds + k)];
-        if (bytes <= 0) continue;
-        total += bytes;
-        line += fmt::format("{}{} {}", line.empty() ? "" : ", ", kinds[k], human_bytes(bytes));
-      }
-      if (total > 0) {
-        lines.push_back(fmt::format("  rank {} {:<6} {:>10}: {}", r, tiers[t], human_bytes(total), line));
-      }
-    }
-  }
-  return lines;
+  for (double& v : peaks) v *= world;
+  return peaks;
 }
 
 }  // namespace
@@ -336,8 +308,7 @@ int run(const TrainOptions& o) {
   };
 
   const auto began = Clock::now();
-  StepRecord record;
-  record.tokens = 0;
+  std::int64_t tokens_trained = 0;
   double last_loss = 0, last_eval = -1, best_tokens_per_s = 0, tokens_per_s_sum = 0;
   std::int64_t timed_steps = 0;
   for (std::int64_t step = start; step < o.steps; ++step) {
@@ -372,8 +343,8 @@ int run(const TrainOptions& o) {
     r.skipped = stats.skipped != 0;
     r.step_time_s = seconds_since(step_began);
     r.tokens_per_s = static_cast<double>(tokens_per_step) / r.step_time_s;
-    record.tokens += tokens_per_step;
-    r.tokens = record.tokens;
+    tokens_trained += tokens_per_step;
+    r.tokens = tokens_trained;
     r.elapsed_s = seconds_since(began);
     r.eta_s = r.elapsed_s / static_cast<double>(step + 1 - start) * static_cast<double>(o.steps - step - 1);
     report.step(r);
@@ -394,19 +365,18 @@ int run(const TrainOptions& o) {
   }
 
   const double elapsed = seconds_since(began);
-  const MemoryTable memory = gather_memory(engine, calls, rank, world);
+  const std::vector<double> memory = gather_memory(engine, calls, rank, world);
   const double mean_tokens_per_s = timed_steps > 0 ? tokens_per_s_sum / timed_steps : 0;
   if (report.active()) {
     report.say(fmt::format(
         "done: {} steps in {} ({} tokens), {:.0f} tokens/s (mean after the first step), final "
         "loss {:.4f}{}",
-        o.steps - start, human_duration(elapsed), record.tokens, mean_tokens_per_s, last_loss,
+        o.steps - start, human_duration(elapsed), tokens_trained, mean_tokens_per_s, last_loss,
         last_eval >= 0 ? fmt::format(", validation loss {:.4f}", last_eval) : ""));
-    report.say("memory, peak by tier and kind:");
-    for (const std::string& line : memory_lines(memory, world)) report.say(line);
+    report.memory(memory, world);
     json summary{{"kind", "summary"},
                  {"steps", o.steps - start},
-                 {"tokens", record.tokens},
+                 {"tokens", tokens_trained},
                  {"elapsed_s", elapsed},
                  {"tokens_per_s", mean_tokens_per_s},
                  {"best_tokens_per_s", best_tokens_per_s},
@@ -420,7 +390,7 @@ int run(const TrainOptions& o) {
                  {"parameters", model.parameters()},
                  {"activation_checkpointing", gpt_options.checkpoint_blocks},
                  {"activation_bytes", cost.kept_bytes},
-                 {"memory_peak_bytes", memory.peak}};
+                 {"memory_peak_bytes", memory}};
     report.metrics(summary);
   }
   gpt.reset();
