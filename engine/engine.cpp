@@ -32,15 +32,16 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
                      "read it with ReadOptions::world_size = {}",
                      config.world_size, world, world);
   }
-  shard_ranks = stage == 0 ? 1 : world;
-  compute = config.compute_dtype();
-  accum = config.grad_accum_dtype;
-  wire = config.communication_data_type;
-  mixed = compute != DType::f32;
-  offload = config.zero.offload_optimizer.device != config::OffloadDevice::none;
-  nvme = config.zero.offload_optimizer.device == config::OffloadDevice::nvme;
-  param_offload = stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
-  param_nvme = param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme;
+  const StateModes modes = state_modes(config, world);
+  shard_ranks = modes.shard_ranks;
+  compute = modes.compute;
+  accum = modes.accum;
+  wire = modes.wire;
+  mixed = modes.mixed;
+  offload = modes.offload;
+  nvme = modes.nvme;
+  param_offload = modes.param_offload;
+  param_nvme = modes.param_nvme;
   if ((offload || param_offload) && device->type() != DeviceType::cpu) {
     // The owned state is in pinned memory, where the CPU computes on it.
     host = create_cpu_device();

@@ -27,13 +27,12 @@
 #include "engine/fetch_plan.h"
 #include "engine/optimizer_swap.h"
 #include "engine/loss_scaler.h"
+#include "engine/memory_plan.h"
 #include "engine/partition.h"
 #include "engine/registry.h"
 #include "optim/optimizer.h"
 
 namespace zero::engine {
-
-inline constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
 // Where one parameter's state is, on this rank.
 struct ParamState {
@@ -126,8 +125,9 @@ struct Engine::Impl {
   // Sets every parameter's value (and trainable ones' moments) from `source`, on every rank in
   // registration order (assign_state.cpp).
   void assign_state(ValueSource& source);
-  std::size_t swap_region_bytes(std::size_t elements) const;
-  std::size_t swap_buffer_bytes() const;  // the pinned buffers of the NVMe pipeline
+  // Throws a config Error, before memory is taken, when the NVMe pipeline's pinned buffers
+  // would take more than half of this host's memory.
+  void check_swap_buffers() const;
   void set_up_swap();
   std::size_t group_at(std::size_t flat) const;  // the step group holding owned offset `flat`
   // Writes this rank's fp32 masters of owned offsets [flat, flat + count) and its moments
@@ -162,7 +162,7 @@ struct Engine::Impl {
   std::size_t owned_valid(std::size_t param) const;  // elements of this rank's shard that are real
 
   // ---- grad_reduce.cpp ----
-  void plan_reduction();
+  void plan_reduction();  // the buckets' progress and the averaging factors (layout made the buckets)
   void begin_backward_window();
   void hand_out_grad(std::size_t param);
   void param_ready(std::size_t param);
@@ -273,7 +273,8 @@ struct Engine::Impl {
   FlatLayout compute_shards;           // stage 3: over all params
   std::size_t owned_total = 0;
 
-  // Memory.
+  // Memory: the plan its arenas are sized by (memory_plan.h), and the arenas.
+  MemoryPlan memory_plan;
   std::unique_ptr<Arena> state_arena;   // params, owned flat buffers, bucket buffers
   std::unique_ptr<Arena> grad_arena;    // stages 2-3: full gradients while they live
   std::unique_ptr<Arena> gather_arena;  // stage 3: gathered parameters

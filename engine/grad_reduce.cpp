@@ -13,35 +13,7 @@
 namespace zero::engine {
 
 void Engine::Impl::plan_reduction() {
-  const auto& specs = registry.params();
-  trainable_pos.assign(specs.size(), kNone);
-  std::vector<std::size_t> numels(trainable.size());
-  for (std::size_t t = 0; t < trainable.size(); ++t) {
-    trainable_pos[trainable[t]] = t;
-    numels[t] = specs[trainable[t]].numel;
-  }
-  // Backward visits modules in reverse registration order, so a gradient is complete after the
-  // earliest-registered module that uses it: order by that, latest first.
-  auto ready_module = [&](std::size_t t) {
-    const auto& modules = specs[trainable[t]].modules;
-    return *std::min_element(modules.begin(), modules.end());
-  };
-  std::vector<std::size_t> order(trainable.size());
-  for (std::size_t t = 0; t < order.size(); ++t) order[t] = t;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return ready_module(a) > ready_module(b);
-  });
-  buckets = plan_buckets(order, numels, shard_ranks,
-                         static_cast<std::size_t>(config.zero.reduce_bucket_size));
   bucket_runs.assign(buckets.size(), {});
-  param_buckets.assign(trainable.size(), {});
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    for (const BucketPiece& piece : buckets[b].pieces) {
-      auto& list = param_buckets[piece.param];
-      if (list.empty() || list.back() != b) list.push_back(b);
-    }
-  }
-
   // DeepSpeed's averaging: postscale (the default) divides by gradient_predivide_factor before
   // the sum and multiplies by predivide / N after it; prescale_gradients divides by N before.
   const double n = static_cast<double>(world);

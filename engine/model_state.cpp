@@ -1,6 +1,7 @@
-// Where the model state lives: the layout of each rank's owned flat buffers, the arenas and
-// the blocks carved from them, and the initial values. What each stage holds per rank is
-// docs/design.md's table; README "Memory" lists the buffers beside it.
+// Where the model state lives: the layout of each rank's owned flat buffers and the arenas
+// (both planned by memory_plan.cpp), the blocks carved from the arenas, and the initial
+// values. What each stage holds per rank is docs/design.md's table; README "Memory" lists the
+// buffers beside it.
 #include <algorithm>
 #include <cstring>
 
@@ -9,13 +10,6 @@
 #include "engine/engine_impl.h"
 
 namespace zero::engine {
-namespace {
-
-constexpr std::size_t kAlign = Arena::kDefaultAlignment;
-
-std::size_t align_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-}  // namespace
 
 std::size_t Engine::Impl::owned_valid(std::size_t param) const {
   return params[param].shape.valid(stage == 0 ? 0 : rank);
@@ -42,77 +36,29 @@ void* Engine::Impl::shard_source(std::size_t param) {
 }
 
 void Engine::Impl::lay_out() {
-  const auto& specs = registry.params();
-  std::vector<std::size_t> trainable_numels;
-  std::vector<std::size_t> compute_numels(specs.size(), 0);
-  for (std::size_t p = 0; p < specs.size(); ++p) {
-    params[p].shape = shard_shape(specs[p].numel, shard_ranks);
-    if (specs[p].trainable) {
-      trainable.push_back(p);
-      trainable_numels.push_back(specs[p].numel);
-    }
-    // Stage 3 gathers from compute shards in the device's memory: fp32 trainable parameters
-    // have none (the master is it) unless the master is offloaded.
-    if (!specs[p].trainable || mixed || offload || param_offload) {
-      compute_numels[p] = specs[p].numel;
-    }
+  Layout layout = plan_layout(registry, config, world);
+  memory_plan = plan_memory(registry, config, layout, device->type() != DeviceType::cpu);
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const ParamPlacement& place = layout.params[p];
+    params[p].shape = place.shape;
+    params[p].flat = place.flat;
+    params[p].global_first = place.global_first;
+    params[p].compute_flat = place.compute_flat;
+    params[p].persistent = place.persistent;
   }
-  owned = flat_layout(trainable_numels, shard_ranks);
+  trainable = std::move(layout.trainable);
+  trainable_pos = std::move(layout.trainable_pos);
+  owned = std::move(layout.owned);
   owned_total = owned.total;
-  std::uint64_t global = 0;
-  for (std::size_t t = 0; t < trainable.size(); ++t) {
-    params[trainable[t]].flat = owned.offset[t];
-    params[trainable[t]].global_first = global;
-    global += specs[trainable[t]].numel;
-  }
-  if (stage == 3) {
-    compute_shards = flat_layout(compute_numels, world);
-    // Persistent: smaller than stage3_param_persistence_threshold, in registration order while
-    // their total stays within stage3_model_persistence_threshold.
-    const auto each_limit = static_cast<std::size_t>(config.zero.param_persistence_threshold);
-    const auto total_limit = static_cast<std::size_t>(config.zero.model_persistence_threshold);
-    std::size_t persistent_total = 0;
-    for (std::size_t p = 0; p < specs.size(); ++p) {
-      if (compute_numels[p] != 0) params[p].compute_flat = compute_shards.offset[p];
-      if (specs[p].numel < each_limit && persistent_total + specs[p].numel <= total_limit) {
-        params[p].persistent = true;
-        persistent_total += specs[p].numel;
-      }
-    }
-  }
+  compute_shards = std::move(layout.compute_shards);
+  step_groups = std::move(layout.step_groups);
+  group_lo = std::move(layout.group_lo);
+  resident_groups = layout.resident_groups;
+  resident_end = layout.resident_end;
+  compute_resident_end = layout.compute_resident_end;
+  buckets = std::move(layout.buckets);
+  param_buckets = std::move(layout.param_buckets);
   plan_reduction();
-  // Groups of registration order, so each rank's pieces of one are a contiguous range of its
-  // owned flat buffers (what NVMe sub-groups read and write).
-  std::vector<std::size_t> order(trainable.size());
-  for (std::size_t t = 0; t < order.size(); ++t) order[t] = t;
-  std::size_t per_rank = static_cast<std::size_t>(-1) / static_cast<std::size_t>(shard_ranks);
-  const auto sub_group = static_cast<std::size_t>(config.zero.sub_group_size);
-  if (stage == 1 || stage == 2) {
-    per_rank = static_cast<std::size_t>(config.zero.allgather_bucket_size) /
-               static_cast<std::size_t>(world);
-    if (nvme) per_rank = std::min(per_rank, sub_group);
-  } else if (offload || param_nvme) {
-    per_rank = sub_group;  // bounds the staging of updated compute values
-  }
-  step_groups = plan_buckets(order, trainable_numels, shard_ranks,
-                             std::max<std::size_t>(per_rank, 1) * static_cast<std::size_t>(shard_ranks));
-  group_lo.clear();
-  for (const Bucket& group : step_groups) {
-    const BucketPiece& first = group.pieces.front();
-    group_lo.push_back(params[trainable[first.param]].flat + first.begin);
-  }
-  // With NVMe, whole groups from the first stay in memory while they fit in max_in_cpu.
-  resident_groups = step_groups.size();
-  resident_end = owned_total;
-  if (nvme) {
-    const auto max_in_cpu = static_cast<std::size_t>(config.zero.offload_optimizer.max_in_cpu);
-    resident_groups = 0;
-    resident_end = 0;
-    while (resident_groups < step_groups.size() &&
-           resident_end + step_groups[resident_groups].block <= max_in_cpu) {
-      resident_end += step_groups[resident_groups++].block;
-    }
-  }
 }
 
 void Engine::Impl::allocate() {
@@ -123,49 +69,18 @@ void Engine::Impl::allocate() {
   const bool has_master = mixed || stage >= 1;
   const bool has_grad_flat = stage >= 1 || accum != compute;
   const int state_buffers = config.optimizer.state_buffers();
-
-  std::size_t largest_bucket = 0;
-  for (const Bucket& b : buckets) largest_bucket = std::max(largest_bucket, b.block);
-  std::size_t largest_group = 0;
-  for (const Bucket& b : step_groups) largest_group = std::max(largest_group, b.block);
-  const std::size_t largest_gather = (stage == 1 || stage == 2) ? largest_group : 0;
-  const std::size_t bucket_count = config.zero.overlap_comm ? 2 : 1;
-  const std::size_t bucket_bytes = largest_bucket * shard_ranks * dtype_size(wire);
-
-  // What the state arena holds, to size it exactly.
-  std::size_t capacity = 0;
-  for (std::size_t p = 0; p < specs.size(); ++p) {
-    if (full_params) capacity += align_up(specs[p].numel * csize);
-    if (full_grads && specs[p].trainable) capacity += align_up(specs[p].numel * csize);
-  }
-  // The owned state: in this arena, or with offload in a pinned one.
-  // With NVMe only the resident part of the masters and moments is in memory.
-  std::size_t owned_capacity = 0;
-  if (has_master) owned_capacity += align_up(resident_end * 4);
-  if (has_grad_flat) owned_capacity += align_up(owned_total * dtype_size(accum));
   const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
-  owned_capacity += state_buffers * align_up(resident_end * state_size);
-  const std::size_t swap_buffers_bytes = nvme ? swap_buffer_bytes() : 0;
-  owned_capacity += swap_buffers_bytes;
-  const std::size_t reduce_staging_bytes = offload ? largest_bucket * dtype_size(wire) : 0;
-  const std::size_t param_staging_bytes = offload || param_nvme ? largest_group * csize : 0;
-  if (offload) {
-    owned_capacity += align_up(reduce_staging_bytes) + align_up(param_staging_bytes);
-    // DeepSpeed's pin_memory: page-locked memory copies faster and asynchronously, pageable
-    // memory costs nothing beyond itself.
-    const bool pinned = config.zero.offload_optimizer.pin_memory;
-    offload_arena = std::make_unique<Arena>(
-        device.get(), pinned ? Tier::pinned : Tier::host,
-        std::max<std::size_t>(owned_capacity, kAlign),
-        pinned ? "offloaded optimizer state (pinned)" : "offloaded optimizer state (pageable)");
-  } else {
-    capacity += owned_capacity;
+
+  // Every arena is sized by the plan zero-mem predicts with (lay_out made it); the blocks taken
+  // below are the ones it counts.
+  const MemoryPlan& plan = memory_plan;
+  if (nvme) check_swap_buffers();
+  if (plan.offload.made()) {
+    offload_arena = std::make_unique<Arena>(device.get(), plan.offload.tier,
+                                            plan.offload.capacity, plan.offload.name);
   }
-  if (stage == 3 && !param_offload) capacity += align_up(compute_shards.total * csize);
-  if (!buckets.empty()) capacity += bucket_count * align_up(bucket_bytes);
-  capacity += align_up(largest_gather * world * csize);
-  state_arena = std::make_unique<Arena>(device.get(), Tier::device, std::max<std::size_t>(capacity, kAlign),
-                                        "model state");
+  state_arena = std::make_unique<Arena>(device.get(), Tier::device, plan.state.capacity,
+                                        plan.state.name);
 
   Stream& stream = device->default_stream();
   auto take_from = [&](Arena& arena, MemoryKind kind, std::size_t bytes) -> void* {
@@ -205,131 +120,39 @@ void Engine::Impl::allocate() {
                         owned_stream);
     }
   }
-  reduce_staging = take_owned(MemoryKind::buffer, reduce_staging_bytes);
-  if (offload) param_staging = take_owned(MemoryKind::buffer, param_staging_bytes);
+  reduce_staging = take_owned(MemoryKind::buffer, plan.reduce_staging_bytes);
+  if (offload) param_staging = take_owned(MemoryKind::buffer, plan.param_staging_bytes);
   owned_stream.synchronize();
   if (nvme) set_up_swap();
   if (stage == 3 && param_offload) {
-    // The compute shards in host memory (with NVMe, those within max_in_cpu), and with NVMe
-    // the two bounce buffers and, without optimizer offload, the staging of updated values.
-    compute_resident_end = compute_shards.total;
-    std::size_t bounce = 0;
-    if (param_nvme) {
-      const auto max_in_cpu = static_cast<std::size_t>(config.zero.offload_param.max_in_cpu);
-      compute_resident_end = 0;
-      for (std::size_t p = 0; p < specs.size(); ++p) {
-        if (params[p].compute_flat == kNone) continue;
-        const std::size_t end = params[p].compute_flat + shard_shape(specs[p].numel, world).shard;
-        if (end > max_in_cpu) break;
-        compute_resident_end = end;
-      }
-      const auto buffer_size = static_cast<std::size_t>(config.zero.offload_param.buffer_size);
-      for (std::size_t p = 0; p < specs.size(); ++p) {
-        const std::size_t shard = shard_shape(specs[p].numel, world).shard;
-        if (params[p].compute_flat == kNone || shard <= buffer_size) continue;
-        throw make_error(ErrorCategory::config,
-                         "parameter '{}': its shard of {} elements is larger than "
-                         "zero_optimization.offload_param.buffer_size ({}); set buffer_size to at "
-                         "least {}",
-                         specs[p].name, shard, buffer_size, shard);
-      }
-      std::size_t largest = 0;
-      for (std::size_t p = 0; p < specs.size(); ++p) {
-        if (params[p].compute_flat != kNone) largest = std::max(largest, param_region_bytes(p));
-      }
-      bounce = largest + 4096;
-    }
-    const std::size_t bounces =
-        param_nvme ? 3 + static_cast<std::size_t>(config.zero.offload_param.buffer_count) : 0;
-    const bool pinned = config.zero.offload_param.pin_memory;
-    const std::size_t staging = offload ? 0 : align_up(param_staging_bytes);
-    param_arena = std::make_unique<Arena>(
-        device.get(), pinned ? Tier::pinned : Tier::host,
-        std::max<std::size_t>(align_up(compute_resident_end * csize) + bounces * bounce + staging,
-                              kAlign),
-        pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)");
+    param_arena = std::make_unique<Arena>(device.get(), plan.param.tier, plan.param.capacity,
+                                          plan.param.name);
     compute_shard = take_from(*param_arena, MemoryKind::param, compute_resident_end * csize);
     if (compute_shard != nullptr) {
       host_device().fill(compute_shard, compute, compute_resident_end, 0.0f,
                          host_device().default_stream());
       host_device().default_stream().synchronize();
     }
-    if (!offload) param_staging = take_from(*param_arena, MemoryKind::buffer, param_staging_bytes);
+    if (!offload) {
+      param_staging = take_from(*param_arena, MemoryKind::buffer, plan.param_staging_bytes);
+    }
     if (param_nvme) set_up_param_swap();
   } else if (stage == 3) {
     compute_shard = take(MemoryKind::param, compute_shards.total * csize);
     device->fill(compute_shard, compute, compute_shards.total, 0.0f, stream);
   }
-  if (!buckets.empty()) {
-    for (std::size_t i = 0; i < bucket_count; ++i) {
-      bucket_buffers.push_back(take(MemoryKind::buffer, bucket_bytes));
-    }
-    in_flight.resize(bucket_count);
+  for (std::size_t i = 0; i < plan.bucket_count; ++i) {
+    bucket_buffers.push_back(take(MemoryKind::buffer, plan.bucket_bytes));
   }
-  gather_buffer = take(MemoryKind::buffer, largest_gather * world * csize);
-
-  // Stages 2-3: full gradients live from a module's pre_backward until the bucket holding
-  // their last piece is issued, and buckets issue in order once all their parameters are
-  // ready. Sized by walking the planned backward (modules in reverse registration order) as
-  // the hooks run it: the most bytes live at once, plus a quarter for hooks that run in
-  // another order.
-  if (stage >= 2) {
-    std::vector<std::size_t> uses(specs.size(), 0), waiting(buckets.size(), 0);
-    std::vector<bool> live(specs.size(), false);
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      for (std::size_t i = 0; i < buckets[b].pieces.size(); ++i) {
-        if (i == 0 || buckets[b].pieces[i].param != buckets[b].pieces[i - 1].param) ++waiting[b];
-      }
-    }
-    std::size_t now = 0, peak = 0, next = 0;
-    for (std::size_t m = registry.module_count(); m-- > 0;) {
-      for (std::size_t p : registry.module(m).params) {
-        if (!specs[p].trainable || live[p] || uses[p] > 0) continue;
-        live[p] = true;
-        now += align_up(specs[p].numel * csize);
-      }
-      peak = std::max(peak, now);
-      for (std::size_t p : registry.module(m).params) {
-        if (!specs[p].trainable || ++uses[p] != specs[p].modules.size()) continue;
-        for (std::size_t b : param_buckets[trainable_pos[p]]) waiting[b] -= 1;
-      }
-      for (; next < buckets.size() && waiting[next] == 0; ++next) {
-        for (const BucketPiece& piece : buckets[next].pieces) {
-          const std::size_t p = trainable[piece.param];
-          if (live[p] && param_buckets[piece.param].back() == next) {
-            live[p] = false;
-            now -= align_up(specs[p].numel * csize);
-          }
-        }
-      }
-    }
-    const std::size_t grad_capacity = peak + peak / 4 + (std::size_t{1} << 20);
-    grad_arena = std::make_unique<Arena>(device.get(), Tier::device, grad_capacity,
-                                         "gradients (stage 2-3, while live)");
+  in_flight.resize(plan.bucket_count);
+  gather_buffer = take(MemoryKind::buffer, plan.gather_bytes);
+  if (plan.grad.made()) {
+    grad_arena = std::make_unique<Arena>(device.get(), Tier::device, plan.grad.capacity,
+                                         plan.grad.name);
   }
-  // Stage 3: gathered parameters. Persistent ones stay. Of the others, the hooks open at once
-  // hold their modules' (room for two of the largest modules), and what is kept for reuse or
-  // fetched ahead is admitted only under stage3_max_live_parameters; a fetch ahead that does
-  // not fit is not issued, and an own gather that does not fit first releases those.
-  if (stage == 3) {
-    std::size_t persistent = 0, others = 0, largest_module = 0;
-    for (std::size_t p = 0; p < specs.size(); ++p) {
-      const std::size_t bytes = align_up(params[p].shape.padded() * csize);
-      (params[p].persistent ? persistent : others) += bytes;
-    }
-    for (const ModuleSpec& m : registry.modules()) {
-      std::size_t bytes = 0;
-      for (std::size_t p : m.params) bytes += align_up(params[p].shape.padded() * csize);
-      largest_module = std::max(largest_module, bytes);
-    }
-    const std::size_t live_limit =
-        static_cast<std::size_t>(config.zero.max_live_parameters) * csize;
-    const std::size_t gather_capacity =
-        persistent + std::min(others, 2 * largest_module + std::min(live_limit, others)) +
-        kAlign;
-    gather_arena = std::make_unique<Arena>(device.get(), Tier::device,
-                                           std::max<std::size_t>(gather_capacity, kAlign),
-                                           "gathered parameters (stage 3)");
+  if (plan.gather.made()) {
+    gather_arena = std::make_unique<Arena>(device.get(), Tier::device, plan.gather.capacity,
+                                           plan.gather.name);
   }
 
   optim::Formats formats;

@@ -26,20 +26,9 @@ std::size_t align_direct(std::size_t bytes) {
 }  // namespace
 
 // A swapped group's region: its masters and its moments, each aligned for direct I/O.
-std::size_t Engine::Impl::swap_region_bytes(std::size_t elements) const {
-  if (elements == 0) return 0;
-  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
-  return align_direct(elements * 4) +
-         static_cast<std::size_t>(config.optimizer.state_buffers()) *
-             align_direct(elements * state_size);
-}
-
-std::size_t Engine::Impl::swap_buffer_bytes() const {
-  std::size_t largest = 0;
-  for (std::size_t g = resident_groups; g < step_groups.size(); ++g) {
-    largest = std::max(largest, swap_region_bytes(step_groups[g].block));
-  }
-  const auto count = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
+void Engine::Impl::check_swap_buffers() const {
+  const std::size_t count = memory_plan.swap_slots;
+  const std::size_t largest = memory_plan.swap_slot_bytes;
   const std::size_t bytes = count * (largest + kDirectAlign);
   // Refused here, before any memory is taken, with what to set.
   const long pages = sysconf(_SC_PHYS_PAGES);
@@ -48,7 +37,9 @@ std::size_t Engine::Impl::swap_buffer_bytes() const {
                                                          static_cast<std::size_t>(page)
                                                    : 0;
   if (memory != 0 && bytes > memory / 2) {
-    const std::size_t per_element = swap_region_bytes(1 << 20) >> 20;
+    const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
+    const std::size_t per_element =
+        4 + static_cast<std::size_t>(config.optimizer.state_buffers()) * state_size;
     throw make_error(
         ErrorCategory::config,
         "offload_optimizer: {} buffers of the largest step group's optimizer state ({} each) "
@@ -59,7 +50,6 @@ std::size_t Engine::Impl::swap_buffer_bytes() const {
         config.zero.sub_group_size, memory / 8 / count / std::max<std::size_t>(per_element, 1),
         format_bytes(memory / 8));
   }
-  return bytes;
 }
 
 void Engine::Impl::open_swap_io() {
@@ -88,18 +78,16 @@ void Engine::Impl::open_swap_io() {
 void Engine::Impl::set_up_swap() {
   open_swap_io();
   OptimizerSwapOptions swap_options;
-  std::size_t capacity = 0;
   for (std::size_t g = resident_groups; g < step_groups.size(); ++g) {
     swap_options.group_elements.push_back(step_groups[g].block);
-    capacity += swap_region_bytes(step_groups[g].block);
   }
+  const std::size_t capacity = memory_plan.nvme.capacity;
   swap_options.state_buffers = config.optimizer.state_buffers();
   swap_options.state_dtype = config.optimizer_state_dtype;
   swap_options.buffer_count = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
   swap_options.pipeline_read = config.zero.offload_optimizer.pipeline_read;
   swap_options.pipeline_write = config.zero.offload_optimizer.pipeline_write;
-  nvme_arena = std::make_unique<Arena>(nullptr, Tier::nvme, std::max<std::size_t>(capacity, 1),
-                                       "optimizer swap file");
+  nvme_arena = std::make_unique<Arena>(nullptr, Tier::nvme, capacity, memory_plan.nvme.name);
   swap = std::make_unique<OptimizerSwap>(std::move(swap_options), *aio, *swap_dir,
                                          *offload_arena, *nvme_arena);
   log::info("engine: optimizer state of {} step groups swapped to {} ({}), {} kept in memory",
@@ -118,13 +106,9 @@ std::size_t Engine::Impl::param_region_bytes(std::size_t param) const {
 void Engine::Impl::set_up_param_swap() {
   open_swap_io();
   param_region.assign(params.size(), kNone);
-  std::size_t capacity = 0;
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    if (swapped_param(p)) capacity += param_region_bytes(p);
-  }
-  param_nvme_arena = std::make_unique<Arena>(nullptr, Tier::nvme,
-                                             std::max<std::size_t>(capacity, 1),
-                                             "parameter swap file");
+  const std::size_t capacity = memory_plan.param_nvme.capacity;
+  param_nvme_arena = std::make_unique<Arena>(nullptr, Tier::nvme, capacity,
+                                             memory_plan.param_nvme.name);
   for (std::size_t p = 0; p < params.size(); ++p) {
     if (!swapped_param(p) || param_region_bytes(p) == 0) continue;
     const std::size_t shard = shard_shape(registry.param(p).numel, world).shard;
@@ -134,21 +118,13 @@ void Engine::Impl::set_up_param_swap() {
   }
   param_file = swap_dir->create("params.swap", param_nvme_arena->capacity(),
                                 "zero_optimization.offload_param.nvme_path");
-  std::size_t largest = 0;
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    if (params[p].compute_flat != kNone) largest = std::max(largest, param_region_bytes(p));
-  }
+  const std::size_t largest = memory_plan.param_bounce_bytes;
   for (void*& bounce : param_bounce) {
-    bounce = param_arena->allocate(MemoryKind::buffer, std::max<std::size_t>(largest, 1),
-                                   kDirectAlign)
-                 .ptr;
+    bounce = param_arena->allocate(MemoryKind::buffer, largest, kDirectAlign).ptr;
   }
   const auto count = static_cast<std::size_t>(config.zero.offload_param.buffer_count);
   for (std::size_t b = 0; b < count; ++b) {
-    read_buffers.push_back(param_arena
-                               ->allocate(MemoryKind::buffer, std::max<std::size_t>(largest, 1),
-                                          kDirectAlign)
-                               .ptr);
+    read_buffers.push_back(param_arena->allocate(MemoryKind::buffer, largest, kDirectAlign).ptr);
   }
   read_busy.assign(count, false);
   log::info("engine: {} of compute shards swapped to {}, {} elements kept in memory",

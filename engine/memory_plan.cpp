@@ -1,0 +1,466 @@
+// The layout and sizes of the engine's state (memory_plan.h). The arithmetic here is what
+// Engine::Impl::lay_out and allocate use; README "Memory" and docs/design.md describe it.
+#include "engine/memory_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "base/error.h"
+#include "device/arena.h"
+
+namespace zero::engine {
+namespace {
+
+constexpr std::size_t kAlign = Arena::kDefaultAlignment;
+constexpr std::size_t kDirectAlign = 4096;  // the strictest direct-I/O alignment
+
+std::size_t align_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+std::size_t align_direct(std::size_t bytes) {
+  return (bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+}
+
+std::size_t& at(KindBytes& bytes, MemoryKind kind) {
+  return bytes[static_cast<std::size_t>(kind)];
+}
+
+// A block every arena holds from init on: counted as held and in the peak.
+void hold(ArenaPlan& arena, MemoryKind kind, std::size_t bytes) {
+  at(arena.held, kind) += bytes;
+  at(arena.peak, kind) += bytes;
+}
+
+// The buckets gradients are reduced in: ordered by the module after which each gradient is
+// complete. Backward visits modules in reverse registration order, so that is the earliest
+// registered module using the parameter; latest first.
+void plan_reduction(const Registry& registry, const config::Config& config, Layout& layout) {
+  const auto& specs = registry.params();
+  std::vector<std::size_t> numels(layout.trainable.size());
+  for (std::size_t t = 0; t < layout.trainable.size(); ++t) {
+    numels[t] = specs[layout.trainable[t]].numel;
+  }
+  auto ready_module = [&](std::size_t t) {
+    const auto& modules = specs[layout.trainable[t]].modules;
+    return *std::min_element(modules.begin(), modules.end());
+  };
+  std::vector<std::size_t> order(layout.trainable.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return ready_module(a) > ready_module(b);
+  });
+  layout.buckets = plan_buckets(order, numels, layout.modes.shard_ranks,
+                                static_cast<std::size_t>(config.zero.reduce_bucket_size));
+  layout.param_buckets.assign(layout.trainable.size(), {});
+  for (std::size_t b = 0; b < layout.buckets.size(); ++b) {
+    for (const BucketPiece& piece : layout.buckets[b].pieces) {
+      auto& list = layout.param_buckets[piece.param];
+      if (list.empty() || list.back() != b) list.push_back(b);
+    }
+  }
+}
+
+// Stages 2-3: full gradients live from a module's pre_backward until the bucket holding their
+// last piece is issued, and buckets issue in order once all their parameters are ready. Walks
+// the planned backward (modules in reverse registration order) as the hooks run it and returns
+// the most bytes live at once, each block as asked (`exact`) and rounded to the arena's
+// alignment (`aligned`).
+struct GradPeak {
+  std::size_t exact = 0;
+  std::size_t aligned = 0;
+};
+
+GradPeak walk_backward(const Registry& registry, const Layout& layout, std::size_t csize) {
+  const auto& specs = registry.params();
+  const auto& buckets = layout.buckets;
+  std::vector<std::size_t> uses(specs.size(), 0), waiting(buckets.size(), 0);
+  std::vector<bool> live(specs.size(), false);
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    for (std::size_t i = 0; i < buckets[b].pieces.size(); ++i) {
+      if (i == 0 || buckets[b].pieces[i].param != buckets[b].pieces[i - 1].param) ++waiting[b];
+    }
+  }
+  GradPeak now, peak;
+  std::size_t next = 0;
+  for (std::size_t m = registry.module_count(); m-- > 0;) {
+    for (std::size_t p : registry.module(m).params) {
+      if (!specs[p].trainable || live[p] || uses[p] > 0) continue;
+      live[p] = true;
+      now.exact += specs[p].numel * csize;
+      now.aligned += align_up(specs[p].numel * csize);
+    }
+    peak.exact = std::max(peak.exact, now.exact);
+    peak.aligned = std::max(peak.aligned, now.aligned);
+    for (std::size_t p : registry.module(m).params) {
+      if (!specs[p].trainable || ++uses[p] != specs[p].modules.size()) continue;
+      for (std::size_t b : layout.param_buckets[layout.trainable_pos[p]]) waiting[b] -= 1;
+    }
+    for (; next < buckets.size() && waiting[next] == 0; ++next) {
+      for (const BucketPiece& piece : buckets[next].pieces) {
+        const std::size_t p = layout.trainable[piece.param];
+        if (live[p] && layout.param_buckets[piece.param].back() == next) {
+          live[p] = false;
+          now.exact -= specs[p].numel * csize;
+          now.aligned -= align_up(specs[p].numel * csize);
+        }
+      }
+    }
+  }
+  return peak;
+}
+
+}  // namespace
+
+StateModes state_modes(const config::Config& config, int world) {
+  StateModes m;
+  m.stage = config.zero.stage;
+  m.shard_ranks = m.stage == 0 ? 1 : world;
+  m.compute = config.compute_dtype();
+  m.accum = config.grad_accum_dtype;
+  m.wire = config.communication_data_type;
+  m.mixed = m.compute != DType::f32;
+  m.offload = config.zero.offload_optimizer.device != config::OffloadDevice::none;
+  m.nvme = config.zero.offload_optimizer.device == config::OffloadDevice::nvme;
+  m.param_offload =
+      m.stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
+  m.param_nvme =
+      m.param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme;
+  return m;
+}
+
+Layout plan_layout(const Registry& registry, const config::Config& config, int world) {
+  Layout layout;
+  layout.modes = state_modes(config, world);
+  layout.world = world;
+  const StateModes& m = layout.modes;
+  const auto& specs = registry.params();
+  layout.params.assign(specs.size(), {});
+  layout.trainable_pos.assign(specs.size(), kNone);
+  std::vector<std::size_t> trainable_numels;
+  std::vector<std::size_t> compute_numels(specs.size(), 0);
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    layout.params[p].shape = shard_shape(specs[p].numel, m.shard_ranks);
+    if (specs[p].trainable) {
+      layout.trainable_pos[p] = layout.trainable.size();
+      layout.trainable.push_back(p);
+      trainable_numels.push_back(specs[p].numel);
+    }
+    // Stage 3 gathers from compute shards in the device's memory: fp32 trainable parameters
+    // have none (the master is it) unless the master is offloaded.
+    if (!specs[p].trainable || m.mixed || m.offload || m.param_offload) {
+      compute_numels[p] = specs[p].numel;
+    }
+  }
+  layout.owned = flat_layout(trainable_numels, m.shard_ranks);
+  std::uint64_t global = 0;
+  for (std::size_t t = 0; t < layout.trainable.size(); ++t) {
+    ParamPlacement& place = layout.params[layout.trainable[t]];
+    place.flat = layout.owned.offset[t];
+    place.global_first = global;
+    global += specs[layout.trainable[t]].numel;
+  }
+  if (m.stage == 3) {
+    layout.compute_shards = flat_layout(compute_numels, world);
+    // Persistent: smaller than stage3_param_persistence_threshold, in registration order while
+    // their total stays within stage3_model_persistence_threshold.
+    const auto each_limit = static_cast<std::size_t>(config.zero.param_persistence_threshold);
+    const auto total_limit = static_cast<std::size_t>(config.zero.model_persistence_threshold);
+    std::size_t persistent_total = 0;
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      if (compute_numels[p] != 0) layout.params[p].compute_flat = layout.compute_shards.offset[p];
+      if (specs[p].numel < each_limit && persistent_total + specs[p].numel <= total_limit) {
+        layout.params[p].persistent = true;
+        persistent_total += specs[p].numel;
+      }
+    }
+  }
+  plan_reduction(registry, config, layout);
+
+  // Step groups, in registration order, so each rank's pieces of one are a contiguous range of
+  // its owned flat buffers (what NVMe sub-groups read and write).
+  std::vector<std::size_t> order(layout.trainable.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::size_t per_rank = static_cast<std::size_t>(-1) / static_cast<std::size_t>(m.shard_ranks);
+  const auto sub_group = static_cast<std::size_t>(config.zero.sub_group_size);
+  if (m.stage == 1 || m.stage == 2) {
+    per_rank = static_cast<std::size_t>(config.zero.allgather_bucket_size) /
+               static_cast<std::size_t>(world);
+    if (m.nvme) per_rank = std::min(per_rank, sub_group);
+  } else if (m.offload || m.param_nvme) {
+    per_rank = sub_group;  // bounds the staging of updated compute values
+  }
+  layout.step_groups =
+      plan_buckets(order, trainable_numels, m.shard_ranks,
+                   std::max<std::size_t>(per_rank, 1) * static_cast<std::size_t>(m.shard_ranks));
+  for (const Bucket& group : layout.step_groups) {
+    const BucketPiece& first = group.pieces.front();
+    layout.group_lo.push_back(layout.params[layout.trainable[first.param]].flat + first.begin);
+  }
+  // With NVMe, whole groups from the first stay in memory while they fit in max_in_cpu.
+  layout.resident_groups = layout.step_groups.size();
+  layout.resident_end = layout.owned.total;
+  if (m.nvme) {
+    const auto max_in_cpu = static_cast<std::size_t>(config.zero.offload_optimizer.max_in_cpu);
+    layout.resident_groups = 0;
+    layout.resident_end = 0;
+    while (layout.resident_groups < layout.step_groups.size() &&
+           layout.resident_end + layout.step_groups[layout.resident_groups].block <= max_in_cpu) {
+      layout.resident_end += layout.step_groups[layout.resident_groups++].block;
+    }
+  }
+
+  // Compute shards in host memory: all of them, or with NVMe those within max_in_cpu.
+  if (m.param_offload) {
+    layout.compute_resident_end = layout.compute_shards.total;
+    if (m.param_nvme) {
+      const auto max_in_cpu = static_cast<std::size_t>(config.zero.offload_param.max_in_cpu);
+      layout.compute_resident_end = 0;
+      for (std::size_t p = 0; p < specs.size(); ++p) {
+        if (layout.params[p].compute_flat == kNone) continue;
+        const std::size_t end =
+            layout.params[p].compute_flat + shard_shape(specs[p].numel, world).shard;
+        if (end > max_in_cpu) break;
+        layout.compute_resident_end = end;
+      }
+      const auto buffer_size = static_cast<std::size_t>(config.zero.offload_param.buffer_size);
+      for (std::size_t p = 0; p < specs.size(); ++p) {
+        const std::size_t shard = shard_shape(specs[p].numel, world).shard;
+        if (layout.params[p].compute_flat == kNone || shard <= buffer_size) continue;
+        throw make_error(ErrorCategory::config,
+                         "parameter '{}': its shard of {} elements is larger than "
+                         "zero_optimization.offload_param.buffer_size ({}); set buffer_size to "
+                         "at least {}",
+                         specs[p].name, shard, buffer_size, shard);
+      }
+    }
+  }
+  return layout;
+}
+
+std::size_t ArenaPlan::held_total() const noexcept {
+  return std::accumulate(held.begin(), held.end(), std::size_t{0});
+}
+
+std::size_t ArenaPlan::peak_total() const noexcept {
+  return std::accumulate(peak.begin(), peak.end(), std::size_t{0});
+}
+
+std::array<const ArenaPlan*, 7> MemoryPlan::arenas() const noexcept {
+  return {&state, &grad, &gather, &offload, &param, &nvme, &param_nvme};
+}
+
+std::size_t MemoryPlan::reserved(Tier tier) const noexcept {
+  std::size_t bytes = 0;
+  for (const ArenaPlan* arena : arenas()) {
+    if (arena->tier == tier) bytes += arena->capacity;
+  }
+  if (tier == Tier::device) bytes += device_scratch_bytes;
+  if (tier == Tier::host) bytes += host_scratch_bytes;
+  return bytes;
+}
+
+MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
+                       const Layout& layout, bool gpu) {
+  const StateModes& m = layout.modes;
+  const int world = layout.world;
+  const std::size_t n = static_cast<std::size_t>(m.shard_ranks);
+  const std::size_t csize = dtype_size(m.compute);
+  const auto& specs = registry.params();
+  const bool full_params = m.stage <= 2;
+  const bool full_grads = m.stage <= 1;
+  const bool has_master = m.mixed || m.stage >= 1;
+  const bool has_grad_flat = m.stage >= 1 || m.accum != m.compute;
+  const int state_buffers = config.optimizer.state_buffers();
+  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
+
+  MemoryPlan plan;
+  std::size_t largest_bucket = 0;
+  for (const Bucket& b : layout.buckets) largest_bucket = std::max(largest_bucket, b.block);
+  std::size_t largest_group = 0;
+  for (const Bucket& b : layout.step_groups) largest_group = std::max(largest_group, b.block);
+  const std::size_t largest_gather = (m.stage == 1 || m.stage == 2) ? largest_group : 0;
+  plan.bucket_count = layout.buckets.empty() ? 0 : config.zero.overlap_comm ? 2 : 1;
+  plan.bucket_bytes = largest_bucket * n * dtype_size(m.wire);
+  plan.gather_bytes = largest_gather * static_cast<std::size_t>(world) * csize;
+  plan.reduce_staging_bytes = m.offload ? largest_bucket * dtype_size(m.wire) : 0;
+  plan.param_staging_bytes = m.offload || m.param_nvme ? largest_group * csize : 0;
+  if (gpu && (m.offload || m.param_offload)) plan.host_scratch_bytes = 4096;
+
+  // The owned state (masters, gradient shard, moments; with NVMe only the resident part of the
+  // masters and moments), in the state arena or with offload in its own.
+  ArenaPlan owned;
+  std::size_t owned_capacity = 0;
+  if (has_master) {
+    owned_capacity += align_up(layout.resident_end * 4);
+    hold(owned, MemoryKind::master, layout.resident_end * 4);
+  }
+  if (has_grad_flat) {
+    owned_capacity += align_up(layout.owned.total * dtype_size(m.accum));
+    hold(owned, MemoryKind::grad, layout.owned.total * dtype_size(m.accum));
+  }
+  owned_capacity += state_buffers * align_up(layout.resident_end * state_size);
+  hold(owned, MemoryKind::moment, state_buffers * layout.resident_end * state_size);
+  if (m.nvme) {
+    // buffer_count buffers of the largest swapped group's region, each placed at 4096.
+    std::size_t largest_region = 0;
+    for (std::size_t g = layout.resident_groups; g < layout.step_groups.size(); ++g) {
+      const std::size_t elements = layout.step_groups[g].block;
+      largest_region = std::max(largest_region,
+                                align_direct(elements * 4) +
+                                    static_cast<std::size_t>(state_buffers) *
+                                        align_direct(elements * state_size));
+    }
+    plan.swap_slot_bytes = largest_region;
+    plan.swap_slots = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
+    owned_capacity += plan.swap_slots * (largest_region + kDirectAlign);
+    if (largest_region != 0) hold(owned, MemoryKind::buffer, plan.swap_slots * largest_region);
+  }
+
+  // The state arena: replicated compute parameters (stages 0-2) and gradients (0-1), the
+  // owned state unless offloaded, stage-3 compute shards unless offloaded, bucket buffers and
+  // the stage 1-2 all-gather bucket.
+  ArenaPlan& state = plan.state;
+  state.name = "model state";
+  state.tier = Tier::device;
+  std::size_t capacity = 0;
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    if (full_params) {
+      capacity += align_up(specs[p].numel * csize);
+      hold(state, MemoryKind::param, specs[p].numel * csize);
+    }
+    if (full_grads && specs[p].trainable) {
+      capacity += align_up(specs[p].numel * csize);
+      hold(state, MemoryKind::grad, specs[p].numel * csize);
+    }
+  }
+  if (m.offload) {
+    owned_capacity += align_up(plan.reduce_staging_bytes) + align_up(plan.param_staging_bytes);
+    hold(owned, MemoryKind::buffer, plan.reduce_staging_bytes + plan.param_staging_bytes);
+    // DeepSpeed's pin_memory: page-locked memory copies faster and asynchronously, pageable
+    // memory costs nothing beyond itself.
+    const bool pinned = config.zero.offload_optimizer.pin_memory;
+    owned.name = pinned ? "offloaded optimizer state (pinned)"
+                        : "offloaded optimizer state (pageable)";
+    owned.tier = pinned ? Tier::pinned : Tier::host;
+    owned.capacity = std::max<std::size_t>(owned_capacity, kAlign);
+    plan.offload = owned;
+  } else {
+    capacity += owned_capacity;
+    for (std::size_t k = 0; k < owned.held.size(); ++k) {
+      state.held[k] += owned.held[k];
+      state.peak[k] += owned.peak[k];
+    }
+  }
+  if (m.stage == 3 && !m.param_offload) {
+    capacity += align_up(layout.compute_shards.total * csize);
+    hold(state, MemoryKind::param, layout.compute_shards.total * csize);
+  }
+  capacity += plan.bucket_count * align_up(plan.bucket_bytes);
+  hold(state, MemoryKind::buffer, plan.bucket_count * plan.bucket_bytes);
+  capacity += align_up(plan.gather_bytes);
+  hold(state, MemoryKind::buffer, plan.gather_bytes);
+  state.capacity = std::max<std::size_t>(capacity, kAlign);
+
+  // The optimizer's swap file: each swapped group's masters and moments, at 4096.
+  if (m.nvme) {
+    plan.nvme.name = "optimizer swap file";
+    plan.nvme.tier = Tier::nvme;
+    std::size_t file = 0;
+    for (std::size_t g = layout.resident_groups; g < layout.step_groups.size(); ++g) {
+      const std::size_t elements = layout.step_groups[g].block;
+      if (elements == 0) continue;
+      file += align_direct(elements * 4) +
+              static_cast<std::size_t>(state_buffers) * align_direct(elements * state_size);
+      hold(plan.nvme, MemoryKind::master, elements * 4);
+      hold(plan.nvme, MemoryKind::moment, state_buffers * elements * state_size);
+    }
+    plan.nvme.capacity = std::max<std::size_t>(file, 1);
+  }
+
+  // offload_param: the compute shards in host memory (with NVMe, those within max_in_cpu), and
+  // with NVMe the bounce and read buffers and, without optimizer offload, the staging of
+  // updated values; the swapped shards in their file.
+  if (m.stage == 3 && m.param_offload) {
+    std::size_t bounce = 0;
+    if (m.param_nvme) {
+      std::size_t largest = 0;
+      std::size_t file = 0;
+      for (std::size_t p = 0; p < specs.size(); ++p) {
+        const ParamPlacement& place = layout.params[p];
+        if (place.compute_flat == kNone) continue;
+        const std::size_t shard = shard_shape(specs[p].numel, world).shard;
+        const std::size_t region = align_direct(shard * csize);
+        largest = std::max(largest, region);
+        if (place.compute_flat >= layout.compute_resident_end) {
+          file += region;
+          hold(plan.param_nvme, MemoryKind::param, shard * csize);
+        }
+      }
+      plan.param_nvme.name = "parameter swap file";
+      plan.param_nvme.tier = Tier::nvme;
+      plan.param_nvme.capacity = std::max<std::size_t>(file, 1);
+      plan.param_bounce_bytes = std::max<std::size_t>(largest, 1);
+      plan.param_bounces = 3 + static_cast<std::size_t>(config.zero.offload_param.buffer_count);
+      bounce = largest + kDirectAlign;
+    }
+    const bool pinned = config.zero.offload_param.pin_memory;
+    const std::size_t staging = m.offload ? 0 : plan.param_staging_bytes;
+    ArenaPlan& param = plan.param;
+    param.name = pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)";
+    param.tier = pinned ? Tier::pinned : Tier::host;
+    param.capacity = std::max<std::size_t>(align_up(layout.compute_resident_end * csize) +
+                                               plan.param_bounces * bounce + align_up(staging),
+                                           kAlign);
+    hold(param, MemoryKind::param, layout.compute_resident_end * csize);
+    hold(param, MemoryKind::buffer, plan.param_bounces * plan.param_bounce_bytes + staging);
+  }
+
+  // Stages 2-3: the gradients while they live, sized by the planned backward's peak, plus a
+  // quarter for hooks that run in another order.
+  if (m.stage >= 2) {
+    const GradPeak walk = walk_backward(registry, layout, csize);
+    plan.grad_live_peak = walk.exact;
+    plan.grad.name = "gradients (stage 2-3, while live)";
+    plan.grad.tier = Tier::device;
+    plan.grad.capacity = walk.aligned + walk.aligned / 4 + (std::size_t{1} << 20);
+    at(plan.grad.peak, MemoryKind::grad) = walk.exact;
+  }
+
+  // Stage 3: gathered parameters. Persistent ones stay. Of the others, the hooks open at once
+  // hold their modules' (room for two of the largest modules), and what is kept for reuse or
+  // fetched ahead is admitted only under stage3_max_live_parameters.
+  if (m.stage == 3) {
+    std::size_t persistent = 0, others = 0, largest_module = 0;
+    std::size_t persistent_exact = 0, largest_others_exact = 0;
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      const std::size_t padded = layout.params[p].shape.padded() * csize;
+      (layout.params[p].persistent ? persistent : others) += align_up(padded);
+      if (layout.params[p].persistent) persistent_exact += padded;
+    }
+    for (const ModuleSpec& module : registry.modules()) {
+      std::size_t bytes = 0, others_exact = 0;
+      for (std::size_t p : module.params) {
+        const std::size_t padded = layout.params[p].shape.padded() * csize;
+        bytes += align_up(padded);
+        if (!layout.params[p].persistent) others_exact += padded;
+      }
+      largest_module = std::max(largest_module, bytes);
+      largest_others_exact = std::max(largest_others_exact, others_exact);
+    }
+    const std::size_t live_limit =
+        static_cast<std::size_t>(config.zero.max_live_parameters) * csize;
+    plan.gather.name = "gathered parameters (stage 3)";
+    plan.gather.tier = Tier::device;
+    plan.gather.capacity = std::max<std::size_t>(
+        persistent + std::min(others, 2 * largest_module + std::min(live_limit, others)) + kAlign,
+        kAlign);
+    // Nothing fetched ahead or kept: every persistent parameter (gathered in forward, before
+    // backward needs them) and one module's others.
+    plan.gather_live_peak = persistent_exact + largest_others_exact;
+    plan.gather.peak_exact =
+        config.zero.prefetch_bucket_size == 0 && config.zero.max_reuse_distance == 0;
+    at(plan.gather.peak, MemoryKind::param) =
+        plan.gather.peak_exact ? plan.gather_live_peak : plan.gather.capacity;
+  }
+  return plan;
+}
+
+}  // namespace zero::engine

@@ -1,0 +1,139 @@
+// What the engine lays out and reserves, computed from the config, the registered model and
+// the world size alone: no device, no communicator, no memory. Engine::Impl lays out its state
+// and sizes its arenas with these functions, and zero-mem predicts with the same ones, so the
+// planner's figures are the engine's own arithmetic rather than a model of it.
+//
+// Everything here is the same on every rank: shards are padded to equal sizes (partition.h), so
+// only which elements of a shard are real depends on the rank.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device/memory.h"
+#include "engine/config/config.h"
+#include "engine/partition.h"
+#include "engine/registry.h"
+
+namespace zero::engine {
+
+inline constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+// How the config places the model state.
+struct StateModes {
+  int stage = 0;
+  int shard_ranks = 1;       // 1 at stage 0 (nothing partitioned), the world otherwise
+  DType compute = DType::f32;
+  DType accum = DType::f32;  // the owned gradient shard (data_types.grad_accum_dtype)
+  DType wire = DType::f32;   // communication_data_type
+  bool mixed = false;        // bf16/fp16: fp32 masters beside the compute copy
+  bool offload = false;      // offload_optimizer cpu or nvme: owned state in host memory
+  bool nvme = false;         // offload_optimizer nvme: masters and moments swapped
+  bool param_offload = false;  // offload_param (stage 3): compute shards in host memory
+  bool param_nvme = false;     // offload_param nvme: compute shards swapped
+};
+
+StateModes state_modes(const config::Config& config, int world);
+
+// Where one parameter's state sits.
+struct ParamPlacement {
+  ShardShape shape;                  // over the shard group
+  std::size_t flat = kNone;          // trainable: its shard's offset in the owned flat buffers
+  std::uint64_t global_first = 0;    // trainable: index of its first element among trainable ones
+  std::size_t compute_flat = kNone;  // stage 3: offset in the compute-shard flat buffer
+  bool persistent = false;           // stage 3: stays gathered (param_persistence_threshold)
+};
+
+// The layout of the model state, identical on every rank.
+struct Layout {
+  StateModes modes;
+  int world = 1;
+  std::vector<ParamPlacement> params;
+  std::vector<std::size_t> trainable;      // trainable parameters, registration order
+  std::vector<std::size_t> trainable_pos;  // parameter -> index in `trainable`, or kNone
+  FlatLayout owned;                        // over `trainable`, shard_ranks
+  FlatLayout compute_shards;               // stage 3: over all parameters (0 for fp32 masters)
+  // Reduction buckets over `trainable` indices, in the order gradients become ready (modules
+  // in reverse registration order), and for each trainable parameter its buckets in order.
+  std::vector<Bucket> buckets;
+  std::vector<std::vector<std::size_t>> param_buckets;
+  // The optimizer's steps: all-gather buckets at stages 1-2; at stages 0 and 3 one group, or
+  // with offload groups of sub_group_size elements per rank.
+  std::vector<Bucket> step_groups;
+  std::vector<std::size_t> group_lo;  // owned flat offset where each step group starts
+  // offload_optimizer nvme: the first `resident_groups` groups (whose state ends at owned
+  // offset `resident_end`) stay in memory, within max_in_cpu; without NVMe, all of them.
+  std::size_t resident_groups = 0;
+  std::size_t resident_end = 0;
+  // offload_param: compute shards before this compute-flat offset are in host memory (with
+  // NVMe, those within offload_param.max_in_cpu; without it, all).
+  std::size_t compute_resident_end = 0;
+};
+
+// Throws a config Error when a parameter's shard cannot be swapped (larger than
+// offload_param.buffer_size), naming it and what to set.
+Layout plan_layout(const Registry& registry, const config::Config& config, int world);
+
+using KindBytes = std::array<std::size_t, kAllMemoryKinds.size()>;
+
+// One arena as the engine makes it.
+struct ArenaPlan {
+  std::string name;          // as the engine names it in memory reports
+  Tier tier = Tier::device;
+  std::size_t capacity = 0;  // what it reserves; 0: the engine makes no such arena
+  KindBytes held{};          // by kind, the bytes of the blocks taken at init and kept
+  // By kind, the most bytes in use at once: held plus what lives a while (stage 2-3 gradients
+  // and stage-3 gathered parameters, when the hooks run in the order modules were registered,
+  // backward in reverse).
+  KindBytes peak{};
+  // False where `peak` is only the most the arena admits: stage-3 gathers fetched ahead or kept
+  // for reuse (stage3_prefetch_bucket_size or stage3_max_reuse_distance above zero) depend on
+  // the order hooks actually run in.
+  bool peak_exact = true;
+
+  bool made() const noexcept { return capacity != 0; }
+  std::size_t held_total() const noexcept;
+  std::size_t peak_total() const noexcept;
+};
+
+// Every buffer the engine sizes, and its arenas.
+struct MemoryPlan {
+  // Blocks, in bytes.
+  std::size_t bucket_bytes = 0;   // one reduction bucket (wire dtype, all ranks' blocks)
+  std::size_t bucket_count = 0;   // 2 with overlap_comm, else 1; 0 without buckets
+  std::size_t gather_bytes = 0;   // stages 1-2: the all-gather bucket after the step
+  std::size_t reduce_staging_bytes = 0;  // offload: this rank's reduced block, coming down
+  std::size_t param_staging_bytes = 0;   // offload: a step group's updated values, going up
+  std::size_t swap_slot_bytes = 0;   // optimizer NVMe: one buffer of the largest group's region
+  std::size_t swap_slots = 0;        // offload_optimizer.buffer_count (with NVMe)
+  std::size_t param_bounce_bytes = 0;  // parameter NVMe: the largest shard's region
+  std::size_t param_bounces = 0;       // three bounce buffers and offload_param.buffer_count
+  std::size_t grad_live_peak = 0;      // stages 2-3: the walk's most gradient bytes at once
+  std::size_t gather_live_peak = 0;    // stage 3: persistent plus the largest module's others
+
+  // The arenas, in the order memory reports list them.
+  ArenaPlan state;       // device: replicated params and grads, owned state, buckets
+  ArenaPlan grad;        // device, stages 2-3: full gradients while they live
+  ArenaPlan gather;      // device, stage 3: gathered parameters
+  ArenaPlan offload;     // pinned or host, optimizer offload: owned state and staging
+  ArenaPlan param;       // pinned or host, offload_param: compute shards and bounce buffers
+  ArenaPlan nvme;        // optimizer swap file
+  ArenaPlan param_nvme;  // parameter swap file
+  // Outside the arenas: the device's scalar scratch, and with offload beside a GPU the host's.
+  std::size_t device_scratch_bytes = 4096;
+  std::size_t host_scratch_bytes = 0;
+
+  std::array<const ArenaPlan*, 7> arenas() const noexcept;
+  // Capacity of every arena of `tier`, plus the scratch in that tier.
+  std::size_t reserved(Tier tier) const noexcept;
+};
+
+// `gpu`: the engine runs on a GPU (the host scratch exists with offload); on CPU ranks the
+// device tier is host memory and there is no separate host scratch.
+MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
+                       const Layout& layout, bool gpu);
+
+}  // namespace zero::engine
