@@ -410,6 +410,21 @@ zero_status zero_memory_bytes(const zero_engine* engine, zero_tier tier, zero_ki
   });
 }
 
+zero_status zero_memory_reserved(const zero_engine* engine, zero_tier tier,
+                                 unsigned long long* bytes) {
+  return zero::guard([&] {
+    const auto& e = engine_of(engine, "zero_memory_reserved");
+    if (static_cast<int>(tier) < 0 || static_cast<int>(tier) > 3) {
+      throw make_error(ErrorCategory::usage, "zero_memory_reserved: tier {} is out of range",
+                       static_cast<int>(tier));
+    }
+    if (bytes == nullptr) {
+      throw make_error(ErrorCategory::usage, "zero_memory_reserved: bytes is NULL");
+    }
+    *bytes = e.reserved_bytes(static_cast<zero::Tier>(tier));
+  });
+}
+
 zero_status zero_memory_report(const zero_engine* engine, char* buffer, unsigned long long size,
                                unsigned long long* needed) {
   return zero::guard([&] {

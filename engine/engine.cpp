@@ -571,6 +571,31 @@ std::vector<MemoryUsage> Engine::Impl::usage() const {
   return usage;
 }
 
+std::vector<ArenaUsage> Engine::arena_usage() const {
+  std::vector<ArenaUsage> out;
+  for (const Arena* arena : impl_->arenas()) {
+    if (arena == nullptr) continue;
+    ArenaUsage a{arena->name(), arena->tier(), arena->capacity(), {}, {}};
+    for (std::size_t k = 0; k < kAllMemoryKinds.size(); ++k) {
+      const KindUsage usage = arena->usage(kAllMemoryKinds[k]);
+      a.live[k] = usage.live;
+      a.peak[k] = usage.peak;
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+std::size_t Engine::reserved_bytes(Tier tier) const {
+  std::size_t bytes = 0;
+  for (const Arena* arena : impl_->arenas()) {
+    if (arena != nullptr && arena->tier() == tier) bytes += arena->capacity();
+  }
+  if (tier == Tier::device && impl_->scalars != nullptr) bytes += 4096;
+  if (tier == Tier::host && impl_->host_scalars != nullptr) bytes += 4096;
+  return bytes;
+}
+
 std::string Engine::memory_report() const { return impl_->memory_text(); }
 
 std::string Engine::Impl::memory_text() const {

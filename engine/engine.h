@@ -17,6 +17,7 @@
 // Not thread-safe: one thread drives an engine.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -67,6 +68,16 @@ struct MemoryUsage {
   MemoryKind kind = MemoryKind::param;
   std::size_t live = 0;
   std::size_t peak = 0;
+};
+
+// One arena of this rank: what it reserved and, by kind (kAllMemoryKinds order), the bytes of
+// its blocks live now and the most there ever were.
+struct ArenaUsage {
+  std::string name;
+  Tier tier = Tier::device;
+  std::size_t capacity = 0;
+  std::array<std::size_t, kAllMemoryKinds.size()> live{};
+  std::array<std::size_t, kAllMemoryKinds.size()> peak{};
 };
 
 // Stage 3: what the parameter fetcher has done since init (zeros at other stages).
@@ -217,6 +228,11 @@ class Engine {
   FetchStats fetch_stats() const;
 
   std::vector<MemoryUsage> memory_usage() const;
+  // Every arena the engine made, in memory_plan.h's order.
+  std::vector<ArenaUsage> arena_usage() const;
+  // What the engine reserved in a tier: its arenas' capacities and its scratch, as zero-mem
+  // predicts it (MemoryPlan::reserved).
+  std::size_t reserved_bytes(Tier tier) const;
   // Lines for people: each tier and kind with live and peak bytes.
   std::string memory_report() const;
 

@@ -329,6 +329,11 @@ typedef enum zero_kind { ZERO_KIND_PARAM = 0, ZERO_KIND_GRAD = 1, ZERO_KIND_MAST
 ZERO_API zero_status zero_memory_bytes(const zero_engine* engine, zero_tier tier, zero_kind kind,
                                        unsigned long long* live, unsigned long long* peak);
 
+/* Bytes the engine reserved in one tier: its arenas' capacities (an NVMe arena: its swap
+ * file's size) and its scratch. Fixed at zero_init; `zero-mem` predicts it before launch. */
+ZERO_API zero_status zero_memory_reserved(const zero_engine* engine, zero_tier tier,
+                                          unsigned long long* bytes);
+
 /* A text report of the same (every tier and kind in use), written into buffer (size bytes,
  * always NUL-terminated when size > 0); *needed (may be NULL) gets the full length + 1. */
 ZERO_API zero_status zero_memory_report(const zero_engine* engine, char* buffer,

@@ -147,6 +147,30 @@ int main(void) {
     }
   }
   {
+    /* What was reserved holds at least what is live, and a bad tier or NULL is refused. */
+    unsigned long long reserved = 0, live = 0, total = 0;
+    int kind;
+    for (kind = ZERO_KIND_PARAM; kind <= ZERO_KIND_BUFFER; ++kind) {
+      CHECK(zero_memory_bytes(engine, ZERO_TIER_DEVICE, (zero_kind)kind, &live, NULL));
+      total += live;
+    }
+    CHECK(zero_memory_reserved(engine, ZERO_TIER_DEVICE, &reserved));
+    if (reserved < total + 4096) {
+      fprintf(stderr, "device reserved %llu, live %llu\n", reserved, total);
+      return 1;
+    }
+    CHECK(zero_memory_reserved(engine, ZERO_TIER_NVME, &reserved));
+    if (reserved != 0) {
+      fprintf(stderr, "nvme reserved %llu without offload\n", reserved);
+      return 1;
+    }
+    if (zero_memory_reserved(engine, (zero_tier)7, &reserved) != ZERO_ERROR_USAGE ||
+        zero_memory_reserved(engine, ZERO_TIER_HOST, NULL) != ZERO_ERROR_USAGE) {
+      fprintf(stderr, "zero_memory_reserved accepted a bad tier or NULL\n");
+      return 1;
+    }
+  }
+  {
     /* Resolved config values as JSON text: a value from the file, a default, a section, a
      * buffer too small, and a key nothing resolves. */
     char text[256];

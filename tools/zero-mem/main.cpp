@@ -1,0 +1,150 @@
+// zero-mem: what fits where, before launching. For each ZeRO stage and way of offloading, the
+// per-GPU, per-node host and per-node NVMe bytes the engine would reserve (its own sizing code,
+// so exact for our engine), the activations of GPT-shaped models, whether it fits, a lower
+// bound on the step time, and the fastest that fits with the config keys to set.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "tools/zero-mem/planner.h"
+#include "tools/zero-mem/report.h"
+
+namespace {
+
+using nlohmann::json;
+
+const char* kDefaultConfig = R"({
+  "train_micro_batch_size_per_gpu": 1,
+  "gradient_accumulation_steps": 1,
+  "bf16": {"enabled": true},
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.1}}
+})";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "zero-mem: per ZeRO stage and offload mode, the memory our engine reserves per GPU, per "
+      "node (pinned and pageable host memory) and on NVMe, from the engine's own sizing code; "
+      "the activations of GPT-shaped models with and without activation checkpointing; which "
+      "fit; a lower bound on the step time; and the fastest that fits, with its config keys.\n\n"
+      "Modes: none; from stage 1 'optimizer cpu', 'optimizer nvme' (max_in_cpu from the "
+      "config), 'optimizer split' (NVMe with max_in_cpu filling the host memory left); at stage "
+      "3 'params cpu' (offload_param and offload_optimizer cpu) and 'params nvme' (both nvme). "
+      "NVMe modes need --nvme. A row that fits the GPU only with activation checkpointing says "
+      "'yes (AC)'.\n\n"
+      "Step lower bound: the largest of compute (the model's FLOPs at --peak-tflops), the "
+      "network (ring collectives' bytes at --intra-node-gbps, or --inter-node-gbps across "
+      "nodes), PCIe (--pcie-gbps each way per GPU), NVMe (--nvme-read-gbps/--nvme-write-gbps "
+      "per node) and the CPU optimizer (host memory traffic at --host-mem-gbps per node).",
+      "zero-mem"};
+  zero::mem::ModelArgs model_args;
+  zero::mem::Hardware hw;
+  std::string config_path, gpu_mem = "80GiB", cpu_mem = "1TiB", nvme, overhead = "2GiB";
+  std::vector<std::string> sets;
+  int seq = 0;
+  std::vector<int> stages;
+  bool as_json = false, checkpointing = false;
+  zero::mem::ReportOptions report;
+  app.add_option("--params", model_args.params, "total parameters (e.g. 70e9)");
+  app.add_option("--largest-layer", model_args.largest_layer,
+                 "parameters of the largest layer, with --params and no architecture");
+  app.add_option("--model", model_args.model,
+                 "a reference GPT: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b");
+  app.add_option("--arch", model_args.arch,
+                 "a GPT: layers,channels,heads,vocab,positions; with --params the MLP width "
+                 "is chosen to match the count");
+  app.add_option("--seq", seq, "tokens per sequence (default: the model's positions)");
+  app.add_option("--gpus-per-node", hw.gpus_per_node, "GPUs per node")->capture_default_str();
+  app.add_option("--nodes", hw.nodes, "nodes")->capture_default_str();
+  app.add_option("--gpu-mem", gpu_mem, "memory per GPU")->capture_default_str();
+  app.add_option("--cpu-mem", cpu_mem, "host memory per node")->capture_default_str();
+  app.add_option("--nvme", nvme, "NVMe space per node (none: no NVMe modes)");
+  app.add_option("--gpu-overhead", overhead,
+                 "per GPU beyond the engine and activations: CUDA context, cuBLAS and NCCL "
+                 "buffers, fragmentation")->capture_default_str();
+  app.add_option("--config,--deepspeed_config", config_path,
+                 "a DeepSpeed config (default: micro-batch 1, bf16, AdamW); its stage and "
+                 "offload keys are replaced row by row");
+  app.add_option("--set", sets, "KEY=VALUE: a config value, as zero-train --set");
+  app.add_option("--stage", stages, "only these stages (repeatable)");
+  app.add_flag("--activation-checkpointing", checkpointing,
+               "checkpoint every block on every row (also when the config has an "
+               "activation_checkpointing section)");
+  app.add_option("--peak-tflops", hw.peak_tflops,
+                 "the GPU's dense rate (default: H100 SXM, 989 bf16/fp16, 495 TF32 for fp32)");
+  app.add_option("--pcie-gbps", hw.pcie_gbps, "GB/s each way per GPU (PCIe Gen5 x16)")
+      ->capture_default_str();
+  app.add_option("--nvme-read-gbps", hw.nvme_read_gbps, "GB/s per node")->capture_default_str();
+  app.add_option("--nvme-write-gbps", hw.nvme_write_gbps, "GB/s per node")->capture_default_str();
+  app.add_option("--intra-node-gbps", hw.intra_node_gbps, "GB/s per GPU each way (NVLink 4)")
+      ->capture_default_str();
+  app.add_option("--inter-node-gbps", hw.inter_node_gbps, "GB/s per GPU between nodes (400 Gb/s)")
+      ->capture_default_str();
+  app.add_option("--host-mem-gbps", hw.host_mem_gbps, "host memory GB/s per node")
+      ->capture_default_str();
+  app.add_flag("--deepspeed-estimate", report.deepspeed,
+               "also print DeepSpeed's estimate_zero2/zero3_model_states_mem_needs rows");
+  app.add_flag("--details", report.details, "every arena of every row");
+  app.add_flag("--json", as_json, "JSON for scripts instead of the table");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    zero::mem::Request request;
+    hw.gpu_mem = zero::mem::parse_bytes(gpu_mem);
+    hw.cpu_mem = zero::mem::parse_bytes(cpu_mem);
+    hw.nvme = nvme.empty() ? 0 : zero::mem::parse_bytes(nvme);
+    hw.gpu_overhead = zero::mem::parse_bytes(overhead);
+    if (hw.gpus_per_node < 1 || hw.nodes < 1) {
+      throw std::invalid_argument("--gpus-per-node and --nodes must be at least 1");
+    }
+    request.hardware = hw;
+    if (config_path.empty()) {
+      request.config = json::parse(kDefaultConfig);
+    } else {
+      std::ifstream in(config_path);
+      if (!in) throw std::invalid_argument("--config: cannot read " + config_path);
+      request.config = json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    }
+    for (const std::string& assignment : sets) {
+      const zero::config::Override o = zero::config::parse_override(assignment);
+      json* node = &request.config;
+      std::size_t start = 0;
+      for (std::size_t dot; (dot = o.path.find('.', start)) != std::string::npos; start = dot + 1) {
+        node = &(*node)[o.path.substr(start, dot - start)];
+      }
+      (*node)[o.path.substr(start)] = o.value;
+    }
+    if (request.config.contains("optimizer") && request.config["optimizer"].contains("params")) {
+      model_args.weight_decay =
+          request.config["optimizer"]["params"].value("weight_decay", 0.0);
+    }
+    request.model = zero::mem::build_model(model_args);
+    request.seq = seq > 0 ? seq : request.model.gpt ? request.model.gpt->positions : 2048;
+    if (request.model.gpt && request.seq > request.model.gpt->positions) {
+      throw std::invalid_argument(fmt::format("--seq {} is more than the model's {} positions",
+                                              request.seq, request.model.gpt->positions));
+    }
+    request.checkpointing = checkpointing || request.config.contains("activation_checkpointing");
+    if (!stages.empty()) request.stages = stages;
+    for (int s : request.stages) {
+      if (s < 0 || s > 3) throw std::invalid_argument(fmt::format("--stage {}: 0 to 3", s));
+    }
+    const zero::mem::Plan plan = zero::mem::plan_all(request);
+    if (as_json) {
+      std::cout << zero::mem::report_json(request, plan, report).dump(2) << "\n";
+    } else {
+      std::cout << zero::mem::report_text(request, plan, report);
+    }
+    return 0;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "zero-mem: %s\n", error.what());
+    return 2;
+  }
+}

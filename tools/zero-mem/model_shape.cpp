@@ -1,0 +1,173 @@
+// zero-mem's model: a registry built as the engine would receive it (model_shape.h).
+#include "tools/zero-mem/model_shape.h"
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "models/gpt/config.h"
+
+namespace zero::mem {
+namespace {
+
+std::uint64_t block_parameters(std::int64_t C, std::int64_t F) {
+  // ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj: weights and biases.
+  return static_cast<std::uint64_t>(2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F +
+                                    C * F + C);
+}
+
+std::vector<std::int64_t> parse_arch(const std::string& text) {
+  std::vector<std::int64_t> values;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 1) {
+      throw std::invalid_argument(fmt::format(
+          "--arch '{}': '{}' is not a positive whole number; expected "
+          "layers,channels,heads,vocab,positions (e.g. 80,8192,64,32000,4096)", text, item));
+    }
+    values.push_back(v);
+  }
+  if (values.size() != 5) {
+    throw std::invalid_argument(fmt::format(
+        "--arch '{}' has {} numbers; expected 5: layers,channels,heads,vocab,positions", text,
+        values.size()));
+  }
+  return values;
+}
+
+}  // namespace
+
+std::uint64_t gpt_parameters(const GptShape& s) {
+  const std::int64_t C = s.channels;
+  return static_cast<std::uint64_t>(s.vocab) * C + static_cast<std::uint64_t>(s.positions) * C +
+         static_cast<std::uint64_t>(s.layers) * block_parameters(C, s.mlp) + 2 * C;
+}
+
+ModelShape gpt_model(const GptShape& s, double weight_decay) {
+  ModelShape model{engine::Registry(weight_decay), s, gpt_parameters(s), 0, {}};
+  engine::Registry& r = model.registry;
+  const std::size_t no_decay = r.add_group("no_decay", 0.0, 1.0);
+  const std::size_t embed = r.add_module("embed");
+  std::vector<std::size_t> blocks;
+  for (int l = 0; l < s.layers; ++l) blocks.push_back(r.add_module(fmt::format("h.{}", l)));
+  const std::size_t head = r.add_module("head");
+  const std::int64_t C = s.channels, F = s.mlp;
+  r.add_param("wte.weight", {s.vocab, C}, true, 0, {embed, head});
+  r.add_param("wpe.weight", {s.positions, C}, true, 0, {embed});
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string h = fmt::format("h.{}.", l);
+    const std::vector<std::size_t> m{blocks[static_cast<std::size_t>(l)]};
+    r.add_param(h + "ln_1.weight", {C}, true, no_decay, m);
+    r.add_param(h + "ln_1.bias", {C}, true, no_decay, m);
+    r.add_param(h + "attn.c_attn.weight", {3 * C, C}, true, 0, m);
+    r.add_param(h + "attn.c_attn.bias", {3 * C}, true, no_decay, m);
+    r.add_param(h + "attn.c_proj.weight", {C, C}, true, 0, m);
+    r.add_param(h + "attn.c_proj.bias", {C}, true, no_decay, m);
+    r.add_param(h + "ln_2.weight", {C}, true, no_decay, m);
+    r.add_param(h + "ln_2.bias", {C}, true, no_decay, m);
+    r.add_param(h + "mlp.c_fc.weight", {F, C}, true, 0, m);
+    r.add_param(h + "mlp.c_fc.bias", {F}, true, no_decay, m);
+    r.add_param(h + "mlp.c_proj.weight", {C, F}, true, 0, m);
+    r.add_param(h + "mlp.c_proj.bias", {C}, true, no_decay, m);
+  }
+  r.add_param("ln_f.weight", {C}, true, no_decay, {head});
+  r.add_param("ln_f.bias", {C}, true, no_decay, {head});
+  for (const engine::ModuleSpec& module : r.modules()) {
+    std::uint64_t n = 0;
+    for (std::size_t p : module.params) n += r.param(p).numel;
+    model.largest_layer = std::max(model.largest_layer, n);
+  }
+  model.description = fmt::format(
+      "GPT: {} layers, {} channels, {} heads, MLP {}, vocabulary {}, {} positions", s.layers,
+      s.channels, s.heads, s.mlp, s.vocab, s.positions);
+  return model;
+}
+
+ModelShape build_model(const ModelArgs& args) {
+  const int given = !args.model.empty() + !args.arch.empty() + (args.largest_layer > 0);
+  if (given > 1) {
+    throw std::invalid_argument("give one of --model, --arch and --largest-layer");
+  }
+  if (!args.model.empty()) {
+    gpt::GptConfig c;
+    try {
+      c = gpt::GptConfig::by_name(args.model);
+    } catch (const std::invalid_argument& error) {
+      throw std::invalid_argument(std::string("--model: ") + error.what());
+    }
+    GptShape s{c.layers, c.channels, c.heads, c.vocab, c.max_seq, 4 * std::int64_t{c.channels}};
+    ModelShape model = gpt_model(s, args.weight_decay);
+    if (args.params > 0 && std::fabs(args.params - static_cast<double>(model.params)) >
+                               0.01 * static_cast<double>(model.params)) {
+      throw std::invalid_argument(fmt::format(
+          "--params {} does not match --model {} ({} parameters); leave --params out",
+          args.params, args.model, model.params));
+    }
+    model.description = args.model + ": " + model.description;
+    return model;
+  }
+  if (!args.arch.empty()) {
+    const auto v = parse_arch(args.arch);
+    GptShape s{static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]),
+               static_cast<int>(v[3]), static_cast<int>(v[4]), 4 * v[1]};
+    if (s.channels % s.heads != 0) {
+      throw std::invalid_argument(fmt::format("--arch: {} channels do not split over {} heads",
+                                              s.channels, s.heads));
+    }
+    if (args.params > 0) {
+      // The MLP's width that brings the count to --params (GPT-2's 4C, or e.g. a SwiGLU MLP's
+      // three matrices folded into two of the same total).
+      const double C = s.channels;
+      const double fixed = static_cast<double>(s.vocab) * C + s.positions * C + 2 * C +
+                           s.layers * (4 * C * C + 9 * C);
+      const double per_width = s.layers * (2 * C + 1);
+      s.mlp = std::llround((args.params - fixed) / per_width);
+      if (s.mlp < 1) {
+        throw std::invalid_argument(fmt::format(
+            "--params {} is fewer than --arch {} has without its MLP ({:.4g}); raise --params or "
+            "leave it out", args.params, args.arch, fixed));
+      }
+    }
+    return gpt_model(s, args.weight_decay);
+  }
+  if (args.params <= 0) {
+    throw std::invalid_argument(
+        "say what the model is: --model NAME, --arch layers,channels,heads,vocab,positions, or "
+        "--params P with --largest-layer N");
+  }
+  if (args.largest_layer <= 0) {
+    throw std::invalid_argument(
+        "--params alone does not say how the model splits into layers: add --largest-layer N "
+        "(the most parameters one layer holds), or give --arch or --model");
+  }
+  const auto total = static_cast<std::uint64_t>(std::llround(args.params));
+  const auto layer = static_cast<std::uint64_t>(std::llround(args.largest_layer));
+  if (layer > total) {
+    throw std::invalid_argument(fmt::format("--largest-layer {} is more than --params {}", layer,
+                                            total));
+  }
+  ModelShape model{engine::Registry(args.weight_decay), std::nullopt, total, layer, {}};
+  const std::uint64_t full = total / layer, rest = total % layer;
+  for (std::uint64_t l = 0; l < full + (rest != 0); ++l) {
+    const std::size_t m = model.registry.add_module(fmt::format("layer.{}", l));
+    const std::uint64_t n = l < full ? layer : rest;
+    model.registry.add_param(fmt::format("layer.{}.weight", l), {static_cast<std::int64_t>(n)},
+                             true, 0, {m});
+  }
+  model.description = fmt::format("{} parameters in {} layers of at most {}", total,
+                                  full + (rest != 0), layer);
+  return model;
+}
+
+}  // namespace zero::mem

@@ -1,0 +1,58 @@
+// The model zero-mem plans for, as the engine would see it registered: its groups, modules and
+// parameters (an engine Registry), and for GPT-shaped models the shape the activations and
+// FLOPs follow.
+//
+//   --model NAME       the reference GPT's sizes (models/gpt), registered exactly as
+//                      models/gpt registers them
+//   --arch L,C,H,V,S   a GPT of L layers, C channels, H heads, V vocabulary entries and S
+//                      positions, registered the same way; with --params the MLP's hidden width
+//                      is chosen so the count comes to that many parameters (4C without)
+//   --params P --largest-layer N
+//                      no architecture: P parameters in modules of N (one weight each, the
+//                      last module the remainder), DeepSpeed's estimator's two numbers
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "engine/registry.h"
+
+namespace zero::mem {
+
+struct GptShape {
+  int layers = 0;
+  int channels = 0;
+  int heads = 0;
+  int vocab = 0;
+  int positions = 0;
+  std::int64_t mlp = 0;  // the MLP's hidden width (4 * channels in GPT-2)
+};
+
+struct ModelShape {
+  engine::Registry registry;
+  std::optional<GptShape> gpt;
+  std::uint64_t params = 0;         // all parameters, the tied embedding once
+  std::uint64_t largest_layer = 0;  // the most parameters one module uses
+  std::string description;          // "gpt2-1.5b: 48 layers, 1600 channels, ..." for the report
+};
+
+struct ModelArgs {
+  std::string model;             // --model
+  std::string arch;              // --arch "L,C,H,V,S"
+  double params = 0;             // --params (0: not given)
+  double largest_layer = 0;      // --largest-layer (0: not given)
+  double weight_decay = 0.0;     // the optimizer's, for group 0 (as the engine registers it)
+};
+
+// Throws std::invalid_argument saying which argument is wrong and what is expected.
+ModelShape build_model(const ModelArgs& args);
+
+// Registers a GPT exactly as models/gpt does: groups default and no_decay, modules embed,
+// h.<i> and head, and each block's twelve parameters with Hugging Face's names.
+ModelShape gpt_model(const GptShape& shape, double weight_decay);
+
+// Parameters of a GPT of that shape.
+std::uint64_t gpt_parameters(const GptShape& shape);
+
+}  // namespace zero::mem

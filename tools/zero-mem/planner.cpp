@@ -1,0 +1,341 @@
+// zero-mem's planning (planner.h): the engine's memory plan per stage and mode, the
+// activations, the fit and the step's lower bound.
+#include "tools/zero-mem/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+
+namespace zero::mem {
+namespace {
+
+double gb(double gbps) { return gbps * 1e9; }
+
+config::ReadOptions read_options(const Request& request, const Mode& mode) {
+  config::ReadOptions read;
+  read.world_size = request.hardware.world();
+  read.source = "zero-mem";
+  for (auto it = mode.keys.begin(); it != mode.keys.end(); ++it) {
+    read.overrides.push_back({it.key(), it.value()});
+  }
+  return read;
+}
+
+bool has_key(const nlohmann::json& config, const std::string& dotted) {
+  const nlohmann::json* node = &config;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = dotted.find('.', start);
+    const std::string part = dotted.substr(start, dot - start);
+    if (!node->is_object() || !node->contains(part)) return false;
+    node = &(*node)[part];
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+// The FLOPs of one forward block (matrix products, attention scores and their use).
+double block_flops(const GptShape& s, double N, int seq) {
+  const double C = s.channels, F = static_cast<double>(s.mlp);
+  return 2.0 * N * (4.0 * C * C + 2.0 * C * F) + 2.0 * N * seq * C;
+}
+
+// The step's lower bound: each resource alone, at its rate, for what this row moves.
+StepBound bound_step(const Request& request, const config::Config& config,
+                     const engine::Layout& layout, const engine::MemoryPlan& plan,
+                     bool checkpointing) {
+  const Hardware& hw = request.hardware;
+  const engine::StateModes& m = layout.modes;
+  const engine::Registry& registry = request.model.registry;
+  const double n = hw.world();
+  const double f = (n - 1) / n;  // of a buffer, what each rank sends in a ring collective
+  const double accum = static_cast<double>(config.batch.gradient_accumulation_steps);
+  const double micro = static_cast<double>(config.batch.micro_batch_per_gpu);
+  const double csize = dtype_size(m.compute), wire = dtype_size(m.wire);
+  double P = 0, persistent = 0;
+  for (std::size_t p = 0; p < registry.param_count(); ++p) {
+    P += static_cast<double>(registry.param(p).numel);
+    if (layout.params[p].persistent) persistent += static_cast<double>(registry.param(p).numel);
+  }
+  const double gathered = P - persistent;
+  // Passes over the parameters per micro-step: forward, backward, and the recomputation.
+  const double passes = checkpointing ? 3 : 2;
+
+  StepBound b;
+  if (request.model.gpt) {
+    const GptShape& s = *request.model.gpt;
+    const double fwd = gpt_forward_flops(s, static_cast<int>(micro), request.seq);
+    const double recompute =
+        checkpointing ? s.layers * block_flops(s, micro * request.seq, request.seq) : 0;
+    b.flops = accum * (3.0 * fwd + recompute);
+  } else {
+    b.flops = accum * 6.0 * P * micro * request.seq;
+  }
+  double peak = hw.peak_tflops;
+  if (peak <= 0) peak = m.compute == DType::f32 ? 495 : 989;
+  b.compute = b.flops / (peak * 1e12);
+
+  // The network: each rank's bytes sent in ring reduce-scatters, all-gathers, all-reduces.
+  double net = 0;
+  if (n > 1) {
+    switch (m.stage) {
+      case 0: net = 2 * f * P * wire; break;
+      case 1: net = f * P * wire + f * P * csize; break;
+      case 2: net = accum * f * P * wire + f * P * csize; break;
+      default: net = accum * (f * P * wire + passes * f * gathered * csize) + f * persistent * csize;
+    }
+  }
+  b.network_bytes = static_cast<std::uint64_t>(net);
+  b.network = net / gb(hw.nodes > 1 ? hw.inter_node_gbps : hw.intra_node_gbps);
+
+  // PCIe, each way: reduced gradient blocks down and updated values up with optimizer offload;
+  // every gather's shard up with offload_param.
+  double down = 0, up = 0;
+  const double shard = P / (m.stage == 0 ? 1 : n);
+  if (m.offload) {
+    down += (m.stage == 1 ? 1 : accum) * shard * wire;
+    if (!m.param_offload) up += shard * csize;
+  }
+  if (m.param_offload) up += accum * passes * (gathered / n) * csize + (persistent / n) * csize;
+  b.pcie_bytes = static_cast<std::uint64_t>(std::max(down, up));
+  b.pcie = std::max(down, up) / gb(hw.pcie_gbps);
+
+  // NVMe, per node: each swapped optimizer group read and written once a step; swapped
+  // parameter shards read at every gather and written once a step.
+  const double g = hw.gpus_per_node;
+  double read = 0, write = 0;
+  if (plan.nvme.made()) {
+    read += g * static_cast<double>(plan.nvme.held_total());
+    write += g * static_cast<double>(plan.nvme.held_total());
+  }
+  if (plan.param_nvme.made()) {
+    read += g * accum * passes * static_cast<double>(plan.param_nvme.held_total());
+    write += g * static_cast<double>(plan.param_nvme.held_total());
+  }
+  b.nvme_bytes = static_cast<std::uint64_t>(read + write);
+  b.nvme = std::max(read / gb(hw.nvme_read_gbps), write / gb(hw.nvme_write_gbps));
+
+  // The CPU optimizer: each node's ranks stream their shards' masters, moments (read and
+  // written), gradients (read) and updated values (written) through host memory.
+  if (m.offload) {
+    const double per_element = 2 * 4.0 +
+                               2.0 * config.optimizer.state_buffers() *
+                                   dtype_size(config.optimizer_state_dtype) +
+                               dtype_size(m.accum) + (m.mixed ? csize : 0);
+    b.cpu_optimizer = g * shard * per_element / gb(hw.host_mem_gbps);
+  }
+
+  const std::pair<const char*, double> parts[] = {{"compute", b.compute},
+                                                  {"network", b.network},
+                                                  {"PCIe", b.pcie},
+                                                  {"NVMe", b.nvme},
+                                                  {"CPU optimizer", b.cpu_optimizer}};
+  for (const auto& [name, seconds] : parts) {
+    if (seconds > b.seconds) {
+      b.seconds = seconds;
+      b.bound_by = name;
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+std::uint64_t parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  if (used == 0 || value < 0) {
+    throw std::invalid_argument(fmt::format(
+        "'{}' is not a size; write e.g. 80GiB, 1.5TB, 512MiB or a number of bytes", text));
+  }
+  static const std::pair<const char*, double> units[] = {
+      {"", 1},          {"B", 1},          {"K", 1e3},         {"KB", 1e3},
+      {"KiB", 1024.0},  {"M", 1e6},        {"MB", 1e6},        {"MiB", 1048576.0},
+      {"G", 1e9},       {"GB", 1e9},       {"GiB", 1073741824.0}, {"T", 1e12},
+      {"TB", 1e12},     {"TiB", 1099511627776.0}};
+  for (const auto& [name, scale] : units) {
+    if (unit == name) return static_cast<std::uint64_t>(std::llround(value * scale));
+  }
+  throw std::invalid_argument(fmt::format(
+      "'{}': unknown unit '{}'; use B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB",
+      text, unit));
+}
+
+double gpt_forward_flops(const GptShape& s, int batch, int seq) {
+  const double N = static_cast<double>(batch) * seq;
+  return s.layers * block_flops(s, N, seq) + 2.0 * N * s.channels * s.vocab;
+}
+
+Activations gpt_activations(const GptShape& s, int batch, int seq, bool checkpointing,
+                            std::size_t element_bytes) {
+  const std::uint64_t N = static_cast<std::uint64_t>(batch) * seq;
+  const std::uint64_t C = static_cast<std::uint64_t>(s.channels);
+  const std::uint64_t F = static_cast<std::uint64_t>(s.mlp);
+  const std::uint64_t V = static_cast<std::uint64_t>(s.vocab);
+  const std::uint64_t L = static_cast<std::uint64_t>(s.layers);
+  const std::uint64_t scores = static_cast<std::uint64_t>(batch) * s.heads * seq * seq;
+  // A block's: ln_1's output, mean and rstd, q k v, the attention's probabilities and output,
+  // the residual, ln_2's output, mean and rstd, the MLP's two hidden activations.
+  const std::uint64_t block = 7 * N * C + 2 * N * F + 4 * N + scores;
+  // Beside the blocks: the embedding's output, ln_f's output, mean and rstd, logits,
+  // probabilities and losses.
+  const std::uint64_t common = 2 * N * C + 3 * N + 2 * N * V;
+  Activations a;
+  // Every block keeps its output (the next one's input); a checkpointed block nothing else,
+  // and one block's worth is where the recomputation puts them.
+  a.kept = common + L * N * C + (checkpointing ? block : L * block);
+  // Backward's buffers: the MLP's two hidden gradients, q k v's, the scores', four of C, the
+  // losses' and the logits'.
+  a.workspace = 2 * N * F + 3 * N * C + scores + 4 * N * C + N + N * V;
+  a.kept *= element_bytes;
+  a.workspace *= element_bytes;
+  return a;
+}
+
+std::vector<Mode> modes_for(int stage, bool nvme) {
+  using nlohmann::json;
+  const std::string opt = "zero_optimization.offload_optimizer.device";
+  const std::string par = "zero_optimization.offload_param.device";
+  std::vector<Mode> modes;
+  auto add = [&](const char* name, const char* optimizer, const char* params) {
+    Mode m{stage, name, json::object()};
+    m.keys["zero_optimization.stage"] = stage;
+    m.keys[opt] = optimizer;
+    if (stage == 3) m.keys[par] = params;
+    modes.push_back(std::move(m));
+  };
+  add("none", "none", "none");
+  if (stage == 0) return modes;
+  add("optimizer cpu", "cpu", "none");
+  if (nvme) {
+    add("optimizer nvme", "nvme", "none");
+    add("optimizer split", "nvme", "none");
+  }
+  if (stage == 3) {
+    add("params cpu", "cpu", "cpu");
+    if (nvme) add("params nvme", "nvme", "nvme");
+  }
+  return modes;
+}
+
+config::Config mode_config(const Request& request, const Mode& mode) {
+  Mode with = mode;
+  // NVMe needs a path; the plan does not touch it.
+  for (const char* section : {"offload_optimizer", "offload_param"}) {
+    const std::string key = fmt::format("zero_optimization.{}.nvme_path", section);
+    if (!has_key(request.config, key)) with.keys[key] = "/local_nvme";
+  }
+  return config::read_config(request.config, read_options(request, with));
+}
+
+Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
+  Row row;
+  row.mode = mode;
+  row.checkpointing = checkpointing;
+  const Hardware& hw = request.hardware;
+  try {
+    const config::Config config = mode_config(request, mode);
+    const engine::Layout layout = engine::plan_layout(request.model.registry, config, hw.world());
+    row.plan = engine::plan_memory(request.model.registry, config, layout, /*gpu=*/true);
+    row.device_state = row.plan.reserved(Tier::device);
+    if (request.model.gpt) {
+      row.activations = gpt_activations(*request.model.gpt,
+                                        static_cast<int>(config.batch.micro_batch_per_gpu),
+                                        request.seq, checkpointing,
+                                        dtype_size(config.compute_dtype()))
+                            .total();
+    }
+    row.device_total = row.device_state + row.activations + hw.gpu_overhead;
+    const std::uint64_t g = static_cast<std::uint64_t>(hw.gpus_per_node);
+    row.pinned_node = g * row.plan.reserved(Tier::pinned);
+    row.host_node = g * row.plan.reserved(Tier::host);
+    row.nvme_node = g * row.plan.reserved(Tier::nvme);
+    row.fits_gpu = row.device_total <= hw.gpu_mem;
+    row.fits_host = row.pinned_node + row.host_node <= hw.cpu_mem;
+    row.fits_nvme = row.nvme_node <= hw.nvme;
+    row.step = bound_step(request, config, layout, row.plan, checkpointing);
+  } catch (const std::exception& error) {
+    row.error = error.what();
+  }
+  return row;
+}
+
+Plan plan_all(const Request& request) {
+  Plan plan;
+  const Mode none{0, "none", nlohmann::json::object()};
+  {
+    Mode stage0 = none;
+    stage0.keys["zero_optimization.stage"] = 0;
+    const config::Config config = mode_config(request, stage0);
+    plan.micro_batch = config.batch.micro_batch_per_gpu;
+    plan.accumulation = config.batch.gradient_accumulation_steps;
+    plan.precision = config.precision == config::Precision::bf16   ? "bf16"
+                     : config.precision == config::Precision::fp16 ? "fp16"
+                                                                   : "fp32";
+    plan.seq = request.seq;
+    if (request.model.gpt) {
+      const std::size_t e = dtype_size(config.compute_dtype());
+      const int batch = static_cast<int>(plan.micro_batch);
+      plan.activations = gpt_activations(*request.model.gpt, batch, request.seq, false, e);
+      plan.checkpointed_activations =
+          gpt_activations(*request.model.gpt, batch, request.seq, true, e);
+    }
+  }
+  const bool nvme = request.hardware.nvme > 0;
+  for (int stage : request.stages) {
+    for (Mode mode : modes_for(stage, nvme)) {
+      if (mode.name == "optimizer split") {
+        // max_in_cpu: the optimizer state the host memory left over by the all-NVMe plan
+        // holds, per rank; shown only when that is some but not all of it.
+        Mode all_nvme = mode;
+        all_nvme.keys["zero_optimization.offload_optimizer.max_in_cpu"] = 0;
+        const Row base = plan_row(request, all_nvme, request.checkpointing);
+        if (!base.error.empty()) continue;
+        const std::uint64_t used = base.pinned_node + base.host_node;
+        if (used >= request.hardware.cpu_mem) continue;
+        const config::Config config = mode_config(request, all_nvme);
+        const std::uint64_t per_element =
+            4 + static_cast<std::uint64_t>(config.optimizer.state_buffers()) *
+                    dtype_size(config.optimizer_state_dtype);
+        const std::uint64_t elements = (request.hardware.cpu_mem - used) /
+                                       static_cast<std::uint64_t>(request.hardware.gpus_per_node) /
+                                       per_element;
+        mode.keys["zero_optimization.offload_optimizer.max_in_cpu"] = elements;
+        Row row = plan_row(request, mode, request.checkpointing);
+        if (!row.error.empty() || !row.plan.nvme.made() || row.plan.nvme.held_total() == 0 ||
+            row.plan.nvme.held_total() == base.plan.nvme.held_total()) {
+          continue;
+        }
+        plan.rows.push_back(std::move(row));
+        continue;
+      }
+      Row row = plan_row(request, mode, request.checkpointing);
+      // Activation checkpointing when only the activations keep it off the GPU.
+      if (row.error.empty() && !row.fits_gpu && !request.checkpointing && request.model.gpt) {
+        Row with = plan_row(request, mode, true);
+        if (with.fits_gpu) row = std::move(with);
+      }
+      plan.rows.push_back(std::move(row));
+    }
+  }
+  for (std::size_t r = 0; r < plan.rows.size(); ++r) {
+    const Row& row = plan.rows[r];
+    if (!row.fits()) continue;
+    if (!plan.recommended || row.step.seconds < plan.rows[*plan.recommended].step.seconds) {
+      plan.recommended = r;
+    }
+  }
+  return plan;
+}
+
+}  // namespace zero::mem

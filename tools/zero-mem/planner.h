@@ -1,0 +1,123 @@
+// zero-mem's planning: for each ZeRO stage and each way of offloading, what the engine would
+// reserve (memory_plan.h, the engine's own arithmetic, for rank 0 of the world asked about),
+// what the activations of a GPT-shaped model add, whether it fits the hardware, and a lower
+// bound on the step time from the FLOPs and the bytes each choice moves.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/config/config.h"
+#include "engine/memory_plan.h"
+#include "tools/zero-mem/model_shape.h"
+
+namespace zero::mem {
+
+struct Hardware {
+  int gpus_per_node = 8;
+  int nodes = 1;
+  std::uint64_t gpu_mem = 80ull << 30;
+  std::uint64_t cpu_mem = 1ull << 40;    // per node
+  std::uint64_t nvme = 0;                // per node; 0: no NVMe
+  std::uint64_t gpu_overhead = 2ull << 30;  // CUDA context, cuBLAS and NCCL buffers, fragments
+  // Rates. Defaults: H100 SXM, PCIe Gen5 x16, one typical NVMe drive, NVLink 4 and 400 Gb/s
+  // per GPU between nodes, a two-socket host's memory.
+  double peak_tflops = 0;           // 0: 989 for bf16/fp16, 495 (TF32) for fp32
+  double pcie_gbps = 55;            // GB/s each way per GPU
+  double nvme_read_gbps = 7;        // GB/s per node
+  double nvme_write_gbps = 5;
+  double intra_node_gbps = 450;     // GB/s per GPU, each way
+  double inter_node_gbps = 50;
+  double host_mem_gbps = 200;       // GB/s per node, for the CPU optimizer
+
+  int world() const noexcept { return gpus_per_node * nodes; }
+};
+
+// One way of placing the state: a stage and the offload keys it sets.
+struct Mode {
+  int stage = 0;
+  std::string name;  // "none", "optimizer cpu", "optimizer nvme", "optimizer split",
+                     // "params cpu", "params nvme"
+  nlohmann::json keys;  // the config keys this mode sets, dotted path -> value
+};
+
+// The lower bound on one optimizer step (seconds, per GPU), each resource alone at its rate.
+struct StepBound {
+  double flops = 0;  // per GPU per step, with recomputation
+  double compute = 0, pcie = 0, nvme = 0, network = 0, cpu_optimizer = 0;
+  double seconds = 0;          // the largest of them: perfect overlap
+  std::string bound_by;        // which one
+  std::uint64_t pcie_bytes = 0, nvme_bytes = 0, network_bytes = 0;  // per GPU / node / GPU
+};
+
+struct Activations {
+  std::uint64_t kept = 0;         // held from forward to backward
+  std::uint64_t workspace = 0;    // backward's buffers
+  std::uint64_t total() const noexcept { return kept + workspace; }
+};
+
+struct Row {
+  Mode mode;
+  bool checkpointing = false;  // activation checkpointing of every block
+  std::string error;           // the engine would refuse this config (then nothing else is set)
+  engine::MemoryPlan plan;
+  std::uint64_t device_state = 0;   // per GPU: the engine's device arenas and scratch
+  std::uint64_t activations = 0;    // per GPU, for a GPT-shaped model
+  std::uint64_t device_total = 0;   // state + activations + overhead
+  std::uint64_t pinned_node = 0, host_node = 0, nvme_node = 0;  // per node
+  bool fits_gpu = false, fits_host = false, fits_nvme = false;
+  StepBound step;
+  bool fits() const noexcept { return error.empty() && fits_gpu && fits_host && fits_nvme; }
+};
+
+struct Request {
+  ModelShape model;
+  Hardware hardware;
+  nlohmann::json config;           // the user's config (or the default), before each mode's keys
+  int seq = 0;                     // tokens per sequence (GPT: the positions unless given)
+  bool checkpointing = false;      // the config or the flag asks for it on every row
+  std::vector<int> stages{0, 1, 2, 3};
+};
+
+struct Plan {
+  std::vector<Row> rows;
+  std::optional<std::size_t> recommended;  // the fastest row that fits
+  std::int64_t micro_batch = 1;
+  std::int64_t accumulation = 1;
+  int seq = 0;
+  std::string precision;       // fp32, bf16, fp16
+  // GPT-shaped models: per GPU per micro-batch, without and with checkpointing every block.
+  std::optional<Activations> activations, checkpointed_activations;
+};
+
+// The stages' modes: "none" at every stage; from stage 1 the optimizer on the CPU, on NVMe,
+// and split between memory and NVMe (max_in_cpu filling the host memory left); at stage 3 the
+// parameters too, on the CPU and on NVMe (with the optimizer beside them).
+std::vector<Mode> modes_for(int stage, bool nvme);
+
+// The request's config with the mode's keys, read as the engine would for the world. Throws
+// the config's Error when the engine would refuse it.
+config::Config mode_config(const Request& request, const Mode& mode);
+
+// One row: the engine's plan for rank 0, the activations, the fit and the step bound.
+Row plan_row(const Request& request, const Mode& mode, bool checkpointing);
+
+// Every stage and mode of the request; rows that do not fit on the GPU only for their
+// activations are planned again with activation checkpointing (GPT-shaped models).
+Plan plan_all(const Request& request);
+
+// A GPT's activations per micro-batch of `batch` sequences of `seq` tokens, as models/gpt keeps
+// them, in elements of `element_bytes`.
+Activations gpt_activations(const GptShape& shape, int batch, int seq, bool checkpointing,
+                            std::size_t element_bytes);
+// Its forward FLOPs for one micro-batch (matrix products and attention scores).
+double gpt_forward_flops(const GptShape& shape, int batch, int seq);
+
+// "80GiB", "1.5TB", "512MiB", "4096": bytes. Throws std::invalid_argument.
+std::uint64_t parse_bytes(const std::string& text);
+
+}  // namespace zero::mem
