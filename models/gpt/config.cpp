@@ -23,4 +23,39 @@ std::int64_t GptConfig::parameters() const {
          layers * block + 2 * C;
 }
 
+ActivationBytes activation_bytes(const GptConfig& c, std::int64_t mlp, int batch, int seq,
+                                 bool checkpointing, std::size_t element_bytes) {
+  const std::uint64_t N = static_cast<std::uint64_t>(batch) * static_cast<std::uint64_t>(seq);
+  const std::uint64_t C = static_cast<std::uint64_t>(c.channels);
+  const std::uint64_t F = static_cast<std::uint64_t>(mlp);
+  const std::uint64_t V = static_cast<std::uint64_t>(c.vocab);
+  const std::uint64_t L = static_cast<std::uint64_t>(c.layers);
+  const std::uint64_t scores = N * static_cast<std::uint64_t>(c.heads) *
+                               static_cast<std::uint64_t>(seq);  // batch * heads * seq * seq
+  // A block's: ln_1's output, mean and rstd, q k v, the attention's probabilities and output,
+  // the residual, ln_2's output, mean and rstd, the MLP's two hidden activations.
+  const std::uint64_t block = 7 * N * C + 2 * N * F + 4 * N + scores;
+  // Beside the blocks: the embedding's output, ln_f's output, mean and rstd, logits,
+  // probabilities and losses.
+  const std::uint64_t common = 2 * N * C + 3 * N + 2 * N * V;
+  ActivationBytes a;
+  // Every block keeps its output (the next one's input); a checkpointed block nothing else,
+  // and one block's worth is where the recomputation puts its activations.
+  a.kept = (common + L * N * C + (checkpointing ? block : L * block)) * element_bytes;
+  // Backward's buffers: the MLP's two hidden gradients, q k v's, the scores', four of C, the
+  // losses' and the logits'.
+  a.workspace = (2 * N * F + 3 * N * C + scores + 4 * N * C + N + N * V) * element_bytes;
+  return a;
+}
+
+double block_flops(const GptConfig& c, std::int64_t mlp, int batch, int seq) {
+  const double N = static_cast<double>(batch) * seq, C = c.channels;
+  return 2.0 * N * (4.0 * C * C + 2.0 * C * static_cast<double>(mlp)) + 2.0 * N * seq * C;
+}
+
+double forward_flops(const GptConfig& c, std::int64_t mlp, int batch, int seq) {
+  const double N = static_cast<double>(batch) * seq;
+  return c.layers * block_flops(c, mlp, batch, seq) + 2.0 * N * c.channels * c.vocab;
+}
+
 }  // namespace zero::gpt

@@ -3,6 +3,7 @@
 // shapes without the model or the engine.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -20,5 +21,22 @@ struct GptConfig {
   static GptConfig by_name(const std::string& name);
   std::int64_t parameters() const;  // with the tied embedding counted once
 };
+
+// The activations of one micro-batch of `batch` sequences of `seq` tokens, as the model keeps
+// them, for a GPT of these sizes and an MLP `mlp` wide (4 * channels here), in elements of
+// `element_bytes`: what is held from forward to backward (without checkpointing, or with every
+// block checkpointed) and backward's own buffers. Gpt::activation_cost() reports the same kept
+// bytes from its allocations; zero-mem uses this for shapes the model cannot build.
+struct ActivationBytes {
+  std::uint64_t kept = 0;
+  std::uint64_t workspace = 0;
+};
+ActivationBytes activation_bytes(const GptConfig& config, std::int64_t mlp, int batch, int seq,
+                                 bool checkpointing, std::size_t element_bytes);
+
+// Forward FLOPs of one micro-batch: matrix products and the attention scores and their use.
+double forward_flops(const GptConfig& config, std::int64_t mlp, int batch, int seq);
+// One block's share of it (what recomputing a checkpointed block costs).
+double block_flops(const GptConfig& config, std::int64_t mlp, int batch, int seq);
 
 }  // namespace zero::gpt

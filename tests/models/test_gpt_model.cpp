@@ -152,6 +152,12 @@ TEST_CASE("gpt model: activation checkpointing recomputes the same gradients and
     CHECK(all_cost.uncheckpointed_bytes == none_cost.uncheckpointed_bytes);
     CHECK(all_cost.recompute_flops == Approx(kSmall.layers * one_cost.recompute_flops));
     CHECK(all_cost.recompute_flops < all_cost.train_flops / 3);
+    // The formula zero-mem plans with (models/gpt/config.h) is what the model keeps.
+    const std::int64_t mlp = 4 * kSmall.channels;
+    CHECK(zero::gpt::activation_bytes(kSmall, mlp, kB, kT, false, 4).kept == none_cost.kept_bytes);
+    CHECK(zero::gpt::activation_bytes(kSmall, mlp, kB, kT, true, 4).kept == all_cost.kept_bytes);
+    CHECK(zero::gpt::block_flops(kSmall, mlp, kB, kT) == Approx(one_cost.recompute_flops));
+    CHECK(3 * zero::gpt::forward_flops(kSmall, mlp, kB, kT) == Approx(all_cost.train_flops));
   }
 }
 

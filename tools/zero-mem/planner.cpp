@@ -9,8 +9,12 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "models/gpt/config.h"
 
 namespace zero::mem {
+
+gpt::GptConfig gpt_config(const GptShape& s);
+
 namespace {
 
 double gb(double gbps) { return gbps * 1e9; }
@@ -36,12 +40,6 @@ bool has_key(const nlohmann::json& config, const std::string& dotted) {
     if (dot == std::string::npos) return true;
     start = dot + 1;
   }
-}
-
-// The FLOPs of one forward block (matrix products, attention scores and their use).
-double block_flops(const GptShape& s, double N, int seq) {
-  const double C = s.channels, F = static_cast<double>(s.mlp);
-  return 2.0 * N * (4.0 * C * C + 2.0 * C * F) + 2.0 * N * seq * C;
 }
 
 // The step's lower bound: each resource alone, at its rate, for what this row moves.
@@ -70,7 +68,9 @@ StepBound bound_step(const Request& request, const config::Config& config,
     const GptShape& s = *request.model.gpt;
     const double fwd = gpt_forward_flops(s, static_cast<int>(micro), request.seq);
     const double recompute =
-        checkpointing ? s.layers * block_flops(s, micro * request.seq, request.seq) : 0;
+        checkpointing ? s.layers * gpt::block_flops(gpt_config(s), s.mlp, static_cast<int>(micro),
+                                                      request.seq)
+                      : 0;
     b.flops = accum * (3.0 * fwd + recompute);
   } else {
     b.flops = accum * 6.0 * P * micro * request.seq;
@@ -171,35 +171,19 @@ std::uint64_t parse_bytes(const std::string& text) {
       text, unit));
 }
 
+gpt::GptConfig gpt_config(const GptShape& s) {
+  return {s.layers, s.heads, s.channels, s.positions, s.vocab};
+}
+
 double gpt_forward_flops(const GptShape& s, int batch, int seq) {
-  const double N = static_cast<double>(batch) * seq;
-  return s.layers * block_flops(s, N, seq) + 2.0 * N * s.channels * s.vocab;
+  return gpt::forward_flops(gpt_config(s), s.mlp, batch, seq);
 }
 
 Activations gpt_activations(const GptShape& s, int batch, int seq, bool checkpointing,
                             std::size_t element_bytes) {
-  const std::uint64_t N = static_cast<std::uint64_t>(batch) * seq;
-  const std::uint64_t C = static_cast<std::uint64_t>(s.channels);
-  const std::uint64_t F = static_cast<std::uint64_t>(s.mlp);
-  const std::uint64_t V = static_cast<std::uint64_t>(s.vocab);
-  const std::uint64_t L = static_cast<std::uint64_t>(s.layers);
-  const std::uint64_t scores = static_cast<std::uint64_t>(batch) * s.heads * seq * seq;
-  // A block's: ln_1's output, mean and rstd, q k v, the attention's probabilities and output,
-  // the residual, ln_2's output, mean and rstd, the MLP's two hidden activations.
-  const std::uint64_t block = 7 * N * C + 2 * N * F + 4 * N + scores;
-  // Beside the blocks: the embedding's output, ln_f's output, mean and rstd, logits,
-  // probabilities and losses.
-  const std::uint64_t common = 2 * N * C + 3 * N + 2 * N * V;
-  Activations a;
-  // Every block keeps its output (the next one's input); a checkpointed block nothing else,
-  // and one block's worth is where the recomputation puts them.
-  a.kept = common + L * N * C + (checkpointing ? block : L * block);
-  // Backward's buffers: the MLP's two hidden gradients, q k v's, the scores', four of C, the
-  // losses' and the logits'.
-  a.workspace = 2 * N * F + 3 * N * C + scores + 4 * N * C + N + N * V;
-  a.kept *= element_bytes;
-  a.workspace *= element_bytes;
-  return a;
+  const gpt::ActivationBytes bytes =
+      gpt::activation_bytes(gpt_config(s), s.mlp, batch, seq, checkpointing, element_bytes);
+  return {bytes.kept, bytes.workspace};
 }
 
 std::vector<Mode> modes_for(int stage, bool nvme) {
@@ -272,10 +256,9 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
 
 Plan plan_all(const Request& request) {
   Plan plan;
-  const Mode none{0, "none", nlohmann::json::object()};
   {
-    Mode stage0 = none;
-    stage0.keys["zero_optimization.stage"] = 0;
+    // The batch and precision, read from a config the engine accepts at any stage.
+    Mode stage0 = modes_for(0, false).front();
     const config::Config config = mode_config(request, stage0);
     plan.micro_batch = config.batch.micro_batch_per_gpu;
     plan.accumulation = config.batch.gradient_accumulation_steps;

@@ -366,6 +366,16 @@ int run(const TrainOptions& o) {
 
   const double elapsed = seconds_since(began);
   const std::vector<double> memory = gather_memory(engine, calls, rank, world);
+  // What this rank reserved per tier (every rank the same): what zero-mem predicts.
+  json reserved = json::object();
+  for (const auto& [tier, name] : {std::pair{ZERO_TIER_DEVICE, "device"},
+                                   std::pair{ZERO_TIER_PINNED, "pinned"},
+                                   std::pair{ZERO_TIER_HOST, "host"},
+                                   std::pair{ZERO_TIER_NVME, "nvme"}}) {
+    unsigned long long bytes = 0;
+    calls.check(zero_memory_reserved(engine, tier, &bytes), "zero_memory_reserved");
+    reserved[name] = bytes;
+  }
   const double mean_tokens_per_s = timed_steps > 0 ? tokens_per_s_sum / timed_steps : 0;
   if (report.active()) {
     report.say(fmt::format(
@@ -390,7 +400,8 @@ int run(const TrainOptions& o) {
                  {"parameters", model.parameters()},
                  {"activation_checkpointing", gpt_options.checkpoint_blocks},
                  {"activation_bytes", cost.kept_bytes},
-                 {"memory_peak_bytes", memory}};
+                 {"memory_peak_bytes", memory},
+                 {"memory_reserved_bytes", reserved}};
     report.metrics(summary);
   }
   gpt.reset();

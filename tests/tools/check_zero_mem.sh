@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# zero-mem end to end, one ctest test per case: check_zero_mem.sh ZERO_RUN ZERO_TRAIN ZERO_MEM
+# SOURCE_DIR WORK CASE.
+#   matches_zero_train  zero-mem --json's rows for the reference GPT on 2 ranks against what
+#                       zero-train measured on 2 ranks with the same config: reserved bytes
+#                       per tier, peak bytes per tier and kind, and the activations kept
+#                       (exits 77, skipped, without mpirun)
+#   deepspeed_estimate  DeepSpeed's formulas on round numbers
+#   errors              what zero-mem refuses, and how it says so
+set -euo pipefail
+
+zero_run=$1
+train=$2
+zmem=$3
+source_dir=$4
+work=$5
+case_name=$6
+rm -rf "$work"
+mkdir -p "$work"
+export ZERO_LOG_LEVEL=warn OMP_NUM_THREADS=1
+
+fail() {
+  echo "FAIL ($case_name): $*" >&2
+  exit 1
+}
+
+case $case_name in
+matches_zero_train)
+  command -v mpirun >/dev/null || [ -n "${ZERO_MPIRUN:-}" ] || { echo "SKIPPED: no mpirun"; exit 77; }
+  for mode in "2 none" "3 optimizer cpu" "3 params cpu"; do
+    stage=${mode%% *}
+    offload=${mode#* }
+    opt=none par=none
+    [ "$offload" = "optimizer cpu" ] && opt=cpu
+    [ "$offload" = "params cpu" ] && opt=cpu && par=cpu
+    # Nothing fetched ahead or kept, so that the stage-3 gathers' peak is exact too.
+    cat >"$work/config.json" <<JSON
+{
+  "train_micro_batch_size_per_gpu": 4,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "zero_optimization": {"stage": $stage, "reduce_bucket_size": 1e5, "allgather_bucket_size": 2e5,
+    "stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 0,
+    "stage3_max_reuse_distance": 0,
+    "offload_optimizer": {"device": "$opt", "pin_memory": true},
+    "offload_param": {"device": "$par", "pin_memory": true}}
+}
+JSON
+    "$zero_run" -n 2 -- "$train" --config "$work/config.json" --model tiny --seq 32 --steps 2 \
+      --data "$source_dir/data/fortunes.txt" --no-progress --metrics "$work/metrics.jsonl" \
+      >"$work/train.out" 2>&1 || { cat "$work/train.out"; fail "zero-train failed ($mode)"; }
+    "$zmem" --model tiny --seq 32 --gpus-per-node 2 --config "$work/config.json" \
+      --stage "$stage" --json >"$work/mem.json" || fail "zero-mem failed ($mode)"
+    python3 - "$work/metrics.jsonl" "$work/mem.json" "$offload" <<'PY' || fail "$mode: prediction differs"
+import json, sys
+summary = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+plan = json.load(open(sys.argv[2]))
+row = [r for r in plan["rows"] if r["offload"] == sys.argv[3]][0]
+tiers, kinds = ["device", "pinned", "host", "nvme"], ["param", "grad", "master", "moment", "buffer"]
+bad = []
+# Reserved: the arenas' capacities and the device scratch (CPU ranks have no host scratch).
+for tier in tiers:
+    want = sum(a["capacity"] for a in row["arenas"] if a["tier"] == tier)
+    want += row["scratch"]["device"] if tier == "device" else 0
+    got = summary["memory_reserved_bytes"][tier]
+    if got != want: bad.append(f"reserved {tier}: zero-train {got}, zero-mem {want}")
+# Peaks by tier and kind on rank 0 (the first 20 values).
+peaks = summary["memory_peak_bytes"]
+for t, tier in enumerate(tiers):
+    for k, kind in enumerate(kinds):
+        want = sum(a["kinds"].get(kind, {}).get("peak", 0) for a in row["arenas"] if a["tier"] == tier)
+        got = int(peaks[t * len(kinds) + k])
+        if got != want: bad.append(f"peak {tier} {kind}: zero-train {got}, zero-mem {want}")
+if summary["activation_bytes"] != plan["activations"]["kept"]:
+    bad.append(f"activations kept: zero-train {summary['activation_bytes']}, zero-mem {plan['activations']['kept']}")
+print("\n".join(bad) if bad else f"{sys.argv[3]}: zero-mem's prediction is what zero-train measured")
+sys.exit(1 if bad else 0)
+PY
+  done
+  ;;
+deepspeed_estimate)
+  # P = 1e9, L = 1e8 on 8 GPUs: ZeRO-3 without offload is 4L + 18P/8 per GPU; ZeRO-2 with the
+  # optimizer offloaded 2P per GPU and P * max(4 * 8, 16) * 1.5 per CPU.
+  "$zmem" --params 1e9 --largest-layer 1e8 --gpus-per-node 8 --deepspeed-estimate --json \
+    >"$work/mem.json"
+  python3 - "$work/mem.json" <<'PY' || fail "DeepSpeed's formulas"
+import json, sys
+ds = json.load(open(sys.argv[1]))["deepspeed_estimate"]
+def row(stage, param, opt, init):
+    return [r for r in ds if r["stage"] == stage and r["offload_param"] == param
+            and r["offload_optimizer"] == opt and r["zero_init"] == init][0]
+checks = [
+    (row(3, "none", "none", 1)["per_gpu"], 4 * 10**8 + 18 * 10**9 // 8),
+    (row(3, "none", "none", 1)["per_cpu"], int(4 * 10**8 * 8 * 1.5)),
+    (row(3, "cpu", "cpu", 1)["per_gpu"], 4 * 10**8),
+    (row(3, "cpu", "cpu", 0)["per_cpu"], int(10**9 * 32 * 1.5)),
+    (row(3, "none", "cpu", 1)["per_gpu"], 4 * 10**8 + 2 * 10**9 // 8),
+    (row(2, "", "cpu", -1)["per_gpu"], 2 * 10**9),
+    (row(2, "", "cpu", -1)["per_cpu"], int(10**9 * 32 * 1.5)),
+    (row(2, "", "none", -1)["per_gpu"], 4 * 10**9 + 16 * 10**9 // 8),
+]
+bad = [(got, want) for got, want in checks if got != want]
+print(bad or "DeepSpeed's rows as its formulas give them")
+sys.exit(1 if bad else 0)
+PY
+  ;;
+errors)
+  expect() {  # expect "what it must say" zero-mem args...
+    local want=$1
+    shift
+    local rc=0
+    "$zmem" "$@" >"$work/out" 2>&1 || rc=$?
+    [ "$rc" -ne 0 ] || fail "zero-mem $* succeeded"
+    grep -q -- "$want" "$work/out" || { cat "$work/out"; fail "zero-mem $* did not say '$want'"; }
+  }
+  expect "say what the model is" --gpus-per-node 8
+  expect "add --largest-layer" --params 7e10
+  expect "unknown unit" --model tiny --gpu-mem 80GiX
+  expect "expected 5" --arch 80,8192,64
+  expect "do not split over" --arch 2,10,3,50,16
+  expect "does not match --model" --model gpt2-124m --params 7e10
+  expect "is more than the model" --model tiny --seq 65
+  expect "give one of" --model tiny --arch 2,16,2,50,16
+  # A row the engine refuses says why instead of failing the whole plan.
+  "$zmem" --model tiny --gpus-per-node 2 --nvme 1TiB --stage 3 \
+    --set zero_optimization.offload_param.buffer_size=10 >"$work/out" 2>&1 || fail "refused row"
+  grep -q "refused:.*buffer_size" "$work/out" || { cat "$work/out"; fail "no refused row"; }
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
