@@ -275,14 +275,37 @@ Plan plan_all(const Request& request) {
     }
   }
   const bool nvme = request.hardware.nvme > 0;
+  // A row that does not fit on the GPU is shown with activation checkpointing (GPT-shaped
+  // models), which keeps a block's input instead of its activations.
+  auto plan_mode = [&](const Mode& mode) {
+    Row row = plan_row(request, mode, request.checkpointing);
+    if (row.error.empty() && !row.fits_gpu && !request.checkpointing && request.model.gpt) {
+      row = plan_row(request, mode, true);
+    }
+    return row;
+  };
+  // Parameters on NVMe are read through buffers of offload_param.buffer_size elements: at
+  // least the largest shard.
+  std::uint64_t largest_shard = 0;
+  for (const engine::ParamSpec& p : request.model.registry.params()) {
+    const auto world = static_cast<std::uint64_t>(request.hardware.world());
+    largest_shard = std::max<std::uint64_t>(largest_shard, (p.numel + world - 1) / world);
+  }
   for (int stage : request.stages) {
     for (Mode mode : modes_for(stage, nvme)) {
+      if (mode.name == "params nvme") {
+        const config::Config config = mode_config(request, modes_for(0, false).front());
+        const auto buffer_size = static_cast<std::uint64_t>(config.zero.offload_param.buffer_size);
+        if (largest_shard > buffer_size) {
+          mode.keys["zero_optimization.offload_param.buffer_size"] = largest_shard;
+        }
+      }
       if (mode.name == "optimizer split") {
         // max_in_cpu: the optimizer state the host memory left over by the all-NVMe plan
         // holds, per rank; shown only when that is some but not all of it.
         Mode all_nvme = mode;
         all_nvme.keys["zero_optimization.offload_optimizer.max_in_cpu"] = 0;
-        const Row base = plan_row(request, all_nvme, request.checkpointing);
+        const Row base = plan_mode(all_nvme);
         if (!base.error.empty()) continue;
         const std::uint64_t used = base.pinned_node + base.host_node;
         if (used >= request.hardware.cpu_mem) continue;
@@ -294,7 +317,7 @@ Plan plan_all(const Request& request) {
                                        static_cast<std::uint64_t>(request.hardware.gpus_per_node) /
                                        per_element;
         mode.keys["zero_optimization.offload_optimizer.max_in_cpu"] = elements;
-        Row row = plan_row(request, mode, request.checkpointing);
+        Row row = plan_mode(mode);
         if (!row.error.empty() || !row.plan.nvme.made() || row.plan.nvme.held_total() == 0 ||
             row.plan.nvme.held_total() == base.plan.nvme.held_total()) {
           continue;
@@ -302,13 +325,7 @@ Plan plan_all(const Request& request) {
         plan.rows.push_back(std::move(row));
         continue;
       }
-      Row row = plan_row(request, mode, request.checkpointing);
-      // Activation checkpointing when only the activations keep it off the GPU.
-      if (row.error.empty() && !row.fits_gpu && !request.checkpointing && request.model.gpt) {
-        Row with = plan_row(request, mode, true);
-        if (with.fits_gpu) row = std::move(with);
-      }
-      plan.rows.push_back(std::move(row));
+      plan.rows.push_back(plan_mode(mode));
     }
   }
   for (std::size_t r = 0; r < plan.rows.size(); ++r) {
