@@ -93,7 +93,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$results"
-export CUDA_VISIBLE_DEVICES=$gpu ZERO_LOG_LEVEL=${ZERO_LOG_LEVEL:-warn}
+export CUDA_VISIBLE_DEVICES=$gpu ZERO_LOG_LEVEL=${ZERO_LOG_LEVEL:-warn} PYTHONDONTWRITEBYTECODE=1
 
 # The records of earlier calls for other models (and other dtypes) stay.
 : >"$work/kept.jsonl"
