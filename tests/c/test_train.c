@@ -147,7 +147,8 @@ int main(void) {
     }
   }
   {
-    /* What was reserved holds at least what is live, and a bad tier or NULL is refused. */
+    /* What was reserved holds at least what is live, and NULL is refused. (A tier outside the
+     * enum is refused too, but passing one is undefined in the C++ behind the call.) */
     unsigned long long reserved = 0, live = 0, total = 0;
     int kind;
     for (kind = ZERO_KIND_PARAM; kind <= ZERO_KIND_BUFFER; ++kind) {
@@ -164,9 +165,8 @@ int main(void) {
       fprintf(stderr, "nvme reserved %llu without offload\n", reserved);
       return 1;
     }
-    if (zero_memory_reserved(engine, (zero_tier)7, &reserved) != ZERO_ERROR_USAGE ||
-        zero_memory_reserved(engine, ZERO_TIER_HOST, NULL) != ZERO_ERROR_USAGE) {
-      fprintf(stderr, "zero_memory_reserved accepted a bad tier or NULL\n");
+    if (zero_memory_reserved(engine, ZERO_TIER_HOST, NULL) != ZERO_ERROR_USAGE) {
+      fprintf(stderr, "zero_memory_reserved accepted NULL\n");
       return 1;
     }
   }
