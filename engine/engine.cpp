@@ -45,7 +45,7 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
   if ((offload || param_offload) && device->type() != DeviceType::cpu) {
     // The owned state is in pinned memory, where the CPU computes on it.
     host = create_cpu_device();
-    host_scalars = static_cast<float*>(host->reserve(Tier::host, 4096));
+    host_scalars = static_cast<float*>(host->reserve(Tier::host, kScratchBytes));
   }
   if (config.precision == config::Precision::fp16) scaler = LossScaler::from_config(config.fp16);
 }
@@ -85,8 +85,8 @@ Engine::Impl::~Impl() {
       log::warn("engine: an outstanding parameter gather failed at shutdown: {}", error.what());
     }
   }
-  if (scalars != nullptr) device->unreserve(Tier::device, scalars, 4096);
-  if (host_scalars != nullptr) host->unreserve(Tier::host, host_scalars, 4096);
+  if (scalars != nullptr) device->unreserve(Tier::device, scalars, kScratchBytes);
+  if (host_scalars != nullptr) host->unreserve(Tier::host, host_scalars, kScratchBytes);
 }
 
 void Engine::Impl::require_initialized(const char* call) const {
@@ -207,7 +207,7 @@ Engine::Engine(config::Config config, std::unique_ptr<Device> device,
                std::unique_ptr<Communicator> comm, EngineOptions options)
     : impl_(std::make_unique<Impl>(std::move(config), std::move(device), std::move(comm),
                                    options)) {
-  impl_->scalars = static_cast<float*>(impl_->device->reserve(Tier::device, 4096));
+  impl_->scalars = static_cast<float*>(impl_->device->reserve(Tier::device, kScratchBytes));
 }
 
 Engine::~Engine() = default;
@@ -591,8 +591,8 @@ std::size_t Engine::reserved_bytes(Tier tier) const {
   for (const Arena* arena : impl_->arenas()) {
     if (arena != nullptr && arena->tier() == tier) bytes += arena->capacity();
   }
-  if (tier == Tier::device && impl_->scalars != nullptr) bytes += 4096;
-  if (tier == Tier::host && impl_->host_scalars != nullptr) bytes += 4096;
+  if (tier == Tier::device && impl_->scalars != nullptr) bytes += kScratchBytes;
+  if (tier == Tier::host && impl_->host_scalars != nullptr) bytes += kScratchBytes;
   return bytes;
 }
 

@@ -282,7 +282,7 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
   plan.gather_bytes = largest_gather * static_cast<std::size_t>(world) * csize;
   plan.reduce_staging_bytes = m.offload ? largest_bucket * dtype_size(m.wire) : 0;
   plan.param_staging_bytes = m.offload || m.param_nvme ? largest_group * csize : 0;
-  if (gpu && (m.offload || m.param_offload)) plan.host_scratch_bytes = 4096;
+  if (gpu && (m.offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
 
   // The owned state (masters, gradient shard, moments; with NVMe only the resident part of the
   // masters and moments), in the state arena or with offload in its own.

@@ -22,6 +22,10 @@ namespace zero::engine {
 
 inline constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
+// The engine's scalar scratch (the norm, the overflow flag, agreement words): one reservation
+// of this many bytes on the device, and on the host beside a GPU with offload.
+inline constexpr std::size_t kScratchBytes = 4096;
+
 // How the config places the model state.
 struct StateModes {
   int stage = 0;
@@ -123,7 +127,7 @@ struct MemoryPlan {
   ArenaPlan nvme;        // optimizer swap file
   ArenaPlan param_nvme;  // parameter swap file
   // Outside the arenas: the device's scalar scratch, and with offload beside a GPU the host's.
-  std::size_t device_scratch_bytes = 4096;
+  std::size_t device_scratch_bytes = kScratchBytes;
   std::size_t host_scratch_bytes = 0;
 
   std::array<const ArenaPlan*, 7> arenas() const noexcept;
