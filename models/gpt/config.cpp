@@ -15,12 +15,14 @@ GptConfig GptConfig::by_name(const std::string& name) {
                               "': use tiny, gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b");
 }
 
-std::int64_t GptConfig::parameters() const {
-  const std::int64_t C = channels;
-  const std::int64_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
-                             4 * C * C + C;
-  return static_cast<std::int64_t>(vocab) * C + static_cast<std::int64_t>(max_seq) * C +
-         layers * block + 2 * C;
+std::int64_t GptConfig::parameters() const { return gpt::parameters(*this, 4 * std::int64_t{channels}); }
+
+std::int64_t parameters(const GptConfig& c, std::int64_t mlp) {
+  const std::int64_t C = c.channels, F = mlp;
+  // ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj: weights and biases.
+  const std::int64_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C;
+  return static_cast<std::int64_t>(c.vocab) * C + static_cast<std::int64_t>(c.max_seq) * C +
+         c.layers * block + 2 * C;
 }
 
 ActivationBytes activation_bytes(const GptConfig& c, std::int64_t mlp, int batch, int seq,

@@ -19,8 +19,11 @@ struct GptConfig {
   // tiny (for tests and the demo: 4 layers, 4 heads, 128 channels, 64 positions, 256 bytes),
   // gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b. Throws std::invalid_argument for another name.
   static GptConfig by_name(const std::string& name);
-  std::int64_t parameters() const;  // with the tied embedding counted once
+  std::int64_t parameters() const;  // with the tied embedding counted once (MLP 4 * channels)
 };
+
+// Parameters of a GPT of these sizes whose MLP is `mlp` wide, the tied embedding once.
+std::int64_t parameters(const GptConfig& config, std::int64_t mlp);
 
 // The activations of one micro-batch of `batch` sequences of `seq` tokens, as the model keeps
 // them, for a GPT of these sizes and an MLP `mlp` wide (4 * channels here), in elements of
@@ -30,6 +33,7 @@ struct GptConfig {
 struct ActivationBytes {
   std::uint64_t kept = 0;
   std::uint64_t workspace = 0;
+  std::uint64_t total() const noexcept { return kept + workspace; }
 };
 ActivationBytes activation_bytes(const GptConfig& config, std::int64_t mlp, int batch, int seq,
                                  bool checkpointing, std::size_t element_bytes);

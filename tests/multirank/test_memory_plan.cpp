@@ -97,9 +97,9 @@ TEST_CASE("zero-mem: every arena's capacity and peak are the engine's own", "[en
     mem::ModelShape shape;
   };
   std::vector<Model> models;
-  models.push_back({"GPT 2 layers, 48 channels", mem::gpt_model({2, 48, 4, 61, 16, 192}, 0.1)});
+  models.push_back({"GPT 2 layers, 48 channels", mem::gpt_model({{2, 4, 48, 16, 61}, 192}, 0.1)});
   models.push_back({"GPT 3 layers, 40 channels, MLP 100",
-                    mem::gpt_model({3, 40, 5, 37, 9, 100}, 0.1)});
+                    mem::gpt_model({{3, 5, 40, 9, 37}, 100}, 0.1)});
   mem::ModelArgs stack;
   stack.params = 50001;
   stack.largest_layer = 7000;

@@ -3,7 +3,6 @@
 // so exact for our engine), the activations of GPT-shaped models, whether it fits, a lower
 // bound on the step time, and the fastest that fits with the config keys to set.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -11,7 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/bytes.h"
 #include "base/error.h"
+#include "engine/config/json_text.h"
 #include "tools/zero-mem/planner.h"
 #include "tools/zero-mem/report.h"
 
@@ -97,41 +98,31 @@ int main(int argc, char** argv) {
 
   try {
     zero::mem::Request request;
-    hw.gpu_mem = zero::mem::parse_bytes(gpu_mem);
-    hw.cpu_mem = zero::mem::parse_bytes(cpu_mem);
-    hw.nvme = nvme.empty() ? 0 : zero::mem::parse_bytes(nvme);
-    hw.gpu_overhead = zero::mem::parse_bytes(overhead);
+    hw.gpu_mem = zero::parse_bytes(gpu_mem, "--gpu-mem");
+    hw.cpu_mem = zero::parse_bytes(cpu_mem, "--cpu-mem");
+    hw.nvme = nvme.empty() ? 0 : zero::parse_bytes(nvme, "--nvme");
+    hw.gpu_overhead = zero::parse_bytes(overhead, "--gpu-overhead");
     if (hw.gpus_per_node < 1 || hw.nodes < 1) {
       throw std::invalid_argument("--gpus-per-node and --nodes must be at least 1");
     }
     request.hardware = hw;
-    if (config_path.empty()) {
-      request.config = json::parse(kDefaultConfig);
-    } else {
-      std::ifstream in(config_path);
-      if (!in) throw std::invalid_argument("--config: cannot read " + config_path);
-      request.config = json::parse(in, nullptr, true, /*ignore_comments=*/true);
-    }
+    request.config = config_path.empty()
+                         ? zero::config::parse_json_text(kDefaultConfig, "zero-mem's default config")
+                         : zero::config::read_json_file(config_path);
     for (const std::string& assignment : sets) {
-      const zero::config::Override o = zero::config::parse_override(assignment);
-      json* node = &request.config;
-      std::size_t start = 0;
-      for (std::size_t dot; (dot = o.path.find('.', start)) != std::string::npos; start = dot + 1) {
-        node = &(*node)[o.path.substr(start, dot - start)];
-      }
-      (*node)[o.path.substr(start)] = o.value;
+      request.overrides.push_back(zero::config::parse_override(assignment));
     }
-    if (request.config.contains("optimizer") && request.config["optimizer"].contains("params")) {
-      model_args.weight_decay =
-          request.config["optimizer"]["params"].value("weight_decay", 0.0);
-    }
+    // The registry's default group carries the optimizer's weight decay, as the engine's does.
+    model_args.weight_decay =
+        zero::mem::mode_config(request, zero::mem::modes_for(0, false).front())
+            .optimizer.weight_decay;
     request.model = zero::mem::build_model(model_args);
-    request.seq = seq > 0 ? seq : request.model.gpt ? request.model.gpt->positions : 2048;
-    if (request.model.gpt && request.seq > request.model.gpt->positions) {
+    request.seq = seq > 0 ? seq : request.model.gpt ? request.model.gpt->config.max_seq : 2048;
+    if (request.model.gpt && request.seq > request.model.gpt->config.max_seq) {
       throw std::invalid_argument(fmt::format("--seq {} is more than the model's {} positions",
-                                              request.seq, request.model.gpt->positions));
+                                              request.seq, request.model.gpt->config.max_seq));
     }
-    request.checkpointing = checkpointing || request.config.contains("activation_checkpointing");
+    request.checkpointing = checkpointing || zero::mem::given(request, "activation_checkpointing");
     if (!stages.empty()) request.stages = stages;
     for (int s : request.stages) {
       if (s < 0 || s > 3) throw std::invalid_argument(fmt::format("--stage {}: 0 to 3", s));

@@ -13,12 +13,6 @@
 namespace zero::mem {
 namespace {
 
-std::uint64_t block_parameters(std::int64_t C, std::int64_t F) {
-  // ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj: weights and biases.
-  return static_cast<std::uint64_t>(2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F +
-                                    C * F + C);
-}
-
 std::vector<std::int64_t> parse_arch(const std::string& text) {
   std::vector<std::int64_t> values;
   std::stringstream in(text);
@@ -48,24 +42,20 @@ std::vector<std::int64_t> parse_arch(const std::string& text) {
 
 }  // namespace
 
-std::uint64_t gpt_parameters(const GptShape& s) {
-  const std::int64_t C = s.channels;
-  return static_cast<std::uint64_t>(s.vocab) * C + static_cast<std::uint64_t>(s.positions) * C +
-         static_cast<std::uint64_t>(s.layers) * block_parameters(C, s.mlp) + 2 * C;
-}
-
 ModelShape gpt_model(const GptShape& s, double weight_decay) {
-  ModelShape model{engine::Registry(weight_decay), s, gpt_parameters(s), 0, {}};
+  const gpt::GptConfig& c = s.config;
+  ModelShape model{engine::Registry(weight_decay), s,
+                   static_cast<std::uint64_t>(gpt::parameters(c, s.mlp)), 0, {}};
   engine::Registry& r = model.registry;
   const std::size_t no_decay = r.add_group("no_decay", 0.0, 1.0);
   const std::size_t embed = r.add_module("embed");
   std::vector<std::size_t> blocks;
-  for (int l = 0; l < s.layers; ++l) blocks.push_back(r.add_module(fmt::format("h.{}", l)));
+  for (int l = 0; l < c.layers; ++l) blocks.push_back(r.add_module(fmt::format("h.{}", l)));
   const std::size_t head = r.add_module("head");
-  const std::int64_t C = s.channels, F = s.mlp;
-  r.add_param("wte.weight", {s.vocab, C}, true, 0, {embed, head});
-  r.add_param("wpe.weight", {s.positions, C}, true, 0, {embed});
-  for (int l = 0; l < s.layers; ++l) {
+  const std::int64_t C = c.channels, F = s.mlp;
+  r.add_param("wte.weight", {c.vocab, C}, true, 0, {embed, head});
+  r.add_param("wpe.weight", {c.max_seq, C}, true, 0, {embed});
+  for (int l = 0; l < c.layers; ++l) {
     const std::string h = fmt::format("h.{}.", l);
     const std::vector<std::size_t> m{blocks[static_cast<std::size_t>(l)]};
     r.add_param(h + "ln_1.weight", {C}, true, no_decay, m);
@@ -89,8 +79,8 @@ ModelShape gpt_model(const GptShape& s, double weight_decay) {
     model.largest_layer = std::max(model.largest_layer, n);
   }
   model.description = fmt::format(
-      "GPT: {} layers, {} channels, {} heads, MLP {}, vocabulary {}, {} positions", s.layers,
-      s.channels, s.heads, s.mlp, s.vocab, s.positions);
+      "GPT: {} layers, {} channels, {} heads, MLP {}, vocabulary {}, {} positions", c.layers,
+      c.channels, c.heads, s.mlp, c.vocab, c.max_seq);
   return model;
 }
 
@@ -106,7 +96,7 @@ ModelShape build_model(const ModelArgs& args) {
     } catch (const std::invalid_argument& error) {
       throw std::invalid_argument(std::string("--model: ") + error.what());
     }
-    GptShape s{c.layers, c.channels, c.heads, c.vocab, c.max_seq, 4 * std::int64_t{c.channels}};
+    const GptShape s{c, 4 * std::int64_t{c.channels}};
     ModelShape model = gpt_model(s, args.weight_decay);
     if (args.params > 0 && std::fabs(args.params - static_cast<double>(model.params)) >
                                0.01 * static_cast<double>(model.params)) {
@@ -119,19 +109,19 @@ ModelShape build_model(const ModelArgs& args) {
   }
   if (!args.arch.empty()) {
     const auto v = parse_arch(args.arch);
-    GptShape s{static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]),
-               static_cast<int>(v[3]), static_cast<int>(v[4]), 4 * v[1]};
-    if (s.channels % s.heads != 0) {
+    GptShape s{{static_cast<int>(v[0]), static_cast<int>(v[2]), static_cast<int>(v[1]),
+                static_cast<int>(v[4]), static_cast<int>(v[3])},
+               4 * v[1]};
+    if (s.config.channels % s.config.heads != 0) {
       throw std::invalid_argument(fmt::format("--arch: {} channels do not split over {} heads",
-                                              s.channels, s.heads));
+                                              s.config.channels, s.config.heads));
     }
     if (args.params > 0) {
       // The MLP's width that brings the count to --params (GPT-2's 4C, or e.g. a SwiGLU MLP's
       // three matrices folded into two of the same total).
-      const double C = s.channels;
-      const double fixed = static_cast<double>(s.vocab) * C + s.positions * C + 2 * C +
-                           s.layers * (4 * C * C + 9 * C);
-      const double per_width = s.layers * (2 * C + 1);
+      // The count is linear in the width: what the rest holds, and what each unit adds.
+      const auto fixed = static_cast<double>(gpt::parameters(s.config, 0));
+      const auto per_width = static_cast<double>(gpt::parameters(s.config, 1)) - fixed;
       s.mlp = std::llround((args.params - fixed) / per_width);
       if (s.mlp < 1) {
         throw std::invalid_argument(fmt::format(

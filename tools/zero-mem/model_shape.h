@@ -17,16 +17,14 @@
 #include <string>
 
 #include "engine/registry.h"
+#include "models/gpt/config.h"
 
 namespace zero::mem {
 
+// The reference GPT's sizes with the MLP's hidden width free (4 * channels in GPT-2).
 struct GptShape {
-  int layers = 0;
-  int channels = 0;
-  int heads = 0;
-  int vocab = 0;
-  int positions = 0;
-  std::int64_t mlp = 0;  // the MLP's hidden width (4 * channels in GPT-2)
+  gpt::GptConfig config;
+  std::int64_t mlp = 0;
 };
 
 struct ModelShape {
@@ -51,8 +49,5 @@ ModelShape build_model(const ModelArgs& args);
 // Registers a GPT exactly as models/gpt does: groups default and no_decay, modules embed,
 // h.<i> and head, and each block's twelve parameters with Hugging Face's names.
 ModelShape gpt_model(const GptShape& shape, double weight_decay);
-
-// Parameters of a GPT of that shape.
-std::uint64_t gpt_parameters(const GptShape& shape);
 
 }  // namespace zero::mem

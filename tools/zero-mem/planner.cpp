@@ -13,8 +13,6 @@
 
 namespace zero::mem {
 
-gpt::GptConfig gpt_config(const GptShape& s);
-
 namespace {
 
 double gb(double gbps) { return gbps * 1e9; }
@@ -23,14 +21,15 @@ config::ReadOptions read_options(const Request& request, const Mode& mode) {
   config::ReadOptions read;
   read.world_size = request.hardware.world();
   read.source = "zero-mem";
+  read.overrides = request.overrides;
   for (auto it = mode.keys.begin(); it != mode.keys.end(); ++it) {
     read.overrides.push_back({it.key(), it.value()});
   }
   return read;
 }
 
-bool has_key(const nlohmann::json& config, const std::string& dotted) {
-  const nlohmann::json* node = &config;
+bool has_key(const config::json& config, const std::string& dotted) {
+  const config::json* node = &config;
   std::size_t start = 0;
   while (true) {
     const std::size_t dot = dotted.find('.', start);
@@ -66,10 +65,10 @@ StepBound bound_step(const Request& request, const config::Config& config,
   StepBound b;
   if (request.model.gpt) {
     const GptShape& s = *request.model.gpt;
-    const double fwd = gpt_forward_flops(s, static_cast<int>(micro), request.seq);
+    const int batch = static_cast<int>(micro);
+    const double fwd = gpt::forward_flops(s.config, s.mlp, batch, request.seq);
     const double recompute =
-        checkpointing ? s.layers * gpt::block_flops(gpt_config(s), s.mlp, static_cast<int>(micro),
-                                                      request.seq)
+        checkpointing ? s.config.layers * gpt::block_flops(s.config, s.mlp, batch, request.seq)
                       : 0;
     b.flops = accum * (3.0 * fwd + recompute);
   } else {
@@ -145,47 +144,6 @@ StepBound bound_step(const Request& request, const config::Config& config,
 
 }  // namespace
 
-std::uint64_t parse_bytes(const std::string& text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  std::string unit = text.substr(used);
-  if (used == 0 || value < 0) {
-    throw std::invalid_argument(fmt::format(
-        "'{}' is not a size; write e.g. 80GiB, 1.5TB, 512MiB or a number of bytes", text));
-  }
-  static const std::pair<const char*, double> units[] = {
-      {"", 1},          {"B", 1},          {"K", 1e3},         {"KB", 1e3},
-      {"KiB", 1024.0},  {"M", 1e6},        {"MB", 1e6},        {"MiB", 1048576.0},
-      {"G", 1e9},       {"GB", 1e9},       {"GiB", 1073741824.0}, {"T", 1e12},
-      {"TB", 1e12},     {"TiB", 1099511627776.0}};
-  for (const auto& [name, scale] : units) {
-    if (unit == name) return static_cast<std::uint64_t>(std::llround(value * scale));
-  }
-  throw std::invalid_argument(fmt::format(
-      "'{}': unknown unit '{}'; use B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB",
-      text, unit));
-}
-
-gpt::GptConfig gpt_config(const GptShape& s) {
-  return {s.layers, s.heads, s.channels, s.positions, s.vocab};
-}
-
-double gpt_forward_flops(const GptShape& s, int batch, int seq) {
-  return gpt::forward_flops(gpt_config(s), s.mlp, batch, seq);
-}
-
-Activations gpt_activations(const GptShape& s, int batch, int seq, bool checkpointing,
-                            std::size_t element_bytes) {
-  const gpt::ActivationBytes bytes =
-      gpt::activation_bytes(gpt_config(s), s.mlp, batch, seq, checkpointing, element_bytes);
-  return {bytes.kept, bytes.workspace};
-}
-
 std::vector<Mode> modes_for(int stage, bool nvme) {
   using nlohmann::json;
   const std::string opt = "zero_optimization.offload_optimizer.device";
@@ -212,12 +170,20 @@ std::vector<Mode> modes_for(int stage, bool nvme) {
   return modes;
 }
 
+bool given(const Request& request, const std::string& dotted) {
+  if (has_key(request.config, dotted)) return true;
+  for (const config::Override& o : request.overrides) {
+    if (o.path == dotted || o.path.rfind(dotted + ".", 0) == 0) return true;
+  }
+  return false;
+}
+
 config::Config mode_config(const Request& request, const Mode& mode) {
   Mode with = mode;
   // NVMe needs a path; the plan does not touch it.
   for (const char* section : {"offload_optimizer", "offload_param"}) {
     const std::string key = fmt::format("zero_optimization.{}.nvme_path", section);
-    if (!has_key(request.config, key)) with.keys[key] = "/local_nvme";
+    if (!given(request, key)) with.keys[key] = "/local_nvme";
   }
   return config::read_config(request.config, read_options(request, with));
 }
@@ -233,11 +199,11 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
     row.plan = engine::plan_memory(request.model.registry, config, layout, /*gpu=*/true);
     row.device_state = row.plan.reserved(Tier::device);
     if (request.model.gpt) {
-      row.activations = gpt_activations(*request.model.gpt,
-                                        static_cast<int>(config.batch.micro_batch_per_gpu),
-                                        request.seq, checkpointing,
-                                        dtype_size(config.compute_dtype()))
-                            .total();
+      const GptShape& s = *request.model.gpt;
+      row.activations =
+          gpt::activation_bytes(s.config, s.mlp, static_cast<int>(config.batch.micro_batch_per_gpu),
+                                request.seq, checkpointing, dtype_size(config.compute_dtype()))
+              .total();
     }
     row.device_total = row.device_state + row.activations + hw.gpu_overhead;
     const std::uint64_t g = static_cast<std::uint64_t>(hw.gpus_per_node);
@@ -256,23 +222,19 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
 
 Plan plan_all(const Request& request) {
   Plan plan;
-  {
-    // The batch and precision, read from a config the engine accepts at any stage.
-    Mode stage0 = modes_for(0, false).front();
-    const config::Config config = mode_config(request, stage0);
-    plan.micro_batch = config.batch.micro_batch_per_gpu;
-    plan.accumulation = config.batch.gradient_accumulation_steps;
-    plan.precision = config.precision == config::Precision::bf16   ? "bf16"
-                     : config.precision == config::Precision::fp16 ? "fp16"
-                                                                   : "fp32";
-    plan.seq = request.seq;
-    if (request.model.gpt) {
-      const std::size_t e = dtype_size(config.compute_dtype());
-      const int batch = static_cast<int>(plan.micro_batch);
-      plan.activations = gpt_activations(*request.model.gpt, batch, request.seq, false, e);
-      plan.checkpointed_activations =
-          gpt_activations(*request.model.gpt, batch, request.seq, true, e);
-    }
+  // The batch, precision and buffer sizes, from the config as the engine accepts it at any stage.
+  const config::Config probe = mode_config(request, modes_for(0, false).front());
+  plan.micro_batch = probe.batch.micro_batch_per_gpu;
+  plan.accumulation = probe.batch.gradient_accumulation_steps;
+  plan.precision = config::precision_name(probe.precision);
+  plan.seq = request.seq;
+  if (request.model.gpt) {
+    const GptShape& s = *request.model.gpt;
+    const std::size_t e = dtype_size(probe.compute_dtype());
+    const int batch = static_cast<int>(plan.micro_batch);
+    plan.activations = gpt::activation_bytes(s.config, s.mlp, batch, request.seq, false, e);
+    plan.checkpointed_activations =
+        gpt::activation_bytes(s.config, s.mlp, batch, request.seq, true, e);
   }
   const bool nvme = request.hardware.nvme > 0;
   // A row that does not fit on the GPU is shown with activation checkpointing (GPT-shaped
@@ -288,14 +250,13 @@ Plan plan_all(const Request& request) {
   // least the largest shard.
   std::uint64_t largest_shard = 0;
   for (const engine::ParamSpec& p : request.model.registry.params()) {
-    const auto world = static_cast<std::uint64_t>(request.hardware.world());
-    largest_shard = std::max<std::uint64_t>(largest_shard, (p.numel + world - 1) / world);
+    largest_shard = std::max<std::uint64_t>(
+        largest_shard, engine::shard_shape(p.numel, request.hardware.world()).shard);
   }
   for (int stage : request.stages) {
     for (Mode mode : modes_for(stage, nvme)) {
       if (mode.name == "params nvme") {
-        const config::Config config = mode_config(request, modes_for(0, false).front());
-        const auto buffer_size = static_cast<std::uint64_t>(config.zero.offload_param.buffer_size);
+        const auto buffer_size = static_cast<std::uint64_t>(probe.zero.offload_param.buffer_size);
         if (largest_shard > buffer_size) {
           mode.keys["zero_optimization.offload_param.buffer_size"] = largest_shard;
         }

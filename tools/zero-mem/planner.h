@@ -54,12 +54,6 @@ struct StepBound {
   std::uint64_t pcie_bytes = 0, nvme_bytes = 0, network_bytes = 0;  // per GPU / node / GPU
 };
 
-struct Activations {
-  std::uint64_t kept = 0;         // held from forward to backward
-  std::uint64_t workspace = 0;    // backward's buffers
-  std::uint64_t total() const noexcept { return kept + workspace; }
-};
-
 struct Row {
   Mode mode;
   bool checkpointing = false;  // activation checkpointing of every block
@@ -77,7 +71,8 @@ struct Row {
 struct Request {
   ModelShape model;
   Hardware hardware;
-  nlohmann::json config;           // the user's config (or the default), before each mode's keys
+  config::json config;             // the user's config (or the default)
+  std::vector<config::Override> overrides;  // --set, applied over it before each mode's keys
   int seq = 0;                     // tokens per sequence (GPT: the positions unless given)
   bool checkpointing = false;      // the config or the flag asks for it on every row
   std::vector<int> stages{0, 1, 2, 3};
@@ -91,13 +86,16 @@ struct Plan {
   int seq = 0;
   std::string precision;       // fp32, bf16, fp16
   // GPT-shaped models: per GPU per micro-batch, without and with checkpointing every block.
-  std::optional<Activations> activations, checkpointed_activations;
+  std::optional<gpt::ActivationBytes> activations, checkpointed_activations;
 };
 
 // The stages' modes: "none" at every stage; from stage 1 the optimizer on the CPU, on NVMe,
 // and split between memory and NVMe (max_in_cpu filling the host memory left); at stage 3 the
 // parameters too, on the CPU and on NVMe (with the optimizer beside them).
 std::vector<Mode> modes_for(int stage, bool nvme);
+
+// Whether the request's config or its overrides give `dotted` (a key or a section).
+bool given(const Request& request, const std::string& dotted);
 
 // The request's config with the mode's keys, read as the engine would for the world. Throws
 // the config's Error when the engine would refuse it.
@@ -106,18 +104,8 @@ config::Config mode_config(const Request& request, const Mode& mode);
 // One row: the engine's plan for rank 0, the activations, the fit and the step bound.
 Row plan_row(const Request& request, const Mode& mode, bool checkpointing);
 
-// Every stage and mode of the request; rows that do not fit on the GPU only for their
-// activations are planned again with activation checkpointing (GPT-shaped models).
+// Every stage and mode of the request; a row that does not fit on the GPU is planned again
+// with activation checkpointing (GPT-shaped models) and shown so.
 Plan plan_all(const Request& request);
-
-// A GPT's activations per micro-batch of `batch` sequences of `seq` tokens, as models/gpt keeps
-// them, in elements of `element_bytes`.
-Activations gpt_activations(const GptShape& shape, int batch, int seq, bool checkpointing,
-                            std::size_t element_bytes);
-// Its forward FLOPs for one micro-batch (matrix products and attention scores).
-double gpt_forward_flops(const GptShape& shape, int batch, int seq);
-
-// "80GiB", "1.5TB", "512MiB", "4096": bytes. Throws std::invalid_argument.
-std::uint64_t parse_bytes(const std::string& text);
 
 }  // namespace zero::mem

@@ -50,7 +50,7 @@ json row_keys(const Row& row, const Request& request) {
   // zero-train checkpoints when the config has the section; number_checkpoints says how many
   // blocks.
   if (row.checkpointing && request.model.gpt) {
-    keys["activation_checkpointing.number_checkpoints"] = request.model.gpt->layers;
+    keys["activation_checkpointing.number_checkpoints"] = request.model.gpt->config.layers;
   }
   return keys;
 }
@@ -63,8 +63,9 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
                   {"largest_layer", request.model.largest_layer}};
   if (request.model.gpt) {
     const GptShape& s = *request.model.gpt;
-    out["model"]["gpt"] = {{"layers", s.layers}, {"channels", s.channels}, {"heads", s.heads},
-                           {"vocab", s.vocab},   {"positions", s.positions}, {"mlp", s.mlp}};
+    out["model"]["gpt"] = {{"layers", s.config.layers}, {"channels", s.config.channels},
+                           {"heads", s.config.heads},   {"vocab", s.config.vocab},
+                           {"positions", s.config.max_seq}, {"mlp", s.mlp}};
   }
   out["hardware"] = {{"gpus_per_node", hw.gpus_per_node}, {"nodes", hw.nodes},
                      {"gpu_mem", hw.gpu_mem},             {"cpu_mem", hw.cpu_mem},
