@@ -2,6 +2,7 @@
 #   make test   install what is missing, configure, build everything, run every test (ctest)
 #   make demo   install what is missing, build zero-train alone (no CUDA, no tests) in build-demo,
 #               and train the reference GPT on 2 ranks (scripts/demo.sh)
+#   make gpu-bundle / make gpu-check   the GPU verification: build the bundle here, run it there
 # Knobs: BUILD (build folder), BUILD_TYPE, CUDA_ARCHS ("80;90"), JOBS, CMAKE_FLAGS, GENERATOR
 # (Ninja when installed).
 BUILD ?= build
@@ -12,7 +13,7 @@ CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 GENERATOR ?= $(if $(shell command -v ninja),Ninja,Unix Makefiles)
 
-.PHONY: all deps configure build test test-asan demo format clean
+.PHONY: all deps configure build test test-asan demo gpu-bundle gpu-check format clean
 
 all: build
 
@@ -41,8 +42,18 @@ demo: deps
 	cmake --build $(DEMO_BUILD) -j $(JOBS) --target zero-train zero-run zero-ckpt
 	bash scripts/demo.sh $(DEMO_BUILD)
 
+# The GPU verification in two halves: gpu-bundle builds here (where CUDA compiles) the lean
+# bundle gpu-bundle/zero-gpu.tar.gz; gpu-check runs it on the GPU machine, with the bundle
+# carried, and writes its results under $OUT (or gpu-results/). See scripts/gpu-check.sh.
+GPU_BUILD ?= build-gpu
+gpu-bundle: deps
+	bash scripts/gpu-bundle.sh $(GPU_BUILD)
+
+gpu-check:
+	bash scripts/gpu-check.sh gpu-bundle/zero-gpu.tar.gz
+
 format:
 	git ls-files '*.h' '*.cpp' '*.cu' '*.c' | xargs clang-format -i
 
 clean:
-	rm -rf build build-asan build-demo
+	rm -rf build build-asan build-demo build-gpu gpu-bundle gpu-results

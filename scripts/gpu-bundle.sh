@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# scripts/gpu-bundle.sh: the lean bundle that `make gpu-check` runs on a GPU machine, built here.
+#
+#   scripts/gpu-bundle.sh [BUILD_DIR]        (default build-gpu; `make gpu-bundle` calls it)
+#
+# Configures BUILD_DIR as a Release CUDA build for sm_90 (Hopper: H100, H200; CUDA_ARCHS
+# overrides), builds only what runs on the GPU machine (the [gpu] test program, zero-train,
+# zero-run, zero-bench, zero-mem), strips it, and packs it with the shared libraries a bare
+# machine with only the CUDA toolkit and PyTorch lacks (spdlog, fmt, OpenBLAS, Open MPI's
+# libraries, liburing, xxHash, the OpenMP runtime) into gpu-bundle/zero-gpu.tar.gz. NCCL
+# (218 MB) does not travel: the check uses the GPU machine's own libnccl.so.2 (PyTorch's).
+# The C library, libstdc++ and the CUDA driver are the machine's own; libstdc++ travels as a
+# fallback in lib/fallback/ in case the machine's is older than the one we built against.
+#
+# Prints the size (what travels is at most 64 MiB with the repository) and the one command to
+# run on the GPU machine, with gpu-bundle carried:
+#   make gpu-check            (scripts/gpu-check.sh gpu-bundle/zero-gpu.tar.gz)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build=${1:-build-gpu}
+archs=${CUDA_ARCHS:-90}
+jobs=${JOBS:-$(nproc)}
+generator=Ninja
+command -v ninja >/dev/null || generator="Unix Makefiles"
+command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || {
+  echo "gpu-bundle: no nvcc (looked on PATH and in /usr/local/cuda/bin): the bundle is a CUDA" \
+       "build; install the CUDA toolkit" >&2
+  exit 1
+}
+export PATH=$PATH:/usr/local/cuda/bin
+
+targets=(zero_gpu_tests zero-train zero-run zero-bench zero-mem)
+cmake -S . -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DZERO_WITH_CUDA=ON \
+  -DZERO_WITH_NCCL=ON "-DZERO_CUDA_ARCHS=$archs" >/dev/null
+cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/zero-gpu/bin" "$stage/zero-gpu/lib/fallback"
+programs=("$build/tests/zero_gpu_tests" "$build/tools/zero-train/zero-train"
+          "$build/tools/zero-run/zero-run" "$build/tools/zero-bench/zero-bench"
+          "$build/tools/zero-mem/zero-mem")
+for p in "${programs[@]}"; do
+  cp "$p" "$stage/zero-gpu/bin/"
+done
+cp -L "$build/engine/libzero.so.0" "$stage/zero-gpu/lib/"
+
+# Every library the programs load, but the machine's own: the C library and its parts, the
+# CUDA driver, NCCL (the machine's), libstdc++ and libgcc_s (kept as a fallback only).
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread\.|libdl\.|librt\.|libcuda\.|libnccl\.|libzero\.)'
+fallback='^(libstdc\+\+|libgcc_s)\.'
+ldd "${programs[@]}" "$build/engine/libzero.so.0" 2>/dev/null |
+  awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+  while read -r name path; do
+    if [[ $name =~ $skip ]]; then continue; fi
+    if [[ $name =~ $fallback ]]; then
+      cp -L "$path" "$stage/zero-gpu/lib/fallback/$name"
+    else
+      cp -L "$path" "$stage/zero-gpu/lib/$name"
+    fi
+  done
+strip --strip-unneeded "$stage"/zero-gpu/bin/* "$stage"/zero-gpu/lib/*.so* 2>/dev/null || true
+git rev-parse HEAD >"$stage/zero-gpu/COMMIT" 2>/dev/null || echo unknown >"$stage/zero-gpu/COMMIT"
+git status --porcelain --untracked-files=no | grep -q . && echo "+ uncommitted changes" \
+  >>"$stage/zero-gpu/COMMIT" || true
+echo "$archs" >"$stage/zero-gpu/CUDA_ARCHS"
+
+mkdir -p gpu-bundle
+tar -C "$stage" -czf gpu-bundle/zero-gpu.tar.gz zero-gpu
+bundle=$(stat -c %s gpu-bundle/zero-gpu.tar.gz)
+tree=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+total=$((bundle + tree))
+limit=$((64 * 1024 * 1024))
+awk -v b="$bundle" -v t="$total" 'BEGIN {printf "gpu-bundle: gpu-bundle/zero-gpu.tar.gz %.1f MiB, " \
+  "with the tracked tree %.1f MiB of the 64 MiB that travel\n", b / 1048576, t / 1048576}'
+if ((total > limit)); then
+  echo "gpu-bundle: over the 64 MiB limit" >&2
+  exit 1
+fi
+echo "gpu-bundle: on the GPU machine, with gpu-bundle carried, run:  make gpu-check"

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh: the GPU verification, run on the GPU machine (`make gpu-check`).
+#
+#   scripts/gpu-check.sh [BUNDLE] [RESULTS_DIR]
+#
+# BUNDLE (default gpu-bundle/zero-gpu.tar.gz) comes from scripts/gpu-bundle.sh on a machine
+# that builds CUDA; RESULTS_DIR defaults to $OUT when set, else gpu-results. Planned to end
+# within about 8 minutes on one H100 or H200; every step has its own time limit and the later
+# steps are skipped, with a line saying so, when the budget (BUDGET seconds, default 420) is
+# spent. Steps:
+#   env        the machine: GPU, driver, CPU, memory, disk, glibc, mpirun, NCCL, PyTorch
+#   gpu-tests  every [gpu] test (device kernels and memory, the GPU fused Adam, NCCL on one
+#              rank): the Catch2 program, each case's time
+#   engine     zero-train on the GPU (--device 2), the tiny GPT for a few steps at stage 0
+#              and 3: whether the engine runs on a CUDA device at all, and its exit status
+#   torch      bench/gpu.sh's PyTorch runs (plain, FSDP2, FSDP2 + CPUOffloadPolicy) for
+#              MODELS (default gpt2-124m gpt2-1.5b), STEPS timed after WARMUP, and eager
+#              against torch.compile for the first model
+#   cpu-bench  zero-bench adam (this machine's cores) and aio (its disk)
+# Writes into RESULTS_DIR: summary.txt (the headline of each step), results.jsonl (a line per
+# step and per measurement), and each step's full log. Exit status: 0 when every step that ran
+# passed, else 1.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 1
+bundle=${1:-gpu-bundle/zero-gpu.tar.gz}
+out=${2:-${OUT:-gpu-results}}
+budget=${BUDGET:-420}
+models=(${MODELS:-gpt2-124m gpt2-1.5b})
+start=$SECONDS
+mkdir -p "$out"
+summary=$out/summary.txt
+jsonl=$out/results.jsonl
+: >"$summary"
+: >"$jsonl"
+status=0
+
+say() { echo "$*" | tee -a "$summary"; }
+elapsed() { echo $((SECONDS - start)); }
+# record STEP RC SECONDS [NOTE]: one JSON line per step
+record() {
+  python3 -c 'import json,sys; print(json.dumps({"step": sys.argv[1], "exit": int(sys.argv[2]),
+    "seconds": int(sys.argv[3]), "note": sys.argv[4]}))' "$1" "$2" "$3" "${4:-}" >>"$jsonl"
+}
+# left SECONDS: true when SECONDS still fit in the budget
+left() { (($(elapsed) + $1 <= budget)); }
+
+if [[ ! -f $bundle ]]; then
+  echo "gpu-check: no bundle at $bundle: build it where CUDA compiles (make gpu-bundle) and" \
+       "carry gpu-bundle" >&2
+  exit 2
+fi
+dest=$(mktemp -d)
+tar -C "$dest" -xzf "$bundle" || { echo "gpu-check: $bundle does not unpack" >&2; exit 2; }
+z=$dest/zero-gpu
+
+say "# zero gpu-check, $(date -u +%Y-%m-%dT%H:%MZ), bundle $(head -c 12 "$z/COMMIT")" \
+    "(CUDA archs $(cat "$z/CUDA_ARCHS"))"
+
+# ---- env
+nccl_dir=$(dirname "$(find /usr /opt -name 'libnccl.so.2' 2>/dev/null | head -1)" 2>/dev/null)
+libs=$z/lib${nccl_dir:+:$nccl_dir}
+# The bundled libstdc++ only where the machine's lacks a version we were built against.
+if LD_LIBRARY_PATH=$libs ldd "$z"/bin/* 2>&1 | grep -q 'GLIBCXX\|CXXABI\|GCC_'; then
+  libs=$libs:$z/lib/fallback
+fi
+export ZERO_LOG_LEVEL=${ZERO_LOG_LEVEL:-warn}
+run_z() { LD_LIBRARY_PATH=$libs "$@"; }
+{
+  echo "## env"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB; disk: $(df -h /tmp | awk 'NR == 2 {print $4}') free in /tmp"
+  echo "glibc: $(ldd --version | head -1)"
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -2 | head -1)"
+  echo "mpirun: $(command -v mpirun || echo none)"
+  echo "nccl: ${nccl_dir:-none found}"
+  echo "python3: $(python3 -c 'import torch, sys; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)"
+  echo "missing libraries:"
+  LD_LIBRARY_PATH=$libs ldd "$z"/bin/* "$z"/lib/libzero.so.0 | grep 'not found' | sort -u || echo "  none"
+} 2>&1 | tee -a "$summary"
+record env 0 "$(elapsed)"
+
+# ---- gpu-tests
+say ""
+say "## gpu-tests: every [gpu] test"
+t=$SECONDS
+run_z timeout 240 "$z/bin/zero_gpu_tests" --durations yes >"$out/gpu_tests.log" 2>&1
+rc=$?
+grep -E '^(test cases|All tests passed|SKIPPED)' "$out/gpu_tests.log" | tee -a "$summary"
+if [[ $rc -ne 0 && $rc -ne 77 ]]; then
+  status=1
+  say "gpu-tests: exit $rc; the failures:"
+  grep -B2 -A8 'FAILED\|failed\|Segmentation\|error' "$out/gpu_tests.log" | head -60 | tee -a "$summary"
+fi
+record gpu-tests "$rc" $((SECONDS - t))
+
+# ---- engine
+say ""
+say "## engine: zero-train on the GPU (--device 2), tiny, 3 steps"
+t=$SECONDS
+: >"$out/engine.log"
+for stage in 0 3; do
+  echo "### stage $stage" >>"$out/engine.log"
+  run_z timeout 60 "$z/bin/zero-train" --device 2 --config configs/demo.json --model tiny \
+    --data data/fortunes.txt --steps 3 --eval-batches 1 --no-progress \
+    --set zero_optimization.stage=$stage --set zero_optimization.offload_optimizer.device=none \
+    >>"$out/engine.log" 2>&1
+  rc=$?
+  say "stage $stage: exit $rc: $(grep -v '^\s*$' "$out/engine.log" | tail -1 | cut -c1-200)"
+  record "engine-stage$stage" "$rc" $((SECONDS - t))
+  [[ $rc -eq 0 ]] || status=1
+done
+
+# ---- torch
+say ""
+say "## torch: bench/gpu.sh's PyTorch runs, ${models[*]}"
+t=$SECONDS
+if left 150; then
+  STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} RUN_TIMEOUT=${RUN_TIMEOUT:-100} \
+    RUNS="torch-plain torch-fsdp2 torch-fsdp2-offload" \
+    timeout $((budget - $(elapsed) - 60)) bash bench/gpu.sh "$dest/none" "${models[@]}" \
+    >"$out/torch.log" 2>&1
+  rc=$?
+  # The records go with the results, not into this copy of the repository.
+  mv bench/results/train_gpu.txt bench/results/train_gpu.jsonl "$out/" 2>/dev/null
+  sed -n '/^## /,$p' "$out/train_gpu.txt" 2>/dev/null | tee -a "$summary"
+  record torch "$rc" $((SECONDS - t))
+  [[ $rc -eq 0 ]] || status=1
+  read -r batch seq < <(case ${models[0]} in gpt2-124m | gpt2-350m) echo "8 1024" ;;
+                        *) echo "4 1024" ;; esac)
+  if left 120; then
+    say "torch.compile, ${models[0]}, $batch x $seq:"
+    timeout 110 python3 bench/torch_gpt.py --model "${models[0]}" --mode plain --device cuda \
+      --micro-batch "$batch" --seq "$seq" --steps 5 --warmup-steps 3 --data data/fortunes.txt \
+      --json --compile >"$dest/compile.log" 2>&1
+    rc=$?
+    { echo "### torch.compile"; cat "$dest/compile.log"; } >>"$out/torch.log"
+    line=$(grep '^{' "$dest/compile.log" | tail -1)
+    if [[ -n $line ]]; then
+      echo "$line" >>"$jsonl"
+      python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(f"  {r[\"tokens_per_s\"]:.0f} tokens/s, MFU {100*r[\"mfu\"]:.1f}%")' "$line" | tee -a "$summary"
+    else
+      say "  exit $rc: $(tail -1 "$dest/compile.log")"
+    fi
+  else
+    say "torch.compile: skipped, the budget is spent ($(elapsed) s)"
+  fi
+else
+  say "skipped: the budget is spent ($(elapsed) s)"
+fi
+
+# ---- cpu-bench
+say ""
+say "## cpu-bench: zero-bench adam and aio on this machine"
+t=$SECONDS
+if left 60; then
+  cores=$(nproc)
+  run_z timeout 40 "$z/bin/zero-bench" adam --elements 100e6 --threads 1 $((cores / 2)) "$cores" \
+    --repeats 3 --json "$jsonl" >"$out/cpu_bench.log" 2>&1
+  rc=$?
+  tail -12 "$out/cpu_bench.log" | tee -a "$summary"
+  record adam "$rc" $((SECONDS - t))
+  mkdir -p /tmp/zero-aio
+  run_z timeout 40 "$z/bin/zero-bench" aio /tmp/zero-aio --size 1G --block-sizes 1M \
+    --queue-depths 8,32 --repeats 3 --settle 0 --fio no --json "$jsonl" >>"$out/cpu_bench.log" 2>&1
+  rc=$?
+  tail -8 "$out/cpu_bench.log" | tee -a "$summary"
+  record aio "$rc" $((SECONDS - t))
+  rm -rf /tmp/zero-aio
+else
+  say "skipped: the budget is spent ($(elapsed) s)"
+fi
+
+say ""
+say "gpu-check: $(elapsed) s, exit $status"
+rm -rf "$dest"
+exit $status
