@@ -140,7 +140,9 @@ if left 150; then
     line=$(grep '^{' "$dest/compile.log" | tail -1)
     if [[ -n $line ]]; then
       echo "$line" >>"$jsonl"
-      python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(f"  {r[\"tokens_per_s\"]:.0f} tokens/s, MFU {100*r[\"mfu\"]:.1f}%")' "$line" | tee -a "$summary"
+      python3 -c 'import json, sys; r = json.loads(sys.argv[1])
+print("  %.0f tokens/s, MFU %.1f%%" % (r["tokens_per_s"], 100 * r["mfu"]))' "$line" |
+        tee -a "$summary"
     else
       say "  exit $rc: $(tail -1 "$dest/compile.log")"
     fi
