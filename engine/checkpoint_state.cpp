@@ -129,7 +129,7 @@ void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint
     return;
   }
   const int m = kind == kMaster ? -1 : cursor.moment_index(kind);
-  if (m < 0 && e.master == nullptr) {  // fp32 at stage 0: the value is the master
+  if (m < 0 && e.master_is_param()) {
     device->copy(out, static_cast<const float*>(state.full) + first, count * sizeof(float));
     return;
   }

@@ -155,6 +155,9 @@ struct Engine::Impl {
   void copy_master(std::size_t flat, std::size_t count, float* out);
   std::size_t filling = kNone;  // init: the swapped group being filled
   float* master_of(std::size_t param);           // fp32 master shard (or full param at stage 0 fp32)
+  // fp32 at stage 0 keeps no master: the replicated compute copy is the value. (Not the same
+  // as `master == nullptr`, which also holds when every master is swapped to NVMe.)
+  bool master_is_param() const noexcept { return !mixed && stage == 0; }
   Device& state_device();  // computes on the owned state: the device, or the CPU with offload
   Device& host_device();   // computes on host memory: the CPU
   float* state_scalars();  // scratch the state device can write

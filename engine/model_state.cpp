@@ -22,7 +22,7 @@ Device& Engine::Impl::host_device() { return host ? *host : *device; }
 float* Engine::Impl::state_scalars() { return offload && host ? host_scalars : scalars; }
 
 float* Engine::Impl::master_of(std::size_t param) {
-  if (master == nullptr) return static_cast<float*>(params[param].full);  // fp32, stage 0
+  if (master_is_param()) return static_cast<float*>(params[param].full);
   return master + params[param].flat;
 }
 

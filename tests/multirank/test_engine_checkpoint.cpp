@@ -22,6 +22,7 @@
 #include "engine/checkpoint/safetensors.h"
 #include "engine_model.h"
 #include "multirank.h"
+#include "shared_dir.h"
 
 namespace zero::testing {
 namespace {
@@ -29,24 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::vector<std::size_t> kOrder{0, 1, 2, 3, 4, 5};
-
-// A directory every rank names alike (rank 0's pid), removed at the end.
-struct SharedDir {
-  fs::path path;
-  explicit SharedDir(const std::string& name) {
-    std::int64_t pid = getpid();
-    side_channel().broadcast(&pid, 1, DType::i64, 0).wait();
-    path = fs::current_path() / (name + "-" + std::to_string(pid));
-    side_channel().barrier().wait();
-    if (side_channel().rank() == 0) fs::create_directories(path);
-    side_channel().barrier().wait();
-  }
-  ~SharedDir() {
-    side_channel().barrier().wait();
-    std::error_code ignored;
-    if (side_channel().rank() == 0) fs::remove_all(path, ignored);
-  }
-};
 
 void barrier() { side_channel().barrier().wait(); }
 
