@@ -509,7 +509,7 @@ zero_status zero_load_pretrained(zero_engine* engine, const char* path,
 zero_status zero_abort(zero_engine* engine, int exit_code, const char* reason) {
   return zero::guard([&] {
     auto& e = engine_of(engine, "zero_abort");
-    e.communicator().abort(exit_code, reason != nullptr ? reason : "zero_abort");
+    e.abort(exit_code, reason != nullptr ? reason : "zero_abort");
   });
 }
 

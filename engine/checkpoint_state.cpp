@@ -428,9 +428,8 @@ LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptio
   try {
     agree(what.c_str(), [&] { assign_state(source); });
   } catch (const Error& error) {
-    failed = true;
-    failure = fmt::format("a checkpoint load failed part way, so the state is partly replaced: {}",
-                          error.what());
+    fail(fmt::format("a checkpoint load failed part way, so the state is partly replaced: {}",
+                     error.what()));
     throw;
   }
   if (!load.module_only) {

@@ -3,6 +3,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include <xxhash.h>
@@ -11,6 +12,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "engine/engine_impl.h"
+#include "offload/swap_cleanup.h"
 
 namespace zero::engine {
 
@@ -61,7 +63,6 @@ Engine::Impl::~Impl() {
       log::warn("engine: an outstanding gradient reduction failed at shutdown: {}", error.what());
     }
   }
-  if (failed && swap_dir) swap_dir->keep(fmt::format("the engine stopped after a failure: {}", failure));
   // Reads and writes of parameter shards still in flight use the file and buffers about to go.
   for (auto& ticket : writing) {
     try {
@@ -87,6 +88,12 @@ Engine::Impl::~Impl() {
   }
   if (scalars != nullptr) device->unreserve(Tier::device, scalars, kScratchBytes);
   if (host_scalars != nullptr) host->unreserve(Tier::host, host_scalars, kScratchBytes);
+}
+
+void Engine::Impl::fail(std::string what) {
+  failed = true;
+  failure = std::move(what);
+  if (swap_dir) swap_dir->keep(fmt::format("the engine stopped after a failure: {}", failure));
 }
 
 void Engine::Impl::require_initialized(const char* call) const {
@@ -453,8 +460,7 @@ StepStats Engine::step() {
     try {
       stats = e.boundary_step();
     } catch (...) {
-      e.failed = true;  // the owned state may be half stepped: swap files stay for inspection
-      e.failure = "a step failed, so the optimizer state may be half updated";
+      e.fail("a step failed, so the optimizer state may be half updated");
       throw;
     }
     e.timers.step += timer.seconds();
@@ -469,6 +475,14 @@ StepStats Engine::step() {
 
 // DeepSpeed's wall_clock_breakdown and memory_breakdown: every steps_per_print steps, on rank 0,
 // the time per optimizer step by phase and the memory by tier and kind.
+void Engine::abort(int exit_code, std::string_view reason) noexcept {
+  // The process ends without destructors: the swap directories go now (or, after a failure,
+  // are named as kept), and the other ranks' go when mpirun's SIGTERM reaches them.
+  offload::remove_swap_directories_now(fmt::format("aborting the job ({})", reason));
+  impl_->comm->abort(exit_code, reason);
+  std::_Exit(exit_code);  // not reached: Communicator::abort does not return
+}
+
 void Engine::Impl::print_breakdowns() {
   if (config.wall_clock_breakdown && rank == 0) {
     const double steps = static_cast<double>(timers.micro_steps) /

@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/dtype.h"
@@ -224,6 +225,10 @@ class Engine {
 
   // Collective: each value replaced by its mean over the ranks (in fp32), e.g. a trainer's loss.
   void mean_across_ranks(double* values, std::size_t count);
+  // Ends the job (every rank) with `exit_code`: this rank's NVMe swap directories are removed
+  // first (kept and named after a failure), the communicator aborts the others, whose swap
+  // directories go with the SIGTERM that ends them.
+  [[noreturn]] void abort(int exit_code, std::string_view reason) noexcept;
 
   FetchStats fetch_stats() const;
 

@@ -297,6 +297,9 @@ struct Engine::Impl {
   std::vector<std::size_t> group_lo;  // owned flat offset where each step group starts
   bool failed = false;  // a step or a load threw: no more steps; swap files kept for inspection
   std::string failure;  // what failed
+  // Marks the engine failed (`what` failed): no more steps, and the NVMe swap files, whose
+  // state may be half updated, are kept for inspection on every way the process ends.
+  void fail(std::string what);
   void* param_staging = nullptr;   // offload: a step group's updated compute values, to go up
   std::vector<Block> state_blocks;
   float* master = nullptr;       // owned flat fp32 (mixed, or fp32 at stages 1-3)

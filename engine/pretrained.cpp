@@ -151,8 +151,7 @@ void Engine::load_pretrained(const std::string& path, const PretrainedOptions& o
     e.agree(fmt::format("loading pretrained weights from {}", path).c_str(),
             [&] { e.assign_state(source); });
   } catch (const Error& error) {
-    e.failed = true;
-    e.failure = fmt::format("loading pretrained weights failed part way: {}", error.what());
+    e.fail(fmt::format("loading pretrained weights failed part way: {}", error.what()));
     throw;
   }
   e.zero_owned_grads();

@@ -53,8 +53,9 @@ struct AioOptions {
 // A file opened for direct I/O. Closed when destroyed.
 class File {
  public:
-  // Opens (creating with mode 0600 when `create`) `path` with O_DIRECT for reading and
-  // writing. Throws an io Error naming the path and strerror.
+  // Opens `path` with O_DIRECT for reading and writing; `create` makes a new file (mode 0600)
+  // and refuses one that exists. Never follows a link at `path` itself. Throws an io Error
+  // naming the path and strerror.
   File(std::string path, bool create);
   ~File();
   File(const File&) = delete;

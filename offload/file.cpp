@@ -42,7 +42,8 @@ long long free_bytes(int fd) {
 }  // namespace
 
 File::File(std::string path, bool create) : path_(std::move(path)) {
-  const int flags = O_RDWR | O_DIRECT | O_CLOEXEC | (create ? O_CREAT : 0);
+  // A file is created new, never through a link or over an existing file.
+  const int flags = O_RDWR | O_DIRECT | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_EXCL : 0);
   do {
     fd_ = ::open(path_.c_str(), flags, 0600);
   } while (fd_ < 0 && errno == EINTR);

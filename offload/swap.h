@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "offload/aio.h"
+#include "offload/swap_cleanup.h"
 
 namespace zero::offload {
 
@@ -24,34 +25,41 @@ class SwapFile;
 
 class SwapDirectory {
  public:
-  // Creates `<nvme_path>/zero/<job_id>/rank<rank>/` (and its parents, 0700). Throws an io
-  // Error naming the path when it cannot.
+  // Creates `<nvme_path>/zero/<job_id>/rank<rank>/` (nvme_path and zero/ when missing, 0700)
+  // and its owner record (host, pid, start time: swap_jobs.h), and registers it for removal at
+  // an abnormal end (swap_cleanup.h). Nothing below nvme_path is followed through a link: zero/
+  // and the job directory must be real directories (zero/ writable by others only with the
+  // sticky bit, the job directory ours), and the rank directory must be new. Throws an io
+  // Error naming the path when it cannot. Rank 0 warns about stale directories of jobs that
+  // ended without removing theirs.
   SwapDirectory(std::string nvme_path, std::string job_id, int rank);
   // Removes the files this directory created and the rank directory (and the job directory
-  // when it is left empty), unless keep() was called or an exception is unwinding the stack
-  // (a failure: the files are then kept, with the warning keep() gives).
+  // when it is left empty), unless keep() was called.
   ~SwapDirectory();
   SwapDirectory(const SwapDirectory&) = delete;
   SwapDirectory& operator=(const SwapDirectory&) = delete;
 
   const std::string& path() const noexcept { return path_; }
-  // Leaves the files for inspection (a failure): logs a warning with the path and `why`.
+  // Leaves the files for inspection (a failure: the state in them may be half updated): logs
+  // a warning with the path and `why`, and an abnormal end names them instead of removing them.
   void keep(std::string_view why);
 
   // A new file `name` in this directory, preallocated to `bytes`. `setting` names the config
   // key that decides its size, for the message when the disk lacks room ("offload_optimizer
-  // .nvme_path has 10.0 GiB free; the optimizer state needs 24.0 GiB: ..."); that check comes
-  // before fallocate, which would fill the disk before giving up. A file of that name already
-  // there (left by an earlier run with the same job id) is an io Error, never overwritten.
+  // .nvme_path has 10.0 GiB free; the optimizer state needs 24.0 GiB: ...", with the stale
+  // swap directories there and their sizes); that check comes before fallocate, which would
+  // fill the disk before giving up. A file or link of that name already there is an io Error,
+  // never overwritten or followed.
   std::unique_ptr<SwapFile> create(std::string_view name, std::uint64_t bytes,
                                    std::string_view setting);
 
  private:
+  std::string nvme_path_;
   std::string path_;
   std::string job_path_;
   bool keep_ = false;
-  int uncaught_exceptions_ = 0;  // at construction: more at destruction means unwinding
   std::vector<std::string> files_;
+  std::unique_ptr<SwapCleanup> cleanup_;
 };
 
 // A preallocated swap file. Regions are written and read whole: a read must name exactly the

@@ -235,8 +235,10 @@ typedef struct zero_step_stats {
 
 /* Collective. Call after every micro-batch's backward. `stats` may be NULL. When an optimizer
  * step fails (an I/O error on the NVMe swap, a communication error), the optimizer state may
- * be half updated: later zero_step calls return ZERO_ERROR_USAGE, and NVMe swap files are kept
- * for inspection when the engine is destroyed. Destroy it and resume from a checkpoint. */
+ * be half updated: later zero_step calls return ZERO_ERROR_USAGE, and the NVMe swap files are
+ * kept for inspection, with a warning naming them, however the process ends (zero_destroy,
+ * zero_abort, exit, SIGTERM/SIGINT/SIGHUP). Destroy it and resume from a checkpoint.
+ * Otherwise swap files are removed on each of those ends. */
 ZERO_API zero_status zero_step(zero_engine* engine, zero_step_stats* stats);
 
 /* Collective: the full current value of a parameter as numel floats, on every rank (the fp32
@@ -340,8 +342,10 @@ ZERO_API zero_status zero_memory_report(const zero_engine* engine, char* buffer,
                                         unsigned long long size, unsigned long long* needed);
 
 /* Ends the whole job after a failure this rank cannot recover from (a collective error, a
- * timeout): reports `reason` and terminates every rank with exit_code. Does not return when
- * the engine has a communicator; returns ZERO_ERROR_USAGE for a NULL engine. */
+ * timeout): reports `reason` and terminates every rank with exit_code. This rank's NVMe swap
+ * directories are removed first (kept and named after a failed step); the other ranks remove
+ * theirs when the launcher's SIGTERM ends them. Does not return when the engine has a
+ * communicator; returns ZERO_ERROR_USAGE for a NULL engine. */
 ZERO_API zero_status zero_abort(zero_engine* engine, int exit_code, const char* reason);
 
 #ifdef __cplusplus
