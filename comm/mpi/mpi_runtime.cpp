@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/reduce_kernels.h"
+#include "comm/start_watch.h"
 
 namespace zero::comm::mpi {
 
@@ -79,9 +81,19 @@ Runtime::Runtime() {
   if (initialised) {
     MPI_Query_thread(&thread_level_);
   } else {
+    // MPI_Init_thread waits for every rank with no timeout of its own: watched, with a barrier
+    // after it (an MPI may return from init before every rank is there), so that a rank that
+    // never arrives ends the job instead of hanging it.
+    std::optional<StartWatch> watch;
+    const LaunchInfo launch = detect_launch();
+    if (launch.world_size > 1) {
+      watch.emplace(launch, start_settings(process_environment()),
+                    "MPI_Init_thread, or the barrier after it");
+    }
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &thread_level_),
           "MPI_Init_thread", "this process");
     we_initialised_ = true;
+    check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", "the job's start");
   }
   // Errors come back as return codes, which we turn into Errors naming the collective.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

@@ -93,7 +93,7 @@ case "$case_name" in
   dry_run_three_ranks_on_one_cpu)
     run taskset -c 0 "$tool" --mpirun "$work/bin/mpirun" --dry-run -n 3 -- sh -c 'echo a b'
     expect_rc 0
-    expect_out "$work/bin/mpirun -n 3 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x ZERO_LAUNCHER=zero-run -- sh -c 'echo a b'"
+    expect_out "$work/bin/mpirun -n 3 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX -- sh -c 'echo a b'"
     expect_out "mode=mpirun ranks=3 ranks_per_node=3 cpus=1 cores=1"
     expect_root_exports
     [ ! -e "$work/mpirun-ran" ] || fail "--dry-run ran mpirun"
@@ -107,7 +107,7 @@ case "$case_name" in
     expect_out " --bind-to none "
     # One rank through mpirun (an --mpi-arg forces mpirun) gets every CPU.
     dry -n 1 --mpi-arg=--report-bindings -- ./train
-    expect_out "-n 1 --bind-to none -x OMP_NUM_THREADS=$cpus -x ZERO_LAUNCHER=zero-run --report-bindings -- ./train"
+    expect_out "-n 1 --bind-to none -x OMP_NUM_THREADS=$cpus -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX --report-bindings -- ./train"
     # A value the user set is kept and passed on by name.
     OMP_NUM_THREADS=3 dry -n 2 -- ./train
     expect_out "-x OMP_NUM_THREADS -x ZERO_LAUNCHER=zero-run"
@@ -132,6 +132,11 @@ case "$case_name" in
     expect_out "-n 64 --hostfile $work/hosts --bind-to none -x OMP_NUM_THREADS=$(max1 $((cpus / 32)))"
     expect_out "ranks_per_node=32"
     expect_no_out "--oversubscribe"
+    # Other nodes do not see this one's $TMPDIR: no arrival directory unless --start-dir.
+    expect_no_out "ZERO_START_DIR"
+    expect_out "-x ZERO_START_TIMEOUT=300"
+    dry -n 4 --hostfile "$work/hosts" --start-dir /shared/start -- ./train
+    expect_out "-x ZERO_START_DIR=/shared/start/zero-run-start.XXXXXX"
     # With slots, Open MPI fills the first host's slots first: min(N, largest slots).
     printf 'node1 slots=3\nnode2 slots=2\n' >"$work/slots"
     dry -n 5 --hostfile "$work/slots" -- ./train
@@ -147,6 +152,28 @@ case "$case_name" in
     dry -n 2 --hostfile "$work/bad" -- ./train
     expect_rc 2
     expect_err "$work/bad:1: 'slots=x' is not a valid slot count"
+    ;;
+
+  dry_run_start_up)
+    dry -n 2 --start-timeout 7.5 -- ./train
+    expect_rc 0
+    expect_out "-x ZERO_START_TIMEOUT=7.5 -x ZERO_START_DIR="
+    TMPDIR=/var/tmp dry -n 2 -- ./train
+    expect_out "-x ZERO_START_DIR=/var/tmp/zero-run-start.XXXXXX"
+    # One rank run directly waits for nobody.
+    dry -n 1 -- ./train
+    expect_no_out "ZERO_START"
+    dry -n 2 --start-timeout 0 -- ./train
+    expect_rc 2
+    expect_err "--start-timeout"
+    # A real run makes the directory, gives it to the ranks and removes it afterwards.
+    if command -v mpirun >/dev/null; then
+      mkdir "$work/starts"
+      run "$tool" -n 2 --start-dir "$work/starts" -- sh -c 'touch $ZERO_START_DIR/rank$OMPI_COMM_WORLD_RANK; echo dir $ZERO_START_DIR'
+      expect_rc 0
+      expect_out "dir $work/starts/zero-run-start."
+      [ -z "$(ls -A "$work/starts")" ] || fail "the start directory was left: $(ls -A "$work/starts")"
+    fi
     ;;
 
   dry_run_bind_cores)
@@ -187,6 +214,7 @@ case "$case_name" in
     run "$tool" --help
     expect_rc 0
     for word in -n,--np --hostfile --bind-cores --mpirun --mpi-arg --dry-run ZERO_MPIRUN \
+      --start-timeout --start-dir ZERO_START_TIMEOUT ZERO_START_DIR "exit status 124" \
       OMPI_ALLOW_RUN_AS_ROOT --oversubscribe OMP_NUM_THREADS "--bind-to none" "PE=k" \
       ZERO_LAUNCHER SIGTERM SIGUSR2 "ends the other ranks" "srun -n N COMMAND" SLURM_PROCID; do
       expect_out "$word"

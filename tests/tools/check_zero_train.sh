@@ -96,6 +96,29 @@ case $case_name in
       [ -n "$a" ] && [ "$a" = "$b" ] || fail "step $step: loss $a plain, $b with checkpointing"
     done
     ;;
+  a_stalled_rank_ends_the_start)
+    have_mpirun || exit 77
+    # Rank 1 stops itself before it starts zero-train: the others wait in MPI_Init_thread, and
+    # the start-up timeout ends the job naming rank 1 (mpirun then ends the stopped rank).
+    printf '#!/bin/sh\nif [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then kill -STOP $$; fi\nexec "$@"\n' \
+      >"$work/stall.sh"
+    chmod +x "$work/stall.sh"
+    rc=0
+    timeout -s KILL 60 "$zero_run" -n 3 --start-timeout 2 -- "$work/stall.sh" "$train" \
+      --config "$work/config.json" --data "$corpus" --seq 32 --steps 2 --no-progress \
+      >"$work/out" 2>"$work/err" || rc=$?
+    out=$(<"$work/out")
+    err=$(<"$work/err")
+    expect_rc 124
+    all="$out $err"
+    for rank in 0 2; do
+      [[ $all == *"rank $rank of 3"*"not all started within 2 s"* ]] ||
+        fail "rank $rank did not report the timeout: $all"
+    done
+    [[ $all == *"rank 1 of 3 never reached start-up"* ]] || fail "rank 1 not named: $all"
+    ! pgrep -f "$work/stall.sh" >/dev/null || fail "a rank still runs: $(pgrep -af "$work/stall.sh")"
+    ;;
+
   errors)
     # One rank, run directly: each mistake fails with a message that names it.
     DATA=$work/missing.txt run 1 --steps 2

@@ -1,10 +1,12 @@
 // zero-run: start N ranks of a command through Open MPI's mpirun with the settings zero wants
 // (root, oversubscription, OMP_NUM_THREADS, binding), forwarding signals and exit status.
 //
-//   zero-run -n N [--hostfile FILE] [--bind-cores] [--mpi-arg ARG]... [--dry-run] -- COMMAND...
+//   zero-run -n N [--hostfile FILE] [--bind-cores] [--start-timeout S] [--start-dir DIR]
+//            [--mpi-arg ARG]... [--dry-run] -- COMMAND...
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "tools/zero-run/hostfile.h"
 #include "tools/zero-run/machine.h"
 #include "tools/zero-run/plan.h"
+#include "tools/zero-run/start_dir.h"
 
 namespace {
 
@@ -48,6 +51,12 @@ What zero-run does:
               on to the ranks and ends the job on the others. A terminal's Ctrl-C reaches
               mpirun directly and is not sent twice; a signal zero-run inherits as ignored
               (nohup) stays ignored.
+  start-up    ranks wait for each other in MPI_Init_thread, which has no timeout of its
+              own. Every rank gets ZERO_START_TIMEOUT=T (--start-timeout, default 300 s) and,
+              without --hostfile, ZERO_START_DIR (a fresh directory under $TMPDIR where each
+              rank marks its arrival; removed at the end; with --hostfile give a directory
+              every node sees with --start-dir). Ranks that have not all started within T end
+              the job with exit status 124, naming the ranks that never arrived.
   failure     when a rank exits non-zero or is killed, mpirun ends the other ranks.
   exit status with mpirun, what it returns: the first non-zero exit code of a rank (128+S
               for a rank killed by signal S), 1 when a signal to mpirun ended the job.
@@ -117,6 +126,16 @@ int main(int argc, char** argv) {
                  "repeatable; --mpi-arg=-X for words starting with -")
       ->allow_extra_args(false)
       ->type_name("ARG");
+  app.add_option("--start-timeout", request.start_timeout,
+                 "seconds the ranks may take to all start (see start-up)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->type_name("SECONDS");
+  std::string start_parent;
+  app.add_option("--start-dir", start_parent,
+                 "a directory every node sees, for the ranks' arrival marks\n"
+                 "(default: $TMPDIR without --hostfile, none with it)")
+      ->type_name("DIR");
   app.add_flag("--dry-run", dry_run,
                "print what would run as a shell script (environment\n"
                "additions, then the command line); run nothing");
@@ -156,6 +175,17 @@ int main(int argc, char** argv) {
         return zero::run::kCannotRun;
       }
       mpirun = *found;
+    }
+    // The arrival directory: made for a real run, shown as its pattern by --dry-run.
+    std::optional<zero::run::StartDir> start;
+    if (!zero::run::runs_directly(request) && (!request.hostfile || !start_parent.empty())) {
+      const std::string parent = !start_parent.empty() ? start_parent : zero::run::temp_dir();
+      if (dry_run) {
+        request.start_dir = parent + "/zero-run-start.XXXXXX";
+      } else {
+        start.emplace(parent);
+        request.start_dir = start->path();
+      }
     }
     const zero::run::Plan plan = zero::run::make_plan(request, machine, mpirun);
     if (dry_run) {

@@ -78,6 +78,12 @@ Plan make_plan(const Request& request, const Machine& machine, const std::string
   argv.insert(argv.end(), {"-x", plan.omp_threads > 0 ? "OMP_NUM_THREADS=" + omp_value
                                                       : std::string("OMP_NUM_THREADS")});
   argv.insert(argv.end(), {"-x", "ZERO_LAUNCHER=zero-run"});
+  // A bounded start-up (comm/start_watch.h): ranks that have not all started in time end the
+  // job, naming the missing ones from their arrival files.
+  argv.insert(argv.end(), {"-x", fmt::format("ZERO_START_TIMEOUT={:g}", request.start_timeout)});
+  if (!request.start_dir.empty()) {
+    argv.insert(argv.end(), {"-x", "ZERO_START_DIR=" + request.start_dir});
+  }
   argv.insert(argv.end(), request.mpi_args.begin(), request.mpi_args.end());
   argv.push_back("--");
   argv.insert(argv.end(), request.command.begin(), request.command.end());
