@@ -37,14 +37,12 @@ std::string utc_now() {
 }
 
 void check_tag(const std::string& tag) {
-  const bool bad = tag.empty() || tag == "." || tag == ".." || tag.front() == '.' ||
-                   tag == checkpoint::kLatestName || tag.find('/') != std::string::npos ||
-                   tag.find('\0') != std::string::npos || tag.size() > 200;
-  if (bad) {
+  if (const std::string problem = checkpoint::tag_problem(tag); !problem.empty()) {
     throw make_error(ErrorCategory::usage,
-                     "checkpoint tag \"{}\" cannot name a directory of its own: use a name of at "
-                     "most 200 characters without '/', not starting with '.' and not \"latest\"",
-                     tag);
+                     "checkpoint tag \"{}\" cannot name a directory of its own: {}; use a name "
+                     "of at most 200 characters without '/', not starting with '.' and not "
+                     "\"latest\"",
+                     tag, problem);
   }
 }
 
@@ -174,6 +172,7 @@ std::string Engine::Impl::write_rank_file(const std::string& staging) {
   const std::string final_path = (fs::path(staging) / name).string();
   const std::string temporary = final_path + ".tmp";
   const std::vector<std::string> moments_names = state_names();
+  checkpoint::claim_temporary(temporary);  // made new: never through a link or over a file
 
   // What this rank's file holds, in order: per parameter, its kinds of state.
   struct Part {
@@ -293,10 +292,21 @@ void Engine::Impl::prune_checkpoints(const std::string& dir, const std::string& 
   std::sort(tags.begin(), tags.end(), [](const Tag& a, const Tag& b) {
     return std::tie(a.steps, a.created, a.name) > std::tie(b.steps, b.created, b.name);
   });
-  // The tag just saved counts as the newest.
+  // The tag just saved counts as the newest. Each old tag leaves the checkpoint namespace in
+  // one rename (to a hidden name, never a tag) before its files go, so a crash part way
+  // through leaves no tag directory with some rank files missing.
   for (std::size_t i = static_cast<std::size_t>(keep_last) - 1; i < tags.size(); ++i) {
-    checkpoint::remove_tree((fs::path(dir) / tags[i].name).string());
-    log::info("checkpoint.keep_last = {}: removed {}", keep_last, (fs::path(dir) / tags[i].name).string());
+    const std::string path = (fs::path(dir) / tags[i].name).string();
+    const std::string doomed = (fs::path(dir) / fmt::format(".{}.deleting", tags[i].name)).string();
+    checkpoint::remove_tree(doomed);
+    if (::rename(path.c_str(), doomed.c_str()) != 0) {
+      throw make_error(ErrorCategory::io, "checkpoint.keep_last: cannot rename {} to {}: {}",
+                       path, doomed, std::strerror(errno));
+    }
+    checkpoint::sync_directory(dir);
+    if (options.save_inject) options.save_inject("pruning");
+    checkpoint::remove_tree(doomed);
+    log::info("checkpoint.keep_last = {}: removed {}", keep_last, path);
   }
   checkpoint::sync_directory(dir);
 }
@@ -317,7 +327,8 @@ void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& sa
     agree(what.c_str(), [&] {
       if (rank != 0) return;
       checkpoint::make_directories(dir);
-      checkpoint::remove_tree(staging);  // an earlier save of this tag that did not finish
+      // What earlier saves or prunes that did not finish left (this tag's staging among them).
+      checkpoint::remove_leftovers(dir);
       checkpoint::make_directories(staging);
     });
     release_unheld(/*stale=*/false);  // gathers in flight finish before shards are read

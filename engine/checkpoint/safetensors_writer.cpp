@@ -149,7 +149,8 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> t
     ++state_->current;
   }
 
-  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  // Never written through a link at the path (callers make temporaries with claim_temporary).
+  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
   if (direct_) {
     do {
       fd_ = ::open(path_.c_str(), flags | O_DIRECT, static_cast<mode_t>(mode));

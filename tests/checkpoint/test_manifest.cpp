@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "base/error.h"
@@ -53,6 +54,11 @@ Manifest sample() {
     m.files.push_back(f);
   }
   return m;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 struct TempDir {
@@ -191,6 +197,73 @@ TEST_CASE("checkpoint: a directory replaces another whole, and latest is read ba
   write_file_durably((dir.path / "latest").string(), "tag\n");
   CHECK(read_latest(dir.path.string()) == "tag");
   CHECK(!fs::exists(dir.path / "latest.tmp"));
+}
+
+TEST_CASE("checkpoint: temporaries never write through a link or a leftover", "[checkpoint]") {
+  TempDir dir;
+  const fs::path victim = dir.path / "victim";
+  std::ofstream(victim) << "precious";
+  // A link planted at latest.tmp: the write replaces the link, the file it names stays.
+  fs::create_symlink(victim, dir.path / "latest.tmp");
+  write_file_durably((dir.path / "latest").string(), "tag\n");
+  CHECK(read_text(victim) == "precious");
+  CHECK(fs::is_regular_file(fs::symlink_status(dir.path / "latest")));
+  CHECK(read_text(dir.path / "latest") == "tag\n");
+  CHECK(!fs::exists(fs::symlink_status(dir.path / "latest.tmp")));
+  // A leftover file from a crash is replaced by a new one; a hard link to the victim too.
+  fs::create_hard_link(victim, dir.path / "out.tmp");
+  const int fd = create_temporary((dir.path / "out.tmp").string());
+  CHECK(::write(fd, "x", 1) == 1);
+  ::close(fd);
+  CHECK(read_text(victim) == "precious");
+  CHECK(read_text(dir.path / "out.tmp") == "x");
+  // A directory in the way is an error naming it.
+  fs::create_directories(dir.path / "d.tmp");
+  CHECK_THROWS_WITH(create_temporary((dir.path / "d.tmp").string()),
+                    Catch::Contains("d.tmp") && Catch::Contains("directory is in the way"));
+}
+
+TEST_CASE("checkpoint: latest must name a tag directory inside DIR", "[checkpoint]") {
+  TempDir dir;
+  fs::create_directories(dir.path / "outside");
+  fs::create_directories(dir.path / "ckpt" / "good");
+  const std::string ckpt = (dir.path / "ckpt").string();
+  fs::create_directory_symlink(dir.path / "outside", dir.path / "ckpt" / "linked");
+  std::ofstream(dir.path / "ckpt" / "afile") << "x";
+  for (const char* bad : {"/abs/path", "../outside", ".hidden", "a/b", "latest", ".."}) {
+    write_file_durably(ckpt + "/latest", std::string(bad) + "\n");
+    INFO(bad);
+    CHECK_THROWS_WITH(read_latest(ckpt), Catch::Contains("not a tag directory inside") &&
+                                             Catch::Contains(bad));
+  }
+  write_file_durably(ckpt + "/latest", "linked\n");
+  CHECK_THROWS_WITH(read_latest(ckpt), Catch::Contains("a symbolic link"));
+  write_file_durably(ckpt + "/latest", "afile\n");
+  CHECK_THROWS_WITH(read_latest(ckpt), Catch::Contains("a file, not a tag directory"));
+  write_file_durably(ckpt + "/latest", "good\n");
+  CHECK(read_latest(ckpt) == "good");
+  CHECK(tag_problem("global_step10").empty());
+  CHECK_FALSE(tag_problem(std::string(201, 'a')).empty());
+}
+
+TEST_CASE("checkpoint: what an unfinished save or prune left is removed, nothing else",
+          "[checkpoint]") {
+  TempDir dir;
+  for (const char* name : {".a.saving", ".b.deleting", "tag", ".other", "keep.saving"}) {
+    fs::create_directories(dir.path / name);
+    std::ofstream(dir.path / name / "f") << "x";
+  }
+  std::ofstream(dir.path / "latest.tmp") << "tag";
+  std::ofstream(dir.path / "latest") << "tag";
+  remove_leftovers(dir.path.string());
+  for (const char* gone : {".a.saving", ".b.deleting", "latest.tmp"}) {
+    INFO(gone);
+    CHECK(!fs::exists(dir.path / gone));
+  }
+  for (const char* kept : {"tag", ".other", "keep.saving", "latest"}) {
+    INFO(kept);
+    CHECK(fs::exists(dir.path / kept));
+  }
 }
 
 }  // namespace zero::checkpoint

@@ -10,7 +10,12 @@ mkdir -p "$dir"
 export OMP_NUM_THREADS=1 ZERO_LOG_LEVEL=${ZERO_LOG_LEVEL:-warn}
 "$run" -n 2 -- "$program" save "$dir" reshard
 "$ckpt" inspect "$dir/s3-fp32" --params
+# A link planted at the export's temporary name: the export replaces it, never writes through.
+echo precious >"$dir/victim"
+ln -s "$dir/victim" "$dir/model.safetensors.tmp"
 "$ckpt" export "$dir/s3-fp32" --out "$dir/model.safetensors"
+[ "$(cat "$dir/victim")" = precious ] || { echo "FAIL: the export wrote through a link" >&2; exit 1; }
+[ ! -e "$dir/model.safetensors.tmp" ] || { echo "FAIL: the export left its .tmp" >&2; exit 1; }
 "$python" "$script" "$dir/model.safetensors" "$dir/s3-fp32/at_save.bin" \
   embed.weight block.weight block.bias block.frozen sometimes.weight head.weight
 # A byte changed in a rank file: zero-ckpt inspect fails, naming the file.

@@ -115,9 +115,11 @@ int export_model(const std::string& path, const std::string& out, const std::str
     decls.push_back({p.name, std::string(zero::checkpoint::safetensors_dtype(*dtype)), p.shape});
   }
   // Written beside the target and renamed at the end: a failed export leaves no partial file
-  // under the name asked for.
+  // under the name asked for. The temporary is made new (a leftover from a crash, or a link
+  // planted there, is removed, never written through) and removed when the export fails.
   const std::string temporary = out + ".tmp";
-  {
+  zero::checkpoint::claim_temporary(temporary);
+  try {
     zero::checkpoint::SafetensorsWriter writer(
         temporary, std::move(decls),
         {{"format", "pt"}, {"zero_checkpoint", reader.directory()},
@@ -135,8 +137,12 @@ int export_model(const std::string& path, const std::string& out, const std::str
       }
     }
     writer.finish();
+    fs::rename(temporary, out);  // a link at `out` is replaced, not followed
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    throw;
   }
-  fs::rename(temporary, out);
   std::uint64_t elements = 0;
   for (const ParamEntry& p : m.params) elements += p.numel;
   std::cout << fmt::format("{}: {} parameters, {} elements as {}, {} ({:.2f} s)\n", out,
