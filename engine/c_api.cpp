@@ -474,6 +474,14 @@ zero_status zero_checkpoint_user_data(const zero_engine* engine, void* buffer,
   });
 }
 
+zero_status zero_global_steps(const zero_engine* engine, long long* steps) {
+  return zero::guard([&] {
+    const auto& e = engine_of(engine, "zero_global_steps");
+    require(steps, "zero_global_steps", "steps");
+    *steps = e.global_steps();
+  });
+}
+
 zero_status zero_load_pretrained(zero_engine* engine, const char* path,
                                  const zero_pretrained_options* options) {
   return zero::guard([&] {

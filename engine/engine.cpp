@@ -422,6 +422,8 @@ bool Engine::is_accumulation_boundary() const noexcept {
   return (impl_->micro_steps + 1) % steps == 0;
 }
 
+std::int64_t Engine::global_steps() const noexcept { return impl_->global_steps; }
+
 StepStats Engine::step() {
   Impl& e = *impl_;
   e.require_initialized("step");

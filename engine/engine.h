@@ -193,6 +193,9 @@ class Engine {
   bool training() const noexcept;
   // True when the next step() call ends an accumulation window and runs the optimizer.
   bool is_accumulation_boundary() const noexcept;
+  // Optimizer steps so far, skipped ones included (StepStats::global_steps); a checkpoint load
+  // restores it.
+  std::int64_t global_steps() const noexcept;
 
   // Called after every micro-batch's backward (DeepSpeed's engine.step()). Finishes this
   // micro-step's gradient reductions; at the boundary, runs the optimizer step.

@@ -8,8 +8,10 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include "base/error.h"
+#include "base/log.h"
 
 namespace zero::checkpoint {
 namespace {
@@ -165,7 +167,7 @@ json to_json(const Manifest& m) {
   }
   json files = json::array();
   for (const FileEntry& f : m.files) files.push_back(to_json(f));
-  return json{
+  json document{
       {"format", kFormatName},
       {"version", m.version},
       {"tag", m.tag},
@@ -195,6 +197,15 @@ json to_json(const Manifest& m) {
       {"files", std::move(files)},
       {"config", m.config},
   };
+  document[kManifestHashKey] = hash_text(manifest_hash(document));
+  return document;
+}
+
+std::uint64_t manifest_hash(const json& document) {
+  json copy = document;
+  copy.erase(std::string(kManifestHashKey));
+  const std::string text = copy.dump();  // keys sorted, numbers in their shortest exact form
+  return XXH3_64bits(text.data(), text.size());
 }
 
 Manifest manifest_from_json(const json& document, const std::string& where) {
@@ -294,6 +305,24 @@ Manifest manifest_from_json(const json& document, const std::string& where) {
     m.files.push_back(std::move(entry));
   }
   m.config = root.has("config") ? root.at("config") : json::object();
+  // meta.json's own numbers (counters, seed, loss scale, the user's data) are checksummed too:
+  // checked last, so that a malformed field is named as such first.
+  if (root.has(std::string(kManifestHashKey))) {
+    const std::string saved = root.text(std::string(kManifestHashKey));
+    const std::string now = hash_text(manifest_hash(document));
+    if (saved != now) {
+      throw make_error(ErrorCategory::io,
+                       "checkpoint {}: {} is {}, but the file's content hashes to {}: meta.json "
+                       "was changed after the save (its counters, seed, loss scale or user data "
+                       "cannot be trusted); restore it from a copy, or load another tag",
+                       where, kManifestHashKey, saved, now);
+    }
+    m.self_verified = true;
+  } else {
+    log::warn("checkpoint {}: meta.json has no {} (saved by a zero before it checksummed its own "
+              "fields): its counters and user data are taken unverified",
+              where, kManifestHashKey);
+  }
   return m;
 }
 

@@ -25,6 +25,8 @@ inline constexpr int kFormatVersion = 1;
 inline constexpr std::string_view kFormatName = "zero-checkpoint";
 inline constexpr std::string_view kManifestName = "meta.json";
 inline constexpr std::string_view kLatestName = "latest";
+// meta.json's key for the XXH3-64 of the rest of it (serialised compactly, keys sorted).
+inline constexpr std::string_view kManifestHashKey = "meta_xxh3";
 
 // What a rank file holds for a parameter: trainable ones their fp32 master and the optimizer's
 // moments (named as PyTorch names them: exp_avg, exp_avg_sq, sum, momentum_buffer), frozen
@@ -84,17 +86,23 @@ struct Manifest {
   std::vector<ParamEntry> params;
   std::uint64_t chunk_bytes = 0;  // the checksum chunk
   std::vector<FileEntry> files;   // by rank
+  bool self_verified = false;     // read back: meta.json's own checksum was there and matched
 
   // The parameter by name, or nullptr.
   const ParamEntry* find(std::string_view name) const noexcept;
 };
 
+// With kManifestHashKey set to manifest_hash of the rest.
 nlohmann::json to_json(const Manifest& manifest);
+// The XXH3-64 of `document` without kManifestHashKey.
+std::uint64_t manifest_hash(const nlohmann::json& document);
 // One rank file's entry alone: each rank describes its file, rank 0 collects them.
 nlohmann::json to_json(const FileEntry& file);
 FileEntry file_entry_from_json(const nlohmann::json& json, const std::string& where);
-// Checks the format, version and every field's type and range (files one per rank, counts
-// consistent); throws an io Error naming `where` (the file) and the key at fault.
+// Checks the checksum of meta.json itself (kManifestHashKey; a warning when a checkpoint saved
+// by an older zero has none), the format, version and every field's type and range (files one
+// per rank, counts consistent); throws an io Error naming `where` (the file) and the key at
+// fault.
 Manifest manifest_from_json(const nlohmann::json& json, const std::string& where);
 // Reads and checks DIR/<tag>/meta.json.
 Manifest read_manifest(const std::string& path);

@@ -255,7 +255,8 @@ ZERO_API zero_status zero_mean_across_ranks(zero_engine* engine, double* values,
  * DIR/<tag>/ holds one safetensors file per rank (its shard of every parameter: the fp32 master
  * and the optimizer's moments for trainable parameters, the value for frozen ones) and
  * meta.json (the config, the parameters, world size and stage, step counters, loss-scale state,
- * the rounding seed, your user data, and every file's xxHash checksums). DIR/latest names the
+ * the rounding seed, your user data, every file's xxHash checksums, and a checksum of meta.json
+ * itself, so an edited meta.json is refused). DIR/latest names the
  * newest complete tag. A checkpoint loads at any world size and any stage. */
 
 /* Collective; call it at an accumulation boundary (after the zero_step that ran the optimizer),
@@ -287,6 +288,11 @@ ZERO_API zero_status zero_load_checkpoint(zero_engine* engine, const char* dir, 
  * NULL) gets its full length. Zero bytes before any load. */
 ZERO_API zero_status zero_checkpoint_user_data(const zero_engine* engine, void* buffer,
                                                unsigned long long size, unsigned long long* bytes);
+
+/* Optimizer steps taken so far, skipped ones included (zero_step_stats.global_steps): 0 after
+ * zero_init, restored by zero_load_checkpoint. A trainer checks its saved data position
+ * against it when it resumes. */
+ZERO_API zero_status zero_global_steps(const zero_engine* engine, long long* steps);
 
 /* ---- Pretrained weights ---- */
 

@@ -166,6 +166,14 @@ TEST_CASE("checkpoint: a damaged meta.json is refused naming the key", "[checkpo
   refused([](auto& j) { j["user_data_hex"] = "abc"; }, "user_data_hex");
   refused([](auto& j) { j["counters"]["optimizer_steps"] = 8; }, "optimizer_steps is 8");
   refused([](auto& j) { j["compute_dtype"] = "int64"; }, "compute_dtype");
+  // meta.json's own values are checksummed: a well-formed change is caught too.
+  refused([](auto& j) { j["counters"]["global_steps"] = 70; }, "meta.json was changed");
+  refused([](auto& j) { j["rng"]["seed"] = 1; }, "meta_xxh3 is");
+  refused([](auto& j) { j["user_data_hex"] = "00"; }, "meta.json was changed");
+  // Saved by an older zero: no checksum, taken with a warning.
+  nlohmann::json old = good;
+  old.erase("meta_xxh3");
+  CHECK(manifest_from_json(old, "x/meta.json").global_steps == 7);
 }
 
 TEST_CASE("checkpoint: hex and file names", "[checkpoint]") {

@@ -15,10 +15,12 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/half.h"
+#include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine_model.h"
 #include "multirank.h"
@@ -131,6 +133,9 @@ TEST_CASE("engine checkpoint: another model's checkpoint is refused before anyth
     if (e->rank() == 0) {
       nlohmann::json m = nlohmann::json::parse(original);
       change(m);
+      // Another model's checkpoint, whole: its own checksum matches it.
+      m[std::string(checkpoint::kManifestHashKey)] =
+          fmt::format("{:016x}", checkpoint::manifest_hash(m));
       std::ofstream(meta) << m.dump();
     }
     barrier();

@@ -119,6 +119,44 @@ case $case_name in
     ! pgrep -f "$work/stall.sh" >/dev/null || fail "a rank still runs: $(pgrep -af "$work/stall.sh")"
     ;;
 
+  an_edited_checkpoint_is_refused)
+    # One rank, run directly. meta.json's own values are checksummed: an edit of its counters
+    # is refused at --resume. Re-hashed after the edit (XXH3-64 of the compact JSON, through
+    # libxxhash), the data position's step then disagrees with the engine's restored step.
+    run 1 --steps 3 --save "$work/ckpt"
+    expect_rc 0
+    meta=$work/ckpt/global_step3/meta.json
+    cp "$meta" "$work/meta.saved"
+    python3 - "$meta" <<'PY'
+import json, sys
+path = sys.argv[1]
+m = json.load(open(path))
+m["counters"]["global_steps"] = 4
+json.dump(m, open(path, "w"), indent=1)
+PY
+    run 1 --steps 5 --resume "$work/ckpt"
+    [ "$rc" -ne 0 ] || fail "an edited meta.json was accepted"
+    expect_err "meta.json was changed after the save"
+    python3 - "$meta" <<'PY'
+import ctypes, ctypes.util, json, sys
+path = sys.argv[1]
+xxhash = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+xxhash.XXH3_64bits.restype = ctypes.c_uint64
+xxhash.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+m = json.load(open(path))
+m.pop("meta_xxh3")
+text = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+m["meta_xxh3"] = "%016x" % xxhash.XXH3_64bits(text, len(text))
+json.dump(m, open(path, "w"), indent=1)
+PY
+    run 1 --steps 5 --resume "$work/ckpt"
+    [ "$rc" -ne 0 ] || fail "a data position of step 3 was taken for a state of step 4"
+    expect_err "the data position says step 3, the engine's restored state step 4"
+    cp "$work/meta.saved" "$meta"
+    run 1 --steps 5 --resume "$work/ckpt"
+    expect_rc 0
+    ;;
+
   errors)
     # One rank, run directly: each mistake fails with a message that names it.
     DATA=$work/missing.txt run 1 --steps 2

@@ -65,6 +65,7 @@ int inspect(const std::string& path, bool verify, bool list_params, bool as_json
     out["elements"] = elements;
     out["trainable_elements"] = trainable;
     out["verified"] = verify;
+    out["meta_verified"] = m.self_verified;
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -92,6 +93,8 @@ int inspect(const std::string& path, bool verify, bool list_params, bool as_json
                                m.groups[p.group].name);
     }
   }
+  std::cout << (m.self_verified ? "  meta.json: its checksum verified\n"
+                                 : "  meta.json: no checksum of its own (saved by an older zero)\n");
   if (verify) {
     std::cout << fmt::format("  checksums: all verified ({} of tensor data, {:.2f} s)\n",
                              zero::format_bytes(verified), seconds);

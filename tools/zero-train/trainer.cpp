@@ -261,6 +261,16 @@ int run(const TrainOptions& o) {
       calls.fail(fmt::format("--resume {}: the checkpoint holds no zero-train data position", o.resume));
     }
     start = position["step"].get<std::int64_t>();
+    // The data position and the engine's state were saved together: they must agree.
+    long long restored = 0;
+    calls.check(zero_global_steps(engine, &restored), "zero_global_steps");
+    if (restored != start) {
+      calls.fail(fmt::format(
+          "--resume {}: the data position says step {}, the engine's restored state step {}: "
+          "the checkpoint's user data does not belong to its state (meta.json edited, or "
+          "user data from another save); resume from another checkpoint",
+          o.resume, start, restored));
+    }
     if (position.value("data", "") != stream.origin() ||
         position.value("data_tokens", std::uint64_t{0}) != stream.size() ||
         position.value("seq", 0) != seq) {
