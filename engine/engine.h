@@ -54,7 +54,7 @@ struct InitialValue {
 
 struct StepStats {
   bool stepped = false;        // this call was an accumulation boundary and ran the optimizer
-  bool skipped = false;        // fp16 overflow: the optimizer and the schedule did not advance
+  bool skipped = false;  // non-finite gradients (fp16, bf16 checked): optimizer and schedule held
   double loss_scale = 1.0;     // the scale the boundary's gradients were computed with
   double grad_norm = 0.0;   // global norm of the unscaled gradients (0 when not stepped or skipped)
   double lr = 0.0;          // the optimizer step's learning rate (before lr_scale); when

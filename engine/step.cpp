@@ -125,12 +125,22 @@ StepStats Engine::Impl::boundary_step() {
       config.scheduler, optim::schedule_iteration(config.scheduler, k), config.optimizer.lr);
   stats.lr = value.lr;
 
-  const bool overflow = config.precision == config::Precision::fp16 && check_overflow();
-  if (overflow) {
-    scaler.update(true);  // throws at the minimum scale, before any counter moves
-    global_steps += 1;
-    log::info("fp16 gradient overflow: step {} skipped, loss scale {} -> {}", global_steps, scale,
-              scaler.scale());
+  // fp16 always, bf16 with check_grad_overflow: a step on non-finite gradients is skipped.
+  const bool checked = config.precision == config::Precision::fp16 ||
+                       (config.precision == config::Precision::bf16 &&
+                        config.bf16_check_grad_overflow);
+  if (checked && check_overflow()) {
+    if (config.precision == config::Precision::fp16) {
+      scaler.update(true);  // throws at the minimum scale, before any counter moves
+      global_steps += 1;
+      log::info("fp16 gradient overflow: step {} skipped, loss scale {} -> {}", global_steps,
+                scale, scaler.scale());
+    } else {
+      global_steps += 1;
+      log::warn("bf16 gradients hold a NaN or an infinity: step {} skipped "
+                "(bf16.check_grad_overflow)",
+                global_steps);
+    }
     stats.skipped = true;
     zero_owned_grads();
     return stats;

@@ -136,6 +136,9 @@ struct Config {
   // bf16.bf16_optimizer_states: the optimizer's moments in bf16 (stochastically rounded)
   // instead of fp32; bf16 training only.
   DType optimizer_state_dtype = DType::f32;
+  // bf16.check_grad_overflow (DeepSpeed's default, true): a bf16 step whose gradients hold a
+  // NaN or an infinity is skipped, as an fp16 overflow is, without a loss scale to change.
+  bool bf16_check_grad_overflow = true;
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   bool zero_allow_untested_optimizer = false;

@@ -130,6 +130,7 @@ void read_optimizer(Section& root, Config& config) {
   OptimizerConfig& optimizer = config.optimizer;
 
   const json* type = section.raw("type");
+  bool known_type = true;  // false: the type is refused, and its params are its own business
   if (!section.present()) {
     reader.info(
         "no optimizer section: using AdamW with DeepSpeed's defaults (lr 1e-3); add "
@@ -142,6 +143,7 @@ void read_optimizer(Section& root, Config& config) {
     reader.error(fmt::format("optimizer.type: expected one of {}, got {}",
                              "\"Adam\", \"AdamW\", \"Adagrad\", \"Lion\", \"SGD\"",
                              type == nullptr ? "nothing (the key is required)" : describe(*type)));
+    known_type = false;
   } else {
     const std::string name = type->get<std::string>();
     const std::string folded = fold_case(name);
@@ -157,6 +159,7 @@ void read_optimizer(Section& root, Config& config) {
           "optimizer.type: \"{}\" is not supported by zero; use one of Adam, AdamW, Adagrad, "
           "Lion, SGD",
           name));
+      known_type = false;
     } else {
       std::string nearest;
       std::size_t best = SIZE_MAX;
@@ -167,13 +170,18 @@ void read_optimizer(Section& root, Config& config) {
       reader.error(fmt::format(
           "optimizer.type: unknown optimizer \"{}\"{}; zero offers Adam, AdamW, Adagrad, Lion, SGD",
           name, best <= 2 ? fmt::format(" (did you mean {}?)", nearest) : ""));
+      known_type = false;
     }
   }
   section.no_effect("legacy_fusion", "a DeepSpeed fp16 wrapper detail");
 
   Section params = section.child("params");
-  read_params(params, optimizer);
-  params.finish();
+  // A refused type says only that: its params (Lamb's max_coeff, ...) are not read as
+  // AdamW's, which would report them as unknown keys too.
+  if (known_type) {
+    read_params(params, optimizer);
+    params.finish();
+  }
   section.finish();
   if (type != nullptr && type->is_string()) {
     reader.record("optimizer.type", optimizer.name,

@@ -63,7 +63,7 @@ void read_precision(Section& root, Config& config) {
   const bool bf16_enabled = bf16.boolean({"enabled"}, false);
   bf16.no_effect_flag("immediate_grad_update",
                  "gradients always go straight into their bucket as each module finishes");
-  bf16.unsupported_flag("check_grad_overflow", "skipping bf16 steps on non-finite gradients");
+  config.bf16_check_grad_overflow = bf16.boolean({"check_grad_overflow"}, true);
   bf16.unsupported_flag("bf16_master_weights_and_grads",
                       "bf16 master weights and gradients");
   const bool bf16_states = bf16.boolean({"bf16_optimizer_states"}, false);

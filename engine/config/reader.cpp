@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -159,9 +160,33 @@ void Reader::not_supported(const std::string& path, std::string_view what, const
                     describe(value)));
 }
 
+namespace {
+
+// The sections DeepSpeed validates strictly (pydantic models that forbid extra fields, or
+// keyword arguments of the optimizer and scheduler): an unknown key there is an error. Anywhere
+// else DeepSpeed reads the keys it knows and ignores the rest, so zero warns.
+bool strict_section(const std::string& section) {
+  static const std::set<std::string> kStrict{
+      "zero_optimization", "zero_optimization.offload_optimizer", "zero_optimization.offload_param",
+      "fp16",              "bf16",                                "bfloat16",
+      "optimizer.params",  "scheduler.params"};
+  return kStrict.count(section) > 0;
+}
+
+}  // namespace
+
 void Reader::finish() {
   for (const auto& [section, key] : unknown_) {
     const std::string path = join_path(section, key);
+    const bool strict = strict_section(section);
+    // Strict: an error. Elsewhere: a warning, as DeepSpeed ignores such keys.
+    auto report = [&](const std::string& what) {
+      if (strict) {
+        error(fmt::format("{}: {}", path, what));
+      } else {
+        warning(fmt::format("{}: {}; ignored, as DeepSpeed ignores it", path, what));
+      }
+    };
     // Nearest key in the same section, by edit distance on lower case.
     std::string best;
     std::size_t best_distance = SIZE_MAX;
@@ -174,7 +199,7 @@ void Reader::finish() {
     }
     const std::size_t limit = std::max<std::size_t>(2, key.size() / 3);
     if (!best.empty() && best_distance <= limit) {
-      error(fmt::format("{}: unknown key; did you mean {}?", path, best));
+      report(fmt::format("unknown key; did you mean {}?", best));
       continue;
     }
     // The same key where it belongs in another section (e.g. a zero_optimization key at the top).
@@ -190,9 +215,9 @@ void Reader::finish() {
       }
     }
     if (!elsewhere.empty()) {
-      error(fmt::format("{}: unknown key here; did you mean {}?", path, elsewhere));
+      report(fmt::format("unknown key here; did you mean {}?", elsewhere));
     } else {
-      error(fmt::format("{}: unknown key (`zero-config keys` lists every key zero knows)", path));
+      report("unknown key (`zero-config keys` lists every key zero knows)");
     }
   }
   unknown_.clear();

@@ -75,7 +75,10 @@ class Reader {
   // True when the object at `path` exists only because an override created it.
   bool created_by_override(const std::string& path) const { return created_.count(path) > 0; }
 
-  // Reports the unknown keys (with suggestions) as errors. Call once, after every section.
+  // Reports the unknown keys, with suggestions: errors in the sections DeepSpeed validates
+  // strictly (zero_optimization and its offload sections, fp16, bf16, optimizer.params,
+  // scheduler.params), warnings elsewhere (DeepSpeed ignores them). Call once, after every
+  // section.
   void finish();
 
   const std::vector<std::string>& errors() const { return errors_; }

@@ -223,7 +223,8 @@ ZERO_API zero_status zero_is_accumulation_boundary(const zero_engine* engine, in
 
 typedef struct zero_step_stats {
   int stepped;            /* 1 at an accumulation boundary */
-  int skipped;            /* 1 when fp16 overflow skipped the optimizer and the schedule */
+  int skipped;            /* 1 when non-finite gradients (fp16 overflow, or bf16 with
+                           * bf16.check_grad_overflow) skipped the optimizer and the schedule */
   double loss_scale;      /* the scale this window's gradients carried */
   double grad_norm;       /* global norm of the unscaled gradients (before clipping); 0 when
                            * skipped */

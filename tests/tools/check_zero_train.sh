@@ -111,10 +111,9 @@ case $case_name in
     err=$(<"$work/err")
     expect_rc 124
     all="$out $err"
-    for rank in 0 2; do
-      [[ $all == *"rank $rank of 3"*"not all started within 2 s"* ]] ||
-        fail "rank $rank did not report the timeout: $all"
-    done
+    # The first waiting rank to give up ends the job: mpirun may end the other before it prints.
+    [[ $all == *"rank "[02]" of 3"*"not all started within 2 s"* ]] ||
+      fail "no waiting rank reported the timeout: $all"
     [[ $all == *"rank 1 of 3 never reached start-up"* ]] || fail "rank 1 not named: $all"
     ! pgrep -f "$work/stall.sh" >/dev/null || fail "a rank still runs: $(pgrep -af "$work/stall.sh")"
     ;;
