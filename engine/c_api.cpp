@@ -91,6 +91,9 @@ zero_engine* create(const ConfigReader& read_config, const zero_create_options* 
   }
   const zero::comm::LaunchInfo launch = zero::comm::detect_launch();
   device_options.local_rank = launch.local_rank;
+  // Log lines say which rank wrote them from the first (the device's choice, the config's
+  // notes), not only once the communicator exists.
+  zero::log::set_rank(launch.rank);
 
   // The world size resolves the batch keys, and the config sets the collective timeout: read
   // it for the launcher's world, and again if the communicator turns out to differ.

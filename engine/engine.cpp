@@ -260,10 +260,11 @@ void Engine::init() {
   e.allocate();
   e.fill_initial_values();
   e.initialized = true;
-  log::info("engine: ZeRO stage {} on {} ranks, {} parameters ({} trainable), {} compute, "
-            "{} reduction buckets; {}",
-            e.stage, e.world, e.registry.total_numel(), e.registry.trainable_numel(),
-            dtype_name(e.compute), e.buckets.size(), e.optimizer->description());
+  log::info("engine: ZeRO stage {} on {} rank{}, {} parameters of {} elements ({} trainable), {} "
+            "compute, {} reduction buckets; {}",
+            e.stage, e.world, e.world == 1 ? "" : "s", e.registry.param_count(),
+            e.registry.total_numel(), e.registry.trainable_numel(), dtype_name(e.compute),
+            e.buckets.size(), e.optimizer->description());
 }
 
 void Engine::pre_forward(std::size_t module, Stream* stream) {

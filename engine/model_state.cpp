@@ -159,6 +159,7 @@ void Engine::Impl::allocate() {
   formats.grad = has_grad_flat ? accum : compute;
   formats.state = config.optimizer_state_dtype;
   formats.param_out = mixed ? compute : DType::bf16;
+  formats.copy_out = mixed;  // fp32: the master is the parameter, nothing is copied out
   if (device->type() == DeviceType::cuda && !offload) {
     optimizer = optim::create_cuda_optimizer(config.optimizer, formats);
   } else {

@@ -19,7 +19,8 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual const OptimizerSpec& spec() const noexcept = 0;
   virtual const Formats& formats() const noexcept = 0;
-  // "AdamW on the CPU (avx512, 2 threads): bf16 grads, fp32 state, bf16 copy-out"
+  // "AdamW on the CPU (avx512, 2 threads): bf16 grads, fp32 state, bf16 copy-out" (or "no
+  // copy-out" when Formats::copy_out is false)
   virtual std::string description() const = 0;
 
   // One step over every slice. The CPU optimizer runs on the calling thread and its OpenMP

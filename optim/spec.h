@@ -58,6 +58,7 @@ struct Formats {
   DType grad = DType::f32;       // f32, bf16 or f16
   DType state = DType::f32;      // f32, or bf16 (stochastically rounded: see README)
   DType param_out = DType::bf16; // bf16 or f16: the copy written when Slice::param_out is set
+  bool copy_out = true;          // false: no slice sets param_out (fp32 training)
 };
 
 // What may change every step. The engine fills it from the LR schedule (OneCycle cycles beta1),

@@ -23,6 +23,19 @@ std::optional<std::int64_t> given(Section& root, const char* key, bool* invalid)
   return parsed;
 }
 
+// Why train_batch_size does not split when only it, or it and one other key, were given: the
+// arithmetic, and the nearest sizes that would.
+// `divisor_text` spells the divisor out ("the world size 4", "... 3 * world size 2 = 6").
+std::string not_a_multiple(std::int64_t train, const std::string& divisor_text,
+                           std::int64_t divisor, const char* derived) {
+  const std::int64_t below = train / divisor * divisor, above = below + divisor;
+  return fmt::format(
+      "train_batch_size {} is not a multiple of {}, so {} would be {} / {} = {:.4g}, not a "
+      "whole number; make train_batch_size a multiple of {} ({}{}), or give {} instead",
+      train, divisor_text, derived, train, divisor, static_cast<double>(train) / divisor,
+      divisor, below > 0 ? fmt::format("{} or ", below) : "", above, derived);
+}
+
 }  // namespace
 
 void read_batch(Section& root, Config& config) {
@@ -33,6 +46,10 @@ void read_batch(Section& root, Config& config) {
   auto micro = given(root, kMicro, &invalid);
   auto accum = given(root, kAccum, &invalid);
   if (invalid) return;
+  const bool all_given = train && micro && accum;
+  const bool train_micro = train && micro && !accum;
+  const bool train_accum = train && accum && !micro;
+  const bool train_only = train && !micro && !accum;
 
   const auto derive = [&](const char* key, std::int64_t value, std::string note) {
     if (const json* raw = root.raw(key); raw != nullptr && is_auto(*raw)) note += " (from \"auto\")";
@@ -88,10 +105,28 @@ void read_batch(Section& root, Config& config) {
     return;
   }
   if (*train != *micro * *accum * world) {
-    reader.error(fmt::format(
-        "train_batch_size != train_micro_batch_size_per_gpu * gradient_accumulation_steps * "
-        "world size: {} != {} * {} * {}; give two of the three keys, or all three consistently",
-        *train, *micro, *accum, world));
+    if (all_given) {
+      reader.error(fmt::format(
+          "train_batch_size != train_micro_batch_size_per_gpu * gradient_accumulation_steps * "
+          "world size: {} != {} * {} * {} = {}; give two of the three keys (the third is "
+          "derived), or all three consistently",
+          *train, *micro, *accum, world, *micro * *accum * world));
+    } else if (train_micro) {
+      reader.error(not_a_multiple(
+          *train,
+          fmt::format("train_micro_batch_size_per_gpu {} * world size {} = {}", *micro, world,
+                      *micro * world),
+          *micro * world, kAccum));
+    } else if (train_accum) {
+      reader.error(not_a_multiple(
+          *train,
+          fmt::format("world size {} * gradient_accumulation_steps {} = {}", world, *accum,
+                      world * *accum),
+          world * *accum, kMicro));
+    } else if (train_only) {
+      reader.error(
+          not_a_multiple(*train, fmt::format("the world size {}", world), world, kMicro));
+    }
     return;
   }
   config.batch = BatchConfig{*train, *micro, *accum};

@@ -63,6 +63,16 @@ TokenStream TokenStream::open(const std::string& path) {
   return stream;
 }
 
+double TokenStream::control_fraction() const noexcept {
+  if (format_ != "text" || tokens_.empty()) return 0.0;
+  std::size_t control = 0;
+  for (const std::int32_t t : tokens_) {
+    const bool whitespace = t == '\t' || t == '\n' || t == '\f' || t == '\r';
+    control += (t < 0x20 && !whitespace) || t == 0x7f;
+  }
+  return static_cast<double>(control) / static_cast<double>(tokens_.size());
+}
+
 TokenStream TokenStream::from_text(std::string_view text) {
   std::vector<std::int32_t> tokens(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<unsigned char>(text[i]);

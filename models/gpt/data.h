@@ -35,6 +35,11 @@ class TokenStream {
   const std::string& format() const noexcept { return format_; }  // "text", "llm.c uint16", ...
   std::int32_t max_token() const noexcept;
 
+  // Text only: the share of bytes that are control characters other than tab, line feed,
+  // form feed and carriage return (0 for token shards). Text is well under 1%; a binary file
+  // read as text is far above.
+  double control_fraction() const noexcept;
+
   // The last `fraction` of the stream (at least one sequence of `seq` + 1 tokens when the
   // stream allows) as validation, the rest as training.
   void split(double fraction, int seq, TokenStream& train, TokenStream& validation) const;

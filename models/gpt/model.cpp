@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/gpt/hf_layout.h"
 #include "models/gpt/kernels.h"
 
 namespace zero::gpt {
@@ -366,12 +367,11 @@ void Gpt::load_pretrained(const std::string& path) {
   // The Conv1D weights are stored [in, out], ours [out, in]; attention-mask buffers and the
   // tied lm_head.weight have no parameter.
   std::vector<std::string> transposed, ignore{"lm_head.weight"};
+  for (const std::string& name : names_) {
+    if (is_hf_conv1d_weight(name)) transposed.push_back(name);
+  }
   for (int l = 0; l < config_.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    for (const char* name :
-         {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
-      transposed.push_back(h + name);
-    }
     for (const char* buffer : {"attn.bias", "attn.masked_bias"}) {
       ignore.push_back(h + buffer);
       ignore.push_back("transformer." + h + buffer);

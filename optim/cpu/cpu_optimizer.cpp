@@ -77,13 +77,15 @@ class CpuOptimizer final : public Optimizer {
 
   std::string description() const override {
     const int states = spec_.state_buffers();
-    return fmt::format("{}{} on the CPU ({}, {} thread{}): {} grads, {}, {} copy-out",
+    return fmt::format("{}{} on the CPU ({}, {} thread{}): {} grads, {}, {}",
                        floor_ ? "bandwidth floor of " : "", optimizer_type_name(spec_.type),
                        cpu_isa_name(isa_), threads_,
                        threads_ == 1 ? "" : "s", dtype_name(formats_.grad),
                        states == 0 ? std::string("no state")
                                    : fmt::format("{} state", dtype_name(formats_.state)),
-                       dtype_name(formats_.param_out));
+                       formats_.copy_out
+                           ? fmt::format("{} copy-out", dtype_name(formats_.param_out))
+                           : std::string("no copy-out"));
   }
 
   void step(std::span<const Slice> slices, const StepHyper& hyper, Stream&) override {

@@ -133,9 +133,12 @@ class CudaAdam final : public Optimizer {
   const Formats& formats() const noexcept override { return formats_; }
 
   std::string description() const override {
-    return fmt::format("{} on CUDA (multi-tensor): {} grads, {} state, {} copy-out",
+    return fmt::format("{} on CUDA (multi-tensor): {} grads, {} state, {}",
                        optimizer_type_name(spec_.type), dtype_name(formats_.grad),
-                       dtype_name(formats_.state), dtype_name(formats_.param_out));
+                       dtype_name(formats_.state),
+                       formats_.copy_out
+                           ? fmt::format("{} copy-out", dtype_name(formats_.param_out))
+                           : std::string("no copy-out"));
   }
 
   void step(std::span<const Slice> slices, const StepHyper& hyper, Stream& stream) override {

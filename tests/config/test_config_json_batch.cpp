@@ -70,7 +70,27 @@ TEST_CASE("batch: inconsistent sizes name all four numbers and the three keys", 
   REQUIRE(error_of(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 17,
                        "gradient_accumulation_steps": 2})") ==
           "train_batch_size != train_micro_batch_size_per_gpu * gradient_accumulation_steps * "
-          "world size: 32 != 17 * 2 * 1; give two of the three keys, or all three consistently");
+          "world size: 32 != 17 * 2 * 1 = 34; give two of the three keys (the third is derived), "
+          "or all three consistently");
+}
+
+TEST_CASE("batch: two keys that do not divide show the arithmetic, not 'give two'",
+          "[config][batch]") {
+  REQUIRE(error_of(R"({"train_batch_size": 20, "train_micro_batch_size_per_gpu": 3})", 2) ==
+          "train_batch_size 20 is not a multiple of train_micro_batch_size_per_gpu 3 * world size "
+          "2 = 6, so gradient_accumulation_steps would be 20 / 6 = 3.333, not a whole number; make "
+          "train_batch_size a multiple of 6 (18 or 24), or give gradient_accumulation_steps "
+          "instead");
+  REQUIRE(error_of(R"({"train_batch_size": 6, "gradient_accumulation_steps": 4})") ==
+          "train_batch_size 6 is not a multiple of world size 1 * gradient_accumulation_steps 4 = "
+          "4, so train_micro_batch_size_per_gpu would be 6 / 4 = 1.5, not a whole number; make "
+          "train_batch_size a multiple of 4 (4 or 8), or give train_micro_batch_size_per_gpu "
+          "instead");
+  REQUIRE(error_of(R"({"train_batch_size": 10})", 4) ==
+          "train_batch_size 10 is not a multiple of the world size 4, so "
+          "train_micro_batch_size_per_gpu would be 10 / 4 = 2.5, not a whole number; make "
+          "train_batch_size a multiple of 4 (8 or 12), or give train_micro_batch_size_per_gpu "
+          "instead");
 }
 
 TEST_CASE("batch: train and micro give the accumulation steps", "[config][batch]") {
@@ -108,7 +128,7 @@ TEST_CASE("batch: only the micro batch means one accumulation step", "[config][b
 TEST_CASE("batch: a train batch the world size does not divide fails DeepSpeed's check",
           "[config][batch]") {
   REQUIRE_THAT(error_of(R"({"train_batch_size": 10})", 4),
-               Catch::Contains("10 != 2 * 1 * 4"));
+               Catch::Contains("10 is not a multiple of the world size 4"));
 }
 
 TEST_CASE("batch: a train batch smaller than the world is refused", "[config][batch]") {

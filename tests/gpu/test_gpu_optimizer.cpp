@@ -609,6 +609,10 @@ TEST_CASE("the CUDA optimizer describes itself", "[gpu][optim]") {
       create_cuda_optimizer(OptimizerSpec{}, Formats{DType::bf16, DType::f32, DType::bf16});
   CHECK(optimizer->description() ==
         "AdamW on CUDA (multi-tensor): bf16 grads, fp32 state, bf16 copy-out");
+  Formats fp32{DType::f32, DType::f32, DType::bf16};
+  fp32.copy_out = false;
+  CHECK(create_cuda_optimizer(OptimizerSpec{}, fp32)->description() ==
+        "AdamW on CUDA (multi-tensor): fp32 grads, fp32 state, no copy-out");
 }
 
 TEST_CASE("a CUDA optimizer step names the slice that lacks a buffer", "[gpu][optim]") {

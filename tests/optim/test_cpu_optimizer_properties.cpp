@@ -138,6 +138,16 @@ TEST_CASE("write_param_out rounds the master to nearest even and touches nothing
   }
 }
 
+TEST_CASE("the CPU optimizer's description names a copy-out only when there is one", "[optim]") {
+  Formats mixed{DType::bf16, DType::f32, DType::bf16};
+  CHECK_THAT(create_cpu_optimizer({}, mixed)->description(),
+             Catch::EndsWith("bf16 grads, fp32 state, bf16 copy-out"));
+  Formats fp32{DType::f32, DType::f32, DType::bf16};
+  fp32.copy_out = false;
+  CHECK_THAT(create_cpu_optimizer({}, fp32)->description(),
+             Catch::EndsWith("fp32 grads, fp32 state, no copy-out"));
+}
+
 TEST_CASE("the CPU ISA is the best the CPU has unless ZERO_CPU_ISA forces one", "[optim]") {
   const char* saved = std::getenv("ZERO_CPU_ISA");
   const std::string restore = saved ? saved : "";

@@ -118,6 +118,41 @@ case $case_name in
     ! pgrep -f "$work/stall.sh" >/dev/null || fail "a rank still runs: $(pgrep -af "$work/stall.sh")"
     ;;
 
+  logs_name_their_rank_and_what_they_count)
+    have_mpirun || exit 77
+    ZERO_LOG_LEVEL=info run 2 --steps 1
+    expect_rc 0
+    # The device line comes before the communicator exists: still tagged with its own rank.
+    for rank in 0 1; do
+      n=$(grep -c "\[zero rank $rank\] \[info\] no GPU" "$work/err" || true)
+      [ "$n" -eq 1 ] || fail "rank $rank's device line appears $n times as rank $rank: $err"
+    done
+    expect_err "parameters of 834304 elements (834304 trainable), fp32 compute"
+    expect_err "fp32 grads, fp32 state, no copy-out"
+    ;;
+
+  export_initialises_the_same_model)
+    # zero-ckpt export writes Hugging Face's GPT-2 layout, which --init reads: a run started
+    # from the export, at lr 0, evaluates to the saved model's validation loss, bit for bit.
+    run 1 --steps 3 --save "$work/ckpt" --eval-every 3 --metrics "$work/saved.jsonl"
+    expect_rc 0
+    "$ZERO_CKPT" export "$work/ckpt" --out "$work/model.safetensors" >"$work/export.out" ||
+      fail "zero-ckpt export: $(<"$work/export.out")"
+    grep -q "Hugging Face GPT-2" "$work/export.out" || fail "not exported in GPT-2's layout: $(<"$work/export.out")"
+    run 1 --steps 1 --lr 0 --init "$work/model.safetensors" --eval-every 1 \
+      --metrics "$work/init.jsonl"
+    expect_rc 0
+    saved=$(grep '"kind":"eval"' "$work/saved.jsonl" | tail -1 | sed 's/.*"eval_loss":\([^,}]*\).*/\1/')
+    again=$(grep '"kind":"eval"' "$work/init.jsonl" | tail -1 | sed 's/.*"eval_loss":\([^,}]*\).*/\1/')
+    [ -n "$saved" ] && [ "$saved" = "$again" ] ||
+      fail "validation loss of the saved model $saved, of the export loaded by --init $again"
+    # --layout saved keeps zero's own layout, which --init refuses by shape.
+    "$ZERO_CKPT" export "$work/ckpt" --out "$work/zero.safetensors" --layout saved >/dev/null
+    run 1 --steps 1 --init "$work/zero.safetensors"
+    [ "$rc" -ne 0 ] || fail "zero's own layout was taken as GPT-2's"
+    expect_err "shape"
+    ;;
+
   an_edited_checkpoint_is_refused)
     # One rank, run directly. meta.json's own values are checksummed: an edit of its counters
     # is refused at --resume. Re-hashed after the edit (XXH3-64 of the compact JSON, through
@@ -173,6 +208,14 @@ PY
     run 1 --steps 2 --model gpt2-7b
     [ "$rc" -ne 0 ] || fail "an unknown model was accepted"
     expect_err "unknown model 'gpt2-7b'"
+    # A --save directory no rank can write is found at the start, not at the first save.
+    touch "$work/a-file"
+    run 1 --steps 2 --save "$work/a-file/ckpt"
+    [ "$rc" -ne 0 ] || fail "a --save under a file was accepted"
+    expect_err "--save $work/a-file/ckpt: cannot create it"
+    run 1 --steps 0
+    [ "$rc" -ne 0 ] || fail "--steps 0 was accepted"
+    expect_err "--steps: must be at least 1 (got 0)"
     run 1 --steps 2 --resume "$work/no-checkpoint"
     [ "$rc" -ne 0 ] || fail "a missing checkpoint was accepted"
     expect_err "no-checkpoint"

@@ -3,8 +3,10 @@
 //
 //   zero-ckpt inspect DIR[/TAG] [--no-verify] [--params] [--json]
 //   zero-ckpt export DIR[/TAG] --out model.safetensors [--dtype fp32|bf16|fp16]
+//                    [--layout auto|hf|saved]
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -22,6 +24,7 @@
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/reader.h"
 #include "engine/checkpoint/safetensors.h"
+#include "models/gpt/hf_layout.h"
 
 namespace {
 
@@ -104,7 +107,13 @@ int inspect(const std::string& path, bool verify, bool list_params, bool as_json
   return 0;
 }
 
-int export_model(const std::string& path, const std::string& out, const std::string& dtype_text) {
+// Where the export's layout differs from the checkpoint's: Hugging Face GPT-2's Conv1D weights.
+bool transposed_on_export(const ParamEntry& p, bool hf) {
+  return hf && p.shape.size() == 2 && zero::gpt::is_hf_conv1d_weight(p.name);
+}
+
+int export_model(const std::string& path, const std::string& out, const std::string& dtype_text,
+                 const std::string& layout) {
   const auto dtype = zero::parse_dtype(dtype_text);
   if (!dtype || !zero::is_floating(*dtype)) {
     throw zero::make_error(zero::ErrorCategory::usage, "--dtype {}: use fp32, bf16 or fp16",
@@ -113,9 +122,22 @@ int export_model(const std::string& path, const std::string& out, const std::str
   const zero::Timer timer;
   CheckpointReader reader(tag_directory(path));
   const Manifest& m = reader.manifest();
+  std::vector<std::string> names;
+  for (const ParamEntry& p : m.params) names.push_back(p.name);
+  const bool gpt2 = zero::gpt::is_gpt2_naming(names);
+  if (layout == "hf" && !gpt2) {
+    throw zero::make_error(zero::ErrorCategory::usage,
+                           "--layout hf: {} does not hold a GPT-2 (wte.weight, wpe.weight and "
+                           "h.<n>.attn/mlp weights), the one model whose Hugging Face layout "
+                           "differs from zero's; export it with --layout saved",
+                           reader.directory());
+  }
+  const bool hf = layout == "hf" || (layout == "auto" && gpt2);
   std::vector<zero::checkpoint::TensorDecl> decls;
   for (const ParamEntry& p : m.params) {
-    decls.push_back({p.name, std::string(zero::checkpoint::safetensors_dtype(*dtype)), p.shape});
+    std::vector<std::int64_t> shape = p.shape;
+    if (transposed_on_export(p, hf)) std::swap(shape[0], shape[1]);
+    decls.push_back({p.name, std::string(zero::checkpoint::safetensors_dtype(*dtype)), shape});
   }
   // Written beside the target and renamed at the end: a failed export leaves no partial file
   // under the name asked for. The temporary is made new (a leftover from a crash, or a link
@@ -126,17 +148,34 @@ int export_model(const std::string& path, const std::string& out, const std::str
     zero::checkpoint::SafetensorsWriter writer(
         temporary, std::move(decls),
         {{"format", "pt"}, {"zero_checkpoint", reader.directory()},
-         {"zero_step", std::to_string(m.global_steps)}},
+         {"zero_step", std::to_string(m.global_steps)},
+         {"zero_layout", hf ? "huggingface" : "zero"}},
         zero::checkpoint::SafetensorsWriter::kDefaultChunkBytes, 0644, /*direct=*/true);
-    // Streamed in pieces of 4 Mi elements: the memory does not grow with the model.
+    // Streamed in pieces of 4 Mi elements: the memory does not grow with the model. A
+    // transposed weight is read whole (GPT-2's largest, c_fc of gpt2-1.5b, is 10M elements).
     constexpr std::size_t kPiece = std::size_t{1} << 22;
-    std::vector<char> buffer(kPiece * zero::dtype_size(*dtype));
+    const std::size_t size = zero::dtype_size(*dtype);
+    std::vector<char> buffer(kPiece * size);
     for (const ParamEntry& p : m.params) {
       const std::string_view kind = p.trainable ? zero::checkpoint::kMaster : zero::checkpoint::kParam;
+      if (transposed_on_export(p, hf)) {
+        const auto rows = static_cast<std::size_t>(p.shape[0]);
+        const auto cols = static_cast<std::size_t>(p.shape[1]);
+        std::vector<char> whole(p.numel * size), turned(p.numel * size);
+        reader.read(kind, p, 0, p.numel, *dtype, whole.data());
+        for (std::size_t r = 0; r < rows; ++r) {
+          for (std::size_t c = 0; c < cols; ++c) {
+            std::memcpy(turned.data() + (c * rows + r) * size, whole.data() + (r * cols + c) * size,
+                        size);
+          }
+        }
+        writer.write(turned.data(), turned.size());
+        continue;
+      }
       for (std::uint64_t done = 0; done < p.numel; done += kPiece) {
         const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, p.numel - done));
         reader.read(kind, p, done, n, *dtype, buffer.data());
-        writer.write(buffer.data(), n * zero::dtype_size(*dtype));
+        writer.write(buffer.data(), n * size);
       }
     }
     writer.finish();
@@ -148,8 +187,9 @@ int export_model(const std::string& path, const std::string& out, const std::str
   }
   std::uint64_t elements = 0;
   for (const ParamEntry& p : m.params) elements += p.numel;
-  std::cout << fmt::format("{}: {} parameters, {} elements as {}, {} ({:.2f} s)\n", out,
+  std::cout << fmt::format("{}: {} parameters, {} elements as {}, {} layout, {} ({:.2f} s)\n", out,
                            m.params.size(), elements, zero::dtype_name(*dtype),
+                           hf ? "Hugging Face GPT-2 (Conv1D weights [in, out])" : "zero's",
                            zero::format_bytes(fs::file_size(out)), timer.seconds());
   return 0;
 }
@@ -185,11 +225,19 @@ int main(int argc, char** argv) {
   export_command->add_option("-o,--out", out, "the safetensors file to write")->required();
   export_command->add_option("--dtype", dtype, "fp32, bf16 or fp16 (round to nearest even)")
       ->capture_default_str();
+  std::string layout = "auto";
+  export_command
+      ->add_option("--layout", layout,
+                   "hf: as Hugging Face stores the model (GPT-2: Conv1D weights [in, out], so "
+                   "transformers and zero-train --init read the file); saved: zero's own layout; "
+                   "auto: hf for a GPT-2, else saved")
+      ->check(CLI::IsMember({"auto", "hf", "saved"}))
+      ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (*inspect_command) return inspect(inspect_path, !no_verify, list_params, as_json);
-    return export_model(export_path, out, dtype);
+    return export_model(export_path, out, dtype, layout);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "zero-ckpt: %s\n", error.what());
     return 1;

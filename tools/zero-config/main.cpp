@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "engine/config/config.h"
+#include "tools/cli_checks.h"
 
 namespace {
 
@@ -61,6 +62,20 @@ int check(const std::string& path, int world_size, const std::vector<std::string
 // Every key zero knows: read a set of configs that between them open every section, optimizer
 // type and scheduler type, and list the union of the keys each declared.
 int keys(const std::string& only_class, bool markdown) {
+  if (!only_class.empty()) {
+    bool matches = false;
+    for (auto c : {zero::config::KeyClass::implemented, zero::config::KeyClass::no_effect,
+                   zero::config::KeyClass::unsupported, zero::config::KeyClass::deprecated}) {
+      matches = matches || zero::config::key_class_name(c).find(only_class) != std::string_view::npos;
+    }
+    if (!matches) {
+      throw zero::make_error(zero::ErrorCategory::usage,
+                             "--class {}: no class of key holds that text; use implemented, "
+                             "effect (no effect here), supported (not supported when enabled) "
+                             "or deprecated",
+                             only_class);
+    }
+  }
   std::vector<std::string> documents;
   for (const char* optimizer : {"Adam", "Adagrad", "Lion", "SGD"}) {
     for (const char* scheduler :
@@ -117,7 +132,7 @@ int main(int argc, char** argv) {
       ->required();
   check_command->add_option("-w,--world-size", world_size,
                             "data-parallel ranks, for batch-size resolution")
-      ->check(CLI::PositiveNumber)
+      ->check(zero::tools::at_least(1))
       ->capture_default_str();
   check_command->add_option("--set", sets,
                             "KEY=VALUE override (dotted key; VALUE as JSON, else a string); "

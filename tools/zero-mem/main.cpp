@@ -13,6 +13,7 @@
 #include "base/bytes.h"
 #include "base/error.h"
 #include "engine/config/json_text.h"
+#include "tools/cli_checks.h"
 #include "tools/zero-mem/planner.h"
 #include "tools/zero-mem/report.h"
 
@@ -53,17 +54,24 @@ int main(int argc, char** argv) {
   std::vector<int> stages;
   bool as_json = false, checkpointing = false;
   zero::mem::ReportOptions report;
-  app.add_option("--params", model_args.params, "total parameters (e.g. 70e9)");
+  app.add_option("--params", model_args.params, "total parameters (e.g. 70e9)")
+      ->check(zero::tools::between(1, 1e15));
   app.add_option("--largest-layer", model_args.largest_layer,
-                 "parameters of the largest layer, with --params and no architecture");
+                 "parameters of the largest layer, with --params and no architecture")
+      ->check(zero::tools::between(1, 1e15));
   app.add_option("--model", model_args.model,
                  "a reference GPT: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b");
   app.add_option("--arch", model_args.arch,
                  "a GPT: layers,channels,heads,vocab,positions; with --params the MLP width "
                  "is chosen to match the count");
-  app.add_option("--seq", seq, "tokens per sequence (default: the model's positions)");
-  app.add_option("--gpus-per-node", hw.gpus_per_node, "GPUs per node")->capture_default_str();
-  app.add_option("--nodes", hw.nodes, "nodes")->capture_default_str();
+  app.add_option("--seq", seq, "tokens per sequence (default: the model's positions)")
+      ->check(zero::tools::between(1, 1 << 24));
+  app.add_option("--gpus-per-node", hw.gpus_per_node, "GPUs per node")
+      ->check(zero::tools::between(1, 1024))
+      ->capture_default_str();
+  app.add_option("--nodes", hw.nodes, "nodes")
+      ->check(zero::tools::between(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--gpu-mem", gpu_mem, "memory per GPU")->capture_default_str();
   app.add_option("--cpu-mem", cpu_mem, "host memory per node")->capture_default_str();
   app.add_option("--nvme", nvme, "NVMe space per node (none: no NVMe modes)");
@@ -79,16 +87,25 @@ int main(int argc, char** argv) {
                "checkpoint every block on every row (also when the config has an "
                "activation_checkpointing section)");
   app.add_option("--peak-tflops", hw.peak_tflops,
-                 "the GPU's dense rate (default: H100 SXM, 989 bf16/fp16, 495 TF32 for fp32)");
+                 "the GPU's dense rate (default: H100 SXM, 989 bf16/fp16, 495 TF32 for fp32)")
+      ->check(zero::tools::above(0));
   app.add_option("--pcie-gbps", hw.pcie_gbps, "GB/s each way per GPU (PCIe Gen5 x16)")
+      ->check(zero::tools::above(0))
       ->capture_default_str();
-  app.add_option("--nvme-read-gbps", hw.nvme_read_gbps, "GB/s per node")->capture_default_str();
-  app.add_option("--nvme-write-gbps", hw.nvme_write_gbps, "GB/s per node")->capture_default_str();
+  app.add_option("--nvme-read-gbps", hw.nvme_read_gbps, "GB/s per node")
+      ->check(zero::tools::above(0))
+      ->capture_default_str();
+  app.add_option("--nvme-write-gbps", hw.nvme_write_gbps, "GB/s per node")
+      ->check(zero::tools::above(0))
+      ->capture_default_str();
   app.add_option("--intra-node-gbps", hw.intra_node_gbps, "GB/s per GPU each way (NVLink 4)")
+      ->check(zero::tools::above(0))
       ->capture_default_str();
   app.add_option("--inter-node-gbps", hw.inter_node_gbps, "GB/s per GPU between nodes (400 Gb/s)")
+      ->check(zero::tools::above(0))
       ->capture_default_str();
   app.add_option("--host-mem-gbps", hw.host_mem_gbps, "host memory GB/s per node")
+      ->check(zero::tools::above(0))
       ->capture_default_str();
   app.add_flag("--deepspeed-estimate", report.deepspeed,
                "also print DeepSpeed's estimate_zero2/zero3_model_states_mem_needs rows");
@@ -102,8 +119,10 @@ int main(int argc, char** argv) {
     hw.cpu_mem = zero::parse_bytes(cpu_mem, "--cpu-mem");
     hw.nvme = nvme.empty() ? 0 : zero::parse_bytes(nvme, "--nvme");
     hw.gpu_overhead = zero::parse_bytes(overhead, "--gpu-overhead");
-    if (hw.gpus_per_node < 1 || hw.nodes < 1) {
-      throw std::invalid_argument("--gpus-per-node and --nodes must be at least 1");
+    if (static_cast<long long>(hw.gpus_per_node) * hw.nodes > (1 << 24)) {
+      throw std::invalid_argument(fmt::format(
+          "--gpus-per-node {} x --nodes {} is more than 16,777,216 GPUs: zero plans up to that",
+          hw.gpus_per_node, hw.nodes));
     }
     request.hardware = hw;
     request.config = config_path.empty()

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "tools/cli_checks.h"
 #include "tools/zero-run/child.h"
 #include "tools/zero-run/hostfile.h"
 #include "tools/zero-run/machine.h"
@@ -113,7 +114,7 @@ int main(int argc, char** argv) {
   bool dry_run = false;
   app.add_option("-n,--np", request.ranks, "number of ranks to start")
       ->required()
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(zero::tools::between(1, 1 << 20))
       ->type_name("N");
   app.add_option("--hostfile", hostfile, "Open MPI hostfile (HOST [slots=N] lines), passed on")
       ->type_name("FILE");
@@ -128,7 +129,7 @@ int main(int argc, char** argv) {
       ->type_name("ARG");
   app.add_option("--start-timeout", request.start_timeout,
                  "seconds the ranks may take to all start (see start-up)")
-      ->check(CLI::PositiveNumber)
+      ->check(zero::tools::above(0))
       ->capture_default_str()
       ->type_name("SECONDS");
   std::string start_parent;

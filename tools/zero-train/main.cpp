@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/cli_checks.h"
 #include "tools/zero-train/options.h"
 
 int main(int argc, char** argv) {
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "optimizer steps to reach (fills scheduler total_num_steps "
                                      "when it is \"auto\")")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(zero::tools::at_least(1));
   app.add_option("--micro-batch", o.micro_batch,
                  "sequences per rank per micro-step (train_micro_batch_size_per_gpu)");
   app.add_option("--lr", o.lr, "learning rate (optimizer.params.lr, and warmup_max_lr when \"auto\")");
@@ -53,14 +54,14 @@ int main(int argc, char** argv) {
                                   "(repeatable; wins over the file and the flags)");
   app.add_option("--val-fraction", o.val_fraction, "share of the data held out for validation")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.5));
+      ->check(zero::tools::between(0.0, 0.5));
   app.add_option("--eval-every", o.eval_every, "validation loss every K steps (and at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(zero::tools::at_least(0));
   app.add_option("--eval-batches", o.eval_batches, "micro-batches per evaluation")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(zero::tools::at_least(1));
   app.add_option("--save", o.save, "checkpoint directory: saves at the end (and every --save-every)");
-  app.add_option("--save-every", o.save_every, "save every K steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--save-every", o.save_every, "save every K steps")->check(zero::tools::at_least(0));
   app.add_option("--resume", o.resume, "continue from a checkpoint directory (its latest tag) or tag");
   app.add_option("--init", o.init, "start from Hugging Face GPT-2 safetensors (file, index JSON or "
                                    "directory)");
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-progress", o.progress, "no progress bar, even on a terminal");
   app.add_option("--device", o.device, "0 automatic (a GPU when there is one), 1 CPU, 2 CUDA")
       ->capture_default_str()
-      ->check(CLI::Range(0, 2));
+      ->check(zero::tools::between(0, 2));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

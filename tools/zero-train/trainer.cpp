@@ -2,11 +2,15 @@
 // reference GPT on it, the data cut into each rank's micro-batches, the loop with evaluation and
 // checkpoints, and the summary. Uses only zero.h, the reference model and the data reader.
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -93,6 +97,22 @@ std::vector<std::string> overrides(const TrainOptions& o, const json& raw) {
   }
   out.insert(out.end(), o.sets.begin(), o.sets.end());
   return out;
+}
+
+// What keeps `dir` from taking checkpoints (empty when it can): made when missing, and every rank
+// must be able to create files there (each writes its own), so the check runs on every rank.
+std::string save_problem(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return fmt::format("cannot create it: {}", error.message());
+  if (!std::filesystem::is_directory(dir)) return "it is not a directory";
+  const std::string probe = fmt::format("{}/.zero-train-probe.{}", dir, ::getpid());
+  std::ofstream out(probe);
+  const bool written = static_cast<bool>(out << "x" << std::flush);
+  out.close();
+  std::filesystem::remove(probe, error);
+  if (!written) return fmt::format("cannot write there: {}", std::strerror(errno));
+  return {};
 }
 
 json config_value(zero_engine* engine, const EngineCalls& calls, const char* key) {
@@ -183,6 +203,14 @@ int run(const TrainOptions& o) {
   int rank = 0, world = 1;
   calls.check(zero_rank(engine, &rank), "zero_rank");
   calls.check(zero_world_size(engine, &world), "zero_world_size");
+  // Found now, not at the first save after hours of training.
+  if (!o.save.empty()) {
+    if (const std::string problem = save_problem(o.save); !problem.empty()) {
+      calls.fail(fmt::format("--save {}: {} (rank {}); checkpoints need a directory every rank "
+                             "can write",
+                             o.save, problem, rank));
+    }
+  }
 
   const int batch = config_value(engine, calls, "train_micro_batch_size_per_gpu").get<int>();
   const int accumulation = config_value(engine, calls, "gradient_accumulation_steps").get<int>();
@@ -224,6 +252,21 @@ int run(const TrainOptions& o) {
       "{} accumulation step(s): {} tokens per step",
       stream.origin(), stream.format(), stream.size(), train_stream.size(), val_stream.size(),
       batch, seq, accumulation, tokens_per_step));
+  if (const double control = stream.control_fraction(); control > 0.01) {
+    report.say(fmt::format(
+        "warning: {} was read as text (bytes as tokens), but {:.1f}% of its bytes are control "
+        "characters: is it binary, or a token shard without llm.c's header (magic 20240520 or "
+        "20240801)?",
+        stream.origin(), 100 * control));
+  }
+  if (train_batches->sequences() < per_step) {
+    report.say(fmt::format(
+        "warning: {} gives {} distinct training sequence{} of {} tokens, fewer than one step "
+        "takes ({}): every step trains on the same sequences again; give more data, a shorter "
+        "--seq or a smaller batch",
+        stream.origin(), train_batches->sequences(), train_batches->sequences() == 1 ? "" : "s",
+        seq, per_step));
+  }
   const gpt::ActivationCost cost = gpt->activation_cost();
   if (gpt_options.checkpoint_blocks > 0) {
     report.say(fmt::format(
