@@ -244,7 +244,6 @@ struct Engine::Impl {
   // through one pinned bounce buffer and, in a step, assembled whole in another before their
   // write (a parameter's pieces come in order, so one is assembled at a time).
   bool param_nvme = false;
-  std::size_t compute_resident_end = 0;
   std::vector<std::uint64_t> param_region;  // per parameter: its offset in params.swap, or kNone
   std::unique_ptr<offload::SwapFile> param_file;
   std::unique_ptr<Arena> param_nvme_arena;
@@ -271,10 +270,24 @@ struct Engine::Impl {
   std::vector<int> module_open;  // per module: pre hook called, post not yet
 
   std::vector<ParamState> params;
-  std::vector<std::size_t> trainable;  // indices of trainable params, registration order
-  FlatLayout owned;                    // over `trainable`, shard_ranks
-  FlatLayout compute_shards;           // stage 3: over all params
-  std::size_t owned_total = 0;
+  // The layout (memory_plan.h), fixed at init and the same on every rank, and names for the
+  // parts of it the code reads: trainable parameters, the owned and compute-shard flat
+  // layouts, the reduction buckets, the optimizer's step groups (the all-gather buckets at
+  // stages 1-2; at stages 0 and 3 one group, or sub_group_size groups with offload), and with
+  // NVMe the resident prefixes (resident_groups ending at owned offset resident_end;
+  // compute_resident_end for offload_param).
+  Layout layout;
+  const std::vector<std::size_t>& trainable = layout.trainable;
+  const std::vector<std::size_t>& trainable_pos = layout.trainable_pos;
+  const FlatLayout& owned = layout.owned;
+  const FlatLayout& compute_shards = layout.compute_shards;
+  const std::vector<Bucket>& buckets = layout.buckets;
+  const std::vector<std::vector<std::size_t>>& param_buckets = layout.param_buckets;
+  const std::vector<Bucket>& step_groups = layout.step_groups;
+  const std::vector<std::size_t>& group_lo = layout.group_lo;
+  const std::size_t& resident_groups = layout.resident_groups;
+  const std::size_t& resident_end = layout.resident_end;
+  const std::size_t& compute_resident_end = layout.compute_resident_end;
 
   // Memory: the plan its arenas are sized by (memory_plan.h), and the arenas.
   MemoryPlan memory_plan;
@@ -292,9 +305,6 @@ struct Engine::Impl {
   std::unique_ptr<offload::SwapDirectory> swap_dir;
   std::unique_ptr<Arena> nvme_arena;
   std::unique_ptr<OptimizerSwap> swap;
-  std::size_t resident_groups = 0;
-  std::size_t resident_end = 0;
-  std::vector<std::size_t> group_lo;  // owned flat offset where each step group starts
   bool failed = false;  // a step or a load threw: no more steps; swap files kept for inspection
   std::string failure;  // what failed
   // Marks the engine failed (`what` failed): no more steps, and the NVMe swap files, whose
@@ -310,10 +320,7 @@ struct Engine::Impl {
   void* gather_buffer = nullptr;      // stages 1-2: all-gather bucket after the step
 
   // Reduction plan and progress.
-  std::vector<Bucket> buckets;       // over `trainable` indices (piece.param indexes trainable)
   std::vector<BucketRun> bucket_runs;
-  std::vector<std::size_t> trainable_pos;               // param -> index in `trainable`
-  std::vector<std::vector<std::size_t>> param_buckets;  // trainable index -> its buckets, in order
   bool reducing = false;     // this micro-step reduces gradients (stages 2-3, or the boundary)
   double pre_factor = 1.0;   // gradients scaled before the reduction (predivide, prescale)
   double post_factor = 1.0;  // and after it: together, the average over ranks
@@ -324,10 +331,6 @@ struct Engine::Impl {
   };
   std::vector<InFlight> in_flight;   // one per bucket buffer
   std::size_t next_slot = 0;
-  // The optimizer's steps, over `trainable`: at stages 1-2 the all-gather buckets (each
-  // rank's pieces of one are a contiguous range of the owned flat buffers); at stages 0 and 3
-  // one group, or with offload groups of sub_group_size elements per rank.
-  std::vector<Bucket> step_groups;
 
   // Stage 3 fetching: one trace per kind of pass, [0] training micro-steps, [1] evaluation.
   struct TraceState {

@@ -36,7 +36,7 @@ void* Engine::Impl::shard_source(std::size_t param) {
 }
 
 void Engine::Impl::lay_out() {
-  Layout layout = plan_layout(registry, config, world);
+  layout = plan_layout(registry, config, world);
   memory_plan = plan_memory(registry, config, layout, device->type() != DeviceType::cpu);
   for (std::size_t p = 0; p < params.size(); ++p) {
     const ParamPlacement& place = layout.params[p];
@@ -46,18 +46,6 @@ void Engine::Impl::lay_out() {
     params[p].compute_flat = place.compute_flat;
     params[p].persistent = place.persistent;
   }
-  trainable = std::move(layout.trainable);
-  trainable_pos = std::move(layout.trainable_pos);
-  owned = std::move(layout.owned);
-  owned_total = owned.total;
-  compute_shards = std::move(layout.compute_shards);
-  step_groups = std::move(layout.step_groups);
-  group_lo = std::move(layout.group_lo);
-  resident_groups = layout.resident_groups;
-  resident_end = layout.resident_end;
-  compute_resident_end = layout.compute_resident_end;
-  buckets = std::move(layout.buckets);
-  param_buckets = std::move(layout.param_buckets);
   plan_reduction();
 }
 
@@ -110,8 +98,8 @@ void Engine::Impl::allocate() {
     if (master != nullptr) owned_device.fill(master, DType::f32, resident_end, 0.0f, owned_stream);
   }
   if (has_grad_flat) {
-    grad_flat = take_owned(MemoryKind::grad, owned_total * dtype_size(accum));
-    owned_device.fill(grad_flat, accum, owned_total, 0.0f, owned_stream);
+    grad_flat = take_owned(MemoryKind::grad, owned.total * dtype_size(accum));
+    owned_device.fill(grad_flat, accum, owned.total, 0.0f, owned_stream);
   }
   for (int s = 0; s < state_buffers; ++s) {
     moments[s] = take_owned(MemoryKind::moment, resident_end * state_size);

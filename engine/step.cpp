@@ -25,7 +25,7 @@ float read_scalar(Device& device, const float* scalar) {
 template <class Visit>
 static void for_each_owned_grad(Engine::Impl& e, Visit visit) {
   if (e.grad_flat != nullptr) {
-    visit(e.grad_flat, e.accum, e.owned_total);
+    visit(e.grad_flat, e.accum, e.owned.total);
     return;
   }
   for (std::size_t p : e.trainable) visit(e.params[p].grad, e.compute, e.registry.param(p).numel);
@@ -105,7 +105,7 @@ std::vector<optim::Slice> Engine::Impl::slices() {
 void Engine::Impl::zero_owned_grads() {
   Stream& stream = device->default_stream();
   if (grad_flat != nullptr) {
-    state_device().fill(grad_flat, accum, owned_total, 0.0f, state_device().default_stream());
+    state_device().fill(grad_flat, accum, owned.total, 0.0f, state_device().default_stream());
   }
   if (stage <= 1) {
     for (std::size_t p : trainable) {
