@@ -55,14 +55,7 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
 Engine::Impl::~Impl() {
   // Outstanding collectives hold our buffers: finish them before the memory goes, unless the
   // communicator is already broken (then nothing more can complete).
-  for (auto& slot : in_flight) {
-    if (slot.bucket == kNone || comm->poisoned()) continue;
-    try {
-      slot.work.wait();
-    } catch (const std::exception& error) {
-      log::warn("engine: an outstanding gradient reduction failed at shutdown: {}", error.what());
-    }
-  }
+  reducer.reset();
   // Reads and writes of parameter shards still in flight use the file and buffers about to go.
   for (auto& ticket : writing) {
     try {
@@ -152,9 +145,7 @@ Stream& Engine::Impl::stream_of(Stream* stream) {
 }
 
 void Engine::Impl::poll_outstanding() {
-  for (auto& slot : in_flight) {
-    if (slot.bucket != kNone) slot.work.test();
-  }
+  if (reducer) reducer->poll();
   poll_gathers();
 }
 
@@ -264,7 +255,7 @@ void Engine::init() {
             "compute, {} reduction buckets; {}",
             e.stage, e.world, e.world == 1 ? "" : "s", e.registry.param_count(),
             e.registry.total_numel(), e.registry.trainable_numel(), dtype_name(e.compute),
-            e.buckets.size(), e.optimizer->description());
+            e.reducer->bucket_count(), e.optimizer->description());
 }
 
 void Engine::pre_forward(std::size_t module, Stream* stream) {
@@ -323,13 +314,13 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
     if (e.phase == Impl::Phase::forward) e.timers.forward += e.phase_timer.seconds();
     e.phase_timer.restart();
     e.phase = Impl::Phase::backward;
-    e.begin_backward_window();
+    e.reducer->begin_backward(e.micro_steps);
   }
   (void)e.stream_of(stream);
   e.enter(module, /*backward=*/true);
   e.module_open[module] += 1;
   for (std::size_t p : e.registry.module(module).params) {
-    if (e.registry.param(p).trainable) e.hand_out_grad(p);
+    if (e.registry.param(p).trainable) e.reducer->hand_out(p);
   }
   e.poll_outstanding();
 }
@@ -348,18 +339,9 @@ void Engine::post_backward(std::size_t module, Stream* stream) {
   (void)e.stream_of(stream);
   e.leave(module);
   for (std::size_t p : e.registry.module(module).params) {
-    if (!e.registry.param(p).trainable) continue;
-    ParamState& state = e.params[p];
-    if (state.uses_left == 0) {
-      throw make_error(ErrorCategory::usage,
-                       "post_backward of module '{}': parameter '{}' has had a backward from every "
-                       "module that uses it this micro-step already; a module's backward may run "
-                       "once per micro-step",
-                       e.registry.module(module).name, e.registry.param(p).name);
-    }
-    if (--state.uses_left == 0) e.param_ready(p);
+    if (e.registry.param(p).trainable) e.reducer->backward_done(p, e.registry.module(module).name);
   }
-  e.issue_ready_buckets();
+  e.reducer->issue_ready();
   e.poll_outstanding();
 }
 
@@ -386,14 +368,14 @@ void* Engine::grad_buffer(std::size_t param) {
     throw make_error(ErrorCategory::usage, "grad_buffer of '{}': the parameter is frozen",
                      spec.name);
   }
-  ParamState& state = e.params[param];
-  if (e.phase != Impl::Phase::backward || state.grad == nullptr || !state.touched) {
+  void* grad = e.reducer->grad(param);
+  if (e.phase != Impl::Phase::backward || grad == nullptr || !e.reducer->handed_out(param)) {
     throw make_error(ErrorCategory::usage,
                      "grad_buffer of '{}': a gradient buffer exists only between pre_backward and "
                      "post_backward of a module that uses the parameter",
                      spec.name);
   }
-  return state.grad;
+  return grad;
 }
 
 double Engine::loss_scale() const { return impl_->scaler.scale(); }
@@ -453,8 +435,9 @@ StepStats Engine::step() {
   if (e.stage >= 2 || boundary) {
     // This micro-step reduces gradients. One without a backward pass reduces zeros, so that
     // every rank issues the same collectives.
-    if (e.phase != Impl::Phase::backward) e.begin_backward_window();
-    e.flush_reduction();
+    if (e.phase != Impl::Phase::backward) e.reducer->begin_backward(e.micro_steps);
+    e.reducer->flush();
+    e.timers.reduce_wait += e.reducer->take_wait_seconds();
   }
   e.phase = Impl::Phase::idle;
   StepStats stats;
@@ -476,8 +459,6 @@ StepStats Engine::step() {
   return stats;
 }
 
-// DeepSpeed's wall_clock_breakdown and memory_breakdown: every steps_per_print steps, on rank 0,
-// the time per optimizer step by phase and the memory by tier and kind.
 void Engine::abort(int exit_code, std::string_view reason) noexcept {
   // The process ends without destructors: the swap directories go now (or, after a failure,
   // are named as kept), and the other ranks' go when mpirun's SIGTERM reaches them.
@@ -486,6 +467,8 @@ void Engine::abort(int exit_code, std::string_view reason) noexcept {
   std::_Exit(exit_code);  // not reached: Communicator::abort does not return
 }
 
+// DeepSpeed's wall_clock_breakdown and memory_breakdown: every steps_per_print steps, on rank 0,
+// the time per optimizer step by phase and the memory by tier and kind.
 void Engine::Impl::print_breakdowns() {
   if (config.wall_clock_breakdown && rank == 0) {
     const double steps = static_cast<double>(timers.micro_steps) /
@@ -567,7 +550,7 @@ FetchStats Engine::fetch_stats() const {
 std::vector<MemoryUsage> Engine::memory_usage() const { return impl_->usage(); }
 
 std::array<const Arena*, 7> Engine::Impl::arenas() const {
-  return {state_arena.get(), grad_arena.get(),  gather_arena.get(),     offload_arena.get(),
+  return {state_arena.get(), reducer ? reducer->grad_arena() : nullptr,  gather_arena.get(),     offload_arena.get(),
           param_arena.get(), nvme_arena.get(),  param_nvme_arena.get()};
 }
 

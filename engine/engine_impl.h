@@ -1,10 +1,10 @@
 // The Engine's state, shared by the translation units that each implement one concern of it:
 // engine.cpp (registration, init, accessors), model_state.cpp (layout and allocation),
-// grad_reduce.cpp (buckets of gradients), param_gather.cpp (the stage-3 fetcher), step.cpp
-// (the optimizer step), swap_state.cpp (state on NVMe: the swap files and what reads and
+// param_gather.cpp (the stage-3 fetcher), step.cpp (the optimizer step), swap_state.cpp (state on NVMe: the swap files and what reads and
 // writes them), assign_state.cpp (setting the state from a ValueSource), agreement.cpp
 // (outcomes agreed across ranks), checkpoint_state.cpp (save and load), pretrained.cpp
-// (safetensors weights). Internal to engine/.
+// (safetensors weights). Parts with state of their own: the GradReducer (grad_reducer.h:
+// gradients, buckets and their reductions). Internal to engine/.
 #pragma once
 
 #include <array>
@@ -25,6 +25,7 @@
 #include "engine/checkpoint/manifest.h"
 #include "engine/engine.h"
 #include "engine/fetch_plan.h"
+#include "engine/grad_reducer.h"
 #include "engine/optimizer_swap.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_plan.h"
@@ -50,18 +51,7 @@ struct ParamState {
   Work gathering;           // stage 3: the all-gather into `full`, while in_flight
   bool in_flight = false;
   bool reading = false;     // offload_param nvme: its shard is being read; gathered after
-  void* grad = nullptr;     // the full gradient buffer, while it exists
-  Block grad_block;         // stages 2-3: the gradient arena's block
-  // Backward bookkeeping of the current micro-step.
-  std::size_t uses_left = 0;  // modules using it whose post_backward has not come yet
-  bool touched = false;       // grad buffer handed out (or zeroed) this window/micro-step
-  std::size_t bucket = kNone; // the reduction bucket holding it (its last piece's bucket)
   InitialValue initial;       // until init
-};
-
-// One reduction bucket's progress in the current micro-step.
-struct BucketRun {
-  std::size_t waiting = 0;  // params of this bucket not yet ready
 };
 
 // Device memory taken for one collective or copy and given back on every path.
@@ -163,17 +153,6 @@ struct Engine::Impl {
   float* state_scalars();  // scratch the state device can write
   void* shard_source(std::size_t param);         // what a gather reads: the compute shard
   std::size_t owned_valid(std::size_t param) const;  // elements of this rank's shard that are real
-
-  // ---- grad_reduce.cpp ----
-  void plan_reduction();  // the buckets' progress and the averaging factors (layout made the buckets)
-  void begin_backward_window();
-  void hand_out_grad(std::size_t param);
-  void param_ready(std::size_t param);
-  void issue_ready_buckets();
-  void issue_bucket(std::size_t bucket);
-  void finish_bucket(std::size_t slot);
-  void flush_reduction();  // end of a micro-step's backward: everything reduced
-  void release_grad(std::size_t param);
 
   // ---- param_gather.cpp (stage 3; no-ops at other stages) ----
   struct TraceState;
@@ -292,13 +271,11 @@ struct Engine::Impl {
   // Memory: the plan its arenas are sized by (memory_plan.h), and the arenas.
   MemoryPlan memory_plan;
   std::unique_ptr<Arena> state_arena;   // params, owned flat buffers, bucket buffers
-  std::unique_ptr<Arena> grad_arena;    // stages 2-3: full gradients while they live
   std::unique_ptr<Arena> gather_arena;  // stage 3: gathered parameters
   std::unique_ptr<Arena> offload_arena; // optimizer offload: pinned owned state and staging
   std::unique_ptr<Arena> param_arena;   // offload_param: the compute shards in host memory
   std::unique_ptr<Device> host;         // optimizer offload beside a GPU: the CPU's kernels
   float* host_scalars = nullptr;
-  void* reduce_staging = nullptr;  // offload: this rank's reduced block, copied down
   // NVMe: the swap of the step groups past the first `resident_groups` (those within
   // max_in_cpu), whose state starts at owned flat offset `resident_end`.
   std::unique_ptr<offload::AsyncIO> aio;
@@ -316,21 +293,11 @@ struct Engine::Impl {
   void* grad_flat = nullptr;     // owned flat gradient shard (accum dtype), stages 1-3
   void* moments[2] = {nullptr, nullptr};
   void* compute_shard = nullptr; // stage 3: owned compute shards of every parameter
-  std::vector<void*> bucket_buffers;  // 1, or 2 with overlap_comm (wire dtype)
   void* gather_buffer = nullptr;      // stages 1-2: all-gather bucket after the step
 
-  // Reduction plan and progress.
-  std::vector<BucketRun> bucket_runs;
-  bool reducing = false;     // this micro-step reduces gradients (stages 2-3, or the boundary)
-  double pre_factor = 1.0;   // gradients scaled before the reduction (predivide, prescale)
-  double post_factor = 1.0;  // and after it: together, the average over ranks
-  std::size_t next_bucket = 0;       // the next bucket to issue, in plan order
-  struct InFlight {
-    std::size_t bucket = kNone;
-    Work work;
-  };
-  std::vector<InFlight> in_flight;   // one per bucket buffer
-  std::size_t next_slot = 0;
+  // Gradients, buckets and their reductions (grad_reducer.h); made by lay_out. Declared after
+  // the arenas its buffers come from, so it is gone (its reductions finished) before them.
+  std::unique_ptr<GradReducer> reducer;
 
   // Stage 3 fetching: one trace per kind of pass, [0] training micro-steps, [1] evaluation.
   struct TraceState {

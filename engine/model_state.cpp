@@ -46,14 +46,14 @@ void Engine::Impl::lay_out() {
     params[p].compute_flat = place.compute_flat;
     params[p].persistent = place.persistent;
   }
-  plan_reduction();
+  reducer = std::make_unique<GradReducer>(config, registry, layout, *device, *comm);
 }
 
 void Engine::Impl::allocate() {
   const std::size_t csize = dtype_size(compute);
   const auto& specs = registry.params();
   const bool full_params = stage <= 2;
-  const bool full_grads = stage <= 1;
+  const bool full_grads_kept = stage <= 1;
   const bool has_master = mixed || stage >= 1;
   const bool has_grad_flat = stage >= 1 || accum != compute;
   const int state_buffers = config.optimizer.state_buffers();
@@ -86,11 +86,13 @@ void Engine::Impl::allocate() {
   auto take_owned = [&](MemoryKind kind, std::size_t bytes) {
     return take_from(owned_arena, kind, bytes);
   };
+  // Stages 0-1: the replicated gradients, the GradReducer's for the run (taken here, in the
+  // plan's order, beside the parameters).
+  std::vector<void*> full_grads(specs.size(), nullptr);
   for (std::size_t p = 0; p < specs.size(); ++p) {
     if (full_params) params[p].full = take(MemoryKind::param, specs[p].numel * csize);
-    if (full_grads && specs[p].trainable) {
-      params[p].grad = take(MemoryKind::grad, specs[p].numel * csize);
-      device->fill(params[p].grad, compute, specs[p].numel, 0.0f, stream);
+    if (full_grads_kept && specs[p].trainable) {
+      full_grads[p] = take(MemoryKind::grad, specs[p].numel * csize);
     }
   }
   if (has_master) {
@@ -108,7 +110,7 @@ void Engine::Impl::allocate() {
                         owned_stream);
     }
   }
-  reduce_staging = take_owned(MemoryKind::buffer, plan.reduce_staging_bytes);
+  void* reduce_staging = take_owned(MemoryKind::buffer, plan.reduce_staging_bytes);
   if (offload) param_staging = take_owned(MemoryKind::buffer, plan.param_staging_bytes);
   owned_stream.synchronize();
   if (nvme) set_up_swap();
@@ -129,15 +131,24 @@ void Engine::Impl::allocate() {
     compute_shard = take(MemoryKind::param, compute_shards.total * csize);
     device->fill(compute_shard, compute, compute_shards.total, 0.0f, stream);
   }
+  std::vector<void*> bucket_buffers;
   for (std::size_t i = 0; i < plan.bucket_count; ++i) {
     bucket_buffers.push_back(take(MemoryKind::buffer, plan.bucket_bytes));
   }
-  in_flight.resize(plan.bucket_count);
   gather_buffer = take(MemoryKind::buffer, plan.gather_bytes);
+  std::unique_ptr<Arena> grad_arena;
   if (plan.grad.made()) {
     grad_arena = std::make_unique<Arena>(device.get(), Tier::device, plan.grad.capacity,
                                          plan.grad.name);
   }
+  // Reduced blocks go into the owned gradient shard; with optimizer offload it is in pinned
+  // memory, where the CPU adds them in after they come down.
+  GradReducer::Target target;
+  target.grad_flat = grad_flat;
+  target.accum = accum;
+  target.adder = offload ? &state_device() : device.get();
+  target.staging = offload ? reduce_staging : nullptr;
+  reducer->attach(std::move(full_grads), std::move(bucket_buffers), std::move(grad_arena), target);
   if (plan.gather.made()) {
     gather_arena = std::make_unique<Arena>(device.get(), Tier::device, plan.gather.capacity,
                                            plan.gather.name);

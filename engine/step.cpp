@@ -28,7 +28,7 @@ static void for_each_owned_grad(Engine::Impl& e, Visit visit) {
     visit(e.grad_flat, e.accum, e.owned.total);
     return;
   }
-  for (std::size_t p : e.trainable) visit(e.params[p].grad, e.compute, e.registry.param(p).numel);
+  for (std::size_t p : e.trainable) visit(e.reducer->grad(p), e.compute, e.registry.param(p).numel);
 }
 
 // A scalar the state device wrote at `slot` of its scratch, reduced over the shard group.
@@ -79,7 +79,7 @@ std::vector<optim::Slice> Engine::Impl::slices() {
     s.grad = grad_flat != nullptr
                  ? static_cast<const void*>(static_cast<const char*>(grad_flat) +
                                             state.flat * dtype_size(accum))
-                 : state.grad;
+                 : reducer->grad(p);
     for (int k = 0; k < 2; ++k) {
       if (moments[k] != nullptr && resident) {
         s.state[k] = static_cast<char*>(moments[k]) + state.flat * state_size;
@@ -107,11 +107,7 @@ void Engine::Impl::zero_owned_grads() {
   if (grad_flat != nullptr) {
     state_device().fill(grad_flat, accum, owned.total, 0.0f, state_device().default_stream());
   }
-  if (stage <= 1) {
-    for (std::size_t p : trainable) {
-      device->fill(params[p].grad, compute, registry.param(p).numel, 0.0f, stream);
-    }
-  }
+  reducer->zero_full(stream);
 }
 
 StepStats Engine::Impl::boundary_step() {

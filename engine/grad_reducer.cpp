@@ -1,0 +1,270 @@
+// GradReducer: gradients, buckets and their reductions (see grad_reducer.h).
+#include "engine/grad_reducer.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/timer.h"
+
+namespace zero::engine {
+
+GradReducer::GradReducer(const config::Config& config, const Registry& registry,
+                         const Layout& layout, Device& device, Communicator& comm)
+    : config_(config),
+      registry_(registry),
+      layout_(layout),
+      device_(device),
+      comm_(comm),
+      stage_(layout.modes.stage),
+      rank_(comm.rank()),
+      shard_ranks_(layout.modes.shard_ranks),
+      compute_(layout.modes.compute),
+      wire_(layout.modes.wire),
+      grads_(registry.param_count()),
+      waiting_(layout.buckets.size(), 0) {
+  // DeepSpeed's averaging: postscale (the default) divides by gradient_predivide_factor before
+  // the sum and multiplies by predivide / N after it; prescale_gradients divides by N before.
+  const double n = static_cast<double>(comm.size());
+  const double predivide = config.gradient_predivide_factor;
+  if (config.prescale_gradients) {
+    pre_factor_ = 1.0 / n;
+    post_factor_ = 1.0;
+  } else {
+    pre_factor_ = 1.0 / predivide;
+    post_factor_ = predivide / n;
+  }
+}
+
+GradReducer::~GradReducer() {
+  for (auto& slot : in_flight_) {
+    if (slot.bucket == kNone || comm_.poisoned()) continue;
+    try {
+      slot.work.wait();
+    } catch (const std::exception& error) {
+      log::warn("engine: an outstanding gradient reduction failed at shutdown: {}", error.what());
+    }
+  }
+}
+
+void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucket_buffers,
+                         std::unique_ptr<Arena> grad_arena, Target target) {
+  Stream& stream = device_.default_stream();
+  for (std::size_t p = 0; p < full_grads.size() && p < grads_.size(); ++p) {
+    grads_[p].grad = full_grads[p];
+    if (full_grads[p] != nullptr) {
+      device_.fill(full_grads[p], compute_, registry_.param(p).numel, 0.0f, stream);
+    }
+  }
+  bucket_buffers_ = std::move(bucket_buffers);
+  in_flight_.assign(bucket_buffers_.size(), {});
+  grad_arena_ = std::move(grad_arena);
+  target_ = target;
+}
+
+void GradReducer::begin_backward(std::int64_t micro_steps) {
+  const auto steps = config_.batch.gradient_accumulation_steps;
+  reducing_ = stage_ >= 2 || (micro_steps + 1) % steps == 0;
+  for (std::size_t p : layout_.trainable) {
+    grads_[p].uses_left = registry_.param(p).modules.size();
+    grads_[p].touched = false;
+  }
+  for (std::size_t b = 0; b < layout_.buckets.size(); ++b) {
+    std::size_t distinct = 0;
+    std::size_t last = kNone;
+    for (const BucketPiece& piece : layout_.buckets[b].pieces) {
+      if (piece.param != last) ++distinct;
+      last = piece.param;
+    }
+    waiting_[b] = distinct;
+  }
+  next_bucket_ = 0;
+}
+
+void GradReducer::hand_out(std::size_t param) {
+  ParamGrad& g = grads_[param];
+  if (g.uses_left == 0) {
+    throw make_error(ErrorCategory::usage,
+                     "pre_backward: parameter '{}' has had a backward from every module that uses "
+                     "it this micro-step already; a module's backward may run once per micro-step",
+                     registry_.param(param).name);
+  }
+  if (g.touched) return;
+  g.touched = true;
+  if (stage_ >= 2) {
+    const std::size_t bytes = registry_.param(param).numel * dtype_size(compute_);
+    g.block = grad_arena_->allocate(MemoryKind::grad, bytes);
+    g.grad = g.block.ptr;
+    device_.fill(g.grad, compute_, registry_.param(param).numel, 0.0f,
+                 device_.default_stream());
+  }
+}
+
+void GradReducer::backward_done(std::size_t param, std::string_view module) {
+  ParamGrad& g = grads_[param];
+  if (g.uses_left == 0) {
+    throw make_error(ErrorCategory::usage,
+                     "post_backward of module '{}': parameter '{}' has had a backward from every "
+                     "module that uses it this micro-step already; a module's backward may run "
+                     "once per micro-step",
+                     module, registry_.param(param).name);
+  }
+  if (--g.uses_left == 0) ready(param);
+}
+
+void* GradReducer::grad(std::size_t param) const { return grads_[param].grad; }
+
+bool GradReducer::handed_out(std::size_t param) const { return grads_[param].touched; }
+
+void GradReducer::zero_full(Stream& stream) {
+  if (stage_ > 1) return;
+  for (std::size_t p : layout_.trainable) {
+    device_.fill(grads_[p].grad, compute_, registry_.param(p).numel, 0.0f, stream);
+  }
+}
+
+double GradReducer::take_wait_seconds() {
+  const double seconds = wait_seconds_;
+  wait_seconds_ = 0;
+  return seconds;
+}
+
+void GradReducer::release(std::size_t param) {
+  ParamGrad& g = grads_[param];
+  if (stage_ < 2 || g.grad == nullptr) return;
+  grad_arena_->release(g.block);
+  g.block = {};
+  g.grad = nullptr;
+}
+
+void GradReducer::ready(std::size_t param) {
+  if (!reducing_) return;
+  for (std::size_t b : layout_.param_buckets[layout_.trainable_pos[param]]) waiting_[b] -= 1;
+}
+
+void GradReducer::issue_ready() {
+  if (!reducing_) return;
+  while (next_bucket_ < layout_.buckets.size() && waiting_[next_bucket_] == 0) {
+    issue(next_bucket_++);
+  }
+}
+
+void GradReducer::poll() {
+  for (auto& slot : in_flight_) {
+    if (slot.bucket != kNone) slot.work.test();
+  }
+}
+
+void GradReducer::issue(std::size_t b) {
+  const std::size_t slot = next_slot_;
+  next_slot_ = (next_slot_ + 1) % in_flight_.size();
+  if (in_flight_[slot].bucket != kNone) finish(slot);
+
+  Stream& stream = device_.default_stream();
+  const Bucket& bucket = layout_.buckets[b];
+  const std::size_t wsize = dtype_size(wire_);
+  const std::size_t csize = dtype_size(compute_);
+  char* buffer = static_cast<char*>(bucket_buffers_[slot]);
+  for (const BucketPiece& piece : bucket.pieces) {
+    const std::size_t p = layout_.trainable[piece.param];
+    const ShardShape& shape = layout_.params[p].shape;
+    const void* grad = grads_[p].grad;
+    const std::size_t length = piece.end - piece.begin;
+    for (int q = 0; q < shard_ranks_; ++q) {
+      const std::size_t start = shape.begin(q) + piece.begin;
+      const std::size_t real = piece_valid(piece, shape.valid(q));
+      char* dst = buffer + bucket_position(bucket, piece, q) * wsize;
+      if (real != 0) {
+        if (grad != nullptr) {
+          device_.cast(static_cast<const char*>(grad) + start * csize, compute_, dst, wire_,
+                       real, stream);
+        } else {
+          device_.fill(dst, wire_, real, 0.0f, stream);  // no gradient this micro-step: zeros
+        }
+      }
+      if (real < length) device_.fill(dst + real * wsize, wire_, length - real, 0.0f, stream);
+    }
+  }
+  const std::size_t total = bucket.block * static_cast<std::size_t>(shard_ranks_);
+  if (pre_factor_ != 1.0) {
+    device_.scale(buffer, wire_, total, static_cast<float>(pre_factor_), stream);
+  }
+  // Gradients whose last piece is in this bucket are no longer needed (stages 2-3).
+  for (const BucketPiece& piece : bucket.pieces) {
+    if (layout_.param_buckets[piece.param].back() == b) release(layout_.trainable[piece.param]);
+  }
+
+  Work work;
+  if (shard_ranks_ == 1 || !config_.zero.reduce_scatter) {
+    work = comm_.all_reduce(buffer, total, wire_, ReduceOp::sum, &stream);
+  } else {
+    // In place: this rank's block of the bucket receives its reduced block.
+    work = comm_.reduce_scatter(buffer,
+                                buffer + static_cast<std::size_t>(rank_) * bucket.block * wsize,
+                                bucket.block, wire_, ReduceOp::sum, &stream);
+  }
+  in_flight_[slot] = {b, std::move(work)};
+  if (!config_.zero.overlap_comm) finish(slot);
+}
+
+void GradReducer::finish(std::size_t slot) {
+  InFlight& flight = in_flight_[slot];
+  Timer timer;
+  flight.work.wait();
+  wait_seconds_ += timer.seconds();
+  const Bucket& bucket = layout_.buckets[flight.bucket];
+  Stream& stream = device_.default_stream();
+  flight.work.block(stream);
+  const std::size_t wsize = dtype_size(wire_);
+  const int r = shard_ranks_ == 1 ? 0 : rank_;
+  const char* buffer = static_cast<const char*>(bucket_buffers_[slot]);
+  const float post = static_cast<float>(post_factor_);
+  // With optimizer offload the owned shard is in pinned memory: this rank's reduced block comes
+  // down first and the CPU adds it in.
+  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
+  const char* block = buffer + block_start * wsize;
+  if (target_.staging != nullptr) {
+    device_.copy_async(target_.staging, block, bucket.block * wsize, stream);
+    stream.synchronize();
+    block = static_cast<const char*>(target_.staging);
+  }
+  Device& adder = target_.adder != nullptr ? *target_.adder : device_;
+  Stream& add_stream = adder.default_stream();
+  for (const BucketPiece& piece : bucket.pieces) {
+    const std::size_t p = layout_.trainable[piece.param];
+    const std::size_t length = piece.end - piece.begin;
+    const char* src = block + (bucket_position(bucket, piece, r) - block_start) * wsize;
+    if (target_.grad_flat != nullptr) {
+      char* dst = static_cast<char*>(target_.grad_flat) +
+                  (layout_.params[p].flat + piece.begin) * dtype_size(target_.accum);
+      adder.accumulate(src, wire_, dst, target_.accum, length, post, add_stream);
+    } else {
+      // Stage 0 without a separate accumulation dtype: back into the replicated gradient.
+      char* dst = static_cast<char*>(grads_[p].grad) + piece.begin * dtype_size(compute_);
+      device_.cast(src, wire_, dst, compute_, length, stream);
+      if (post != 1.0f) device_.scale(dst, compute_, length, post, stream);
+    }
+  }
+  flight = {};
+}
+
+void GradReducer::flush() {
+  if (!reducing_) return;
+  // Gradients without their last use this micro-step (an unused parameter, a module whose
+  // backward did not run) are reduced as they are: zeros where nothing was written.
+  for (std::size_t p : layout_.trainable) {
+    if (grads_[p].uses_left != 0) {
+      grads_[p].uses_left = 0;
+      ready(p);
+    }
+  }
+  issue_ready();
+  for (std::size_t i = 0; i < in_flight_.size(); ++i) {
+    const std::size_t slot = (next_slot_ + i) % in_flight_.size();
+    if (in_flight_[slot].bucket != kNone) finish(slot);
+  }
+  device_.default_stream().synchronize();
+}
+
+}  // namespace zero::engine

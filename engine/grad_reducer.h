@@ -1,0 +1,131 @@
+// Gradient reduction in buckets (docs/design.md, "Buckets"). Owns each trainable parameter's
+// gradient buffer while it exists and its backward bookkeeping, the bucket buffers, the
+// averaging factors and the reductions in flight. The plan (which pieces of which gradients
+// share a bucket, in which order) is the Layout's. A bucket is issued once every parameter in
+// it has had its last backward use of the micro-step, and only after the buckets before it, so
+// every rank issues the same collectives in the same order whatever the timing. A full bucket
+// is copied rank-major, reduced (all-reduce at stage 0, reduce-scatter at stages 1-3 unless
+// reduce_scatter is off) and its block added into the owned gradient shard (the Target), or at
+// stage 0 without one cast back into the replicated gradients.
+//
+// Owns: gradients (stages 0-1 for the run, from the state arena; stages 2-3 from its own
+// gradient arena, from a module's pre_backward to the bucket holding the last piece), bucket
+// buffers, in-flight reductions. Calls: the device (casts, fills, scales, copies) and the
+// communicator. Streams: the device's default stream; a reduction's work is blocked onto it
+// before its block is read. Internal to engine/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/work.h"
+#include "device/arena.h"
+#include "device/device.h"
+#include "engine/config/config.h"
+#include "engine/memory_plan.h"
+#include "engine/registry.h"
+
+namespace zero::engine {
+
+class GradReducer {
+ public:
+  // Where reduced blocks go: the owned gradient shard (accum dtype), added into by `adder`'s
+  // kernels (the CPU with optimizer offload, which gets the block through `staging` first).
+  // With no shard (stage 0, gradients in the compute dtype) reduced blocks go back into the
+  // replicated gradients.
+  struct Target {
+    void* grad_flat = nullptr;
+    DType accum = DType::f32;
+    Device* adder = nullptr;
+    void* staging = nullptr;
+  };
+
+  GradReducer(const config::Config& config, const Registry& registry, const Layout& layout,
+              Device& device, Communicator& comm);
+  // Waits for reductions still in flight (they use the bucket buffers), unless the
+  // communicator is broken.
+  ~GradReducer();
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  // At init, memory taken by the owner of the arenas in the plan's order: stages 0-1 a full
+  // gradient per trainable parameter (null for others; zeroed here), the bucket buffers, and at
+  // stages 2-3 the gradient arena.
+  void attach(std::vector<void*> full_grads, std::vector<void*> bucket_buffers,
+              std::unique_ptr<Arena> grad_arena, Target target);
+
+  // The first pre_backward of a micro-step: whether this one reduces (stages 2-3 always,
+  // stages 0-1 at the accumulation boundary), every parameter's uses reset.
+  void begin_backward(std::int64_t micro_steps);
+  // pre_backward of a module using trainable `param`: its gradient buffer, zeroed the first
+  // time in a window (stages 0-1) or micro-step (stages 2-3).
+  void hand_out(std::size_t param);
+  // post_backward of `module` using trainable `param`: one use fewer; at the last, the
+  // parameter's buckets may issue.
+  void backward_done(std::size_t param, std::string_view module);
+  // Issues, in plan order, every bucket whose parameters are all ready.
+  void issue_ready();
+  // End of a micro-step's backward: parameters not used this time reduced as they are, every
+  // bucket issued and finished.
+  void flush();
+  void poll();  // lets reductions in flight progress
+
+  // The gradient a module's backward adds into, while it exists (null otherwise).
+  void* grad(std::size_t param) const;
+  // Handed out in this window or micro-step.
+  bool handed_out(std::size_t param) const;
+  // Stages 0-1: every replicated gradient back to zero (after a step, or a skipped one).
+  void zero_full(Stream& stream);
+  // Seconds blocked on reductions since the last call.
+  double take_wait_seconds();
+
+  const Arena* grad_arena() const noexcept { return grad_arena_.get(); }
+  std::size_t bucket_count() const noexcept { return layout_.buckets.size(); }
+
+ private:
+  struct ParamGrad {
+    void* grad = nullptr;
+    Block block;               // stages 2-3: the gradient arena's block
+    std::size_t uses_left = 0; // modules using it whose post_backward has not come yet
+    bool touched = false;      // handed out (or zeroed) this window or micro-step
+  };
+  struct InFlight {
+    std::size_t bucket = kNone;
+    Work work;
+  };
+
+  void ready(std::size_t param);
+  void issue(std::size_t bucket);
+  void finish(std::size_t slot);
+  void release(std::size_t param);
+
+  const config::Config& config_;
+  const Registry& registry_;
+  const Layout& layout_;
+  Device& device_;
+  Communicator& comm_;
+  int stage_;
+  int rank_;
+  int shard_ranks_;
+  DType compute_;
+  DType wire_;
+  double pre_factor_ = 1.0;   // gradients scaled before the reduction (predivide, prescale)
+  double post_factor_ = 1.0;  // and after it: together, the average over ranks
+
+  std::vector<ParamGrad> grads_;            // per parameter
+  std::vector<std::size_t> waiting_;        // per bucket: its parameters not yet ready
+  std::vector<void*> bucket_buffers_;       // 1, or 2 with overlap_comm (wire dtype)
+  std::unique_ptr<Arena> grad_arena_;
+  Target target_;
+  std::vector<InFlight> in_flight_;         // one per bucket buffer
+  std::size_t next_slot_ = 0;
+  std::size_t next_bucket_ = 0;             // the next bucket to issue, in plan order
+  bool reducing_ = false;   // this micro-step reduces (stages 2-3, or the boundary)
+  double wait_seconds_ = 0;
+};
+
+}  // namespace zero::engine
