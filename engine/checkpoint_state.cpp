@@ -119,7 +119,7 @@ void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint
     if (cursor.shard_param != p) {
       cursor.shard.reset();
       cursor.shard = std::make_unique<DeviceScratch>(*device, world_shape.shard * csize);
-      e.fetch_shard(p, cursor.shard->data());
+      e.fetcher->copy_shard(p, cursor.shard->data());
       cursor.shard_param = p;
     }
     device->copy(out, cursor.shard->data() + (first - world_shape.begin(rank)) * csize,
@@ -331,7 +331,7 @@ void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& sa
       checkpoint::remove_leftovers(dir);
       checkpoint::make_directories(staging);
     });
-    release_unheld(/*stale=*/false);  // gathers in flight finish before shards are read
+    fetcher->release_unheld(/*stale=*/false);  // gathers in flight finish before shards are read
     std::string record;
     agree(what.c_str(), [&] {
       record = write_rank_file(staging);
@@ -434,7 +434,7 @@ LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptio
   const checkpoint::Manifest& m = reader->manifest();
   const std::string what = fmt::format("loading checkpoint {}", reader->directory());
 
-  release_unheld(/*stale=*/true);
+  fetcher->release_unheld(/*stale=*/true);
   CheckpointSource source(*reader, std::move(entries), load.module_only);
   try {
     agree(what.c_str(), [&] { assign_state(source); });
@@ -453,7 +453,7 @@ LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptio
     scaler = next_scaler;
   }
   zero_owned_grads();
-  release_unheld(/*stale=*/true);
+  fetcher->release_unheld(/*stale=*/true);
   if (rank == 0) {
     log::info("checkpoint {} loaded{}: saved by {} rank(s) at stage {}, step {}, {:.2f} s",
               reader->directory(), load.module_only ? " (values only)" : "", m.world_size,

@@ -56,27 +56,14 @@ Engine::Impl::~Impl() {
   // Outstanding collectives hold our buffers: finish them before the memory goes, unless the
   // communicator is already broken (then nothing more can complete).
   reducer.reset();
-  // Reads and writes of parameter shards still in flight use the file and buffers about to go.
+  // Reads, gathers and writes of parameter shards still in flight use the file and buffers
+  // about to go.
+  fetcher.reset();
   for (auto& ticket : writing) {
     try {
       if (ticket) param_file->wait(*aio, *ticket);
     } catch (const std::exception&) {
       // Nothing depends on it any more.
-    }
-  }
-  for (const auto& read : reads) {
-    try {
-      param_file->wait(*aio, read.ticket);
-    } catch (const std::exception&) {
-      // Nothing depends on it any more.
-    }
-  }
-  for (auto& state : params) {
-    if (!state.in_flight || comm->poisoned()) continue;
-    try {
-      state.gathering.wait();
-    } catch (const std::exception& error) {
-      log::warn("engine: an outstanding parameter gather failed at shutdown: {}", error.what());
     }
   }
   if (scalars != nullptr) device->unreserve(Tier::device, scalars, kScratchBytes);
@@ -140,13 +127,17 @@ std::size_t Engine::Impl::require_param(std::size_t param, const char* call) con
   return param;
 }
 
+bool Engine::Impl::any_hook_open() const {
+  return std::any_of(module_open.begin(), module_open.end(), [](int n) { return n != 0; });
+}
+
 Stream& Engine::Impl::stream_of(Stream* stream) {
   return stream != nullptr ? *stream : device->default_stream();
 }
 
 void Engine::Impl::poll_outstanding() {
   if (reducer) reducer->poll();
-  poll_gathers();
+  if (fetcher) fetcher->poll();
 }
 
 // Every rank must register the same groups, modules and parameters with the same kind of
@@ -227,7 +218,6 @@ std::size_t Engine::add_group(std::string name, double weight_decay, double lr_s
 std::size_t Engine::add_module(std::string name) {
   const std::size_t index = impl_->registry.add_module(std::move(name));
   impl_->module_open.push_back(0);
-  impl_->open_event.push_back(kNone);
   return index;
 }
 
@@ -271,7 +261,7 @@ void Engine::pre_forward(std::size_t module, Stream* stream) {
   if (e.phase == Impl::Phase::idle) e.phase_timer.restart();
   e.phase = Impl::Phase::forward;
   (void)e.stream_of(stream);
-  e.enter(module, /*backward=*/false);
+  e.fetcher->enter(module, /*backward=*/false, e.train, !e.any_hook_open());
   e.module_open[module] += 1;
   e.poll_outstanding();
 }
@@ -288,7 +278,7 @@ void Engine::post_forward(std::size_t module, Stream* stream) {
   }
   e.module_open[module] -= 1;
   (void)e.stream_of(stream);
-  e.leave(module);
+  e.fetcher->leave(module, e.train);
   e.poll_outstanding();
 }
 
@@ -317,7 +307,7 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
     e.reducer->begin_backward(e.micro_steps);
   }
   (void)e.stream_of(stream);
-  e.enter(module, /*backward=*/true);
+  e.fetcher->enter(module, /*backward=*/true, e.train, !e.any_hook_open());
   e.module_open[module] += 1;
   for (std::size_t p : e.registry.module(module).params) {
     if (e.registry.param(p).trainable) e.reducer->hand_out(p);
@@ -337,7 +327,7 @@ void Engine::post_backward(std::size_t module, Stream* stream) {
   }
   e.module_open[module] -= 1;
   (void)e.stream_of(stream);
-  e.leave(module);
+  e.fetcher->leave(module, e.train);
   for (std::size_t p : e.registry.module(module).params) {
     if (e.registry.param(p).trainable) e.reducer->backward_done(p, e.registry.module(module).name);
   }
@@ -349,14 +339,14 @@ void* Engine::param_data(std::size_t param) {
   Impl& e = *impl_;
   e.require_initialized("param_data");
   e.require_param(param, "param_data");
-  ParamState& state = e.params[param];
-  if (state.full == nullptr) {
+  void* data = e.stage == 3 ? e.fetcher->data(param) : e.params[param].full;
+  if (data == nullptr) {
     throw make_error(ErrorCategory::usage,
                      "param_data of '{}': at ZeRO stage 3 a parameter's data exists only between "
                      "the pre and post hooks of a module that uses it",
                      e.registry.param(param).name);
   }
-  return state.full;
+  return data;
 }
 
 void* Engine::grad_buffer(std::size_t param) {
@@ -396,7 +386,7 @@ void Engine::set_train(bool train) {
                      "set_train while a module's pre hook has no post hook yet: finish the pass "
                      "first");
   }
-  if (e.initialized && !e.train && train) e.end_pass(/*train_pass=*/false);
+  if (e.initialized && !e.train && train) e.fetcher->end_pass(/*train_pass=*/false);
   e.train = train;
 }
 
@@ -430,8 +420,10 @@ StepStats Engine::step() {
   const bool boundary = is_accumulation_boundary();
   if (e.phase == Impl::Phase::forward) e.timers.forward += e.phase_timer.seconds();
   if (e.phase == Impl::Phase::backward) e.timers.backward += e.phase_timer.seconds();
-  e.end_pass(/*train_pass=*/true);
-  e.check_plans();
+  e.fetcher->end_pass(/*train_pass=*/true);
+  e.fetcher->check_plans(reinterpret_cast<std::int64_t*>(e.scalars) + 8);
+  e.timers.gather_issue += e.fetcher->take_issue_seconds();
+  e.timers.gather_wait += e.fetcher->take_wait_seconds();
   if (e.stage >= 2 || boundary) {
     // This micro-step reduces gradients. One without a backward pass reduces zeros, so that
     // every rank issues the same collectives.
@@ -522,7 +514,7 @@ std::vector<float> Engine::read_param(std::size_t param) {
         // The shard is in host memory or on NVMe: into its place first, then gathered in place.
         char* place = static_cast<char*>(half) +
                       static_cast<std::size_t>(e.rank) * shape.shard * dtype_size(e.compute);
-        e.fetch_shard(param, place);
+        e.fetcher->copy_shard(param, place);
         source = place;
       }
       e.comm->all_gather(source, half, shape.shard, e.compute, &stream).wait();
@@ -541,17 +533,19 @@ std::vector<float> Engine::read_param(std::size_t param) {
 }
 
 FetchStats Engine::fetch_stats() const {
-  FetchStats stats = impl_->fetch;
-  stats.train_hooks = impl_->traces[0].have_plan ? impl_->traces[0].plan.size() : 0;
-  stats.eval_hooks = impl_->traces[1].have_plan ? impl_->traces[1].plan.size() : 0;
-  return stats;
+  return impl_->fetcher ? impl_->fetcher->stats() : FetchStats{};
 }
 
 std::vector<MemoryUsage> Engine::memory_usage() const { return impl_->usage(); }
 
 std::array<const Arena*, 7> Engine::Impl::arenas() const {
-  return {state_arena.get(), reducer ? reducer->grad_arena() : nullptr,  gather_arena.get(),     offload_arena.get(),
-          param_arena.get(), nvme_arena.get(),  param_nvme_arena.get()};
+  return {state_arena.get(),
+          reducer ? reducer->grad_arena() : nullptr,
+          fetcher ? fetcher->gather_arena() : nullptr,
+          offload_arena.get(),
+          param_arena.get(),
+          nvme_arena.get(),
+          param_nvme_arena.get()};
 }
 
 std::vector<MemoryUsage> Engine::Impl::usage() const {

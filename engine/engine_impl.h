@@ -1,10 +1,12 @@
 // The Engine's state, shared by the translation units that each implement one concern of it:
 // engine.cpp (registration, init, accessors), model_state.cpp (layout and allocation),
-// param_gather.cpp (the stage-3 fetcher), step.cpp (the optimizer step), swap_state.cpp (state on NVMe: the swap files and what reads and
-// writes them), assign_state.cpp (setting the state from a ValueSource), agreement.cpp
+// step.cpp (the optimizer step), swap_state.cpp (state on NVMe: the swap files and what reads
+// and writes them), assign_state.cpp (setting the state from a ValueSource), agreement.cpp
 // (outcomes agreed across ranks), checkpoint_state.cpp (save and load), pretrained.cpp
 // (safetensors weights). Parts with state of their own: the GradReducer (grad_reducer.h:
-// gradients, buckets and their reductions). Internal to engine/.
+// gradients, buckets and their reductions) and the ParamFetcher (param_fetcher.h: stage-3
+// gathers, plans and reads of swapped shards, through this Impl as its ShardStore). Internal
+// to engine/.
 #pragma once
 
 #include <array>
@@ -27,6 +29,8 @@
 #include "engine/fetch_plan.h"
 #include "engine/grad_reducer.h"
 #include "engine/optimizer_swap.h"
+#include "engine/param_fetcher.h"
+#include "engine/shard_store.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_plan.h"
 #include "engine/partition.h"
@@ -41,16 +45,9 @@ struct ParamState {
   std::size_t flat = kNone;      // trainable: offset of its shard in the owned flat buffers
   std::uint64_t global_first = 0;  // trainable: its first element's index among all trainable ones
   std::size_t compute_flat = kNone;  // stage 3: offset in the compute-shard flat buffer
-  // Stages 0-2: the replicated compute copy. Stage 3: the gathered copy (padded to the world
-  // shard shape) while a hook holds it, the plan keeps it or fetched it ahead, or it is
-  // persistent; else nullptr.
+  // Stages 0-2: the replicated compute copy (stage 3: the ParamFetcher's gathered copies).
   void* full = nullptr;
-  Block full_block;    // stage 3: the gather arena's block
-  int holds = 0;       // stage 3: hooks between pre and post that use it now
   bool persistent = false;  // stage 3: stays gathered until a step (param_persistence_threshold)
-  Work gathering;           // stage 3: the all-gather into `full`, while in_flight
-  bool in_flight = false;
-  bool reading = false;     // offload_param nvme: its shard is being read; gathered after
   InitialValue initial;       // until init
 };
 
@@ -88,7 +85,7 @@ struct ValueSource {
   }
 };
 
-struct Engine::Impl {
+struct Engine::Impl final : ShardStore {
   Impl(config::Config config, std::unique_ptr<Device> device, std::unique_ptr<Communicator> comm,
        EngineOptions options);
   ~Impl();
@@ -130,17 +127,11 @@ struct Engine::Impl {
   std::size_t param_region_bytes(std::size_t param) const;
   void set_up_param_swap();
   void open_swap_io();  // the AsyncIO and the swap directory, once
-  // Copies this rank's compute shard of `param` into `place` (device memory).
-  void fetch_shard(std::size_t param, void* place);
   // Writes `param`'s shard from param_bounce[which] to its region (waits).
   void store_shard(std::size_t param, int which);
   void write_assembled();     // starts the write of the assembled shard
   void finish_param_writes();  // waits for every shard write
   char* assemble(std::size_t param);  // an assembly buffer, zeroed when a new parameter starts
-  void start_read(std::size_t param);
-  // Completes the pending reads in order, issuing their all-gathers, through `param` (all of
-  // them for kNone).
-  void finish_reads(std::size_t param);
   // Copies this rank's master of owned offsets [flat, flat + count) into `out` (device memory).
   void copy_master(std::size_t flat, std::size_t count, float* out);
   std::size_t filling = kNone;  // init: the swapped group being filled
@@ -154,22 +145,15 @@ struct Engine::Impl {
   void* shard_source(std::size_t param);         // what a gather reads: the compute shard
   std::size_t owned_valid(std::size_t param) const;  // elements of this rank's shard that are real
 
-  // ---- param_gather.cpp (stage 3; no-ops at other stages) ----
-  struct TraceState;
-  void enter(std::size_t module, bool backward);  // a pre hook
-  void leave(std::size_t module);                  // a post hook
-  void end_pass(bool train_pass);
-  void diverge(TraceState& t, const TraceEvent* event, bool train_pass);
-  void check_plans();
-  bool gather_param(std::size_t param, bool own);
-  bool fits_gather_arena(std::size_t bytes) const;
-  void wait_gather(std::size_t param);
-  void release_param(std::size_t param);
-  void release_unheld(bool stale);
-  void poll_gathers();
+  // ---- the ShardStore the ParamFetcher reads shards through (swap_state.cpp) ----
+  const void* device_shard(std::size_t param) override;
+  void copy_shard(std::size_t param, void* place) override;
+  bool swapped(std::size_t param) const override { return swapped_param(param); }
+  std::size_t read_buffers() const override { return shard_read_buffers.size(); }
+  offload::Ticket start_read(std::size_t param, std::size_t buffer) override;
+  const void* finish_read(offload::Ticket ticket, std::size_t buffer) override;
+
   bool any_hook_open() const;
-  std::size_t gathered_elements(std::size_t param) const;
-  std::string describe_event(const TraceEvent& event) const;
 
   // ---- agreement.cpp ----
   // Collective: every rank's text, on every rank.
@@ -231,17 +215,8 @@ struct Engine::Impl {
   void* param_bounce[3] = {nullptr, nullptr, nullptr};
   int assembly = 1;                           // the bounce buffer `assembling` uses
   std::optional<offload::Ticket> writing[3];  // a write from that buffer, not yet waited for
-  // Reads of shards ahead of their gathers (offload_param.buffer_count buffers). A read's
-  // all-gather is issued when it is completed, in the order the reads were started, at the
-  // next hook or when the shard is needed: points every rank reaches in the same order.
-  struct PendingRead {
-    std::size_t param;
-    offload::Ticket ticket;
-    std::size_t buffer;
-  };
-  std::vector<void*> read_buffers;
-  std::vector<bool> read_busy;
-  std::deque<PendingRead> reads;
+  // The ParamFetcher's reads of shards ahead of their gathers (offload_param.buffer_count).
+  std::vector<void*> shard_read_buffers;
   std::size_t assembling = kNone;  // the swapped parameter being assembled
   bool initialized = false;
   bool train = true;
@@ -271,7 +246,6 @@ struct Engine::Impl {
   // Memory: the plan its arenas are sized by (memory_plan.h), and the arenas.
   MemoryPlan memory_plan;
   std::unique_ptr<Arena> state_arena;   // params, owned flat buffers, bucket buffers
-  std::unique_ptr<Arena> gather_arena;  // stage 3: gathered parameters
   std::unique_ptr<Arena> offload_arena; // optimizer offload: pinned owned state and staging
   std::unique_ptr<Arena> param_arena;   // offload_param: the compute shards in host memory
   std::unique_ptr<Device> host;         // optimizer offload beside a GPU: the CPU's kernels
@@ -299,20 +273,10 @@ struct Engine::Impl {
   // the arenas its buffers come from, so it is gone (its reductions finished) before them.
   std::unique_ptr<GradReducer> reducer;
 
-  // Stage 3 fetching: one trace per kind of pass, [0] training micro-steps, [1] evaluation.
-  struct TraceState {
-    std::vector<TraceEvent> recording;  // this pass's hooks, while there is no plan
-    FetchPlan plan;
-    bool have_plan = false;
-    std::size_t pos = 0;     // the plan's next hook
-    bool unchecked = false;  // a plan recorded since the last step's cross-rank check
-    int invalidations = 0;
-    bool off = false;        // the order kept changing: neither recorded nor replayed
-  };
-  TraceState traces[2];
-  std::vector<std::size_t> open_event;  // per module: its pre hook's position in the plan, or kNone
-  std::size_t gathers_in_flight = 0;
-  FetchStats fetch;  // live_elements: gathered, not persistent
+  // Stage 3: gathers, plans and reads of swapped shards (param_fetcher.h); made by lay_out.
+  // Declared after the swap file, the I/O and the arenas its reads and gathers use, so it is
+  // gone (its reads and gathers finished) before them.
+  std::unique_ptr<ParamFetcher> fetcher;
 
   // Seconds spent, summed since the last wall_clock_breakdown line.
   struct Timings {

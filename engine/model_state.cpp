@@ -28,7 +28,7 @@ float* Engine::Impl::master_of(std::size_t param) {
 
 void* Engine::Impl::shard_source(std::size_t param) {
   const ParamState& state = params[param];
-  if (swapped_param(param)) return nullptr;  // on NVMe: fetch_shard reads it
+  if (swapped_param(param)) return nullptr;  // on NVMe: copy_shard reads it
   if (state.compute_flat != kNone) {
     return static_cast<char*>(compute_shard) + state.compute_flat * dtype_size(compute);
   }
@@ -47,6 +47,7 @@ void Engine::Impl::lay_out() {
     params[p].persistent = place.persistent;
   }
   reducer = std::make_unique<GradReducer>(config, registry, layout, *device, *comm);
+  fetcher = std::make_unique<ParamFetcher>(config, registry, layout, *device, *comm);
 }
 
 void Engine::Impl::allocate() {
@@ -150,8 +151,9 @@ void Engine::Impl::allocate() {
   target.staging = offload ? reduce_staging : nullptr;
   reducer->attach(std::move(full_grads), std::move(bucket_buffers), std::move(grad_arena), target);
   if (plan.gather.made()) {
-    gather_arena = std::make_unique<Arena>(device.get(), Tier::device, plan.gather.capacity,
-                                           plan.gather.name);
+    fetcher->attach(std::make_unique<Arena>(device.get(), Tier::device, plan.gather.capacity,
+                                            plan.gather.name),
+                    *this);
   }
 
   optim::Formats formats;

@@ -145,7 +145,7 @@ void Engine::load_pretrained(const std::string& path, const PretrainedOptions& o
   for (std::size_t p = 0; p < kept.size(); ++p) {
     if (skipped[p]) kept[p] = read_param(p);
   }
-  e.release_unheld(/*stale=*/true);
+  e.fetcher->release_unheld(/*stale=*/true);
   PretrainedSource source(e.registry, std::move(mappings), std::move(kept));
   try {
     e.agree(fmt::format("loading pretrained weights from {}", path).c_str(),
@@ -155,7 +155,7 @@ void Engine::load_pretrained(const std::string& path, const PretrainedOptions& o
     throw;
   }
   e.zero_owned_grads();
-  e.release_unheld(/*stale=*/true);
+  e.fetcher->release_unheld(/*stale=*/true);
   if (e.rank == 0) {
     log::info("pretrained weights loaded from {} ({} file(s))", path, files->files().size());
   }

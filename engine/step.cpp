@@ -277,7 +277,7 @@ StepStats Engine::Impl::boundary_step() {
   optimizer_steps = k;
   scaler.update(false);
   zero_owned_grads();
-  release_unheld(/*stale=*/true);
+  fetcher->release_unheld(/*stale=*/true);
   return stats;
 }
 

@@ -124,14 +124,19 @@ void Engine::Impl::set_up_param_swap() {
   }
   const auto count = static_cast<std::size_t>(config.zero.offload_param.buffer_count);
   for (std::size_t b = 0; b < count; ++b) {
-    read_buffers.push_back(param_arena->allocate(MemoryKind::buffer, largest, kDirectAlign).ptr);
+    shard_read_buffers.push_back(
+        param_arena->allocate(MemoryKind::buffer, largest, kDirectAlign).ptr);
   }
-  read_busy.assign(count, false);
   log::info("engine: {} of compute shards swapped to {}, {} elements kept in memory",
             format_bytes(capacity), param_file->path(), compute_resident_end);
 }
 
-void Engine::Impl::fetch_shard(std::size_t param, void* place) {
+const void* Engine::Impl::device_shard(std::size_t param) {
+  // With offload_param the shards are in host memory (or on NVMe): copied into place first.
+  return param_offload ? nullptr : shard_source(param);
+}
+
+void Engine::Impl::copy_shard(std::size_t param, void* place) {
   const std::size_t bytes = shard_shape(registry.param(param).numel, world).shard *
                             dtype_size(compute);
   if (bytes == 0) return;
@@ -139,10 +144,20 @@ void Engine::Impl::fetch_shard(std::size_t param, void* place) {
     device->copy(place, shard_source(param), bytes);
     return;
   }
-  finish_reads(kNone);  // param_bounce[0] and the file are ours alone meanwhile
+  // param_bounce[0] is for synchronous reads alone.
   const std::size_t region = param_region_bytes(param);
   param_file->wait(*aio, param_file->read(*aio, param_region[param], param_bounce[0], region));
   device->copy(place, param_bounce[0], bytes);
+}
+
+offload::Ticket Engine::Impl::start_read(std::size_t param, std::size_t buffer) {
+  return param_file->read(*aio, param_region[param], shard_read_buffers[buffer],
+                          param_region_bytes(param));
+}
+
+const void* Engine::Impl::finish_read(offload::Ticket ticket, std::size_t buffer) {
+  param_file->wait(*aio, ticket);
+  return shard_read_buffers[buffer];
 }
 
 void Engine::Impl::store_shard(std::size_t param, int which) {
@@ -175,42 +190,6 @@ void Engine::Impl::write_assembled() {
 void Engine::Impl::finish_param_writes() {
   for (auto& ticket : writing) {
     if (ticket) param_file->wait(*aio, *std::exchange(ticket, {}));
-  }
-}
-
-void Engine::Impl::start_read(std::size_t param) {
-  auto free = std::find(read_busy.begin(), read_busy.end(), false);
-  while (free == read_busy.end()) {
-    finish_reads(reads.front().param);  // the oldest read makes room
-    free = std::find(read_busy.begin(), read_busy.end(), false);
-  }
-  const auto buffer = static_cast<std::size_t>(free - read_busy.begin());
-  read_busy[buffer] = true;
-  const offload::Ticket ticket = param_file->read(*aio, param_region[param], read_buffers[buffer],
-                                                  param_region_bytes(param));
-  reads.push_back({param, ticket, buffer});
-  params[param].reading = true;
-}
-
-void Engine::Impl::finish_reads(std::size_t param) {
-  while (!reads.empty()) {
-    const PendingRead read = reads.front();
-    reads.pop_front();
-    ParamState& state = params[read.param];
-    Timer timer;
-    param_file->wait(*aio, read.ticket);
-    timers.gather_wait += timer.seconds();
-    const std::size_t shard = shard_shape(registry.param(read.param).numel, world).shard;
-    const std::size_t bytes = shard * dtype_size(compute);
-    char* place = static_cast<char*>(state.full) + static_cast<std::size_t>(rank) * bytes;
-    Stream& stream = device->default_stream();
-    device->copy_async(place, read_buffers[read.buffer], bytes, stream);
-    state.gathering = comm->all_gather(place, state.full, shard, compute, &stream);
-    state.reading = false;
-    state.in_flight = true;
-    gathers_in_flight += 1;
-    read_busy[read.buffer] = false;
-    if (read.param == param) return;
   }
 }
 

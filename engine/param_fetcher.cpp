@@ -1,0 +1,359 @@
+// ParamFetcher: stage-3 gathers, their plans, and reads of swapped shards (see
+// param_fetcher.h).
+#include "engine/param_fetcher.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/timer.h"
+
+namespace zero::engine {
+namespace {
+
+constexpr int kMaxInvalidations = 3;  // then prefetching stops for that kind of pass, for good
+
+const char* pass_name(bool train) { return train ? "training" : "evaluation"; }
+
+}  // namespace
+
+ParamFetcher::ParamFetcher(const config::Config& config, const Registry& registry,
+                           const Layout& layout, Device& device, Communicator& comm)
+    : config_(config),
+      registry_(registry),
+      layout_(layout),
+      device_(device),
+      comm_(comm),
+      active_(layout.modes.stage == 3),
+      rank_(comm.rank()),
+      world_(comm.size()),
+      compute_(layout.modes.compute),
+      params_(registry.param_count()),
+      open_event_(registry.module_count(), kNone) {}
+
+ParamFetcher::~ParamFetcher() {
+  // Reads still in flight use the read buffers, gathers the arena.
+  for (const PendingRead& read : reads_) {
+    try {
+      shards_->finish_read(read.ticket, read.buffer);
+    } catch (const std::exception&) {
+      // Nothing depends on it any more.
+    }
+  }
+  for (Gathered& g : params_) {
+    if (!g.in_flight || comm_.poisoned()) continue;
+    try {
+      g.gathering.wait();
+    } catch (const std::exception& error) {
+      log::warn("engine: an outstanding parameter gather failed at shutdown: {}", error.what());
+    }
+  }
+}
+
+void ParamFetcher::attach(std::unique_ptr<Arena> gather_arena, ShardStore& shards) {
+  gather_arena_ = std::move(gather_arena);
+  shards_ = &shards;
+  read_busy_.assign(shards.read_buffers(), false);
+}
+
+std::size_t ParamFetcher::gathered_elements(std::size_t param) const {
+  return shard_shape(registry_.param(param).numel, world_).padded();
+}
+
+std::string ParamFetcher::describe(const TraceEvent& event) const {
+  return fmt::format("{} of '{}'", event.backward ? "backward" : "forward",
+                     registry_.module(event.module).name);
+}
+
+void ParamFetcher::enter(std::size_t module, bool backward, bool train, bool top) {
+  if (!active_) return;
+  // Shards read from NVMe since the last hook are gathered now: a point every rank reaches
+  // in the same order, so their all-gathers are issued in the same order everywhere.
+  finish_reads(kNone);
+  Trace& t = traces_[train ? 0 : 1];
+  const TraceEvent event{module, backward};
+  // An evaluation pass has no step to end it: it ends where the next one begins, at a top-level
+  // forward of the module its order starts with.
+  if (!train && top && !backward && !t.off) {
+    const bool starts_again = t.have_plan ? t.pos > 0 && t.plan.event(0) == event
+                                          : !t.recording.empty() && t.recording.front() == event;
+    if (starts_again) end_pass(false);
+  }
+
+  std::size_t at = kNone;
+  if (!t.off) {
+    if (t.have_plan && t.pos < t.plan.size() && t.plan.event(t.pos) == event) {
+      at = t.pos++;
+    } else if (t.have_plan) {
+      diverge(t, &event, train);
+    } else {
+      t.recording.push_back(event);
+    }
+  }
+  open_event_[module] = at;
+
+  // Held first, so that making room for one of them never releases another.
+  for (std::size_t p : registry_.module(module).params) params_[p].holds += 1;
+  for (std::size_t p : registry_.module(module).params) {
+    if (params_[p].full != nullptr) stats_.hits += 1;
+    gather(p, /*own=*/true);
+  }
+  for (std::size_t p : registry_.module(module).params) wait(p);
+  if (at == kNone) return;
+
+  const auto ahead = t.plan.prefetch(
+      at, static_cast<std::size_t>(config_.zero.prefetch_bucket_size),
+      static_cast<std::size_t>(config_.zero.max_live_parameters), stats_.live_elements,
+      [&](std::size_t p) { return params_[p].full != nullptr; });
+  for (std::size_t p : ahead) {
+    if (!gather(p, /*own=*/false)) break;
+    stats_.prefetches += 1;
+  }
+}
+
+void ParamFetcher::leave(std::size_t module, bool train) {
+  if (!active_) return;
+  const Trace& t = traces_[train ? 0 : 1];
+  const std::size_t at = open_event_[module];
+  const auto& module_params = registry_.module(module).params;
+  for (std::size_t k = 0; k < module_params.size(); ++k) {
+    const std::size_t p = module_params[k];
+    Gathered& g = params_[p];
+    g.holds -= 1;
+    if (g.holds > 0 || layout_.params[p].persistent) continue;
+    const bool keep =
+        at != kNone && t.have_plan && at < t.plan.size() &&
+        t.plan.reused_within(at, k, static_cast<std::size_t>(config_.zero.max_reuse_distance)) &&
+        stats_.live_elements <= static_cast<std::size_t>(config_.zero.max_live_parameters);
+    if (!keep) release(p);
+  }
+}
+
+// The pass left its plan at position t.pos (`event` is the hook that came instead, or null when
+// the pass ended early): what ran so far plus that hook becomes the recording, finished by the
+// rest of the pass.
+void ParamFetcher::diverge(Trace& t, const TraceEvent* event, bool train_pass) {
+  t.invalidations += 1;
+  stats_.invalidations += 1;
+  log::warn("stage 3: the {} pass's module order changed at hook {}: the recorded order has {} "
+            "there, this pass {}; prefetching stops for this pass, whose order is recorded for "
+            "the next",
+            pass_name(train_pass), t.pos,
+            t.pos < t.plan.size() ? describe(t.plan.event(t.pos)) : "its end",
+            event != nullptr ? "has the " + describe(*event) : std::string("ends"));
+  const auto& done = t.plan.events();
+  t.recording.assign(done.begin(), done.begin() + static_cast<std::ptrdiff_t>(t.pos));
+  if (event != nullptr) t.recording.push_back(*event);
+  t.have_plan = false;
+  t.plan = {};
+  t.pos = 0;
+}
+
+void ParamFetcher::end_pass(bool train_pass) {
+  if (!active_) return;
+  Trace& t = traces_[train_pass ? 0 : 1];
+  if (!t.off) {
+    if (t.have_plan && t.pos != t.plan.size()) diverge(t, nullptr, train_pass);
+    if (!t.have_plan && !t.recording.empty()) {
+      if (t.invalidations >= kMaxInvalidations) {
+        log::warn("stage 3: the {} pass's module order changed {} times; prefetching is off for "
+                  "{} passes from now on",
+                  pass_name(train_pass), t.invalidations, pass_name(train_pass));
+        t.off = true;
+      } else {
+        std::vector<std::vector<std::size_t>> module_params;
+        for (const ModuleSpec& m : registry_.modules()) module_params.push_back(m.params);
+        std::vector<std::size_t> elements;
+        std::vector<bool> persistent;
+        for (std::size_t p = 0; p < params_.size(); ++p) {
+          elements.push_back(gathered_elements(p));
+          persistent.push_back(layout_.params[p].persistent);
+        }
+        t.plan = FetchPlan(std::move(t.recording), module_params, std::move(elements),
+                           std::move(persistent));
+        t.have_plan = true;
+        t.unchecked = true;
+        log::debug("stage 3: recorded the {} pass's order, {} hooks", pass_name(train_pass),
+                   t.plan.size());
+      }
+      t.recording.clear();
+    }
+    t.pos = 0;
+  }
+  release_unheld(/*stale=*/false);
+}
+
+// A plan recorded differently would make the ranks issue different gathers.
+void ParamFetcher::check_plans(std::int64_t* scratch) {
+  if (!active_ || !(traces_[0].unchecked || traces_[1].unchecked)) return;
+  for (int k = 0; k < 2; ++k) {
+    const std::uint64_t h = traces_[k].have_plan ? traces_[k].plan.hash() : 0;
+    std::memcpy(&scratch[k], &h, 8);
+    scratch[2 + k] = ~scratch[k];
+    traces_[k].unchecked = false;
+  }
+  comm_.all_reduce(scratch, 4, DType::i64, ReduceOp::max).wait();
+  for (int k = 0; k < 2; ++k) {
+    if (scratch[k] != ~scratch[2 + k]) {
+      const std::uint64_t h = traces_[k].have_plan ? traces_[k].plan.hash() : 0;
+      throw make_error(ErrorCategory::usage,
+                       "stage 3: the ranks recorded different {} module orders (rank {} has {} "
+                       "hooks, hash {:016x}); every rank must call the hooks of the same modules "
+                       "in the same order",
+                       pass_name(k == 0), rank_, traces_[k].plan.size(), h);
+    }
+  }
+}
+
+// Starts gathering a parameter unless it is there or on its way. A prefetch (`own` false) that
+// does not fit the arena is not issued; the arena's state is the same on every rank, so neither
+// is it elsewhere. Returns whether the parameter is there or on its way.
+bool ParamFetcher::gather(std::size_t param, bool own) {
+  Gathered& g = params_[param];
+  if (g.full != nullptr) return true;
+  const std::size_t bytes = gathered_elements(param) * dtype_size(compute_);
+  if (!fits(bytes)) {
+    if (!own) return false;
+    release_unheld(/*stale=*/false);  // what was kept or fetched ahead makes room
+  }
+  g.block = gather_arena_->allocate(MemoryKind::param, bytes);
+  g.full = g.block.ptr;
+  if (!layout_.params[param].persistent) stats_.live_elements += gathered_elements(param);
+  stats_.peak_live_elements = std::max(stats_.peak_live_elements, stats_.live_elements);
+  stats_.gathers += 1;
+  const std::size_t shard = shard_shape(registry_.param(param).numel, world_).shard;
+  if (shard == 0) return true;
+  if (shards_->swapped(param)) {
+    start_read(param);  // gathered when the read completes (finish_reads)
+    return true;
+  }
+  Stream& stream = device_.default_stream();
+  Timer timer;
+  const void* source = shards_->device_shard(param);
+  if (source == nullptr) {
+    // The shard is in host memory: into its place in the gathered buffer, then gathered in
+    // place.
+    char* place = static_cast<char*>(g.full) +
+                  static_cast<std::size_t>(rank_) * shard * dtype_size(compute_);
+    shards_->copy_shard(param, place);
+    source = place;
+  }
+  g.gathering = comm_.all_gather(source, g.full, shard, compute_, &stream);
+  issue_seconds_ += timer.seconds();
+  g.in_flight = true;
+  gathers_in_flight_ += 1;
+  return true;
+}
+
+bool ParamFetcher::fits(std::size_t bytes) const {
+  return bytes == 0 || gather_arena_->largest_free_range() >= bytes + Arena::kDefaultAlignment;
+}
+
+void ParamFetcher::wait(std::size_t param) {
+  Gathered& g = params_[param];
+  if (g.reading) finish_reads(param);
+  if (!g.in_flight) return;
+  Timer timer;
+  g.gathering.wait();
+  wait_seconds_ += timer.seconds();
+  g.in_flight = false;
+  gathers_in_flight_ -= 1;
+  g.gathering = {};
+}
+
+void ParamFetcher::release(std::size_t param) {
+  Gathered& g = params_[param];
+  if (g.full == nullptr) return;
+  wait(param);
+  device_.default_stream().synchronize();  // the model's work on it is done
+  gather_arena_->release(g.block);
+  if (!layout_.params[param].persistent) stats_.live_elements -= gathered_elements(param);
+  g.block = {};
+  g.full = nullptr;
+}
+
+void ParamFetcher::release_unheld(bool stale) {
+  if (!active_) return;
+  // Gathers still in flight read the shards: they finish before anything (a step) writes them.
+  finish_reads(kNone);
+  for (std::size_t p = 0; p < params_.size() && gathers_in_flight_ > 0; ++p) wait(p);
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    const Gathered& g = params_[p];
+    if (g.full == nullptr || g.holds > 0) continue;
+    if (layout_.params[p].persistent && !stale) continue;
+    release(p);
+  }
+}
+
+void ParamFetcher::poll() {
+  if (gathers_in_flight_ == 0) return;
+  for (Gathered& g : params_) {
+    if (g.in_flight && g.gathering.test()) {
+      g.in_flight = false;
+      g.gathering = {};
+      gathers_in_flight_ -= 1;
+    }
+  }
+}
+
+void ParamFetcher::copy_shard(std::size_t param, void* place) {
+  finish_reads(kNone);
+  shards_->copy_shard(param, place);
+}
+
+void ParamFetcher::start_read(std::size_t param) {
+  auto free = std::find(read_busy_.begin(), read_busy_.end(), false);
+  while (free == read_busy_.end()) {
+    finish_reads(reads_.front().param);  // the oldest read makes room
+    free = std::find(read_busy_.begin(), read_busy_.end(), false);
+  }
+  const auto buffer = static_cast<std::size_t>(free - read_busy_.begin());
+  read_busy_[buffer] = true;
+  reads_.push_back({param, shards_->start_read(param, buffer), buffer});
+  params_[param].reading = true;
+}
+
+void ParamFetcher::finish_reads(std::size_t param) {
+  while (!reads_.empty()) {
+    const PendingRead read = reads_.front();
+    reads_.pop_front();
+    Gathered& g = params_[read.param];
+    Timer timer;
+    const void* shard_data = shards_->finish_read(read.ticket, read.buffer);
+    wait_seconds_ += timer.seconds();
+    const std::size_t shard = shard_shape(registry_.param(read.param).numel, world_).shard;
+    const std::size_t bytes = shard * dtype_size(compute_);
+    char* place = static_cast<char*>(g.full) + static_cast<std::size_t>(rank_) * bytes;
+    Stream& stream = device_.default_stream();
+    device_.copy_async(place, shard_data, bytes, stream);
+    g.gathering = comm_.all_gather(place, g.full, shard, compute_, &stream);
+    g.reading = false;
+    g.in_flight = true;
+    gathers_in_flight_ += 1;
+    read_busy_[read.buffer] = false;
+    if (read.param == param) return;
+  }
+}
+
+FetchStats ParamFetcher::stats() const {
+  FetchStats stats = stats_;
+  stats.train_hooks = traces_[0].have_plan ? traces_[0].plan.size() : 0;
+  stats.eval_hooks = traces_[1].have_plan ? traces_[1].plan.size() : 0;
+  return stats;
+}
+
+double ParamFetcher::take_issue_seconds() {
+  const double s = issue_seconds_;
+  issue_seconds_ = 0;
+  return s;
+}
+
+double ParamFetcher::take_wait_seconds() {
+  const double s = wait_seconds_;
+  wait_seconds_ = 0;
+  return s;
+}
+
+}  // namespace zero::engine

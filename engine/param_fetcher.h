@@ -1,0 +1,138 @@
+// The stage-3 fetcher. A module's parameters are all-gathered from every rank's shard for its
+// hooks and released after. The first pass of each kind (training micro-step, evaluation
+// forward) records the module order; later passes replay it: at each pre hook the parameters
+// of the modules ahead are gathered asynchronously (up to stage3_prefetch_bucket_size elements
+// ahead and stage3_max_live_parameters live), and at each post hook a parameter the plan uses
+// again within stage3_max_reuse_distance elements is kept. Every decision is a function of the
+// plan and the hooks so far, never of timing, so every rank issues the same gathers in the
+// same order. Small (persistent) parameters stay gathered until a step changes them.
+//
+// Owns: each parameter's gathered copy (from its own gather arena) and the gather in flight,
+// the traces and plans, the reads of swapped shards queued ahead of their gathers, and the
+// fetch statistics. Calls: the ShardStore for shards, the device's copies, the communicator's
+// all-gathers. Streams: the device's default stream. At stages 0-2 every call does nothing.
+// Internal to engine/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/work.h"
+#include "device/arena.h"
+#include "device/device.h"
+#include "engine/config/config.h"
+#include "engine/engine.h"
+#include "engine/fetch_plan.h"
+#include "engine/memory_plan.h"
+#include "engine/registry.h"
+#include "engine/shard_store.h"
+
+namespace zero::engine {
+
+class ParamFetcher {
+ public:
+  ParamFetcher(const config::Config& config, const Registry& registry, const Layout& layout,
+               Device& device, Communicator& comm);
+  // Waits for gathers and reads in flight (they use the arena and the read buffers), unless
+  // the communicator is broken.
+  ~ParamFetcher();
+  ParamFetcher(const ParamFetcher&) = delete;
+  ParamFetcher& operator=(const ParamFetcher&) = delete;
+
+  // At init (stage 3): the gather arena, and where the shards are.
+  void attach(std::unique_ptr<Arena> gather_arena, ShardStore& shards);
+
+  // A pre hook: where the pass is in its plan, the module's own gathers (waited for), and the
+  // prefetch the plan allows from here. `top`: no other hook is open.
+  void enter(std::size_t module, bool backward, bool train, bool top);
+  // A post hook: the module's parameters released, unless the plan uses one again soon.
+  void leave(std::size_t module, bool train);
+  // The end of a pass: a recording becomes the plan (checked across ranks at the next step),
+  // and what was gathered ahead or kept and not used is released.
+  void end_pass(bool train_pass);
+  // Every rank must have recorded the same orders. `scratch`: 4 words the communicator reduces.
+  void check_plans(std::int64_t* scratch);
+  // Waits for every gather and read in flight, then releases every gathered parameter no hook
+  // holds: those kept or fetched ahead, and with `stale` (the shards are changing) the
+  // persistent ones.
+  void release_unheld(bool stale);
+  void poll();  // lets gathers in flight progress
+  // The shard of `param` into `place` (device memory), after the queued reads' gathers are
+  // issued: for callers whose collectives follow (read_param, checkpoints).
+  void copy_shard(std::size_t param, void* place);
+
+  // The gathered copy while it exists (null otherwise).
+  void* data(std::size_t param) const { return params_[param].full; }
+  FetchStats stats() const;
+  const Arena* gather_arena() const noexcept { return gather_arena_.get(); }
+  // Seconds spent issuing gathers and blocked on them since the last call.
+  double take_issue_seconds();
+  double take_wait_seconds();
+
+ private:
+  struct Gathered {
+    void* full = nullptr;   // the gathered copy (padded to the world shard shape)
+    Block block;            // the gather arena's block
+    int holds = 0;          // hooks between pre and post that use it now
+    Work gathering;         // the all-gather into `full`, while in_flight
+    bool in_flight = false;
+    bool reading = false;   // its shard is being read from NVMe; gathered after
+  };
+  // One trace per kind of pass, [0] training micro-steps, [1] evaluation.
+  struct Trace {
+    std::vector<TraceEvent> recording;  // this pass's hooks, while there is no plan
+    FetchPlan plan;
+    bool have_plan = false;
+    std::size_t pos = 0;     // the plan's next hook
+    bool unchecked = false;  // a plan recorded since the last step's cross-rank check
+    int invalidations = 0;
+    bool off = false;        // the order kept changing: neither recorded nor replayed
+  };
+  // A read of a swapped shard ahead of its gather: completed, and its all-gather issued, in the
+  // order the reads were started, at the next hook or when the shard is needed: points every
+  // rank reaches in the same order.
+  struct PendingRead {
+    std::size_t param;
+    offload::Ticket ticket;
+    std::size_t buffer;
+  };
+
+  bool gather(std::size_t param, bool own);
+  bool fits(std::size_t bytes) const;
+  void wait(std::size_t param);
+  void release(std::size_t param);
+  void start_read(std::size_t param);
+  // Completes the pending reads in order, issuing their all-gathers, through `param` (all of
+  // them for kNone).
+  void finish_reads(std::size_t param);
+  void diverge(Trace& t, const TraceEvent* event, bool train_pass);
+  std::size_t gathered_elements(std::size_t param) const;
+  std::string describe(const TraceEvent& event) const;
+
+  const config::Config& config_;
+  const Registry& registry_;
+  const Layout& layout_;
+  Device& device_;
+  Communicator& comm_;
+  bool active_;  // stage 3
+  int rank_;
+  int world_;
+  DType compute_;
+  ShardStore* shards_ = nullptr;
+  std::unique_ptr<Arena> gather_arena_;
+  std::vector<Gathered> params_;
+  std::vector<std::size_t> open_event_;  // per module: its pre hook's place in the plan, or kNone
+  Trace traces_[2];
+  std::size_t gathers_in_flight_ = 0;
+  std::vector<bool> read_busy_;
+  std::deque<PendingRead> reads_;
+  FetchStats stats_;  // live_elements: gathered, not persistent
+  double issue_seconds_ = 0, wait_seconds_ = 0;
+};
+
+}  // namespace zero::engine
