@@ -10,25 +10,20 @@
 
 namespace zero::engine {
 
-GradReducer::GradReducer(const config::Config& config, const Registry& registry,
-                         const Layout& layout, Device& device, Communicator& comm)
-    : config_(config),
-      registry_(registry),
-      layout_(layout),
-      device_(device),
-      comm_(comm),
-      stage_(layout.modes.stage),
-      rank_(comm.rank()),
-      shard_ranks_(layout.modes.shard_ranks),
-      compute_(layout.modes.compute),
-      wire_(layout.modes.wire),
-      grads_(registry.param_count()),
-      waiting_(layout.buckets.size(), 0) {
+GradReducer::GradReducer(const EngineContext& context)
+    : ctx_(context),
+      stage_(context.layout.modes.stage),
+      rank_(context.comm.rank()),
+      shard_ranks_(context.layout.modes.shard_ranks),
+      compute_(context.layout.modes.compute),
+      wire_(context.layout.modes.wire),
+      grads_(context.registry.param_count()),
+      waiting_(context.layout.buckets.size(), 0) {
   // DeepSpeed's averaging: postscale (the default) divides by gradient_predivide_factor before
   // the sum and multiplies by predivide / N after it; prescale_gradients divides by N before.
-  const double n = static_cast<double>(comm.size());
-  const double predivide = config.gradient_predivide_factor;
-  if (config.prescale_gradients) {
+  const double n = static_cast<double>(ctx_.comm.size());
+  const double predivide = ctx_.config.gradient_predivide_factor;
+  if (ctx_.config.prescale_gradients) {
     pre_factor_ = 1.0 / n;
     post_factor_ = 1.0;
   } else {
@@ -39,7 +34,7 @@ GradReducer::GradReducer(const config::Config& config, const Registry& registry,
 
 GradReducer::~GradReducer() {
   for (auto& slot : in_flight_) {
-    if (slot.bucket == kNone || comm_.poisoned()) continue;
+    if (slot.bucket == kNone || ctx_.comm.poisoned()) continue;
     try {
       slot.work.wait();
     } catch (const std::exception& error) {
@@ -50,11 +45,11 @@ GradReducer::~GradReducer() {
 
 void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucket_buffers,
                          std::unique_ptr<Arena> grad_arena, Target target) {
-  Stream& stream = device_.default_stream();
+  Stream& stream = ctx_.device.default_stream();
   for (std::size_t p = 0; p < full_grads.size() && p < grads_.size(); ++p) {
     grads_[p].grad = full_grads[p];
     if (full_grads[p] != nullptr) {
-      device_.fill(full_grads[p], compute_, registry_.param(p).numel, 0.0f, stream);
+      ctx_.device.fill(full_grads[p], compute_, ctx_.registry.param(p).numel, 0.0f, stream);
     }
   }
   bucket_buffers_ = std::move(bucket_buffers);
@@ -64,16 +59,16 @@ void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucke
 }
 
 void GradReducer::begin_backward(std::int64_t micro_steps) {
-  const auto steps = config_.batch.gradient_accumulation_steps;
+  const auto steps = ctx_.config.batch.gradient_accumulation_steps;
   reducing_ = stage_ >= 2 || (micro_steps + 1) % steps == 0;
-  for (std::size_t p : layout_.trainable) {
-    grads_[p].uses_left = registry_.param(p).modules.size();
+  for (std::size_t p : ctx_.layout.trainable) {
+    grads_[p].uses_left = ctx_.registry.param(p).modules.size();
     grads_[p].touched = false;
   }
-  for (std::size_t b = 0; b < layout_.buckets.size(); ++b) {
+  for (std::size_t b = 0; b < ctx_.layout.buckets.size(); ++b) {
     std::size_t distinct = 0;
     std::size_t last = kNone;
-    for (const BucketPiece& piece : layout_.buckets[b].pieces) {
+    for (const BucketPiece& piece : ctx_.layout.buckets[b].pieces) {
       if (piece.param != last) ++distinct;
       last = piece.param;
     }
@@ -88,16 +83,16 @@ void GradReducer::hand_out(std::size_t param) {
     throw make_error(ErrorCategory::usage,
                      "pre_backward: parameter '{}' has had a backward from every module that uses "
                      "it this micro-step already; a module's backward may run once per micro-step",
-                     registry_.param(param).name);
+                     ctx_.registry.param(param).name);
   }
   if (g.touched) return;
   g.touched = true;
   if (stage_ >= 2) {
-    const std::size_t bytes = registry_.param(param).numel * dtype_size(compute_);
+    const std::size_t bytes = ctx_.registry.param(param).numel * dtype_size(compute_);
     g.block = grad_arena_->allocate(MemoryKind::grad, bytes);
     g.grad = g.block.ptr;
-    device_.fill(g.grad, compute_, registry_.param(param).numel, 0.0f,
-                 device_.default_stream());
+    ctx_.device.fill(g.grad, compute_, ctx_.registry.param(param).numel, 0.0f,
+                 ctx_.device.default_stream());
   }
 }
 
@@ -108,7 +103,7 @@ void GradReducer::backward_done(std::size_t param, std::string_view module) {
                      "post_backward of module '{}': parameter '{}' has had a backward from every "
                      "module that uses it this micro-step already; a module's backward may run "
                      "once per micro-step",
-                     module, registry_.param(param).name);
+                     module, ctx_.registry.param(param).name);
   }
   if (--g.uses_left == 0) ready(param);
 }
@@ -119,8 +114,8 @@ bool GradReducer::handed_out(std::size_t param) const { return grads_[param].tou
 
 void GradReducer::zero_full(Stream& stream) {
   if (stage_ > 1) return;
-  for (std::size_t p : layout_.trainable) {
-    device_.fill(grads_[p].grad, compute_, registry_.param(p).numel, 0.0f, stream);
+  for (std::size_t p : ctx_.layout.trainable) {
+    ctx_.device.fill(grads_[p].grad, compute_, ctx_.registry.param(p).numel, 0.0f, stream);
   }
 }
 
@@ -140,12 +135,12 @@ void GradReducer::release(std::size_t param) {
 
 void GradReducer::ready(std::size_t param) {
   if (!reducing_) return;
-  for (std::size_t b : layout_.param_buckets[layout_.trainable_pos[param]]) waiting_[b] -= 1;
+  for (std::size_t b : ctx_.layout.param_buckets[ctx_.layout.trainable_pos[param]]) waiting_[b] -= 1;
 }
 
 void GradReducer::issue_ready() {
   if (!reducing_) return;
-  while (next_bucket_ < layout_.buckets.size() && waiting_[next_bucket_] == 0) {
+  while (next_bucket_ < ctx_.layout.buckets.size() && waiting_[next_bucket_] == 0) {
     issue(next_bucket_++);
   }
 }
@@ -161,14 +156,14 @@ void GradReducer::issue(std::size_t b) {
   next_slot_ = (next_slot_ + 1) % in_flight_.size();
   if (in_flight_[slot].bucket != kNone) finish(slot);
 
-  Stream& stream = device_.default_stream();
-  const Bucket& bucket = layout_.buckets[b];
+  Stream& stream = ctx_.device.default_stream();
+  const Bucket& bucket = ctx_.layout.buckets[b];
   const std::size_t wsize = dtype_size(wire_);
   const std::size_t csize = dtype_size(compute_);
   char* buffer = static_cast<char*>(bucket_buffers_[slot]);
   for (const BucketPiece& piece : bucket.pieces) {
-    const std::size_t p = layout_.trainable[piece.param];
-    const ShardShape& shape = layout_.params[p].shape;
+    const std::size_t p = ctx_.layout.trainable[piece.param];
+    const ShardShape& shape = ctx_.layout.params[p].shape;
     const void* grad = grads_[p].grad;
     const std::size_t length = piece.end - piece.begin;
     for (int q = 0; q < shard_ranks_; ++q) {
@@ -177,35 +172,35 @@ void GradReducer::issue(std::size_t b) {
       char* dst = buffer + bucket_position(bucket, piece, q) * wsize;
       if (real != 0) {
         if (grad != nullptr) {
-          device_.cast(static_cast<const char*>(grad) + start * csize, compute_, dst, wire_,
+          ctx_.device.cast(static_cast<const char*>(grad) + start * csize, compute_, dst, wire_,
                        real, stream);
         } else {
-          device_.fill(dst, wire_, real, 0.0f, stream);  // no gradient this micro-step: zeros
+          ctx_.device.fill(dst, wire_, real, 0.0f, stream);  // no gradient this micro-step: zeros
         }
       }
-      if (real < length) device_.fill(dst + real * wsize, wire_, length - real, 0.0f, stream);
+      if (real < length) ctx_.device.fill(dst + real * wsize, wire_, length - real, 0.0f, stream);
     }
   }
   const std::size_t total = bucket.block * static_cast<std::size_t>(shard_ranks_);
   if (pre_factor_ != 1.0) {
-    device_.scale(buffer, wire_, total, static_cast<float>(pre_factor_), stream);
+    ctx_.device.scale(buffer, wire_, total, static_cast<float>(pre_factor_), stream);
   }
   // Gradients whose last piece is in this bucket are no longer needed (stages 2-3).
   for (const BucketPiece& piece : bucket.pieces) {
-    if (layout_.param_buckets[piece.param].back() == b) release(layout_.trainable[piece.param]);
+    if (ctx_.layout.param_buckets[piece.param].back() == b) release(ctx_.layout.trainable[piece.param]);
   }
 
   Work work;
-  if (shard_ranks_ == 1 || !config_.zero.reduce_scatter) {
-    work = comm_.all_reduce(buffer, total, wire_, ReduceOp::sum, &stream);
+  if (shard_ranks_ == 1 || !ctx_.config.zero.reduce_scatter) {
+    work = ctx_.comm.all_reduce(buffer, total, wire_, ReduceOp::sum, &stream);
   } else {
     // In place: this rank's block of the bucket receives its reduced block.
-    work = comm_.reduce_scatter(buffer,
+    work = ctx_.comm.reduce_scatter(buffer,
                                 buffer + static_cast<std::size_t>(rank_) * bucket.block * wsize,
                                 bucket.block, wire_, ReduceOp::sum, &stream);
   }
   in_flight_[slot] = {b, std::move(work)};
-  if (!config_.zero.overlap_comm) finish(slot);
+  if (!ctx_.config.zero.overlap_comm) finish(slot);
 }
 
 void GradReducer::finish(std::size_t slot) {
@@ -213,8 +208,8 @@ void GradReducer::finish(std::size_t slot) {
   Timer timer;
   flight.work.wait();
   wait_seconds_ += timer.seconds();
-  const Bucket& bucket = layout_.buckets[flight.bucket];
-  Stream& stream = device_.default_stream();
+  const Bucket& bucket = ctx_.layout.buckets[flight.bucket];
+  Stream& stream = ctx_.device.default_stream();
   flight.work.block(stream);
   const std::size_t wsize = dtype_size(wire_);
   const int r = shard_ranks_ == 1 ? 0 : rank_;
@@ -225,25 +220,25 @@ void GradReducer::finish(std::size_t slot) {
   const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
   const char* block = buffer + block_start * wsize;
   if (target_.staging != nullptr) {
-    device_.copy_async(target_.staging, block, bucket.block * wsize, stream);
+    ctx_.device.copy_async(target_.staging, block, bucket.block * wsize, stream);
     stream.synchronize();
     block = static_cast<const char*>(target_.staging);
   }
-  Device& adder = target_.adder != nullptr ? *target_.adder : device_;
+  Device& adder = target_.adder != nullptr ? *target_.adder : ctx_.device;
   Stream& add_stream = adder.default_stream();
   for (const BucketPiece& piece : bucket.pieces) {
-    const std::size_t p = layout_.trainable[piece.param];
+    const std::size_t p = ctx_.layout.trainable[piece.param];
     const std::size_t length = piece.end - piece.begin;
     const char* src = block + (bucket_position(bucket, piece, r) - block_start) * wsize;
     if (target_.grad_flat != nullptr) {
       char* dst = static_cast<char*>(target_.grad_flat) +
-                  (layout_.params[p].flat + piece.begin) * dtype_size(target_.accum);
+                  (ctx_.layout.params[p].flat + piece.begin) * dtype_size(target_.accum);
       adder.accumulate(src, wire_, dst, target_.accum, length, post, add_stream);
     } else {
       // Stage 0 without a separate accumulation dtype: back into the replicated gradient.
       char* dst = static_cast<char*>(grads_[p].grad) + piece.begin * dtype_size(compute_);
-      device_.cast(src, wire_, dst, compute_, length, stream);
-      if (post != 1.0f) device_.scale(dst, compute_, length, post, stream);
+      ctx_.device.cast(src, wire_, dst, compute_, length, stream);
+      if (post != 1.0f) ctx_.device.scale(dst, compute_, length, post, stream);
     }
   }
   flight = {};
@@ -253,7 +248,7 @@ void GradReducer::flush() {
   if (!reducing_) return;
   // Gradients without their last use this micro-step (an unused parameter, a module whose
   // backward did not run) are reduced as they are: zeros where nothing was written.
-  for (std::size_t p : layout_.trainable) {
+  for (std::size_t p : ctx_.layout.trainable) {
     if (grads_[p].uses_left != 0) {
       grads_[p].uses_left = 0;
       ready(p);
@@ -264,7 +259,7 @@ void GradReducer::flush() {
     const std::size_t slot = (next_slot_ + i) % in_flight_.size();
     if (in_flight_[slot].bucket != kNone) finish(slot);
   }
-  device_.default_stream().synchronize();
+  ctx_.device.default_stream().synchronize();
 }
 
 }  // namespace zero::engine

@@ -26,6 +26,7 @@
 #include "device/arena.h"
 #include "device/device.h"
 #include "engine/config/config.h"
+#include "engine/engine_context.h"
 #include "engine/memory_plan.h"
 #include "engine/registry.h"
 
@@ -44,8 +45,7 @@ class GradReducer {
     void* staging = nullptr;
   };
 
-  GradReducer(const config::Config& config, const Registry& registry, const Layout& layout,
-              Device& device, Communicator& comm);
+  explicit GradReducer(const EngineContext& context);
   // Waits for reductions still in flight (they use the bucket buffers), unless the
   // communicator is broken.
   ~GradReducer();
@@ -84,7 +84,7 @@ class GradReducer {
   double take_wait_seconds();
 
   const Arena* grad_arena() const noexcept { return grad_arena_.get(); }
-  std::size_t bucket_count() const noexcept { return layout_.buckets.size(); }
+  std::size_t bucket_count() const noexcept { return ctx_.layout.buckets.size(); }
 
  private:
   struct ParamGrad {
@@ -103,11 +103,7 @@ class GradReducer {
   void finish(std::size_t slot);
   void release(std::size_t param);
 
-  const config::Config& config_;
-  const Registry& registry_;
-  const Layout& layout_;
-  Device& device_;
-  Communicator& comm_;
+  const EngineContext ctx_;
   int stage_;
   int rank_;
   int shard_ranks_;

@@ -46,8 +46,9 @@ void Engine::Impl::lay_out() {
     params[p].compute_flat = place.compute_flat;
     params[p].persistent = place.persistent;
   }
-  reducer = std::make_unique<GradReducer>(config, registry, layout, *device, *comm);
-  fetcher = std::make_unique<ParamFetcher>(config, registry, layout, *device, *comm);
+  const EngineContext context{config, registry, layout, *device, *comm};
+  reducer = std::make_unique<GradReducer>(context);
+  fetcher = std::make_unique<ParamFetcher>(context);
 }
 
 void Engine::Impl::allocate() {

@@ -19,19 +19,14 @@ const char* pass_name(bool train) { return train ? "training" : "evaluation"; }
 
 }  // namespace
 
-ParamFetcher::ParamFetcher(const config::Config& config, const Registry& registry,
-                           const Layout& layout, Device& device, Communicator& comm)
-    : config_(config),
-      registry_(registry),
-      layout_(layout),
-      device_(device),
-      comm_(comm),
-      active_(layout.modes.stage == 3),
-      rank_(comm.rank()),
-      world_(comm.size()),
-      compute_(layout.modes.compute),
-      params_(registry.param_count()),
-      open_event_(registry.module_count(), kNone) {}
+ParamFetcher::ParamFetcher(const EngineContext& context)
+    : ctx_(context),
+      active_(context.layout.modes.stage == 3),
+      rank_(context.comm.rank()),
+      world_(context.comm.size()),
+      compute_(context.layout.modes.compute),
+      params_(context.registry.param_count()),
+      open_event_(context.registry.module_count(), kNone) {}
 
 ParamFetcher::~ParamFetcher() {
   // Reads still in flight use the read buffers, gathers the arena.
@@ -43,7 +38,7 @@ ParamFetcher::~ParamFetcher() {
     }
   }
   for (Gathered& g : params_) {
-    if (!g.in_flight || comm_.poisoned()) continue;
+    if (!g.in_flight || ctx_.comm.poisoned()) continue;
     try {
       g.gathering.wait();
     } catch (const std::exception& error) {
@@ -59,12 +54,12 @@ void ParamFetcher::attach(std::unique_ptr<Arena> gather_arena, ShardStore& shard
 }
 
 std::size_t ParamFetcher::gathered_elements(std::size_t param) const {
-  return shard_shape(registry_.param(param).numel, world_).padded();
+  return shard_shape(ctx_.registry.param(param).numel, world_).padded();
 }
 
 std::string ParamFetcher::describe(const TraceEvent& event) const {
   return fmt::format("{} of '{}'", event.backward ? "backward" : "forward",
-                     registry_.module(event.module).name);
+                     ctx_.registry.module(event.module).name);
 }
 
 void ParamFetcher::enter(std::size_t module, bool backward, bool train, bool top) {
@@ -95,17 +90,17 @@ void ParamFetcher::enter(std::size_t module, bool backward, bool train, bool top
   open_event_[module] = at;
 
   // Held first, so that making room for one of them never releases another.
-  for (std::size_t p : registry_.module(module).params) params_[p].holds += 1;
-  for (std::size_t p : registry_.module(module).params) {
+  for (std::size_t p : ctx_.registry.module(module).params) params_[p].holds += 1;
+  for (std::size_t p : ctx_.registry.module(module).params) {
     if (params_[p].full != nullptr) stats_.hits += 1;
     gather(p, /*own=*/true);
   }
-  for (std::size_t p : registry_.module(module).params) wait(p);
+  for (std::size_t p : ctx_.registry.module(module).params) wait(p);
   if (at == kNone) return;
 
   const auto ahead = t.plan.prefetch(
-      at, static_cast<std::size_t>(config_.zero.prefetch_bucket_size),
-      static_cast<std::size_t>(config_.zero.max_live_parameters), stats_.live_elements,
+      at, static_cast<std::size_t>(ctx_.config.zero.prefetch_bucket_size),
+      static_cast<std::size_t>(ctx_.config.zero.max_live_parameters), stats_.live_elements,
       [&](std::size_t p) { return params_[p].full != nullptr; });
   for (std::size_t p : ahead) {
     if (!gather(p, /*own=*/false)) break;
@@ -117,16 +112,16 @@ void ParamFetcher::leave(std::size_t module, bool train) {
   if (!active_) return;
   const Trace& t = traces_[train ? 0 : 1];
   const std::size_t at = open_event_[module];
-  const auto& module_params = registry_.module(module).params;
+  const auto& module_params = ctx_.registry.module(module).params;
   for (std::size_t k = 0; k < module_params.size(); ++k) {
     const std::size_t p = module_params[k];
     Gathered& g = params_[p];
     g.holds -= 1;
-    if (g.holds > 0 || layout_.params[p].persistent) continue;
+    if (g.holds > 0 || ctx_.layout.params[p].persistent) continue;
     const bool keep =
         at != kNone && t.have_plan && at < t.plan.size() &&
-        t.plan.reused_within(at, k, static_cast<std::size_t>(config_.zero.max_reuse_distance)) &&
-        stats_.live_elements <= static_cast<std::size_t>(config_.zero.max_live_parameters);
+        t.plan.reused_within(at, k, static_cast<std::size_t>(ctx_.config.zero.max_reuse_distance)) &&
+        stats_.live_elements <= static_cast<std::size_t>(ctx_.config.zero.max_live_parameters);
     if (!keep) release(p);
   }
 }
@@ -164,12 +159,12 @@ void ParamFetcher::end_pass(bool train_pass) {
         t.off = true;
       } else {
         std::vector<std::vector<std::size_t>> module_params;
-        for (const ModuleSpec& m : registry_.modules()) module_params.push_back(m.params);
+        for (const ModuleSpec& m : ctx_.registry.modules()) module_params.push_back(m.params);
         std::vector<std::size_t> elements;
         std::vector<bool> persistent;
         for (std::size_t p = 0; p < params_.size(); ++p) {
           elements.push_back(gathered_elements(p));
-          persistent.push_back(layout_.params[p].persistent);
+          persistent.push_back(ctx_.layout.params[p].persistent);
         }
         t.plan = FetchPlan(std::move(t.recording), module_params, std::move(elements),
                            std::move(persistent));
@@ -194,7 +189,7 @@ void ParamFetcher::check_plans(std::int64_t* scratch) {
     scratch[2 + k] = ~scratch[k];
     traces_[k].unchecked = false;
   }
-  comm_.all_reduce(scratch, 4, DType::i64, ReduceOp::max).wait();
+  ctx_.comm.all_reduce(scratch, 4, DType::i64, ReduceOp::max).wait();
   for (int k = 0; k < 2; ++k) {
     if (scratch[k] != ~scratch[2 + k]) {
       const std::uint64_t h = traces_[k].have_plan ? traces_[k].plan.hash() : 0;
@@ -220,16 +215,16 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
   }
   g.block = gather_arena_->allocate(MemoryKind::param, bytes);
   g.full = g.block.ptr;
-  if (!layout_.params[param].persistent) stats_.live_elements += gathered_elements(param);
+  if (!ctx_.layout.params[param].persistent) stats_.live_elements += gathered_elements(param);
   stats_.peak_live_elements = std::max(stats_.peak_live_elements, stats_.live_elements);
   stats_.gathers += 1;
-  const std::size_t shard = shard_shape(registry_.param(param).numel, world_).shard;
+  const std::size_t shard = shard_shape(ctx_.registry.param(param).numel, world_).shard;
   if (shard == 0) return true;
   if (shards_->swapped(param)) {
     start_read(param);  // gathered when the read completes (finish_reads)
     return true;
   }
-  Stream& stream = device_.default_stream();
+  Stream& stream = ctx_.device.default_stream();
   Timer timer;
   const void* source = shards_->device_shard(param);
   if (source == nullptr) {
@@ -240,7 +235,7 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
     shards_->copy_shard(param, place);
     source = place;
   }
-  g.gathering = comm_.all_gather(source, g.full, shard, compute_, &stream);
+  g.gathering = ctx_.comm.all_gather(source, g.full, shard, compute_, &stream);
   issue_seconds_ += timer.seconds();
   g.in_flight = true;
   gathers_in_flight_ += 1;
@@ -267,9 +262,9 @@ void ParamFetcher::release(std::size_t param) {
   Gathered& g = params_[param];
   if (g.full == nullptr) return;
   wait(param);
-  device_.default_stream().synchronize();  // the model's work on it is done
+  ctx_.device.default_stream().synchronize();  // the model's work on it is done
   gather_arena_->release(g.block);
-  if (!layout_.params[param].persistent) stats_.live_elements -= gathered_elements(param);
+  if (!ctx_.layout.params[param].persistent) stats_.live_elements -= gathered_elements(param);
   g.block = {};
   g.full = nullptr;
 }
@@ -282,7 +277,7 @@ void ParamFetcher::release_unheld(bool stale) {
   for (std::size_t p = 0; p < params_.size(); ++p) {
     const Gathered& g = params_[p];
     if (g.full == nullptr || g.holds > 0) continue;
-    if (layout_.params[p].persistent && !stale) continue;
+    if (ctx_.layout.params[p].persistent && !stale) continue;
     release(p);
   }
 }
@@ -323,12 +318,12 @@ void ParamFetcher::finish_reads(std::size_t param) {
     Timer timer;
     const void* shard_data = shards_->finish_read(read.ticket, read.buffer);
     wait_seconds_ += timer.seconds();
-    const std::size_t shard = shard_shape(registry_.param(read.param).numel, world_).shard;
+    const std::size_t shard = shard_shape(ctx_.registry.param(read.param).numel, world_).shard;
     const std::size_t bytes = shard * dtype_size(compute_);
     char* place = static_cast<char*>(g.full) + static_cast<std::size_t>(rank_) * bytes;
-    Stream& stream = device_.default_stream();
-    device_.copy_async(place, shard_data, bytes, stream);
-    g.gathering = comm_.all_gather(place, g.full, shard, compute_, &stream);
+    Stream& stream = ctx_.device.default_stream();
+    ctx_.device.copy_async(place, shard_data, bytes, stream);
+    g.gathering = ctx_.comm.all_gather(place, g.full, shard, compute_, &stream);
     g.reading = false;
     g.in_flight = true;
     gathers_in_flight_ += 1;

@@ -26,6 +26,7 @@
 #include "device/arena.h"
 #include "device/device.h"
 #include "engine/config/config.h"
+#include "engine/engine_context.h"
 #include "engine/engine.h"
 #include "engine/fetch_plan.h"
 #include "engine/memory_plan.h"
@@ -36,8 +37,7 @@ namespace zero::engine {
 
 class ParamFetcher {
  public:
-  ParamFetcher(const config::Config& config, const Registry& registry, const Layout& layout,
-               Device& device, Communicator& comm);
+  explicit ParamFetcher(const EngineContext& context);
   // Waits for gathers and reads in flight (they use the arena and the read buffers), unless
   // the communicator is broken.
   ~ParamFetcher();
@@ -114,11 +114,7 @@ class ParamFetcher {
   std::size_t gathered_elements(std::size_t param) const;
   std::string describe(const TraceEvent& event) const;
 
-  const config::Config& config_;
-  const Registry& registry_;
-  const Layout& layout_;
-  Device& device_;
-  Communicator& comm_;
+  const EngineContext ctx_;
   bool active_;  // stage 3
   int rank_;
   int world_;
