@@ -133,12 +133,10 @@ void Engine::Impl::assign_state(ValueSource& source) {
       source.values(p, world_shape.begin(rank), count, values.data());
       if (spec.trainable) put_state(state.flat, values.data(), moment_in, count);
       if (swapped_param(p)) {
-        const std::size_t bytes = param_region_bytes(p);
-        std::memset(param_bounce[0], 0, bytes);
-        host_device().cast(values.data(), DType::f32, param_bounce[0], compute, count,
+        host_device().cast(values.data(), DType::f32, param_swap->staging(p), compute, count,
                            host_device().default_stream());
         host_device().default_stream().synchronize();
-        store_shard(p, 0);
+        param_swap->store(p);
       } else if (state.compute_flat != kNone && param_offload) {
         // Host memory: cast on the host.
         host_device().cast(values.data(), DType::f32,

@@ -59,13 +59,7 @@ Engine::Impl::~Impl() {
   // Reads, gathers and writes of parameter shards still in flight use the file and buffers
   // about to go.
   fetcher.reset();
-  for (auto& ticket : writing) {
-    try {
-      if (ticket) param_file->wait(*aio, *ticket);
-    } catch (const std::exception&) {
-      // Nothing depends on it any more.
-    }
-  }
+  param_swap.reset();
   if (scalars != nullptr) device->unreserve(Tier::device, scalars, kScratchBytes);
   if (host_scalars != nullptr) host->unreserve(Tier::host, host_scalars, kScratchBytes);
 }
@@ -545,7 +539,7 @@ std::array<const Arena*, 7> Engine::Impl::arenas() const {
           offload_arena.get(),
           param_arena.get(),
           nvme_arena.get(),
-          param_nvme_arena.get()};
+          param_swap ? &param_swap->arena() : nullptr};
 }
 
 std::vector<MemoryUsage> Engine::Impl::usage() const {

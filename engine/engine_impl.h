@@ -30,6 +30,7 @@
 #include "engine/grad_reducer.h"
 #include "engine/optimizer_swap.h"
 #include "engine/param_fetcher.h"
+#include "engine/param_swap.h"
 #include "engine/shard_store.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_plan.h"
@@ -123,15 +124,10 @@ struct Engine::Impl final : ShardStore {
   void put_state(std::size_t flat, const float* values, const void* const* moments_in,
                  std::size_t count);
   void finish_state();
-  bool swapped_param(std::size_t param) const;
-  std::size_t param_region_bytes(std::size_t param) const;
-  void set_up_param_swap();
+  bool swapped_param(std::size_t param) const {
+    return param_swap != nullptr && param_swap->swapped(param);
+  }
   void open_swap_io();  // the AsyncIO and the swap directory, once
-  // Writes `param`'s shard from param_bounce[which] to its region (waits).
-  void store_shard(std::size_t param, int which);
-  void write_assembled();     // starts the write of the assembled shard
-  void finish_param_writes();  // waits for every shard write
-  char* assemble(std::size_t param);  // an assembly buffer, zeroed when a new parameter starts
   // Copies this rank's master of owned offsets [flat, flat + count) into `out` (device memory).
   void copy_master(std::size_t flat, std::size_t count, float* out);
   std::size_t filling = kNone;  // init: the swapped group being filled
@@ -149,11 +145,15 @@ struct Engine::Impl final : ShardStore {
   const void* device_shard(std::size_t param) override;
   void copy_shard(std::size_t param, void* place) override;
   bool swapped(std::size_t param) const override { return swapped_param(param); }
-  std::size_t read_buffers() const override { return shard_read_buffers.size(); }
+  std::size_t read_buffers() const override {
+    return param_swap != nullptr ? param_swap->read_buffers() : 0;
+  }
   offload::Ticket start_read(std::size_t param, std::size_t buffer) override;
   const void* finish_read(offload::Ticket ticket, std::size_t buffer) override;
 
   bool any_hook_open() const;
+  // What the parts read and call (engine_context.h).
+  EngineContext context() { return {config, registry, layout, *device, *comm}; }
 
   // ---- agreement.cpp ----
   // Collective: every rank's text, on every rank.
@@ -202,22 +202,9 @@ struct Engine::Impl final : ShardStore {
   // offload_param (stage 3): the compute shards live in host memory; a gather copies this
   // rank's shard into its place in the gathered buffer, then all-gathers in place.
   bool param_offload = false;
-  // offload_param nvme: compute shards past `compute_resident_end` (a prefix of the compute
-  // flat layout within max_in_cpu stays in host memory) are regions of params.swap, read
-  // through one pinned bounce buffer and, in a step, assembled whole in another before their
-  // write (a parameter's pieces come in order, so one is assembled at a time).
+  // offload_param nvme: compute shards past the layout's compute_resident_end on NVMe
+  // (param_swap.h); made by allocate.
   bool param_nvme = false;
-  std::vector<std::uint64_t> param_region;  // per parameter: its offset in params.swap, or kNone
-  std::unique_ptr<offload::SwapFile> param_file;
-  std::unique_ptr<Arena> param_nvme_arena;
-  // [0] init and synchronous reads; [1] and [2] assembly, alternating so that one shard's write
-  // goes on while the next is assembled.
-  void* param_bounce[3] = {nullptr, nullptr, nullptr};
-  int assembly = 1;                           // the bounce buffer `assembling` uses
-  std::optional<offload::Ticket> writing[3];  // a write from that buffer, not yet waited for
-  // The ParamFetcher's reads of shards ahead of their gathers (offload_param.buffer_count).
-  std::vector<void*> shard_read_buffers;
-  std::size_t assembling = kNone;  // the swapped parameter being assembled
   bool initialized = false;
   bool train = true;
   enum class Phase { idle, forward, backward } phase = Phase::idle;
@@ -256,6 +243,7 @@ struct Engine::Impl final : ShardStore {
   std::unique_ptr<offload::SwapDirectory> swap_dir;
   std::unique_ptr<Arena> nvme_arena;
   std::unique_ptr<OptimizerSwap> swap;
+  std::unique_ptr<ParamSwap> param_swap;  // offload_param nvme
   bool failed = false;  // a step or a load threw: no more steps; swap files kept for inspection
   std::string failure;  // what failed
   // Marks the engine failed (`what` failed): no more steps, and the NVMe swap files, whose

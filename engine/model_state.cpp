@@ -46,9 +46,8 @@ void Engine::Impl::lay_out() {
     params[p].compute_flat = place.compute_flat;
     params[p].persistent = place.persistent;
   }
-  const EngineContext context{config, registry, layout, *device, *comm};
-  reducer = std::make_unique<GradReducer>(context);
-  fetcher = std::make_unique<ParamFetcher>(context);
+  reducer = std::make_unique<GradReducer>(context());
+  fetcher = std::make_unique<ParamFetcher>(context());
 }
 
 void Engine::Impl::allocate() {
@@ -128,7 +127,11 @@ void Engine::Impl::allocate() {
     if (!offload) {
       param_staging = take_from(*param_arena, MemoryKind::buffer, plan.param_staging_bytes);
     }
-    if (param_nvme) set_up_param_swap();
+    if (param_nvme) {
+      open_swap_io();
+      param_swap =
+          std::make_unique<ParamSwap>(context(), memory_plan, *aio, *swap_dir, *param_arena);
+    }
   } else if (stage == 3) {
     compute_shard = take(MemoryKind::param, compute_shards.total * csize);
     device->fill(compute_shard, compute, compute_shards.total, 0.0f, stream);

@@ -225,7 +225,7 @@ StepStats Engine::Impl::boundary_step() {
       const std::size_t p = trainable[piece.param];
       const std::size_t count = piece_valid(piece, all[piece.param].count);
       const bool on_nvme = stage == 3 && swapped_param(p);
-      char* shard = on_nvme ? assemble(p) : nullptr;
+      char* shard = on_nvme ? param_swap->assemble(p) : nullptr;
       const void* from = nullptr;
       if (!mixed) {
         from = master_at(piece);
@@ -245,7 +245,7 @@ StepStats Engine::Impl::boundary_step() {
       }
       if (on_nvme && piece.end == shard_shape(registry.param(p).numel, world).shard) {
         stream.synchronize();
-        write_assembled();
+        param_swap->write_assembled();
       }
     }
     if (swapped) {
@@ -272,7 +272,7 @@ StepStats Engine::Impl::boundary_step() {
     }
   }
   if (swap) swap->finish();
-  if (param_nvme) finish_param_writes();  // the next gathers read these shards
+  if (param_swap) param_swap->finish_writes();  // the next gathers read these shards
   stream.synchronize();
   optimizer_steps = k;
   scaler.update(false);

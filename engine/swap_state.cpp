@@ -1,8 +1,8 @@
 // Model state on NVMe: the optimizer's masters and moments in step-group regions of a swap file
 // (engine/optimizer_swap.h moves them), the stage-3 compute shards in per-parameter regions of
-// another, the I/O engine and the rank's swap directory they share, and the masters' way in at
-// init and out for read_param wherever they live. The layout and allocation are
-// model_state.cpp's.
+// another (engine/param_swap.h), the I/O engine and the rank's swap directory they share, the
+// shards as the ParamFetcher reads them (its ShardStore), and the masters' way out for
+// read_param wherever they live. The layout and allocation are model_state.cpp's.
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,10 +18,6 @@ namespace zero::engine {
 namespace {
 
 constexpr std::size_t kDirectAlign = 4096;  // the strictest direct-I/O alignment
-
-std::size_t align_direct(std::size_t bytes) {
-  return (bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
-}
 
 }  // namespace
 
@@ -94,43 +90,6 @@ void Engine::Impl::set_up_swap() {
             swap->groups(), swap->path(), format_bytes(capacity), resident_groups);
 }
 
-bool Engine::Impl::swapped_param(std::size_t param) const {
-  return param_nvme && params[param].compute_flat != kNone &&
-         params[param].compute_flat >= compute_resident_end;
-}
-
-std::size_t Engine::Impl::param_region_bytes(std::size_t param) const {
-  return align_direct(shard_shape(registry.param(param).numel, world).shard * dtype_size(compute));
-}
-
-void Engine::Impl::set_up_param_swap() {
-  open_swap_io();
-  param_region.assign(params.size(), kNone);
-  const std::size_t capacity = memory_plan.param_nvme.capacity;
-  param_nvme_arena = std::make_unique<Arena>(nullptr, Tier::nvme, capacity,
-                                             memory_plan.param_nvme.name);
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    if (!swapped_param(p) || param_region_bytes(p) == 0) continue;
-    const std::size_t shard = shard_shape(registry.param(p).numel, world).shard;
-    param_region[p] =
-        param_nvme_arena->allocate(MemoryKind::param, shard * dtype_size(compute), kDirectAlign)
-            .offset;
-  }
-  param_file = swap_dir->create("params.swap", param_nvme_arena->capacity(),
-                                "zero_optimization.offload_param.nvme_path");
-  const std::size_t largest = memory_plan.param_bounce_bytes;
-  for (void*& bounce : param_bounce) {
-    bounce = param_arena->allocate(MemoryKind::buffer, largest, kDirectAlign).ptr;
-  }
-  const auto count = static_cast<std::size_t>(config.zero.offload_param.buffer_count);
-  for (std::size_t b = 0; b < count; ++b) {
-    shard_read_buffers.push_back(
-        param_arena->allocate(MemoryKind::buffer, largest, kDirectAlign).ptr);
-  }
-  log::info("engine: {} of compute shards swapped to {}, {} elements kept in memory",
-            format_bytes(capacity), param_file->path(), compute_resident_end);
-}
-
 const void* Engine::Impl::device_shard(std::size_t param) {
   // With offload_param the shards are in host memory (or on NVMe): copied into place first.
   return param_offload ? nullptr : shard_source(param);
@@ -140,57 +99,16 @@ void Engine::Impl::copy_shard(std::size_t param, void* place) {
   const std::size_t bytes = shard_shape(registry.param(param).numel, world).shard *
                             dtype_size(compute);
   if (bytes == 0) return;
-  if (!swapped_param(param)) {
-    device->copy(place, shard_source(param), bytes);
-    return;
-  }
-  // param_bounce[0] is for synchronous reads alone.
-  const std::size_t region = param_region_bytes(param);
-  param_file->wait(*aio, param_file->read(*aio, param_region[param], param_bounce[0], region));
-  device->copy(place, param_bounce[0], bytes);
+  device->copy(place, swapped_param(param) ? param_swap->read(param) : shard_source(param),
+               bytes);
 }
 
 offload::Ticket Engine::Impl::start_read(std::size_t param, std::size_t buffer) {
-  return param_file->read(*aio, param_region[param], shard_read_buffers[buffer],
-                          param_region_bytes(param));
+  return param_swap->start_read(param, buffer);
 }
 
 const void* Engine::Impl::finish_read(offload::Ticket ticket, std::size_t buffer) {
-  param_file->wait(*aio, ticket);
-  return shard_read_buffers[buffer];
-}
-
-void Engine::Impl::store_shard(std::size_t param, int which) {
-  const std::size_t region = param_region_bytes(param);
-  if (region == 0) return;
-  param_file->wait(*aio,
-                   param_file->write(*aio, param_region[param], param_bounce[which], region));
-}
-
-char* Engine::Impl::assemble(std::size_t param) {
-  if (assembling != param) {
-    // The buffer's previous shard must be on disk before it is reused.
-    if (writing[assembly]) param_file->wait(*aio, *std::exchange(writing[assembly], {}));
-    std::memset(param_bounce[assembly], 0, param_region_bytes(param));
-    assembling = param;
-  }
-  return static_cast<char*>(param_bounce[assembly]);
-}
-
-void Engine::Impl::write_assembled() {
-  const std::size_t region = param_region_bytes(assembling);
-  if (region != 0) {
-    writing[assembly] =
-        param_file->write(*aio, param_region[assembling], param_bounce[assembly], region);
-  }
-  assembling = kNone;
-  assembly = assembly == 1 ? 2 : 1;
-}
-
-void Engine::Impl::finish_param_writes() {
-  for (auto& ticket : writing) {
-    if (ticket) param_file->wait(*aio, *std::exchange(ticket, {}));
-  }
+  return param_swap->finish_read(ticket, buffer);
 }
 
 std::size_t Engine::Impl::group_at(std::size_t flat) const {
