@@ -51,6 +51,8 @@ class Device {
   virtual ~Device() = default;
 
   virtual DeviceType type() const noexcept = 0;
+  // The GPU's index as the CUDA runtime numbers it; -1 for the CPU.
+  virtual int ordinal() const noexcept = 0;
   // Human-readable: "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3, 79.1 GiB)".
   virtual std::string description() const = 0;
 

@@ -182,6 +182,16 @@ zero_status zero_world_size(const zero_engine* engine, int* world_size) {
   });
 }
 
+zero_status zero_data_location(const zero_engine* engine, zero_memory_kind* kind, int* ordinal) {
+  return zero::guard([&] {
+    const zero::Device& device = engine_of(engine, "zero_data_location").device();
+    if (kind != nullptr) {
+      *kind = device.type() == zero::DeviceType::cuda ? ZERO_MEMORY_CUDA : ZERO_MEMORY_HOST;
+    }
+    if (ordinal != nullptr) *ordinal = device.ordinal();
+  });
+}
+
 zero_status zero_compute_dtype(const zero_engine* engine, zero_dtype* dtype) {
   return zero::guard([&] {
     require(dtype, "zero_compute_dtype", "dtype");

@@ -201,6 +201,7 @@ int Engine::world_size() const noexcept { return impl_->world; }
 DType Engine::compute_dtype() const noexcept { return impl_->compute; }
 const Registry& Engine::registry() const noexcept { return impl_->registry; }
 Device& Engine::device() noexcept { return *impl_->device; }
+const Device& Engine::device() const noexcept { return *impl_->device; }
 Communicator& Engine::communicator() noexcept { return *impl_->comm; }
 bool Engine::initialized() const noexcept { return impl_->initialized; }
 bool Engine::training() const noexcept { return impl_->train; }

@@ -153,6 +153,7 @@ class Engine {
   DType compute_dtype() const noexcept;
   const Registry& registry() const noexcept;
   Device& device() noexcept;
+  const Device& device() const noexcept;
   Communicator& communicator() noexcept;
 
   // Registration (before init). Group 0 is "default" with the optimizer's weight decay.

@@ -39,6 +39,7 @@ class CpuEvent final : public Event {
 class CpuDevice final : public Device {
  public:
   DeviceType type() const noexcept override { return DeviceType::cpu; }
+  int ordinal() const noexcept override { return -1; }
   std::string description() const override { return "cpu"; }
 
   void* reserve(Tier tier, std::size_t bytes) override {

@@ -217,6 +217,7 @@ class CudaDevice final : public Device {
   CudaDevice& operator=(const CudaDevice&) = delete;
 
   DeviceType type() const noexcept override { return DeviceType::cuda; }
+  int ordinal() const noexcept override { return ordinal_; }
   std::string description() const override { return description_; }
 
   void* reserve(Tier tier, std::size_t bytes) override {

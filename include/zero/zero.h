@@ -129,6 +129,16 @@ ZERO_API zero_status zero_create_from_file(const char* path, const zero_create_o
  * is accepted and does nothing. */
 ZERO_API zero_status zero_destroy(zero_engine* engine);
 
+/* Where the buffers zero_param_data and zero_grad_buffer give live: host memory (the CPU
+ * device) or a GPU's memory, which the host must not read or write directly. */
+typedef enum zero_memory_kind { ZERO_MEMORY_HOST = 0, ZERO_MEMORY_CUDA = 1 } zero_memory_kind;
+
+/* The engine's device memory: *kind, and *ordinal the GPU's index as the CUDA runtime numbers
+ * it (-1 for host memory). Either pointer may be NULL. Valid from zero_create on: check before
+ * touching param_data or grad_buffer from the host. */
+ZERO_API zero_status zero_data_location(const zero_engine* engine, zero_memory_kind* kind,
+                                        int* ordinal);
+
 ZERO_API zero_status zero_rank(const zero_engine* engine, int* rank);
 ZERO_API zero_status zero_world_size(const zero_engine* engine, int* world_size);
 ZERO_API zero_status zero_compute_dtype(const zero_engine* engine, zero_dtype* dtype);

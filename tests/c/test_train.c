@@ -61,6 +61,18 @@ int main(void) {
   memset(&options, 0, sizeof options);
   options.device = 1;
   CHECK(zero_create(kConfig, &options, &engine));
+  {
+    /* The CPU device: host memory, which this test reads and writes directly. */
+    zero_memory_kind kind = ZERO_MEMORY_CUDA;
+    int ordinal = 7;
+    CHECK(zero_data_location(engine, &kind, &ordinal));
+    if (kind != ZERO_MEMORY_HOST || ordinal != -1) {
+      fprintf(stderr, "zero_data_location: kind %d ordinal %d on the CPU\n", (int)kind, ordinal);
+      return 1;
+    }
+    CHECK(zero_data_location(engine, NULL, NULL));
+    if (zero_data_location(NULL, &kind, NULL) != ZERO_ERROR_USAGE) return 1;
+  }
   CHECK(zero_add_module(engine, "linear", &linear));
   CHECK(zero_add_module(engine, "bias", &bias_module));
 
