@@ -79,6 +79,11 @@ zero_engine* create(const ConfigReader& read_config, const zero_create_options* 
         require(o.overrides[i], "zero_create", "an override string")));
   }
 
+  if (o.mpi_comm != nullptr && o.nccl_comm != nullptr) {
+    throw make_error(ErrorCategory::usage,
+                     "zero_create: options->mpi_comm and options->nccl_comm are both set; give "
+                     "the one communicator the engine should run on");
+  }
   zero::DeviceOptions device_options;
   switch (o.device) {
     case 0: device_options.preference = zero::DevicePreference::automatic; break;
@@ -104,7 +109,15 @@ zero_engine* create(const ConfigReader& read_config, const zero_create_options* 
   comm_options.device = device.get();
   comm_options.timeout = std::chrono::milliseconds(std::llround(config.comm_timeout_s * 1000.0));
   std::unique_ptr<zero::Communicator> comm;
-  if (o.mpi_comm != nullptr) {
+  if (o.nccl_comm != nullptr) {
+    if (device->type() != zero::DeviceType::cuda) {
+      throw make_error(ErrorCategory::usage,
+                       "zero_create: options->nccl_comm needs the CUDA device (options->device "
+                       "2, or 0 with a GPU present); this engine's device is {}",
+                       device->description());
+    }
+    comm = zero::comm::wrap_nccl_communicator(o.nccl_comm, comm_options);
+  } else if (o.mpi_comm != nullptr) {
     comm = zero::comm::wrap_mpi_communicator(o.mpi_comm, comm_options);
   } else {
     comm_options.launch = launch;

@@ -91,6 +91,9 @@ ZERO_API int zero_version_code(void);
  * CPU). In this version the engine works on the device's default stream and ignores the
  * argument; ordering after the caller's stream comes with the GPU engine path.
  *
+ * Memory. zero_param_data and zero_grad_buffer give device memory: on a GPU the host must not
+ * read or write it; zero_data_location says which it is.
+ *
  * Indices. Groups, modules and parameters are numbered from 0 in registration order.
  * ------------------------------------------------------------------------------------- */
 
@@ -115,6 +118,10 @@ typedef struct zero_create_options {
   int optimizer_threads;
   /* Seed of bf16 optimizer state's stochastic rounding. */
   unsigned long long seed;
+  /* Run on this NCCL communicator (an ncclComm_t) instead of making one; the device must then be
+   * CUDA (device 2, or automatic with a GPU), on the communicator's GPU. zero never frees it and
+   * aborts it only through zero_abort. At most one of mpi_comm and nccl_comm. */
+  void* nccl_comm;
 } zero_create_options;
 
 /* Creates an engine from a JSON config text. `options` may be NULL. On success *engine is

@@ -60,6 +60,25 @@ int main(void) {
 
   memset(&options, 0, sizeof options);
   options.device = 1;
+  {
+    /* An embedder's NCCL communicator needs the CUDA device; two communicators are one too many.
+     * Both are refused before either handle is touched (these are not real handles). */
+    int fake = 0;
+    options.nccl_comm = &fake;
+    if (zero_create(kConfig, &options, &engine) != ZERO_ERROR_USAGE || engine != NULL ||
+        strstr(zero_last_error(), "nccl_comm needs the CUDA device") == NULL) {
+      fprintf(stderr, "nccl_comm on the CPU was not refused by name: %s\n", zero_last_error());
+      return 1;
+    }
+    options.mpi_comm = &fake;
+    if (zero_create(kConfig, &options, &engine) != ZERO_ERROR_USAGE ||
+        strstr(zero_last_error(), "both set") == NULL) {
+      fprintf(stderr, "mpi_comm and nccl_comm together were not refused: %s\n", zero_last_error());
+      return 1;
+    }
+    options.nccl_comm = NULL;
+    options.mpi_comm = NULL;
+  }
   CHECK(zero_create(kConfig, &options, &engine));
   {
     /* The CPU device: host memory, which this test reads and writes directly. */
