@@ -124,107 +124,40 @@ void Engine::Impl::assign_state(ValueSource& source) {
           source.values(p, world_shape.begin(q), world_shape.valid(q),
                         values.data() + world_shape.begin(q));
         }
-        upload(state.full, compute, values.data(), spec.numel);
-        if (spec.trainable) put_state(state.flat, values.data() + owned_first, moment_in, owned_count);
+        upload(model_state->full(p), compute, values.data(), spec.numel);
+        if (spec.trainable) {
+          model_state->put_state(state.flat, values.data() + owned_first, moment_in, owned_count);
+        }
         continue;
       }
       const std::size_t count = world_shape.valid(rank);
       values.assign(count, 0.0f);
       source.values(p, world_shape.begin(rank), count, values.data());
-      if (spec.trainable) put_state(state.flat, values.data(), moment_in, count);
-      if (swapped_param(p)) {
-        host_device().cast(values.data(), DType::f32, param_swap->staging(p), compute, count,
-                           host_device().default_stream());
-        host_device().default_stream().synchronize();
-        param_swap->store(p);
+      if (spec.trainable) model_state->put_state(state.flat, values.data(), moment_in, count);
+      if (model_state->swapped_param(p)) {
+        model_state->host_device().cast(values.data(), DType::f32, model_state->param_swap()->staging(p), compute, count,
+                           model_state->host_device().default_stream());
+        model_state->host_device().default_stream().synchronize();
+        model_state->param_swap()->store(p);
       } else if (state.compute_flat != kNone && param_offload) {
         // Host memory: cast on the host.
-        host_device().cast(values.data(), DType::f32,
-                           static_cast<char*>(compute_shard) +
+        model_state->host_device().cast(values.data(), DType::f32,
+                           static_cast<char*>(model_state->compute_shard()) +
                                state.compute_flat * dtype_size(compute),
-                           compute, count, host_device().default_stream());
-        host_device().default_stream().synchronize();
+                           compute, count, model_state->host_device().default_stream());
+        model_state->host_device().default_stream().synchronize();
       } else if (state.compute_flat != kNone) {
-        upload(static_cast<char*>(compute_shard) + state.compute_flat * dtype_size(compute),
+        upload(static_cast<char*>(model_state->compute_shard()) + state.compute_flat * dtype_size(compute),
                compute, values.data(), count);
       }
     }
-    finish_state();
+    model_state->finish_state();
   } catch (...) {
-    filling = kNone;
+    model_state->abandon_state();
     device->unreserve(Tier::device, staging, staging_bytes);
     throw;
   }
   device->unreserve(Tier::device, staging, staging_bytes);
-}
-
-void Engine::Impl::put_state(std::size_t flat, const float* values, const void* const* moments_in,
-                             std::size_t count) {
-  const int moment_count = config.optimizer.state_buffers();
-  const char* moment_in[2] = {static_cast<const char*>(moments_in[0]),
-                              static_cast<const char*>(moments_in[1])};
-  const DType state_dtype = config.optimizer_state_dtype;
-  const std::size_t state_size = dtype_size(state_dtype);
-  while (count > 0) {
-    if (flat < resident_end) {
-      // In memory: with offload host memory the host writes; else device memory, through the
-      // device's copies (fp32 at stage 0 keeps no master: the compute copy is the value).
-      const std::size_t n = std::min(count, resident_end - flat);
-      Device& d = offload ? host_device() : *device;
-      if (master != nullptr) d.copy(master + flat, values, n * sizeof(float));
-      for (int m = 0; m < moment_count; ++m) {
-        char* to = static_cast<char*>(moments[m]) + flat * state_size;
-        if (moment_in[m] != nullptr) {
-          d.copy(to, moment_in[m], n * state_size);
-        } else {
-          d.fill(to, state_dtype, n, 0.0f, d.default_stream());
-          d.default_stream().synchronize();
-        }
-      }
-      flat += n, values += n, count -= n;
-      for (const char*& in : moment_in) {
-        if (in != nullptr) in += n * state_size;
-      }
-      continue;
-    }
-    // The swapped groups are filled in order (zeroed: moments without values stay zero); one
-    // skipped (no values) is written as zeros.
-    const std::size_t g = group_at(flat);
-    const std::size_t s = g - resident_groups;
-    if (filling != s) {
-      const std::size_t from = filling == kNone ? 0 : filling + 1;
-      if (filling != kNone) swap->commit(filling);
-      for (std::size_t k = from; k < s; ++k) {
-        swap->fill(k);
-        swap->commit(k);
-      }
-      swap->fill(s);
-      filling = s;
-    }
-    const GroupView view = swap->filled(s);
-    const std::size_t group_end = group_lo[g] + step_groups[g].block;
-    const std::size_t n = std::min(count, group_end - flat);
-    const std::size_t at = flat - group_lo[g];
-    std::memcpy(view.master + at, values, n * sizeof(float));
-    for (int m = 0; m < moment_count; ++m) {
-      if (moment_in[m] == nullptr) continue;
-      std::memcpy(static_cast<char*>(view.state[m]) + at * state_size, moment_in[m], n * state_size);
-      moment_in[m] += n * state_size;
-    }
-    flat += n, values += n, count -= n;
-  }
-}
-
-void Engine::Impl::finish_state() {
-  if (!swap) return;
-  const std::size_t from = filling == kNone ? 0 : filling + 1;
-  if (filling != kNone) swap->commit(filling);
-  for (std::size_t k = from; k < swap->groups(); ++k) {
-    swap->fill(k);
-    swap->commit(k);
-  }
-  swap->finish();
-  filling = kNone;
 }
 
 }  // namespace zero::engine

@@ -111,7 +111,8 @@ void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint
   const std::size_t csize = dtype_size(compute);
   if (kind == kParam) {
     if (stage <= 2) {
-      device->copy(out, static_cast<const char*>(state.full) + first * csize, count * csize);
+      device->copy(out, static_cast<const char*>(e.model_state->full(p)) + first * csize,
+                   count * csize);
       return;
     }
     // Stage 3: this rank's compute shard, wherever it lives, through device memory.
@@ -127,8 +128,9 @@ void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint
     return;
   }
   const int m = kind == kMaster ? -1 : cursor.moment_index(kind);
-  if (m < 0 && e.master_is_param()) {
-    device->copy(out, static_cast<const float*>(state.full) + first, count * sizeof(float));
+  ModelState& model = *e.model_state;
+  if (m < 0 && model.master_is_param()) {
+    device->copy(out, static_cast<const float*>(model.full(p)) + first, count * sizeof(float));
     return;
   }
   const std::size_t size = m < 0 ? sizeof(float) : dtype_size(e.config.optimizer_state_dtype);
@@ -137,15 +139,15 @@ void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint
   while (count > 0) {
     if (flat < e.resident_end) {
       const std::size_t n = std::min(count, e.resident_end - flat);
-      const char* from = m < 0 ? reinterpret_cast<const char*>(e.master + flat)
-                               : static_cast<const char*>(e.moments[m]) + flat * size;
+      const char* from = m < 0 ? reinterpret_cast<const char*>(model.master() + flat)
+                               : static_cast<const char*>(model.moment(m)) + flat * size;
       device->copy(to, from, n * size);
       flat += n, to += n * size, count -= n;
       continue;
     }
-    const std::size_t g = e.group_at(flat);
+    const std::size_t g = model.group_at(flat);
     if (cursor.group != g) {
-      cursor.view = e.swap->peek(g - e.resident_groups);
+      cursor.view = model.swap()->peek(g - e.resident_groups);
       cursor.group = g;
     }
     const std::size_t n = std::min(count, e.group_lo[g] + e.step_groups[g].block - flat);

@@ -1,11 +1,14 @@
-// The Engine's registration, init, module hooks and accessors; the other concerns live in
-// model_state.cpp, grad_reduce.cpp, param_gather.cpp and step.cpp (engine_impl.h).
+// The Engine's registration, init (layout, the parts, allocation), module hooks and accessors;
+// the parts (ModelState, GradReducer, ParamFetcher) and the other concerns (step.cpp,
+// assign_state.cpp, checkpoint_state.cpp, ...) are listed in engine_impl.h.
 #include "engine/engine.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "base/error.h"
@@ -44,11 +47,6 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
   nvme = modes.nvme;
   param_offload = modes.param_offload;
   param_nvme = modes.param_nvme;
-  if ((offload || param_offload) && device->type() != DeviceType::cpu) {
-    // The owned state is in pinned memory, where the CPU computes on it.
-    host = create_cpu_device();
-    host_scalars = static_cast<float*>(host->reserve(Tier::host, kScratchBytes));
-  }
   if (config.precision == config::Precision::fp16) scaler = LossScaler::from_config(config.fp16);
 }
 
@@ -59,15 +57,14 @@ Engine::Impl::~Impl() {
   // Reads, gathers and writes of parameter shards still in flight use the file and buffers
   // about to go.
   fetcher.reset();
-  param_swap.reset();
+  model_state.reset();
   if (scalars != nullptr) device->unreserve(Tier::device, scalars, kScratchBytes);
-  if (host_scalars != nullptr) host->unreserve(Tier::host, host_scalars, kScratchBytes);
 }
 
 void Engine::Impl::fail(std::string what) {
   failed = true;
   failure = std::move(what);
-  if (swap_dir) swap_dir->keep(fmt::format("the engine stopped after a failure: {}", failure));
+  if (model_state) model_state->keep_swap_files(fmt::format("the engine stopped after a failure: {}", failure));
 }
 
 void Engine::Impl::require_initialized(const char* call) const {
@@ -182,6 +179,57 @@ void Engine::Impl::check_same_registration() {
                    "({} entries there, {} here). Every rank must register the same groups, "
                    "modules and parameters in the same order.",
                    rank, k, here, root_count, mine.size());
+}
+
+// ---- init ----
+
+void Engine::Impl::lay_out() {
+  layout = plan_layout(registry, config, world);
+  memory_plan = plan_memory(registry, config, layout, device->type() != DeviceType::cpu);
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const ParamPlacement& place = layout.params[p];
+    params[p].shape = place.shape;
+    params[p].flat = place.flat;
+    params[p].global_first = place.global_first;
+    params[p].compute_flat = place.compute_flat;
+    params[p].persistent = place.persistent;
+  }
+  model_state = std::make_unique<ModelState>(context(), memory_plan, options);
+  reducer = std::make_unique<GradReducer>(context());
+  fetcher = std::make_unique<ParamFetcher>(context());
+}
+
+std::string Engine::Impl::agree_job_id() {
+  auto* scratch = reinterpret_cast<std::int64_t*>(scalars) + 8;
+  scratch[0] = rank == 0 ? (static_cast<std::int64_t>(getpid()) << 32) ^
+                               static_cast<std::int64_t>(std::time(nullptr))
+                         : 0;
+  comm->broadcast(scratch, 1, DType::i64, 0).wait();
+  return fmt::format("{:x}", static_cast<std::uint64_t>(scratch[0]));
+}
+
+// The state's memory (the ModelState carves every arena in the plan's order and hands the
+// reducer and the fetcher theirs), then the optimizer for the formats it holds.
+void Engine::Impl::allocate() {
+  const std::string job = nvme || param_nvme ? agree_job_id() : std::string();
+  ModelState::PartsMemory parts = model_state->allocate(job);
+  reducer->attach(std::move(parts.full_grads), std::move(parts.bucket_buffers),
+                  std::move(parts.grad_arena), parts.reduce_target);
+  if (parts.gather_arena) fetcher->attach(std::move(parts.gather_arena), *model_state);
+
+  const bool has_grad_flat = stage >= 1 || accum != compute;
+  optim::Formats formats;
+  formats.grad = has_grad_flat ? accum : compute;
+  formats.state = config.optimizer_state_dtype;
+  formats.param_out = mixed ? compute : DType::bf16;
+  formats.copy_out = mixed;  // fp32: the master is the parameter, nothing is copied out
+  if (device->type() == DeviceType::cuda && !offload) {
+    optimizer = optim::create_cuda_optimizer(config.optimizer, formats);
+  } else {
+    optim::CpuOptimizerOptions cpu;
+    cpu.threads = options.optimizer_threads > 0 ? options.optimizer_threads : 1;
+    optimizer = optim::create_cpu_optimizer(config.optimizer, formats, cpu);
+  }
 }
 
 // ---- Engine ----
@@ -334,7 +382,7 @@ void* Engine::param_data(std::size_t param) {
   Impl& e = *impl_;
   e.require_initialized("param_data");
   e.require_param(param, "param_data");
-  void* data = e.stage == 3 ? e.fetcher->data(param) : e.params[param].full;
+  void* data = e.stage == 3 ? e.fetcher->data(param) : e.model_state->full(param);
   if (data == nullptr) {
     throw make_error(ErrorCategory::usage,
                      "param_data of '{}': at ZeRO stage 3 a parameter's data exists only between "
@@ -494,17 +542,19 @@ std::vector<float> Engine::read_param(std::size_t param) {
       // The shard into this rank's place first: it is in host memory or in the swap, and the
       // communicator works in device memory.
       float* mine = gathered + static_cast<std::size_t>(e.rank) * shape.shard;
-      e.copy_master(state.flat, shape.shard, mine);
+      e.model_state->copy_master(state.flat, shape.shard, mine);
       e.comm->all_gather(mine, gathered, shape.shard, DType::f32, &stream).wait();
-    } else if (spec.trainable && e.master != nullptr && e.stage >= 1) {
-      e.comm->all_gather(e.master + state.flat, gathered, shape.shard, DType::f32, &stream).wait();
-    } else if (spec.trainable && e.master != nullptr) {
-      e.device->copy(gathered, e.master + state.flat, spec.numel * sizeof(float));
+    } else if (spec.trainable && e.model_state->master() != nullptr && e.stage >= 1) {
+      e.comm->all_gather(e.model_state->master() + state.flat, gathered, shape.shard, DType::f32,
+                         &stream)
+          .wait();
+    } else if (spec.trainable && e.model_state->master() != nullptr) {
+      e.device->copy(gathered, e.model_state->master() + state.flat, spec.numel * sizeof(float));
     } else if (e.stage <= 2) {
-      e.device->cast(state.full, e.compute, gathered, DType::f32, spec.numel, stream);
+      e.device->cast(e.model_state->full(param), e.compute, gathered, DType::f32, spec.numel, stream);
     } else {
       half = e.device->reserve(Tier::device, half_bytes);
-      const void* source = e.shard_source(param);
+      const void* source = e.model_state->shard_source(param);
       if (e.param_offload) {
         // The shard is in host memory or on NVMe: into its place first, then gathered in place.
         char* place = static_cast<char*>(half) +
@@ -534,13 +584,15 @@ FetchStats Engine::fetch_stats() const {
 std::vector<MemoryUsage> Engine::memory_usage() const { return impl_->usage(); }
 
 std::array<const Arena*, 7> Engine::Impl::arenas() const {
-  return {state_arena.get(),
+  const std::array<const Arena*, 5> owned =
+      model_state ? model_state->arenas() : std::array<const Arena*, 5>{};
+  return {owned[0],
           reducer ? reducer->grad_arena() : nullptr,
           fetcher ? fetcher->gather_arena() : nullptr,
-          offload_arena.get(),
-          param_arena.get(),
-          nvme_arena.get(),
-          param_swap ? &param_swap->arena() : nullptr};
+          owned[1],
+          owned[2],
+          owned[3],
+          owned[4]};
 }
 
 std::vector<MemoryUsage> Engine::Impl::usage() const {
@@ -581,7 +633,7 @@ std::size_t Engine::reserved_bytes(Tier tier) const {
     if (arena != nullptr && arena->tier() == tier) bytes += arena->capacity();
   }
   if (tier == Tier::device && impl_->scalars != nullptr) bytes += kScratchBytes;
-  if (tier == Tier::host && impl_->host_scalars != nullptr) bytes += kScratchBytes;
+  if (tier == Tier::host && impl_->model_state) bytes += impl_->model_state->host_scratch_bytes();
   return bytes;
 }
 

@@ -1,12 +1,11 @@
 // The Engine's state, shared by the translation units that each implement one concern of it:
-// engine.cpp (registration, init, accessors), model_state.cpp (layout and allocation),
-// step.cpp (the optimizer step), swap_state.cpp (state on NVMe: the swap files and what reads
-// and writes them), assign_state.cpp (setting the state from a ValueSource), agreement.cpp
+// engine.cpp (registration, init, layout, accessors), step.cpp (the optimizer step),
+// assign_state.cpp (setting the state from a ValueSource), agreement.cpp
 // (outcomes agreed across ranks), checkpoint_state.cpp (save and load), pretrained.cpp
-// (safetensors weights). Parts with state of their own: the GradReducer (grad_reducer.h:
-// gradients, buckets and their reductions) and the ParamFetcher (param_fetcher.h: stage-3
-// gathers, plans and reads of swapped shards, through this Impl as its ShardStore). Internal
-// to engine/.
+// (safetensors weights). Parts with state of their own: the ModelState (model_state.h: the
+// state's memory, placement and swaps), the GradReducer (grad_reducer.h: gradients, buckets and
+// their reductions) and the ParamFetcher (param_fetcher.h: stage-3 gathers, plans and reads of
+// swapped shards, through the ModelState as its ShardStore). Internal to engine/.
 #pragma once
 
 #include <array>
@@ -29,9 +28,8 @@
 #include "engine/fetch_plan.h"
 #include "engine/grad_reducer.h"
 #include "engine/optimizer_swap.h"
+#include "engine/model_state.h"
 #include "engine/param_fetcher.h"
-#include "engine/param_swap.h"
-#include "engine/shard_store.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_plan.h"
 #include "engine/partition.h"
@@ -46,8 +44,6 @@ struct ParamState {
   std::size_t flat = kNone;      // trainable: offset of its shard in the owned flat buffers
   std::uint64_t global_first = 0;  // trainable: its first element's index among all trainable ones
   std::size_t compute_flat = kNone;  // stage 3: offset in the compute-shard flat buffer
-  // Stages 0-2: the replicated compute copy (stage 3: the ParamFetcher's gathered copies).
-  void* full = nullptr;
   bool persistent = false;  // stage 3: stays gathered until a step (param_persistence_threshold)
   InitialValue initial;       // until init
 };
@@ -86,7 +82,7 @@ struct ValueSource {
   }
 };
 
-struct Engine::Impl final : ShardStore {
+struct Engine::Impl {
   Impl(config::Config config, std::unique_ptr<Device> device, std::unique_ptr<Communicator> comm,
        EngineOptions options);
   ~Impl();
@@ -106,50 +102,15 @@ struct Engine::Impl final : ShardStore {
   std::array<const Arena*, 7> arenas() const;  // every arena (null where not made)
   std::string memory_text() const;
 
-  // ---- model_state.cpp ----
+  // ---- engine.cpp: init ----
   void lay_out();
   void allocate();
   void fill_initial_values();
   // Sets every parameter's value (and trainable ones' moments) from `source`, on every rank in
   // registration order (assign_state.cpp).
   void assign_state(ValueSource& source);
-  // Throws a config Error, before memory is taken, when the NVMe pipeline's pinned buffers
-  // would take more than half of this host's memory.
-  void check_swap_buffers() const;
-  void set_up_swap();
-  std::size_t group_at(std::size_t flat) const;  // the step group holding owned offset `flat`
-  // Writes this rank's fp32 masters of owned offsets [flat, flat + count) and its moments
-  // (host bytes in the state dtype; nullptr: zeros); with NVMe the swapped part goes through the
-  // swap's fill buffers, in increasing order of `flat`. finish_state() writes the last group.
-  void put_state(std::size_t flat, const float* values, const void* const* moments_in,
-                 std::size_t count);
-  void finish_state();
-  bool swapped_param(std::size_t param) const {
-    return param_swap != nullptr && param_swap->swapped(param);
-  }
-  void open_swap_io();  // the AsyncIO and the swap directory, once
-  // Copies this rank's master of owned offsets [flat, flat + count) into `out` (device memory).
-  void copy_master(std::size_t flat, std::size_t count, float* out);
-  std::size_t filling = kNone;  // init: the swapped group being filled
-  float* master_of(std::size_t param);           // fp32 master shard (or full param at stage 0 fp32)
-  // fp32 at stage 0 keeps no master: the replicated compute copy is the value. (Not the same
-  // as `master == nullptr`, which also holds when every master is swapped to NVMe.)
-  bool master_is_param() const noexcept { return !mixed && stage == 0; }
-  Device& state_device();  // computes on the owned state: the device, or the CPU with offload
-  Device& host_device();   // computes on host memory: the CPU
-  float* state_scalars();  // scratch the state device can write
-  void* shard_source(std::size_t param);         // what a gather reads: the compute shard
-  std::size_t owned_valid(std::size_t param) const;  // elements of this rank's shard that are real
-
-  // ---- the ShardStore the ParamFetcher reads shards through (swap_state.cpp) ----
-  const void* device_shard(std::size_t param) override;
-  void copy_shard(std::size_t param, void* place) override;
-  bool swapped(std::size_t param) const override { return swapped_param(param); }
-  std::size_t read_buffers() const override {
-    return param_swap != nullptr ? param_swap->read_buffers() : 0;
-  }
-  offload::Ticket start_read(std::size_t param, std::size_t buffer) override;
-  const void* finish_read(offload::Ticket ticket, std::size_t buffer) override;
+  // A job id every rank shares, for the swap directory: rank 0's process id and clock.
+  std::string agree_job_id();
 
   bool any_hook_open() const;
   // What the parts read and call (engine_context.h).
@@ -232,30 +193,14 @@ struct Engine::Impl final : ShardStore {
 
   // Memory: the plan its arenas are sized by (memory_plan.h), and the arenas.
   MemoryPlan memory_plan;
-  std::unique_ptr<Arena> state_arena;   // params, owned flat buffers, bucket buffers
-  std::unique_ptr<Arena> offload_arena; // optimizer offload: pinned owned state and staging
-  std::unique_ptr<Arena> param_arena;   // offload_param: the compute shards in host memory
-  std::unique_ptr<Device> host;         // optimizer offload beside a GPU: the CPU's kernels
-  float* host_scalars = nullptr;
-  // NVMe: the swap of the step groups past the first `resident_groups` (those within
-  // max_in_cpu), whose state starts at owned flat offset `resident_end`.
-  std::unique_ptr<offload::AsyncIO> aio;
-  std::unique_ptr<offload::SwapDirectory> swap_dir;
-  std::unique_ptr<Arena> nvme_arena;
-  std::unique_ptr<OptimizerSwap> swap;
-  std::unique_ptr<ParamSwap> param_swap;  // offload_param nvme
+  // The model state and where it lives (model_state.h); made by lay_out. Declared before the
+  // parts that use its memory, so it outlives them.
+  std::unique_ptr<ModelState> model_state;
   bool failed = false;  // a step or a load threw: no more steps; swap files kept for inspection
   std::string failure;  // what failed
   // Marks the engine failed (`what` failed): no more steps, and the NVMe swap files, whose
   // state may be half updated, are kept for inspection on every way the process ends.
   void fail(std::string what);
-  void* param_staging = nullptr;   // offload: a step group's updated compute values, to go up
-  std::vector<Block> state_blocks;
-  float* master = nullptr;       // owned flat fp32 (mixed, or fp32 at stages 1-3)
-  void* grad_flat = nullptr;     // owned flat gradient shard (accum dtype), stages 1-3
-  void* moments[2] = {nullptr, nullptr};
-  void* compute_shard = nullptr; // stage 3: owned compute shards of every parameter
-  void* gather_buffer = nullptr;      // stages 1-2: all-gather bucket after the step
 
   // Gradients, buckets and their reductions (grad_reducer.h); made by lay_out. Declared after
   // the arenas its buffers come from, so it is gone (its reductions finished) before them.

@@ -1,178 +1,262 @@
-// Where the model state lives: the layout of each rank's owned flat buffers and the arenas
-// (both planned by memory_plan.cpp), the blocks carved from the arenas, and the initial
-// values. What each stage holds per rank is docs/design.md's table; README "Memory" lists the
-// buffers beside it.
+// ModelState: where the model state lives, its allocation, and values in and out of it (see
+// model_state.h). What each stage holds per rank is docs/design.md's table; README "Memory"
+// lists the buffers beside it. The NVMe half (the swaps, the I/O, shards as the fetcher reads
+// them) is swap_state.cpp.
+#include "engine/model_state.h"
+
 #include <algorithm>
 #include <cstring>
 
 #include "base/error.h"
 #include "base/log.h"
-#include "engine/engine_impl.h"
 
 namespace zero::engine {
 
-std::size_t Engine::Impl::owned_valid(std::size_t param) const {
-  return params[param].shape.valid(stage == 0 ? 0 : rank);
+ModelState::ModelState(const EngineContext& context, const MemoryPlan& plan,
+                       const EngineOptions& options)
+    : ctx_(context),
+      plan_(plan),
+      options_(options),
+      modes_(context.layout.modes),
+      rank_(context.comm.rank()),
+      full_(context.registry.param_count(), nullptr) {
+  if ((modes_.offload || modes_.param_offload) && ctx_.device.type() != DeviceType::cpu) {
+    // The owned state is in pinned memory, where the CPU computes on it.
+    host_ = create_cpu_device();
+    host_scalars_ = static_cast<float*>(host_->reserve(Tier::host, kScratchBytes));
+  }
 }
 
-Device& Engine::Impl::state_device() { return offload ? host_device() : *device; }
-
-Device& Engine::Impl::host_device() { return host ? *host : *device; }
-
-float* Engine::Impl::state_scalars() { return offload && host ? host_scalars : scalars; }
-
-float* Engine::Impl::master_of(std::size_t param) {
-  if (master_is_param()) return static_cast<float*>(params[param].full);
-  return master + params[param].flat;
+ModelState::~ModelState() {
+  param_swap_.reset();  // its writes in flight use the file and the host arena
+  if (host_scalars_ != nullptr) host_->unreserve(Tier::host, host_scalars_, kScratchBytes);
 }
 
-void* Engine::Impl::shard_source(std::size_t param) {
-  const ParamState& state = params[param];
+std::size_t ModelState::owned_valid(std::size_t param) const {
+  return ctx_.layout.params[param].shape.valid(modes_.stage == 0 ? 0 : rank_);
+}
+
+Device& ModelState::state_device() { return modes_.offload ? host_device() : ctx_.device; }
+
+Device& ModelState::host_device() { return host_ ? *host_ : ctx_.device; }
+
+float* ModelState::state_scalars(float* device_scratch) {
+  return modes_.offload && host_ ? host_scalars_ : device_scratch;
+}
+
+bool ModelState::master_is_param() const noexcept {
+  return !modes_.mixed && modes_.stage == 0;
+}
+
+float* ModelState::master_of(std::size_t param) {
+  if (master_is_param()) return static_cast<float*>(full_[param]);
+  return master_ + ctx_.layout.params[param].flat;
+}
+
+void* ModelState::shard_source(std::size_t param) {
+  const ParamPlacement& place = ctx_.layout.params[param];
   if (swapped_param(param)) return nullptr;  // on NVMe: copy_shard reads it
-  if (state.compute_flat != kNone) {
-    return static_cast<char*>(compute_shard) + state.compute_flat * dtype_size(compute);
+  if (place.compute_flat != kNone) {
+    return static_cast<char*>(compute_shard_) + place.compute_flat * dtype_size(modes_.compute);
   }
-  return master + state.flat;  // fp32 trainable: the master is the compute shard
+  return master_ + place.flat;  // fp32 trainable: the master is the compute shard
 }
 
-void Engine::Impl::lay_out() {
-  layout = plan_layout(registry, config, world);
-  memory_plan = plan_memory(registry, config, layout, device->type() != DeviceType::cpu);
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    const ParamPlacement& place = layout.params[p];
-    params[p].shape = place.shape;
-    params[p].flat = place.flat;
-    params[p].global_first = place.global_first;
-    params[p].compute_flat = place.compute_flat;
-    params[p].persistent = place.persistent;
-  }
-  reducer = std::make_unique<GradReducer>(context());
-  fetcher = std::make_unique<ParamFetcher>(context());
+std::array<const Arena*, 5> ModelState::arenas() const {
+  return {state_arena_.get(), offload_arena_.get(), param_arena_.get(), nvme_arena_.get(),
+          param_swap_ ? &param_swap_->arena() : nullptr};
 }
 
-void Engine::Impl::allocate() {
+ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
+  const Layout& layout = ctx_.layout;
+  Device& device = ctx_.device;
+  const DType compute = modes_.compute;
   const std::size_t csize = dtype_size(compute);
-  const auto& specs = registry.params();
+  const auto& specs = ctx_.registry.params();
+  const int stage = modes_.stage;
   const bool full_params = stage <= 2;
   const bool full_grads_kept = stage <= 1;
-  const bool has_master = mixed || stage >= 1;
-  const bool has_grad_flat = stage >= 1 || accum != compute;
-  const int state_buffers = config.optimizer.state_buffers();
-  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
+  const bool has_master = modes_.mixed || stage >= 1;
+  const bool has_grad_flat = stage >= 1 || modes_.accum != compute;
+  const int state_buffers = ctx_.config.optimizer.state_buffers();
+  const DType state_dtype = ctx_.config.optimizer_state_dtype;
+  const std::size_t state_size = dtype_size(state_dtype);
+  const std::size_t resident_end = layout.resident_end;
 
-  // Every arena is sized by the plan zero-mem predicts with (lay_out made it); the blocks taken
-  // below are the ones it counts.
-  const MemoryPlan& plan = memory_plan;
-  if (nvme) check_swap_buffers();
+  // Every arena is sized by the plan zero-mem predicts with; the blocks taken below, in this
+  // order, are the ones it counts.
+  const MemoryPlan& plan = plan_;
+  if (modes_.nvme) check_swap_buffers();
   if (plan.offload.made()) {
-    offload_arena = std::make_unique<Arena>(device.get(), plan.offload.tier,
-                                            plan.offload.capacity, plan.offload.name);
+    offload_arena_ = std::make_unique<Arena>(&device, plan.offload.tier, plan.offload.capacity,
+                                             plan.offload.name);
   }
-  state_arena = std::make_unique<Arena>(device.get(), Tier::device, plan.state.capacity,
-                                        plan.state.name);
+  state_arena_ =
+      std::make_unique<Arena>(&device, Tier::device, plan.state.capacity, plan.state.name);
 
-  Stream& stream = device->default_stream();
+  Stream& stream = device.default_stream();
   auto take_from = [&](Arena& arena, MemoryKind kind, std::size_t bytes) -> void* {
     if (bytes == 0) return nullptr;
     Block block = arena.allocate(kind, bytes);
-    state_blocks.push_back(block);
+    blocks_.push_back(block);
     return block.ptr;
   };
   auto take = [&](MemoryKind kind, std::size_t bytes) {
-    return take_from(*state_arena, kind, bytes);
+    return take_from(*state_arena_, kind, bytes);
   };
-  Arena& owned_arena = offload ? *offload_arena : *state_arena;
+  Arena& owned_arena = modes_.offload ? *offload_arena_ : *state_arena_;
   Device& owned_device = state_device();
   Stream& owned_stream = owned_device.default_stream();
   auto take_owned = [&](MemoryKind kind, std::size_t bytes) {
     return take_from(owned_arena, kind, bytes);
   };
-  // Stages 0-1: the replicated gradients, the GradReducer's for the run (taken here, in the
-  // plan's order, beside the parameters).
-  std::vector<void*> full_grads(specs.size(), nullptr);
+  PartsMemory parts;
+  // Stages 0-1: the replicated gradients, the GradReducer's for the run, taken beside the
+  // parameters.
+  parts.full_grads.assign(specs.size(), nullptr);
   for (std::size_t p = 0; p < specs.size(); ++p) {
-    if (full_params) params[p].full = take(MemoryKind::param, specs[p].numel * csize);
+    if (full_params) full_[p] = take(MemoryKind::param, specs[p].numel * csize);
     if (full_grads_kept && specs[p].trainable) {
-      full_grads[p] = take(MemoryKind::grad, specs[p].numel * csize);
+      parts.full_grads[p] = take(MemoryKind::grad, specs[p].numel * csize);
     }
   }
   if (has_master) {
-    master = static_cast<float*>(take_owned(MemoryKind::master, resident_end * 4));
-    if (master != nullptr) owned_device.fill(master, DType::f32, resident_end, 0.0f, owned_stream);
+    master_ = static_cast<float*>(take_owned(MemoryKind::master, resident_end * 4));
+    if (master_ != nullptr) owned_device.fill(master_, DType::f32, resident_end, 0.0f, owned_stream);
   }
   if (has_grad_flat) {
-    grad_flat = take_owned(MemoryKind::grad, owned.total * dtype_size(accum));
-    owned_device.fill(grad_flat, accum, owned.total, 0.0f, owned_stream);
+    grad_flat_ = take_owned(MemoryKind::grad, layout.owned.total * dtype_size(modes_.accum));
+    owned_device.fill(grad_flat_, modes_.accum, layout.owned.total, 0.0f, owned_stream);
   }
   for (int s = 0; s < state_buffers; ++s) {
-    moments[s] = take_owned(MemoryKind::moment, resident_end * state_size);
-    if (moments[s] != nullptr) {
-      owned_device.fill(moments[s], config.optimizer_state_dtype, resident_end, 0.0f,
-                        owned_stream);
+    moments_[s] = take_owned(MemoryKind::moment, resident_end * state_size);
+    if (moments_[s] != nullptr) {
+      owned_device.fill(moments_[s], state_dtype, resident_end, 0.0f, owned_stream);
     }
   }
   void* reduce_staging = take_owned(MemoryKind::buffer, plan.reduce_staging_bytes);
-  if (offload) param_staging = take_owned(MemoryKind::buffer, plan.param_staging_bytes);
+  if (modes_.offload) param_staging_ = take_owned(MemoryKind::buffer, plan.param_staging_bytes);
   owned_stream.synchronize();
-  if (nvme) set_up_swap();
-  if (stage == 3 && param_offload) {
-    param_arena = std::make_unique<Arena>(device.get(), plan.param.tier, plan.param.capacity,
-                                          plan.param.name);
-    compute_shard = take_from(*param_arena, MemoryKind::param, compute_resident_end * csize);
-    if (compute_shard != nullptr) {
-      host_device().fill(compute_shard, compute, compute_resident_end, 0.0f,
+  if (modes_.nvme) {
+    open_swap_io(job_id);
+    set_up_swap();
+  }
+  if (stage == 3 && modes_.param_offload) {
+    param_arena_ = std::make_unique<Arena>(&device, plan.param.tier, plan.param.capacity,
+                                           plan.param.name);
+    compute_shard_ =
+        take_from(*param_arena_, MemoryKind::param, layout.compute_resident_end * csize);
+    if (compute_shard_ != nullptr) {
+      host_device().fill(compute_shard_, compute, layout.compute_resident_end, 0.0f,
                          host_device().default_stream());
       host_device().default_stream().synchronize();
     }
-    if (!offload) {
-      param_staging = take_from(*param_arena, MemoryKind::buffer, plan.param_staging_bytes);
+    if (!modes_.offload) {
+      param_staging_ = take_from(*param_arena_, MemoryKind::buffer, plan.param_staging_bytes);
     }
-    if (param_nvme) {
-      open_swap_io();
-      param_swap =
-          std::make_unique<ParamSwap>(context(), memory_plan, *aio, *swap_dir, *param_arena);
+    if (modes_.param_nvme) {
+      open_swap_io(job_id);
+      param_swap_ = std::make_unique<ParamSwap>(ctx_, plan, *aio_, *swap_dir_, *param_arena_);
     }
   } else if (stage == 3) {
-    compute_shard = take(MemoryKind::param, compute_shards.total * csize);
-    device->fill(compute_shard, compute, compute_shards.total, 0.0f, stream);
+    compute_shard_ = take(MemoryKind::param, layout.compute_shards.total * csize);
+    device.fill(compute_shard_, compute, layout.compute_shards.total, 0.0f, stream);
   }
-  std::vector<void*> bucket_buffers;
   for (std::size_t i = 0; i < plan.bucket_count; ++i) {
-    bucket_buffers.push_back(take(MemoryKind::buffer, plan.bucket_bytes));
+    parts.bucket_buffers.push_back(take(MemoryKind::buffer, plan.bucket_bytes));
   }
-  gather_buffer = take(MemoryKind::buffer, plan.gather_bytes);
-  std::unique_ptr<Arena> grad_arena;
+  gather_buffer_ = take(MemoryKind::buffer, plan.gather_bytes);
   if (plan.grad.made()) {
-    grad_arena = std::make_unique<Arena>(device.get(), Tier::device, plan.grad.capacity,
-                                         plan.grad.name);
+    parts.grad_arena =
+        std::make_unique<Arena>(&device, Tier::device, plan.grad.capacity, plan.grad.name);
   }
   // Reduced blocks go into the owned gradient shard; with optimizer offload it is in pinned
   // memory, where the CPU adds them in after they come down.
-  GradReducer::Target target;
-  target.grad_flat = grad_flat;
-  target.accum = accum;
-  target.adder = offload ? &state_device() : device.get();
-  target.staging = offload ? reduce_staging : nullptr;
-  reducer->attach(std::move(full_grads), std::move(bucket_buffers), std::move(grad_arena), target);
+  parts.reduce_target.grad_flat = grad_flat_;
+  parts.reduce_target.accum = modes_.accum;
+  parts.reduce_target.adder = modes_.offload ? &state_device() : &device;
+  parts.reduce_target.staging = modes_.offload ? reduce_staging : nullptr;
   if (plan.gather.made()) {
-    fetcher->attach(std::make_unique<Arena>(device.get(), Tier::device, plan.gather.capacity,
-                                            plan.gather.name),
-                    *this);
-  }
-
-  optim::Formats formats;
-  formats.grad = has_grad_flat ? accum : compute;
-  formats.state = config.optimizer_state_dtype;
-  formats.param_out = mixed ? compute : DType::bf16;
-  formats.copy_out = mixed;  // fp32: the master is the parameter, nothing is copied out
-  if (device->type() == DeviceType::cuda && !offload) {
-    optimizer = optim::create_cuda_optimizer(config.optimizer, formats);
-  } else {
-    optim::CpuOptimizerOptions cpu;
-    cpu.threads = options.optimizer_threads > 0 ? options.optimizer_threads : 1;
-    optimizer = optim::create_cpu_optimizer(config.optimizer, formats, cpu);
+    parts.gather_arena =
+        std::make_unique<Arena>(&device, Tier::device, plan.gather.capacity, plan.gather.name);
   }
   stream.synchronize();
+  return parts;
+}
+
+void ModelState::put_state(std::size_t flat, const float* values, const void* const* moments_in,
+                           std::size_t count) {
+  const Layout& layout = ctx_.layout;
+  const int moment_count = ctx_.config.optimizer.state_buffers();
+  const char* moment_in[2] = {static_cast<const char*>(moments_in[0]),
+                              static_cast<const char*>(moments_in[1])};
+  const DType state_dtype = ctx_.config.optimizer_state_dtype;
+  const std::size_t state_size = dtype_size(state_dtype);
+  while (count > 0) {
+    if (flat < layout.resident_end) {
+      // In memory: with offload host memory the host writes; else device memory, through the
+      // device's copies (fp32 at stage 0 keeps no master: the compute copy is the value).
+      const std::size_t n = std::min(count, layout.resident_end - flat);
+      Device& d = modes_.offload ? host_device() : ctx_.device;
+      if (master_ != nullptr) d.copy(master_ + flat, values, n * sizeof(float));
+      for (int m = 0; m < moment_count; ++m) {
+        char* to = static_cast<char*>(moments_[m]) + flat * state_size;
+        if (moment_in[m] != nullptr) {
+          d.copy(to, moment_in[m], n * state_size);
+        } else {
+          d.fill(to, state_dtype, n, 0.0f, d.default_stream());
+          d.default_stream().synchronize();
+        }
+      }
+      flat += n, values += n, count -= n;
+      for (const char*& in : moment_in) {
+        if (in != nullptr) in += n * state_size;
+      }
+      continue;
+    }
+    // The swapped groups are filled in order (zeroed: moments without values stay zero); one
+    // skipped (no values) is written as zeros.
+    const std::size_t g = group_at(flat);
+    const std::size_t s = g - layout.resident_groups;
+    if (filling_ != s) {
+      const std::size_t from = filling_ == kNone ? 0 : filling_ + 1;
+      if (filling_ != kNone) swap_->commit(filling_);
+      for (std::size_t k = from; k < s; ++k) {
+        swap_->fill(k);
+        swap_->commit(k);
+      }
+      swap_->fill(s);
+      filling_ = s;
+    }
+    const GroupView view = swap_->filled(s);
+    const std::size_t group_end = layout.group_lo[g] + layout.step_groups[g].block;
+    const std::size_t n = std::min(count, group_end - flat);
+    const std::size_t at = flat - layout.group_lo[g];
+    std::memcpy(view.master + at, values, n * sizeof(float));
+    for (int m = 0; m < moment_count; ++m) {
+      if (moment_in[m] == nullptr) continue;
+      std::memcpy(static_cast<char*>(view.state[m]) + at * state_size, moment_in[m],
+                  n * state_size);
+      moment_in[m] += n * state_size;
+    }
+    flat += n, values += n, count -= n;
+  }
+}
+
+void ModelState::finish_state() {
+  if (!swap_) return;
+  const std::size_t from = filling_ == kNone ? 0 : filling_ + 1;
+  if (filling_ != kNone) swap_->commit(filling_);
+  for (std::size_t k = from; k < swap_->groups(); ++k) {
+    swap_->fill(k);
+    swap_->commit(k);
+  }
+  swap_->finish();
+  filling_ = kNone;
+}
+
+void ModelState::keep_swap_files(const std::string& why) {
+  if (swap_dir_) swap_dir_->keep(why);
 }
 
 }  // namespace zero::engine

@@ -24,8 +24,8 @@ float read_scalar(Device& device, const float* scalar) {
 // Calls `visit(data, dtype, count)` for the gradients the optimizer reads on this rank.
 template <class Visit>
 static void for_each_owned_grad(Engine::Impl& e, Visit visit) {
-  if (e.grad_flat != nullptr) {
-    visit(e.grad_flat, e.accum, e.owned.total);
+  if (e.model_state->grad_flat() != nullptr) {
+    visit(e.model_state->grad_flat(), e.accum, e.owned.total);
     return;
   }
   for (std::size_t p : e.trainable) visit(e.reducer->grad(p), e.compute, e.registry.param(p).numel);
@@ -34,8 +34,8 @@ static void for_each_owned_grad(Engine::Impl& e, Visit visit) {
 // A scalar the state device wrote at `slot` of its scratch, reduced over the shard group.
 // With offload beside a GPU it goes up first: the communicator works in device memory.
 float Engine::Impl::reduce_scalar(std::size_t slot, ReduceOp op) {
-  float* value = state_scalars() + slot;
-  state_device().default_stream().synchronize();
+  float* value = model_state->state_scalars(scalars) + slot;
+  model_state->state_device().default_stream().synchronize();
   if (value != scalars + slot) device->copy(scalars + slot, value, sizeof(float));
   Stream& stream = device->default_stream();
   if (shard_ranks > 1) comm->all_reduce(scalars + slot, 1, DType::f32, op, &stream).wait();
@@ -43,9 +43,9 @@ float Engine::Impl::reduce_scalar(std::size_t slot, ReduceOp op) {
 }
 
 bool Engine::Impl::check_overflow() {
-  Device& d = state_device();
+  Device& d = model_state->state_device();
   Stream& stream = d.default_stream();
-  float* flag = state_scalars() + 1;
+  float* flag = model_state->state_scalars(scalars) + 1;
   d.fill(flag, DType::f32, 1, 0.0f, stream);
   for_each_owned_grad(*this, [&](const void* data, DType dtype, std::size_t count) {
     d.check_finite(data, dtype, count, flag, stream);
@@ -54,9 +54,9 @@ bool Engine::Impl::check_overflow() {
 }
 
 double Engine::Impl::global_grad_norm() {
-  Device& d = state_device();
+  Device& d = model_state->state_device();
   Stream& stream = d.default_stream();
-  float* sum = state_scalars();
+  float* sum = model_state->state_scalars(scalars);
   d.fill(sum, DType::f32, 1, 0.0f, stream);
   for_each_owned_grad(*this, [&](const void* data, DType dtype, std::size_t count) {
     d.sum_squares(data, dtype, count, sum, stream);
@@ -75,23 +75,23 @@ std::vector<optim::Slice> Engine::Impl::slices() {
     optim::Slice s;
     // With NVMe a swapped parameter's master and moments are found per step group.
     const bool resident = !nvme || state.flat < resident_end;
-    s.master = resident ? master_of(p) : nullptr;
-    s.grad = grad_flat != nullptr
-                 ? static_cast<const void*>(static_cast<const char*>(grad_flat) +
+    s.master = resident ? model_state->master_of(p) : nullptr;
+    s.grad = model_state->grad_flat() != nullptr
+                 ? static_cast<const void*>(static_cast<const char*>(model_state->grad_flat()) +
                                             state.flat * dtype_size(accum))
                  : reducer->grad(p);
     for (int k = 0; k < 2; ++k) {
-      if (moments[k] != nullptr && resident) {
-        s.state[k] = static_cast<char*>(moments[k]) + state.flat * state_size;
+      if (model_state->moment(k) != nullptr && resident) {
+        s.state[k] = static_cast<char*>(model_state->moment(k)) + state.flat * state_size;
       }
     }
     // Stage 0 writes the replicated copy, stage 3 the compute shard; stages 1-2 write into
     // the all-gather bucket (set per piece by the caller).
-    if (mixed && stage == 0) s.param_out = state.full;
-    if (mixed && stage == 3 && !swapped_param(p)) {
-      s.param_out = static_cast<char*>(compute_shard) + state.compute_flat * csize;
+    if (mixed && stage == 0) s.param_out = model_state->full(p);
+    if (mixed && stage == 3 && !model_state->swapped_param(p)) {
+      s.param_out = static_cast<char*>(model_state->compute_shard()) + state.compute_flat * csize;
     }
-    s.count = owned_valid(p);
+    s.count = model_state->owned_valid(p);
     s.weight_decay = group.weight_decay;
     s.lr_scale = group.lr_scale;
     // Stochastic rounding keyed by the element's place in the model, not in this rank's
@@ -104,8 +104,8 @@ std::vector<optim::Slice> Engine::Impl::slices() {
 
 void Engine::Impl::zero_owned_grads() {
   Stream& stream = device->default_stream();
-  if (grad_flat != nullptr) {
-    state_device().fill(grad_flat, accum, owned.total, 0.0f, state_device().default_stream());
+  if (model_state->grad_flat() != nullptr) {
+    model_state->state_device().fill(model_state->grad_flat(), accum, owned.total, 0.0f, model_state->state_device().default_stream());
   }
   reducer->zero_full(stream);
 }
@@ -162,7 +162,7 @@ StepStats Engine::Impl::boundary_step() {
   hyper.seed = options.seed;
 
   Stream& stream = device->default_stream();
-  Stream& state_stream = state_device().default_stream();
+  Stream& state_stream = model_state->state_device().default_stream();
   const std::vector<optim::Slice> all = slices();
   const std::size_t csize = dtype_size(compute);
   const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
@@ -173,7 +173,7 @@ StepStats Engine::Impl::boundary_step() {
     const Bucket& group = step_groups[gi];
     // NVMe: the group's masters and moments come in from the swap for its step.
     const bool swapped = gi >= resident_groups;
-    const GroupView view = swapped ? swap->acquire(gi - resident_groups) : GroupView{};
+    const GroupView view = swapped ? model_state->swap()->acquire(gi - resident_groups) : GroupView{};
     auto master_at = [&](const BucketPiece& piece) -> float* {
       const std::size_t at = params[trainable[piece.param]].flat + piece.begin;
       return swapped ? view.master + (at - group_lo[gi]) : all[piece.param].master + piece.begin;
@@ -187,10 +187,10 @@ StepStats Engine::Impl::boundary_step() {
     // 1-2) or the compute copy itself (stages 0 and 3); with offload first the pinned staging,
     // copied up after.
     char* block = all_gather_after
-                      ? static_cast<char*>(gather_buffer) + static_cast<std::size_t>(rank) *
+                      ? static_cast<char*>(model_state->gather_buffer()) + static_cast<std::size_t>(rank) *
                                                                 group.block * csize
                       : nullptr;
-    char* out = offload || param_nvme ? static_cast<char*>(param_staging) : block;
+    char* out = offload || param_nvme ? static_cast<char*>(model_state->param_staging()) : block;
     const std::size_t block_start = static_cast<std::size_t>(r) * group.block;
     pieces.clear();
     for (const BucketPiece& piece : group.pieces) {
@@ -200,7 +200,7 @@ StepStats Engine::Impl::boundary_step() {
       optim::Slice s = whole;
       s.master = master_at(piece);
       s.grad = static_cast<const char*>(whole.grad) +
-               piece.begin * dtype_size(grad_flat != nullptr ? accum : compute);
+               piece.begin * dtype_size(model_state->grad_flat() != nullptr ? accum : compute);
       for (int m = 0; m < config.optimizer.state_buffers(); ++m) s.state[m] = state_at(piece, m);
       if (!mixed) {
         s.param_out = nullptr;
@@ -224,8 +224,8 @@ StepStats Engine::Impl::boundary_step() {
     for (const BucketPiece& piece : group.pieces) {
       const std::size_t p = trainable[piece.param];
       const std::size_t count = piece_valid(piece, all[piece.param].count);
-      const bool on_nvme = stage == 3 && swapped_param(p);
-      char* shard = on_nvme ? param_swap->assemble(p) : nullptr;
+      const bool on_nvme = stage == 3 && model_state->swapped_param(p);
+      char* shard = on_nvme ? model_state->param_swap()->assemble(p) : nullptr;
       const void* from = nullptr;
       if (!mixed) {
         from = master_at(piece);
@@ -238,41 +238,41 @@ StepStats Engine::Impl::boundary_step() {
       } else if (on_nvme) {
         to = shard + piece.begin * csize;
       } else if (stage == 3 && params[p].compute_flat != kNone) {
-        to = static_cast<char*>(compute_shard) + (params[p].compute_flat + piece.begin) * csize;
+        to = static_cast<char*>(model_state->compute_shard()) + (params[p].compute_flat + piece.begin) * csize;
       }
       if (count != 0 && from != nullptr && to != nullptr && to != from) {
         device->copy_async(to, from, count * csize, stream);
       }
       if (on_nvme && piece.end == shard_shape(registry.param(p).numel, world).shard) {
         stream.synchronize();
-        param_swap->write_assembled();
+        model_state->param_swap()->write_assembled();
       }
     }
     if (swapped) {
       stream.synchronize();  // the copies above read the buffer the write takes
-      swap->release(gi - resident_groups);
+      model_state->swap()->release(gi - resident_groups);
     }
     if (!all_gather_after) continue;
 
     Timer allgather_timer;
-    comm->all_gather(block, gather_buffer, group.block, compute, &stream).wait();
+    comm->all_gather(block, model_state->gather_buffer(), group.block, compute, &stream).wait();
     timers.allgather += allgather_timer.seconds();
-    const char* buffer = static_cast<const char*>(gather_buffer);
+    const char* buffer = static_cast<const char*>(model_state->gather_buffer());
     for (const BucketPiece& piece : group.pieces) {
       const std::size_t p = trainable[piece.param];
       const ShardShape& shape = params[p].shape;
       for (int q = 0; q < world; ++q) {
         const std::size_t count = piece_valid(piece, shape.valid(q));
         if (count == 0) continue;
-        device->copy_async(static_cast<char*>(params[p].full) +
+        device->copy_async(static_cast<char*>(model_state->full(p)) +
                                (shape.begin(q) + piece.begin) * csize,
                            buffer + bucket_position(group, piece, q) * csize, count * csize,
                            stream);
       }
     }
   }
-  if (swap) swap->finish();
-  if (param_swap) param_swap->finish_writes();  // the next gathers read these shards
+  if (model_state->swap()) model_state->swap()->finish();
+  if (model_state->param_swap()) model_state->param_swap()->finish_writes();  // the next gathers read these shards
   stream.synchronize();
   optimizer_steps = k;
   scaler.update(false);
