@@ -251,12 +251,12 @@ checkpoint::Manifest Engine::Impl::make_manifest(const std::string& tag,
   m.state_names = state_names();
   m.config = nlohmann::json::object();
   for (const config::ResolvedValue& value : config.resolved) m.config[value.path] = value.value;
-  m.global_steps = global_steps;
+  m.global_steps = stepper->global_steps();
   m.micro_steps = micro_steps;
-  m.optimizer_steps = optimizer_steps;
-  const LossScalerState& s = scaler.state();
+  m.optimizer_steps = stepper->optimizer_steps();
+  const LossScalerState& s = stepper->scaler().state();
   m.scaler = {s.scale, s.hysteresis_left, s.iteration, s.last_overflow_iteration};
-  m.seed = options.seed;
+  m.seed = stepper->seed();
   m.user_data = user_data;
   for (const GroupSpec& g : registry.groups()) m.groups.push_back({g.name, g.weight_decay, g.lr_scale});
   for (const ParamSpec& p : registry.params()) {
@@ -316,7 +316,7 @@ void Engine::Impl::prune_checkpoints(const std::string& dir, const std::string& 
 void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& save) {
   require_quiet("save_checkpoint");
   if (dir.empty()) throw make_error(ErrorCategory::usage, "save_checkpoint: the directory is empty");
-  const std::string tag = save.tag.empty() ? fmt::format("global_step{}", global_steps) : save.tag;
+  const std::string tag = save.tag.empty() ? fmt::format("global_step{}", stepper->global_steps()) : save.tag;
   check_tag(tag);
   const Timer timer;
   const std::string staging = (fs::path(dir) / fmt::format(".{}.saving", tag)).string();
@@ -362,7 +362,7 @@ void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& sa
   }
   if (rank == 0) {
     log::info("checkpoint {} saved: {} rank file(s), step {}, {:.2f} s", target, world,
-              global_steps, timer.seconds());
+              stepper->global_steps(), timer.seconds());
   }
 }
 
@@ -419,7 +419,7 @@ LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptio
   const Timer timer;
   std::unique_ptr<checkpoint::CheckpointReader> reader;
   std::vector<const checkpoint::ParamEntry*> entries;
-  LossScaler next_scaler = scaler;
+  LossScaler next_scaler = stepper->scaler();
   // Everything that can refuse the checkpoint comes before the state changes.
   agree(fmt::format("loading checkpoint {}{}{}", dir, load.tag.empty() ? "" : "/", load.tag).c_str(),
         [&] {
@@ -446,15 +446,12 @@ LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptio
     throw;
   }
   if (!load.module_only) {
-    global_steps = m.global_steps;
+    stepper->restore(m.global_steps, m.optimizer_steps, next_scaler, m.seed);
     // Saved at a boundary, so the next micro-step opens a window; counted in this run's
     // accumulation steps (the global batch may be split differently over this world).
     micro_steps = m.global_steps * config.batch.gradient_accumulation_steps;
-    optimizer_steps = m.optimizer_steps;
-    options.seed = m.seed;
-    scaler = next_scaler;
   }
-  zero_owned_grads();
+  stepper->zero_grads();
   fetcher->release_unheld(/*stale=*/true);
   if (rank == 0) {
     log::info("checkpoint {} loaded{}: saved by {} rank(s) at stage {}, step {}, {:.2f} s",

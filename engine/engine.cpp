@@ -1,6 +1,6 @@
 // The Engine's registration, init (layout, the parts, allocation), module hooks and accessors;
-// the parts (ModelState, GradReducer, ParamFetcher) and the other concerns (step.cpp,
-// assign_state.cpp, checkpoint_state.cpp, ...) are listed in engine_impl.h.
+// the parts (ModelState, Stepper, GradReducer, ParamFetcher) and the other concerns
+// (assign_state.cpp, checkpoint_state.cpp, ...) are listed in engine_impl.h.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -47,7 +47,9 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
   nvme = modes.nvme;
   param_offload = modes.param_offload;
   param_nvme = modes.param_nvme;
-  if (config.precision == config::Precision::fp16) scaler = LossScaler::from_config(config.fp16);
+  if (config.precision == config::Precision::fp16) {
+    initial_scaler = LossScaler::from_config(config.fp16);
+  }
 }
 
 Engine::Impl::~Impl() {
@@ -197,6 +199,8 @@ void Engine::Impl::lay_out() {
   model_state = std::make_unique<ModelState>(context(), memory_plan, options);
   reducer = std::make_unique<GradReducer>(context());
   fetcher = std::make_unique<ParamFetcher>(context());
+  stepper = std::make_unique<Stepper>(context(), *model_state, *reducer, *fetcher, scalars,
+                                      options.seed);
 }
 
 std::string Engine::Impl::agree_job_id() {
@@ -217,19 +221,7 @@ void Engine::Impl::allocate() {
                   std::move(parts.grad_arena), parts.reduce_target);
   if (parts.gather_arena) fetcher->attach(std::move(parts.gather_arena), *model_state);
 
-  const bool has_grad_flat = stage >= 1 || accum != compute;
-  optim::Formats formats;
-  formats.grad = has_grad_flat ? accum : compute;
-  formats.state = config.optimizer_state_dtype;
-  formats.param_out = mixed ? compute : DType::bf16;
-  formats.copy_out = mixed;  // fp32: the master is the parameter, nothing is copied out
-  if (device->type() == DeviceType::cuda && !offload) {
-    optimizer = optim::create_cuda_optimizer(config.optimizer, formats);
-  } else {
-    optim::CpuOptimizerOptions cpu;
-    cpu.threads = options.optimizer_threads > 0 ? options.optimizer_threads : 1;
-    optimizer = optim::create_cpu_optimizer(config.optimizer, formats, cpu);
-  }
+  stepper->create_optimizer(options.optimizer_threads);
 }
 
 // ---- Engine ----
@@ -288,7 +280,7 @@ void Engine::init() {
             "compute, {} reduction buckets; {}",
             e.stage, e.world, e.world == 1 ? "" : "s", e.registry.param_count(),
             e.registry.total_numel(), e.registry.trainable_numel(), dtype_name(e.compute),
-            e.reducer->bucket_count(), e.optimizer->description());
+            e.reducer->bucket_count(), e.stepper->optimizer().description());
 }
 
 void Engine::pre_forward(std::size_t module, Stream* stream) {
@@ -411,10 +403,12 @@ void* Engine::grad_buffer(std::size_t param) {
   return grad;
 }
 
-double Engine::loss_scale() const { return impl_->scaler.scale(); }
+double Engine::loss_scale() const {
+  return impl_->stepper ? impl_->stepper->scaler().scale() : impl_->initial_scaler.scale();
+}
 
 double Engine::loss_factor() const {
-  return impl_->scaler.scale() /
+  return loss_scale() /
          static_cast<double>(impl_->config.batch.gradient_accumulation_steps);
 }
 
@@ -438,7 +432,9 @@ bool Engine::is_accumulation_boundary() const noexcept {
   return (impl_->micro_steps + 1) % steps == 0;
 }
 
-std::int64_t Engine::global_steps() const noexcept { return impl_->global_steps; }
+std::int64_t Engine::global_steps() const noexcept {
+  return impl_->stepper ? impl_->stepper->global_steps() : 0;
+}
 
 StepStats Engine::step() {
   Impl& e = *impl_;
@@ -479,7 +475,7 @@ StepStats Engine::step() {
   if (boundary) {
     Timer timer;
     try {
-      stats = e.boundary_step();
+      stats = e.stepper->step();
     } catch (...) {
       e.fail("a step failed, so the optimizer state may be half updated");
       throw;
@@ -489,8 +485,10 @@ StepStats Engine::step() {
   e.micro_steps += 1;
   e.timers.micro_steps += 1;
   stats.micro_steps = e.micro_steps;
-  stats.global_steps = e.global_steps;
-  if (boundary && e.global_steps % e.config.steps_per_print == 0) e.print_breakdowns();
+  stats.global_steps = e.stepper->global_steps();
+  e.timers.optimizer += e.stepper->take_optimizer_seconds();
+  e.timers.allgather += e.stepper->take_allgather_seconds();
+  if (boundary && stats.global_steps % e.config.steps_per_print == 0) e.print_breakdowns();
   return stats;
 }
 
@@ -512,12 +510,15 @@ void Engine::Impl::print_breakdowns() {
     log::info("step {}: time per step (ms), mean of the last {}: forward {:.3f} | backward {:.3f} "
               "(blocked on reductions {:.3f}) | stage-3 gathers: issue {:.3f}, blocked {:.3f} | "
               "step {:.3f} (optimizer {:.3f}, parameter all-gather {:.3f})",
-              global_steps, steps, ms(timers.forward), ms(timers.backward), ms(timers.reduce_wait),
+              stepper->global_steps(), steps, ms(timers.forward), ms(timers.backward),
+              ms(timers.reduce_wait),
               ms(timers.gather_issue), ms(timers.gather_wait), ms(timers.step),
               ms(timers.optimizer), ms(timers.allgather));
   }
   timers = {};
-  if (config.memory_breakdown && rank == 0) log::info("step {}: {}", global_steps, memory_text());
+  if (config.memory_breakdown && rank == 0) {
+    log::info("step {}: {}", stepper->global_steps(), memory_text());
+  }
 }
 
 std::vector<float> Engine::read_param(std::size_t param) {

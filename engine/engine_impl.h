@@ -1,9 +1,9 @@
 // The Engine's state, shared by the translation units that each implement one concern of it:
-// engine.cpp (registration, init, layout, accessors), step.cpp (the optimizer step),
-// assign_state.cpp (setting the state from a ValueSource), agreement.cpp
+// engine.cpp (registration, init, layout, accessors), assign_state.cpp (setting the state from a ValueSource), agreement.cpp
 // (outcomes agreed across ranks), checkpoint_state.cpp (save and load), pretrained.cpp
 // (safetensors weights). Parts with state of their own: the ModelState (model_state.h: the
-// state's memory, placement and swaps), the GradReducer (grad_reducer.h: gradients, buckets and
+// state's memory, placement and swaps), the Stepper (stepper.h: the optimizer step, the loss
+// scaler and the step counters), the GradReducer (grad_reducer.h: gradients, buckets and
 // their reductions) and the ParamFetcher (param_fetcher.h: stage-3 gathers, plans and reads of
 // swapped shards, through the ModelState as its ShardStore). Internal to engine/.
 #pragma once
@@ -30,6 +30,7 @@
 #include "engine/optimizer_swap.h"
 #include "engine/model_state.h"
 #include "engine/param_fetcher.h"
+#include "engine/stepper.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_plan.h"
 #include "engine/partition.h"
@@ -135,13 +136,6 @@ struct Engine::Impl {
                                                               const std::string& where,
                                                               bool module_only) const;
 
-  // ---- step.cpp ----
-  StepStats boundary_step();
-  bool check_overflow();
-  float reduce_scalar(std::size_t slot, ReduceOp op);
-  double global_grad_norm();
-  std::vector<optim::Slice> slices();  // one per trainable parameter, over its owned shard
-  void zero_owned_grads();
 
   config::Config config;
   EngineOptions options;
@@ -223,12 +217,10 @@ struct Engine::Impl {
   } timers;
   Timer phase_timer;  // since the current phase began
 
-  // Stepping.
-  std::unique_ptr<optim::Optimizer> optimizer;
-  LossScaler scaler = LossScaler::fixed(1.0);
+  // The optimizer step, its scaler and counters (stepper.h); made by lay_out.
+  std::unique_ptr<Stepper> stepper;
+  LossScaler initial_scaler = LossScaler::fixed(1.0);  // the loss scale before init
   std::int64_t micro_steps = 0;
-  std::int64_t global_steps = 0;
-  std::int64_t optimizer_steps = 0;  // not skipped: the optimizer's and the schedule's count
   float* scalars = nullptr;  // device scratch: [0] sum of squares, [1] non-finite flag
 };
 

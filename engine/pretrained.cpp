@@ -154,7 +154,7 @@ void Engine::load_pretrained(const std::string& path, const PretrainedOptions& o
     e.fail(fmt::format("loading pretrained weights failed part way: {}", error.what()));
     throw;
   }
-  e.zero_owned_grads();
+  e.stepper->zero_grads();
   e.fetcher->release_unheld(/*stale=*/true);
   if (e.rank == 0) {
     log::info("pretrained weights loaded from {} ({} file(s))", path, files->files().size());

@@ -1,0 +1,387 @@
+// Stepper: the optimizer step at an accumulation boundary (see stepper.h).
+#include "engine/stepper.h"
+
+#include <cmath>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "optim/schedule.h"
+
+namespace zero::engine {
+namespace {
+
+float read_scalar(Device& device, const float* scalar) {
+  float value = 0.0f;
+  device.default_stream().synchronize();
+  device.copy(&value, scalar, sizeof(float));
+  return value;
+}
+
+}  // namespace
+
+Stepper::Stepper(const EngineContext& context, ModelState& state, GradReducer& reducer,
+                 ParamFetcher& fetcher, float* scalars, std::uint64_t seed)
+    : ctx_(context),
+      state_(state),
+      reducer_(reducer),
+      fetcher_(fetcher),
+      scalars_(scalars),
+      modes_(context.layout.modes),
+      rank_(context.comm.rank()),
+      seed_(seed) {
+  if (ctx_.config.precision == config::Precision::fp16) {
+    scaler_ = LossScaler::from_config(ctx_.config.fp16);
+  }
+}
+
+void Stepper::create_optimizer(int cpu_threads) {
+  const bool has_grad_flat = modes_.stage >= 1 || modes_.accum != modes_.compute;
+  optim::Formats formats;
+  formats.grad = has_grad_flat ? modes_.accum : modes_.compute;
+  formats.state = ctx_.config.optimizer_state_dtype;
+  formats.param_out = modes_.mixed ? modes_.compute : DType::bf16;
+  formats.copy_out = modes_.mixed;  // fp32: the master is the parameter, nothing is copied out
+  if (ctx_.device.type() == DeviceType::cuda && !modes_.offload) {
+    optimizer_ = optim::create_cuda_optimizer(ctx_.config.optimizer, formats);
+  } else {
+    optim::CpuOptimizerOptions cpu;
+    cpu.threads = cpu_threads > 0 ? cpu_threads : 1;
+    optimizer_ = optim::create_cpu_optimizer(ctx_.config.optimizer, formats, cpu);
+  }
+}
+
+void Stepper::restore(std::int64_t global_steps, std::int64_t optimizer_steps,
+                      const LossScaler& scaler, std::uint64_t seed) {
+  global_steps_ = global_steps;
+  optimizer_steps_ = optimizer_steps;
+  scaler_ = scaler;
+  seed_ = seed;
+}
+
+double Stepper::take_optimizer_seconds() {
+  const double s = optimizer_seconds_;
+  optimizer_seconds_ = 0;
+  return s;
+}
+
+double Stepper::take_allgather_seconds() {
+  const double s = allgather_seconds_;
+  allgather_seconds_ = 0;
+  return s;
+}
+
+// Calls `visit(data, dtype, count)` for the gradients the optimizer reads on this rank.
+template <class Visit>
+void Stepper::for_each_owned_grad(Visit visit) {
+  if (state_.grad_flat() != nullptr) {
+    visit(state_.grad_flat(), modes_.accum, ctx_.layout.owned.total);
+    return;
+  }
+  for (std::size_t p : ctx_.layout.trainable) {
+    visit(reducer_.grad(p), modes_.compute, ctx_.registry.param(p).numel);
+  }
+}
+
+// A scalar the state device wrote at `slot` of its scratch, reduced over the shard group.
+// With offload beside a GPU it goes up first: the communicator works in device memory.
+float Stepper::reduce_scalar(std::size_t slot, ReduceOp op) {
+  float* value = state_.state_scalars(scalars_) + slot;
+  state_.state_device().default_stream().synchronize();
+  if (value != scalars_ + slot) ctx_.device.copy(scalars_ + slot, value, sizeof(float));
+  Stream& stream = ctx_.device.default_stream();
+  if (modes_.shard_ranks > 1) {
+    ctx_.comm.all_reduce(scalars_ + slot, 1, DType::f32, op, &stream).wait();
+  }
+  return read_scalar(ctx_.device, scalars_ + slot);
+}
+
+bool Stepper::overflow() {
+  Device& d = state_.state_device();
+  Stream& stream = d.default_stream();
+  float* flag = state_.state_scalars(scalars_) + 1;
+  d.fill(flag, DType::f32, 1, 0.0f, stream);
+  for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
+    d.check_finite(data, dtype, count, flag, stream);
+  });
+  return reduce_scalar(1, ReduceOp::max) != 0.0f;
+}
+
+double Stepper::grad_norm() {
+  Device& d = state_.state_device();
+  Stream& stream = d.default_stream();
+  float* sum = state_.state_scalars(scalars_);
+  d.fill(sum, DType::f32, 1, 0.0f, stream);
+  for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
+    d.sum_squares(data, dtype, count, sum, stream);
+  });
+  return std::sqrt(static_cast<double>(reduce_scalar(0, ReduceOp::sum)));
+}
+
+std::vector<optim::Slice> Stepper::slices() {
+  const Layout& layout = ctx_.layout;
+  std::vector<optim::Slice> out;
+  out.reserve(layout.trainable.size());
+  const std::size_t csize = dtype_size(modes_.compute);
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  for (std::size_t p : layout.trainable) {
+    const ParamPlacement& place = layout.params[p];
+    const GroupSpec& group = ctx_.registry.group(ctx_.registry.param(p).group);
+    optim::Slice s;
+    // With NVMe a swapped parameter's master and moments are found per step group.
+    const bool resident = !modes_.nvme || place.flat < layout.resident_end;
+    s.master = resident ? state_.master_of(p) : nullptr;
+    s.grad = state_.grad_flat() != nullptr
+                 ? static_cast<const void*>(static_cast<const char*>(state_.grad_flat()) +
+                                            place.flat * dtype_size(modes_.accum))
+                 : reducer_.grad(p);
+    for (int k = 0; k < 2; ++k) {
+      if (state_.moment(k) != nullptr && resident) {
+        s.state[k] = static_cast<char*>(state_.moment(k)) + place.flat * state_size;
+      }
+    }
+    // Stage 0 writes the replicated copy, stage 3 the compute shard; stages 1-2 write into
+    // the all-gather bucket (set per piece by the caller).
+    if (modes_.mixed && modes_.stage == 0) s.param_out = state_.full(p);
+    if (modes_.mixed && modes_.stage == 3 && !state_.swapped_param(p)) {
+      s.param_out = static_cast<char*>(state_.compute_shard()) + place.compute_flat * csize;
+    }
+    s.count = state_.owned_valid(p);
+    s.weight_decay = group.weight_decay;
+    s.lr_scale = group.lr_scale;
+    // Stochastic rounding keyed by the element's place in the model, not in this rank's
+    // buffer: bf16 optimizer states round the same way at any stage and world size.
+    s.first_index = place.global_first + place.shape.begin(modes_.stage == 0 ? 0 : rank_);
+    out.push_back(s);
+  }
+  return out;
+}
+
+void Stepper::zero_grads() {
+  if (state_.grad_flat() != nullptr) {
+    Device& d = state_.state_device();
+    d.fill(state_.grad_flat(), modes_.accum, ctx_.layout.owned.total, 0.0f, d.default_stream());
+  }
+  reducer_.zero_full(ctx_.device.default_stream());
+}
+
+StepStats Stepper::step() {
+  const config::Config& config = ctx_.config;
+  StepStats stats;
+  stats.stepped = true;
+  const double scale = scaler_.scale();
+  stats.loss_scale = scale;
+  // The learning rate this step uses, or on a skipped step the one the schedule still holds.
+  const std::int64_t k = optimizer_steps_ + 1;
+  const optim::ScheduleValue value = optim::schedule_at(
+      config.scheduler, optim::schedule_iteration(config.scheduler, k), config.optimizer.lr);
+  stats.lr = value.lr;
+
+  // fp16 always, bf16 with check_grad_overflow: a step on non-finite gradients is skipped.
+  const bool checked = config.precision == config::Precision::fp16 ||
+                       (config.precision == config::Precision::bf16 &&
+                        config.bf16_check_grad_overflow);
+  if (checked && overflow()) {
+    if (config.precision == config::Precision::fp16) {
+      scaler_.update(true);  // throws at the minimum scale, before any counter moves
+      global_steps_ += 1;
+      log::info("fp16 gradient overflow: step {} skipped, loss scale {} -> {}", global_steps_,
+                scale, scaler_.scale());
+    } else {
+      global_steps_ += 1;
+      log::warn("bf16 gradients hold a NaN or an infinity: step {} skipped "
+                "(bf16.check_grad_overflow)",
+                global_steps_);
+    }
+    stats.skipped = true;
+    zero_grads();
+    return stats;
+  }
+
+  global_steps_ += 1;
+  const double norm = grad_norm() / scale;
+  stats.grad_norm = norm;
+  double grad_scale = 1.0 / scale;
+  if (config.gradient_clipping > 0.0) {
+    // DeepSpeed: clip = (norm + 1e-6) / max_norm; gradients divided by clip when it exceeds 1.
+    const double clip = (norm + 1e-6) / config.gradient_clipping;
+    if (clip > 1.0) grad_scale /= clip;
+  }
+
+  optim::StepHyper hyper;
+  hyper.step = k;
+  hyper.lr = value.lr;
+  hyper.beta1 = value.beta1.value_or(config.optimizer.beta1);
+  hyper.beta2 = value.beta2.value_or(config.optimizer.beta2);
+  hyper.grad_scale = grad_scale;
+  hyper.seed = seed_;
+
+  const std::vector<optim::Slice> all = slices();
+  for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) step_group(g, all, hyper);
+  if (state_.swap()) state_.swap()->finish();
+  if (state_.param_swap()) state_.param_swap()->finish_writes();  // the next gathers read them
+  ctx_.device.default_stream().synchronize();
+  optimizer_steps_ = k;
+  scaler_.update(false);
+  zero_grads();
+  fetcher_.release_unheld(/*stale=*/true);
+  return stats;
+}
+
+void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all,
+                         const optim::StepHyper& hyper) {
+  const Layout& layout = ctx_.layout;
+  // NVMe: the group's masters and moments come in from the swap for its step.
+  GroupState where;
+  where.swapped = group >= layout.resident_groups;
+  if (where.swapped) where.view = state_.swap()->acquire(group - layout.resident_groups);
+  char* out = out_of(group);
+
+  Stream& stream = ctx_.device.default_stream();
+  Stream& state_stream = state_.state_device().default_stream();
+  Stream& step_stream = modes_.offload ? state_stream : stream;
+  Timer timer;
+  optimizer_->step(pieces(group, all, where, out), hyper, step_stream);
+  if (ctx_.config.wall_clock_breakdown || modes_.offload) step_stream.synchronize();
+  optimizer_seconds_ += timer.seconds();
+
+  place(group, all, where, out);
+  if (where.swapped) {
+    stream.synchronize();  // the copies above read the buffer the write takes
+    state_.swap()->release(group - layout.resident_groups);
+  }
+  if (modes_.stage == 1 || modes_.stage == 2) all_gather_group(group);
+}
+
+char* Stepper::all_gather_block(std::size_t group) {
+  const std::size_t csize = dtype_size(modes_.compute);
+  return static_cast<char*>(state_.gather_buffer()) +
+         static_cast<std::size_t>(rank_) * ctx_.layout.step_groups[group].block * csize;
+}
+
+char* Stepper::out_of(std::size_t group) {
+  if (modes_.offload || modes_.param_nvme) return static_cast<char*>(state_.param_staging());
+  if (modes_.stage == 1 || modes_.stage == 2) return all_gather_block(group);
+  return nullptr;
+}
+
+std::vector<optim::Slice> Stepper::pieces(std::size_t group, const std::vector<optim::Slice>& all,
+                                          const GroupState& where, char* out) {
+  const Layout& layout = ctx_.layout;
+  const Bucket& bucket = layout.step_groups[group];
+  const std::size_t csize = dtype_size(modes_.compute);
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  const std::size_t grad_size =
+      dtype_size(state_.grad_flat() != nullptr ? modes_.accum : modes_.compute);
+  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
+  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
+  std::vector<optim::Slice> pieces;
+  for (const BucketPiece& piece : bucket.pieces) {
+    const optim::Slice& whole = all[piece.param];
+    const std::size_t count = piece_valid(piece, whole.count);
+    if (count == 0) continue;
+    optim::Slice s = whole;
+    const std::size_t at = layout.params[layout.trainable[piece.param]].flat + piece.begin;
+    const std::size_t in_view = at - layout.group_lo[group];
+    s.master = where.swapped ? where.view.master + in_view : whole.master + piece.begin;
+    s.grad = static_cast<const char*>(whole.grad) + piece.begin * grad_size;
+    for (int m = 0; m < ctx_.config.optimizer.state_buffers(); ++m) {
+      s.state[m] = where.swapped
+                       ? static_cast<char*>(where.view.state[m]) + in_view * state_size
+                       : static_cast<char*>(whole.state[m]) + piece.begin * state_size;
+    }
+    if (!modes_.mixed) {
+      s.param_out = nullptr;
+    } else if (out != nullptr) {
+      s.param_out = out + (bucket_position(bucket, piece, r) - block_start) * csize;
+    } else {
+      s.param_out = static_cast<char*>(whole.param_out) + piece.begin * csize;
+    }
+    s.count = count;
+    s.first_index = whole.first_index + piece.begin;
+    pieces.push_back(s);
+  }
+  return pieces;
+}
+
+void Stepper::place(std::size_t group, const std::vector<optim::Slice>& all,
+                    const GroupState& where, char* out) {
+  const Layout& layout = ctx_.layout;
+  const Bucket& bucket = layout.step_groups[group];
+  const std::size_t csize = dtype_size(modes_.compute);
+  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
+  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
+  const bool all_gather_after = modes_.stage == 1 || modes_.stage == 2;
+  Stream& stream = ctx_.device.default_stream();
+  for (const BucketPiece& piece : bucket.pieces) {
+    const std::size_t p = layout.trainable[piece.param];
+    const std::size_t count = piece_valid(piece, all[piece.param].count);
+    const std::size_t at_block = (bucket_position(bucket, piece, r) - block_start) * csize;
+    // The updated compute values the optimizer did not write in place: fp32 masters (the
+    // master is the value), or the staging it wrote half copies to.
+    const void* from = nullptr;
+    if (!modes_.mixed) {
+      const std::size_t at = layout.params[p].flat + piece.begin;
+      from = where.swapped ? where.view.master + (at - layout.group_lo[group])
+                           : all[piece.param].master + piece.begin;
+    } else if (modes_.offload || modes_.param_nvme) {
+      from = out + at_block;
+    }
+    if (modes_.stage == 3 && state_.swapped_param(p)) {
+      place_on_nvme(p, piece, from, count);
+      continue;
+    }
+    char* to = nullptr;
+    if (all_gather_after) {
+      to = all_gather_block(group) + at_block;
+    } else if (modes_.stage == 3 && layout.params[p].compute_flat != kNone) {
+      to = static_cast<char*>(state_.compute_shard()) +
+           (layout.params[p].compute_flat + piece.begin) * csize;
+    }
+    if (count != 0 && from != nullptr && to != nullptr && to != from) {
+      ctx_.device.copy_async(to, from, count * csize, stream);
+    }
+  }
+}
+
+// Stage 3, a shard on NVMe: its pieces come in order, assembled whole, written at the last.
+void Stepper::place_on_nvme(std::size_t param, const BucketPiece& piece, const void* from,
+                            std::size_t count) {
+  const std::size_t csize = dtype_size(modes_.compute);
+  Stream& stream = ctx_.device.default_stream();
+  char* shard = state_.param_swap()->assemble(param);
+  if (count != 0 && from != nullptr) {
+    ctx_.device.copy_async(shard + piece.begin * csize, from, count * csize, stream);
+  }
+  if (piece.end == shard_shape(ctx_.registry.param(param).numel, ctx_.layout.world).shard) {
+    stream.synchronize();
+    state_.param_swap()->write_assembled();
+  }
+}
+
+void Stepper::all_gather_group(std::size_t group) {
+  const Layout& layout = ctx_.layout;
+  const Bucket& bucket = layout.step_groups[group];
+  const std::size_t csize = dtype_size(modes_.compute);
+  Stream& stream = ctx_.device.default_stream();
+  Timer timer;
+  ctx_.comm.all_gather(all_gather_block(group), state_.gather_buffer(), bucket.block,
+                       modes_.compute, &stream)
+      .wait();
+  allgather_seconds_ += timer.seconds();
+  const char* buffer = static_cast<const char*>(state_.gather_buffer());
+  for (const BucketPiece& piece : bucket.pieces) {
+    const std::size_t p = layout.trainable[piece.param];
+    const ShardShape& shape = layout.params[p].shape;
+    for (int q = 0; q < layout.world; ++q) {
+      const std::size_t count = piece_valid(piece, shape.valid(q));
+      if (count == 0) continue;
+      ctx_.device.copy_async(static_cast<char*>(state_.full(p)) +
+                                 (shape.begin(q) + piece.begin) * csize,
+                             buffer + bucket_position(bucket, piece, q) * csize, count * csize,
+                             stream);
+    }
+  }
+}
+
+}  // namespace zero::engine

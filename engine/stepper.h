@@ -1,0 +1,110 @@
+// The optimizer step at an accumulation boundary (docs/design.md, "The step"): the non-finite
+// check agreed across ranks (fp16 always, bf16 with check_grad_overflow) and the skip; the
+// global gradient norm from the owned shards only; clipping and unscaling folded into the
+// optimizer's gradient scale; the learning-rate schedule; the optimizer over the owned flat
+// buffers, step group by step group; and where each group's updated compute values go, one
+// function per placement: the all-gather bucket and back into the replicated copies (stages
+// 1-2), the replicated copy in place (stage 0), the compute shards in memory or assembled on
+// NVMe (stage 3), through the pinned staging when the optimizer runs on the CPU.
+//
+// Owns: the optimizer, the loss scaler, the step counters (global steps, skipped ones
+// included; optimizer steps, not skipped) and the rounding seed. Calls: the ModelState (its
+// buffers and swaps), the GradReducer (gradients at stage 0, zeroing), the ParamFetcher (stale
+// gathered copies released), the device and the communicator. Streams: the device's default
+// stream; the CPU's default stream with optimizer offload. Internal to engine/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/engine_context.h"
+#include "engine/grad_reducer.h"
+#include "engine/loss_scaler.h"
+#include "engine/model_state.h"
+#include "engine/param_fetcher.h"
+#include "optim/optimizer.h"
+
+namespace zero::engine {
+
+class Stepper {
+ public:
+  // `scalars`: the engine's device scratch ([0] sum of squares, [1] non-finite flag).
+  Stepper(const EngineContext& context, ModelState& state, GradReducer& reducer,
+          ParamFetcher& fetcher, float* scalars, std::uint64_t seed);
+
+  // The optimizer for the formats the state holds (at init, after allocation).
+  void create_optimizer(int cpu_threads);
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
+
+  // The boundary's step; a failure part way leaves the state half updated (the caller marks
+  // the engine failed).
+  StepStats step();
+  // Every gradient the optimizer reads back to zero (after a step, a skip or a load).
+  void zero_grads();
+
+  const LossScaler& scaler() const noexcept { return scaler_; }
+  std::int64_t global_steps() const noexcept { return global_steps_; }
+  std::int64_t optimizer_steps() const noexcept { return optimizer_steps_; }
+  std::uint64_t seed() const noexcept { return seed_; }
+  // A checkpoint's counters, scaler and seed.
+  void restore(std::int64_t global_steps, std::int64_t optimizer_steps, const LossScaler& scaler,
+               std::uint64_t seed);
+
+  // Seconds in the optimizer kernels and (stages 1-2) the updated shards' all-gather since the
+  // last call.
+  double take_optimizer_seconds();
+  double take_allgather_seconds();
+
+ private:
+  // Where a step group's state is for its step: resident in memory, or a swapped group's view.
+  struct GroupState {
+    bool swapped = false;
+    GroupView view;
+  };
+
+  bool overflow();
+  double grad_norm();
+  float reduce_scalar(std::size_t slot, ReduceOp op);
+  template <class Visit>
+  void for_each_owned_grad(Visit visit);
+  std::vector<optim::Slice> slices();  // one per trainable parameter, over its owned shard
+
+  void step_group(std::size_t group, const std::vector<optim::Slice>& all,
+                  const optim::StepHyper& hyper);
+  // This group's pieces as the optimizer takes them; `out` is where it writes half copies
+  // (null: each slice's own param_out).
+  std::vector<optim::Slice> pieces(std::size_t group, const std::vector<optim::Slice>& all,
+                                   const GroupState& where, char* out);
+  // Where the optimizer writes this group's half copies: the pinned staging (the optimizer on
+  // the CPU, or shards on NVMe), this rank's block of the all-gather bucket (stages 1-2), or
+  // nowhere common (null: in place).
+  char* out_of(std::size_t group);
+  char* all_gather_block(std::size_t group);
+  // The updated values the optimizer did not write in place, to where they live: one
+  // function per placement.
+  void place(std::size_t group, const std::vector<optim::Slice>& all, const GroupState& where,
+             char* out);
+  void place_on_nvme(std::size_t param, const BucketPiece& piece, const void* from,
+                     std::size_t count);
+  // Stages 1-2: the all-gather of the updated shards, back into the replicated copies.
+  void all_gather_group(std::size_t group);
+
+  const EngineContext ctx_;
+  ModelState& state_;
+  GradReducer& reducer_;
+  ParamFetcher& fetcher_;
+  float* scalars_;
+  const StateModes& modes_;
+  const int rank_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  LossScaler scaler_ = LossScaler::fixed(1.0);
+  std::int64_t global_steps_ = 0;
+  std::int64_t optimizer_steps_ = 0;  // not skipped: the optimizer's and the schedule's count
+  std::uint64_t seed_;
+  double optimizer_seconds_ = 0, allgather_seconds_ = 0;
+};
+
+}  // namespace zero::engine
