@@ -17,4 +17,19 @@ class Timer {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Seconds summed since the last take(): parts of the engine add to one and the engine's
+// breakdown takes it.
+class SecondsSum {
+ public:
+  void add(double seconds) noexcept { seconds_ += seconds; }
+  double take() noexcept {
+    const double seconds = seconds_;
+    seconds_ = 0;
+    return seconds;
+  }
+
+ private:
+  double seconds_ = 0;
+};
+
 }  // namespace zero

@@ -119,12 +119,6 @@ void GradReducer::zero_full(Stream& stream) {
   }
 }
 
-double GradReducer::take_wait_seconds() {
-  const double seconds = wait_seconds_;
-  wait_seconds_ = 0;
-  return seconds;
-}
-
 void GradReducer::release(std::size_t param) {
   ParamGrad& g = grads_[param];
   if (stage_ < 2 || g.grad == nullptr) return;
@@ -207,7 +201,7 @@ void GradReducer::finish(std::size_t slot) {
   InFlight& flight = in_flight_[slot];
   Timer timer;
   flight.work.wait();
-  wait_seconds_ += timer.seconds();
+  wait_seconds_.add(timer.seconds());
   const Bucket& bucket = ctx_.layout.buckets[flight.bucket];
   Stream& stream = ctx_.device.default_stream();
   flight.work.block(stream);

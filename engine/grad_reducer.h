@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/timer.h"
 #include "comm/communicator.h"
 #include "comm/work.h"
 #include "device/arena.h"
@@ -81,7 +82,7 @@ class GradReducer {
   // Stages 0-1: every replicated gradient back to zero (after a step, or a skipped one).
   void zero_full(Stream& stream);
   // Seconds blocked on reductions since the last call.
-  double take_wait_seconds();
+  double take_wait_seconds() { return wait_seconds_.take(); }
 
   const Arena* grad_arena() const noexcept { return grad_arena_.get(); }
   std::size_t bucket_count() const noexcept { return ctx_.layout.buckets.size(); }
@@ -121,7 +122,7 @@ class GradReducer {
   std::size_t next_slot_ = 0;
   std::size_t next_bucket_ = 0;             // the next bucket to issue, in plan order
   bool reducing_ = false;   // this micro-step reduces (stages 2-3, or the boundary)
-  double wait_seconds_ = 0;
+  SecondsSum wait_seconds_;
 };
 
 }  // namespace zero::engine

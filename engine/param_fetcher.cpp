@@ -236,7 +236,7 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
     source = place;
   }
   g.gathering = ctx_.comm.all_gather(source, g.full, shard, compute_, &stream);
-  issue_seconds_ += timer.seconds();
+  issue_seconds_.add(timer.seconds());
   g.in_flight = true;
   gathers_in_flight_ += 1;
   return true;
@@ -252,7 +252,7 @@ void ParamFetcher::wait(std::size_t param) {
   if (!g.in_flight) return;
   Timer timer;
   g.gathering.wait();
-  wait_seconds_ += timer.seconds();
+  wait_seconds_.add(timer.seconds());
   g.in_flight = false;
   gathers_in_flight_ -= 1;
   g.gathering = {};
@@ -317,7 +317,7 @@ void ParamFetcher::finish_reads(std::size_t param) {
     Gathered& g = params_[read.param];
     Timer timer;
     const void* shard_data = shards_->finish_read(read.ticket, read.buffer);
-    wait_seconds_ += timer.seconds();
+    wait_seconds_.add(timer.seconds());
     const std::size_t shard = shard_shape(ctx_.registry.param(read.param).numel, world_).shard;
     const std::size_t bytes = shard * dtype_size(compute_);
     char* place = static_cast<char*>(g.full) + static_cast<std::size_t>(rank_) * bytes;
@@ -337,18 +337,6 @@ FetchStats ParamFetcher::stats() const {
   stats.train_hooks = traces_[0].have_plan ? traces_[0].plan.size() : 0;
   stats.eval_hooks = traces_[1].have_plan ? traces_[1].plan.size() : 0;
   return stats;
-}
-
-double ParamFetcher::take_issue_seconds() {
-  const double s = issue_seconds_;
-  issue_seconds_ = 0;
-  return s;
-}
-
-double ParamFetcher::take_wait_seconds() {
-  const double s = wait_seconds_;
-  wait_seconds_ = 0;
-  return s;
 }
 
 }  // namespace zero::engine

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/timer.h"
 #include "comm/communicator.h"
 #include "comm/work.h"
 #include "device/arena.h"
@@ -71,8 +72,8 @@ class ParamFetcher {
   FetchStats stats() const;
   const Arena* gather_arena() const noexcept { return gather_arena_.get(); }
   // Seconds spent issuing gathers and blocked on them since the last call.
-  double take_issue_seconds();
-  double take_wait_seconds();
+  double take_issue_seconds() { return issue_seconds_.take(); }
+  double take_wait_seconds() { return wait_seconds_.take(); }
 
  private:
   struct Gathered {
@@ -128,7 +129,7 @@ class ParamFetcher {
   std::vector<bool> read_busy_;
   std::deque<PendingRead> reads_;
   FetchStats stats_;  // live_elements: gathered, not persistent
-  double issue_seconds_ = 0, wait_seconds_ = 0;
+  SecondsSum issue_seconds_, wait_seconds_;
 };
 
 }  // namespace zero::engine

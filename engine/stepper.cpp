@@ -59,18 +59,6 @@ void Stepper::restore(std::int64_t global_steps, std::int64_t optimizer_steps,
   seed_ = seed;
 }
 
-double Stepper::take_optimizer_seconds() {
-  const double s = optimizer_seconds_;
-  optimizer_seconds_ = 0;
-  return s;
-}
-
-double Stepper::take_allgather_seconds() {
-  const double s = allgather_seconds_;
-  allgather_seconds_ = 0;
-  return s;
-}
-
 // Calls `visit(data, dtype, count)` for the gradients the optimizer reads on this rank.
 template <class Visit>
 void Stepper::for_each_owned_grad(Visit visit) {
@@ -243,7 +231,7 @@ void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all
   Timer timer;
   optimizer_->step(pieces(group, all, where, out), hyper, step_stream);
   if (ctx_.config.wall_clock_breakdown || modes_.offload) step_stream.synchronize();
-  optimizer_seconds_ += timer.seconds();
+  optimizer_seconds_.add(timer.seconds());
 
   place(group, all, where, out);
   if (where.swapped) {
@@ -368,7 +356,7 @@ void Stepper::all_gather_group(std::size_t group) {
   ctx_.comm.all_gather(all_gather_block(group), state_.gather_buffer(), bucket.block,
                        modes_.compute, &stream)
       .wait();
-  allgather_seconds_ += timer.seconds();
+  allgather_seconds_.add(timer.seconds());
   const char* buffer = static_cast<const char*>(state_.gather_buffer());
   for (const BucketPiece& piece : bucket.pieces) {
     const std::size_t p = layout.trainable[piece.param];

@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/timer.h"
 #include "engine/engine.h"
 #include "engine/engine_context.h"
 #include "engine/grad_reducer.h"
@@ -55,8 +56,8 @@ class Stepper {
 
   // Seconds in the optimizer kernels and (stages 1-2) the updated shards' all-gather since the
   // last call.
-  double take_optimizer_seconds();
-  double take_allgather_seconds();
+  double take_optimizer_seconds() { return optimizer_seconds_.take(); }
+  double take_allgather_seconds() { return allgather_seconds_.take(); }
 
  private:
   // Where a step group's state is for its step: resident in memory, or a swapped group's view.
@@ -104,7 +105,7 @@ class Stepper {
   std::int64_t global_steps_ = 0;
   std::int64_t optimizer_steps_ = 0;  // not skipped: the optimizer's and the schedule's count
   std::uint64_t seed_;
-  double optimizer_seconds_ = 0, allgather_seconds_ = 0;
+  SecondsSum optimizer_seconds_, allgather_seconds_;
 };
 
 }  // namespace zero::engine
