@@ -20,10 +20,10 @@ class InitialSource final : public ValueSource {
 
   void begin(std::size_t p) override {
     broadcast_.clear();
-    const ParamState& state = e_.params[p];
+    const InitialValue& initial = e_.initial[p];
     const std::size_t numel = e_.registry.param(p).numel;
-    if (state.initial.initializer || from_root_[p] == 0.0f || numel == 0) return;
-    if (e_.rank == 0) e_.device->copy(staging_, state.initial.values, numel * sizeof(float));
+    if (initial.initializer || from_root_[p] == 0.0f || numel == 0) return;
+    if (e_.rank == 0) e_.device->copy(staging_, initial.values, numel * sizeof(float));
     e_.comm->broadcast(staging_, numel, DType::f32, 0).wait();
     broadcast_.resize(numel);
     e_.device->copy(broadcast_.data(), staging_, numel * sizeof(float));
@@ -31,7 +31,7 @@ class InitialSource final : public ValueSource {
 
   void values(std::size_t p, std::uint64_t first, std::size_t count, float* out) override {
     if (count == 0) return;
-    const InitialValue& initial = e_.params[p].initial;
+    const InitialValue& initial = e_.initial[p];
     if (initial.initializer) {
       initial.initializer(first, count, out);
     } else if (!broadcast_.empty()) {
@@ -56,7 +56,7 @@ void Engine::Impl::fill_initial_values() {
   // takes part in each broadcast whatever it passed.
   std::vector<float> from_root(std::max<std::size_t>(specs.size(), 1), 0.0f);
   for (std::size_t p = 0; p < specs.size(); ++p) {
-    if (rank == 0 && !params[p].initial.initializer && params[p].initial.values != nullptr) {
+    if (rank == 0 && !initial[p].initializer && initial[p].values != nullptr) {
       from_root[p] = 1.0f;
     }
   }
@@ -75,7 +75,7 @@ void Engine::Impl::fill_initial_values() {
     throw;
   }
   device->unreserve(Tier::device, staging, staging_bytes);
-  for (ParamState& state : params) state.initial = {};
+  for (InitialValue& value : initial) value = {};
 }
 
 void Engine::Impl::assign_state(ValueSource& source) {
@@ -100,7 +100,7 @@ void Engine::Impl::assign_state(ValueSource& source) {
     std::vector<char> moment_bytes[2];
     for (std::size_t p = 0; p < specs.size(); ++p) {
       const ParamSpec& spec = specs[p];
-      ParamState& state = params[p];
+      const ParamPlacement& state = layout.params[p];
       source.begin(p);
       // The owned range of a trainable parameter: all of it at stage 0, shard `rank` after.
       const int r = stage == 0 ? 0 : rank;

@@ -104,7 +104,7 @@ namespace {
 void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint64_t first,
                 std::size_t count, void* out, SaveCursor& cursor) {
   if (count == 0) return;
-  const ParamState& state = e.params[p];
+  const ParamPlacement& state = e.layout.params[p];
   Device* device = e.device.get();
   const DType compute = e.compute;
   const int stage = e.stage, rank = e.rank, world = e.world;

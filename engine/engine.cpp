@@ -139,7 +139,7 @@ void Engine::Impl::check_same_registration() {
   // Whether a parameter has an initializer changes the collectives init issues; whether it
   // has values matters on rank 0 only.
   std::vector<std::uint8_t> has_initializer;
-  for (const auto& p : params) has_initializer.push_back(p.initial.initializer ? 1 : 0);
+  for (const auto& value : initial) has_initializer.push_back(value.initializer ? 1 : 0);
   std::uint64_t hashes[2] = {
       registry.hash() ^ XXH3_64bits(has_initializer.data(), has_initializer.size()), 0};
   auto* scratch = reinterpret_cast<std::int64_t*>(scalars) + 8;
@@ -188,14 +188,6 @@ void Engine::Impl::check_same_registration() {
 void Engine::Impl::lay_out() {
   layout = plan_layout(registry, config, world);
   memory_plan = plan_memory(registry, config, layout, device->type() != DeviceType::cpu);
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    const ParamPlacement& place = layout.params[p];
-    params[p].shape = place.shape;
-    params[p].flat = place.flat;
-    params[p].global_first = place.global_first;
-    params[p].compute_flat = place.compute_flat;
-    params[p].persistent = place.persistent;
-  }
   model_state = std::make_unique<ModelState>(context(), memory_plan, options);
   reducer = std::make_unique<GradReducer>(context());
   fetcher = std::make_unique<ParamFetcher>(context());
@@ -262,8 +254,7 @@ std::size_t Engine::add_param(std::string name, std::vector<std::int64_t> shape,
   const std::size_t index =
       impl_->registry.add_param(std::move(name), std::move(shape), trainable, group,
                                 std::move(modules));
-  impl_->params.emplace_back();
-  impl_->params.back().initial = std::move(initial);
+  impl_->initial.push_back(std::move(initial));
   return index;
 }
 
@@ -529,7 +520,7 @@ std::vector<float> Engine::read_param(std::size_t param) {
     throw make_error(ErrorCategory::usage, "read_param in the middle of a backward pass");
   }
   const ParamSpec& spec = e.registry.param(param);
-  const ParamState& state = e.params[param];
+  const ParamPlacement& state = e.layout.params[param];
   std::vector<float> out(spec.numel);
   if (spec.numel == 0) return out;
   Stream& stream = e.device->default_stream();

@@ -39,16 +39,6 @@
 
 namespace zero::engine {
 
-// Where one parameter's state is, on this rank.
-struct ParamState {
-  ShardShape shape;              // over the shard group (N at stages 1-3, one rank at stage 0)
-  std::size_t flat = kNone;      // trainable: offset of its shard in the owned flat buffers
-  std::uint64_t global_first = 0;  // trainable: its first element's index among all trainable ones
-  std::size_t compute_flat = kNone;  // stage 3: offset in the compute-shard flat buffer
-  bool persistent = false;  // stage 3: stays gathered until a step (param_persistence_threshold)
-  InitialValue initial;       // until init
-};
-
 // Device memory taken for one collective or copy and given back on every path.
 class DeviceScratch {
  public:
@@ -165,7 +155,9 @@ struct Engine::Impl {
   enum class Phase { idle, forward, backward } phase = Phase::idle;
   std::vector<int> module_open;  // per module: pre hook called, post not yet
 
-  std::vector<ParamState> params;
+  // Per parameter, the first value its registration gave, kept until init (where its state
+  // lives is the layout's ParamPlacement).
+  std::vector<InitialValue> initial;
   // The layout (memory_plan.h), fixed at init and the same on every rank, and names for the
   // parts of it the code reads: trainable parameters, the owned and compute-shard flat
   // layouts, the reduction buckets, the optimizer's step groups (the all-gather buckets at
