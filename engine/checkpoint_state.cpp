@@ -137,8 +137,8 @@ void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint
   std::size_t flat = state.flat + (first - state.shape.begin(stage == 0 ? 0 : rank));
   char* to = static_cast<char*>(out);
   while (count > 0) {
-    if (flat < e.resident_end) {
-      const std::size_t n = std::min(count, e.resident_end - flat);
+    if (flat < e.layout.resident_end) {
+      const std::size_t n = std::min(count, e.layout.resident_end - flat);
       const char* from = m < 0 ? reinterpret_cast<const char*>(model.master() + flat)
                                : static_cast<const char*>(model.moment(m)) + flat * size;
       device->copy(to, from, n * size);
@@ -147,11 +147,11 @@ void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint
     }
     const std::size_t g = model.group_at(flat);
     if (cursor.group != g) {
-      cursor.view = model.swap()->peek(g - e.resident_groups);
+      cursor.view = model.swap()->peek(g - e.layout.resident_groups);
       cursor.group = g;
     }
-    const std::size_t n = std::min(count, e.group_lo[g] + e.step_groups[g].block - flat);
-    const std::size_t at = flat - e.group_lo[g];
+    const std::size_t n = std::min(count, e.layout.group_lo[g] + e.layout.step_groups[g].block - flat);
+    const std::size_t at = flat - e.layout.group_lo[g];
     const char* from = m < 0 ? reinterpret_cast<const char*>(cursor.view.master + at)
                              : static_cast<const char*>(cursor.view.state[m]) + at * size;
     std::memcpy(to, from, n * size);

@@ -158,24 +158,8 @@ struct Engine::Impl {
   // Per parameter, the first value its registration gave, kept until init (where its state
   // lives is the layout's ParamPlacement).
   std::vector<InitialValue> initial;
-  // The layout (memory_plan.h), fixed at init and the same on every rank, and names for the
-  // parts of it the code reads: trainable parameters, the owned and compute-shard flat
-  // layouts, the reduction buckets, the optimizer's step groups (the all-gather buckets at
-  // stages 1-2; at stages 0 and 3 one group, or sub_group_size groups with offload), and with
-  // NVMe the resident prefixes (resident_groups ending at owned offset resident_end;
-  // compute_resident_end for offload_param).
+  // The layout (memory_plan.h): fixed at init and the same on every rank.
   Layout layout;
-  const std::vector<std::size_t>& trainable = layout.trainable;
-  const std::vector<std::size_t>& trainable_pos = layout.trainable_pos;
-  const FlatLayout& owned = layout.owned;
-  const FlatLayout& compute_shards = layout.compute_shards;
-  const std::vector<Bucket>& buckets = layout.buckets;
-  const std::vector<std::vector<std::size_t>>& param_buckets = layout.param_buckets;
-  const std::vector<Bucket>& step_groups = layout.step_groups;
-  const std::vector<std::size_t>& group_lo = layout.group_lo;
-  const std::size_t& resident_groups = layout.resident_groups;
-  const std::size_t& resident_end = layout.resident_end;
-  const std::size_t& compute_resident_end = layout.compute_resident_end;
 
   // Memory: the plan its arenas are sized by (memory_plan.h), and the arenas.
   MemoryPlan memory_plan;
