@@ -1,35 +1,38 @@
-// Collective agreement for the engine's multi-step operations (checkpoints, pretrained
-// weights): every rank's text gathered on every rank, and a step whose failure on any rank
-// fails it on all of them, naming each failing rank and what failed there.
+// Agreement: outcomes and texts shared by every rank (see agreement.h).
+#include "engine/agreement.h"
+
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "base/error.h"
-#include "engine/engine_impl.h"
+#include "device/device_scratch.h"
 
 namespace zero::engine {
-
-std::vector<std::string> Engine::Impl::all_gather_text(const std::string& text) {
+std::vector<std::string> Agreement::all_gather_text(const std::string& text) {
+  const int world = comm_->size();
   if (world == 1) return {text};
   const auto n = static_cast<std::size_t>(world);
   std::vector<std::int64_t> sizes(n);
   {
-    DeviceScratch scratch(*device, (n + 1) * 8);
+    DeviceScratch scratch(*device_, (n + 1) * 8);
     const auto mine = static_cast<std::int64_t>(text.size());
-    device->copy(scratch.data(), &mine, 8);
-    comm->all_gather(scratch.data(), scratch.data() + 8, 1, DType::i64).wait();
-    device->copy(sizes.data(), scratch.data() + 8, n * 8);
+    device_->copy(scratch.data(), &mine, 8);
+    comm_->all_gather(scratch.data(), scratch.data() + 8, 1, DType::i64).wait();
+    device_->copy(sizes.data(), scratch.data() + 8, n * 8);
   }
-  const std::size_t words =
-      std::max<std::size_t>(1, (static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end())) + 7) / 8);
+  const auto longest = static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end()));
+  const std::size_t words = std::max<std::size_t>(1, (longest + 7) / 8);
   std::vector<char> all(n * words * 8);
   {
-    DeviceScratch scratch(*device, (n + 1) * words * 8);
+    DeviceScratch scratch(*device_, (n + 1) * words * 8);
     std::vector<char> padded(words * 8, '\0');
     std::memcpy(padded.data(), text.data(), text.size());
-    device->copy(scratch.data(), padded.data(), padded.size());
-    comm->all_gather(scratch.data(), scratch.data() + words * 8, words, DType::i64).wait();
-    device->copy(all.data(), scratch.data() + words * 8, all.size());
+    device_->copy(scratch.data(), padded.data(), padded.size());
+    comm_->all_gather(scratch.data(), scratch.data() + words * 8, words, DType::i64).wait();
+    device_->copy(all.data(), scratch.data() + words * 8, all.size());
   }
   std::vector<std::string> out(n);
   for (std::size_t q = 0; q < n; ++q) {
@@ -38,19 +41,7 @@ std::vector<std::string> Engine::Impl::all_gather_text(const std::string& text) 
   return out;
 }
 
-void Engine::mean_across_ranks(double* values, std::size_t count) {
-  Impl& e = *impl_;
-  e.require_initialized("mean_across_ranks");
-  if (count == 0 || e.world == 1) return;
-  std::vector<float> sums(values, values + count);
-  DeviceScratch scratch(*e.device, count * sizeof(float));
-  e.device->copy(scratch.data(), sums.data(), count * sizeof(float));
-  e.comm->all_reduce(scratch.data(), count, DType::f32, ReduceOp::sum).wait();
-  e.device->copy(sums.data(), scratch.data(), count * sizeof(float));
-  for (std::size_t i = 0; i < count; ++i) values[i] = sums[i] / e.world;
-}
-
-void Engine::Impl::agree(const char* what, const std::function<void()>& work) {
+void Agreement::agree(const std::string& what, const std::function<void()>& work) {
   std::string outcome;  // empty: done; else the category's digit and the message
   try {
     work();
@@ -66,11 +57,22 @@ void Engine::Impl::agree(const char* what, const std::function<void()>& work) {
   for (std::size_t q = 0; q < all.size(); ++q) {
     if (all[q].empty()) continue;
     if (failures++ == 0) category = static_cast<ErrorCategory>(all[q][0] - '0');
-    message += world == 1 ? all[q].substr(1)
-                          : fmt::format("{}rank {}: {}", message.empty() ? "" : "; ", q,
-                                        all[q].substr(1));
+    message += all.size() == 1 ? all[q].substr(1)
+                               : fmt::format("{}rank {}: {}", message.empty() ? "" : "; ", q,
+                                             all[q].substr(1));
   }
   if (failures > 0) throw make_error(category, "{} failed: {}", what, message);
+}
+
+void Agreement::mean(double* values, std::size_t count) {
+  const int world = comm_->size();
+  if (count == 0 || world == 1) return;
+  std::vector<float> sums(values, values + count);
+  DeviceScratch scratch(*device_, count * sizeof(float));
+  device_->copy(scratch.data(), sums.data(), count * sizeof(float));
+  comm_->all_reduce(scratch.data(), count, DType::f32, ReduceOp::sum).wait();
+  device_->copy(sums.data(), scratch.data(), count * sizeof(float));
+  for (std::size_t i = 0; i < count; ++i) values[i] = sums[i] / world;
 }
 
 }  // namespace zero::engine

@@ -326,7 +326,7 @@ void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& sa
   };
   const std::string what = fmt::format("saving checkpoint {}", target);
   try {
-    agree(what.c_str(), [&] {
+    agreement.agree(what, [&] {
       if (rank != 0) return;
       checkpoint::make_directories(dir);
       // What earlier saves or prunes that did not finish left (this tag's staging among them).
@@ -335,12 +335,12 @@ void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& sa
     });
     fetcher->release_unheld(/*stale=*/false);  // gathers in flight finish before shards are read
     std::string record;
-    agree(what.c_str(), [&] {
+    agreement.agree(what, [&] {
       record = write_rank_file(staging);
       inject("rank_file_written");
     });
-    const std::vector<std::string> records = all_gather_text(record);
-    agree(what.c_str(), [&] {
+    const std::vector<std::string> records = agreement.all_gather_text(record);
+    agreement.agree(what, [&] {
       if (rank != 0) return;
       const checkpoint::Manifest manifest = make_manifest(tag, save.user_data, records);
       checkpoint::write_file_durably(
@@ -421,7 +421,7 @@ LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptio
   std::vector<const checkpoint::ParamEntry*> entries;
   LossScaler next_scaler = stepper->scaler();
   // Everything that can refuse the checkpoint comes before the state changes.
-  agree(fmt::format("loading checkpoint {}{}{}", dir, load.tag.empty() ? "" : "/", load.tag).c_str(),
+  agreement.agree(fmt::format("loading checkpoint {}{}{}", dir, load.tag.empty() ? "" : "/", load.tag),
         [&] {
           reader = std::make_unique<checkpoint::CheckpointReader>(
               checkpoint::resolve_tag_directory(dir, load.tag));
@@ -439,7 +439,7 @@ LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptio
   fetcher->release_unheld(/*stale=*/true);
   CheckpointSource source(*reader, std::move(entries), load.module_only);
   try {
-    agree(what.c_str(), [&] { assign_state(source); });
+    agreement.agree(what, [&] { assign_state(source); });
   } catch (const Error& error) {
     fail(fmt::format("a checkpoint load failed part way, so the state is partly replaced: {}",
                      error.what()));

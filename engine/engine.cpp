@@ -28,6 +28,7 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
       registry(config.optimizer.weight_decay) {
   if (!device) throw make_error(ErrorCategory::usage, "Engine: no device given");
   if (!comm) throw make_error(ErrorCategory::usage, "Engine: no communicator given");
+  agreement = Agreement(*comm, *device);
   stage = config.zero.stage;
   rank = comm->rank();
   world = comm->size();
@@ -481,6 +482,11 @@ StepStats Engine::step() {
   e.timers.allgather += e.stepper->take_allgather_seconds();
   if (boundary && stats.global_steps % e.config.steps_per_print == 0) e.print_breakdowns();
   return stats;
+}
+
+void Engine::mean_across_ranks(double* values, std::size_t count) {
+  impl_->require_initialized("mean_across_ranks");
+  impl_->agreement.mean(values, count);
 }
 
 void Engine::abort(int exit_code, std::string_view reason) noexcept {

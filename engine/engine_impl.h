@@ -1,6 +1,6 @@
 // The Engine's state, shared by the translation units that each implement one concern of it:
-// engine.cpp (registration, init, layout, accessors), assign_state.cpp (setting the state from a ValueSource), agreement.cpp
-// (outcomes agreed across ranks), checkpoint_state.cpp (save and load), pretrained.cpp
+// engine.cpp (registration, init, layout, accessors), assign_state.cpp (setting the state from
+// a ValueSource), checkpoint_state.cpp (save and load), pretrained.cpp
 // (safetensors weights). Parts with state of their own: the ModelState (model_state.h: the
 // state's memory, placement and swaps), the Stepper (stepper.h: the optimizer step, the loss
 // scaler and the step counters), the GradReducer (grad_reducer.h: gradients, buckets and
@@ -23,6 +23,8 @@
 #include "comm/work.h"
 #include "device/arena.h"
 #include "device/device.h"
+#include "device/device_scratch.h"
+#include "engine/agreement.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/engine.h"
 #include "engine/fetch_plan.h"
@@ -38,23 +40,6 @@
 #include "optim/optimizer.h"
 
 namespace zero::engine {
-
-// Device memory taken for one collective or copy and given back on every path.
-class DeviceScratch {
- public:
-  DeviceScratch(Device& device, std::size_t bytes)
-      : device_(device), bytes_(std::max<std::size_t>(bytes, 8)),
-        data_(device.reserve(Tier::device, bytes_)) {}
-  ~DeviceScratch() { device_.unreserve(Tier::device, data_, bytes_); }
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-  char* data() const noexcept { return static_cast<char*>(data_); }
-
- private:
-  Device& device_;
-  std::size_t bytes_;
-  void* data_;
-};
 
 // Where new values of the model state come from: the initial values at init, a checkpoint,
 // pretrained weights. assign_state() asks for the ranges this rank keeps.
@@ -107,13 +92,6 @@ struct Engine::Impl {
   // What the parts read and call (engine_context.h).
   EngineContext context() { return {config, registry, layout, *device, *comm}; }
 
-  // ---- agreement.cpp ----
-  // Collective: every rank's text, on every rank.
-  std::vector<std::string> all_gather_text(const std::string& text);
-  // Collective: runs `work` on every rank; when it threw on any, every rank throws one Error
-  // saying `what` failed, with each failing rank's message (the first one's category).
-  void agree(const char* what, const std::function<void()>& work);
-
   // ---- checkpoint_state.cpp ----
   void save_checkpoint(const std::string& dir, const SaveOptions& save);
   LoadResult load_checkpoint(const std::string& dir, const LoadOptions& load);
@@ -131,6 +109,7 @@ struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<Device> device;
   std::unique_ptr<Communicator> comm;
+  Agreement agreement;  // outcomes agreed across ranks (agreement.h)
   Registry registry;
   int stage = 0;
   int rank = 0;

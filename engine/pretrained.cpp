@@ -72,7 +72,7 @@ void Engine::load_pretrained(const std::string& path, const PretrainedOptions& o
   std::unique_ptr<TensorSet> files;
   std::vector<Mapping> mappings(e.registry.param_count());
   std::vector<bool> skipped(e.registry.param_count(), false);
-  e.agree(fmt::format("loading pretrained weights from {}", path).c_str(), [&] {
+  e.agreement.agree(fmt::format("loading pretrained weights from {}", path), [&] {
     files = std::make_unique<TensorSet>(path);
     std::map<std::string, std::string, std::less<>> names(options.names.begin(), options.names.end());
     const std::set<std::string, std::less<>> transposed(options.transposed.begin(),
@@ -148,7 +148,7 @@ void Engine::load_pretrained(const std::string& path, const PretrainedOptions& o
   e.fetcher->release_unheld(/*stale=*/true);
   PretrainedSource source(e.registry, std::move(mappings), std::move(kept));
   try {
-    e.agree(fmt::format("loading pretrained weights from {}", path).c_str(),
+    e.agreement.agree(fmt::format("loading pretrained weights from {}", path),
             [&] { e.assign_state(source); });
   } catch (const Error& error) {
     e.fail(fmt::format("loading pretrained weights failed part way: {}", error.what()));
