@@ -1,8 +1,4 @@
-// Checkpoints of the engine's state (the format is engine/checkpoint/): save writes this rank's
-// shard of every parameter's state, read from wherever it lives (device, host, NVMe swap), into
-// its own file of DIR/.<tag>.saving/; rank 0 adds meta.json and puts the directory in place of
-// DIR/<tag>, then moves DIR/latest. Load re-splits each parameter's saved state for this
-// rank's place at this world size and stage, through assign_state().
+// CheckpointState: save and load (see checkpoint_state.h).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -15,11 +11,12 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/version.h"
+#include "device/device_scratch.h"
 #include "engine/checkpoint/durable.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/reader.h"
 #include "engine/checkpoint/safetensors.h"
-#include "engine/engine_impl.h"
+#include "engine/checkpoint_state.h"
 #include "optim/spec.h"
 
 namespace zero::engine {
@@ -101,17 +98,18 @@ namespace {
 
 // Elements [first, first + count) of `kind` of parameter p, of this rank's saved range, into
 // host memory.
-void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint64_t first,
-                std::size_t count, void* out, SaveCursor& cursor) {
+void read_saved(const EngineContext& e, const CheckpointState::Parts& parts, std::string_view kind,
+                std::size_t p, std::uint64_t first, std::size_t count, void* out,
+                SaveCursor& cursor) {
   if (count == 0) return;
   const ParamPlacement& state = e.layout.params[p];
-  Device* device = e.device.get();
-  const DType compute = e.compute;
-  const int stage = e.stage, rank = e.rank, world = e.world;
+  Device* device = &e.device;
+  const DType compute = e.layout.modes.compute;
+  const int stage = e.layout.modes.stage, rank = e.comm.rank(), world = e.layout.world;
   const std::size_t csize = dtype_size(compute);
   if (kind == kParam) {
     if (stage <= 2) {
-      device->copy(out, static_cast<const char*>(e.model_state->full(p)) + first * csize,
+      device->copy(out, static_cast<const char*>(parts.state.full(p)) + first * csize,
                    count * csize);
       return;
     }
@@ -120,7 +118,7 @@ void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint
     if (cursor.shard_param != p) {
       cursor.shard.reset();
       cursor.shard = std::make_unique<DeviceScratch>(*device, world_shape.shard * csize);
-      e.fetcher->copy_shard(p, cursor.shard->data());
+      parts.fetcher.copy_shard(p, cursor.shard->data());
       cursor.shard_param = p;
     }
     device->copy(out, cursor.shard->data() + (first - world_shape.begin(rank)) * csize,
@@ -128,7 +126,7 @@ void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint
     return;
   }
   const int m = kind == kMaster ? -1 : cursor.moment_index(kind);
-  ModelState& model = *e.model_state;
+  ModelState& model = parts.state;
   if (m < 0 && model.master_is_param()) {
     device->copy(out, static_cast<const float*>(model.full(p)) + first, count * sizeof(float));
     return;
@@ -161,7 +159,8 @@ void read_saved(Engine::Impl& e, std::string_view kind, std::size_t p, std::uint
 
 }  // namespace
 
-std::vector<std::string> Engine::Impl::state_names() const {
+std::vector<std::string> CheckpointState::state_names() const {
+  const config::Config& config = ctx_.config;
   std::vector<std::string> names;
   for (int k = 0; k < config.optimizer.state_buffers(); ++k) {
     names.emplace_back(optim::state_name(config.optimizer.type, k));
@@ -169,7 +168,11 @@ std::vector<std::string> Engine::Impl::state_names() const {
   return names;
 }
 
-std::string Engine::Impl::write_rank_file(const std::string& staging) {
+std::string CheckpointState::write_rank_file(const std::string& staging) {
+  const config::Config& config = ctx_.config;
+  const Registry& registry = ctx_.registry;
+  const DType compute = ctx_.layout.modes.compute;
+  const int rank = ctx_.comm.rank(), world = ctx_.layout.world;
   const std::string name = checkpoint::rank_file_name(rank, world);
   const std::string final_path = (fs::path(staging) / name).string();
   const std::string temporary = final_path + ".tmp";
@@ -215,7 +218,7 @@ std::string Engine::Impl::write_rank_file(const std::string& staging) {
     const std::size_t step = kPieceBytes / size;
     for (std::size_t done = 0; done < range.count; done += step) {
       const std::size_t n = std::min(step, range.count - done);
-      read_saved(*this, part.kind, part.param, range.begin + done, n, host.data(), cursor);
+      read_saved(ctx_, parts_, part.kind, part.param, range.begin + done, n, host.data(), cursor);
       writer.write(host.data(), n * size);
     }
   }
@@ -235,28 +238,32 @@ std::string Engine::Impl::write_rank_file(const std::string& staging) {
   return checkpoint::to_json(entry).dump();
 }
 
-checkpoint::Manifest Engine::Impl::make_manifest(const std::string& tag,
-                                                 const std::string& user_data,
-                                                 const std::vector<std::string>& records) const {
+checkpoint::Manifest CheckpointState::make_manifest(const std::string& tag,
+                                                    const std::string& user_data,
+                                                    const std::vector<std::string>& records,
+                                                    std::int64_t micro_steps) const {
+  const config::Config& config = ctx_.config;
+  const Registry& registry = ctx_.registry;
+  const Stepper& stepper = parts_.stepper;
   checkpoint::Manifest m;
   m.tag = tag;
   m.created = utc_now();
   m.library_version = ZERO_BUILD_VERSION_STRING;
-  m.world_size = world;
-  m.stage = stage;
+  m.world_size = ctx_.layout.world;
+  m.stage = ctx_.layout.modes.stage;
   m.precision = std::string(config::precision_name(config.precision));
-  m.compute_dtype = compute;
+  m.compute_dtype = ctx_.layout.modes.compute;
   m.optimizer = std::string(optim::optimizer_key(config.optimizer.type));
   m.state_dtype = config.optimizer_state_dtype;
   m.state_names = state_names();
   m.config = nlohmann::json::object();
   for (const config::ResolvedValue& value : config.resolved) m.config[value.path] = value.value;
-  m.global_steps = stepper->global_steps();
+  m.global_steps = stepper.global_steps();
   m.micro_steps = micro_steps;
-  m.optimizer_steps = stepper->optimizer_steps();
-  const LossScalerState& s = stepper->scaler().state();
+  m.optimizer_steps = stepper.optimizer_steps();
+  const LossScalerState& s = stepper.scaler().state();
   m.scaler = {s.scale, s.hysteresis_left, s.iteration, s.last_overflow_iteration};
-  m.seed = stepper->seed();
+  m.seed = stepper.seed();
   m.user_data = user_data;
   for (const GroupSpec& g : registry.groups()) m.groups.push_back({g.name, g.weight_decay, g.lr_scale});
   for (const ParamSpec& p : registry.params()) {
@@ -270,8 +277,8 @@ checkpoint::Manifest Engine::Impl::make_manifest(const std::string& tag,
   return m;
 }
 
-void Engine::Impl::prune_checkpoints(const std::string& dir, const std::string& keep) const {
-  const auto keep_last = config.checkpoint.keep_last;
+void CheckpointState::prune(const std::string& dir, const std::string& keep) const {
+  const auto keep_last = ctx_.config.checkpoint.keep_last;
   if (keep_last <= 0) return;
   struct Tag {
     std::string name;
@@ -306,23 +313,29 @@ void Engine::Impl::prune_checkpoints(const std::string& dir, const std::string& 
                        path, doomed, std::strerror(errno));
     }
     checkpoint::sync_directory(dir);
-    if (options.save_inject) options.save_inject("pruning");
+    if (options_.save_inject) options_.save_inject("pruning");
     checkpoint::remove_tree(doomed);
     log::info("checkpoint.keep_last = {}: removed {}", keep_last, path);
   }
   checkpoint::sync_directory(dir);
 }
 
-void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& save) {
-  require_quiet("save_checkpoint");
+CheckpointState::CheckpointState(const EngineContext& context, Parts parts,
+                                 const EngineOptions& options, Assign assign)
+    : ctx_(context), parts_(parts), options_(options), assign_(std::move(assign)) {}
+
+void CheckpointState::save(const std::string& dir, const SaveOptions& save,
+                           std::int64_t micro_steps) {
+  const int rank = ctx_.comm.rank();
+  Agreement& agreement = parts_.agreement;
   if (dir.empty()) throw make_error(ErrorCategory::usage, "save_checkpoint: the directory is empty");
-  const std::string tag = save.tag.empty() ? fmt::format("global_step{}", stepper->global_steps()) : save.tag;
+  const std::string tag = save.tag.empty() ? fmt::format("global_step{}", parts_.stepper.global_steps()) : save.tag;
   check_tag(tag);
   const Timer timer;
   const std::string staging = (fs::path(dir) / fmt::format(".{}.saving", tag)).string();
   const std::string target = (fs::path(dir) / tag).string();
   auto inject = [&](const char* point) {
-    if (options.save_inject) options.save_inject(point);
+    if (options_.save_inject) options_.save_inject(point);
   };
   const std::string what = fmt::format("saving checkpoint {}", target);
   try {
@@ -333,7 +346,7 @@ void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& sa
       checkpoint::remove_leftovers(dir);
       checkpoint::make_directories(staging);
     });
-    fetcher->release_unheld(/*stale=*/false);  // gathers in flight finish before shards are read
+    parts_.fetcher.release_unheld(/*stale=*/false);  // gathers in flight finish before shards are read
     std::string record;
     agreement.agree(what, [&] {
       record = write_rank_file(staging);
@@ -342,7 +355,7 @@ void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& sa
     const std::vector<std::string> records = agreement.all_gather_text(record);
     agreement.agree(what, [&] {
       if (rank != 0) return;
-      const checkpoint::Manifest manifest = make_manifest(tag, save.user_data, records);
+      const checkpoint::Manifest manifest = make_manifest(tag, save.user_data, records, micro_steps);
       checkpoint::write_file_durably(
           (fs::path(staging) / checkpoint::kManifestName).string(),
           checkpoint::to_json(manifest).dump(1));
@@ -351,7 +364,7 @@ void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& sa
       inject("tag_in_place");
       checkpoint::write_file_durably((fs::path(dir) / checkpoint::kLatestName).string(),
                                      tag + "\n");
-      prune_checkpoints(dir, tag);
+      prune(dir, tag);
     });
   } catch (...) {
     if (rank == 0) {
@@ -361,15 +374,17 @@ void Engine::Impl::save_checkpoint(const std::string& dir, const SaveOptions& sa
     throw;
   }
   if (rank == 0) {
-    log::info("checkpoint {} saved: {} rank file(s), step {}, {:.2f} s", target, world,
-              stepper->global_steps(), timer.seconds());
+    log::info("checkpoint {} saved: {} rank file(s), step {}, {:.2f} s", target,
+              ctx_.layout.world, parts_.stepper.global_steps(), timer.seconds());
   }
 }
 
 // ---- load ----
 
-std::vector<const checkpoint::ParamEntry*> Engine::Impl::match_checkpoint(
+std::vector<const checkpoint::ParamEntry*> CheckpointState::match(
     const checkpoint::Manifest& m, const std::string& where, bool module_only) const {
+  const config::Config& config = ctx_.config;
+  const Registry& registry = ctx_.registry;
   std::vector<const checkpoint::ParamEntry*> entries;
   for (std::size_t p = 0; p < registry.param_count(); ++p) {
     const ParamSpec& spec = registry.param(p);
@@ -414,19 +429,22 @@ std::vector<const checkpoint::ParamEntry*> Engine::Impl::match_checkpoint(
   return entries;
 }
 
-LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptions& load) {
-  require_quiet("load_checkpoint");
+LoadResult CheckpointState::load(const std::string& dir, const LoadOptions& load,
+                                 const std::function<void(std::string)>& partly) {
+  const config::Config& config = ctx_.config;
+  Agreement& agreement = parts_.agreement;
+  Stepper& stepper = parts_.stepper;
   const Timer timer;
   std::unique_ptr<checkpoint::CheckpointReader> reader;
   std::vector<const checkpoint::ParamEntry*> entries;
-  LossScaler next_scaler = stepper->scaler();
+  LossScaler next_scaler = stepper.scaler();
   // Everything that can refuse the checkpoint comes before the state changes.
   agreement.agree(fmt::format("loading checkpoint {}{}{}", dir, load.tag.empty() ? "" : "/", load.tag),
         [&] {
           reader = std::make_unique<checkpoint::CheckpointReader>(
               checkpoint::resolve_tag_directory(dir, load.tag));
           const checkpoint::Manifest& m = reader->manifest();
-          entries = match_checkpoint(m, reader->directory(), load.module_only);
+          entries = match(m, reader->directory(), load.module_only);
           if (!load.module_only && config.precision == config::Precision::fp16 &&
               m.precision == "fp16") {
             next_scaler.restore({m.scaler.scale, m.scaler.hysteresis_left, m.scaler.iteration,
@@ -436,24 +454,19 @@ LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptio
   const checkpoint::Manifest& m = reader->manifest();
   const std::string what = fmt::format("loading checkpoint {}", reader->directory());
 
-  fetcher->release_unheld(/*stale=*/true);
+  parts_.fetcher.release_unheld(/*stale=*/true);
   CheckpointSource source(*reader, std::move(entries), load.module_only);
   try {
-    agreement.agree(what, [&] { assign_state(source); });
+    agreement.agree(what, [&] { assign_(source); });
   } catch (const Error& error) {
-    fail(fmt::format("a checkpoint load failed part way, so the state is partly replaced: {}",
-                     error.what()));
+    partly(fmt::format("a checkpoint load failed part way, so the state is partly replaced: {}",
+                       error.what()));
     throw;
   }
-  if (!load.module_only) {
-    stepper->restore(m.global_steps, m.optimizer_steps, next_scaler, m.seed);
-    // Saved at a boundary, so the next micro-step opens a window; counted in this run's
-    // accumulation steps (the global batch may be split differently over this world).
-    micro_steps = m.global_steps * config.batch.gradient_accumulation_steps;
-  }
-  stepper->zero_grads();
-  fetcher->release_unheld(/*stale=*/true);
-  if (rank == 0) {
+  if (!load.module_only) stepper.restore(m.global_steps, m.optimizer_steps, next_scaler, m.seed);
+  stepper.zero_grads();
+  parts_.fetcher.release_unheld(/*stale=*/true);
+  if (ctx_.comm.rank() == 0) {
     log::info("checkpoint {} loaded{}: saved by {} rank(s) at stage {}, step {}, {:.2f} s",
               reader->directory(), load.module_only ? " (values only)" : "", m.world_size,
               m.stage, m.global_steps, timer.seconds());
@@ -461,12 +474,5 @@ LoadResult Engine::Impl::load_checkpoint(const std::string& dir, const LoadOptio
   return {reader->directory(), m.tag, m.user_data, m.global_steps};
 }
 
-void Engine::save_checkpoint(const std::string& dir, const SaveOptions& options) {
-  impl_->save_checkpoint(dir, options);
-}
-
-LoadResult Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
-  return impl_->load_checkpoint(dir, options);
-}
 
 }  // namespace zero::engine

@@ -194,6 +194,9 @@ void Engine::Impl::lay_out() {
   fetcher = std::make_unique<ParamFetcher>(context());
   stepper = std::make_unique<Stepper>(context(), *model_state, *reducer, *fetcher, scalars,
                                       options.seed);
+  checkpoints = std::make_unique<CheckpointState>(
+      context(), CheckpointState::Parts{*model_state, *stepper, *fetcher, agreement}, options,
+      [this](ValueSource& source) { assign_state(source); });
 }
 
 std::string Engine::Impl::agree_job_id() {
@@ -482,6 +485,24 @@ StepStats Engine::step() {
   e.timers.allgather += e.stepper->take_allgather_seconds();
   if (boundary && stats.global_steps % e.config.steps_per_print == 0) e.print_breakdowns();
   return stats;
+}
+
+void Engine::save_checkpoint(const std::string& dir, const SaveOptions& options) {
+  impl_->require_quiet("save_checkpoint");
+  impl_->checkpoints->save(dir, options, impl_->micro_steps);
+}
+
+LoadResult Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
+  Impl& e = *impl_;
+  e.require_quiet("load_checkpoint");
+  LoadResult result =
+      e.checkpoints->load(dir, options, [&](std::string what) { e.fail(std::move(what)); });
+  // Saved at a boundary, so the next micro-step opens a window; counted in this run's
+  // accumulation steps (the global batch may be split differently over this world).
+  if (!options.module_only) {
+    e.micro_steps = result.global_steps * e.config.batch.gradient_accumulation_steps;
+  }
+  return result;
 }
 
 void Engine::mean_across_ranks(double* values, std::size_t count) {

@@ -1,7 +1,7 @@
 // The Engine's state, shared by the translation units that each implement one concern of it:
 // engine.cpp (registration, init, layout, accessors), assign_state.cpp (setting the state from
-// a ValueSource), checkpoint_state.cpp (save and load), pretrained.cpp
-// (safetensors weights). Parts with state of their own: the ModelState (model_state.h: the
+// a ValueSource), pretrained.cpp (safetensors weights). Parts with state of their own, or an
+// operation over the others (the CheckpointState: save and load): the ModelState (model_state.h: the
 // state's memory, placement and swaps), the Stepper (stepper.h: the optimizer step, the loss
 // scaler and the step counters), the GradReducer (grad_reducer.h: gradients, buckets and
 // their reductions) and the ParamFetcher (param_fetcher.h: stage-3 gathers, plans and reads of
@@ -25,7 +25,7 @@
 #include "device/device.h"
 #include "device/device_scratch.h"
 #include "engine/agreement.h"
-#include "engine/checkpoint/manifest.h"
+#include "engine/checkpoint_state.h"
 #include "engine/engine.h"
 #include "engine/fetch_plan.h"
 #include "engine/grad_reducer.h"
@@ -33,6 +33,7 @@
 #include "engine/model_state.h"
 #include "engine/param_fetcher.h"
 #include "engine/stepper.h"
+#include "engine/value_source.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_plan.h"
 #include "engine/partition.h"
@@ -40,23 +41,6 @@
 #include "optim/optimizer.h"
 
 namespace zero::engine {
-
-// Where new values of the model state come from: the initial values at init, a checkpoint,
-// pretrained weights. assign_state() asks for the ranges this rank keeps.
-struct ValueSource {
-  virtual ~ValueSource() = default;
-  // Called on every rank for each parameter in registration order before its values(): a
-  // source may take part in collectives here.
-  virtual void begin(std::size_t param) { (void)param; }
-  // The fp32 values of global elements [first, first + count) of the parameter.
-  virtual void values(std::size_t param, std::uint64_t first, std::size_t count, float* out) = 0;
-  // Moment m of a trainable parameter over [first, first + count) in `dtype`; false: zeros.
-  virtual bool moment(std::size_t param, int m, std::uint64_t first, std::size_t count,
-                      DType dtype, void* out) {
-    (void)param, (void)m, (void)first, (void)count, (void)dtype, (void)out;
-    return false;
-  }
-};
 
 struct Engine::Impl {
   Impl(config::Config config, std::unique_ptr<Device> device, std::unique_ptr<Communicator> comm,
@@ -91,19 +75,6 @@ struct Engine::Impl {
   bool any_hook_open() const;
   // What the parts read and call (engine_context.h).
   EngineContext context() { return {config, registry, layout, *device, *comm}; }
-
-  // ---- checkpoint_state.cpp ----
-  void save_checkpoint(const std::string& dir, const SaveOptions& save);
-  LoadResult load_checkpoint(const std::string& dir, const LoadOptions& load);
-  std::vector<std::string> state_names() const;  // the optimizer's moments
-  std::string write_rank_file(const std::string& staging);  // returns its FileEntry as JSON
-  checkpoint::Manifest make_manifest(const std::string& tag, const std::string& user_data,
-                                     const std::vector<std::string>& records) const;
-  void prune_checkpoints(const std::string& dir, const std::string& keep) const;
-  std::vector<const checkpoint::ParamEntry*> match_checkpoint(const checkpoint::Manifest& m,
-                                                              const std::string& where,
-                                                              bool module_only) const;
-
 
   config::Config config;
   EngineOptions options;
@@ -174,6 +145,8 @@ struct Engine::Impl {
 
   // The optimizer step, its scaler and counters (stepper.h); made by lay_out.
   std::unique_ptr<Stepper> stepper;
+  // Save and load (checkpoint_state.h); made by lay_out.
+  std::unique_ptr<CheckpointState> checkpoints;
   LossScaler initial_scaler = LossScaler::fixed(1.0);  // the loss scale before init
   std::int64_t micro_steps = 0;
   float* scalars = nullptr;  // device scratch: [0] sum of squares, [1] non-finite flag

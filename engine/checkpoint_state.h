@@ -1,0 +1,68 @@
+// Checkpoints of the engine's state (the format is engine/checkpoint/). Save writes this rank's
+// shard of every parameter's state, read from wherever it lives (device, host, NVMe swap), into
+// its own file of DIR/.<tag>.saving/; rank 0 adds meta.json, puts the directory in place of
+// DIR/<tag>, moves DIR/latest and prunes (checkpoint.keep_last). Load re-splits each
+// parameter's saved state for this rank's place at this world size and stage, through the
+// engine's assign, and restores the Stepper's counters, scaler and seed.
+//
+// Owns nothing between calls. Calls: the ModelState (masters, moments, compute copies), the
+// ParamFetcher (stage-3 shards, stale copies released), the Stepper, the Agreement (every
+// rank's outcome of each step), the checkpoint format. The device's default stream, waited
+// for. Internal to engine/.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/agreement.h"
+#include "engine/checkpoint/manifest.h"
+#include "engine/engine.h"
+#include "engine/engine_context.h"
+#include "engine/model_state.h"
+#include "engine/param_fetcher.h"
+#include "engine/stepper.h"
+#include "engine/value_source.h"
+
+namespace zero::engine {
+
+class CheckpointState {
+ public:
+  struct Parts {
+    ModelState& state;
+    Stepper& stepper;
+    ParamFetcher& fetcher;
+    Agreement& agreement;
+  };
+  // Sets every parameter's value (and trainable ones' moments) from a source: the engine's.
+  using Assign = std::function<void(ValueSource&)>;
+
+  CheckpointState(const EngineContext& context, Parts parts, const EngineOptions& options,
+                  Assign assign);
+
+  // Collective. `micro_steps`: the engine's count, kept in meta.json.
+  void save(const std::string& dir, const SaveOptions& save, std::int64_t micro_steps);
+  // Collective. Everything that can refuse the checkpoint comes before the state changes; a
+  // failure after that calls `partly` (the state is partly replaced) before it is thrown.
+  LoadResult load(const std::string& dir, const LoadOptions& load,
+                  const std::function<void(std::string)>& partly);
+
+ private:
+  std::vector<std::string> state_names() const;  // the optimizer's moments
+  std::string write_rank_file(const std::string& staging);  // its FileEntry as JSON
+  checkpoint::Manifest make_manifest(const std::string& tag, const std::string& user_data,
+                                     const std::vector<std::string>& records,
+                                     std::int64_t micro_steps) const;
+  void prune(const std::string& dir, const std::string& keep) const;
+  std::vector<const checkpoint::ParamEntry*> match(const checkpoint::Manifest& m,
+                                                   const std::string& where,
+                                                   bool module_only) const;
+
+  const EngineContext ctx_;
+  Parts parts_;
+  const EngineOptions& options_;
+  Assign assign_;
+};
+
+}  // namespace zero::engine
