@@ -44,8 +44,8 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
   accum = modes.accum;
   wire = modes.wire;
   mixed = modes.mixed;
-  offload = modes.offload;
-  nvme = modes.nvme;
+  optimizer_offload = modes.optimizer_offload;
+  optimizer_nvme = modes.optimizer_nvme;
   param_offload = modes.param_offload;
   param_nvme = modes.param_nvme;
   if (config.precision == config::Precision::fp16) {
@@ -211,7 +211,7 @@ std::string Engine::Impl::agree_job_id() {
 // The state's memory (the ModelState carves every arena in the plan's order and hands the
 // reducer and the fetcher theirs), then the optimizer for the formats it holds.
 void Engine::Impl::allocate() {
-  const std::string job = nvme || param_nvme ? agree_job_id() : std::string();
+  const std::string job = optimizer_nvme || param_nvme ? agree_job_id() : std::string();
   ModelState::PartsMemory parts = model_state->allocate(job);
   reducer->attach(std::move(parts.full_grads), std::move(parts.bucket_buffers),
                   std::move(parts.grad_arena), parts.reduce_target);
@@ -557,7 +557,7 @@ std::vector<float> Engine::read_param(std::size_t param) {
   void* half = nullptr;
   const std::size_t half_bytes = shape.padded() * dtype_size(e.compute);
   try {
-    if (spec.trainable && e.offload) {
+    if (spec.trainable && e.optimizer_offload) {
       // The shard into this rank's place first: it is in host memory or in the swap, and the
       // communicator works in device memory.
       float* mine = gathered + static_cast<std::size_t>(e.rank) * shape.shard;

@@ -1,18 +1,20 @@
 // The Engine's state, shared by the translation units that each implement one concern of it:
 // engine.cpp (registration, init, layout, accessors), assign_state.cpp (setting the state from
-// a ValueSource), pretrained.cpp (safetensors weights). Parts with state of their own, or an
-// operation over the others (the CheckpointState: save and load): the ModelState (model_state.h: the
-// state's memory, placement and swaps), the Stepper (stepper.h: the optimizer step, the loss
-// scaler and the step counters), the GradReducer (grad_reducer.h: gradients, buckets and
-// their reductions) and the ParamFetcher (param_fetcher.h: stage-3 gathers, plans and reads of
-// swapped shards, through the ModelState as its ShardStore). Internal to engine/.
+// a ValueSource), pretrained.cpp (safetensors weights). The parts with state of their own:
+// the ModelState (model_state.h: the state's memory, placement and swaps), the Stepper
+// (stepper.h: the optimizer step, the loss scaler and the step counters), the GradReducer
+// (grad_reducer.h: gradients, buckets and their reductions), the ParamFetcher
+// (param_fetcher.h: stage-3 gathers, plans and reads of swapped shards, through the ModelState
+// as its ShardStore), the Agreement (agreement.h: outcomes every rank must share) and the
+// CheckpointState (checkpoint_state.h: save and load, an operation over the others).
+// Internal to engine/.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
-#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,15 +31,15 @@
 #include "engine/engine.h"
 #include "engine/fetch_plan.h"
 #include "engine/grad_reducer.h"
-#include "engine/optimizer_swap.h"
-#include "engine/model_state.h"
-#include "engine/param_fetcher.h"
-#include "engine/stepper.h"
-#include "engine/value_source.h"
 #include "engine/loss_scaler.h"
 #include "engine/memory_plan.h"
+#include "engine/model_state.h"
+#include "engine/optimizer_swap.h"
+#include "engine/param_fetcher.h"
 #include "engine/partition.h"
 #include "engine/registry.h"
+#include "engine/stepper.h"
+#include "engine/value_source.h"
 #include "optim/optimizer.h"
 
 namespace zero::engine {
@@ -92,8 +94,8 @@ struct Engine::Impl {
   bool mixed = false;        // bf16/fp16: fp32 masters beside the compute copy
   // offload_optimizer (cpu or nvme): the owned gradient shard, masters and moments live in
   // pinned host memory and the CPU optimizer steps them.
-  bool offload = false;
-  bool nvme = false;  // offload_optimizer.device nvme: masters and moments swapped
+  bool optimizer_offload = false;
+  bool optimizer_nvme = false;  // offload_optimizer.device nvme: masters and moments swapped
   // offload_param (stage 3): the compute shards live in host memory; a gather copies this
   // rank's shard into its place in the gathered buffer, then all-gathers in place.
   bool param_offload = false;

@@ -117,8 +117,8 @@ StateModes state_modes(const config::Config& config, int world) {
   m.accum = config.grad_accum_dtype;
   m.wire = config.communication_data_type;
   m.mixed = m.compute != DType::f32;
-  m.offload = config.zero.offload_optimizer.device != config::OffloadDevice::none;
-  m.nvme = config.zero.offload_optimizer.device == config::OffloadDevice::nvme;
+  m.optimizer_offload = config.zero.offload_optimizer.device != config::OffloadDevice::none;
+  m.optimizer_nvme = config.zero.offload_optimizer.device == config::OffloadDevice::nvme;
   m.param_offload =
       m.stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
   m.param_nvme =
@@ -145,7 +145,7 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
     }
     // Stage 3 gathers from compute shards in the device's memory: fp32 trainable parameters
     // have none (the master is it) unless the master is offloaded.
-    if (!specs[p].trainable || m.mixed || m.offload || m.param_offload) {
+    if (!specs[p].trainable || m.mixed || m.optimizer_offload || m.param_offload) {
       compute_numels[p] = specs[p].numel;
     }
   }
@@ -183,8 +183,8 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
   if (m.stage == 1 || m.stage == 2) {
     per_rank = static_cast<std::size_t>(config.zero.allgather_bucket_size) /
                static_cast<std::size_t>(world);
-    if (m.nvme) per_rank = std::min(per_rank, sub_group);
-  } else if (m.offload || m.param_nvme) {
+    if (m.optimizer_nvme) per_rank = std::min(per_rank, sub_group);
+  } else if (m.optimizer_offload || m.param_nvme) {
     per_rank = sub_group;  // bounds the staging of updated compute values
   }
   layout.step_groups =
@@ -197,7 +197,7 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
   // With NVMe, whole groups from the first stay in memory while they fit in max_in_cpu.
   layout.resident_groups = layout.step_groups.size();
   layout.resident_end = layout.owned.total;
-  if (m.nvme) {
+  if (m.optimizer_nvme) {
     const auto max_in_cpu = static_cast<std::size_t>(config.zero.offload_optimizer.max_in_cpu);
     layout.resident_groups = 0;
     layout.resident_end = 0;
@@ -280,9 +280,9 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
   plan.bucket_count = layout.buckets.empty() ? 0 : config.zero.overlap_comm ? 2 : 1;
   plan.bucket_bytes = largest_bucket * n * dtype_size(m.wire);
   plan.gather_bytes = largest_gather * static_cast<std::size_t>(world) * csize;
-  plan.reduce_staging_bytes = m.offload ? largest_bucket * dtype_size(m.wire) : 0;
-  plan.param_staging_bytes = m.offload || m.param_nvme ? largest_group * csize : 0;
-  if (gpu && (m.offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
+  plan.reduce_staging_bytes = m.optimizer_offload ? largest_bucket * dtype_size(m.wire) : 0;
+  plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
+  if (gpu && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
 
   // The owned state (masters, gradient shard, moments; with NVMe only the resident part of the
   // masters and moments), in the state arena or with offload in its own.
@@ -298,7 +298,7 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
   }
   owned_capacity += state_buffers * align_up(layout.resident_end * state_size);
   hold(owned, MemoryKind::moment, state_buffers * layout.resident_end * state_size);
-  if (m.nvme) {
+  if (m.optimizer_nvme) {
     // buffer_count buffers of the largest swapped group's region, each placed at 4096.
     std::size_t largest_region = 0;
     for (std::size_t g = layout.resident_groups; g < layout.step_groups.size(); ++g) {
@@ -331,7 +331,7 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
       hold(state, MemoryKind::grad, specs[p].numel * csize);
     }
   }
-  if (m.offload) {
+  if (m.optimizer_offload) {
     owned_capacity += align_up(plan.reduce_staging_bytes) + align_up(plan.param_staging_bytes);
     hold(owned, MemoryKind::buffer, plan.reduce_staging_bytes + plan.param_staging_bytes);
     // DeepSpeed's pin_memory: page-locked memory copies faster and asynchronously, pageable
@@ -360,7 +360,7 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
   state.capacity = std::max<std::size_t>(capacity, kAlign);
 
   // The optimizer's swap file: each swapped group's masters and moments, at 4096.
-  if (m.nvme) {
+  if (m.optimizer_nvme) {
     plan.nvme.name = "optimizer swap file";
     plan.nvme.tier = Tier::nvme;
     std::size_t file = 0;
@@ -402,7 +402,7 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
       bounce = largest + kDirectAlign;
     }
     const bool pinned = config.zero.offload_param.pin_memory;
-    const std::size_t staging = m.offload ? 0 : plan.param_staging_bytes;
+    const std::size_t staging = m.optimizer_offload ? 0 : plan.param_staging_bytes;
     ArenaPlan& param = plan.param;
     param.name = pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)";
     param.tier = pinned ? Tier::pinned : Tier::host;

@@ -29,15 +29,15 @@ inline constexpr std::size_t kScratchBytes = 4096;
 // How the config places the model state.
 struct StateModes {
   int stage = 0;
-  int shard_ranks = 1;       // 1 at stage 0 (nothing partitioned), the world otherwise
+  int shard_ranks = 1;  // 1 at stage 0 (nothing partitioned), the world otherwise
   DType compute = DType::f32;
-  DType accum = DType::f32;  // the owned gradient shard (data_types.grad_accum_dtype)
-  DType wire = DType::f32;   // communication_data_type
-  bool mixed = false;        // bf16/fp16: fp32 masters beside the compute copy
-  bool offload = false;      // offload_optimizer cpu or nvme: owned state in host memory
-  bool nvme = false;         // offload_optimizer nvme: masters and moments swapped
-  bool param_offload = false;  // offload_param (stage 3): compute shards in host memory
-  bool param_nvme = false;     // offload_param nvme: compute shards swapped
+  DType accum = DType::f32;        // the owned gradient shard (data_types.grad_accum_dtype)
+  DType wire = DType::f32;         // communication_data_type
+  bool mixed = false;              // bf16/fp16: fp32 masters beside the compute copy
+  bool optimizer_offload = false;  // offload_optimizer cpu or nvme: owned state in host memory
+  bool optimizer_nvme = false;     // offload_optimizer nvme: masters and moments swapped
+  bool param_offload = false;      // offload_param (stage 3): compute shards in host memory
+  bool param_nvme = false;         // offload_param nvme: compute shards swapped
 };
 
 StateModes state_modes(const config::Config& config, int world);
@@ -85,7 +85,7 @@ using KindBytes = std::array<std::size_t, kAllMemoryKinds.size()>;
 
 // One arena as the engine makes it.
 struct ArenaPlan {
-  std::string name;          // as the engine names it in memory reports
+  std::string name;  // as the engine names it in memory reports
   Tier tier = Tier::device;
   std::size_t capacity = 0;  // what it reserves; 0: the engine makes no such arena
   KindBytes held{};          // by kind, the bytes of the blocks taken at init and kept
@@ -106,17 +106,17 @@ struct ArenaPlan {
 // Every buffer the engine sizes, and its arenas.
 struct MemoryPlan {
   // Blocks, in bytes.
-  std::size_t bucket_bytes = 0;   // one reduction bucket (wire dtype, all ranks' blocks)
-  std::size_t bucket_count = 0;   // 2 with overlap_comm, else 1; 0 without buckets
-  std::size_t gather_bytes = 0;   // stages 1-2: the all-gather bucket after the step
+  std::size_t bucket_bytes = 0;          // one reduction bucket (wire dtype, all ranks' blocks)
+  std::size_t bucket_count = 0;          // 2 with overlap_comm, else 1; 0 without buckets
+  std::size_t gather_bytes = 0;          // stages 1-2: the all-gather bucket after the step
   std::size_t reduce_staging_bytes = 0;  // offload: this rank's reduced block, coming down
   std::size_t param_staging_bytes = 0;   // offload: a step group's updated values, going up
-  std::size_t swap_slot_bytes = 0;   // optimizer NVMe: one buffer of the largest group's region
-  std::size_t swap_slots = 0;        // offload_optimizer.buffer_count (with NVMe)
-  std::size_t param_bounce_bytes = 0;  // parameter NVMe: the largest shard's region
-  std::size_t param_bounces = 0;       // three bounce buffers and offload_param.buffer_count
-  std::size_t grad_live_peak = 0;      // stages 2-3: the walk's most gradient bytes at once
-  std::size_t gather_live_peak = 0;    // stage 3: persistent plus the largest module's others
+  std::size_t swap_slot_bytes = 0;       // optimizer NVMe: one buffer of the largest group's region
+  std::size_t swap_slots = 0;            // offload_optimizer.buffer_count (with NVMe)
+  std::size_t param_bounce_bytes = 0;    // parameter NVMe: the largest shard's region
+  std::size_t param_bounces = 0;         // three bounce buffers and offload_param.buffer_count
+  std::size_t grad_live_peak = 0;        // stages 2-3: the walk's most gradient bytes at once
+  std::size_t gather_live_peak = 0;      // stage 3: persistent plus the largest module's others
 
   // The arenas, in the order memory reports list them.
   ArenaPlan state;       // device: replicated params and grads, owned state, buckets
@@ -137,7 +137,7 @@ struct MemoryPlan {
 
 // `gpu`: the engine runs on a GPU (the host scratch exists with offload); on CPU ranks the
 // device tier is host memory and there is no separate host scratch.
-MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
-                       const Layout& layout, bool gpu);
+MemoryPlan plan_memory(const Registry& registry, const config::Config& config, const Layout& layout,
+                       bool gpu);
 
 }  // namespace zero::engine

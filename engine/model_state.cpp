@@ -20,7 +20,7 @@ ModelState::ModelState(const EngineContext& context, const MemoryPlan& plan,
       modes_(context.layout.modes),
       rank_(context.comm.rank()),
       full_(context.registry.param_count(), nullptr) {
-  if ((modes_.offload || modes_.param_offload) && ctx_.device.type() != DeviceType::cpu) {
+  if ((modes_.optimizer_offload || modes_.param_offload) && ctx_.device.type() != DeviceType::cpu) {
     // The owned state is in pinned memory, where the CPU computes on it.
     host_ = create_cpu_device();
     host_scalars_ = static_cast<float*>(host_->reserve(Tier::host, kScratchBytes));
@@ -36,12 +36,12 @@ std::size_t ModelState::owned_valid(std::size_t param) const {
   return ctx_.layout.params[param].shape.valid(modes_.stage == 0 ? 0 : rank_);
 }
 
-Device& ModelState::state_device() { return modes_.offload ? host_device() : ctx_.device; }
+Device& ModelState::state_device() { return modes_.optimizer_offload ? host_device() : ctx_.device; }
 
 Device& ModelState::host_device() { return host_ ? *host_ : ctx_.device; }
 
 float* ModelState::state_scalars(float* device_scratch) {
-  return modes_.offload && host_ ? host_scalars_ : device_scratch;
+  return modes_.optimizer_offload && host_ ? host_scalars_ : device_scratch;
 }
 
 bool ModelState::master_is_param() const noexcept {
@@ -86,7 +86,7 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
   // Every arena is sized by the plan zero-mem predicts with; the blocks taken below, in this
   // order, are the ones it counts.
   const MemoryPlan& plan = plan_;
-  if (modes_.nvme) check_swap_buffers();
+  if (modes_.optimizer_nvme) check_swap_buffers();
   if (plan.offload.made()) {
     offload_arena_ = std::make_unique<Arena>(&device, plan.offload.tier, plan.offload.capacity,
                                              plan.offload.name);
@@ -104,7 +104,7 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
   auto take = [&](MemoryKind kind, std::size_t bytes) {
     return take_from(*state_arena_, kind, bytes);
   };
-  Arena& owned_arena = modes_.offload ? *offload_arena_ : *state_arena_;
+  Arena& owned_arena = modes_.optimizer_offload ? *offload_arena_ : *state_arena_;
   Device& owned_device = state_device();
   Stream& owned_stream = owned_device.default_stream();
   auto take_owned = [&](MemoryKind kind, std::size_t bytes) {
@@ -135,9 +135,9 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
     }
   }
   void* reduce_staging = take_owned(MemoryKind::buffer, plan.reduce_staging_bytes);
-  if (modes_.offload) param_staging_ = take_owned(MemoryKind::buffer, plan.param_staging_bytes);
+  if (modes_.optimizer_offload) param_staging_ = take_owned(MemoryKind::buffer, plan.param_staging_bytes);
   owned_stream.synchronize();
-  if (modes_.nvme) {
+  if (modes_.optimizer_nvme) {
     open_swap_io(job_id);
     set_up_swap();
   }
@@ -151,7 +151,7 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
                          host_device().default_stream());
       host_device().default_stream().synchronize();
     }
-    if (!modes_.offload) {
+    if (!modes_.optimizer_offload) {
       param_staging_ = take_from(*param_arena_, MemoryKind::buffer, plan.param_staging_bytes);
     }
     if (modes_.param_nvme) {
@@ -174,8 +174,8 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
   // memory, where the CPU adds them in after they come down.
   parts.reduce_target.grad_flat = grad_flat_;
   parts.reduce_target.accum = modes_.accum;
-  parts.reduce_target.adder = modes_.offload ? &state_device() : &device;
-  parts.reduce_target.staging = modes_.offload ? reduce_staging : nullptr;
+  parts.reduce_target.adder = modes_.optimizer_offload ? &state_device() : &device;
+  parts.reduce_target.staging = modes_.optimizer_offload ? reduce_staging : nullptr;
   if (plan.gather.made()) {
     parts.gather_arena =
         std::make_unique<Arena>(&device, Tier::device, plan.gather.capacity, plan.gather.name);
@@ -197,7 +197,7 @@ void ModelState::put_state(std::size_t flat, const float* values, const void* co
       // In memory: with offload host memory the host writes; else device memory, through the
       // device's copies (fp32 at stage 0 keeps no master: the compute copy is the value).
       const std::size_t n = std::min(count, layout.resident_end - flat);
-      Device& d = modes_.offload ? host_device() : ctx_.device;
+      Device& d = modes_.optimizer_offload ? host_device() : ctx_.device;
       if (master_ != nullptr) d.copy(master_ + flat, values, n * sizeof(float));
       for (int m = 0; m < moment_count; ++m) {
         char* to = static_cast<char*>(moments_[m]) + flat * state_size;

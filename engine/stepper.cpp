@@ -42,7 +42,7 @@ void Stepper::create_optimizer(int cpu_threads) {
   formats.state = ctx_.config.optimizer_state_dtype;
   formats.param_out = modes_.mixed ? modes_.compute : DType::bf16;
   formats.copy_out = modes_.mixed;  // fp32: the master is the parameter, nothing is copied out
-  if (ctx_.device.type() == DeviceType::cuda && !modes_.offload) {
+  if (ctx_.device.type() == DeviceType::cuda && !modes_.optimizer_offload) {
     optimizer_ = optim::create_cuda_optimizer(ctx_.config.optimizer, formats);
   } else {
     optim::CpuOptimizerOptions cpu;
@@ -117,7 +117,7 @@ std::vector<optim::Slice> Stepper::slices() {
     const GroupSpec& group = ctx_.registry.group(ctx_.registry.param(p).group);
     optim::Slice s;
     // With NVMe a swapped parameter's master and moments are found per step group.
-    const bool resident = !modes_.nvme || place.flat < layout.resident_end;
+    const bool resident = !modes_.optimizer_nvme || place.flat < layout.resident_end;
     s.master = resident ? state_.master_of(p) : nullptr;
     s.grad = state_.grad_flat() != nullptr
                  ? static_cast<const void*>(static_cast<const char*>(state_.grad_flat()) +
@@ -227,10 +227,10 @@ void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all
 
   Stream& stream = ctx_.device.default_stream();
   Stream& state_stream = state_.state_device().default_stream();
-  Stream& step_stream = modes_.offload ? state_stream : stream;
+  Stream& step_stream = modes_.optimizer_offload ? state_stream : stream;
   Timer timer;
   optimizer_->step(pieces(group, all, where, out), hyper, step_stream);
-  if (ctx_.config.wall_clock_breakdown || modes_.offload) step_stream.synchronize();
+  if (ctx_.config.wall_clock_breakdown || modes_.optimizer_offload) step_stream.synchronize();
   optimizer_seconds_.add(timer.seconds());
 
   place(group, all, where, out);
@@ -248,7 +248,7 @@ char* Stepper::all_gather_block(std::size_t group) {
 }
 
 char* Stepper::out_of(std::size_t group) {
-  if (modes_.offload || modes_.param_nvme) return static_cast<char*>(state_.param_staging());
+  if (modes_.optimizer_offload || modes_.param_nvme) return static_cast<char*>(state_.param_staging());
   if (modes_.stage == 1 || modes_.stage == 2) return all_gather_block(group);
   return nullptr;
 }
@@ -312,7 +312,7 @@ void Stepper::place(std::size_t group, const std::vector<optim::Slice>& all,
       const std::size_t at = layout.params[p].flat + piece.begin;
       from = where.swapped ? where.view.master + (at - layout.group_lo[group])
                            : all[piece.param].master + piece.begin;
-    } else if (modes_.offload || modes_.param_nvme) {
+    } else if (modes_.optimizer_offload || modes_.param_nvme) {
       from = out + at_block;
     }
     if (modes_.stage == 3 && state_.swapped_param(p)) {

@@ -60,7 +60,7 @@ void ModelState::open_swap_io(const std::string& job_id) {
   aio_ = offload::AsyncIO::create(aio_options);
   // One directory per rank holds both swap files; the optimizer's nvme_path wins when both
   // are set.
-  const std::string& path = modes_.nvme ? config.zero.offload_optimizer.nvme_path
+  const std::string& path = modes_.optimizer_nvme ? config.zero.offload_optimizer.nvme_path
                                         : config.zero.offload_param.nvme_path;
   swap_dir_ = std::make_unique<offload::SwapDirectory>(path, job_id, rank_);
 }

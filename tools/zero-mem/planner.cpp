@@ -95,7 +95,7 @@ StepBound bound_step(const Request& request, const config::Config& config,
   // every gather's shard up with offload_param.
   double down = 0, up = 0;
   const double shard = P / (m.stage == 0 ? 1 : n);
-  if (m.offload) {
+  if (m.optimizer_offload) {
     down += (m.stage == 1 ? 1 : accum) * shard * wire;
     if (!m.param_offload) up += shard * csize;
   }
@@ -120,7 +120,7 @@ StepBound bound_step(const Request& request, const config::Config& config,
 
   // The CPU optimizer: each node's ranks stream their shards' masters, moments (read and
   // written), gradients (read) and updated values (written) through host memory.
-  if (m.offload) {
+  if (m.optimizer_offload) {
     const double per_element = 2 * 4.0 +
                                2.0 * config.optimizer.state_buffers() *
                                    dtype_size(config.optimizer_state_dtype) +
