@@ -6,7 +6,10 @@
 namespace zero {
 
 std::unique_ptr<Device> create_device(const DeviceOptions& options) {
-  if (options.preference == DevicePreference::cpu) return create_cpu_device();
+  const auto cpu = [&] {
+    return create_cpu_device(options.cpu_mode ? *options.cpu_mode : cpu_device_mode_from_env());
+  };
+  if (options.preference == DevicePreference::cpu) return cpu();
   const CudaProbe probe = probe_cuda();
   if (probe.device_count > 0) {
     const int ordinal = options.local_rank % probe.device_count;
@@ -17,7 +20,7 @@ std::unique_ptr<Device> create_device(const DeviceOptions& options) {
                      probe.reason);
   }
   log::info("no GPU ({}); using the CPU device", probe.reason);
-  return create_cpu_device();
+  return cpu();
 }
 
 }  // namespace zero

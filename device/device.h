@@ -3,8 +3,11 @@
 //
 // Ordering: work submitted to one Stream runs in submission order. Work on different streams
 // is ordered only by events (Event::record on the producer, Event::block on the consumer),
-// never by host synchronisation. The CPU device runs every call to completion on the calling
-// thread, so its streams and events are trivially ordered.
+// never by host synchronisation. The synchronous CPU device runs every call to completion on
+// the calling thread, so its streams and events are trivially ordered; the asynchronous one
+// (CpuDeviceMode::async) runs each stream on a worker thread, so that every ordering mistake
+// a GPU would expose appears on the CPU, and the guarded one also makes host access to
+// device-tier memory fault while the engine runs (guard_device_memory).
 //
 // Kernels take pointers the device can address: device-tier memory (and, on CUDA, pinned
 // memory through unified addressing). They are asynchronous on the given stream; their scalar
@@ -13,8 +16,11 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "base/dtype.h"
 #include "device/memory.h"
@@ -64,11 +70,35 @@ class Device {
 
   virtual Stream& default_stream() = 0;
   virtual std::unique_ptr<Stream> create_stream() = 0;
+  // The caller's stream as a Stream, borrowed (never destroyed by it): on CUDA a cudaStream_t
+  // of this device's GPU, NULL for the legacy default stream; on the CPU NULL only, for the
+  // calling thread itself, whose work is done when it calls and which waits on the host for
+  // what it is made to wait for (Event::block). Throws a usage Error for another device's
+  // stream or a non-NULL stream on the CPU.
+  virtual std::unique_ptr<Stream> wrap_stream(void* native) = 0;
   virtual std::unique_ptr<Event> create_event(bool timing = false) = 0;
   // Waits for all work on all streams of this device.
   virtual void synchronize() = 0;
 
-  // Copies between any two of device, pinned and host memory.
+  // Whether host code may read and write memory of `tier` directly (device-tier memory is not
+  // host-addressable on CUDA or on the guarded CPU device; pinned and host memory always are).
+  virtual bool host_addressable(Tier tier) const noexcept = 0;
+
+  // Runs `task` on the host in `stream`'s order: after the work submitted there before it,
+  // before the work submitted after it (CUDA: cudaLaunchHostFunc, so the task must not call
+  // CUDA; CPU: on the stream's thread). The task must not throw.
+  virtual void launch_host_task(Stream& stream, std::function<void()> task) = 0;
+  // The address at which a host task reaches `pointer` (memory of this device): the pointer
+  // itself wherever the host addresses the memory. The guarded CPU device gives its device-tier
+  // memory's other mapping; CUDA device memory has none (a usage Error).
+  virtual void* host_alias(const void* pointer) = 0;
+  // The guarded CPU device only: while guarded (calls nest), host code touching device-tier
+  // memory faults with a message naming the address; device work reaches it through its own
+  // mapping. The engine guards every call it makes into the device. No effect elsewhere.
+  virtual void guard_device_memory(bool guarded) noexcept { (void)guarded; }
+
+  // Copies between any two of device, pinned and host memory. Synchronous: ordered after the
+  // work on the default stream, complete on return.
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void copy_async(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;
 
@@ -95,12 +125,43 @@ class Device {
                             Stream& stream) = 0;
 };
 
+// While alive, host access to the device's device-tier memory faults (guard_device_memory).
+class DeviceMemoryGuard {
+ public:
+  explicit DeviceMemoryGuard(Device& device) noexcept : device_(device) {
+    device_.guard_device_memory(true);
+  }
+  ~DeviceMemoryGuard() { device_.guard_device_memory(false); }
+  DeviceMemoryGuard(const DeviceMemoryGuard&) = delete;
+  DeviceMemoryGuard& operator=(const DeviceMemoryGuard&) = delete;
+
+ private:
+  Device& device_;
+};
+
 enum class DevicePreference { automatic, cpu, cuda };
 
+// How the CPU device runs its streams: sync (every call completes on the calling thread),
+// async (a worker thread per stream, events as markers in the queues) or guarded (async, and
+// device-tier memory faults on host access while the engine runs). Testing modes: async and
+// guarded catch on the CPU the ordering and host-access mistakes a GPU would expose.
+enum class CpuDeviceMode { sync, async, guarded };
+
+// ZERO_CPU_DEVICE: "sync", "async" or "guarded"; unset or empty: sync. Throws a usage Error
+// naming the variable and the values for anything else.
+CpuDeviceMode cpu_device_mode_from_env();
+std::string_view cpu_device_mode_name(CpuDeviceMode mode) noexcept;
+
 struct DeviceOptions {
+  DeviceOptions(DevicePreference preference_ = DevicePreference::automatic, int local_rank_ = 0,
+                std::optional<CpuDeviceMode> cpu_mode_ = std::nullopt)
+      : preference(preference_), local_rank(local_rank_), cpu_mode(cpu_mode_) {}
+
   DevicePreference preference = DevicePreference::automatic;
   // The launcher's local rank; selects the GPU (local_rank modulo the GPU count).
   int local_rank = 0;
+  // The CPU device's mode when the CPU is chosen; unset: cpu_device_mode_from_env().
+  std::optional<CpuDeviceMode> cpu_mode;
 };
 
 // What the CUDA runtime reports: the number of GPUs, or why there are none.
@@ -115,7 +176,9 @@ CudaProbe probe_cuda() noexcept;
 // automatic: CUDA when probe_cuda() finds a GPU, else the CPU device (logged at info).
 // cuda: a GPU or a device Error saying why there is none.
 std::unique_ptr<Device> create_device(const DeviceOptions& options = {});
+// The synchronous CPU device (the host side of the engine beside a GPU, tools, tests).
 std::unique_ptr<Device> create_cpu_device();
+std::unique_ptr<Device> create_cpu_device(CpuDeviceMode mode);
 // Implemented by the CUDA backend target (or its stub when CUDA is not built).
 std::unique_ptr<Device> create_cuda_device(int ordinal);
 

@@ -1,8 +1,10 @@
-// The CPU device: memory tiers are host mappings (pinned ones locked with mlock), streams and
-// events are trivial because every call completes on the calling thread, and the kernels are
-// device/cpu/cpu_kernels.
+// The synchronous CPU device: memory tiers are host mappings (pinned ones locked with mlock),
+// streams and events are trivial because every call completes on the calling thread, and the
+// kernels are device/cpu/cpu_kernels. Also the choice of CPU device mode (ZERO_CPU_DEVICE).
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "base/error.h"
 #include "device/cpu/cpu_kernels.h"
@@ -61,8 +63,20 @@ class CpuDevice final : public Device {
     }
   }
 
+  bool host_addressable(Tier) const noexcept override { return true; }
+  void launch_host_task(Stream&, std::function<void()> task) override { task(); }
+  void* host_alias(const void* pointer) override { return const_cast<void*>(pointer); }
+
   Stream& default_stream() override { return stream_; }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(); }
+  std::unique_ptr<Stream> wrap_stream(void* native) override {
+    if (native != nullptr) {
+      throw Error(ErrorCategory::usage,
+                  "a stream was passed to the engine on the CPU device: pass NULL, the calling "
+                  "thread is the CPU caller's stream");
+    }
+    return std::make_unique<CpuStream>();
+  }
   std::unique_ptr<Event> create_event(bool) override { return std::make_unique<CpuEvent>(); }
   void synchronize() override {}
 
@@ -102,6 +116,35 @@ class CpuDevice final : public Device {
 
 }  // namespace
 
+std::unique_ptr<Device> create_async_cpu_device(bool guarded);  // async_cpu_device.cpp
+
 std::unique_ptr<Device> create_cpu_device() { return std::make_unique<CpuDevice>(); }
+
+std::unique_ptr<Device> create_cpu_device(CpuDeviceMode mode) {
+  if (mode == CpuDeviceMode::sync) return create_cpu_device();
+  return create_async_cpu_device(mode == CpuDeviceMode::guarded);
+}
+
+CpuDeviceMode cpu_device_mode_from_env() {
+  const char* value = std::getenv("ZERO_CPU_DEVICE");
+  const std::string text = value != nullptr ? value : "";
+  if (text.empty() || text == "sync") return CpuDeviceMode::sync;
+  if (text == "async") return CpuDeviceMode::async;
+  if (text == "guarded") return CpuDeviceMode::guarded;
+  throw make_error(ErrorCategory::usage,
+                   "ZERO_CPU_DEVICE='{}' is not a CPU device mode; use sync (the default), async "
+                   "(a worker thread per stream) or guarded (async, and host access to device "
+                   "memory faults while the engine runs)",
+                   text);
+}
+
+std::string_view cpu_device_mode_name(CpuDeviceMode mode) noexcept {
+  switch (mode) {
+    case CpuDeviceMode::sync: return "sync";
+    case CpuDeviceMode::async: return "async";
+    case CpuDeviceMode::guarded: return "guarded";
+  }
+  return "sync";
+}
 
 }  // namespace zero

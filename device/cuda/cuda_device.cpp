@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 
@@ -69,15 +71,15 @@ void check_element_alignment(const void* data, DType dtype, const char* what) {
 
 class CudaStream final : public Stream {
  public:
-  explicit CudaStream(int ordinal) : ordinal_(ordinal) {
+  explicit CudaStream(int ordinal) : ordinal_(ordinal), owned_(true) {
     ZERO_CUDA_CHECK(cudaSetDevice(ordinal));
     ZERO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    const cudaError_t status =
-        cudaMalloc(reinterpret_cast<void**>(&partials_), sizeof(double) * cuda::kSumSquaresPartials);
-    if (status != cudaSuccess) {
-      static_cast<void>(cudaStreamDestroy(stream_));
-      throw_cuda_error(status, "cudaMalloc(sum-of-squares partials)", __FILE__, __LINE__);
-    }
+    allocate_partials();
+  }
+  // The caller's stream, borrowed: never destroyed here.
+  CudaStream(int ordinal, cudaStream_t borrowed) : ordinal_(ordinal), stream_(borrowed) {
+    ZERO_CUDA_CHECK(cudaSetDevice(ordinal));
+    allocate_partials();
   }
 
   ~CudaStream() override {
@@ -85,7 +87,7 @@ class CudaStream final : public Stream {
     static_cast<void>(cudaSetDevice(ordinal_));
     static_cast<void>(cudaStreamSynchronize(stream_));
     static_cast<void>(cudaFree(partials_));
-    static_cast<void>(cudaStreamDestroy(stream_));
+    if (owned_) static_cast<void>(cudaStreamDestroy(stream_));
     clear_last_error();
   }
 
@@ -104,7 +106,17 @@ class CudaStream final : public Stream {
   double* partials() const noexcept { return partials_; }
 
  private:
+  void allocate_partials() {
+    const cudaError_t status =
+        cudaMalloc(reinterpret_cast<void**>(&partials_), sizeof(double) * cuda::kSumSquaresPartials);
+    if (status != cudaSuccess) {
+      if (owned_) static_cast<void>(cudaStreamDestroy(stream_));
+      throw_cuda_error(status, "cudaMalloc(sum-of-squares partials)", __FILE__, __LINE__);
+    }
+  }
+
   int ordinal_;
+  bool owned_ = false;
   cudaStream_t stream_ = nullptr;
   double* partials_ = nullptr;
 };
@@ -263,10 +275,57 @@ class CudaDevice final : public Device {
     }
   }
 
+  bool host_addressable(Tier tier) const noexcept override { return tier != Tier::device; }
+
+  void launch_host_task(Stream& stream, std::function<void()> task) override {
+    CudaStream& cuda = cuda_stream(stream, ordinal_);
+    activate();
+    auto* owned = new std::function<void()>(std::move(task));
+    const cudaError_t status = cudaLaunchHostFunc(
+        cuda.handle(),
+        [](void* data) {
+          std::unique_ptr<std::function<void()>> run(static_cast<std::function<void()>*>(data));
+          (*run)();
+        },
+        owned);
+    if (status != cudaSuccess) {
+      delete owned;
+      throw_cuda_error(status, "cudaLaunchHostFunc", __FILE__, __LINE__);
+    }
+  }
+
+  void* host_alias(const void* pointer) override {
+    cudaPointerAttributes attributes{};
+    activate();
+    if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) clear_last_error();
+    if (attributes.type == cudaMemoryTypeDevice) {
+      throw make_error(ErrorCategory::usage,
+                       "host_alias: {} is GPU memory of {}, which the host cannot address",
+                       pointer, description_);
+    }
+    return const_cast<void*>(pointer);
+  }
+
   Stream& default_stream() override { return *default_stream_; }
 
   std::unique_ptr<Stream> create_stream() override {
     return std::make_unique<CudaStream>(ordinal_);
+  }
+
+  std::unique_ptr<Stream> wrap_stream(void* native) override {
+    // NULL: the legacy default stream, where a caller without streams of its own works.
+    const cudaStream_t handle = native != nullptr ? static_cast<cudaStream_t>(native) : cudaStreamLegacy;
+    if (native != nullptr) {
+      int device = -1;
+      ZERO_CUDA_CHECK(cudaStreamGetDevice(handle, &device));
+      if (device != ordinal_) {
+        throw make_error(ErrorCategory::usage,
+                         "the stream passed to the engine belongs to cuda:{}, the engine runs on "
+                         "cuda:{}; pass a stream of the engine's GPU (zero_data_location)",
+                         device, ordinal_);
+      }
+    }
+    return std::make_unique<CudaStream>(ordinal_, handle);
   }
 
   std::unique_ptr<Event> create_event(bool timing) override {

@@ -1,0 +1,260 @@
+// The asynchronous CPU device (CpuDeviceMode::async and guarded): each stream is a worker
+// thread running its work in submission order, events are markers in those queues, and copies
+// and kernels are enqueued like a GPU's, so the CPU shows the ordering mistakes a GPU would.
+// The guarded mode keeps device-tier memory in GuardedMemory: the work enqueued here reaches
+// it through the backing mapping, host code through the window only while unguarded.
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "base/error.h"
+#include "device/cpu/cpu_kernels.h"
+#include "device/cpu/guarded_memory.h"
+#include "device/cpu/stream_worker.h"
+#include "device/device.h"
+#include "device/host_memory.h"
+
+namespace zero {
+namespace {
+
+class AsyncCpuStream final : public Stream {
+ public:
+  // `on_destroy`: called first in the destructor (the device forgets the stream).
+  explicit AsyncCpuStream(std::function<void(AsyncCpuStream*)> on_destroy = nullptr)
+      : on_destroy_(std::move(on_destroy)) {}
+  ~AsyncCpuStream() override {
+    if (on_destroy_) on_destroy_(this);
+  }
+  void synchronize() override { worker_.drain(); }
+  void* native() const noexcept override { return nullptr; }
+  void submit(std::function<void()> task) { worker_.submit(std::move(task)); }
+
+ private:
+  std::function<void(AsyncCpuStream*)> on_destroy_;
+  cpu::StreamWorker worker_;  // last: its thread finishes the queue before the rest goes
+};
+
+// The calling thread as a stream (wrap_stream(NULL)): its work is done when it calls, and it
+// waits on the host for what it is made to wait for.
+class HostStream final : public Stream {
+ public:
+  void synchronize() override {}
+  void* native() const noexcept override { return nullptr; }
+};
+
+AsyncCpuStream& async_stream(Stream& stream) {
+  auto* mine = dynamic_cast<AsyncCpuStream*>(&stream);
+  if (mine == nullptr) {
+    throw Error(ErrorCategory::usage,
+                "the asynchronous CPU device was given a stream it did not create");
+  }
+  return *mine;
+}
+
+class AsyncCpuEvent final : public Event {
+ public:
+  void record(Stream& stream) override {
+    auto marker = std::make_shared<Marker>();
+    const auto reach = [marker] {
+      marker->time = std::chrono::steady_clock::now();
+      marker->reached.set();
+    };
+    if (dynamic_cast<HostStream*>(&stream) != nullptr) {
+      reach();
+    } else {
+      async_stream(stream).submit(reach);
+    }
+    marker_ = std::move(marker);
+  }
+  // Like cudaStreamWaitEvent: waits for the work captured by the latest record, if any.
+  void block(Stream& stream) override {
+    if (!marker_) return;
+    if (dynamic_cast<HostStream*>(&stream) != nullptr) {
+      marker_->reached.wait();
+      return;
+    }
+    async_stream(stream).submit([marker = marker_] { marker->reached.wait(); });
+  }
+  bool query() override { return !marker_ || marker_->reached.is_set(); }
+  void synchronize() override {
+    if (marker_) marker_->reached.wait();
+  }
+  float elapsed_ms_since(Event& start) override {
+    auto* begin = dynamic_cast<AsyncCpuEvent*>(&start);
+    if (begin == nullptr || !begin->marker_ || !marker_) {
+      throw Error(ErrorCategory::usage,
+                  "elapsed_ms_since: both events must be recorded events of the CPU device");
+    }
+    synchronize();
+    begin->synchronize();
+    return std::chrono::duration<float, std::milli>(marker_->time - begin->marker_->time).count();
+  }
+
+ private:
+  struct Marker {
+    cpu::Marker reached;
+    std::chrono::steady_clock::time_point time{};
+  };
+  std::shared_ptr<Marker> marker_;
+};
+
+class AsyncCpuDevice final : public Device {
+ public:
+  explicit AsyncCpuDevice(bool guarded) : guarded_(guarded) {
+    default_stream_ = std::make_unique<AsyncCpuStream>();
+    streams_.push_back(default_stream_.get());
+  }
+
+  ~AsyncCpuDevice() override { drain_quietly(); }
+
+  DeviceType type() const noexcept override { return DeviceType::cpu; }
+  int ordinal() const noexcept override { return -1; }
+  std::string description() const override {
+    return guarded_ ? "cpu (asynchronous, guarded device memory)" : "cpu (asynchronous)";
+  }
+
+  void* reserve(Tier tier, std::size_t bytes) override {
+    switch (tier) {
+      case Tier::pinned: return host_memory::map_pinned(bytes);
+      case Tier::device: return guarded_ ? memory_.reserve(bytes) : host_memory::map(bytes, tier);
+      case Tier::host: return host_memory::map(bytes, tier);
+      case Tier::nvme: break;
+    }
+    throw Error(ErrorCategory::usage,
+                "Device::reserve: the nvme tier is file space, not memory; use an nvme arena");
+  }
+
+  // Like cudaFree, waits for the work queued so far: it may still use the memory.
+  void unreserve(Tier tier, void* base, std::size_t bytes) noexcept override {
+    drain_quietly();
+    if (tier == Tier::pinned) {
+      host_memory::unmap_pinned(base, bytes);
+    } else if (tier == Tier::device && guarded_) {
+      memory_.unreserve(base, bytes);
+    } else {
+      host_memory::unmap(base, bytes);
+    }
+  }
+
+  bool host_addressable(Tier tier) const noexcept override {
+    return !(guarded_ && tier == Tier::device);
+  }
+
+  void launch_host_task(Stream& stream, std::function<void()> task) override {
+    async_stream(stream).submit(std::move(task));
+  }
+  void* host_alias(const void* pointer) override { return at(pointer); }
+  void guard_device_memory(bool guarded) noexcept override {
+    if (guarded_) memory_.guard(guarded);
+  }
+
+  Stream& default_stream() override { return *default_stream_; }
+
+  std::unique_ptr<Stream> create_stream() override {
+    auto stream = std::make_unique<AsyncCpuStream>([this](AsyncCpuStream* gone) {
+      std::lock_guard lock(mutex_);
+      std::erase(streams_, gone);
+    });
+    std::lock_guard lock(mutex_);
+    streams_.push_back(stream.get());
+    return stream;
+  }
+
+  std::unique_ptr<Stream> wrap_stream(void* native) override {
+    if (native != nullptr) {
+      throw Error(ErrorCategory::usage,
+                  "a stream was passed to the engine on the CPU device: pass NULL, the calling "
+                  "thread is the CPU caller's stream");
+    }
+    return std::make_unique<HostStream>();
+  }
+
+  std::unique_ptr<Event> create_event(bool) override { return std::make_unique<AsyncCpuEvent>(); }
+
+  void synchronize() override {
+    std::vector<AsyncCpuStream*> streams;
+    {
+      std::lock_guard lock(mutex_);
+      streams = streams_;
+    }
+    for (AsyncCpuStream* stream : streams) stream->synchronize();
+  }
+
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    copy_async(dst, src, bytes, *default_stream_);
+    default_stream_->synchronize();
+  }
+
+  void copy_async(void* dst, const void* src, std::size_t bytes, Stream& stream) override {
+    if (bytes == 0) return;
+    void* to = at(dst);
+    const void* from = at(src);
+    async_stream(stream).submit([=] { std::memmove(to, from, bytes); });
+  }
+
+  void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+            Stream& stream) override {
+    const void* from = at(src);
+    void* to = at(dst);
+    async_stream(stream).submit([=] { cpu::cast(from, src_dtype, to, dst_dtype, count); });
+  }
+  void scale(void* data, DType dtype, std::size_t count, float factor, Stream& stream) override {
+    void* p = at(data);
+    async_stream(stream).submit([=] { cpu::scale(p, dtype, count, factor); });
+  }
+  void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+                  float factor, Stream& stream) override {
+    const void* from = at(src);
+    void* to = at(dst);
+    async_stream(stream).submit(
+        [=] { cpu::accumulate(from, src_dtype, to, dst_dtype, count, factor); });
+  }
+  void fill(void* data, DType dtype, std::size_t count, float value, Stream& stream) override {
+    void* p = at(data);
+    async_stream(stream).submit([=] { cpu::fill(p, dtype, count, value); });
+  }
+  void sum_squares(const void* data, DType dtype, std::size_t count, float* accumulator,
+                   Stream& stream) override {
+    const void* p = at(data);
+    auto* sum = static_cast<float*>(at(accumulator));
+    async_stream(stream).submit(
+        [=] { *sum = static_cast<float>(*sum + cpu::sum_squares(p, dtype, count)); });
+  }
+  void check_finite(const void* data, DType dtype, std::size_t count, float* flag,
+                    Stream& stream) override {
+    const void* p = at(data);
+    auto* out = static_cast<float*>(at(flag));
+    async_stream(stream).submit([=] {
+      if (cpu::any_nonfinite(p, dtype, count)) *out = 1.0f;
+    });
+  }
+
+ private:
+  void drain_quietly() noexcept {
+    try {
+      synchronize();
+    } catch (...) {  // a task's error nobody synchronised for; the work is done all the same
+    }
+  }
+
+  void* at(const void* pointer) const noexcept {
+    return guarded_ ? memory_.translate(pointer) : const_cast<void*>(pointer);
+  }
+
+  bool guarded_;
+  mutable cpu::GuardedMemory memory_;
+  std::mutex mutex_;
+  std::unique_ptr<AsyncCpuStream> default_stream_;
+  std::vector<AsyncCpuStream*> streams_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> create_async_cpu_device(bool guarded) {
+  return std::make_unique<AsyncCpuDevice>(guarded);
+}
+
+}  // namespace zero
