@@ -33,8 +33,9 @@ class LocalCommunicator final : public CommunicatorBase {
   LocalCommunicator(std::string name, const CommOptions& options)
       : CommunicatorBase(std::move(name), "local", 0, 1, options.timeout), options_(options) {}
 
-  Work all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, Stream*) override {
-    return complete(begin_all_reduce(data, count, dtype, op));
+  Work all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,
+                  Stream* stream) override {
+    return after_caller(begin_all_reduce(data, count, dtype, op), stream);
   }
 
   Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype,
@@ -47,11 +48,11 @@ class LocalCommunicator final : public CommunicatorBase {
     return copy(begin_all_gather(input, output, count, dtype), input, output, stream);
   }
 
-  Work broadcast(void* data, std::size_t count, DType dtype, int root, Stream*) override {
-    return complete(begin_broadcast(data, count, dtype, root));
+  Work broadcast(void* data, std::size_t count, DType dtype, int root, Stream* stream) override {
+    return after_caller(begin_broadcast(data, count, dtype, root), stream);
   }
 
-  Work barrier(Stream*) override { return complete(begin_barrier()); }
+  Work barrier(Stream* stream) override { return after_caller(begin_barrier(), stream); }
 
   void begin_group() override { enter_group(); }
   void end_group() override { leave_group(); }
@@ -72,14 +73,22 @@ class LocalCommunicator final : public CommunicatorBase {
     const std::size_t bytes = op.count * dtype_size(op.dtype);
     if (bytes == 0 || input == output) return complete(op);
     Device* device = options_.device;
-    if (device == nullptr || device->type() == DeviceType::cpu) {
+    if (device == nullptr) {
       std::memcpy(output, input, bytes);
       return complete(op);
     }
     Stream& on = stream != nullptr ? *stream : device->default_stream();
     device->copy_async(output, input, bytes, on);
+    return after_caller(op, &on);
+  }
+
+  // The data is final where the caller's queued work leaves it: the work is complete once
+  // that has run, as a collective queued on the stream would be.
+  Work after_caller(const OpInfo& op, Stream* stream) {
+    Device* device = options_.device;
+    if (device == nullptr) return complete(op);
     auto done = device->create_event();
-    done->record(on);
+    done->record(stream != nullptr ? *stream : device->default_stream());
     return Work(std::make_shared<CopyWork>(op, health(), timeout(), std::move(done)));
   }
 

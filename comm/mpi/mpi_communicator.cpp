@@ -131,7 +131,7 @@ class MpiCommunicator final : public CommunicatorBase {
         options_(options),
         threaded_(progress == Progress::thread),
         staged_(options.stage_host_buffers ||
-                (options.device != nullptr && options.device->type() != DeviceType::cpu)) {
+                (options.device != nullptr && !options.device->host_addressable(Tier::device))) {
     std::lock_guard guard(Runtime::get().lock());
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     board_ = std::make_shared<ArrivalBoard>(comm_);
@@ -163,6 +163,8 @@ class MpiCommunicator final : public CommunicatorBase {
       stage = staging_->acquire(bytes);
       to_host(stage.data, data, bytes, stream);
       buffer = stage.data;
+    } else {
+      wait_for_caller(stream);
     }
     const std::size_t element = dtype_size(dtype);
     const MPI_Datatype type = datatype_of(dtype);
@@ -203,6 +205,7 @@ class MpiCommunicator final : public CommunicatorBase {
                      from_host(output, out, block, stage);
                    });
     }
+    wait_for_caller(stream);
     auto* in = const_cast<char*>(static_cast<const char*>(input));
     const bool in_place = static_cast<char*>(output) == in + rank() * block;
     return issue(
@@ -238,6 +241,7 @@ class MpiCommunicator final : public CommunicatorBase {
                    }),
                    [=, this] { from_host(output, out, total, stage); });
     }
+    wait_for_caller(stream);
     const bool in_place =
         static_cast<const char*>(input) == static_cast<char*>(output) + rank() * block;
     return issue(
@@ -262,6 +266,8 @@ class MpiCommunicator final : public CommunicatorBase {
         wait_for_caller(stream);
       }
       buffer = stage.data;
+    } else {
+      wait_for_caller(stream);
     }
     const std::size_t element = dtype_size(dtype);
     const MPI_Datatype type = datatype_of(dtype);
@@ -279,7 +285,7 @@ class MpiCommunicator final : public CommunicatorBase {
   Work barrier(Stream* stream) override {
     const OpInfo info = begin_barrier();
     // The barrier comes after the caller's queued device work.
-    if (staged_) wait_for_caller(stream);
+    wait_for_caller(stream);
     return issue(info,
                  single([this](MPI_Request* request) { return MPI_Ibarrier(comm_, request); }), {});
   }
@@ -335,10 +341,14 @@ class MpiCommunicator final : public CommunicatorBase {
     options_.device->copy(destination, source, bytes);
     staging_->release(stage);
   }
-  // The caller's queued device work must be done before a staged result overwrites its data.
+  // The caller's queued device work must be done before MPI reads its data or a staged result
+  // overwrites it (on the synchronous CPU device there is none).
   void wait_for_caller(Stream* stream) {
-    Device& device = *options_.device;
-    (stream != nullptr ? *stream : device.default_stream()).synchronize();
+    if (stream != nullptr) {
+      stream->synchronize();
+    } else if (options_.device != nullptr) {
+      options_.device->default_stream().synchronize();
+    }
   }
 
   // `post` issues the collective's MPI calls, appending one request per call.
