@@ -50,6 +50,15 @@ struct CpuOptimizerOptions {
 std::unique_ptr<Optimizer> create_cpu_optimizer(const OptimizerSpec& spec, const Formats& formats,
                                                 const CpuOptimizerOptions& options = {});
 
+// The CPU optimizer as work on `device`'s streams: step() and write_param_out() enqueue the
+// CPU step as a host task (Device::launch_host_task) over the device's host aliases of the
+// slices' pointers, and return; on the synchronous CPU device the task runs at once. For a
+// CPU device whose streams run on worker threads, or whose device memory the host reaches
+// only through an alias. An error in the step surfaces at the stream's next synchronize.
+std::unique_ptr<Optimizer> create_hosted_cpu_optimizer(Device& device, const OptimizerSpec& spec,
+                                                       const Formats& formats,
+                                                       const CpuOptimizerOptions& options = {});
+
 // Adam and AdamW on a CUDA device (other types are a config Error naming the type). Throws a
 // device Error in builds without CUDA.
 std::unique_ptr<Optimizer> create_cuda_optimizer(const OptimizerSpec& spec,
