@@ -94,6 +94,17 @@ zero_engine* create(const ConfigReader& read_config, const zero_create_options* 
                        "zero_create: options->device {} is not 0 (automatic), 1 (CPU) or 2 (CUDA)",
                        o.device);
   }
+  switch (o.cpu_device) {
+    case 0: break;  // ZERO_CPU_DEVICE
+    case 1: device_options.cpu_mode = zero::CpuDeviceMode::sync; break;
+    case 2: device_options.cpu_mode = zero::CpuDeviceMode::async; break;
+    case 3: device_options.cpu_mode = zero::CpuDeviceMode::guarded; break;
+    default:
+      throw make_error(ErrorCategory::usage,
+                       "zero_create: options->cpu_device {} is not 0 (from ZERO_CPU_DEVICE), 1 "
+                       "(synchronous), 2 (asynchronous) or 3 (guarded)",
+                       o.cpu_device);
+  }
   const zero::comm::LaunchInfo launch = zero::comm::detect_launch();
   device_options.local_rank = launch.local_rank;
   // Log lines say which rank wrote them from the first (the device's choice, the config's
@@ -136,12 +147,6 @@ zero_engine* create(const ConfigReader& read_config, const zero_create_options* 
   handle->engine = std::make_unique<zero::engine::Engine>(std::move(config), std::move(device),
                                                           std::move(comm), engine_options);
   return handle.release();
-}
-
-zero::Stream* stream_of(void*) {
-  // The caller's stream is ordered through the device's default stream for now: the CPU
-  // device ignores streams, and the CUDA engine path wraps cudaStream_t with the GPU issue.
-  return nullptr;
 }
 
 }  // namespace
@@ -309,29 +314,29 @@ zero_status zero_init(zero_engine* engine) {
 
 zero_status zero_pre_forward(zero_engine* engine, int module, void* stream) {
   return zero::guard([&] {
-    engine_of(engine, "zero_pre_forward")
-        .pre_forward(index_of(module, "zero_pre_forward", "module"), stream_of(stream));
+    auto& e = engine_of(engine, "zero_pre_forward");
+    e.pre_forward(index_of(module, "zero_pre_forward", "module"), e.caller_stream(stream));
   });
 }
 
 zero_status zero_post_forward(zero_engine* engine, int module, void* stream) {
   return zero::guard([&] {
-    engine_of(engine, "zero_post_forward")
-        .post_forward(index_of(module, "zero_post_forward", "module"), stream_of(stream));
+    auto& e = engine_of(engine, "zero_post_forward");
+    e.post_forward(index_of(module, "zero_post_forward", "module"), e.caller_stream(stream));
   });
 }
 
 zero_status zero_pre_backward(zero_engine* engine, int module, void* stream) {
   return zero::guard([&] {
-    engine_of(engine, "zero_pre_backward")
-        .pre_backward(index_of(module, "zero_pre_backward", "module"), stream_of(stream));
+    auto& e = engine_of(engine, "zero_pre_backward");
+    e.pre_backward(index_of(module, "zero_pre_backward", "module"), e.caller_stream(stream));
   });
 }
 
 zero_status zero_post_backward(zero_engine* engine, int module, void* stream) {
   return zero::guard([&] {
-    engine_of(engine, "zero_post_backward")
-        .post_backward(index_of(module, "zero_post_backward", "module"), stream_of(stream));
+    auto& e = engine_of(engine, "zero_post_backward");
+    e.post_backward(index_of(module, "zero_post_backward", "module"), e.caller_stream(stream));
   });
 }
 

@@ -28,6 +28,7 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
       registry(config.optimizer.weight_decay) {
   if (!device) throw make_error(ErrorCategory::usage, "Engine: no device given");
   if (!comm) throw make_error(ErrorCategory::usage, "Engine: no communicator given");
+  order = std::make_unique<CallerOrder>(*device);
   agreement = Agreement(*comm, *device);
   stage = config.zero.stage;
   rank = comm->rank();
@@ -125,9 +126,7 @@ bool Engine::Impl::any_hook_open() const {
   return std::any_of(module_open.begin(), module_open.end(), [](int n) { return n != 0; });
 }
 
-Stream& Engine::Impl::stream_of(Stream* stream) {
-  return stream != nullptr ? *stream : device->default_stream();
-}
+Stream& Engine::Impl::stream_of(Stream* stream) { return order->caller(stream); }
 
 void Engine::Impl::poll_outstanding() {
   if (reducer) reducer->poll();
@@ -221,6 +220,9 @@ void Engine::Impl::allocate() {
 }
 
 // ---- Engine ----
+// Every call that may touch the model state holds a DeviceMemoryGuard: on the guarded CPU
+// device, engine code that reads or writes device memory from the host faults there, as it
+// would on a GPU, instead of passing on the CPU alone.
 
 Engine::Engine(config::Config config, std::unique_ptr<Device> device,
                std::unique_ptr<Communicator> comm, EngineOptions options)
@@ -263,6 +265,7 @@ std::size_t Engine::add_param(std::string name, std::vector<std::int64_t> shape,
 }
 
 void Engine::init() {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   if (e.initialized) throw make_error(ErrorCategory::usage, "init: the engine is already initialised");
   e.registry.freeze();
@@ -279,6 +282,7 @@ void Engine::init() {
 }
 
 void Engine::pre_forward(std::size_t module, Stream* stream) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_initialized("pre_forward");
   e.require_module(module, "pre_forward");
@@ -290,13 +294,16 @@ void Engine::pre_forward(std::size_t module, Stream* stream) {
   }
   if (e.phase == Impl::Phase::idle) e.phase_timer.restart();
   e.phase = Impl::Phase::forward;
-  (void)e.stream_of(stream);
-  e.fetcher->enter(module, /*backward=*/false, e.train, !e.any_hook_open());
+  Stream& caller = e.stream_of(stream);
+  e.order->after(caller);
+  e.fetcher->enter(module, /*backward=*/false, e.train, !e.any_hook_open(), caller);
   e.module_open[module] += 1;
   e.poll_outstanding();
+  e.order->before(caller);
 }
 
 void Engine::post_forward(std::size_t module, Stream* stream) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_initialized("post_forward");
   e.require_module(module, "post_forward");
@@ -307,12 +314,13 @@ void Engine::post_forward(std::size_t module, Stream* stream) {
                      e.registry.module(module).name);
   }
   e.module_open[module] -= 1;
-  (void)e.stream_of(stream);
+  e.order->after(e.stream_of(stream));  // what is released is reused after the caller's reads
   e.fetcher->leave(module, e.train);
   e.poll_outstanding();
 }
 
 void Engine::pre_backward(std::size_t module, Stream* stream) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_initialized("pre_backward");
   e.require_module(module, "pre_backward");
@@ -336,16 +344,19 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
     e.phase = Impl::Phase::backward;
     e.reducer->begin_backward(e.micro_steps);
   }
-  (void)e.stream_of(stream);
-  e.fetcher->enter(module, /*backward=*/true, e.train, !e.any_hook_open());
+  Stream& caller = e.stream_of(stream);
+  e.order->after(caller);
+  e.fetcher->enter(module, /*backward=*/true, e.train, !e.any_hook_open(), caller);
   e.module_open[module] += 1;
   for (std::size_t p : e.registry.module(module).params) {
     if (e.registry.param(p).trainable) e.reducer->hand_out(p);
   }
   e.poll_outstanding();
+  e.order->before(caller);  // the gradient buffers are zeroed before the caller adds into them
 }
 
 void Engine::post_backward(std::size_t module, Stream* stream) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_initialized("post_backward");
   e.require_module(module, "post_backward");
@@ -356,7 +367,7 @@ void Engine::post_backward(std::size_t module, Stream* stream) {
                      e.registry.module(module).name);
   }
   e.module_open[module] -= 1;
-  (void)e.stream_of(stream);
+  e.order->after(e.stream_of(stream));  // the reductions read what the caller wrote
   e.fetcher->leave(module, e.train);
   for (std::size_t p : e.registry.module(module).params) {
     if (e.registry.param(p).trainable) e.reducer->backward_done(p, e.registry.module(module).name);
@@ -365,7 +376,10 @@ void Engine::post_backward(std::size_t module, Stream* stream) {
   e.poll_outstanding();
 }
 
+Stream* Engine::caller_stream(void* native) { return impl_->order->wrap(native); }
+
 void* Engine::param_data(std::size_t param) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_initialized("param_data");
   e.require_param(param, "param_data");
@@ -380,6 +394,7 @@ void* Engine::param_data(std::size_t param) {
 }
 
 void* Engine::grad_buffer(std::size_t param) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_initialized("grad_buffer");
   e.require_param(param, "grad_buffer");
@@ -408,6 +423,7 @@ double Engine::loss_factor() const {
 }
 
 void Engine::set_train(bool train) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   if (e.phase == Impl::Phase::backward) {
     throw make_error(ErrorCategory::usage,
@@ -432,6 +448,7 @@ std::int64_t Engine::global_steps() const noexcept {
 }
 
 StepStats Engine::step() {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_initialized("step");
   if (e.failed) {
@@ -451,6 +468,7 @@ StepStats Engine::step() {
   if (!e.train) {
     throw make_error(ErrorCategory::usage, "step in eval mode: call set_train(true) first");
   }
+  e.order->after(e.order->latest());  // the step reads what the caller's backward wrote
   const bool boundary = is_accumulation_boundary();
   if (e.phase == Impl::Phase::forward) e.timers.forward += e.phase_timer.seconds();
   if (e.phase == Impl::Phase::backward) e.timers.backward += e.phase_timer.seconds();
@@ -488,11 +506,13 @@ StepStats Engine::step() {
 }
 
 void Engine::save_checkpoint(const std::string& dir, const SaveOptions& options) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   impl_->require_quiet("save_checkpoint");
   impl_->checkpoints->save(dir, options, impl_->micro_steps);
 }
 
 LoadResult Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_quiet("load_checkpoint");
   LoadResult result =
@@ -506,6 +526,7 @@ LoadResult Engine::load_checkpoint(const std::string& dir, const LoadOptions& op
 }
 
 void Engine::mean_across_ranks(double* values, std::size_t count) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   impl_->require_initialized("mean_across_ranks");
   impl_->agreement.mean(values, count);
 }
@@ -540,6 +561,7 @@ void Engine::Impl::print_breakdowns() {
 }
 
 std::vector<float> Engine::read_param(std::size_t param) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_initialized("read_param");
   e.require_param(param, "read_param");

@@ -168,12 +168,17 @@ class Engine {
   void init();
   bool initialized() const noexcept;
 
-  // The module hooks. `stream` is the caller's (nullptr: the device's default stream); the
-  // engine orders its work after what is already on it.
+  // The module hooks. `stream` is the caller's (nullptr: the calling thread on the CPU, the
+  // legacy default stream on CUDA): a hook's work comes after the caller's work already there,
+  // and the caller's later work there after what the hook provides (gathered parameters,
+  // zeroed gradient buffers), through events (zero.h, "Streams").
   void pre_forward(std::size_t module, Stream* stream = nullptr);
   void post_forward(std::size_t module, Stream* stream = nullptr);
   void pre_backward(std::size_t module, Stream* stream = nullptr);
   void post_backward(std::size_t module, Stream* stream = nullptr);
+  // The Stream over a caller's native stream (a cudaStream_t), kept for the engine's life;
+  // nullptr for nullptr.
+  Stream* caller_stream(void* native);
 
   // The compute copy of a parameter (compute_dtype, numel elements, row-major). Stages 0-2:
   // valid from init to destruction, changed only by step(). Stage 3: valid between a

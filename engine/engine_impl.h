@@ -27,6 +27,7 @@
 #include "device/device.h"
 #include "device/device_scratch.h"
 #include "engine/agreement.h"
+#include "engine/caller_order.h"
 #include "engine/checkpoint_state.h"
 #include "engine/engine.h"
 #include "engine/fetch_plan.h"
@@ -82,6 +83,7 @@ struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<Device> device;
   std::unique_ptr<Communicator> comm;
+  std::unique_ptr<CallerOrder> order;  // the caller's streams and the engine's (caller_order.h)
   Agreement agreement;  // outcomes agreed across ranks (agreement.h)
   Registry registry;
   int stage = 0;

@@ -11,8 +11,11 @@
 // Owns: gradients (stages 0-1 for the run, from the state arena; stages 2-3 from its own
 // gradient arena, from a module's pre_backward to the bucket holding the last piece), bucket
 // buffers, in-flight reductions. Calls: the device (casts, fills, scales, copies) and the
-// communicator. Streams: the device's default stream; a reduction's work is blocked onto it
-// before its block is read. Internal to engine/.
+// communicator. Streams: the device's default stream, which the engine orders after the
+// caller's stream at post_backward (so a bucket reads the gradients the caller wrote) and the
+// caller's stream after at pre_backward (so the caller adds into zeroed buffers); a reduction
+// is blocked onto it (an event on NCCL, the host on MPI) before its block is read. Internal
+// to engine/.
 #pragma once
 
 #include <cstddef>

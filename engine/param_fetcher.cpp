@@ -51,6 +51,10 @@ void ParamFetcher::attach(std::unique_ptr<Arena> gather_arena, ShardStore& shard
   gather_arena_ = std::move(gather_arena);
   shards_ = &shards;
   read_busy_.assign(shards.read_buffers(), false);
+  read_copied_.clear();
+  for (std::size_t b = 0; b < shards.read_buffers(); ++b) {
+    read_copied_.push_back(ctx_.device.create_event());
+  }
 }
 
 std::size_t ParamFetcher::gathered_elements(std::size_t param) const {
@@ -62,7 +66,8 @@ std::string ParamFetcher::describe(const TraceEvent& event) const {
                      ctx_.registry.module(event.module).name);
 }
 
-void ParamFetcher::enter(std::size_t module, bool backward, bool train, bool top) {
+void ParamFetcher::enter(std::size_t module, bool backward, bool train, bool top,
+                         Stream& caller) {
   if (!active_) return;
   // Shards read from NVMe since the last hook are gathered now: a point every rank reaches
   // in the same order, so their all-gathers are issued in the same order everywhere.
@@ -95,7 +100,7 @@ void ParamFetcher::enter(std::size_t module, bool backward, bool train, bool top
     if (params_[p].full != nullptr) stats_.hits += 1;
     gather(p, /*own=*/true);
   }
-  for (std::size_t p : ctx_.registry.module(module).params) wait(p);
+  for (std::size_t p : ctx_.registry.module(module).params) order_before(p, caller);
   if (at == kNone) return;
 
   const auto ahead = t.plan.prefetch(
@@ -258,11 +263,23 @@ void ParamFetcher::wait(std::size_t param) {
   g.gathering = {};
 }
 
+// The caller's later work on `caller` comes after the parameter's gather, without the host
+// waiting where the communicator orders streams itself (NCCL).
+void ParamFetcher::order_before(std::size_t param, Stream& caller) {
+  Gathered& g = params_[param];
+  if (g.reading) finish_reads(param);
+  if (!g.in_flight) return;
+  Timer timer;
+  g.gathering.block(caller);
+  wait_seconds_.add(timer.seconds());
+}
+
+// The memory goes back to the arena; later gathers into it are queued after the caller's reads
+// (the post hook ordered the default stream after the caller's stream) and after this gather.
 void ParamFetcher::release(std::size_t param) {
   Gathered& g = params_[param];
   if (g.full == nullptr) return;
   wait(param);
-  ctx_.device.default_stream().synchronize();  // the model's work on it is done
   gather_arena_->release(g.block);
   if (!ctx_.layout.params[param].persistent) stats_.live_elements -= gathered_elements(param);
   g.block = {};
@@ -305,6 +322,7 @@ void ParamFetcher::start_read(std::size_t param) {
     free = std::find(read_busy_.begin(), read_busy_.end(), false);
   }
   const auto buffer = static_cast<std::size_t>(free - read_busy_.begin());
+  read_copied_[buffer]->synchronize();  // its last shard has left it for the gathered buffer
   read_busy_[buffer] = true;
   reads_.push_back({param, shards_->start_read(param, buffer), buffer});
   params_[param].reading = true;
@@ -323,6 +341,7 @@ void ParamFetcher::finish_reads(std::size_t param) {
     char* place = static_cast<char*>(g.full) + static_cast<std::size_t>(rank_) * bytes;
     Stream& stream = ctx_.device.default_stream();
     ctx_.device.copy_async(place, shard_data, bytes, stream);
+    read_copied_[read.buffer]->record(stream);
     g.gathering = ctx_.comm.all_gather(place, g.full, shard, compute_, &stream);
     g.reading = false;
     g.in_flight = true;

@@ -10,7 +10,11 @@
 // Owns: each parameter's gathered copy (from its own gather arena) and the gather in flight,
 // the traces and plans, the reads of swapped shards queued ahead of their gathers, and the
 // fetch statistics. Calls: the ShardStore for shards, the device's copies, the communicator's
-// all-gathers. Streams: the device's default stream. At stages 0-2 every call does nothing.
+// all-gathers. Streams: the device's default stream for copies and as the all-gathers' order;
+// the caller's stream waits for a module's gathers (Work::block: an event on NCCL, the host
+// on MPI). Released memory is reused after the caller's reads because the engine orders its
+// default stream after the caller's at every post hook (caller_order.h). At stages 0-2 every
+// call does nothing.
 // Internal to engine/.
 #pragma once
 
@@ -48,9 +52,10 @@ class ParamFetcher {
   // At init (stage 3): the gather arena, and where the shards are.
   void attach(std::unique_ptr<Arena> gather_arena, ShardStore& shards);
 
-  // A pre hook: where the pass is in its plan, the module's own gathers (waited for), and the
-  // prefetch the plan allows from here. `top`: no other hook is open.
-  void enter(std::size_t module, bool backward, bool train, bool top);
+  // A pre hook: where the pass is in its plan, the module's own gathers (the caller's later
+  // work on `caller` ordered after them), and the prefetch the plan allows from here. `top`:
+  // no other hook is open.
+  void enter(std::size_t module, bool backward, bool train, bool top, Stream& caller);
   // A post hook: the module's parameters released, unless the plan uses one again soon.
   void leave(std::size_t module, bool train);
   // The end of a pass: a recording becomes the plan (checked across ranks at the next step),
@@ -106,6 +111,7 @@ class ParamFetcher {
   bool gather(std::size_t param, bool own);
   bool fits(std::size_t bytes) const;
   void wait(std::size_t param);
+  void order_before(std::size_t param, Stream& caller);
   void release(std::size_t param);
   void start_read(std::size_t param);
   // Completes the pending reads in order, issuing their all-gathers, through `param` (all of
@@ -127,6 +133,7 @@ class ParamFetcher {
   Trace traces_[2];
   std::size_t gathers_in_flight_ = 0;
   std::vector<bool> read_busy_;
+  std::vector<std::unique_ptr<Event>> read_copied_;  // per read buffer: its shard copied out
   std::deque<PendingRead> reads_;
   FetchStats stats_;  // live_elements: gathered, not persistent
   SecondsSum issue_seconds_, wait_seconds_;

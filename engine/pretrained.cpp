@@ -67,6 +67,7 @@ class PretrainedSource final : public ValueSource {
 }  // namespace
 
 void Engine::load_pretrained(const std::string& path, const PretrainedOptions& options) {
+  const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_quiet("load_pretrained");
   std::unique_ptr<TensorSet> files;

@@ -47,7 +47,9 @@ void Stepper::create_optimizer(int cpu_threads) {
   } else {
     optim::CpuOptimizerOptions cpu;
     cpu.threads = cpu_threads > 0 ? cpu_threads : 1;
-    optimizer_ = optim::create_cpu_optimizer(ctx_.config.optimizer, formats, cpu);
+    // As work on the state device's stream: on the CPU device its streams may be threads.
+    optimizer_ = optim::create_hosted_cpu_optimizer(state_.state_device(), ctx_.config.optimizer,
+                                                    formats, cpu);
   }
 }
 

@@ -87,12 +87,21 @@ ZERO_API int zero_version_code(void);
  * Thread safety. An engine is driven by one thread at a time. Different engines are
  * independent. zero_last_error() is per thread.
  *
- * Streams. The hooks take the caller's stream (a cudaStream_t on a GPU; pass NULL on the
- * CPU). In this version the engine works on the device's default stream and ignores the
- * argument; ordering after the caller's stream comes with the GPU engine path.
+ * Streams. The hooks take the caller's stream: a cudaStream_t of the engine's GPU, or NULL for
+ * the legacy default stream; on the CPU always NULL, the calling thread. A hook's work is
+ * ordered after the caller's work already queued on that stream (a post_backward's reductions
+ * read the gradients the caller wrote), and the caller's later work there is ordered after
+ * what the hook provides (a pre hook's gathered parameters, pre_backward's zeroed gradient
+ * buffers): through events, without the host waiting, except on the CPU, where the calling
+ * thread waits for them before the hook returns. The engine's reductions and gathers run on
+ * the communicator's own stream (NCCL) or thread (MPI), overlapping the caller's compute.
+ * zero_step is ordered after the stream of the latest hook and returns with the step done.
+ * Use one stream per engine for the hooks of a micro-step.
  *
  * Memory. zero_param_data and zero_grad_buffer give device memory: on a GPU the host must not
- * read or write it; zero_data_location says which it is.
+ * read or write it; zero_data_location says which it is. ZERO_CPU_DEVICE=guarded (or
+ * zero_create_options.cpu_device 3) makes the CPU catch the same mistakes: that memory faults
+ * on host access while a zero_ call runs, and streams run on worker threads.
  *
  * Indices. Groups, modules and parameters are numbered from 0 in registration order.
  * ------------------------------------------------------------------------------------- */
@@ -122,6 +131,13 @@ typedef struct zero_create_options {
    * CUDA (device 2, or automatic with a GPU), on the communicator's GPU. zero never frees it and
    * aborts it only through zero_abort. At most one of mpi_comm and nccl_comm. */
   void* nccl_comm;
+  /* How the CPU device runs, when the device is the CPU: 0 from the environment variable
+   * ZERO_CPU_DEVICE (sync, async or guarded; unset: sync), 1 synchronous (every call completes
+   * on the calling thread), 2 asynchronous (a worker thread per stream, like a GPU's queues),
+   * 3 guarded (asynchronous, and host code touching the memory zero_param_data and
+   * zero_grad_buffer give faults while a zero_ call runs, as it would on a GPU). 2 and 3 are
+   * for testing an embedder's and zero's ordering on the CPU. */
+  int cpu_device;
 } zero_create_options;
 
 /* Creates an engine from a JSON config text. `options` may be NULL. On success *engine is
