@@ -30,9 +30,10 @@ std::int64_t int_value(std::size_t i) {
 
 template <class T>
 void append(std::vector<unsigned char>& bytes, T value) {
-  unsigned char raw[sizeof value];
-  std::memcpy(raw, &value, sizeof value);
-  bytes.insert(bytes.end(), raw, raw + sizeof value);
+  // resize then copy: GCC 12 at -O3 misreads insert() of a small array as an overflow
+  const std::size_t at = bytes.size();
+  bytes.resize(at + sizeof value);
+  std::memcpy(bytes.data() + at, &value, sizeof value);
 }
 
 int write_file(const std::string& path) {
