@@ -34,6 +34,7 @@
 
 namespace zero {
 
+class Device;
 class Stream;
 
 enum class ReduceOp { sum, avg, max };
@@ -51,6 +52,8 @@ class Communicator {
   // "world", or the parent's name with the split: "world/split(1)".
   virtual const std::string& name() const noexcept = 0;
   virtual std::chrono::milliseconds timeout() const noexcept = 0;
+  // The device whose memory its buffers are in (CommOptions::device); null: host memory.
+  virtual Device* device() const noexcept = 0;
 
   // data[0, count) reduced across ranks, in place on every rank.
   virtual Work all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,

@@ -75,4 +75,31 @@ void Agreement::mean(double* values, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) values[i] = sums[i] / world;
 }
 
+bool Agreement::same_everywhere(std::span<const std::uint64_t> values) {
+  if (comm_->size() == 1 || values.empty()) return true;
+  // max(x) and max(~x) = ~min(x) in one all_reduce: equal everywhere iff max == min.
+  const std::size_t n = values.size();
+  std::vector<std::int64_t> words(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::memcpy(&words[i], &values[i], 8);
+    words[n + i] = ~words[i];
+  }
+  DeviceScratch scratch(*device_, words.size() * 8);
+  device_->copy(scratch.data(), words.data(), words.size() * 8);
+  comm_->all_reduce(scratch.data(), words.size(), DType::i64, ReduceOp::max).wait();
+  device_->copy(words.data(), scratch.data(), words.size() * 8);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (words[i] != ~words[n + i]) return false;
+  }
+  return true;
+}
+
+void Agreement::broadcast(std::span<std::uint64_t> values, int root) {
+  if (comm_->size() == 1 || values.empty()) return;
+  DeviceScratch scratch(*device_, values.size_bytes());
+  if (comm_->rank() == root) device_->copy(scratch.data(), values.data(), values.size_bytes());
+  comm_->broadcast(scratch.data(), values.size(), DType::i64, root).wait();
+  device_->copy(values.data(), scratch.data(), values.size_bytes());
+}
+
 }  // namespace zero::engine

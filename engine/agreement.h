@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,10 @@ class Agreement {
   void agree(const std::string& what, const std::function<void()>& work);
   // Collective: each value replaced by its mean over the ranks (in fp32).
   void mean(double* values, std::size_t count);
+  // Collective: whether every rank passed the same values (as many on every rank).
+  bool same_everywhere(std::span<const std::uint64_t> values);
+  // Collective: `root`'s values (as many on every rank), on every rank.
+  void broadcast(std::span<std::uint64_t> values, int root);
 
  private:
   Communicator* comm_ = nullptr;

@@ -28,6 +28,14 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
       registry(config.optimizer.weight_decay) {
   if (!device) throw make_error(ErrorCategory::usage, "Engine: no device given");
   if (!comm) throw make_error(ErrorCategory::usage, "Engine: no communicator given");
+  if (comm->device() != device.get() && !device->host_addressable(Tier::device)) {
+    throw make_error(ErrorCategory::usage,
+                     "Engine: the communicator was made for {}, the engine runs on {}, whose "
+                     "memory the host cannot address; make the communicator with "
+                     "CommOptions::device set to the engine's device",
+                     comm->device() ? comm->device()->description() : "host memory",
+                     device->description());
+  }
   order = std::make_unique<CallerOrder>(*device);
   agreement = Agreement(*comm, *device);
   stage = config.zero.stage;
@@ -140,31 +148,18 @@ void Engine::Impl::check_same_registration() {
   // has values matters on rank 0 only.
   std::vector<std::uint8_t> has_initializer;
   for (const auto& value : initial) has_initializer.push_back(value.initializer ? 1 : 0);
-  std::uint64_t hashes[2] = {
-      registry.hash() ^ XXH3_64bits(has_initializer.data(), has_initializer.size()), 0};
-  auto* scratch = reinterpret_cast<std::int64_t*>(scalars) + 8;
-  std::memcpy(&scratch[0], &hashes[0], 8);
-  scratch[1] = static_cast<std::int64_t>(registry.entry_count());
-  // max(x) and max(~x) = ~min(x) in one all_reduce: equal everywhere iff max == min.
-  scratch[2] = ~scratch[0];
-  scratch[3] = ~scratch[1];
-  comm->all_reduce(scratch, 4, DType::i64, ReduceOp::max).wait();
-  const bool same = scratch[0] == ~scratch[2] && scratch[1] == ~scratch[3];
-  if (same) return;
+  const std::uint64_t mine_summary[2] = {
+      registry.hash() ^ XXH3_64bits(has_initializer.data(), has_initializer.size()),
+      static_cast<std::uint64_t>(registry.entry_count())};
+  if (agreement.same_everywhere(mine_summary)) return;
 
   // Name the first entry that differs from rank 0's.
-  std::int64_t counts = static_cast<std::int64_t>(registry.entry_count());
-  std::memcpy(&scratch[0], &counts, 8);
-  comm->broadcast(scratch, 1, DType::i64, 0).wait();
-  const std::size_t root_count = static_cast<std::size_t>(scratch[0]);
+  std::uint64_t root_count = registry.entry_count();
+  agreement.broadcast(std::span(&root_count, 1), 0);
   const auto mine = registry.entry_hashes();
-  const std::size_t bytes = std::max<std::size_t>(root_count, 1) * 8;
-  auto* theirs = static_cast<std::uint64_t*>(device->reserve(Tier::device, bytes));
-  if (rank == 0) device->copy(theirs, mine.data(), root_count * 8);
-  comm->broadcast(theirs, root_count, DType::i64, 0).wait();
   std::vector<std::uint64_t> root(root_count);
-  device->copy(root.data(), theirs, root_count * 8);
-  device->unreserve(Tier::device, theirs, bytes);
+  if (rank == 0) root = mine;
+  agreement.broadcast(root, 0);
   std::size_t k = 0;
   while (k < mine.size() && k < root.size() && mine[k] == root[k]) ++k;
   if (k == mine.size() && k == root.size()) {
@@ -199,12 +194,11 @@ void Engine::Impl::lay_out() {
 }
 
 std::string Engine::Impl::agree_job_id() {
-  auto* scratch = reinterpret_cast<std::int64_t*>(scalars) + 8;
-  scratch[0] = rank == 0 ? (static_cast<std::int64_t>(getpid()) << 32) ^
-                               static_cast<std::int64_t>(std::time(nullptr))
-                         : 0;
-  comm->broadcast(scratch, 1, DType::i64, 0).wait();
-  return fmt::format("{:x}", static_cast<std::uint64_t>(scratch[0]));
+  std::uint64_t id = rank == 0 ? (static_cast<std::uint64_t>(getpid()) << 32) ^
+                                     static_cast<std::uint64_t>(std::time(nullptr))
+                               : 0;
+  agreement.broadcast(std::span(&id, 1), 0);
+  return fmt::format("{:x}", id);
 }
 
 // The state's memory (the ModelState carves every arena in the plan's order and hands the
@@ -473,7 +467,7 @@ StepStats Engine::step() {
   if (e.phase == Impl::Phase::forward) e.timers.forward += e.phase_timer.seconds();
   if (e.phase == Impl::Phase::backward) e.timers.backward += e.phase_timer.seconds();
   e.fetcher->end_pass(/*train_pass=*/true);
-  e.fetcher->check_plans(reinterpret_cast<std::int64_t*>(e.scalars) + 8);
+  e.fetcher->check_plans(e.agreement);
   e.timers.gather_issue += e.fetcher->take_issue_seconds();
   e.timers.gather_wait += e.fetcher->take_wait_seconds();
   if (e.stage >= 2 || boundary) {

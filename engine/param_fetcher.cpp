@@ -186,23 +186,22 @@ void ParamFetcher::end_pass(bool train_pass) {
 }
 
 // A plan recorded differently would make the ranks issue different gathers.
-void ParamFetcher::check_plans(std::int64_t* scratch) {
+void ParamFetcher::check_plans(Agreement& agreement) {
   if (!active_ || !(traces_[0].unchecked || traces_[1].unchecked)) return;
+  std::uint64_t hashes[2];
   for (int k = 0; k < 2; ++k) {
-    const std::uint64_t h = traces_[k].have_plan ? traces_[k].plan.hash() : 0;
-    std::memcpy(&scratch[k], &h, 8);
-    scratch[2 + k] = ~scratch[k];
+    hashes[k] = traces_[k].have_plan ? traces_[k].plan.hash() : 0;
     traces_[k].unchecked = false;
   }
-  ctx_.comm.all_reduce(scratch, 4, DType::i64, ReduceOp::max).wait();
+  if (agreement.same_everywhere(hashes)) return;
+  // Which pass differs: each hash alone.
   for (int k = 0; k < 2; ++k) {
-    if (scratch[k] != ~scratch[2 + k]) {
-      const std::uint64_t h = traces_[k].have_plan ? traces_[k].plan.hash() : 0;
+    if (!agreement.same_everywhere(std::span(&hashes[k], 1))) {
       throw make_error(ErrorCategory::usage,
                        "stage 3: the ranks recorded different {} module orders (rank {} has {} "
                        "hooks, hash {:016x}); every rank must call the hooks of the same modules "
                        "in the same order",
-                       pass_name(k == 0), rank_, traces_[k].plan.size(), h);
+                       pass_name(k == 0), rank_, traces_[k].plan.size(), hashes[k]);
     }
   }
 }

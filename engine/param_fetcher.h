@@ -30,6 +30,7 @@
 #include "comm/work.h"
 #include "device/arena.h"
 #include "device/device.h"
+#include "engine/agreement.h"
 #include "engine/config/config.h"
 #include "engine/engine_context.h"
 #include "engine/engine.h"
@@ -61,8 +62,8 @@ class ParamFetcher {
   // The end of a pass: a recording becomes the plan (checked across ranks at the next step),
   // and what was gathered ahead or kept and not used is released.
   void end_pass(bool train_pass);
-  // Every rank must have recorded the same orders. `scratch`: 4 words the communicator reduces.
-  void check_plans(std::int64_t* scratch);
+  // Every rank must have recorded the same orders (collective).
+  void check_plans(Agreement& agreement);
   // Waits for every gather and read in flight, then releases every gathered parameter no hook
   // holds: those kept or fetched ahead, and with `stale` (the shards are changing) the
   // persistent ones.

@@ -33,6 +33,8 @@ class LocalCommunicator final : public CommunicatorBase {
   LocalCommunicator(std::string name, const CommOptions& options)
       : CommunicatorBase(std::move(name), "local", 0, 1, options.timeout), options_(options) {}
 
+  Device* device() const noexcept override { return options_.device; }
+
   Work all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,
                   Stream* stream) override {
     return after_caller(begin_all_reduce(data, count, dtype, op), stream);

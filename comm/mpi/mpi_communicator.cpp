@@ -152,6 +152,8 @@ class MpiCommunicator final : public CommunicatorBase {
     if (usable) MPI_Comm_free(&comm_);
   }
 
+  Device* device() const noexcept override { return own_device_ ? nullptr : options_.device; }
+
   Work all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,
                   Stream* stream) override {
     const OpInfo info = begin_all_reduce(data, count, dtype, op);

@@ -502,6 +502,8 @@ class NcclWork final : public TrackedWork {
 
 class NcclCommunicator final : public CommunicatorBase {
  public:
+  Device* device() const noexcept override { return &device_; }
+
   NcclCommunicator(std::string name, std::shared_ptr<CommState> state, int rank, int size,
                    Device& device, std::unique_ptr<Stream> stream,
                    std::chrono::milliseconds timeout)

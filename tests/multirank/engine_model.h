@@ -27,14 +27,16 @@ inline constexpr std::size_t kFrozen = 8;
 // An engine over the whole job (MPI) for a config, with the model registered and initialised.
 inline std::unique_ptr<engine::Engine> make_engine(const std::string& text,
                                                    engine::EngineOptions options = {}) {
+  auto device = create_device({});
   comm::CommOptions comm_options;
   comm_options.backend = comm::Backend::mpi;
   comm_options.timeout = std::chrono::seconds(120);
+  comm_options.device = device.get();  // collectives reach the engine's device memory
   auto comm = comm::create_communicator(comm_options);
   config::ReadOptions read;
   read.world_size = comm->size();
   auto engine = std::make_unique<engine::Engine>(config::read_config_text(text, read),
-                                         create_device({}), std::move(comm), std::move(options));
+                                         std::move(device), std::move(comm), std::move(options));
   Model model;
   for (std::size_t m = 0; m < model.modules.size(); ++m) engine->add_module("m" + std::to_string(m));
   for (std::size_t p = 0; p < model.sizes.size(); ++p) {

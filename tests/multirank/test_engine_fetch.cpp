@@ -141,9 +141,11 @@ TEST_CASE("engine fetch: a changed order is given up once and recorded again", "
 TEST_CASE("engine fetch: ranks that record different orders are told at the step", "[engine]") {
   // m2 (17 elements) and m4 (999) differ in size, so swapping them would mismatch the
   // collectives; swap two modules of one parameter each and equal size instead: a new model.
+  auto device = create_device({});
   comm::CommOptions comm_options;
   comm_options.backend = comm::Backend::mpi;
   comm_options.timeout = std::chrono::seconds(120);
+  comm_options.device = device.get();
   auto comm = comm::create_communicator(comm_options);
   if (comm->size() < 2) return;
   const int rank = comm->rank();
@@ -154,7 +156,7 @@ TEST_CASE("engine fetch: ranks that record different orders are told at the step
                    "params": {"lr": 0.1}}, "zero_optimization": {"stage": 3,
                    "stage3_param_persistence_threshold": 0}})",
                read),
-           create_device({}), std::move(comm));
+           std::move(device), std::move(comm));
   const std::size_t a = e.add_module("a"), b = e.add_module("b");
   e.add_param("pa", {100}, true, 0, {a});
   e.add_param("pb", {100}, true, 0, {b});

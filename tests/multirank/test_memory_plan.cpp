@@ -23,11 +23,13 @@ using nlohmann::json;
 // The engine for one of the planner's rows, with the row's model registered as the planner
 // registered it.
 std::unique_ptr<engine::Engine> engine_for(const mem::Request& request, const mem::Mode& mode) {
+  auto device = create_device({});
   comm::CommOptions comm_options;
   comm_options.backend = comm::Backend::mpi;
   comm_options.timeout = std::chrono::seconds(120);
+  comm_options.device = device.get();
   auto comm = comm::create_communicator(comm_options);
-  auto e = std::make_unique<engine::Engine>(mem::mode_config(request, mode), create_device({}),
+  auto e = std::make_unique<engine::Engine>(mem::mode_config(request, mode), std::move(device),
                                             std::move(comm));
   const engine::Registry& r = request.model.registry;
   for (std::size_t g = 1; g < r.group_count(); ++g) {

@@ -152,12 +152,15 @@ int run_checkpoint_bench(const CheckpointBenchOptions& options) {
   fs::create_directories(dir);
 
   config::ReadOptions read;
+  auto device = create_device({});
+  comm::CommOptions comm_options;
+  comm_options.device = device.get();
   auto engine = std::make_unique<engine::Engine>(
       config::read_config_text(R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
           "zero_optimization": {"stage": 0}})",
                                read),
-      create_device({}), comm::create_communicator({}));
+      std::move(device), comm::create_communicator(comm_options));
   const std::uint64_t params = register_gpt2(*engine, model->second);
   Timer timer;
   engine->init();
