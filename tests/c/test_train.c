@@ -1,11 +1,15 @@
 /* Compiled as C99 and linked against libzero.so alone: a model written in C trains through
  * zero.h. One rank, ZeRO stage 2, bf16, two modules: y = w * x + b fitted to a fixed target
  * with the mean squared error; the loss must fall by 100x in 200 steps, and the C API's usage
- * errors must come back as ZERO_ERROR_USAGE with a message. Exits non-zero on any failure. */
+ * errors must come back as ZERO_ERROR_USAGE with a message. Exits non-zero on any failure.
+ * The model reaches the engine's buffers through train_memory.h: directly on the CPU
+ * (zero_c_train_test), by copies on the hooks' stream on GPU 0 (zero_c_train_gpu_test, which
+ * exits 77 where there is no GPU). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "train_memory.h"
 #include "zero/zero.h"
 
 #define N 37
@@ -57,7 +61,14 @@ int main(void) {
   zero_param_desc desc;
   double first_loss = -1, loss = 0;
   void* data;
+  void* stream;
+  const char* why = NULL;
 
+  if (train_unavailable(&why)) {
+    printf("SKIPPED: %s\n", why);
+    return 77;
+  }
+  stream = train_stream();
   memset(&options, 0, sizeof options);
   options.device = 1;
   {
@@ -79,14 +90,20 @@ int main(void) {
     options.nccl_comm = NULL;
     options.mpi_comm = NULL;
   }
+  options.device = train_device();
   CHECK(zero_create(kConfig, &options, &engine));
   {
-    /* The CPU device: host memory, which this test reads and writes directly. */
-    zero_memory_kind kind = ZERO_MEMORY_CUDA;
-    int ordinal = 7;
+    /* Host memory on the CPU; GPU 0's on CUDA, which the host reaches only by copies. */
+    zero_memory_kind kind = ZERO_MEMORY_CUDA, want_kind = ZERO_MEMORY_HOST;
+    int ordinal = 7, want_ordinal = -1;
+    if (options.device == 2) {
+      want_kind = ZERO_MEMORY_CUDA;
+      want_ordinal = 0;
+    }
     CHECK(zero_data_location(engine, &kind, &ordinal));
-    if (kind != ZERO_MEMORY_HOST || ordinal != -1) {
-      fprintf(stderr, "zero_data_location: kind %d ordinal %d on the CPU\n", (int)kind, ordinal);
+    if (kind != want_kind || ordinal != want_ordinal) {
+      fprintf(stderr, "zero_data_location: kind %d ordinal %d, expected %d and %d\n", (int)kind,
+              ordinal, (int)want_kind, want_ordinal);
       return 1;
     }
     CHECK(zero_data_location(engine, NULL, NULL));
@@ -132,36 +149,42 @@ int main(void) {
     /* x = 1 for every element: y_i = w_i + b_i; loss = mean (y - t)^2. */
     float y[N];
     double factor;
-    unsigned short *wv, *bv, *gw, *gb;
+    unsigned short wv[N], bv[N], gw[N], gb[N];
+    void *w_data, *b_data, *gw_buffer, *gb_buffer;
     zero_step_stats stats;
-    CHECK(zero_pre_forward(engine, linear, NULL));
-    CHECK(zero_pre_forward(engine, bias_module, NULL));
-    CHECK(zero_param_data(engine, w, (void**)&wv));
-    CHECK(zero_param_data(engine, b, (void**)&bv));
+    CHECK(zero_pre_forward(engine, linear, stream));
+    CHECK(zero_pre_forward(engine, bias_module, stream));
+    CHECK(zero_param_data(engine, w, &w_data));
+    CHECK(zero_param_data(engine, b, &b_data));
+    if (train_to_host(wv, w_data, sizeof wv) || train_to_host(bv, b_data, sizeof bv)) return 1;
     loss = 0;
     for (i = 0; i < N; ++i) {
       y[i] = bf16_to_float(wv[i]) + bf16_to_float(bv[i]);
       loss += (y[i] - target(i)) * (y[i] - target(i)) / N;
     }
-    CHECK(zero_post_forward(engine, bias_module, NULL));
-    CHECK(zero_post_forward(engine, linear, NULL));
+    CHECK(zero_post_forward(engine, bias_module, stream));
+    CHECK(zero_post_forward(engine, linear, stream));
     if (first_loss < 0) first_loss = loss;
 
     CHECK(zero_loss_factor(engine, &factor));
-    CHECK(zero_pre_backward(engine, bias_module, NULL));
-    CHECK(zero_grad_buffer(engine, b, (void**)&gb));
+    CHECK(zero_pre_backward(engine, bias_module, stream));
+    CHECK(zero_grad_buffer(engine, b, &gb_buffer));
+    if (train_to_host(gb, gb_buffer, sizeof gb)) return 1;
     for (i = 0; i < N; ++i) {
       float g = (float)(2.0 * (y[i] - target(i)) / N * factor);
       gb[i] = float_to_bf16(bf16_to_float(gb[i]) + g);
     }
-    CHECK(zero_post_backward(engine, bias_module, NULL));
-    CHECK(zero_pre_backward(engine, linear, NULL));
-    CHECK(zero_grad_buffer(engine, w, (void**)&gw));
+    if (train_from_host(gb_buffer, gb, sizeof gb)) return 1;
+    CHECK(zero_post_backward(engine, bias_module, stream));
+    CHECK(zero_pre_backward(engine, linear, stream));
+    CHECK(zero_grad_buffer(engine, w, &gw_buffer));
+    if (train_to_host(gw, gw_buffer, sizeof gw)) return 1;
     for (i = 0; i < N; ++i) {
       float g = (float)(2.0 * (y[i] - target(i)) / N * factor);
       gw[i] = float_to_bf16(bf16_to_float(gw[i]) + g);
     }
-    CHECK(zero_post_backward(engine, linear, NULL));
+    if (train_from_host(gw_buffer, gw, sizeof gw)) return 1;
+    CHECK(zero_post_backward(engine, linear, stream));
     CHECK(zero_step(engine, &stats));
     if (!stats.stepped || stats.skipped || stats.global_steps != step + 1) {
       fprintf(stderr, "step %d: stepped %d skipped %d global_steps %lld\n", step, stats.stepped,
@@ -234,6 +257,7 @@ int main(void) {
     }
   }
   CHECK(zero_destroy(engine));
+  train_memory_release();
   printf("loss %.6f -> %.6f\n", first_loss, loss);
   if (!(loss < first_loss / 100)) {
     fprintf(stderr, "the loss did not fall 100x\n");

@@ -4,7 +4,9 @@
 // every rank then), one smaller than 4 ranks, ones not divisible by the world size, and one
 // larger than a bucket (buckets of 64 elements). Its loss per module m and parameter p is
 // a_m / 2 * mean_i (p_i - t_i)^2 with targets t that depend on the micro-batch (so each rank's
-// gradients differ), so the gradient is a_m (p_i - t_i) / numel.
+// gradients differ), so the gradient is a_m (p_i - t_i) / numel. It reaches the engine's
+// buffers through a ModelMemory (model_memory.h): directly on the CPU, by copies on the hooks'
+// stream on a GPU.
 #pragma once
 
 #include <mpi.h>
@@ -18,6 +20,7 @@
 
 #include "base/half.h"
 #include "tests/multirank/c_api_check.h"
+#include "tests/multirank/model_memory.h"
 #include "zero/zero.h"
 
 namespace zero_test {
@@ -25,6 +28,11 @@ namespace zero_test {
 // This process's MPI rank and the world size, set by main() (CHECK_OK names the rank).
 inline int g_rank = 0;
 inline int g_world = 1;
+// zero_create_options.device of every engine built here (1 CPU, 2 CUDA), and how the model
+// reaches that device's buffers; main() sets both for a GPU run.
+inline int g_device = 1;
+inline HostModelMemory g_host_memory;
+inline ModelMemory* g_memory = &g_host_memory;
 
 struct Param {
   const char* name;
@@ -143,11 +151,14 @@ inline std::string config_for(const Case& c, int accumulation) {
   return text;
 }
 
-inline zero_engine* build(const Case& c, MPI_Comm* comm, int accumulation, std::vector<int>* ids) {
+// An engine for case c on `comm`, or on the NCCL communicator `nccl` when given.
+inline zero_engine* build(const Case& c, MPI_Comm* comm, int accumulation, std::vector<int>* ids,
+                          void* nccl = nullptr) {
   const std::string config = config_for(c, accumulation);
   zero_create_options options{};
-  options.mpi_comm = comm;
-  options.device = 1;
+  options.mpi_comm = nccl != nullptr ? nullptr : comm;
+  options.nccl_comm = nccl;
+  options.device = g_device;
   zero_engine* engine = nullptr;
   CHECK_OK(zero_create(config.c_str(), &options, &engine));
   int group = -1;
@@ -185,36 +196,46 @@ inline zero_engine* build(const Case& c, MPI_Comm* comm, int accumulation, std::
   return engine;
 }
 
-// One micro-batch: forward hooks, then backward hooks adding this batch's gradients.
+// One micro-batch: forward hooks, then backward hooks adding this batch's gradients, every hook
+// on g_memory's stream.
 inline void micro_batch(zero_engine* engine, int step, long long batch, zero_dtype dtype) {
+  void* stream = g_memory->stream();
   for (int m = 0; m < kModules; ++m) {
     if (!module_runs(m, step)) continue;
-    CHECK_OK(zero_pre_forward(engine, m, nullptr));
-    CHECK_OK(zero_post_forward(engine, m, nullptr));
+    CHECK_OK(zero_pre_forward(engine, m, stream));
+    CHECK_OK(zero_post_forward(engine, m, stream));
   }
   double factor = 0;
   CHECK_OK(zero_loss_factor(engine, &factor));
+  const std::size_t width = dtype == ZERO_FP32 ? 4 : 2;
+  std::vector<unsigned char> value, grad;
   for (int m = kModules - 1; m >= 0; --m) {
     if (!module_runs(m, step)) continue;
-    CHECK_OK(zero_pre_backward(engine, m, nullptr));
+    CHECK_OK(zero_pre_backward(engine, m, stream));
     for (std::size_t k = 0; k < kParams.size(); ++k) {
       const Param& p = kParams[k];
       bool uses = false;
       for (int u : p.modules) uses |= u == m;
       if (!uses || !p.trainable) continue;
-      void* value = nullptr;
-      void* grad = nullptr;
-      CHECK_OK(zero_param_data(engine, static_cast<int>(k), &value));
-      CHECK_OK(zero_grad_buffer(engine, static_cast<int>(k), &grad));
+      void* value_buffer = nullptr;
+      void* grad_buffer = nullptr;
+      CHECK_OK(zero_param_data(engine, static_cast<int>(k), &value_buffer));
+      CHECK_OK(zero_grad_buffer(engine, static_cast<int>(k), &grad_buffer));
       const std::size_t n = numel(p);
+      value.resize(n * width);
+      grad.resize(n * width);
+      g_memory->to_host(value_buffer, value.data(), n * width);
+      g_memory->to_host(grad_buffer, grad.data(), n * width);
       for (std::size_t i = 0; i < n; ++i) {
         const double g = kModuleWeight[m] *
-                         (load(value, dtype, i) - target(static_cast<int>(k) * 4 + m, i, batch)) /
+                         (load(value.data(), dtype, i) -
+                          target(static_cast<int>(k) * 4 + m, i, batch)) /
                          static_cast<double>(n);
-        store(grad, dtype, i, load(grad, dtype, i) + static_cast<float>(g * factor));
+        store(grad.data(), dtype, i, load(grad.data(), dtype, i) + static_cast<float>(g * factor));
       }
+      g_memory->from_host(grad_buffer, grad.data(), n * width);
     }
-    CHECK_OK(zero_post_backward(engine, m, nullptr));
+    CHECK_OK(zero_post_backward(engine, m, stream));
   }
 }
 

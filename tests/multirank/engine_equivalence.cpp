@@ -6,6 +6,11 @@
 // The model is in c_api_model.h.
 //
 // Run it under mpirun (zero-run -n N); exits non-zero when a case fails, naming it.
+// `--device cuda` (the GPU program zero_engine_equivalence_gpu) runs every engine on GPU 0:
+// the model copies to and from its buffers on its own stream, which the hooks are given; at
+// one rank the engine under test runs on an NCCL world of one (the reference on MPI, staged
+// through pinned memory), at more ranks every engine shares the GPU through MPI. Exits 77 when
+// asked for a GPU and there is none.
 #include <mpi.h>
 
 #include <cmath>
@@ -13,6 +18,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +30,7 @@ using namespace zero_test;
 
 constexpr int kSteps = 10;
 int g_failures = 0;
+bool g_nccl = false;  // the engine under test on an NCCL world of one
 
 std::uint64_t checksum(const void* data, std::size_t bytes) {
   std::uint64_t h = 1469598103934665603ull;
@@ -44,19 +51,23 @@ void run_case(const Case& c) {
   std::vector<int> ids, ref_ids;
   MPI_Comm world = MPI_COMM_WORLD;
   MPI_Comm self = MPI_COMM_SELF;
-  zero_engine* engine = build(c, &world, c.accumulation, &ids);
+  void* nccl = g_nccl ? nccl_world_of_one(0) : nullptr;
+  void* plain_nccl = g_nccl && offloaded ? nccl_world_of_one(0) : nullptr;
+  zero_engine* engine = build(c, &world, c.accumulation, &ids, nccl);
   Case reference_case = c;
   reference_case.stage = 0;
   reference_case.offload = "none";
   reference_case.param_offload = "none";
   zero_engine* reference = build(reference_case, &self, c.accumulation * g_world, &ref_ids);
-  // Offloaded: the same case without offload, which must give the same bits (on the CPU
-  // device the same kernels run).
+  // Offloaded: the same case without offload, which must give the same bits on the CPU device
+  // (the same kernels run); on a GPU the step runs on the CPU with offload and on the GPU
+  // without, so there the two agree within the comparison's tolerance.
   std::vector<int> plain_ids;
   Case plain_case = c;
   plain_case.offload = "none";
   plain_case.param_offload = "none";
-  zero_engine* plain = offloaded ? build(plain_case, &world, c.accumulation, &plain_ids) : nullptr;
+  zero_engine* plain =
+      offloaded ? build(plain_case, &world, c.accumulation, &plain_ids, plain_nccl) : nullptr;
   zero_dtype dtype = ZERO_FP32;
   CHECK_OK(zero_compute_dtype(engine, &dtype));
 
@@ -94,15 +105,18 @@ void run_case(const Case& c) {
   double worst = 0;
   const double abs_tol = std::string(c.precision) == "fp32" ? 2e-5 : 1e-3;
   const double rel_tol = std::string(c.precision) == "fp32" ? 1e-4 : 2e-3;
+  const auto close = [&](float got, float want) {
+    return std::fabs(static_cast<double>(got) - want) <= abs_tol + rel_tol * std::fabs(want) &&
+           !std::isnan(got);
+  };
   for (std::size_t k = 0; k < kParams.size(); ++k) {
     const std::size_t n = numel(kParams[k]);
     std::vector<float> got(n), want(n);
     CHECK_OK(zero_read_param(engine, ids[k], got.data(), n));
     CHECK_OK(zero_read_param(reference, ref_ids[k], want.data(), n));
     for (std::size_t i = 0; i < n; ++i) {
-      const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
-      worst = std::max(worst, diff);
-      if (diff > abs_tol + rel_tol * std::fabs(want[i]) || std::isnan(got[i])) {
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+      if (!close(got[i], want[i])) {
         if (ok && g_rank == 0) {
           std::fprintf(stderr, "FAIL %s: %s[%zu] = %.8g, stage 0 on one rank gives %.8g\n", name,
                        kParams[k].name, i, got[i], want[i]);
@@ -113,7 +127,12 @@ void run_case(const Case& c) {
     if (plain != nullptr) {
       std::vector<float> same(n);
       CHECK_OK(zero_read_param(plain, plain_ids[k], same.data(), n));
-      if (std::memcmp(same.data(), got.data(), n * sizeof(float)) != 0) {
+      bool differs = false;
+      for (std::size_t i = 0; i < n; ++i) {
+        differs |= g_device == 1 ? std::memcmp(&same[i], &got[i], sizeof(float)) != 0
+                                 : !close(got[i], same[i]);
+      }
+      if (differs) {
         if (ok && g_rank == 0) {
           std::fprintf(stderr, "FAIL %s: %s differs from the same run without offload\n", name,
                        kParams[k].name);
@@ -135,11 +154,14 @@ void run_case(const Case& c) {
   // The replicated compute copies are the same bits on every rank.
   if (c.stage <= 2) {
     std::uint64_t sum = 0;
+    std::vector<unsigned char> copy;
     for (std::size_t k = 0; k < kParams.size(); ++k) {
       void* data = nullptr;
       CHECK_OK(zero_param_data(engine, ids[k], &data));
       const std::size_t bytes = numel(kParams[k]) * (dtype == ZERO_FP32 ? 4 : 2);
-      sum ^= checksum(data, bytes) + k;
+      copy.resize(bytes);
+      g_memory->to_host(data, copy.data(), bytes);
+      sum ^= checksum(copy.data(), bytes) + k;
     }
     std::uint64_t lo = sum, hi = sum;
     MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
@@ -156,6 +178,8 @@ void run_case(const Case& c) {
   CHECK_OK(zero_destroy(reference));
   if (plain != nullptr) CHECK_OK(zero_destroy(plain));
   CHECK_OK(zero_destroy(engine));
+  free_nccl_world_of_one(plain_nccl);
+  free_nccl_world_of_one(nccl);
 }
 
 }  // namespace
@@ -164,6 +188,34 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+  std::unique_ptr<ModelMemory> gpu_memory;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--device" && i + 1 < argc && std::string(argv[i + 1]) == "cuda") {
+      ++i;
+      std::string why;
+      if (gpu_count(&why) == 0) {
+        if (g_rank == 0) std::printf("SKIPPED: no GPU: %s\n", why.c_str());
+        MPI_Finalize();
+        return 77;
+      }
+      gpu_memory = make_cuda_model_memory(0);
+      g_memory = gpu_memory.get();
+      g_device = 2;
+      g_nccl = g_world == 1 && nccl_built();
+    } else {
+      if (g_rank == 0) {
+        std::fprintf(stderr, "zero_engine_equivalence: unknown argument '%s'; the one option is "
+                     "--device cuda\n", arg.c_str());
+      }
+      MPI_Finalize();
+      return 2;
+    }
+  }
+  if (g_rank == 0) {
+    std::printf("device %s, %s\n", g_device == 1 ? "CPU" : "CUDA (GPU 0)",
+                g_nccl ? "the engine under test on NCCL, the reference on MPI" : "MPI");
+  }
   for (int stage = 0; stage <= 3; ++stage) {
     for (const char* precision : {"fp32", "bf16", "fp16"}) {
       for (int accumulation : {1, 3}) {
@@ -200,6 +252,8 @@ int main(int argc, char** argv) {
     }
   }
   if (g_rank == 0) std::printf("%d case(s) failed\n", g_failures);
+  g_memory = &g_host_memory;
+  gpu_memory.reset();
   MPI_Finalize();
   return g_failures == 0 ? 0 : 1;
 }
