@@ -72,7 +72,10 @@ int main(int argc, char** argv) {
                "recompute every block's forward in backward, as if the config had an "
                "activation_checkpointing section");
   app.add_flag("!--no-progress", o.progress, "no progress bar, even on a terminal");
-  app.add_option("--device", o.device, "0 automatic (a GPU when there is one), 1 CPU, 2 CUDA")
+  app.add_option("--device", o.device,
+                 "0 automatic (where the model's layers run: the CPU, as the reference models have "
+                 "CPU layers only), 1 CPU, 2 CUDA (stops with a message until they have CUDA "
+                 "layers)")
       ->capture_default_str()
       ->check(zero::tools::between(0, 2));
   try {

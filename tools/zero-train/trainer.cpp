@@ -192,7 +192,8 @@ int run(const TrainOptions& o) {
   zero_create_options create{};
   create.overrides = set_c.data();
   create.override_count = static_cast<int>(set_c.size());
-  create.device = o.device;
+  // Automatic means where the model's layers run: the CPU, until the models have CUDA layers.
+  create.device = o.device == 0 ? 1 : o.device;
   create.optimizer_threads = omp_get_max_threads();
   create.seed = o.seed;
   zero_engine* engine = nullptr;
@@ -203,6 +204,16 @@ int run(const TrainOptions& o) {
   int rank = 0, world = 1;
   calls.check(zero_rank(engine, &rank), "zero_rank");
   calls.check(zero_world_size(engine, &world), "zero_world_size");
+  // The reference models compute on the CPU and read the engine's buffers from the host.
+  zero_memory_kind location = ZERO_MEMORY_HOST;
+  int gpu = -1;
+  calls.check(zero_data_location(engine, &location, &gpu), "zero_data_location");
+  if (location != ZERO_MEMORY_HOST) {
+    calls.fail(fmt::format("--device {}: the engine put the model's parameters on GPU {} (rank "
+                           "{}), and the reference models have CPU layers only (their CUDA "
+                           "layers are still to come); train on the CPU with --device 1",
+                           o.device, gpu, rank));
+  }
   // Found now, not at the first save after hours of training.
   if (!o.save.empty()) {
     if (const std::string problem = save_problem(o.save); !problem.empty()) {
