@@ -54,6 +54,9 @@ class Communicator {
   virtual std::chrono::milliseconds timeout() const noexcept = 0;
   // The device whose memory its buffers are in (CommOptions::device); null: host memory.
   virtual Device* device() const noexcept = 0;
+  // The device stream its collectives run on, where it has one of its own (NCCL); nullptr where
+  // they run on a host thread (MPI) or complete in the call (local).
+  virtual Stream* stream() const noexcept { return nullptr; }
 
   // data[0, count) reduced across ranks, in place on every rank.
   virtual Work all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "engine/engine_impl.h"
+#include "engine/timed_communicator.h"
 #include "offload/swap_cleanup.h"
 
 namespace zero::engine {
@@ -35,6 +36,10 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
                      "CommOptions::device set to the engine's device",
                      comm->device() ? comm->device()->description() : "host memory",
                      device->description());
+  }
+  if (config.wall_clock_breakdown && comm->stream() != nullptr) {
+    timeline = std::make_unique<OverlapTimeline>(*device);
+    comm = std::make_unique<TimedCommunicator>(std::move(comm), *device, *timeline);
   }
   order = std::make_unique<CallerOrder>(*device);
   agreement = Agreement(*comm, *device);
@@ -286,14 +291,18 @@ void Engine::pre_forward(std::size_t module, Stream* stream) {
                      "after each micro-batch's backward",
                      e.registry.module(module).name);
   }
-  if (e.phase == Impl::Phase::idle) e.phase_timer.restart();
-  e.phase = Impl::Phase::forward;
   Stream& caller = e.stream_of(stream);
+  if (e.phase == Impl::Phase::idle) {
+    e.phase_timer.restart();
+    if (e.timeline) e.timeline->start(caller);
+  }
+  e.phase = Impl::Phase::forward;
   e.order->after(caller);
   e.fetcher->enter(module, /*backward=*/false, e.train, !e.any_hook_open(), caller);
   e.module_open[module] += 1;
   e.poll_outstanding();
   e.order->before(caller);
+  if (e.timeline) e.timeline->compute_begin(caller);
 }
 
 void Engine::post_forward(std::size_t module, Stream* stream) {
@@ -308,6 +317,7 @@ void Engine::post_forward(std::size_t module, Stream* stream) {
                      e.registry.module(module).name);
   }
   e.module_open[module] -= 1;
+  if (e.timeline) e.timeline->compute_end(e.stream_of(stream));
   e.order->after(e.stream_of(stream));  // what is released is reused after the caller's reads
   e.fetcher->leave(module, e.train);
   e.poll_outstanding();
@@ -324,6 +334,8 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
                      "training pass",
                      e.registry.module(module).name);
   }
+  Stream& caller = e.stream_of(stream);
+  if (e.phase == Impl::Phase::idle && e.timeline) e.timeline->start(caller);
   if (e.phase != Impl::Phase::backward) {
     for (int open : e.module_open) {
       if (open != 0) {
@@ -338,7 +350,6 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
     e.phase = Impl::Phase::backward;
     e.reducer->begin_backward(e.micro_steps);
   }
-  Stream& caller = e.stream_of(stream);
   e.order->after(caller);
   e.fetcher->enter(module, /*backward=*/true, e.train, !e.any_hook_open(), caller);
   e.module_open[module] += 1;
@@ -347,6 +358,7 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
   }
   e.poll_outstanding();
   e.order->before(caller);  // the gradient buffers are zeroed before the caller adds into them
+  if (e.timeline) e.timeline->compute_begin(caller);
 }
 
 void Engine::post_backward(std::size_t module, Stream* stream) {
@@ -361,6 +373,7 @@ void Engine::post_backward(std::size_t module, Stream* stream) {
                      e.registry.module(module).name);
   }
   e.module_open[module] -= 1;
+  if (e.timeline) e.timeline->compute_end(e.stream_of(stream));
   e.order->after(e.stream_of(stream));  // the reductions read what the caller wrote
   e.fetcher->leave(module, e.train);
   for (std::size_t p : e.registry.module(module).params) {
@@ -477,6 +490,7 @@ StepStats Engine::step() {
     e.reducer->flush();
     e.timers.reduce_wait += e.reducer->take_wait_seconds();
   }
+  if (e.timeline) e.timeline->stop();  // the step's own collectives are the step's
   e.phase = Impl::Phase::idle;
   StepStats stats;
   if (boundary) {
@@ -489,6 +503,7 @@ StepStats Engine::step() {
     }
     e.timers.step += timer.seconds();
   }
+  if (e.timeline) e.timeline->collect();
   e.micro_steps += 1;
   e.timers.micro_steps += 1;
   stats.micro_steps = e.micro_steps;
@@ -547,6 +562,25 @@ void Engine::Impl::print_breakdowns() {
               ms(timers.reduce_wait),
               ms(timers.gather_issue), ms(timers.gather_wait), ms(timers.step),
               ms(timers.optimizer), ms(timers.allgather));
+    if (timeline) {
+      // From the streams' own timing events: the part of each kind of communication that ran
+      // while the caller's stream was computing (between a pre hook and its post hook).
+      const OverlapTimeline::Totals t = timeline->take();
+      const auto part = [&](double overlap, double total) {
+        return fmt::format("{:.3f} of {:.3f} ms ({:.0f}%)", overlap / std::max(steps, 1.0),
+                           total / std::max(steps, 1.0), total > 0 ? 100 * overlap / total : 0.0);
+      };
+      log::info("step {}: concurrent with compute, from {} events, per step: reductions {} | "
+                "stage-3 gathers {} | compute {:.3f} ms",
+                stepper->global_steps(), comm->backend(),
+                part(t.reduction_overlap_ms, t.reduction_ms),
+                part(t.gather_overlap_ms, t.gather_ms), t.compute_ms / std::max(steps, 1.0));
+    } else if (timers_note_once) {
+      timers_note_once = false;
+      log::info("wall_clock_breakdown: the overlap of communication with compute is measured on "
+                "a communicator with its own stream (NCCL); {} runs collectives {}",
+                comm->backend(), comm->backend() == "mpi" ? "on a host thread" : "in the call");
+    }
   }
   timers = {};
   if (config.memory_breakdown && rank == 0) {

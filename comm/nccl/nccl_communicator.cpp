@@ -503,6 +503,7 @@ class NcclWork final : public TrackedWork {
 class NcclCommunicator final : public CommunicatorBase {
  public:
   Device* device() const noexcept override { return &device_; }
+  Stream* stream() const noexcept override { return stream_.get(); }
 
   NcclCommunicator(std::string name, std::shared_ptr<CommState> state, int rank, int size,
                    Device& device, std::unique_ptr<Stream> stream,

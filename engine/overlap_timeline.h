@@ -1,0 +1,88 @@
+// OverlapTimeline: how much of the engine's communication ran while the caller computed,
+// measured from timing events on the streams themselves (CUDA events on a GPU), not assumed
+// from the order of calls: wall_clock_breakdown's "concurrent with compute".
+//
+// The caller's compute is what its stream runs from the end of a pre hook to the start of the
+// matching post hook (nested hooks merge); a collective runs on the communicator's stream from
+// when its inputs are ready to its end. At each zero_step the spans are resolved against the
+// first event of the micro-step and the overlap is the length of (union of collectives) ∩
+// (union of compute), summed per kind. Only where the communicator has a stream (NCCL): MPI
+// runs collectives on a host thread, which events on a device stream cannot bracket.
+//
+// Owns: a pool of timing events, the spans of the current micro-step and the totals since the
+// last take(). Calls only the device's events. Streams: records on the callers' streams and the
+// communicator's; collect() waits on the host for the recorded events (breakdown mode only,
+// where the step waits on the host anyway). Internal to engine/.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "device/device.h"
+
+namespace zero::engine {
+
+// The length of (union of a) ∩ (union of b), for intervals [begin, end] in any order; empty or
+// reversed intervals count nothing. Exposed for tests.
+double overlap_length(std::vector<std::pair<double, double>> a,
+                      std::vector<std::pair<double, double>> b);
+// The length of the union of the intervals.
+double union_length(std::vector<std::pair<double, double>> spans);
+
+class OverlapTimeline {
+ public:
+  enum class Kind { reduction, gather };
+
+  explicit OverlapTimeline(Device& device) : device_(device) {}
+
+  // Recording runs from the first hook of a micro-step to stop(); while it is off the calls
+  // below record nothing.
+  bool recording() const noexcept { return recording_; }
+  // The first hook of a micro-step: `caller`'s stream gets the micro-step's origin.
+  void start(Stream& caller);
+  void stop() noexcept { recording_ = false; }
+
+  // The caller's compute, from the end of a pre hook to the start of its post hook.
+  void compute_begin(Stream& caller);
+  void compute_end(Stream& caller);
+
+  // A collective on `comm_stream`: begins once the work queued on `inputs` so far is done (the
+  // communicator waits for the same point before it starts).
+  void comm_begin(Kind kind, Stream& inputs, Stream& comm_stream);
+  void comm_end(Stream& comm_stream);
+
+  // Waits for the micro-step's events and adds its figures to the totals; clears the spans.
+  void collect();
+
+  struct Totals {
+    double compute_ms = 0;
+    double reduction_ms = 0, reduction_overlap_ms = 0;
+    double gather_ms = 0, gather_overlap_ms = 0;
+  };
+  Totals take() { return std::exchange(totals_, {}); }
+
+ private:
+  Event& next_event();
+
+  struct Span {
+    Event* begin = nullptr;
+    Event* end = nullptr;
+    Kind kind = Kind::reduction;
+  };
+
+  Device& device_;
+  std::vector<std::unique_ptr<Event>> events_;  // reused every micro-step
+  std::size_t used_ = 0;
+  std::unique_ptr<Event> ready_;  // the comm stream's wait for a collective's inputs
+  Event* origin_ = nullptr;
+  bool recording_ = false;
+  int compute_depth_ = 0;
+  std::vector<Span> compute_;
+  std::vector<Span> comms_;
+  bool comm_open_ = false;  // comms_.back() awaits its end
+  Totals totals_;
+};
+
+}  // namespace zero::engine
