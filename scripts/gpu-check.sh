@@ -11,8 +11,10 @@
 #   env        the machine: GPU, driver, CPU, memory, disk, glibc, mpirun, NCCL, PyTorch
 #   gpu-tests  every [gpu] test (device kernels and memory, the GPU fused Adam, NCCL on one
 #              rank): the Catch2 program, each case's time
-#   engine     zero-train on the GPU (--device 2), the tiny GPT for a few steps at stage 0
-#              and 3: whether the engine runs on a CUDA device at all, and its exit status
+#   engine     the engine on GPU 0 through zero.h: the C training test, the equivalence
+#              matrix (stages 0-3, fp32/bf16/fp16, offload, accumulation, clipping) at 1 rank
+#              (NCCL) and at 2 and 4 ranks sharing the GPU through MPI, and the overlap of
+#              communication with compute from CUDA events (wall_clock_breakdown)
 #   torch      bench/gpu.sh's PyTorch runs (plain, FSDP2, FSDP2 + CPUOffloadPolicy) for
 #              MODELS (default gpt2-124m gpt2-1.5b), STEPS timed after WARMUP, and eager
 #              against torch.compile for the first model
@@ -98,20 +100,33 @@ record gpu-tests "$rc" $((SECONDS - t))
 
 # ---- engine
 say ""
-say "## engine: zero-train on the GPU (--device 2), tiny, 3 steps"
+say "## engine: the engine on GPU 0 through zero.h"
 t=$SECONDS
-: >"$out/engine.log"
-for stage in 0 3; do
-  echo "### stage $stage" >>"$out/engine.log"
-  run_z timeout 60 "$z/bin/zero-train" --device 2 --config configs/demo.json --model tiny \
-    --data data/fortunes.txt --steps 3 --eval-batches 1 --no-progress \
-    --set zero_optimization.stage=$stage --set zero_optimization.offload_optimizer.device=none \
-    >>"$out/engine.log" 2>&1
+swap=$dest/swap
+mkdir -p "$swap"
+# engine_run NAME LIMIT COMMAND...: one engine test, its exit status and last line.
+engine_run() {
+  local name=$1 limit=$2 t0=$SECONDS rc
+  shift 2
+  if ! left "$limit"; then
+    say "$name: skipped, the budget is spent ($(elapsed) s)"
+    return
+  fi
+  local log=$out/engine-$name.log
+  ZERO_TEST_NVME_DIR=$swap run_z timeout "$limit" "$@" >"$log" 2>&1
   rc=$?
-  say "stage $stage: exit $rc: $(grep -v '^\s*$' "$out/engine.log" | tail -1 | cut -c1-200)"
-  record "engine-stage$stage" "$rc" $((SECONDS - t))
+  say "$name: exit $rc: $(grep -v '^\s*$' "$log" | grep -v '^-\+$' | tail -1 | cut -c1-160)"
+  grep '^FAIL\|breakdown\|overlap' "$log" | head -12 | tee -a "$summary"
+  record "engine-$name" "$rc" $((SECONDS - t0))
   [[ $rc -eq 0 ]] || status=1
+}
+engine_run c-train 60 "$z/bin/zero_c_train_gpu_test"
+for ranks in 1 2 4; do
+  engine_run "equivalence-$ranks" 150 "$z/bin/zero-run" -n "$ranks" -- \
+    "$z/bin/zero_engine_equivalence_gpu" --device cuda
 done
+engine_run overlap 60 "$z/bin/zero_engine_overlap_gpu"
+rm -rf "$swap"
 
 # ---- torch
 say ""
