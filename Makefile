@@ -2,6 +2,8 @@
 #   make test   install what is missing, configure, build everything, run every test (ctest)
 #   make demo   install what is missing, build zero-train alone (no CUDA, no tests) in build-demo,
 #               and train the reference GPT on 2 ranks (scripts/demo.sh)
+#   make test-asan / make test-tsan   the unit tests under ASan + UBSan; under TSan with the
+#               asynchronous CPU device, with the 2-rank equivalence matrix
 #   make gpu-bundle / make gpu-check   the GPU verification: build the bundle here, run it there
 # Knobs: BUILD (build folder), BUILD_TYPE, CUDA_ARCHS ("80;90"), JOBS, CMAKE_FLAGS, GENERATOR
 # (Ninja when installed).
@@ -13,7 +15,7 @@ CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 GENERATOR ?= $(if $(shell command -v ninja),Ninja,Unix Makefiles)
 
-.PHONY: all deps configure build test test-asan demo gpu-bundle gpu-check format clean
+.PHONY: all deps configure build test test-asan test-tsan demo gpu-bundle gpu-check format clean
 
 all: build
 
@@ -34,6 +36,11 @@ test: build
 test-asan:
 	$(MAKE) test BUILD=build-asan BUILD_TYPE=Debug \
 	  CMAKE_FLAGS="-DZERO_WITH_CUDA=OFF -DZERO_SANITIZE=address,undefined" CTEST_FLAGS="-L unit"
+
+# The unit tests and the 2-rank equivalence matrix under ThreadSanitizer on the asynchronous
+# CPU device (ZERO_CPU_DEVICE=async), without CUDA: scripts/test-tsan.sh.
+test-tsan: deps
+	bash scripts/test-tsan.sh build-tsan
 
 DEMO_BUILD ?= build-demo
 demo: deps
@@ -56,4 +63,4 @@ format:
 	git ls-files '*.h' '*.cpp' '*.cu' '*.c' | xargs clang-format -i
 
 clean:
-	rm -rf build build-asan build-demo build-gpu gpu-bundle gpu-results
+	rm -rf build build-asan build-tsan build-demo build-gpu gpu-bundle gpu-results

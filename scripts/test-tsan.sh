@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# scripts/test-tsan.sh [BUILD_DIR]: ThreadSanitizer over the asynchronous CPU device
+# (`make test-tsan`; CI runs it).
+#
+# Builds BUILD_DIR (default build-tsan: RelWithDebInfo, ZERO_SANITIZE=thread, without CUDA)
+# with the unit tests, the equivalence program and zero-run, then runs, with
+# ZERO_CPU_DEVICE=async (every stream a worker thread, events as markers in the queues):
+#   1. every unit test in one process but "CPU optimizers match the oracle on a million
+#      elements" (single-threaded arithmetic: minutes under TSan, nothing for it to find);
+#   2. the equivalence matrix (stages 0-3, every precision, offload) on 2 ranks.
+# The races this looks for are between the engine's threads: the device's stream workers, the
+# caller, MPI's progress thread, the swap I/O. OpenMP regions run on one thread
+# (OMP_NUM_THREADS=1, OMP_THREAD_LIMIT=1): libgomp is not built with TSan, so its barriers are
+# invisible to it and every parallel loop would be reported as a race. Any report fails the run
+# (TSAN_OPTIONS halt_on_error=1, exit code 66), with the report on stderr.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build=${1:-build-tsan}
+jobs=${JOBS:-$(nproc)}
+generator=Ninja
+command -v ninja >/dev/null || generator="Unix Makefiles"
+
+cmake -S . -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZERO_WITH_CUDA=OFF \
+  -DZERO_SANITIZE=thread >/dev/null
+cmake --build "$build" -j "$jobs" --target zero_unit_tests zero_engine_equivalence zero-run
+
+export ZERO_CPU_DEVICE=async OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1 ZERO_LOG_LEVEL=warn
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1 exitcode=66 second_deadlock_stack=1}
+# mpirun as root (CI runs as root) and with more ranks than cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+start=$SECONDS
+echo "test-tsan: unit tests on the asynchronous CPU device"
+(cd "$build/tests" && timeout 1200 ./zero_unit_tests '~[.] ~*on a million elements')
+echo "test-tsan: the equivalence matrix on 2 ranks"
+(cd "$build/tests" && timeout 1200 ../tools/zero-run/zero-run -n 2 -- ./zero_engine_equivalence |
+  tail -1)
+echo "test-tsan: no race reported ($((SECONDS - start)) s)"
