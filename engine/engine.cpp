@@ -37,9 +37,11 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
                      comm->device() ? comm->device()->description() : "host memory",
                      device->description());
   }
-  if (config.wall_clock_breakdown && comm->stream() != nullptr) {
+  if (config.wall_clock_breakdown) {
     timeline = std::make_unique<OverlapTimeline>(*device);
-    comm = std::make_unique<TimedCommunicator>(std::move(comm), *device, *timeline);
+    if (comm->stream() != nullptr) {
+      comm = std::make_unique<TimedCommunicator>(std::move(comm), *device, *timeline);
+    }
   }
   order = std::make_unique<CallerOrder>(*device);
   agreement = Agreement(*comm, *device);
@@ -190,6 +192,7 @@ void Engine::Impl::lay_out() {
   memory_plan = plan_memory(registry, config, layout, device->type() != DeviceType::cpu);
   model_state = std::make_unique<ModelState>(context(), memory_plan, options);
   reducer = std::make_unique<GradReducer>(context());
+  reducer->set_timeline(timeline.get());
   fetcher = std::make_unique<ParamFetcher>(context());
   stepper = std::make_unique<Stepper>(context(), *model_state, *reducer, *fetcher, scalars,
                                       options.seed);
@@ -563,26 +566,30 @@ void Engine::Impl::print_breakdowns() {
               ms(timers.gather_issue), ms(timers.gather_wait), ms(timers.step),
               ms(timers.optimizer), ms(timers.allgather));
     if (timeline) {
-      // From the streams' own timing events: the part of each kind of communication that ran
-      // while the caller's stream was computing (between a pre hook and its post hook).
+      // From the streams' own timing events: the part of each kind of work that ran while the
+      // caller's stream was computing (between a pre hook and its post hook).
       const OverlapTimeline::Totals t = timeline->take();
+      const double per = std::max(steps, 1.0);
       const auto part = [&](double overlap, double total) {
-        return fmt::format("{:.3f} of {:.3f} ms ({:.0f}%)", overlap / std::max(steps, 1.0),
-                           total / std::max(steps, 1.0), total > 0 ? 100 * overlap / total : 0.0);
+        return fmt::format("{:.3f} of {:.3f} ms ({:.0f}%)", overlap / per, total / per,
+                           total > 0 ? 100 * overlap / total : 0.0);
       };
-      log::info("step {}: concurrent with compute, from {} events, per step: reductions {} | "
-                "stage-3 gathers {} | compute {:.3f} ms",
-                stepper->global_steps(), comm->backend(),
-                part(t.reduction_overlap_ms, t.reduction_ms),
-                part(t.gather_overlap_ms, t.gather_ms), t.compute_ms / std::max(steps, 1.0));
-    } else if (timers_note_once) {
-      timers_note_once = false;
-      log::info("wall_clock_breakdown: the overlap of communication with compute is measured on "
-                "a communicator with its own stream (NCCL); {} runs collectives {}",
-                comm->backend(), comm->backend() == "mpi" ? "on a host thread" : "in the call");
+      const std::string collectives =
+          comm->stream() != nullptr
+              ? fmt::format("reductions {} | stage-3 gathers {}",
+                            part(t.reduction_overlap_ms, t.reduction_ms),
+                            part(t.gather_overlap_ms, t.gather_ms))
+              : fmt::format("reductions and gathers not measured ({} runs collectives {})",
+                            comm->backend(),
+                            comm->backend() == "mpi" ? "on a host thread" : "in the call");
+      log::info("step {}: concurrent with compute, per step, from the streams' events: {} | "
+                "offload copies {} | compute {:.3f} ms",
+                stepper->global_steps(), collectives, part(t.copy_overlap_ms, t.copy_ms),
+                t.compute_ms / per);
     }
   }
   timers = {};
+  if (timeline) timeline->take();  // the other ranks' totals, and rank 0's after its line
   if (config.memory_breakdown && rank == 0) {
     log::info("step {}: {}", stepper->global_steps(), memory_text());
   }

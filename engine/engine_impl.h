@@ -83,9 +83,9 @@ struct Engine::Impl {
   config::Config config;
   EngineOptions options;
   std::unique_ptr<Device> device;
-  // wall_clock_breakdown on a communicator with its own stream: the communication that ran
-  // while the caller computed (overlap_timeline.h); comm is then a TimedCommunicator over it.
-  // Declared before comm, which records into it.
+  // wall_clock_breakdown: the communication and copies that ran while the caller computed
+  // (overlap_timeline.h); on a communicator with its own stream, comm is a TimedCommunicator
+  // over it. Declared before comm, which records into it.
   std::unique_ptr<OverlapTimeline> timeline;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<CallerOrder> order;  // the caller's streams and the engine's (caller_order.h)
@@ -151,7 +151,6 @@ struct Engine::Impl {
     std::int64_t micro_steps = 0;
   } timers;
   Timer phase_timer;  // since the current phase began
-  bool timers_note_once = true;  // the first breakdown says why there is no overlap line
 
   // The optimizer step, its scaler and counters (stepper.h); made by lay_out.
   std::unique_ptr<Stepper> stepper;

@@ -41,6 +41,14 @@ GradReducer::~GradReducer() {
       log::warn("engine: an outstanding gradient reduction failed at shutdown: {}", error.what());
     }
   }
+  // Its host tasks read the layout and the staging buffer.
+  if (epilogue_ != nullptr && !ctx_.comm.poisoned()) {
+    try {
+      epilogue_->synchronize();
+    } catch (const std::exception& error) {
+      log::warn("engine: finishing the gradient epilogue failed at shutdown: {}", error.what());
+    }
+  }
 }
 
 void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucket_buffers,
@@ -54,6 +62,11 @@ void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucke
   }
   bucket_buffers_ = std::move(bucket_buffers);
   in_flight_.assign(bucket_buffers_.size(), {});
+  epilogue_ = ctx_.device.create_stream();
+  buffer_read_.clear();
+  for (std::size_t i = 0; i < bucket_buffers_.size(); ++i) {
+    buffer_read_.push_back(ctx_.device.create_event());
+  }
   grad_arena_ = std::move(grad_arena);
   target_ = target;
 }
@@ -151,6 +164,7 @@ void GradReducer::issue(std::size_t b) {
   if (in_flight_[slot].bucket != kNone) finish(slot);
 
   Stream& stream = ctx_.device.default_stream();
+  buffer_read_[slot]->block(stream);  // the buffer's last epilogue has read it
   const Bucket& bucket = ctx_.layout.buckets[b];
   const std::size_t wsize = dtype_size(wire_);
   const std::size_t csize = dtype_size(compute_);
@@ -200,8 +214,8 @@ void GradReducer::issue(std::size_t b) {
 void GradReducer::finish(std::size_t slot) {
   InFlight& flight = in_flight_[slot];
   const Bucket& bucket = ctx_.layout.buckets[flight.bucket];
-  Stream& stream = ctx_.device.default_stream();
-  // The block is read on the default stream after the reduction: an event on NCCL, the host
+  Stream& stream = *epilogue_;
+  // The block is read on the epilogue stream after the reduction: an event on NCCL, the host
   // waiting for it on MPI.
   Timer timer;
   flight.work.block(stream);
@@ -210,17 +224,41 @@ void GradReducer::finish(std::size_t slot) {
   const int r = shard_ranks_ == 1 ? 0 : rank_;
   const char* buffer = static_cast<const char*>(bucket_buffers_[slot]);
   const float post = static_cast<float>(post_factor_);
-  // With optimizer offload the owned shard is in pinned memory: this rank's reduced block comes
-  // down first and the CPU adds it in.
   const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
   const char* block = buffer + block_start * wsize;
   if (target_.staging != nullptr) {
+    // Optimizer offload: the owned shard is in host memory. This rank's reduced block comes
+    // down to pinned memory, then the CPU adds it in, both in the epilogue's order.
+    if (timeline_ != nullptr) timeline_->comm_begin(OverlapTimeline::Kind::copy, stream, stream);
     ctx_.device.copy_async(target_.staging, block, bucket.block * wsize, stream);
-    stream.synchronize();
-    block = static_cast<const char*>(target_.staging);
+    if (timeline_ != nullptr) timeline_->comm_end(stream);
+    buffer_read_[slot]->record(stream);
+    // On a GPU the adder is a CPU device of its own, whose kernels run in a host task in the
+    // epilogue's order; on the CPU it is the device itself, whose kernels queue there directly
+    // (a host task waiting on the device's own streams could wait on itself).
+    const bool own_device = target_.adder == &ctx_.device;
+    const auto add = [this, &bucket, r, block_start, post](Device& adder, Stream& on) {
+      const char* staged = static_cast<const char*>(target_.staging);
+      for (const BucketPiece& piece : bucket.pieces) {
+        const std::size_t p = ctx_.layout.trainable[piece.param];
+        const char* src = staged + (bucket_position(bucket, piece, r) - block_start) *
+                                       dtype_size(wire_);
+        char* dst = static_cast<char*>(target_.grad_flat) +
+                    (ctx_.layout.params[p].flat + piece.begin) * dtype_size(target_.accum);
+        adder.accumulate(src, wire_, dst, target_.accum, piece.end - piece.begin, post, on);
+      }
+    };
+    if (own_device) {
+      add(ctx_.device, stream);
+    } else {
+      ctx_.device.launch_host_task(stream, [add, &adder = *target_.adder] {
+        add(adder, adder.default_stream());
+        adder.default_stream().synchronize();
+      });
+    }
+    flight = {};
+    return;
   }
-  Device& adder = target_.adder != nullptr ? *target_.adder : ctx_.device;
-  Stream& add_stream = adder.default_stream();
   for (const BucketPiece& piece : bucket.pieces) {
     const std::size_t p = ctx_.layout.trainable[piece.param];
     const std::size_t length = piece.end - piece.begin;
@@ -228,7 +266,7 @@ void GradReducer::finish(std::size_t slot) {
     if (target_.grad_flat != nullptr) {
       char* dst = static_cast<char*>(target_.grad_flat) +
                   (ctx_.layout.params[p].flat + piece.begin) * dtype_size(target_.accum);
-      adder.accumulate(src, wire_, dst, target_.accum, length, post, add_stream);
+      ctx_.device.accumulate(src, wire_, dst, target_.accum, length, post, stream);
     } else {
       // Stage 0 without a separate accumulation dtype: back into the replicated gradient.
       char* dst = static_cast<char*>(grads_[p].grad) + piece.begin * dtype_size(compute_);
@@ -236,6 +274,7 @@ void GradReducer::finish(std::size_t slot) {
       if (post != 1.0f) ctx_.device.scale(dst, compute_, length, post, stream);
     }
   }
+  buffer_read_[slot]->record(stream);
   flight = {};
 }
 
@@ -254,6 +293,7 @@ void GradReducer::flush() {
     const std::size_t slot = (next_slot_ + i) % in_flight_.size();
     if (in_flight_[slot].bucket != kNone) finish(slot);
   }
+  epilogue_->synchronize();
   ctx_.device.default_stream().synchronize();
 }
 

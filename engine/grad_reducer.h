@@ -10,12 +10,17 @@
 //
 // Owns: gradients (stages 0-1 for the run, from the state arena; stages 2-3 from its own
 // gradient arena, from a module's pre_backward to the bucket holding the last piece), bucket
-// buffers, in-flight reductions. Calls: the device (casts, fills, scales, copies) and the
-// communicator. Streams: the device's default stream, which the engine orders after the
-// caller's stream at post_backward (so a bucket reads the gradients the caller wrote) and the
-// caller's stream after at pre_backward (so the caller adds into zeroed buffers); a reduction
-// is blocked onto it (an event on NCCL, the host on MPI) before its block is read. Internal
-// to engine/.
+// buffers, in-flight reductions, the epilogue stream. Calls: the device (casts, fills, scales,
+// copies, host tasks) and the communicator. Streams: buckets are filled on the device's default
+// stream, which the engine orders after the caller's stream at post_backward (so a bucket reads
+// the gradients the caller wrote) and the caller's stream after at pre_backward (so the caller
+// adds into zeroed buffers). What follows a reduction runs on the epilogue stream: the
+// reduction is blocked onto it (an event on NCCL, the host on MPI), then the reduced block is
+// added into the owned shard there, or copied down to pinned memory and added by the CPU in a
+// host task queued there (optimizer offload). So the default stream, and through it the
+// caller's, never waits for a reduction, only a bucket buffer's refill waits for the epilogue
+// that read it (an event per buffer); flush() waits for everything on the host. Internal to
+// engine/.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +37,7 @@
 #include "engine/config/config.h"
 #include "engine/engine_context.h"
 #include "engine/memory_plan.h"
+#include "engine/overlap_timeline.h"
 #include "engine/registry.h"
 
 namespace zero::engine {
@@ -86,6 +92,8 @@ class GradReducer {
   void zero_full(Stream& stream);
   // Seconds blocked on reductions since the last call.
   double take_wait_seconds() { return wait_seconds_.take(); }
+  // wall_clock_breakdown: the offload copies are recorded there (null: not).
+  void set_timeline(OverlapTimeline* timeline) { timeline_ = timeline; }
 
   const Arena* grad_arena() const noexcept { return grad_arena_.get(); }
   std::size_t bucket_count() const noexcept { return ctx_.layout.buckets.size(); }
@@ -122,6 +130,9 @@ class GradReducer {
   std::unique_ptr<Arena> grad_arena_;
   Target target_;
   std::vector<InFlight> in_flight_;         // one per bucket buffer
+  std::unique_ptr<Stream> epilogue_;        // after the reductions (made by attach)
+  std::vector<std::unique_ptr<Event>> buffer_read_;  // per bucket buffer: its epilogue's read
+  OverlapTimeline* timeline_ = nullptr;
   std::size_t next_slot_ = 0;
   std::size_t next_bucket_ = 0;             // the next bucket to issue, in plan order
   bool reducing_ = false;   // this micro-step reduces (stages 2-3, or the boundary)

@@ -105,19 +105,22 @@ void OverlapTimeline::collect() {
     event->synchronize();
     return static_cast<double>(event->elapsed_ms_since(*origin_));
   };
-  Spans compute, reductions, gathers;
+  Spans compute, reductions, gathers, copies;
   for (const Span& s : compute_) {
     if (s.end != nullptr) compute.emplace_back(at(s.begin), at(s.end));
   }
   for (const Span& s : comms_) {
     if (s.end == nullptr) continue;
-    (s.kind == Kind::reduction ? reductions : gathers).emplace_back(at(s.begin), at(s.end));
+    Spans& spans = s.kind == Kind::reduction ? reductions : s.kind == Kind::gather ? gathers : copies;
+    spans.emplace_back(at(s.begin), at(s.end));
   }
   totals_.compute_ms += union_length(compute);
   totals_.reduction_ms += union_length(reductions);
   totals_.reduction_overlap_ms += overlap_length(reductions, compute);
   totals_.gather_ms += union_length(gathers);
   totals_.gather_overlap_ms += overlap_length(gathers, compute);
+  totals_.copy_ms += union_length(copies);
+  totals_.copy_overlap_ms += overlap_length(copies, compute);
   origin_ = nullptr;
   compute_.clear();
   comms_.clear();

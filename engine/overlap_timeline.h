@@ -6,8 +6,9 @@
 // matching post hook (nested hooks merge); a collective runs on the communicator's stream from
 // when its inputs are ready to its end. At each zero_step the spans are resolved against the
 // first event of the micro-step and the overlap is the length of (union of collectives) ∩
-// (union of compute), summed per kind. Only where the communicator has a stream (NCCL): MPI
-// runs collectives on a host thread, which events on a device stream cannot bracket.
+// (union of compute), summed per kind. Collectives only where the communicator has a stream
+// (NCCL): MPI runs them on a host thread, which events on a device stream cannot bracket.
+// Offload copies (reduced gradients down to the CPU optimizer) on every communicator.
 //
 // Owns: a pool of timing events, the spans of the current micro-step and the totals since the
 // last take(). Calls only the device's events. Streams: records on the callers' streams and the
@@ -33,7 +34,7 @@ double union_length(std::vector<std::pair<double, double>> spans);
 
 class OverlapTimeline {
  public:
-  enum class Kind { reduction, gather };
+  enum class Kind { reduction, gather, copy };
 
   explicit OverlapTimeline(Device& device) : device_(device) {}
 
@@ -48,8 +49,9 @@ class OverlapTimeline {
   void compute_begin(Stream& caller);
   void compute_end(Stream& caller);
 
-  // A collective on `comm_stream`: begins once the work queued on `inputs` so far is done (the
-  // communicator waits for the same point before it starts).
+  // A collective on `comm_stream` (or an offload copy on its copy stream): begins once the work
+  // queued on `inputs` so far is done (the communicator waits for the same point before it
+  // starts); ends at what comm_stream has queued when comm_end is called.
   void comm_begin(Kind kind, Stream& inputs, Stream& comm_stream);
   void comm_end(Stream& comm_stream);
 
@@ -60,6 +62,7 @@ class OverlapTimeline {
     double compute_ms = 0;
     double reduction_ms = 0, reduction_overlap_ms = 0;
     double gather_ms = 0, gather_overlap_ms = 0;
+    double copy_ms = 0, copy_overlap_ms = 0;
   };
   Totals take() { return std::exchange(totals_, {}); }
 

@@ -94,7 +94,11 @@ ZERO_API int zero_version_code(void);
  * what the hook provides (a pre hook's gathered parameters, pre_backward's zeroed gradient
  * buffers): through events, without the host waiting, except on the CPU, where the calling
  * thread waits for them before the hook returns. The engine's reductions and gathers run on
- * the communicator's own stream (NCCL) or thread (MPI), overlapping the caller's compute.
+ * the communicator's own stream (NCCL) or thread (MPI), overlapping the caller's compute, and
+ * what follows a reduction (the add into the owned gradient shard, or with optimizer offload
+ * the copy of the reduced block to the CPU and the add there) on a stream of the engine's
+ * own, so the caller's stream never waits for a reduction. wall_clock_breakdown logs how much
+ * of each ran concurrently with the caller's compute, from the streams' timing events.
  * zero_step is ordered after the stream of the latest hook and returns with the step done.
  * Use one stream per engine for the hooks of a micro-step.
  *

@@ -72,7 +72,8 @@ TEST_CASE("the overlap timeline pairs hooks and collectives from the streams' ev
   auto comm = device->create_stream();
   OverlapTimeline timeline(*device);
 
-  SECTION("a reduction inside the compute overlaps it; one after it does not") {
+  SECTION("a reduction inside the compute overlaps it, a copy across its end in part, a "
+          "gather after it not at all") {
     timeline.start(*caller);
     timeline.compute_begin(*caller);
     tick();
@@ -82,9 +83,13 @@ TEST_CASE("the overlap timeline pairs hooks and collectives from the streams' ev
     tick();
     timeline.comm_end(*comm);
     tick();
+    timeline.comm_begin(OverlapTimeline::Kind::copy, *comm, *comm);  // ends after the compute
+    tick();
     timeline.compute_end(*caller);
     tick();
     timeline.compute_end(*caller);
+    tick();
+    timeline.comm_end(*comm);
     tick();
     timeline.comm_begin(OverlapTimeline::Kind::gather, *caller, *comm);
     tick();
@@ -100,6 +105,8 @@ TEST_CASE("the overlap timeline pairs hooks and collectives from the streams' ev
     CHECK(t.reduction_ms < t.compute_ms);
     CHECK(t.gather_ms > 0);
     CHECK(t.gather_overlap_ms == 0);  // after it
+    CHECK(t.copy_overlap_ms > 0);     // partly inside it
+    CHECK(t.copy_overlap_ms < t.copy_ms);
     const OverlapTimeline::Totals again = timeline.take();
     CHECK(again.compute_ms == 0);  // take() empties the totals
   }
