@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Creates (once) the Python environment the tests use to check our files against real readers:
-# a venv at BUILD_DIR/python-env with safetensors and numpy. Running it again when both import
-# does nothing. Exits non-zero, saying what is missing, when python3, venv or pip is absent or
-# pip fails (it needs the package index, or a mirror set in pip's config).
+# a venv at BUILD_DIR/python-env with safetensors, numpy and tokenizers. Running it again when
+# they all import does nothing. Exits non-zero, saying what is missing, when python3, venv or pip
+# is absent or pip fails (it needs the package index, or a mirror set in pip's config).
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -10,7 +10,7 @@ if [ $# -ne 1 ]; then
   exit 2
 fi
 env_dir="$1/python-env"
-packages=(safetensors numpy)
+packages=(safetensors numpy tokenizers)
 
 if ! command -v python3 >/dev/null; then
   echo "python-test-env: python3 not found; install it (scripts/install-deps.sh does)" >&2
@@ -27,7 +27,7 @@ if [ ! -x "$python" ]; then
   fi
 fi
 
-if "$python" -c "import safetensors, numpy" 2>/dev/null; then
+if "$python" -c "import safetensors, numpy, tokenizers" 2>/dev/null; then
   exit 0
 fi
 
@@ -41,4 +41,4 @@ if ! "$python" -m pip install --quiet --disable-pip-version-check "${packages[@]
   echo "python-test-env: pip install ${packages[*]} failed (is the package index reachable?)" >&2
   exit 1
 fi
-"$python" -c "import safetensors, numpy; print('python-test-env: safetensors', safetensors.__version__, 'numpy', numpy.__version__)"
+"$python" -c "import safetensors, numpy, tokenizers; print('python-test-env: safetensors', safetensors.__version__, 'numpy', numpy.__version__, 'tokenizers', tokenizers.__version__)"
