@@ -55,6 +55,11 @@ void ParamFetcher::attach(std::unique_ptr<Arena> gather_arena, ShardStore& shard
   for (std::size_t b = 0; b < shards.read_buffers(); ++b) {
     read_copied_.push_back(ctx_.device.create_event());
   }
+  persistent_missing_ = 0;
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    persistent_missing_ += ctx_.layout.params[p].persistent && params_[p].full == nullptr &&
+                           gathered_elements(p) > 0;
+  }
 }
 
 std::size_t ParamFetcher::gathered_elements(std::size_t param) const {
@@ -94,6 +99,11 @@ void ParamFetcher::enter(std::size_t module, bool backward, bool train, bool top
   }
   open_event_[module] = at;
 
+  // Persistent parameters are gathered together whenever one is missing (the first hook after
+  // a step, a load or init released them, when the arena holds nothing else): side by side at
+  // the arena's front, so the others come and go behind them and never find the free space cut
+  // into pieces between persistent blocks. A point every rank reaches in the same order.
+  if (persistent_missing_ > 0) gather_persistent();
   // Held first, so that making room for one of them never releases another.
   for (std::size_t p : ctx_.registry.module(module).params) params_[p].holds += 1;
   for (std::size_t p : ctx_.registry.module(module).params) {
@@ -219,6 +229,7 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
   }
   g.block = gather_arena_->allocate(MemoryKind::param, bytes);
   g.full = g.block.ptr;
+  if (ctx_.layout.params[param].persistent && g.full != nullptr) persistent_missing_ -= 1;
   if (!ctx_.layout.params[param].persistent) stats_.live_elements += gathered_elements(param);
   stats_.peak_live_elements = std::max(stats_.peak_live_elements, stats_.live_elements);
   stats_.gathers += 1;
@@ -244,6 +255,15 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
   g.in_flight = true;
   gathers_in_flight_ += 1;
   return true;
+}
+
+void ParamFetcher::gather_persistent() {
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    if (ctx_.layout.params[p].persistent && params_[p].full == nullptr &&
+        gathered_elements(p) > 0) {
+      gather(p, /*own=*/true);
+    }
+  }
 }
 
 bool ParamFetcher::fits(std::size_t bytes) const {
@@ -280,6 +300,7 @@ void ParamFetcher::release(std::size_t param) {
   if (g.full == nullptr) return;
   wait(param);
   gather_arena_->release(g.block);
+  if (ctx_.layout.params[param].persistent) persistent_missing_ += 1;
   if (!ctx_.layout.params[param].persistent) stats_.live_elements -= gathered_elements(param);
   g.block = {};
   g.full = nullptr;

@@ -110,6 +110,8 @@ class ParamFetcher {
   };
 
   bool gather(std::size_t param, bool own);
+  // Every persistent parameter not there, in registration order (see enter()).
+  void gather_persistent();
   bool fits(std::size_t bytes) const;
   void wait(std::size_t param);
   void order_before(std::size_t param, Stream& caller);
@@ -133,6 +135,7 @@ class ParamFetcher {
   std::vector<std::size_t> open_event_;  // per module: its pre hook's place in the plan, or kNone
   Trace traces_[2];
   std::size_t gathers_in_flight_ = 0;
+  std::size_t persistent_missing_ = 0;  // persistent parameters not gathered now
   std::vector<bool> read_busy_;
   std::vector<std::unique_ptr<Event>> read_copied_;  // per read buffer: its shard copied out
   std::deque<PendingRead> reads_;
