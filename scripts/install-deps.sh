@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev catch2
-  liburing-dev libxxhash-dev libopenblas-dev
+  liburing-dev libxxhash-dev libopenblas-dev libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
   fio
   python3 python3-venv python3-pip
