@@ -78,12 +78,11 @@ Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::
     throw std::invalid_argument("channels " + std::to_string(config.channels) +
                                 " do not split over " + std::to_string(config.heads) + " heads");
   }
+  // bf16 and fp16 compute copies are read and computed in fp32, their outputs and gradients
+  // rounded to the compute dtype (compute_copies.h).
   zero_dtype dtype = ZERO_FP32;
   check(zero_compute_dtype(engine, &dtype), "zero_compute_dtype");
-  if (dtype != ZERO_FP32) {
-    throw std::invalid_argument(
-        "the reference GPT computes in fp32 on the CPU: disable bf16 and fp16 in the config (zero-train: --set bf16.enabled=false)");
-  }
+  copies_.set_dtype(dtype);
   Init& init = *init_;
   init.seed = seed;
   int no_decay = 0;
@@ -112,6 +111,9 @@ Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::
     int id = -1;
     check(zero_add_param(engine, &desc, &id), "zero_add_param");
     names_.push_back(name);
+    std::size_t numel = 1;
+    for (long long d : shape) numel *= static_cast<std::size_t>(d);
+    copies_.add_param(numel);
     init.stddev.resize(static_cast<std::size_t>(id) + 1, 0.0);
     init.constant.resize(static_cast<std::size_t>(id) + 1, 0.0f);
     init.stddev[static_cast<std::size_t>(id)] = stddev;
@@ -188,13 +190,13 @@ Gpt::~Gpt() = default;
 float* Gpt::param(int id) {
   void* data = nullptr;
   check(zero_param_data(engine_, id, &data), "zero_param_data");
-  return static_cast<float*>(data);
+  return copies_.param(id, data);
 }
 
 float* Gpt::grad(int id) {
   void* data = nullptr;
   check(zero_grad_buffer(engine_, id, &data), "zero_grad_buffer");
-  return static_cast<float*>(data);
+  return copies_.grad(id, data);
 }
 
 float Gpt::forward(const std::int32_t* tokens, const std::int32_t* targets) {
@@ -262,6 +264,7 @@ void Gpt::backward() {
   const float* last = blocks_.empty() ? encoded_.data() : outs_.back().data();
   layernorm_backward(dx, grad(lnf_w_), grad(lnf_b_), dlnf_.data(), last, param(lnf_w_),
                      lnf_mean_.data(), lnf_rstd_.data(), N, C);
+  copies_.flush();
   check(zero_post_backward(engine_, head_module_, nullptr), "zero_post_backward");
 
   // dx: the gradient of the residual stream at a block's output, then at its input.
@@ -274,11 +277,13 @@ void Gpt::backward() {
       block_forward(b, x, recompute_, dsmall_.data());
     }
     block_backward(b, x, checkpointed(l) ? recompute_ : acts_[l], dx);
+    copies_.flush();
     check(zero_post_backward(engine_, b.module, nullptr), "zero_post_backward");
   }
 
   check(zero_pre_backward(engine_, embed_module_, nullptr), "zero_pre_backward");
   encoder_backward(grad(wte_), grad(wpe_), dx, tokens_.data(), B, T, C);
+  copies_.flush();
   check(zero_post_backward(engine_, embed_module_, nullptr), "zero_post_backward");
 }
 

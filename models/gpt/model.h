@@ -7,7 +7,8 @@
 // LayerNorm weights go in a "no_decay" group. Each forward and backward calls the module's
 // hooks around its compute, so stage 3 gathers one block at a time.
 //
-// This version computes in fp32 (the engine's compute dtype must be fp32).
+// The layers compute in fp32; bf16 and fp16 compute copies are widened and their gradients
+// rounded back through ComputeCopies (compute_copies.h).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "models/gpt/config.h"
+#include "models/gpt/compute_copies.h"
 #include "zero/zero.h"
 
 namespace zero::gpt {
@@ -107,6 +109,7 @@ class Gpt {
   int wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<Block> blocks_;
   std::vector<std::string> names_;  // by parameter id
+  ComputeCopies copies_;  // fp32 views of bf16 or fp16 compute copies (compute_copies.h)
 
   // This micro-batch's inputs and activations, kept for the backward.
   std::vector<std::int32_t> tokens_, targets_;
