@@ -116,7 +116,8 @@ engine_run() {
   ZERO_TEST_NVME_DIR=$swap run_z timeout "$limit" "$@" >"$log" 2>&1
   rc=$?
   say "$name: exit $rc: $(grep -v '^\s*$' "$log" | grep -v '^-\+$' | tail -1 | cut -c1-160)"
-  grep '^FAIL\|breakdown\|overlap' "$log" | head -12 | tee -a "$summary"
+  # Failures, and wall_clock_breakdown's lines (time per step; concurrent with compute).
+  grep '^FAIL\|time per step\|concurrent with compute' "$log" | head -12 | tee -a "$summary"
   record "engine-$name" "$rc" $((SECONDS - t0))
   [[ $rc -eq 0 ]] || status=1
 }
