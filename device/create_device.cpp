@@ -1,4 +1,6 @@
 // Chooses the device at run time: CUDA when the runtime reports a GPU, else the CPU.
+#include <fmt/format.h>
+
 #include "base/error.h"
 #include "base/log.h"
 #include "device/device.h"
@@ -6,16 +8,14 @@
 namespace zero {
 
 std::unique_ptr<Device> create_device(const DeviceOptions& options) {
-  const auto cpu = [&] {
-    return create_cpu_device(options.cpu_mode ? *options.cpu_mode : cpu_device_mode_from_env());
+  // The CPU's mode, from the options or ZERO_CPU_DEVICE: read once, used for the log line and
+  // the device.
+  const auto cpu = [&](const char* why) {
+    const CpuDeviceMode mode = options.cpu_mode ? *options.cpu_mode : cpu_device_mode_from_env();
+    log::info("{}; using the CPU device ({})", why, cpu_device_mode_name(mode));
+    return create_cpu_device(mode);
   };
-  const auto mode = [&] {
-    return cpu_device_mode_name(options.cpu_mode ? *options.cpu_mode : cpu_device_mode_from_env());
-  };
-  if (options.preference == DevicePreference::cpu) {
-    log::info("using the CPU device ({}), as asked", mode());
-    return cpu();
-  }
+  if (options.preference == DevicePreference::cpu) return cpu("the CPU was asked for");
   const CudaProbe probe = probe_cuda();
   if (probe.device_count > 0) {
     const int ordinal = options.local_rank % probe.device_count;
@@ -25,8 +25,7 @@ std::unique_ptr<Device> create_device(const DeviceOptions& options) {
     throw make_error(ErrorCategory::device, "a CUDA device was asked for but none is usable: {}",
                      probe.reason);
   }
-  log::info("no GPU ({}); using the CPU device ({})", probe.reason, mode());
-  return cpu();
+  return cpu(fmt::format("no GPU ({})", probe.reason).c_str());
 }
 
 }  // namespace zero
