@@ -99,6 +99,8 @@ refused "not a tokenizer.json" --tokenizer "$work/part.txt" --out "$work/x.bin" 
 refused "no such token" --tokenizer "$work/tokenizer.json" --delimiter "<|nope|>" \
   --out "$work/x.bin" "$work/part.txt"
 refused "cannot open it" --tokenizer "$work/tokenizer.json" --out "$work/x.bin" "$work/missing.txt"
+refused "check that the --out folder exists" --tokenizer "$work/tokenizer.json" \
+  --out "$work/no-such-folder/x.bin" "$work/part.txt"
 # A bad document after thousands of good ones (a line each, so tokens are written before it):
 # nothing that looks like a shard stays.
 refused "bad.jsonl:1: no string field" --tokenizer "$work/tokenizer.json" --out "$work/x.bin" \
