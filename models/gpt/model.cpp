@@ -9,52 +9,9 @@
 
 #include "models/gpt/hf_layout.h"
 #include "models/gpt/kernels.h"
+#include "models/param_init.h"
 
 namespace zero::gpt {
-namespace {
-
-std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-double uniform(std::uint64_t key) {  // in (0, 1)
-  return (static_cast<double>(mix(key) >> 11) + 0.5) / 9007199254740992.0;
-}
-
-}  // namespace
-
-// Per-parameter initial values: normal(0, std) from a counter-based hash of (seed, parameter,
-// element), so each element's value does not depend on which rank draws it; or a constant.
-struct Gpt::Init {
-  std::uint64_t seed = 0;
-  std::vector<double> stddev;  // by parameter id; 0: the constant
-  std::vector<float> constant;
-
-  static void initialize(void* user, int param, unsigned long long offset,
-                         unsigned long long count, float* out);
-};
-
-void Gpt::Init::initialize(void* user, int param, unsigned long long offset,
-                           unsigned long long count, float* out) {
-  const Init& init = *static_cast<const Init*>(user);
-  const double stddev = init.stddev[static_cast<std::size_t>(param)];
-  for (unsigned long long k = 0; k < count; ++k) {
-    if (stddev == 0.0) {
-      out[k] = init.constant[static_cast<std::size_t>(param)];
-      continue;
-    }
-    const std::uint64_t base =
-        mix(init.seed ^ mix(static_cast<std::uint64_t>(param) + 1)) + 2 * (offset + k);
-    const double u1 = uniform(base), u2 = uniform(base + 1);
-    out[k] = static_cast<float>(stddev * std::sqrt(-2.0 * std::log(u1)) *
-                                std::cos(6.283185307179586 * u2));
-  }
-}
-
-
 void Gpt::check(zero_status status, const char* call) const {
   if (status != ZERO_OK) {
     throw std::runtime_error(std::string(call) + ": " + zero_status_string(status) + ": " +
@@ -65,14 +22,14 @@ void Gpt::check(zero_status status, const char* call) const {
 Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::uint64_t seed,
          const GptOptions& options)
     : engine_(engine),
-      init_(std::make_unique<Init>()),
+      init_(std::make_unique<models::ParamInit>(seed)),
       config_(config),
       batch_(batch),
       seq_(seq),
       options_(options) {
   if (seq < 1 || seq > config.max_seq) {
-    throw std::invalid_argument("sequence length " + std::to_string(seq) + " is outside the model's 1.." +
-                                std::to_string(config.max_seq));
+    throw std::invalid_argument("sequence length " + std::to_string(seq) +
+                                " is outside the model's 1.." + std::to_string(config.max_seq));
   }
   if (config.channels % config.heads != 0) {
     throw std::invalid_argument("channels " + std::to_string(config.channels) +
@@ -83,14 +40,13 @@ Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::
   zero_dtype dtype = ZERO_FP32;
   check(zero_compute_dtype(engine, &dtype), "zero_compute_dtype");
   copies_.set_dtype(dtype);
-  Init& init = *init_;
-  init.seed = seed;
   int no_decay = 0;
   check(zero_add_group(engine, "no_decay", 0.0, 1.0, &no_decay), "zero_add_group");
   check(zero_add_module(engine, "embed", &embed_module_), "zero_add_module");
   for (int l = 0; l < config.layers; ++l) {
     Block b;
-    check(zero_add_module(engine, ("h." + std::to_string(l)).c_str(), &b.module), "zero_add_module");
+    check(zero_add_module(engine, ("h." + std::to_string(l)).c_str(), &b.module),
+          "zero_add_module");
     blocks_.push_back(b);
   }
   check(zero_add_module(engine, "head", &head_module_), "zero_add_module");
@@ -106,18 +62,15 @@ Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::
     desc.group = group;
     desc.modules = modules.data();
     desc.module_count = static_cast<int>(modules.size());
-    desc.initializer = &Init::initialize;
-    desc.initializer_user = &init;
+    desc.initializer = &models::ParamInit::initialize;
+    desc.initializer_user = init_.get();
     int id = -1;
     check(zero_add_param(engine, &desc, &id), "zero_add_param");
     names_.push_back(name);
     std::size_t numel = 1;
     for (long long d : shape) numel *= static_cast<std::size_t>(d);
     copies_.add_param(numel);
-    init.stddev.resize(static_cast<std::size_t>(id) + 1, 0.0);
-    init.constant.resize(static_cast<std::size_t>(id) + 1, 0.0f);
-    init.stddev[static_cast<std::size_t>(id)] = stddev;
-    init.constant[static_cast<std::size_t>(id)] = constant;
+    init_->set(id, stddev, constant);
     return id;
   };
   const long long C = config.channels;
@@ -207,9 +160,8 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   for (int i = 0; i < N; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V || targets[i] >= V) {
       throw std::invalid_argument("token " + std::to_string(tokens[i]) + " or target " +
-                                  std::to_string(targets[i]) + " at position " +
-                                  std::to_string(i) + " is outside the vocabulary of " +
-                                  std::to_string(V));
+                                  std::to_string(targets[i]) + " at position " + std::to_string(i) +
+                                  " is outside the vocabulary of " + std::to_string(V));
     }
   }
   check(zero_pre_forward(engine_, embed_module_, nullptr), "zero_pre_forward");
@@ -228,8 +180,8 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   check(zero_pre_forward(engine_, head_module_, nullptr), "zero_pre_forward");
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, param(lnf_w_),
                     param(lnf_b_), N, C);
-  matmul_forward(logits_.data(), lnf_.data(), param(wte_), static_cast<const float*>(nullptr), N,
-                 C, V);
+  matmul_forward(logits_.data(), lnf_.data(), param(wte_), static_cast<const float*>(nullptr), N, C,
+                 V);
   crossentropy_forward(losses_.data(), probs_.data(), logits_.data(), targets, N, V);
   check(zero_post_forward(engine_, head_module_, nullptr), "zero_post_forward");
 
@@ -357,7 +309,8 @@ ActivationCost Gpt::activation_cost() const {
       Activations::bytes_for(N, config_.channels, N * config_.heads * seq_) + NC * sizeof(float);
   const std::uint64_t common =
       (encoded_.size() + lnf_.size() + lnf_mean_.size() + lnf_rstd_.size() + logits_.size() +
-       probs_.size() + losses_.size()) * sizeof(float);
+       probs_.size() + losses_.size()) *
+      sizeof(float);
   cost.uncheckpointed_bytes = common + per_block * static_cast<std::uint64_t>(config_.layers);
   cost.kept_bytes = common + recompute_.bytes();
   for (std::size_t l = 0; l < acts_.size(); ++l) {
@@ -409,10 +362,10 @@ void Gpt::load_pretrained(const std::string& path) {
   const zero_status prefixed_status = zero_load_pretrained(engine_, path.c_str(), &options);
   if (prefixed_status == ZERO_OK) return;
   // Neither naming fits: say what each found wrong, the file decides which is the real one.
-  throw std::runtime_error("loading GPT-2 weights from " + path + ": as GPT2Model names: " +
-                           zero_status_string(plain) + ": " + plain_error +
-                           "; as GPT2LMHeadModel names (\"transformer.\" before each): " +
-                           zero_status_string(prefixed_status) + ": " + zero_last_error());
+  throw std::runtime_error(
+      "loading GPT-2 weights from " + path + ": as GPT2Model names: " + zero_status_string(plain) +
+      ": " + plain_error + "; as GPT2LMHeadModel names (\"transformer.\" before each): " +
+      zero_status_string(prefixed_status) + ": " + zero_last_error());
 }
 
 float Gpt::evaluate(const std::int32_t* tokens, const std::int32_t* targets) {

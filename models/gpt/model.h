@@ -16,32 +16,19 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt/config.h"
+#include "models/causal_lm.h"
 #include "models/gpt/compute_copies.h"
+#include "models/gpt/config.h"
+#include "models/param_init.h"
 #include "zero/zero.h"
 
 namespace zero::gpt {
 
-// Activation checkpointing, as the config's activation_checkpointing section asks for it: the
-// first `checkpoint_blocks` blocks keep only their input between forward and backward and
-// compute their forward again in backward (at stage 3 inside the block's backward hooks, so the
-// block is gathered again).
-struct GptOptions {
-  int checkpoint_blocks = 0;       // 0: none; layers or more: every block
-  bool cpu_checkpointing = false;  // the saved inputs in host memory (the CPU path's only memory)
-};
+// The checkpointing options and the activations' cost are every model's (causal_lm.h).
+using GptOptions = models::ActivationOptions;
+using ActivationCost = models::ActivationCost;
 
-// What the activations cost for one micro-batch: the bytes held from forward to backward, with
-// the options in use and without checkpointing, and the forward FLOPs recomputed in backward
-// next to the forward and backward FLOPs of the micro-batch.
-struct ActivationCost {
-  std::uint64_t kept_bytes = 0;
-  std::uint64_t uncheckpointed_bytes = 0;
-  double recompute_flops = 0;
-  double train_flops = 0;  // forward + backward (2x forward), without the recomputation
-};
-
-class Gpt {
+class Gpt final : public models::CausalLm {
  public:
   // Registers the model's groups, modules and parameters with `engine` (before zero_init);
   // initial values as GPT-2 draws them (normal, std 0.02; residual projections scaled by
@@ -50,30 +37,25 @@ class Gpt {
   // std::runtime_error with zero_last_error() when a call fails.
   Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::uint64_t seed,
       const GptOptions& options = {});
-  ~Gpt();
+  ~Gpt() override;
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
-  // One micro-batch's forward: tokens and targets are batch * seq each (a target < 0 has no
-  // loss). Returns the mean loss over the positions with targets.
-  float forward(const std::int32_t* tokens, const std::int32_t* targets);
-  // Its backward: adds this micro-batch's gradients (of the loss times zero_loss_factor).
-  void backward();
-  // Forward only, in the engine's evaluation mode; returns the mean loss.
-  float evaluate(const std::int32_t* tokens, const std::int32_t* targets);
+  float forward(const std::int32_t* tokens, const std::int32_t* targets) override;
+  void backward() override;
+  float evaluate(const std::int32_t* tokens, const std::int32_t* targets) override;
 
   // Sets the weights from Hugging Face GPT-2 safetensors (a file, an index JSON or a
   // directory; names with or without the "transformer." prefix; the Conv1D weights c_attn,
   // c_proj and c_fc stored [in, out]; attention-mask buffers and lm_head.weight, the tied
   // embedding, ignored) through zero_load_pretrained. Collective, after zero_init. Throws
   // std::runtime_error with the engine's message when the files do not fit the model.
-  void load_pretrained(const std::string& path);
+  void load_pretrained(const std::string& path) override;
 
   const GptConfig& config() const noexcept { return config_; }
   const GptOptions& options() const noexcept { return options_; }
-  ActivationCost activation_cost() const;
-  // Forward FLOPs per micro-batch (matrix products and attention; 2 per multiply-add).
-  double forward_flops() const;
+  ActivationCost activation_cost() const override;
+  double forward_flops() const override;
 
  private:
   struct Block {
@@ -81,8 +63,8 @@ class Gpt {
     int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
   };
   struct Activations {
-    std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd,
-        fch, fch_gelu;
+    std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch,
+        fch_gelu;
     void allocate(std::size_t N, std::size_t C, std::size_t batch_heads_seq_seq);
     std::uint64_t bytes() const noexcept;  // as allocated (0 when not)
     static std::uint64_t bytes_for(std::size_t N, std::size_t C,
@@ -99,17 +81,15 @@ class Gpt {
   float* grad(int id);
   void check(zero_status status, const char* call) const;
 
-  struct Init;  // the initializer's per-parameter settings, read during zero_init
-
   zero_engine* engine_;
-  std::unique_ptr<Init> init_;
+  std::unique_ptr<models::ParamInit> init_;  // read during zero_init
   GptConfig config_;
   int batch_, seq_;
   int embed_module_ = 0, head_module_ = 0;
   int wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<Block> blocks_;
   std::vector<std::string> names_;  // by parameter id
-  ComputeCopies copies_;  // fp32 views of bf16 or fp16 compute copies (compute_copies.h)
+  ComputeCopies copies_;            // fp32 views of bf16 or fp16 compute copies (compute_copies.h)
 
   // This micro-batch's inputs and activations, kept for the backward.
   std::vector<std::int32_t> tokens_, targets_;

@@ -1,0 +1,48 @@
+// What a trainer needs of a reference causal language model (the GPT, the Llama family): one
+// micro-batch's forward and backward between the engine's module hooks, evaluation, pretrained
+// weights, and what its activations cost. zero-train drives every model through this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace zero::models {
+
+// Activation checkpointing, as the config's activation_checkpointing section asks for it: the
+// first `checkpoint_blocks` blocks keep only their input between forward and backward and
+// compute their forward again in backward (at stage 3 inside the block's backward hooks, so the
+// block is gathered again).
+struct ActivationOptions {
+  int checkpoint_blocks = 0;       // 0: none; layers or more: every block
+  bool cpu_checkpointing = false;  // the saved inputs in host memory (the CPU path's only memory)
+};
+
+// What the activations cost for one micro-batch: the bytes held from forward to backward, with
+// the options in use and without checkpointing, and the forward FLOPs recomputed in backward
+// next to the forward and backward FLOPs of the micro-batch.
+struct ActivationCost {
+  std::uint64_t kept_bytes = 0;
+  std::uint64_t uncheckpointed_bytes = 0;
+  double recompute_flops = 0;
+  double train_flops = 0;  // forward + backward (2x forward), without the recomputation
+};
+
+class CausalLm {
+ public:
+  virtual ~CausalLm() = default;
+  // One micro-batch's forward: tokens and targets are batch * seq each (a target < 0 has no
+  // loss). Returns the mean loss over the positions with targets.
+  virtual float forward(const std::int32_t* tokens, const std::int32_t* targets) = 0;
+  // Its backward: adds this micro-batch's gradients (of the loss times zero_loss_factor).
+  virtual void backward() = 0;
+  // Forward only, in the engine's evaluation mode; returns the mean loss.
+  virtual float evaluate(const std::int32_t* tokens, const std::int32_t* targets) = 0;
+  // Sets the weights from Hugging Face safetensors (a file, an index JSON or a directory)
+  // through zero_load_pretrained, each rank reading its own ranges. Collective, after zero_init.
+  virtual void load_pretrained(const std::string& path) = 0;
+  virtual ActivationCost activation_cost() const = 0;
+  // Forward FLOPs per micro-batch (matrix products and attention; 2 per multiply-add).
+  virtual double forward_flops() const = 0;
+};
+
+}  // namespace zero::models
