@@ -1,0 +1,304 @@
+// The Llama family's sizes (config.h).
+#include "models/llama/config.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace zero::llama {
+namespace {
+
+using json = nlohmann::json;
+
+LlamaConfig make(const char* family, int layers, int heads, int kv_heads, int channels,
+                 int intermediate, int max_seq, int vocab, double theta, double eps, bool tied) {
+  LlamaConfig c;
+  c.family = family;
+  c.layers = layers;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.channels = channels;
+  c.intermediate = intermediate;
+  c.max_seq = max_seq;
+  c.vocab = vocab;
+  c.rope_theta = theta;
+  c.norm_eps = eps;
+  c.tied = tied;
+  return c;
+}
+
+RopeScaling llama3_scaling(double factor) {
+  RopeScaling s;
+  s.type = "llama3";
+  s.factor = factor;
+  s.low_freq_factor = 1.0;
+  s.high_freq_factor = 4.0;
+  s.original_max_position = 8192;
+  return s;
+}
+
+[[noreturn]] void bad(const std::string& key, const std::string& what) {
+  throw std::invalid_argument("config.json: \"" + key + "\" " + what);
+}
+
+int get_int(const json& c, const char* key) {
+  const auto it = c.find(key);
+  if (it == c.end()) bad(key, "is missing");
+  if (!it->is_number_integer() || it->get<std::int64_t>() < 1 ||
+      it->get<std::int64_t>() > (std::int64_t{1} << 30)) {
+    bad(key, "must be a positive integer, not " + it->dump());
+  }
+  return it->get<int>();
+}
+
+double get_number(const json& c, const char* key, double fallback) {
+  const auto it = c.find(key);
+  if (it == c.end() || it->is_null()) return fallback;
+  if (!it->is_number()) bad(key, "must be a number, not " + it->dump());
+  return it->get<double>();
+}
+
+bool get_bool(const json& c, const char* key, bool fallback) {
+  const auto it = c.find(key);
+  if (it == c.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) bad(key, "must be true or false, not " + it->dump());
+  return it->get<bool>();
+}
+
+}  // namespace
+
+const std::vector<std::string>& LlamaConfig::names() {
+  static const std::vector<std::string> all{"llama-tiny",   "llama-3.2-1b",  "llama-3.1-8b",
+                                            "llama-2-13b",  "llama-3.1-70b", "mistral-7b",
+                                            "qwen2.5-0.5b", "qwen2.5-7b"};
+  return all;
+}
+
+bool LlamaConfig::is_name(const std::string& name) {
+  for (const std::string& n : names()) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+LlamaConfig LlamaConfig::by_name(const std::string& name) {
+  if (name == "llama-tiny") return make("llama", 4, 4, 2, 128, 352, 64, 256, 10000.0, 1e-5, false);
+  if (name == "llama-3.2-1b") {
+    LlamaConfig c = make("llama", 16, 32, 8, 2048, 8192, 131072, 128256, 500000.0, 1e-5, true);
+    c.rope_scaling = llama3_scaling(32.0);
+    return c;
+  }
+  if (name == "llama-3.1-8b" || name == "llama-3.1-70b") {
+    LlamaConfig c =
+        name == "llama-3.1-8b"
+            ? make("llama", 32, 32, 8, 4096, 14336, 131072, 128256, 500000.0, 1e-5, false)
+            : make("llama", 80, 64, 8, 8192, 28672, 131072, 128256, 500000.0, 1e-5, false);
+    c.rope_scaling = llama3_scaling(8.0);
+    return c;
+  }
+  if (name == "llama-2-13b")
+    return make("llama", 40, 40, 40, 5120, 13824, 4096, 32000, 10000.0, 1e-5, false);
+  if (name == "mistral-7b") {
+    LlamaConfig c = make("mistral", 32, 32, 8, 4096, 14336, 32768, 32000, 10000.0, 1e-5, false);
+    c.sliding_window = 4096;
+    return c;
+  }
+  if (name == "qwen2.5-0.5b" || name == "qwen2.5-7b") {
+    LlamaConfig c =
+        name == "qwen2.5-0.5b"
+            ? make("qwen2", 24, 14, 2, 896, 4864, 32768, 151936, 1000000.0, 1e-6, true)
+            : make("qwen2", 28, 28, 4, 3584, 18944, 131072, 152064, 1000000.0, 1e-6, false);
+    c.qkv_bias = true;
+    return c;
+  }
+  std::string list;
+  for (const std::string& n : names()) list += (list.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown Llama-family model '" + name + "': use " + list);
+}
+
+LlamaConfig LlamaConfig::from_hf(const json& c) {
+  if (!c.is_object()) throw std::invalid_argument("config.json: not a JSON object");
+  LlamaConfig out;
+  const std::string type = c.value("model_type", std::string());
+  if (type != "llama" && type != "mistral" && type != "qwen2") {
+    bad("model_type", "is \"" + type + "\": the Llama-family model reads llama, mistral and qwen2");
+  }
+  out.family = type;
+  out.layers = get_int(c, "num_hidden_layers");
+  out.heads = get_int(c, "num_attention_heads");
+  out.kv_heads = c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()
+                     ? get_int(c, "num_key_value_heads")
+                     : out.heads;
+  out.channels = get_int(c, "hidden_size");
+  out.intermediate = get_int(c, "intermediate_size");
+  out.max_seq = get_int(c, "max_position_embeddings");
+  out.vocab = get_int(c, "vocab_size");
+  if (c.contains("head_dim") && !c["head_dim"].is_null()) out.head_dim = get_int(c, "head_dim");
+  out.norm_eps = get_number(c, "rms_norm_eps", 1e-6);
+  out.tied = get_bool(c, "tie_word_embeddings", false);
+  if (const std::string act = c.value("hidden_act", std::string("silu")); act != "silu") {
+    bad("hidden_act", "is \"" + act + "\": the Llama-family model's MLP is SwiGLU (silu)");
+  }
+  if (type == "qwen2") {
+    out.qkv_bias = true;
+    if (get_bool(c, "use_sliding_window", false)) {
+      bad("use_sliding_window", "is true: Qwen2's per-layer sliding window is not supported");
+    }
+  } else {
+    if (get_bool(c, "attention_bias", false)) {
+      bad("attention_bias", "is true: only Qwen2's q, k and v biases are supported");
+    }
+    if (get_bool(c, "mlp_bias", false)) bad("mlp_bias", "is true: MLP biases are not supported");
+  }
+  if (type == "mistral") {
+    out.sliding_window = static_cast<int>(get_number(c, "sliding_window", 0));
+  }
+  // transformers 5 keeps theta and scaling in rope_parameters; earlier files at the top level.
+  const json* scaling = nullptr;
+  out.rope_theta = get_number(c, "rope_theta", 10000.0);
+  if (const auto p = c.find("rope_parameters"); p != c.end() && p->is_object()) {
+    out.rope_theta = get_number(*p, "rope_theta", out.rope_theta);
+    scaling = &*p;
+  } else if (const auto s = c.find("rope_scaling"); s != c.end() && s->is_object()) {
+    scaling = &*s;
+  }
+  if (scaling != nullptr) {
+    std::string kind = scaling->value("rope_type", scaling->value("type", std::string("default")));
+    if (kind != "default" && kind != "linear" && kind != "llama3") {
+      bad("rope_scaling",
+          "asks for \"" + kind + "\" rotary scaling: supported are default, linear and llama3");
+    }
+    out.rope_scaling.type = kind;
+    out.rope_scaling.factor = get_number(*scaling, "factor", 1.0);
+    out.rope_scaling.low_freq_factor = get_number(*scaling, "low_freq_factor", 1.0);
+    out.rope_scaling.high_freq_factor = get_number(*scaling, "high_freq_factor", 4.0);
+    out.rope_scaling.original_max_position =
+        static_cast<int>(get_number(*scaling, "original_max_position_embeddings", 8192));
+  }
+  out.validate();
+  return out;
+}
+
+json LlamaConfig::to_hf(const std::string& torch_dtype) const {
+  static const char* const kArchitecture[] = {"LlamaForCausalLM", "MistralForCausalLM",
+                                              "Qwen2ForCausalLM"};
+  const int which = family == "mistral" ? 1 : family == "qwen2" ? 2 : 0;
+  json c = json::object();
+  c["architectures"] = json::array({kArchitecture[which]});
+  c["model_type"] = family;
+  c["hidden_size"] = channels;
+  c["intermediate_size"] = intermediate;
+  c["num_hidden_layers"] = layers;
+  c["num_attention_heads"] = heads;
+  c["num_key_value_heads"] = kv_heads;
+  c["head_dim"] = head_size();
+  c["max_position_embeddings"] = max_seq;
+  c["vocab_size"] = vocab;
+  c["hidden_act"] = "silu";
+  c["rms_norm_eps"] = norm_eps;
+  c["rope_theta"] = rope_theta;
+  if (rope_scaling.type == "default") {
+    c["rope_scaling"] = nullptr;
+  } else {
+    json s = {{"rope_type", rope_scaling.type}, {"factor", rope_scaling.factor}};
+    if (rope_scaling.type == "llama3") {
+      s["low_freq_factor"] = rope_scaling.low_freq_factor;
+      s["high_freq_factor"] = rope_scaling.high_freq_factor;
+      s["original_max_position_embeddings"] = rope_scaling.original_max_position;
+    }
+    c["rope_scaling"] = s;
+  }
+  c["tie_word_embeddings"] = tied;
+  if (family == "llama") {
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+  }
+  if (family == "mistral")
+    c["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+  if (family == "qwen2") c["use_sliding_window"] = false;
+  c["torch_dtype"] = torch_dtype;
+  return c;
+}
+
+void LlamaConfig::validate() const {
+  auto positive = [](int v, const char* what) {
+    if (v < 1)
+      throw std::invalid_argument(std::string(what) + " must be at least 1, not " +
+                                  std::to_string(v));
+  };
+  positive(layers, "layers");
+  positive(heads, "heads");
+  positive(kv_heads, "key/value heads");
+  positive(channels, "channels");
+  positive(intermediate, "the MLP's width");
+  positive(max_seq, "positions");
+  positive(vocab, "the vocabulary");
+  if (heads % kv_heads != 0) {
+    throw std::invalid_argument(std::to_string(heads) + " attention heads do not split over " +
+                                std::to_string(kv_heads) + " key/value heads");
+  }
+  if (head_dim == 0 && channels % heads != 0) {
+    throw std::invalid_argument("channels " + std::to_string(channels) + " do not split over " +
+                                std::to_string(heads) + " heads");
+  }
+  if (head_size() % 2 != 0) {
+    throw std::invalid_argument("the head size " + std::to_string(head_size()) +
+                                " is odd: rotary embeddings turn pairs of channels");
+  }
+  if (rope_scaling.type != "default" && rope_scaling.factor <= 0) {
+    throw std::invalid_argument("the rotary scaling factor must be positive");
+  }
+}
+
+std::int64_t LlamaConfig::parameters() const {
+  const std::int64_t C = channels, F = intermediate, hd = head_size();
+  const std::int64_t q = heads * hd, kv = kv_heads * hd;
+  const std::int64_t attention = C * q + 2 * C * kv + q * C + (qkv_bias ? q + 2 * kv : 0);
+  const std::int64_t block = 2 * C + attention + 3 * C * F;
+  const std::int64_t embedding = static_cast<std::int64_t>(vocab) * C;
+  return embedding * (tied ? 1 : 2) + layers * block + C;
+}
+
+std::vector<double> LlamaConfig::inv_freq() const {
+  const int hd = head_size();
+  std::vector<double> f(static_cast<std::size_t>(hd / 2));
+  for (int i = 0; i < hd / 2; ++i) {
+    // As transformers computes it: theta^(2i / hd) in float32 (the exponent is rounded first).
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(hd);
+    f[static_cast<std::size_t>(i)] =
+        static_cast<double>(1.0f / std::pow(static_cast<float>(rope_theta), exponent));
+  }
+  const RopeScaling& s = rope_scaling;
+  if (s.type == "linear") {
+    for (double& v : f) v /= s.factor;
+  } else if (s.type == "llama3") {
+    const double low_wavelen = s.original_max_position / s.low_freq_factor;
+    const double high_wavelen = s.original_max_position / s.high_freq_factor;
+    for (double& v : f) {
+      const double wavelen = 2 * M_PI / v;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        v /= s.factor;
+        continue;
+      }
+      const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
+                            (s.high_freq_factor - s.low_freq_factor);
+      v = (1 - smooth) * v / s.factor + smooth * v;
+    }
+  }
+  return f;
+}
+
+double block_flops(const LlamaConfig& c, int batch, int seq) {
+  const double N = static_cast<double>(batch) * seq, C = c.channels, hd = c.head_size();
+  const double q = c.heads * hd, kv = c.kv_heads * hd;
+  // q, k, v and o projections, the gate, up and down projections; causal attention's scores and
+  // weighted sum (halved by the mask).
+  return 2.0 * N * (C * q + 2 * C * kv + q * C + 3 * C * c.intermediate) + 2.0 * N * seq * q;
+}
+
+double forward_flops(const LlamaConfig& c, int batch, int seq) {
+  const double N = static_cast<double>(batch) * seq;
+  return c.layers * block_flops(c, batch, seq) + 2.0 * N * c.channels * c.vocab;
+}
+
+}  // namespace zero::llama
