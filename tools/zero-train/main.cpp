@@ -1,5 +1,6 @@
-// zero-train: trains the reference GPT (models/gpt/) with the zero engine from a DeepSpeed-style
-// config, on one rank or on many under zero-run (or mpirun, srun). See --help and the README.
+// zero-train: trains the reference models (models/gpt/, models/llama/) with the zero engine from a
+// DeepSpeed-style config, on one rank or on many under zero-run (or mpirun, srun). See --help and
+// the README.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -12,9 +13,14 @@
 int main(int argc, char** argv) {
   zero::train::TrainOptions o;
   CLI::App app{
-      "zero-train: trains the reference GPT-2-style model with the zero engine (ZeRO stages 0-3, "
-      "CPU and NVMe offload) from a DeepSpeed-style JSON config. Run it on N ranks with "
-      "`zero-run -n N -- zero-train ...`.\n\n"
+      "zero-train: trains or fine-tunes a GPT-2 or a Llama-family model (Llama 2 and 3, Mistral, "
+      "Qwen2) with the zero engine (ZeRO stages 0-3, CPU and NVMe offload) from a DeepSpeed-style "
+      "JSON config. Run it on N ranks with `zero-run -n N -- zero-train ...`.\n\n"
+      "Fine-tuning: --init DIR reads a Hugging Face model directory (config.json, and "
+      "model.safetensors or model.safetensors.index.json with its shards; each rank reads only "
+      "its ranges); without --model, config.json sets the shape. Checkpoints keep that "
+      "config.json, and `zero-ckpt export CHECKPOINT --out DIR` writes a directory "
+      "transformers loads.\n\n"
       "Every steps_per_print steps (a config key) rank 0 prints the step, loss (the mean over "
       "the global batch), learning rate, loss scale, gradient norm, tokens/s and step time; "
       "with wall_clock_breakdown also the forward / backward / engine step split (and the engine "
@@ -34,25 +40,33 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--model", o.model,
-                 "tiny (4 layers, 4 heads, 128 channels, 64 positions, vocabulary 256), gpt2-124m, "
-                 "gpt2-350m, gpt2-774m or gpt2-1.5b")
-      ->capture_default_str();
+                 "GPT-2: tiny (4 layers, 4 heads, 128 channels, 64 positions, vocabulary 256; the "
+                 "default without --init), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b. Llama "
+                 "family: llama-tiny (4 layers, 4 heads over 2 key/value heads, 128 channels, MLP "
+                 "352, 64 positions, vocabulary 256), llama-3.2-1b, llama-3.1-8b, llama-2-13b, "
+                 "llama-3.1-70b, mistral-7b, qwen2.5-0.5b, qwen2.5-7b. Default: --init's "
+                 "config.json");
   app.add_option("--layers", o.layers, "custom: blocks (over --model's)");
   app.add_option("--heads", o.heads, "custom: attention heads");
+  app.add_option("--kv-heads", o.kv_heads, "custom: key/value heads (Llama family)");
   app.add_option("--channels", o.channels, "custom: width");
-  app.add_option("--positions", o.positions, "custom: the longest sequence (position embeddings)");
+  app.add_option("--intermediate", o.intermediate, "custom: the MLP's width (Llama family)");
+  app.add_option("--positions", o.positions, "custom: the longest sequence");
   app.add_option("--vocab", o.vocab, "custom: vocabulary size");
   app.add_option("--data", o.data, "token shard or text file")->required();
-  app.add_option("--seq", o.seq, "positions per sequence (default: the model's)");
-  app.add_option("--steps", o.steps, "optimizer steps to reach (fills scheduler total_num_steps "
-                                     "when it is \"auto\")")
+  app.add_option("--seq", o.seq, "positions per sequence (default: the model's, at most 1024)");
+  app.add_option("--steps", o.steps,
+                 "optimizer steps to reach (fills scheduler total_num_steps "
+                 "when it is \"auto\")")
       ->required()
       ->check(zero::tools::at_least(1));
   app.add_option("--micro-batch", o.micro_batch,
                  "sequences per rank per micro-step (train_micro_batch_size_per_gpu)");
-  app.add_option("--lr", o.lr, "learning rate (optimizer.params.lr, and warmup_max_lr when \"auto\")");
-  app.add_option("--set", o.sets, "config override KEY=VALUE, e.g. zero_optimization.stage=2 "
-                                  "(repeatable; wins over the file and the flags)");
+  app.add_option("--lr", o.lr,
+                 "learning rate (optimizer.params.lr, and warmup_max_lr when \"auto\")");
+  app.add_option("--set", o.sets,
+                 "config override KEY=VALUE, e.g. zero_optimization.stage=2 "
+                 "(repeatable; wins over the file and the flags)");
   app.add_option("--val-fraction", o.val_fraction, "share of the data held out for validation")
       ->capture_default_str()
       ->check(zero::tools::between(0.0, 0.5));
@@ -61,14 +75,21 @@ int main(int argc, char** argv) {
   app.add_option("--eval-batches", o.eval_batches, "micro-batches per evaluation")
       ->capture_default_str()
       ->check(zero::tools::at_least(1));
-  app.add_option("--save", o.save, "checkpoint directory: saves at the end (and every --save-every)");
-  app.add_option("--save-every", o.save_every, "save every K steps")->check(zero::tools::at_least(0));
-  app.add_option("--resume", o.resume, "continue from a checkpoint directory (its latest tag) or tag");
-  app.add_option("--init", o.init, "start from Hugging Face GPT-2 safetensors (file, index JSON or "
-                                   "directory)");
-  app.add_option("--seed", o.seed, "initial weights and stochastic rounding")->capture_default_str();
-  app.add_option("--metrics", o.metrics, "JSON lines of every step, evaluation and the summary "
-                                         "(plot them with tools/plot-metrics)");
+  app.add_option("--save", o.save,
+                 "checkpoint directory: saves at the end (and every --save-every)");
+  app.add_option("--save-every", o.save_every, "save every K steps")
+      ->check(zero::tools::at_least(0));
+  app.add_option("--resume", o.resume,
+                 "continue from a checkpoint directory (its latest tag) or tag");
+  app.add_option("--init", o.init,
+                 "start from Hugging Face weights: a model directory "
+                 "(config.json and safetensors), or a safetensors file or index "
+                 "JSON with --model");
+  app.add_option("--seed", o.seed, "initial weights and stochastic rounding")
+      ->capture_default_str();
+  app.add_option("--metrics", o.metrics,
+                 "JSON lines of every step, evaluation and the summary "
+                 "(plot them with tools/plot-metrics)");
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "recompute every block's forward in backward, as if the config had an "
                "activation_checkpointing section");

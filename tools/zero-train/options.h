@@ -10,11 +10,11 @@ namespace zero::train {
 
 struct TrainOptions {
   std::string config;  // the DeepSpeed-style JSON config
-  std::string model = "tiny";
-  // Custom sizes over the named model's.
-  std::optional<int> layers, heads, channels, positions, vocab;
+  std::string model;   // empty: --init's config.json, else tiny
+  // Custom sizes over the named model's (kv_heads and intermediate: the Llama family's).
+  std::optional<int> layers, heads, kv_heads, channels, intermediate, positions, vocab;
   std::string data;
-  std::optional<int> seq;  // positions per sequence; the model's by default
+  std::optional<int> seq;  // positions per sequence; the model's (at most 1024) by default
   std::int64_t steps = 0;
   std::optional<int> micro_batch;
   std::optional<double> lr;

@@ -1,13 +1,11 @@
 // zero-train's training run (see options.h): the engine from the config and the flags, the
-// reference GPT on it, the data cut into each rank's micro-batches, the loop with evaluation and
-// checkpoints, and the summary. Uses only zero.h, the reference model and the data reader.
-#include <omp.h>
-#include <unistd.h>
-
+// reference model on it (model_choice.h), the data cut into each rank's micro-batches, the loop
+// with evaluation and checkpoints, and the summary. Uses only zero.h, the reference model and the
+// data reader.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -20,9 +18,11 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <omp.h>
+#include <unistd.h>
 
 #include "models/gpt/data.h"
-#include "models/gpt/model.h"
+#include "tools/zero-train/model_choice.h"
 #include "tools/zero-train/options.h"
 #include "tools/zero-train/report.h"
 #include "zero/zero.h"
@@ -43,7 +43,8 @@ class EngineCalls {
  public:
   explicit EngineCalls(zero_engine* engine) : engine_(engine) {}
   void check(zero_status status, const char* call) const {
-    if (status != ZERO_OK) fail(fmt::format("{}: {}: {}", call, zero_status_string(status), zero_last_error()));
+    if (status != ZERO_OK)
+      fail(fmt::format("{}: {}: {}", call, zero_status_string(status), zero_last_error()));
   }
   [[noreturn]] void fail(const std::string& message) const {
     std::fprintf(stderr, "zero-train: %s\n", message.c_str());
@@ -85,7 +86,8 @@ bool is_auto(const json& raw, const std::string& dotted) {
 // scheduler's "auto" values; --set KEY=VALUE last, so it wins.
 std::vector<std::string> overrides(const TrainOptions& o, const json& raw) {
   std::vector<std::string> out;
-  if (o.micro_batch) out.push_back(fmt::format("train_micro_batch_size_per_gpu={}", *o.micro_batch));
+  if (o.micro_batch)
+    out.push_back(fmt::format("train_micro_batch_size_per_gpu={}", *o.micro_batch));
   if (o.lr) {
     out.push_back(fmt::format("optimizer.params.lr={}", *o.lr));
     if (is_auto(raw, "scheduler.params.warmup_max_lr")) {
@@ -124,20 +126,14 @@ json config_value(zero_engine* engine, const EngineCalls& calls, const char* key
   return json::parse(text);
 }
 
-gpt::GptConfig model_config(const TrainOptions& o) {
-  gpt::GptConfig c = gpt::GptConfig::by_name(o.model);
-  if (o.layers) c.layers = *o.layers;
-  if (o.heads) c.heads = *o.heads;
-  if (o.channels) c.channels = *o.channels;
-  if (o.positions) c.max_seq = *o.positions;
-  if (o.vocab) c.vocab = *o.vocab;
-  return c;
-}
-
-// What a checkpoint keeps of the data: enough to continue on the same sequences.
-std::string data_position(const TrainOptions& o, const gpt::TokenStream& stream, std::int64_t step,
+// What a checkpoint keeps of the data: enough to continue on the same sequences; and the
+// model's Hugging Face config.json, which zero-ckpt export writes beside the weights.
+std::string data_position(const TrainOptions& o, const ModelChoice& model,
+                          const gpt::TokenStream& stream, std::int64_t step,
                           std::uint64_t sequences_per_step, int seq) {
   return json{{"trainer", "zero-train"},
+              {"model", model.name()},
+              {"hf_config", model.hf_config()},
               {"step", step},
               {"sequences_taken", static_cast<std::uint64_t>(step) * sequences_per_step},
               {"seq", seq},
@@ -149,7 +145,8 @@ std::string data_position(const TrainOptions& o, const gpt::TokenStream& stream,
 
 // Peak bytes by tier and kind, every rank's, gathered on every rank through the mean (each rank
 // fills its own slots, the others are 0, so world * mean is the value): [rank][tier][kind].
-std::vector<double> gather_memory(zero_engine* engine, const EngineCalls& calls, int rank, int world) {
+std::vector<double> gather_memory(zero_engine* engine, const EngineCalls& calls, int rank,
+                                  int world) {
   constexpr int kTiers = Report::kTiers, kKinds = Report::kKinds;
   std::vector<double> peaks(static_cast<std::size_t>(world * kTiers * kKinds), 0.0);
   for (int t = 0; t < kTiers; ++t) {
@@ -173,13 +170,13 @@ int run(const TrainOptions& o) {
   // Unparsable text comes back discarded; zero_create reads the file again and names the line.
   const json raw = read_raw_config(o.config);
   // Before the engine: the model's sizes and the data, so that their errors come first.
-  const gpt::GptConfig model = model_config(o);
-  const int seq = o.seq.value_or(model.max_seq);
-  if (seq > model.max_seq) {
+  const ModelChoice model = ModelChoice::from_options(o);
+  const int seq = o.seq.value_or(std::min(model.max_seq(), 1024));
+  if (seq > model.max_seq()) {
     throw std::runtime_error(fmt::format(
         "--seq {} is longer than the model's {} positions ({}): use --seq {} or less, or more "
         "positions with --positions",
-        seq, model.max_seq, o.model, model.max_seq));
+        seq, model.max_seq(), model.name(), model.max_seq()));
   }
   if (seq < 1) throw std::runtime_error(fmt::format("--seq {} must be at least 1", seq));
   const gpt::TokenStream stream = gpt::TokenStream::open(o.data);
@@ -209,55 +206,54 @@ int run(const TrainOptions& o) {
   int gpu = -1;
   calls.check(zero_data_location(engine, &location, &gpu), "zero_data_location");
   if (location != ZERO_MEMORY_HOST) {
-    calls.fail(fmt::format("--device {}: the engine put the model's parameters on GPU {} (rank "
-                           "{}), and the reference models have CPU layers only (their CUDA "
-                           "layers are still to come); train on the CPU with --device 1",
-                           o.device, gpu, rank));
+    calls.fail(
+        fmt::format("--device {}: the engine put the model's parameters on GPU {} (rank "
+                    "{}), and the reference models have CPU layers only (their CUDA "
+                    "layers are still to come); train on the CPU with --device 1",
+                    o.device, gpu, rank));
   }
   // Found now, not at the first save after hours of training.
   if (!o.save.empty()) {
     if (const std::string problem = save_problem(o.save); !problem.empty()) {
-      calls.fail(fmt::format("--save {}: {} (rank {}); checkpoints need a directory every rank "
-                             "can write",
-                             o.save, problem, rank));
+      calls.fail(
+          fmt::format("--save {}: {} (rank {}); checkpoints need a directory every rank "
+                      "can write",
+                      o.save, problem, rank));
     }
   }
 
   const int batch = config_value(engine, calls, "train_micro_batch_size_per_gpu").get<int>();
   const int accumulation = config_value(engine, calls, "gradient_accumulation_steps").get<int>();
-  const std::int64_t print_every = config_value(engine, calls, "steps_per_print").get<std::int64_t>();
+  const std::int64_t print_every =
+      config_value(engine, calls, "steps_per_print").get<std::int64_t>();
   const bool breakdown = config_value(engine, calls, "wall_clock_breakdown").get<bool>();
   const json ac = config_value(engine, calls, "activation_checkpointing");
-  gpt::GptOptions gpt_options;
+  models::ActivationOptions activation_options;
   if (o.activation_checkpointing || (raw.is_object() && raw.contains("activation_checkpointing"))) {
-    gpt_options.checkpoint_blocks = ac.contains("number_checkpoints")
-                                        ? ac["number_checkpoints"].get<int>()
-                                        : model.layers;
-    gpt_options.cpu_checkpointing = ac.value("cpu_checkpointing", false);
+    activation_options.checkpoint_blocks =
+        ac.contains("number_checkpoints") ? ac["number_checkpoints"].get<int>() : model.layers();
+    activation_options.cpu_checkpointing = ac.value("cpu_checkpointing", false);
   }
 
   Report report(rank == 0, o.steps, print_every, breakdown, o.progress, o.metrics);
   const std::uint64_t per_step = static_cast<std::uint64_t>(world) * accumulation * batch;
   const std::int64_t tokens_per_step = static_cast<std::int64_t>(per_step) * seq;
 
-  std::unique_ptr<gpt::Gpt> gpt;
+  std::unique_ptr<models::CausalLm> lm;
   std::unique_ptr<gpt::Batcher> train_batches, val_batches;
   try {
-    gpt = std::make_unique<gpt::Gpt>(engine, model, batch, seq, o.seed, gpt_options);
-    train_batches = std::make_unique<gpt::Batcher>(train_stream, batch, seq, model.vocab);
+    lm = model.build(engine, batch, seq, o.seed, activation_options);
+    train_batches = std::make_unique<gpt::Batcher>(train_stream, batch, seq, model.vocab());
     if (val_stream.size() > static_cast<std::size_t>(seq)) {
-      val_batches = std::make_unique<gpt::Batcher>(val_stream, batch, seq, model.vocab);
+      val_batches = std::make_unique<gpt::Batcher>(val_stream, batch, seq, model.vocab());
     }
   } catch (const std::exception& e) {
     calls.fail(e.what());
   }
   calls.check(zero_init(engine), "zero_init");
 
-  report.say(fmt::format(
-      "zero-train: {} ({:.2f}M parameters: {} layers, {} heads, {} channels, {} positions, "
-      "vocabulary {}) on {} rank(s)",
-      o.model, static_cast<double>(model.parameters()) / 1e6, model.layers, model.heads,
-      model.channels, model.max_seq, model.vocab, world));
+  report.say(fmt::format("zero-train: {} ({:.2f}M parameters; {}) on {} rank(s)", model.name(),
+                         static_cast<double>(model.parameters()) / 1e6, model.shape(), world));
   report.say(fmt::format(
       "data: {} ({}, {} tokens: {} training, {} validation); {} sequences of {} per micro-batch, "
       "{} accumulation step(s): {} tokens per step",
@@ -278,13 +274,13 @@ int run(const TrainOptions& o) {
         stream.origin(), train_batches->sequences(), train_batches->sequences() == 1 ? "" : "s",
         seq, per_step));
   }
-  const gpt::ActivationCost cost = gpt->activation_cost();
-  if (gpt_options.checkpoint_blocks > 0) {
+  const models::ActivationCost cost = lm->activation_cost();
+  if (activation_options.checkpoint_blocks > 0) {
     report.say(fmt::format(
         "activation checkpointing: {} of {} blocks{}; activations kept per micro-batch {} "
         "instead of {} (saves {}); the recomputed forward adds {:.1f}% to the step's FLOPs",
-        std::min(gpt_options.checkpoint_blocks, model.layers), model.layers,
-        gpt_options.cpu_checkpointing ? ", saved inputs in host memory" : "",
+        std::min(activation_options.checkpoint_blocks, model.layers()), model.layers(),
+        activation_options.cpu_checkpointing ? ", saved inputs in host memory" : "",
         human_bytes(static_cast<double>(cost.kept_bytes)),
         human_bytes(static_cast<double>(cost.uncheckpointed_bytes)),
         human_bytes(static_cast<double>(cost.uncheckpointed_bytes - cost.kept_bytes)),
@@ -296,7 +292,7 @@ int run(const TrainOptions& o) {
 
   try {
     if (!o.init.empty()) {
-      gpt->load_pretrained(o.init);
+      lm->load_pretrained(o.init);
       report.say("weights from " + o.init);
     }
   } catch (const std::exception& e) {
@@ -312,7 +308,8 @@ int run(const TrainOptions& o) {
                 "zero_checkpoint_user_data");
     const json position = json::parse(text, nullptr, false);
     if (!position.is_object() || !position.contains("step")) {
-      calls.fail(fmt::format("--resume {}: the checkpoint holds no zero-train data position", o.resume));
+      calls.fail(
+          fmt::format("--resume {}: the checkpoint holds no zero-train data position", o.resume));
     }
     start = position["step"].get<std::int64_t>();
     // The data position and the engine's state were saved together: they must agree.
@@ -351,24 +348,26 @@ int run(const TrainOptions& o) {
     double sum[2] = {0, 0};  // loss sum, batches
     for (int k = rank; k < o.eval_batches; k += world) {
       val_batches->fill(static_cast<std::uint64_t>(k) * batch, tokens.data(), targets.data());
-      sum[0] += gpt->evaluate(tokens.data(), targets.data());
+      sum[0] += lm->evaluate(tokens.data(), targets.data());
       sum[1] += 1;
     }
     // Every rank must make the same number of passes: stage 3 gathers in the forward hooks.
     const int passes = (o.eval_batches + world - 1) / world;
     for (int k = static_cast<int>(sum[1]); k < passes; ++k) {
       val_batches->fill(0, tokens.data(), targets.data());
-      gpt->evaluate(tokens.data(), targets.data());
+      lm->evaluate(tokens.data(), targets.data());
     }
     calls.check(zero_mean_across_ranks(engine, sum, 2), "zero_mean_across_ranks");
     return sum[1] > 0 ? sum[0] / sum[1] : -1;
   };
   auto save = [&](std::int64_t step) {
-    const std::string position = data_position(o, stream, step, per_step, seq);
+    const std::string position = data_position(o, model, stream, step, per_step, seq);
     const auto began = Clock::now();
-    calls.check(zero_save_checkpoint(engine, o.save.c_str(), nullptr, position.data(), position.size()),
-                "zero_save_checkpoint");
-    report.say(fmt::format("saved {}/global_step{} in {:.2f} s", o.save, step, seconds_since(began)));
+    calls.check(
+        zero_save_checkpoint(engine, o.save.c_str(), nullptr, position.data(), position.size()),
+        "zero_save_checkpoint");
+    report.say(
+        fmt::format("saved {}/global_step{} in {:.2f} s", o.save, step, seconds_since(began)));
   };
 
   const auto began = Clock::now();
@@ -385,10 +384,10 @@ int run(const TrainOptions& o) {
         train_batches->fill(gpt::Batcher::first_sequence(step, m, accumulation, rank, world, batch),
                             tokens.data(), targets.data());
         auto t = Clock::now();
-        loss += gpt->forward(tokens.data(), targets.data());
+        loss += lm->forward(tokens.data(), targets.data());
         r.forward_s += seconds_since(t);
         t = Clock::now();
-        gpt->backward();
+        lm->backward();
         r.backward_s += seconds_since(t);
         t = Clock::now();
         calls.check(zero_step(engine, &stats), "zero_step");
@@ -410,7 +409,8 @@ int run(const TrainOptions& o) {
     tokens_trained += tokens_per_step;
     r.tokens = tokens_trained;
     r.elapsed_s = seconds_since(began);
-    r.eta_s = r.elapsed_s / static_cast<double>(step + 1 - start) * static_cast<double>(o.steps - step - 1);
+    r.eta_s = r.elapsed_s / static_cast<double>(step + 1 - start) *
+              static_cast<double>(o.steps - step - 1);
     report.step(r);
     last_loss = loss;
     if (step > start) {  // the first step warms up (allocation, recorded gather order)
@@ -432,10 +432,9 @@ int run(const TrainOptions& o) {
   const std::vector<double> memory = gather_memory(engine, calls, rank, world);
   // What this rank reserved per tier (every rank the same): what zero-mem predicts.
   json reserved = json::object();
-  for (const auto& [tier, name] : {std::pair{ZERO_TIER_DEVICE, "device"},
-                                   std::pair{ZERO_TIER_PINNED, "pinned"},
-                                   std::pair{ZERO_TIER_HOST, "host"},
-                                   std::pair{ZERO_TIER_NVME, "nvme"}}) {
+  for (const auto& [tier, name] :
+       {std::pair{ZERO_TIER_DEVICE, "device"}, std::pair{ZERO_TIER_PINNED, "pinned"},
+        std::pair{ZERO_TIER_HOST, "host"}, std::pair{ZERO_TIER_NVME, "nvme"}}) {
     unsigned long long bytes = 0;
     calls.check(zero_memory_reserved(engine, tier, &bytes), "zero_memory_reserved");
     reserved[name] = bytes;
@@ -460,15 +459,15 @@ int run(const TrainOptions& o) {
                  {"micro_batch", batch},
                  {"accumulation", accumulation},
                  {"seq", seq},
-                 {"model", o.model},
+                 {"model", model.name()},
                  {"parameters", model.parameters()},
-                 {"activation_checkpointing", gpt_options.checkpoint_blocks},
+                 {"activation_checkpointing", activation_options.checkpoint_blocks},
                  {"activation_bytes", cost.kept_bytes},
                  {"memory_peak_bytes", memory},
                  {"memory_reserved_bytes", reserved}};
     report.metrics(summary);
   }
-  gpt.reset();
+  lm.reset();
   calls.check(zero_destroy(engine), "zero_destroy");
   return 0;
 }

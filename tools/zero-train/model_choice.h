@@ -1,0 +1,47 @@
+// Which reference model zero-train trains, from --model, a Hugging Face directory's
+// config.json (--init DIR when --model is not given) and the custom size flags: the GPT-2 family
+// (models/gpt) or the Llama family (models/llama: Llama, Mistral, Qwen2).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/causal_lm.h"
+#include "models/gpt/config.h"
+#include "models/llama/config.h"
+#include "tools/zero-train/options.h"
+#include "zero/zero.h"
+
+namespace zero::train {
+
+class ModelChoice {
+ public:
+  // Throws std::invalid_argument (an unknown name, a config.json that does not fit, a custom
+  // flag the family lacks) with what to do.
+  static ModelChoice from_options(const TrainOptions& options);
+
+  const std::string& name() const noexcept { return name_; }
+  int max_seq() const noexcept;
+  int vocab() const noexcept;
+  int layers() const noexcept;
+  std::int64_t parameters() const;
+  // "12 layers, 12 heads, 768 channels, 1024 positions, vocabulary 50257" and the like.
+  std::string shape() const;
+  // The Hugging Face config.json of this model (zero-ckpt export writes it beside the weights).
+  nlohmann::json hf_config() const;
+  // Registers the model with `engine` (before zero_init).
+  std::unique_ptr<models::CausalLm> build(zero_engine* engine, int batch, int seq,
+                                          std::uint64_t seed,
+                                          const models::ActivationOptions& options) const;
+
+ private:
+  std::string name_;
+  std::optional<gpt::GptConfig> gpt_;
+  std::optional<llama::LlamaConfig> llama_;
+};
+
+}  // namespace zero::train
