@@ -1,5 +1,5 @@
 // The memory model, to the byte: what each rank holds by kind after init and after a step is
-// the README's table (docs/design.md's, per dtype) plus the documented buffers, for stages 0-3
+// docs/engine.md's table (docs/design.md's, per dtype) plus the documented buffers, for stages 0-3
 // in fp32, bf16, bf16 with fp32 gradient accumulation and bf16 with bf16 optimizer states, at whatever N the job has (ctest runs
 // it at 1, 2, 3 and 4 ranks). The expected bytes are computed here from the table's formulas
 // and the model's sizes, not from the engine's layout.

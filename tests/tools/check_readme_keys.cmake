@@ -1,4 +1,4 @@
-# Fails unless the README's key table equals `zero-config keys --markdown`.
+# Fails unless the manual's key table (docs/config.md) equals `zero-config keys --markdown`.
 execute_process(COMMAND ${TOOL} keys --markdown OUTPUT_VARIABLE generated RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "zero-config keys --markdown failed")
@@ -7,12 +7,12 @@ file(READ ${README} readme)
 string(FIND "${readme}" "<!-- keys:begin -->\n" begin)
 string(FIND "${readme}" "<!-- keys:end -->" end)
 if(begin EQUAL -1 OR end EQUAL -1)
-  message(FATAL_ERROR "README.md lacks the keys:begin/keys:end markers")
+  message(FATAL_ERROR "${README} lacks the keys:begin/keys:end markers")
 endif()
 math(EXPR begin "${begin} + 20")
 math(EXPR length "${end} - ${begin}")
 string(SUBSTRING "${readme}" ${begin} ${length} listed)
 if(NOT listed STREQUAL generated)
-  message(FATAL_ERROR "README.md's key table is out of date: regenerate it with "
+  message(FATAL_ERROR "${README}'s key table is out of date: regenerate it with "
                       "`zero-config keys --markdown` between the keys:begin/end markers")
 endif()

@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("keys", "List every config key zero knows, with its class and note.");
   std::string only_class;
   bool markdown = false;
-  keys_command->add_flag("--markdown", markdown, "print a Markdown table (the README's list)");
+  keys_command->add_flag("--markdown", markdown, "print a Markdown table (the list in docs/config.md)");
   keys_command->add_option("--class", only_class,
                            "only keys whose class contains this text (implemented, effect, "
                            "supported, deprecated)");
