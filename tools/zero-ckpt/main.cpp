@@ -2,12 +2,15 @@
 // MPI job or the memory of the model.
 //
 //   zero-ckpt inspect DIR[/TAG] [--no-verify] [--params] [--json]
-//   zero-ckpt export DIR[/TAG] --out model.safetensors [--dtype fp32|bf16|fp16]
+//   zero-ckpt export DIR[/TAG] --out model.safetensors|OUTDIR [--dtype fp32|bf16|fp16]
 //                    [--layout auto|hf|saved]
+// An --out that does not end in .safetensors is a Hugging Face model directory:
+// OUTDIR/model.safetensors and OUTDIR/config.json (the config zero-train kept in the checkpoint).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -80,12 +83,13 @@ int inspect(const std::string& path, bool verify, bool list_params, bool as_json
                            m.global_steps, m.optimizer_steps, m.global_steps - m.optimizer_steps,
                            m.micro_steps);
   std::cout << fmt::format("  optimizer {} with {} in {}; loss scale {}\n", m.optimizer,
-                           m.state_names.empty() ? std::string("no moments")
-                                                 : fmt::format("{}", fmt::join(m.state_names, ", ")),
+                           m.state_names.empty()
+                               ? std::string("no moments")
+                               : fmt::format("{}", fmt::join(m.state_names, ", ")),
                            zero::dtype_name(m.state_dtype), m.scaler.scale);
   std::cout << fmt::format("  {} parameters, {} elements ({} trainable), {} in {} file(s)\n",
-                           m.params.size(), elements, trainable,
-                           zero::format_bytes(saved_bytes(m)), m.files.size());
+                           m.params.size(), elements, trainable, zero::format_bytes(saved_bytes(m)),
+                           m.files.size());
   if (!m.user_data.empty()) std::cout << fmt::format("  user data: {} bytes\n", m.user_data.size());
   if (list_params) {
     std::size_t width = 0;
@@ -97,7 +101,7 @@ int inspect(const std::string& path, bool verify, bool list_params, bool as_json
     }
   }
   std::cout << (m.self_verified ? "  meta.json: its checksum verified\n"
-                                 : "  meta.json: no checksum of its own (saved by an older zero)\n");
+                                : "  meta.json: no checksum of its own (saved by an older zero)\n");
   if (verify) {
     std::cout << fmt::format("  checksums: all verified ({} of tensor data, {:.2f} s)\n",
                              zero::format_bytes(verified), seconds);
@@ -112,7 +116,30 @@ bool transposed_on_export(const ParamEntry& p, bool hf) {
   return hf && p.shape.size() == 2 && zero::gpt::is_hf_conv1d_weight(p.name);
 }
 
-int export_model(const std::string& path, const std::string& out, const std::string& dtype_text,
+// transformers' name of a dtype, for config.json's torch_dtype.
+const char* torch_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::bf16:
+      return "bfloat16";
+    case DType::f16:
+      return "float16";
+    default:
+      return "float32";
+  }
+}
+
+// The Hugging Face config.json zero-train keeps in a checkpoint's user data ("hf_config"), or
+// null when the checkpoint holds none.
+nlohmann::json kept_hf_config(const Manifest& m) {
+  const nlohmann::json data =
+      nlohmann::json::parse(m.user_data, nullptr, /*allow_exceptions=*/false);
+  if (!data.is_object() || !data.contains("hf_config") || !data["hf_config"].is_object()) {
+    return nullptr;
+  }
+  return data["hf_config"];
+}
+
+int export_model(const std::string& path, const std::string& out_arg, const std::string& dtype_text,
                  const std::string& layout) {
   const auto dtype = zero::parse_dtype(dtype_text);
   if (!dtype || !zero::is_floating(*dtype)) {
@@ -125,14 +152,47 @@ int export_model(const std::string& path, const std::string& out, const std::str
   std::vector<std::string> names;
   for (const ParamEntry& p : m.params) names.push_back(p.name);
   const bool gpt2 = zero::gpt::is_gpt2_naming(names);
-  if (layout == "hf" && !gpt2) {
+  const bool llama =
+      std::find(names.begin(), names.end(), "model.embed_tokens.weight") != names.end();
+  if (layout == "hf" && !gpt2 && !llama) {
     throw zero::make_error(zero::ErrorCategory::usage,
-                           "--layout hf: {} does not hold a GPT-2 (wte.weight, wpe.weight and "
-                           "h.<n>.attn/mlp weights), the one model whose Hugging Face layout "
-                           "differs from zero's; export it with --layout saved",
+                           "--layout hf: {} holds neither a GPT-2 (wte.weight, wpe.weight and "
+                           "h.<n>.attn/mlp weights) nor a Llama-family model "
+                           "(model.embed_tokens.weight, model.layers.<n>...); export it with "
+                           "--layout saved",
                            reader.directory());
   }
-  const bool hf = layout == "hf" || (layout == "auto" && gpt2);
+  // A directory for transformers: the weights in Hugging Face's layout, and config.json.
+  const bool directory = !out_arg.ends_with(".safetensors");
+  nlohmann::json config;
+  if (directory) {
+    config = kept_hf_config(m);
+    if (config.is_null()) {
+      throw zero::make_error(
+          zero::ErrorCategory::usage,
+          "--out {}: a model directory needs the model's config.json, and {} keeps none (it was "
+          "not saved by zero-train, or by an older one); export to a file instead (--out "
+          "{}/model.safetensors) and write config.json yourself",
+          out_arg, reader.directory(), out_arg);
+    }
+    if (layout == "saved") {
+      throw zero::make_error(
+          zero::ErrorCategory::usage,
+          "--out {}: a model directory is for transformers, which reads "
+          "Hugging Face's layout; use --layout auto or hf, or --out FILE.safetensors",
+          out_arg);
+    }
+    config["torch_dtype"] = torch_dtype(*dtype);
+    std::error_code error;
+    fs::create_directories(out_arg, error);
+    if (error || !fs::is_directory(out_arg)) {
+      throw zero::make_error(zero::ErrorCategory::io, "--out {}: cannot create the directory: {}",
+                             out_arg, error ? error.message() : "a file is in the way");
+    }
+  }
+  const std::string out = directory ? (fs::path(out_arg) / "model.safetensors").string() : out_arg;
+  // The Llama family is registered in Hugging Face's layout: nothing turns.
+  const bool hf = layout == "hf" || (layout == "auto" && (gpt2 || llama));
   std::vector<zero::checkpoint::TensorDecl> decls;
   for (const ParamEntry& p : m.params) {
     std::vector<std::int64_t> shape = p.shape;
@@ -147,7 +207,8 @@ int export_model(const std::string& path, const std::string& out, const std::str
   try {
     zero::checkpoint::SafetensorsWriter writer(
         temporary, std::move(decls),
-        {{"format", "pt"}, {"zero_checkpoint", reader.directory()},
+        {{"format", "pt"},
+         {"zero_checkpoint", reader.directory()},
          {"zero_step", std::to_string(m.global_steps)},
          {"zero_layout", hf ? "huggingface" : "zero"}},
         zero::checkpoint::SafetensorsWriter::kDefaultChunkBytes, 0644, /*direct=*/true);
@@ -157,7 +218,8 @@ int export_model(const std::string& path, const std::string& out, const std::str
     const std::size_t size = zero::dtype_size(*dtype);
     std::vector<char> buffer(kPiece * size);
     for (const ParamEntry& p : m.params) {
-      const std::string_view kind = p.trainable ? zero::checkpoint::kMaster : zero::checkpoint::kParam;
+      const std::string_view kind =
+          p.trainable ? zero::checkpoint::kMaster : zero::checkpoint::kParam;
       if (transposed_on_export(p, hf)) {
         const auto rows = static_cast<std::size_t>(p.shape[0]);
         const auto cols = static_cast<std::size_t>(p.shape[1]);
@@ -173,7 +235,8 @@ int export_model(const std::string& path, const std::string& out, const std::str
         continue;
       }
       for (std::uint64_t done = 0; done < p.numel; done += kPiece) {
-        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, p.numel - done));
+        const std::size_t n =
+            static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, p.numel - done));
         reader.read(kind, p, done, n, *dtype, buffer.data());
         writer.write(buffer.data(), n * size);
       }
@@ -185,12 +248,37 @@ int export_model(const std::string& path, const std::string& out, const std::str
     fs::remove(temporary, ignored);
     throw;
   }
+  if (directory) {
+    // config.json last, beside the complete weights, written whole and renamed the same way.
+    const std::string config_path = (fs::path(out_arg) / "config.json").string();
+    const std::string config_temporary = config_path + ".tmp";
+    zero::checkpoint::claim_temporary(config_temporary);
+    {
+      std::ofstream file(config_temporary);
+      file << config.dump(2) << "\n";
+      if (!file.flush()) {
+        std::error_code ignored;
+        fs::remove(config_temporary, ignored);
+        throw zero::make_error(zero::ErrorCategory::io, "cannot write {}", config_temporary);
+      }
+    }
+    fs::rename(config_temporary, config_path);
+  }
   std::uint64_t elements = 0;
   for (const ParamEntry& p : m.params) elements += p.numel;
   std::cout << fmt::format("{}: {} parameters, {} elements as {}, {} layout, {} ({:.2f} s)\n", out,
                            m.params.size(), elements, zero::dtype_name(*dtype),
-                           hf ? "Hugging Face GPT-2 (Conv1D weights [in, out])" : "zero's",
+                           !hf    ? "zero's"
+                           : gpt2 ? "Hugging Face GPT-2 (Conv1D weights [in, out])"
+                                  : "Hugging Face",
                            zero::format_bytes(fs::file_size(out)), timer.seconds());
+  if (directory) {
+    std::cout << fmt::format(
+        "{}/config.json: {} ({}); load it with transformers' "
+        "AutoModelForCausalLM.from_pretrained(\"{}\")\n",
+        out_arg, config.value("model_type", "?"),
+        config.value("architectures", nlohmann::json::array()).dump(), out_arg);
+  }
   return 0;
 }
 
@@ -198,15 +286,17 @@ int export_model(const std::string& path, const std::string& out, const std::str
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "zero-ckpt: inspect zero checkpoints and export them as one safetensors model file.\n"
+      "zero-ckpt: inspect zero checkpoints and export them as one safetensors model file or a\n"
+      "Hugging Face model directory.\n"
       "A checkpoint is DIR/<tag>/ (meta.json and one safetensors file per rank); DIR/latest\n"
       "names the newest tag. Loading at another world size or stage needs no conversion: the\n"
       "engine re-splits each parameter as it loads."};
   app.require_subcommand(1);
 
   auto* inspect_command = app.add_subcommand(
-      "inspect", "Describe a checkpoint (world size, stage, step, parameters, sizes) and verify "
-                 "every checksum of every rank file. Exits 1 naming the first damaged file.");
+      "inspect",
+      "Describe a checkpoint (world size, stage, step, parameters, sizes) and verify "
+      "every checksum of every rank file. Exits 1 naming the first damaged file.");
   std::string inspect_path;
   bool no_verify = false, list_params = false, as_json = false;
   inspect_command->add_option("CHECKPOINT", inspect_path, "DIR (its latest tag) or DIR/TAG")
@@ -216,21 +306,29 @@ int main(int argc, char** argv) {
   inspect_command->add_flag("--json", as_json, "print meta.json's description as JSON");
 
   auto* export_command = app.add_subcommand(
-      "export", "Write the consolidated model (each parameter whole, under its name: fp32 "
-                "masters of trainable parameters, values of frozen ones) as one safetensors file, "
-                "streamed so that memory stays small whatever the model's size.");
+      "export",
+      "Write the consolidated model (each parameter whole, under its name: fp32 "
+      "masters of trainable parameters, values of frozen ones) as one safetensors file, "
+      "streamed so that memory stays small whatever the model's size; or, with --out "
+      "DIR, a Hugging Face model directory (DIR/model.safetensors and the config.json "
+      "zero-train kept in the checkpoint) that transformers' from_pretrained loads.");
   std::string export_path, out, dtype = "fp32";
   export_command->add_option("CHECKPOINT", export_path, "DIR (its latest tag) or DIR/TAG")
       ->required();
-  export_command->add_option("-o,--out", out, "the safetensors file to write")->required();
+  export_command
+      ->add_option("-o,--out", out,
+                   "FILE.safetensors, or a directory for transformers (model.safetensors and "
+                   "config.json)")
+      ->required();
   export_command->add_option("--dtype", dtype, "fp32, bf16 or fp16 (round to nearest even)")
       ->capture_default_str();
   std::string layout = "auto";
   export_command
       ->add_option("--layout", layout,
-                   "hf: as Hugging Face stores the model (GPT-2: Conv1D weights [in, out], so "
-                   "transformers and zero-train --init read the file); saved: zero's own layout; "
-                   "auto: hf for a GPT-2, else saved")
+                   "hf: as Hugging Face stores the model (GPT-2: Conv1D weights [in, out]; the "
+                   "Llama family as registered), so transformers and zero-train --init read the "
+                   "file; saved: zero's own layout; auto: hf for a GPT-2 or a Llama-family model, "
+                   "else saved")
       ->check(CLI::IsMember({"auto", "hf", "saved"}))
       ->capture_default_str();
 
