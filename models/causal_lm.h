@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace zero::models {
 
@@ -43,6 +44,10 @@ class CausalLm {
   virtual ActivationCost activation_cost() const = 0;
   // Forward FLOPs per micro-batch (matrix products and attention; 2 per multiply-add).
   virtual double forward_flops() const = 0;
+  // The last forward's logits, [batch * seq, vocabulary].
+  virtual const std::vector<float>& logits() const noexcept = 0;
+  // The parameters' names by id (registration order): Hugging Face's names.
+  virtual const std::vector<std::string>& names() const noexcept = 0;
 };
 
 }  // namespace zero::models

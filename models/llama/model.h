@@ -51,8 +51,8 @@ class Llama final : public models::CausalLm {
   double forward_flops() const override;
 
   const LlamaConfig& config() const noexcept { return config_; }
-  // Parameter names by id, in registration order.
-  const std::vector<std::string>& names() const noexcept { return names_; }
+  const std::vector<float>& logits() const noexcept override { return logits_; }
+  const std::vector<std::string>& names() const noexcept override { return names_; }
 
  private:
   struct Block {
