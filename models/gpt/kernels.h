@@ -32,8 +32,8 @@ template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int N, int C);
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int N, int C);
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C);
 
 // out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC] (bias may be null).
 template <class T>
@@ -59,14 +59,27 @@ template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH);
 // dqkv += the gradient; datt (B*NH*T*T) is scratch.
 template <class T>
-void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B,
-                        int Tn, int C, int NH);
+void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int Tn,
+                        int C, int NH);
+
+// The same on rows of any stride, with grouped key/value heads and an optional window (the Llama
+// family's attention uses it too): row r of q, k, v and out starts at r * ldq, r * ldkv and
+// r * ld_out; query head h of hd channels reads key/value head h / (NH / NKV); window > 0 also
+// masks keys more than window - 1 positions back. The products run through OpenBLAS per
+// (sequence, head).
+template <class T>
+void attention_forward_rows(T* out, int ld_out, T* att, const T* q, int ldq, const T* k, const T* v,
+                            int ldkv, int B, int Tn, int NH, int NKV, int hd, int window);
+template <class T>
+void attention_backward_rows(T* dq, T* dk, T* dv, T* datt, const T* dout, int ld_out, const T* q,
+                             int ldq, const T* k, const T* v, int ldkv, const T* att, int B, int Tn,
+                             int NH, int NKV, int hd);
 
 // Per row of V logits: probs = softmax, losses[i] = -log probs[i, targets[i]]. A target < 0
 // marks a position without a loss (its loss is 0).
 template <class T>
-void crossentropy_forward(T* losses, T* probs, const T* logits, const std::int32_t* targets,
-                          int N, int V);
+void crossentropy_forward(T* losses, T* probs, const T* logits, const std::int32_t* targets, int N,
+                          int V);
 // dlogits += (probs - onehot(target)) * dlosses[i].
 template <class T>
 void crossentropy_backward(T* dlogits, const T* probs, const std::int32_t* targets,

@@ -1,21 +1,18 @@
 // The Llama-family decoder's own CPU layers (see kernels.h): plain loops under OpenMP, sums in
-// double, parameter gradients reduced over rows in order.
+// double, parameter gradients reduced over rows in order; grouped attention is the GPT's attention
+// on rows of their own strides (models/gpt/kernels.h).
 #include "models/llama/kernels.h"
 
 #include <algorithm>
 #include <cmath>
+
+#include "models/gpt/kernels.h"
 
 namespace zero::llama {
 namespace {
 
 double sigmoid(double x) {
   return 1.0 / (1.0 + std::exp(-x));
-}
-
-// The first key position that query position t sees: window > 0 hides keys more than
-// window - 1 positions back.
-int first_key(int t, int window) {
-  return window > 0 ? std::max(0, t - window + 1) : 0;
 }
 
 }  // namespace
@@ -164,99 +161,15 @@ void swiglu_backward(T* dgate, T* dup, const T* dh, const T* gate, const T* up, 
 template <class T>
 void gqa_attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int B, int Tn,
                            int NH, int NKV, int hd, int window) {
-  const int group = NH / NKV;  // query heads per key/value head
-  const std::size_t qC = static_cast<std::size_t>(NH) * hd,
-                    kvC = static_cast<std::size_t>(NKV) * hd;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-#pragma omp parallel for collapse(3) schedule(static)
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      for (int t = 0; t < Tn; ++t) {
-        const int kvh = h / group;
-        const int u0 = first_key(t, window);
-        const T* qr = q + (static_cast<std::size_t>(b) * Tn + t) * qC + h * hd;
-        T* a = att + ((static_cast<std::size_t>(b) * NH + h) * Tn + t) * Tn;
-        double max = -INFINITY;
-        for (int u = u0; u <= t; ++u) {
-          const T* kr = k + (static_cast<std::size_t>(b) * Tn + u) * kvC + kvh * hd;
-          double dot = 0;
-          for (int i = 0; i < hd; ++i) dot += static_cast<double>(qr[i]) * kr[i];
-          a[u] = static_cast<T>(dot * scale);
-          max = std::max(max, static_cast<double>(a[u]));
-        }
-        double sum = 0;
-        for (int u = u0; u <= t; ++u) {
-          const double e = std::exp(a[u] - max);
-          a[u] = static_cast<T>(e);
-          sum += e;
-        }
-        for (int u = u0; u <= t; ++u) a[u] = static_cast<T>(a[u] / sum);
-        for (int u = 0; u < u0; ++u) a[u] = 0;      // outside the window
-        for (int u = t + 1; u < Tn; ++u) a[u] = 0;  // in the future
-        T* o = out + (static_cast<std::size_t>(b) * Tn + t) * qC + h * hd;
-        for (int i = 0; i < hd; ++i) {
-          double acc = 0;
-          for (int u = u0; u <= t; ++u) {
-            acc += static_cast<double>(a[u]) *
-                   v[(static_cast<std::size_t>(b) * Tn + u) * kvC + kvh * hd + i];
-          }
-          o[i] = static_cast<T>(acc);
-        }
-      }
-    }
-  }
+  gpt::attention_forward_rows(out, NH * hd, att, q, NH * hd, k, v, NKV * hd, B, Tn, NH, NKV, hd,
+                              window);
 }
 
 template <class T>
 void gqa_attention_backward(T* dq, T* dk, T* dv, T* datt, const T* dout, const T* q, const T* k,
                             const T* v, const T* att, int B, int Tn, int NH, int NKV, int hd) {
-  const int group = NH / NKV;
-  const std::size_t qC = static_cast<std::size_t>(NH) * hd,
-                    kvC = static_cast<std::size_t>(NKV) * hd;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  // One (b, kv head) per iteration, covering the group's query heads: dk and dv of a kv head,
-  // and dq, datt of its query heads, are written by that iteration only; within one, heads and
-  // positions go in order (deterministic). Masked entries have att == 0 and contribute nothing,
-  // so they are skipped (their datt is set to 0) and no window is needed here.
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b) {
-    for (int kvh = 0; kvh < NKV; ++kvh) {
-      for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-        for (int t = 0; t < Tn; ++t) {
-          const T* a = att + ((static_cast<std::size_t>(b) * NH + h) * Tn + t) * Tn;
-          T* da = datt + ((static_cast<std::size_t>(b) * NH + h) * Tn + t) * Tn;
-          const T* g = dout + (static_cast<std::size_t>(b) * Tn + t) * qC + h * hd;
-          const std::size_t qrow = (static_cast<std::size_t>(b) * Tn + t) * qC + h * hd;
-          // out = att · v: datt = dout · v^T, dv += att^T · dout.
-          for (int u = 0; u <= t; ++u) {
-            if (a[u] == T(0)) {
-              da[u] = 0;
-              continue;
-            }
-            const std::size_t kvrow = (static_cast<std::size_t>(b) * Tn + u) * kvC + kvh * hd;
-            double dot = 0;
-            for (int i = 0; i < hd; ++i) {
-              dot += static_cast<double>(g[i]) * v[kvrow + i];
-              dv[kvrow + i] += static_cast<T>(static_cast<double>(a[u]) * g[i]);
-            }
-            da[u] = static_cast<T>(dot);
-          }
-          // Through the softmax: dscore_u = a_u (da_u - sum_w a_w da_w).
-          double inner = 0;
-          for (int u = 0; u <= t; ++u) inner += static_cast<double>(a[u]) * da[u];
-          for (int u = 0; u <= t; ++u) {
-            if (a[u] == T(0)) continue;
-            const double dscore = a[u] * (da[u] - inner) * scale;
-            const std::size_t kvrow = (static_cast<std::size_t>(b) * Tn + u) * kvC + kvh * hd;
-            for (int i = 0; i < hd; ++i) {
-              dq[qrow + i] += static_cast<T>(dscore * k[kvrow + i]);
-              dk[kvrow + i] += static_cast<T>(dscore * q[qrow + i]);
-            }
-          }
-        }
-      }
-    }
-  }
+  gpt::attention_backward_rows(dq, dk, dv, datt, dout, NH * hd, q, NH * hd, k, v, NKV * hd, att, B,
+                               Tn, NH, NKV, hd);
 }
 
 #define ZERO_LLAMA_INSTANTIATE(T)                                                                  \
