@@ -7,9 +7,8 @@
 // equals torch's, ten AdamW steps with weight-decay groups, clipping and WarmupDecayLR equal
 // torch.optim.AdamW's (at stages 0 and 3), and the trained model's logits equal transformers'.
 // Tolerances: the loss to 1e-6 relative (1e-5 after ten steps), gradients to 1e-4 of the
-// tensor's largest, parameters after ten steps to 1e-5 of the tensor's largest (at least 0.01)
-// but key biases (see is_key_bias), logits to 1e-5 of the largest. Measured: gradients within
-// 2.4e-6, parameters within 1e-6, logits within 2.4e-7.
+// tensor's largest, parameters after ten steps to 2e-4 of the summed learning rates (1e-2 for
+// key biases, see is_key_bias), logits to 1e-5 of the largest.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -243,20 +242,21 @@ TEST_CASE("hf parity: ten AdamW steps equal torch.optim.AdamW, and the logits tr
           INFO("parameter " << names[id]);
           const std::vector<float> expected = ours(golden, "final." + names[id], names[id]);
           const std::vector<float> got = read_param(engine, static_cast<int>(id), expected.size());
+          // Adam moves a weight by about lr per step whatever its gradient's size, so rounding
+          // differences in a small gradient become differences of up to lr: the gap is measured
+          // in units of the summed learning rates, how far the steps could move a weight.
+          double diff = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - expected[i]));
+          }
           if (is_key_bias(names[id])) {
             // A key bias adds the same to every score of a query's row, which the softmax
-            // ignores: its gradient is zero but for rounding, and Adam turns that noise into
-            // steps of up to lr. Held to 1% of the summed learning rates.
-            double diff = 0;
-            for (std::size_t i = 0; i < got.size(); ++i) {
-              diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - expected[i]));
-            }
-            CHECK(diff < 0.01 * lr_sum);
+            // ignores: its gradient is zero but for rounding, all of it noise.
+            CHECK(diff < 1e-2 * lr_sum);
             continue;
           }
-          const double error = relative_error(got, expected, 1e-2);
-          worst = std::max(worst, error);
-          CHECK(error < 1e-5);
+          worst = std::max(worst, diff / lr_sum);
+          CHECK(diff < 2e-4 * lr_sum);
         }
         const std::vector<std::int32_t> tokens = golden.i32("eval_tokens");
         const std::vector<std::int32_t> targets = golden.i32("eval_targets");
@@ -264,8 +264,9 @@ TEST_CASE("hf parity: ten AdamW steps equal torch.optim.AdamW, and the logits tr
         CHECK(loss == Approx(golden.f64("eval_loss")[0]).epsilon(1e-5));
         const double logits_error = relative_error(model->logits(), golden.f32("eval_logits"), 1.0);
         CHECK(logits_error < 1e-5);
-        WARN(name << " at stage " << stage << ": the largest parameter error after "
-                  << golden.steps() << " steps " << worst << ", logits " << logits_error);
+        WARN(name << " at stage " << stage << ": after " << golden.steps()
+                  << " steps the largest parameter gap is " << worst
+                  << " of the summed learning rates; logits within " << logits_error);
       }
       REQUIRE_OK(zero_destroy(engine));
     }

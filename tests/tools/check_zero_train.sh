@@ -245,6 +245,24 @@ PY
     run 1 --steps 2 --model gpt2-7b
     [ "$rc" -ne 0 ] || fail "an unknown model was accepted"
     expect_err "unknown model 'gpt2-7b'"
+    run 1 --steps 2 --kv-heads 2
+    [ "$rc" -ne 0 ] || fail "--kv-heads on a GPT was accepted"
+    expect_err "--kv-heads and --intermediate size a Llama-family model"
+    run 1 --steps 2 --model llama-tiny --heads 8 --kv-heads 3
+    [ "$rc" -ne 0 ] || fail "8 heads over 3 key/value heads were accepted"
+    expect_err "8 attention heads do not split over 3 key/value heads"
+    # A Hugging Face directory whose config.json the models cannot take names the key.
+    mkdir -p "$work/hf"
+    echo '{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64,
+           "intermediate_size": 96, "max_position_embeddings": 64, "vocab_size": 256,
+           "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}' >"$work/hf/config.json"
+    run 1 --steps 2 --init "$work/hf"
+    [ "$rc" -ne 0 ] || fail "yarn rope scaling was accepted"
+    expect_err "--init $work/hf: config.json: \"rope_scaling\" asks for \"yarn\" rotary scaling"
+    echo '{"model_type": "falcon"}' >"$work/hf/config.json"
+    run 1 --steps 2 --init "$work/hf"
+    [ "$rc" -ne 0 ] || fail "a falcon directory was accepted"
+    expect_err "\"model_type\" is \"falcon\""
     # A --save directory no rank can write is found at the start, not at the first save.
     touch "$work/a-file"
     run 1 --steps 2 --save "$work/a-file/ckpt"

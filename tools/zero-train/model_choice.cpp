@@ -45,10 +45,11 @@ ModelChoice ModelChoice::from_options(const TrainOptions& o) {
       } catch (const std::invalid_argument&) {
         std::string names;
         for (const std::string& n : llama::LlamaConfig::names()) names += ", " + n;
-        throw std::invalid_argument(fmt::format(
-            "--model {}: unknown; use tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b{}, or "
-            "leave it out and give --init a Hugging Face directory with a config.json",
-            o.model, names));
+        throw std::invalid_argument(
+            fmt::format("--model: unknown model '{}'; use tiny, gpt2-124m, gpt2-350m, gpt2-774m, "
+                        "gpt2-1.5b{}, or "
+                        "leave it out and give --init a Hugging Face directory with a config.json",
+                        o.model, names));
       }
     }
   } else if (const std::optional<json> c = init_config(o.init)) {
