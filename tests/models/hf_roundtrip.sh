@@ -5,14 +5,16 @@
 # check_hf_export.py finds OUT/model.safetensors equal, tensor for tensor and bit for bit, to
 # what save_pretrained wrote, and OUT/config.json with the same shape. With TORCH_PYTHON set (a
 # Python with torch and transformers), transformers also loads OUT and gives the logits of the
-# saved model.
-#   hf_roundtrip.sh PYTHON ZERO_TRAIN ZERO_CKPT SOURCE_DIR WORK
+# saved model. With ZERO_RUN (and mpirun) the Llama runs on 2 ranks at stage 3, each reading only
+# its shards of the file.
+#   hf_roundtrip.sh PYTHON ZERO_TRAIN ZERO_CKPT SOURCE_DIR WORK [ZERO_RUN]
 set -euo pipefail
 python=$1
 train=$2
 ckpt=$3
 source_dir=$4
 work=$5
+zero_run=${6:-}
 rm -rf "$work"
 mkdir -p "$work"
 check=$source_dir/tests/models/check_hf_export.py
@@ -36,7 +38,11 @@ JSON
 
 for model in llama qwen2 gpt2; do
   golden=$source_dir/tests/models/goldens/$model
-  out=$("$train" --config "$work/config.json" --init "$golden" --data "$work/tokens.bin" --seq 12 \
+  launch=()
+  if [ "$model" = llama ] && [ -n "$zero_run" ] && command -v mpirun >/dev/null; then
+    launch=("$zero_run" -n 2 --)
+  fi
+  out=$("${launch[@]}" "$train" --config "$work/config.json" --init "$golden" --data "$work/tokens.bin" --seq 12 \
     --steps 1 --no-progress --save "$work/$model-ckpt" 2>&1) || { echo "FAIL ($model): zero-train: $out" >&2; exit 1; }
   [[ $out == *"weights from $golden"* ]] || { echo "FAIL ($model): no 'weights from' line: $out" >&2; exit 1; }
   "$ckpt" export "$work/$model-ckpt" --out "$work/$model-hf" >/dev/null
