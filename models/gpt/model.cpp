@@ -9,14 +9,12 @@
 
 #include "models/gpt/hf_layout.h"
 #include "models/gpt/kernels.h"
+#include "models/gpt/params.h"
 #include "models/param_init.h"
 
 namespace zero::gpt {
 void Gpt::check(zero_status status, const char* call) const {
-  if (status != ZERO_OK) {
-    throw std::runtime_error(std::string(call) + ": " + zero_status_string(status) + ": " +
-                             zero_last_error());
-  }
+  models::check(status, call);
 }
 
 Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::uint64_t seed,
@@ -40,61 +38,15 @@ Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::
   zero_dtype dtype = ZERO_FP32;
   check(zero_compute_dtype(engine, &dtype), "zero_compute_dtype");
   copies_.set_dtype(dtype);
-  int no_decay = 0;
-  check(zero_add_group(engine, "no_decay", 0.0, 1.0, &no_decay), "zero_add_group");
-  check(zero_add_module(engine, "embed", &embed_module_), "zero_add_module");
-  for (int l = 0; l < config.layers; ++l) {
-    Block b;
-    check(zero_add_module(engine, ("h." + std::to_string(l)).c_str(), &b.module),
-          "zero_add_module");
-    blocks_.push_back(b);
-  }
-  check(zero_add_module(engine, "head", &head_module_), "zero_add_module");
-
-  const double residual_std = 0.02 / std::sqrt(2.0 * config.layers);
-  auto add = [&](const std::string& name, std::vector<long long> shape, int group,
-                 std::vector<int> modules, double stddev, float constant) {
-    zero_param_desc desc{};
-    desc.name = name.c_str();
-    desc.shape = shape.data();
-    desc.ndim = static_cast<int>(shape.size());
-    desc.trainable = 1;
-    desc.group = group;
-    desc.modules = modules.data();
-    desc.module_count = static_cast<int>(modules.size());
-    desc.initializer = &models::ParamInit::initialize;
-    desc.initializer_user = init_.get();
-    int id = -1;
-    check(zero_add_param(engine, &desc, &id), "zero_add_param");
-    names_.push_back(name);
-    std::size_t numel = 1;
-    for (long long d : shape) numel *= static_cast<std::size_t>(d);
-    copies_.add_param(numel);
-    init_->set(id, stddev, constant);
-    return id;
-  };
+  models::Registrar registrar(engine, *init_);
+  const GptIds ids = register_gpt(registrar, config);
+  embed_module_ = ids.embed_module;
+  head_module_ = ids.head_module;
+  wte_ = ids.wte, wpe_ = ids.wpe, lnf_w_ = ids.lnf_w, lnf_b_ = ids.lnf_b;
+  blocks_ = ids.blocks;
+  names_ = registrar.names();
+  for (std::size_t numel : registrar.numels()) copies_.add_param(numel);
   const long long C = config.channels;
-  wte_ = add("wte.weight", {config.vocab, C}, 0, {embed_module_, head_module_}, 0.02, 0);
-  wpe_ = add("wpe.weight", {config.max_seq, C}, 0, {embed_module_}, 0.01, 0);
-  for (int l = 0; l < config.layers; ++l) {
-    Block& b = blocks_[static_cast<std::size_t>(l)];
-    const std::string h = "h." + std::to_string(l) + ".";
-    const std::vector<int> m{b.module};
-    b.ln1_w = add(h + "ln_1.weight", {C}, no_decay, m, 0, 1);
-    b.ln1_b = add(h + "ln_1.bias", {C}, no_decay, m, 0, 0);
-    b.qkv_w = add(h + "attn.c_attn.weight", {3 * C, C}, 0, m, 0.02, 0);
-    b.qkv_b = add(h + "attn.c_attn.bias", {3 * C}, no_decay, m, 0, 0);
-    b.proj_w = add(h + "attn.c_proj.weight", {C, C}, 0, m, residual_std, 0);
-    b.proj_b = add(h + "attn.c_proj.bias", {C}, no_decay, m, 0, 0);
-    b.ln2_w = add(h + "ln_2.weight", {C}, no_decay, m, 0, 1);
-    b.ln2_b = add(h + "ln_2.bias", {C}, no_decay, m, 0, 0);
-    b.fc_w = add(h + "mlp.c_fc.weight", {4 * C, C}, 0, m, 0.02, 0);
-    b.fc_b = add(h + "mlp.c_fc.bias", {4 * C}, no_decay, m, 0, 0);
-    b.fcproj_w = add(h + "mlp.c_proj.weight", {C, 4 * C}, 0, m, residual_std, 0);
-    b.fcproj_b = add(h + "mlp.c_proj.bias", {C}, no_decay, m, 0, 0);
-  }
-  lnf_w_ = add("ln_f.weight", {C}, no_decay, {head_module_}, 0, 1);
-  lnf_b_ = add("ln_f.bias", {C}, no_decay, {head_module_}, 0, 0);
 
   if (options_.checkpoint_blocks < 0) options_.checkpoint_blocks = 0;
   const std::size_t N = static_cast<std::size_t>(batch) * seq;

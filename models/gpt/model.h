@@ -19,6 +19,7 @@
 #include "models/causal_lm.h"
 #include "models/gpt/compute_copies.h"
 #include "models/gpt/config.h"
+#include "models/gpt/params.h"
 #include "models/param_init.h"
 #include "zero/zero.h"
 
@@ -60,10 +61,7 @@ class Gpt final : public models::CausalLm {
   const std::vector<std::string>& names() const noexcept override { return names_; }
 
  private:
-  struct Block {
-    int module = 0;
-    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
-  };
+  using Block = GptBlockIds;
   struct Activations {
     std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch,
         fch_gelu;

@@ -8,6 +8,7 @@
 
 #include "models/gpt/kernels.h"
 #include "models/llama/kernels.h"
+#include "models/llama/params.h"
 
 namespace zero::llama {
 
@@ -18,10 +19,7 @@ using gpt::matmul_forward;
 using gpt::residual_forward;
 
 void Llama::check(zero_status status, const char* call) const {
-  if (status != ZERO_OK) {
-    throw std::runtime_error(std::string(call) + ": " + zero_status_string(status) + ": " +
-                             zero_last_error());
-  }
+  models::check(status, call);
 }
 
 Llama::Llama(zero_engine* engine, const LlamaConfig& config, int batch, int seq, std::uint64_t seed,
@@ -40,64 +38,16 @@ Llama::Llama(zero_engine* engine, const LlamaConfig& config, int batch, int seq,
   zero_dtype dtype = ZERO_FP32;
   check(zero_compute_dtype(engine, &dtype), "zero_compute_dtype");
   copies_.set_dtype(dtype);
-  int no_decay = 0;
-  check(zero_add_group(engine, "no_decay", 0.0, 1.0, &no_decay), "zero_add_group");
-  check(zero_add_module(engine, "embed", &embed_module_), "zero_add_module");
-  for (int l = 0; l < config.layers; ++l) {
-    Block b;
-    check(zero_add_module(engine, ("layers." + std::to_string(l)).c_str(), &b.module),
-          "zero_add_module");
-    blocks_.push_back(b);
-  }
-  check(zero_add_module(engine, "head", &head_module_), "zero_add_module");
-
-  auto add = [&](const std::string& name, std::vector<long long> shape, int group,
-                 std::vector<int> modules, double stddev, float constant) {
-    zero_param_desc desc{};
-    desc.name = name.c_str();
-    desc.shape = shape.data();
-    desc.ndim = static_cast<int>(shape.size());
-    desc.trainable = 1;
-    desc.group = group;
-    desc.modules = modules.data();
-    desc.module_count = static_cast<int>(modules.size());
-    desc.initializer = &models::ParamInit::initialize;
-    desc.initializer_user = init_.get();
-    int id = -1;
-    check(zero_add_param(engine, &desc, &id), "zero_add_param");
-    names_.push_back(name);
-    std::size_t numel = 1;
-    for (long long d : shape) numel *= static_cast<std::size_t>(d);
-    copies_.add_param(numel);
-    init_->set(id, stddev, constant);
-    return id;
-  };
+  models::Registrar registrar(engine, *init_);
+  const LlamaIds ids = register_llama(registrar, config);
+  embed_module_ = ids.embed_module;
+  head_module_ = ids.head_module;
+  wte_ = ids.wte, norm_ = ids.norm, lm_head_ = ids.lm_head;
+  blocks_ = ids.blocks;
+  names_ = registrar.names();
+  for (std::size_t numel : registrar.numels()) copies_.add_param(numel);
   const long long C = config.channels, hd = config.head_size();
   const long long Q = config.heads * hd, KV = config.kv_heads * hd, F = config.intermediate;
-  constexpr double kStd = 0.02;  // transformers' initializer_range
-  std::vector<int> embed_modules{embed_module_};
-  if (config.tied) embed_modules.push_back(head_module_);
-  wte_ = add("model.embed_tokens.weight", {config.vocab, C}, 0, embed_modules, kStd, 0);
-  for (int l = 0; l < config.layers; ++l) {
-    Block& b = blocks_[static_cast<std::size_t>(l)];
-    const std::string h = "model.layers." + std::to_string(l) + ".";
-    const std::vector<int> m{b.module};
-    b.ln1 = add(h + "input_layernorm.weight", {C}, no_decay, m, 0, 1);
-    b.q = add(h + "self_attn.q_proj.weight", {Q, C}, 0, m, kStd, 0);
-    if (config.qkv_bias) b.q_bias = add(h + "self_attn.q_proj.bias", {Q}, no_decay, m, 0, 0);
-    b.k = add(h + "self_attn.k_proj.weight", {KV, C}, 0, m, kStd, 0);
-    if (config.qkv_bias) b.k_bias = add(h + "self_attn.k_proj.bias", {KV}, no_decay, m, 0, 0);
-    b.v = add(h + "self_attn.v_proj.weight", {KV, C}, 0, m, kStd, 0);
-    if (config.qkv_bias) b.v_bias = add(h + "self_attn.v_proj.bias", {KV}, no_decay, m, 0, 0);
-    b.o = add(h + "self_attn.o_proj.weight", {C, Q}, 0, m, kStd, 0);
-    b.ln2 = add(h + "post_attention_layernorm.weight", {C}, no_decay, m, 0, 1);
-    b.gate = add(h + "mlp.gate_proj.weight", {F, C}, 0, m, kStd, 0);
-    b.up = add(h + "mlp.up_proj.weight", {F, C}, 0, m, kStd, 0);
-    b.down = add(h + "mlp.down_proj.weight", {C, F}, 0, m, kStd, 0);
-  }
-  norm_ = add("model.norm.weight", {C}, no_decay, {head_module_}, 0, 1);
-  lm_head_ =
-      config.tied ? wte_ : add("lm_head.weight", {config.vocab, C}, 0, {head_module_}, kStd, 0);
 
   // The rotary tables for this sequence length.
   const std::vector<double> inv_freq = config.inv_freq();

@@ -23,6 +23,7 @@
 #include "models/causal_lm.h"
 #include "models/gpt/compute_copies.h"
 #include "models/llama/config.h"
+#include "models/llama/params.h"
 #include "models/param_init.h"
 #include "zero/zero.h"
 
@@ -55,11 +56,7 @@ class Llama final : public models::CausalLm {
   const std::vector<std::string>& names() const noexcept override { return names_; }
 
  private:
-  struct Block {
-    int module = 0;
-    int ln1 = -1, q = -1, k = -1, v = -1, q_bias = -1, k_bias = -1, v_bias = -1, o = -1, ln2 = -1,
-        gate = -1, up = -1, down = -1;
-  };
+  using Block = LlamaBlockIds;
   // One block's activations, kept from forward to backward.
   struct Activations {
     std::vector<float> ln1, rstd1, q, k, v, att, y, res, ln2, rstd2, gate, up, h;

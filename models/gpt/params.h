@@ -1,0 +1,29 @@
+// The reference GPT's registration, shared by its CPU model (model.h) and its CUDA model
+// (cuda_model.h): groups "default" and "no_decay", modules "embed", "h.<i>" and "head", and the
+// parameters under Hugging Face GPT-2's names, initialised as GPT-2 draws them.
+#pragma once
+
+#include <vector>
+
+#include "models/gpt/config.h"
+#include "models/registrar.h"
+
+namespace zero::gpt {
+
+struct GptBlockIds {
+  int module = 0;
+  int ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1, ln2_w = -1,
+      ln2_b = -1, fc_w = -1, fc_b = -1, fcproj_w = -1, fcproj_b = -1;
+};
+
+struct GptIds {
+  int embed_module = 0, head_module = 0;
+  int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;  // wte is also the head's (tied)
+  std::vector<GptBlockIds> blocks;
+};
+
+// Registers the model (normal std 0.02; wpe 0.01; residual projections 0.02 / sqrt(2 layers);
+// LayerNorm weights 1, biases 0; biases and LayerNorm weights in "no_decay").
+GptIds register_gpt(models::Registrar& registrar, const GptConfig& config);
+
+}  // namespace zero::gpt

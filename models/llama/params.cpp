@@ -1,0 +1,48 @@
+// The Llama family's registration (params.h).
+#include "models/llama/params.h"
+
+#include <string>
+
+namespace zero::llama {
+
+LlamaIds register_llama(models::Registrar& r, const LlamaConfig& config) {
+  LlamaIds ids;
+  const int no_decay = r.group("no_decay", 0.0, 1.0);
+  ids.embed_module = r.module("embed");
+  for (int l = 0; l < config.layers; ++l) {
+    LlamaBlockIds b;
+    b.module = r.module("layers." + std::to_string(l));
+    ids.blocks.push_back(b);
+  }
+  ids.head_module = r.module("head");
+  const long long C = config.channels, hd = config.head_size();
+  const long long Q = config.heads * hd, KV = config.kv_heads * hd, F = config.intermediate;
+  constexpr double kStd = 0.02;  // transformers' initializer_range
+  std::vector<int> embed_modules{ids.embed_module};
+  if (config.tied) embed_modules.push_back(ids.head_module);
+  ids.wte = r.param("model.embed_tokens.weight", {config.vocab, C}, 0, embed_modules, kStd, 0);
+  for (int l = 0; l < config.layers; ++l) {
+    LlamaBlockIds& b = ids.blocks[static_cast<std::size_t>(l)];
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    const std::vector<int> m{b.module};
+    b.ln1 = r.param(h + "input_layernorm.weight", {C}, no_decay, m, 0, 1);
+    b.q = r.param(h + "self_attn.q_proj.weight", {Q, C}, 0, m, kStd, 0);
+    if (config.qkv_bias) b.q_bias = r.param(h + "self_attn.q_proj.bias", {Q}, no_decay, m, 0, 0);
+    b.k = r.param(h + "self_attn.k_proj.weight", {KV, C}, 0, m, kStd, 0);
+    if (config.qkv_bias) b.k_bias = r.param(h + "self_attn.k_proj.bias", {KV}, no_decay, m, 0, 0);
+    b.v = r.param(h + "self_attn.v_proj.weight", {KV, C}, 0, m, kStd, 0);
+    if (config.qkv_bias) b.v_bias = r.param(h + "self_attn.v_proj.bias", {KV}, no_decay, m, 0, 0);
+    b.o = r.param(h + "self_attn.o_proj.weight", {C, Q}, 0, m, kStd, 0);
+    b.ln2 = r.param(h + "post_attention_layernorm.weight", {C}, no_decay, m, 0, 1);
+    b.gate = r.param(h + "mlp.gate_proj.weight", {F, C}, 0, m, kStd, 0);
+    b.up = r.param(h + "mlp.up_proj.weight", {F, C}, 0, m, kStd, 0);
+    b.down = r.param(h + "mlp.down_proj.weight", {C, F}, 0, m, kStd, 0);
+  }
+  ids.norm = r.param("model.norm.weight", {C}, no_decay, {ids.head_module}, 0, 1);
+  ids.lm_head = config.tied
+                    ? ids.wte
+                    : r.param("lm_head.weight", {config.vocab, C}, 0, {ids.head_module}, kStd, 0);
+  return ids;
+}
+
+}  // namespace zero::llama

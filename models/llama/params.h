@@ -1,0 +1,28 @@
+// The Llama family's registration, shared by its CPU model (model.h) and its CUDA model
+// (cuda_model.h): group "no_decay", modules "embed", "layers.<i>" and "head", and the
+// parameters under transformers' names, initialised as transformers draws them.
+#pragma once
+
+#include <vector>
+
+#include "models/llama/config.h"
+#include "models/registrar.h"
+
+namespace zero::llama {
+
+struct LlamaBlockIds {
+  int module = 0;
+  int ln1 = -1, q = -1, k = -1, v = -1, q_bias = -1, k_bias = -1, v_bias = -1, o = -1, ln2 = -1,
+      gate = -1, up = -1, down = -1;  // biases -1 unless Qwen2's
+};
+
+struct LlamaIds {
+  int embed_module = 0, head_module = 0;
+  int wte = -1, norm = -1, lm_head = -1;  // lm_head == wte when tied
+  std::vector<LlamaBlockIds> blocks;
+};
+
+// Registers the model (normal std 0.02, norms 1, biases 0; norms and biases in "no_decay").
+LlamaIds register_llama(models::Registrar& registrar, const LlamaConfig& config);
+
+}  // namespace zero::llama
