@@ -274,50 +274,7 @@ ActivationCost Gpt::activation_cost() const {
 }
 
 void Gpt::load_pretrained(const std::string& path) {
-  // The Conv1D weights are stored [in, out], ours [out, in]; attention-mask buffers and the
-  // tied lm_head.weight have no parameter.
-  std::vector<std::string> transposed, ignore{"lm_head.weight"};
-  for (const std::string& name : names_) {
-    if (is_hf_conv1d_weight(name)) transposed.push_back(name);
-  }
-  for (int l = 0; l < config_.layers; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    for (const char* buffer : {"attn.bias", "attn.masked_bias"}) {
-      ignore.push_back(h + buffer);
-      ignore.push_back("transformer." + h + buffer);
-    }
-  }
-  // GPT2Model's files name the tensors as we register them; GPT2LMHeadModel's prefix them with
-  // "transformer.". The load refuses before changing anything, so the second try is safe.
-  std::vector<std::string> prefixed;
-  for (const std::string& name : names_) {
-    prefixed.push_back(name);
-    prefixed.push_back("transformer." + name);
-  }
-  auto c_strings = [](const std::vector<std::string>& strings) {
-    std::vector<const char*> out;
-    for (const std::string& s : strings) out.push_back(s.c_str());
-    return out;
-  };
-  const std::vector<const char*> transposed_c = c_strings(transposed);
-  const std::vector<const char*> ignore_c = c_strings(ignore), prefixed_c = c_strings(prefixed);
-  zero_pretrained_options options{};
-  options.transposed = transposed_c.data();
-  options.transposed_count = static_cast<int>(transposed_c.size());
-  options.ignore = ignore_c.data();
-  options.ignore_count = static_cast<int>(ignore_c.size());
-  const zero_status plain = zero_load_pretrained(engine_, path.c_str(), &options);
-  if (plain == ZERO_OK) return;
-  const std::string plain_error = zero_last_error();
-  options.names = prefixed_c.data();
-  options.name_pairs = static_cast<int>(names_.size());
-  const zero_status prefixed_status = zero_load_pretrained(engine_, path.c_str(), &options);
-  if (prefixed_status == ZERO_OK) return;
-  // Neither naming fits: say what each found wrong, the file decides which is the real one.
-  throw std::runtime_error(
-      "loading GPT-2 weights from " + path + ": as GPT2Model names: " + zero_status_string(plain) +
-      ": " + plain_error + "; as GPT2LMHeadModel names (\"transformer.\" before each): " +
-      zero_status_string(prefixed_status) + ": " + zero_last_error());
+  load_gpt2_weights(engine_, names_, config_.layers, path);
 }
 
 float Gpt::evaluate(const std::int32_t* tokens, const std::int32_t* targets) {

@@ -2,7 +2,10 @@
 #include "models/gpt/params.h"
 
 #include <cmath>
+#include <stdexcept>
 #include <string>
+
+#include "models/gpt/hf_layout.h"
 
 namespace zero::gpt {
 
@@ -41,6 +44,54 @@ GptIds register_gpt(models::Registrar& r, const GptConfig& config) {
   ids.lnf_w = r.param("ln_f.weight", {C}, no_decay, {ids.head_module}, 0, 1);
   ids.lnf_b = r.param("ln_f.bias", {C}, no_decay, {ids.head_module}, 0, 0);
   return ids;
+}
+
+void load_gpt2_weights(zero_engine* engine, const std::vector<std::string>& names, int layers,
+                       const std::string& path) {
+  // The Conv1D weights are stored [in, out], ours [out, in]; attention-mask buffers and the
+  // tied lm_head.weight have no parameter.
+  std::vector<std::string> transposed, ignore{"lm_head.weight"};
+  for (const std::string& name : names) {
+    if (is_hf_conv1d_weight(name)) transposed.push_back(name);
+  }
+  for (int l = 0; l < layers; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    for (const char* buffer : {"attn.bias", "attn.masked_bias"}) {
+      ignore.push_back(h + buffer);
+      ignore.push_back("transformer." + h + buffer);
+    }
+  }
+  // GPT2Model's files name the tensors as we register them; GPT2LMHeadModel's prefix them with
+  // "transformer.". The load refuses before changing anything, so the second try is safe.
+  std::vector<std::string> prefixed;
+  for (const std::string& name : names) {
+    prefixed.push_back(name);
+    prefixed.push_back("transformer." + name);
+  }
+  auto c_strings = [](const std::vector<std::string>& strings) {
+    std::vector<const char*> out;
+    for (const std::string& s : strings) out.push_back(s.c_str());
+    return out;
+  };
+  const std::vector<const char*> transposed_c = c_strings(transposed);
+  const std::vector<const char*> ignore_c = c_strings(ignore), prefixed_c = c_strings(prefixed);
+  zero_pretrained_options options{};
+  options.transposed = transposed_c.data();
+  options.transposed_count = static_cast<int>(transposed_c.size());
+  options.ignore = ignore_c.data();
+  options.ignore_count = static_cast<int>(ignore_c.size());
+  const zero_status plain = zero_load_pretrained(engine, path.c_str(), &options);
+  if (plain == ZERO_OK) return;
+  const std::string plain_error = zero_last_error();
+  options.names = prefixed_c.data();
+  options.name_pairs = static_cast<int>(names.size());
+  const zero_status prefixed_status = zero_load_pretrained(engine, path.c_str(), &options);
+  if (prefixed_status == ZERO_OK) return;
+  // Neither naming fits: say what each found wrong, the file decides which is the real one.
+  throw std::runtime_error(
+      "loading GPT-2 weights from " + path + ": as GPT2Model names: " + zero_status_string(plain) +
+      ": " + plain_error + "; as GPT2LMHeadModel names (\"transformer.\" before each): " +
+      zero_status_string(prefixed_status) + ": " + zero_last_error());
 }
 
 }  // namespace zero::gpt

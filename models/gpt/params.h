@@ -3,6 +3,7 @@
 // parameters under Hugging Face GPT-2's names, initialised as GPT-2 draws them.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "models/gpt/config.h"
@@ -25,5 +26,13 @@ struct GptIds {
 // Registers the model (normal std 0.02; wpe 0.01; residual projections 0.02 / sqrt(2 layers);
 // LayerNorm weights 1, biases 0; biases and LayerNorm weights in "no_decay").
 GptIds register_gpt(models::Registrar& registrar, const GptConfig& config);
+
+// Sets the weights from Hugging Face GPT-2 safetensors (a file, an index JSON or a directory;
+// names with or without the "transformer." prefix; the Conv1D weights c_attn, c_proj and c_fc
+// stored [in, out]; attention-mask buffers and lm_head.weight, the tied embedding, ignored)
+// through zero_load_pretrained. `names` are the registered ones, by id. Collective, after
+// zero_init. Throws std::runtime_error with the engine's message when the files do not fit.
+void load_gpt2_weights(zero_engine* engine, const std::vector<std::string>& names, int layers,
+                       const std::string& path);
 
 }  // namespace zero::gpt

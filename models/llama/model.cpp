@@ -284,22 +284,7 @@ models::ActivationCost Llama::activation_cost() const {
 }
 
 void Llama::load_pretrained(const std::string& path) {
-  // Older files keep each layer's rotary inv_freq buffer; a tied model's files may hold
-  // lm_head.weight beside the embedding.
-  std::vector<std::string> ignore;
-  for (int l = 0; l < config_.layers; ++l) {
-    ignore.push_back("model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq");
-  }
-  if (config_.tied) ignore.push_back("lm_head.weight");
-  std::vector<const char*> ignore_c;
-  for (const std::string& s : ignore) ignore_c.push_back(s.c_str());
-  zero_pretrained_options options{};
-  options.ignore = ignore_c.data();
-  options.ignore_count = static_cast<int>(ignore_c.size());
-  if (zero_load_pretrained(engine_, path.c_str(), &options) != ZERO_OK) {
-    throw std::runtime_error("loading " + config_.family + " weights from " + path + ": " +
-                             zero_last_error());
-  }
+  load_llama_weights(engine_, config_, path);
 }
 
 float Llama::evaluate(const std::int32_t* tokens, const std::int32_t* targets) {

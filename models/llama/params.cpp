@@ -1,6 +1,7 @@
 // The Llama family's registration (params.h).
 #include "models/llama/params.h"
 
+#include <stdexcept>
 #include <string>
 
 namespace zero::llama {
@@ -43,6 +44,25 @@ LlamaIds register_llama(models::Registrar& r, const LlamaConfig& config) {
                     ? ids.wte
                     : r.param("lm_head.weight", {config.vocab, C}, 0, {ids.head_module}, kStd, 0);
   return ids;
+}
+
+void load_llama_weights(zero_engine* engine, const LlamaConfig& config, const std::string& path) {
+  // Older files keep each layer's rotary inv_freq buffer; a tied model's files may hold
+  // lm_head.weight beside the embedding.
+  std::vector<std::string> ignore;
+  for (int l = 0; l < config.layers; ++l) {
+    ignore.push_back("model.layers." + std::to_string(l) + ".self_attn.rotary_emb.inv_freq");
+  }
+  if (config.tied) ignore.push_back("lm_head.weight");
+  std::vector<const char*> ignore_c;
+  for (const std::string& s : ignore) ignore_c.push_back(s.c_str());
+  zero_pretrained_options options{};
+  options.ignore = ignore_c.data();
+  options.ignore_count = static_cast<int>(ignore_c.size());
+  if (zero_load_pretrained(engine, path.c_str(), &options) != ZERO_OK) {
+    throw std::runtime_error("loading " + config.family + " weights from " + path + ": " +
+                             zero_last_error());
+  }
 }
 
 }  // namespace zero::llama

@@ -3,6 +3,7 @@
 // parameters under transformers' names, initialised as transformers draws them.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "models/llama/config.h"
@@ -24,5 +25,10 @@ struct LlamaIds {
 
 // Registers the model (normal std 0.02, norms 1, biases 0; norms and biases in "no_decay").
 LlamaIds register_llama(models::Registrar& registrar, const LlamaConfig& config);
+
+// Hugging Face's files as they are (a file, an index JSON or a directory): every tensor under
+// its name and layout; lm_head.weight ignored when tied, old rotary inv_freq buffers too.
+// Collective, after zero_init. Throws std::runtime_error with the engine's message.
+void load_llama_weights(zero_engine* engine, const LlamaConfig& config, const std::string& path);
 
 }  // namespace zero::llama
