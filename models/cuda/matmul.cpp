@@ -1,0 +1,287 @@
+// The matrix products of the CUDA layers on cuBLASLt (layers.h's Matmul): bf16 A, B, C and D,
+// fp32 compute and scale. Host C++ only; the bias gradient's column sums run in a kernel of
+// crossentropy.cu (internal.h).
+//
+// Row-major on column-major: a row-major X[r, c] is, as stored, the column-major X^T. So
+// out[N, OC] = inp[N, C] W[OC, C]^T is computed as out^T (OC x N) = W (OC x C) inp^T (C x N):
+// in cuBLASLt's terms D (m = OC, n = N) = op(A) B with A the stored W (column-major C x OC,
+// transposed by op) and B the stored inp (column-major C x N). Every operand is packed: its
+// leading dimension is its stored row count. The backward's dinp += dout W and dW += dout^T inp
+// run in place with beta = 1 (a null dinp or dweight is skipped); dbias += the column sums of
+// dout runs in internal::column_sums_add, on as much of `scratch` as reduction_scratch_floats
+// (N, OC) gives. A forward with C = 0 (no product to take) is refused.
+//
+// Resources: the cuBLASLt handle and one 32 MiB device workspace, made in the constructor and
+// freed in the destructor; per product shape (kind, m, n, k, the operands' alignments) one
+// matmul descriptor, its three layouts (C and D share one: in the backward they are the same
+// buffer, accumulated in place with beta = 1) and the algorithm cuBLASLt's heuristic picked the
+// first time, cached in State until the destructor. The heuristic may only pick split-K
+// algorithms that reduce in fp32 in the workspace (never in bf16 and never "in place" in the
+// output type), so every product sums in fp32 and a cached algorithm repeats bit for bit.
+//
+// One workspace serves every call: calls must not overlap in time, so use one Matmul per stream
+// (or order the streams), and one thread at a time per Matmul (the cache is not locked). Destroy
+// a Matmul only once the work of its calls has finished: the destructor frees the workspace.
+//
+// Errors: a failing CUDA call returns its cudaError_t; a failing cuBLAS call returns the
+// cudaError_t naming the same failure, so that callers print one kind of code:
+// NOT_INITIALIZED -> cudaErrorInitializationError, ALLOC_FAILED -> cudaErrorMemoryAllocation,
+// INVALID_VALUE -> cudaErrorInvalidValue, ARCH_MISMATCH -> cudaErrorNoKernelImageForDevice,
+// NOT_SUPPORTED (also: the heuristic found no algorithm) -> cudaErrorNotSupported,
+// EXECUTION_FAILED -> cudaErrorLaunchFailure, anything else -> cudaErrorUnknown. A constructor
+// that failed (no handle, no workspace) leaves its error to be returned by every call.
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "models/cuda/internal.h"
+#include "models/cuda/layers.h"
+
+namespace zero::cuda_layers {
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+int cuda_status(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS:
+      return cudaSuccess;
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return cudaErrorInitializationError;
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return cudaErrorMemoryAllocation;
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return cudaErrorInvalidValue;
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return cudaErrorNoKernelImageForDevice;
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return cudaErrorNotSupported;
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return cudaErrorLaunchFailure;
+    default:
+      return cudaErrorUnknown;
+  }
+}
+
+// The products Matmul runs, each with its transposes (see the top of the file).
+enum class Kind : int {
+  forward,          // out^T (OC x N) = op(W stored C x OC, transposed) inp^T (C x N)
+  forward_bias,     // the same plus bias[OC] added to each column of D (CUBLASLT_EPILOGUE_BIAS)
+  backward_input,   // dinp^T (C x N) += W^T (W as stored, C x OC) dout^T (dout as stored)
+  backward_weight,  // dW^T (C x OC) += inp^T (C x N) op(dout^T stored OC x N, transposed)
+};
+
+bool transposes_a(Kind kind) {
+  return kind == Kind::forward || kind == Kind::forward_bias;
+}
+bool transposes_b(Kind kind) {
+  return kind == Kind::backward_weight;
+}
+
+// The largest power of two up to 256 dividing the address: what cuBLASLt's heuristic may assume.
+std::uint32_t alignment(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t bytes = 256;
+  while (bytes > 2 && address % bytes != 0) bytes /= 2;
+  return bytes;
+}
+
+// What a cached plan is for: D is m x n, the inner dimension k; alignments in bytes.
+struct Key {
+  Kind kind;
+  int m, n, k;
+  std::uint32_t align_a, align_b, align_d, align_bias;
+  auto operator<=>(const Key&) const = default;
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;  // d is C's layout too
+  cublasLtMatmulAlgo_t algo{};
+};
+
+void destroy(Plan& plan) {
+  if (plan.d != nullptr) cublasLtMatrixLayoutDestroy(plan.d);
+  if (plan.b != nullptr) cublasLtMatrixLayoutDestroy(plan.b);
+  if (plan.a != nullptr) cublasLtMatrixLayoutDestroy(plan.a);
+  if (plan.desc != nullptr) cublasLtMatmulDescDestroy(plan.desc);
+  plan = Plan{};
+}
+
+template <class V>
+cublasStatus_t set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                   const V& value) {
+  return cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value));
+}
+
+template <class V>
+cublasStatus_t set(cublasLtMatmulPreference_t preference,
+                   cublasLtMatmulPreferenceAttributes_t attribute, const V& value) {
+  return cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value));
+}
+
+// The descriptor and layouts of `key`'s product (bias pointer set to `bias` for the heuristic,
+// which reads its alignment from it), and the heuristic's first algorithm. On failure nothing
+// is left allocated.
+int make_plan(cublasLtHandle_t handle, const Key& key, const void* bias, Plan& plan) {
+  const bool ta = transposes_a(key.kind), tb = transposes_b(key.kind);
+  const std::uint64_t a_rows = ta ? key.k : key.m, a_cols = ta ? key.m : key.k;
+  const std::uint64_t b_rows = tb ? key.n : key.k, b_cols = tb ? key.k : key.n;
+  cublasStatus_t st = cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  const std::int32_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (st == CUBLAS_STATUS_SUCCESS) st = set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  if (st == CUBLAS_STATUS_SUCCESS) st = set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  if (key.kind == Kind::forward_bias) {
+    const std::uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const std::int32_t bias_type = CUDA_R_16BF;
+    if (st == CUBLAS_STATUS_SUCCESS) st = set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) st = set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, a_rows, a_cols,
+                                    static_cast<std::int64_t>(a_rows));
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, b_rows, b_cols,
+                                    static_cast<std::int64_t>(b_rows));
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_16BF, static_cast<std::uint64_t>(key.m),
+                                    static_cast<std::uint64_t>(key.n), key.m);
+  }
+  cublasLtMatmulPreference_t preference = nullptr;
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&preference);
+  const std::uint64_t workspace = kWorkspaceBytes;
+  const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;  // and NONE
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = set(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d,
+                                        preference, 1, &result, &found);
+  }
+  if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+  if (st == CUBLAS_STATUS_SUCCESS && (found < 1 || result.state != CUBLAS_STATUS_SUCCESS)) {
+    st = CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    destroy(plan);
+    return cuda_status(st);
+  }
+  plan.algo = result.algo;
+  return 0;
+}
+
+}  // namespace
+
+struct Matmul::State {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;  // kWorkspaceBytes of device memory
+  int failed = 0;             // the constructor's error, returned by every call
+  std::map<Key, Plan> plans;
+
+  State() {
+    failed = cuda_status(cublasLtCreate(&handle));
+    if (failed == 0) failed = static_cast<int>(cudaMalloc(&workspace, kWorkspaceBytes));
+  }
+  ~State() {
+    for (auto& [key, plan] : plans) destroy(plan);
+    if (workspace != nullptr) cudaFree(workspace);
+    if (handle != nullptr) cublasLtDestroy(handle);
+  }
+
+  // D = A op B (+ bias) with beta 0, or D += A op B with beta 1 (C is D), through the cached
+  // plan of the shape.
+  int run(Kind kind, int m, int n, int k, const Bf16* a, const Bf16* b, Bf16* d, float beta,
+          const Bf16* bias, cudaStream_t stream) {
+    if (failed != 0) return failed;
+    const Key key{kind,
+                  m,
+                  n,
+                  k,
+                  alignment(a),
+                  alignment(b),
+                  alignment(d),
+                  bias != nullptr ? alignment(bias) : 0u};
+    auto at = plans.find(key);
+    if (at == plans.end()) {
+      Plan plan;
+      const int made = make_plan(handle, key, bias, plan);
+      if (made != 0) return made;
+      at = plans.emplace(key, plan).first;
+    }
+    Plan& plan = at->second;
+    if (kind == Kind::forward_bias) {
+      const cublasStatus_t st = set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+      if (st != CUBLAS_STATUS_SUCCESS) return cuda_status(st);
+    }
+    const float alpha = 1.0f;
+    return cuda_status(cublasLtMatmul(handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d,
+                                      plan.d, d, plan.d, &plan.algo, workspace, kWorkspaceBytes,
+                                      stream));
+  }
+};
+
+Matmul::Matmul() : state_(new State) {}
+
+Matmul::~Matmul() {
+  delete state_;
+}
+
+int Matmul::forward(Bf16* out, const Bf16* inp, const Bf16* weight, const Bf16* bias, int N, int C,
+                    int OC, Stream stream) {
+  if (N < 0 || C < 0 || OC < 0) return cudaErrorInvalidValue;
+  if (N == 0 || OC == 0) return 0;
+  if (C == 0) return cudaErrorInvalidValue;  // an empty inner dimension: cuBLASLt has no product
+  const Kind kind = bias != nullptr ? Kind::forward_bias : Kind::forward;
+  return state_->run(kind, OC, N, C, weight, inp, out, 0.0f, bias,
+                     static_cast<cudaStream_t>(stream));
+}
+
+int Matmul::backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
+                     const Bf16* weight, int N, int C, int OC, float* scratch, Stream stream) {
+  if (N < 0 || C < 0 || OC < 0) return cudaErrorInvalidValue;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (N == 0 || OC == 0) return 0;  // every gradient gets += 0
+  if (C > 0) {
+    if (dinp != nullptr) {  // dinp^T (C x N) += W^T (C x OC) dout^T (OC x N), both as stored
+      const int st =
+          state_->run(Kind::backward_input, C, N, OC, weight, dout, dinp, 1.0f, nullptr, s);
+      if (st != 0) return st;
+    }
+    if (dweight != nullptr) {  // dW^T (C x OC) += inp^T (C x N) dout (N x OC)
+      const int st =
+          state_->run(Kind::backward_weight, C, OC, N, inp, dout, dweight, 1.0f, nullptr, s);
+      if (st != 0) return st;
+    }
+  }
+  if (dbias == nullptr) return 0;
+  const std::size_t room = scratch != nullptr ? reduction_scratch_floats(N, OC) : 0;
+  return internal::column_sums_add(dbias, dout, N, OC, scratch, room, stream);
+}
+
+}  // namespace zero::cuda_layers

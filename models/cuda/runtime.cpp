@@ -1,0 +1,104 @@
+// The CUDA models' runtime plumbing (runtime.h).
+#include "models/cuda/runtime.h"
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <utility>
+
+namespace zero::cuda_layers {
+
+void check(int status, const char* what) {
+  if (status == 0) return;
+  throw std::runtime_error(std::string(what) + ": " +
+                           cudaGetErrorString(static_cast<cudaError_t>(status)));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) cudaFree(data_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::resize(std::size_t bytes) {
+  if (data_ != nullptr) {
+    check(cudaFree(data_), "cudaFree");
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  if (bytes == 0) return;
+  check(cudaMalloc(&data_, bytes), "cudaMalloc");
+  bytes_ = bytes;
+  check(cudaMemset(data_, 0, bytes), "cudaMemset");
+}
+
+CudaStream::CudaStream() {
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  stream_ = stream;
+}
+
+CudaStream::~CudaStream() {
+  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+void CudaStream::synchronize() const {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+}
+
+void copy_to_device(void* device, const void* host, std::size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice,
+                        static_cast<cudaStream_t>(stream)),
+        "cudaMemcpyAsync to the device");
+}
+
+void copy_to_host(void* host, const void* device, std::size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost,
+                        static_cast<cudaStream_t>(stream)),
+        "cudaMemcpyAsync to the host");
+}
+
+void copy_device(void* to, const void* from, std::size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+        "cudaMemcpyAsync on the device");
+}
+
+void zero_bytes(void* device, std::size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  check(cudaMemsetAsync(device, 0, bytes, static_cast<cudaStream_t>(stream)), "cudaMemsetAsync");
+}
+
+void set_device(int ordinal) { check(cudaSetDevice(ordinal), "cudaSetDevice"); }
+
+GpuPeak gpu_peak(int ordinal) {
+  cudaDeviceProp properties{};
+  check(cudaGetDeviceProperties(&properties, ordinal), "cudaGetDeviceProperties");
+  GpuPeak peak;
+  peak.name = properties.name;
+  const auto has = [&](const char* part) { return peak.name.find(part) != std::string::npos; };
+  if (has("H200")) {
+    peak.bf16_flops = 989e12;
+  } else if (has("H100")) {
+    peak.bf16_flops = has("PCIe") ? 756e12 : has("NVL") ? 835e12 : 989e12;
+  } else if (has("A100")) {
+    peak.bf16_flops = 312e12;
+  } else if (has("L40S")) {
+    peak.bf16_flops = 362e12;
+  }
+  return peak;
+}
+
+}  // namespace zero::cuda_layers

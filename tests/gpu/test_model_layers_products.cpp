@@ -1,0 +1,600 @@
+// The CUDA layers' products of models/cuda/layers.h on a GPU: Matmul (cuBLASLt), the flash-style
+// attention and the fused cross-entropy, against the CPU layers (models/gpt/kernels.h) run in
+// double on the same bf16 inputs, at odd sizes. Every backward starts from nonzero gradients (it
+// adds) and runs twice from the same start to repeat bit for bit.
+//
+// Tolerances. The double reference is exact but for double roundings, so a GPU value differs from
+// it by (a) the fp32 error made before the final rounding, bounded per layer below, and (b) the
+// rounding to bf16, at most 2^-8 of the value (8 significant bits, to nearest even). So
+//   |gpu - ref| <= 2^-8 |ref| + 2 a,
+// the factor 2 covering the (1 + 2^-8) by which (b) can grow (a) and the higher-order terms the
+// bounds drop. fp32 outputs (lse, losses) have no (b). A wrong index or a missed term moves a
+// value by the size of a term, far beyond these bounds.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "base/half.h"
+#include "models/cuda/layers.h"
+#include "models/gpt/kernels.h"
+
+namespace zero::cuda_layers {
+namespace {
+
+using Vec = std::vector<double>;
+using Bits = std::vector<Bf16>;
+
+constexpr double kBf16Unit = 0x1p-8;  // bf16 rounding, relative
+constexpr double kF32Unit = 0x1p-24;  // fp32 rounding, relative
+// fp32 rounding, relative, doubled: cuBLASLt's tensor cores may align the addends of their fp32
+// accumulation by truncation, whose error is up to 2^-23 rather than 2^-24.
+constexpr double kAccumulateUnit = 0x1p-23;
+
+#define REQUIRE_CUDA(call)                              \
+  do {                                                  \
+    const cudaError_t status_ = (call);                 \
+    INFO(#call << ": " << cudaGetErrorString(status_)); \
+    REQUIRE(status_ == cudaSuccess);                    \
+  } while (false)
+
+// The launchers return a cudaError_t as an int.
+#define REQUIRE_LAUNCH(call) REQUIRE_CUDA(static_cast<cudaError_t>(call))
+
+// ---- Inputs: a hash of (seed, index), no generator state ----
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// n bf16 values uniform in [lo, hi), rounded to nearest.
+Bits random_bf16(std::size_t n, std::uint64_t seed, double lo, double hi) {
+  Bits bits(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double u = static_cast<double>(mix(mix(seed) ^ i) >> 11) * 0x1p-53;
+    bits[i] = float_to_bf16(static_cast<float>(lo + (hi - lo) * u));
+  }
+  return bits;
+}
+
+Vec to_double(const Bits& bits) {
+  Vec values(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_float(bits[i]);
+  return values;
+}
+
+Vec to_double(const std::vector<float>& floats) {
+  return Vec(floats.begin(), floats.end());
+}
+
+Vec magnitudes(const Vec& x) {
+  Vec m(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) m[i] = std::fabs(x[i]);
+  return m;
+}
+
+// "" when |got[i] - want[i]| <= tol[i] everywhere (a NaN never is), else how many are not and the
+// worst (by error over tolerance).
+std::string mismatches(const Vec& got, const Vec& want, const Vec& tol) {
+  if (got.size() != want.size() || tol.size() != want.size()) return "sizes differ";
+  std::size_t bad = 0, worst = 0;
+  double worst_ratio = -1;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double error = std::fabs(got[i] - want[i]);
+    if (error <= tol[i]) continue;
+    ++bad;
+    const double ratio = std::isnan(error) || tol[i] == 0 ? HUGE_VAL : error / tol[i];
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+  }
+  if (bad == 0) return "";
+  std::ostringstream text;
+  text << bad << " of " << want.size() << " off; worst at " << worst << ": " << got[worst]
+       << " for " << want[worst] << " (tolerance " << tol[worst] << ")";
+  return text.str();
+}
+
+// ---- Device memory and a stream that free themselves ----
+
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(std::size_t n) : n_(n) {
+    void* p = nullptr;
+    REQUIRE_CUDA(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)));
+    data_ = static_cast<T*>(p);
+  }
+  ~DeviceArray() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return data_; }
+  void upload(const std::vector<T>& host) {
+    REQUIRE(host.size() == n_);
+    REQUIRE_CUDA(cudaMemcpy(data_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    REQUIRE_CUDA(cudaMemcpy(host.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t n_;
+};
+
+class TestStream {
+ public:
+  TestStream() { REQUIRE_CUDA(cudaStreamCreate(&stream_)); }
+  ~TestStream() {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  TestStream(const TestStream&) = delete;
+  TestStream& operator=(const TestStream&) = delete;
+  Stream get() const { return stream_; }
+  void synchronize() const { REQUIRE_CUDA(cudaStreamSynchronize(stream_)); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// ---- Matmul ----
+//
+// Each output is a dot product of k terms plus (forward) a bias or (backward) the gradient it
+// adds to. Summed in fp32 in any order, (a) <= k 2^-23 S with S the sum of the terms' magnitudes
+// (the same product on |inputs|, plus |bias| or |initial gradient|); 2^-23 rather than 2^-24
+// for the tensor cores' truncating alignment. With a bias the epilogue may round the product to
+// bf16 before adding the bias (one more 2^-8 of the product, ref - bias), so that is allowed too.
+// k is C (forward), OC (dinp) and N (dweight; the bias gradient's column sums too).
+
+void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed) {
+  INFO("N " << N << ", C " << C << ", OC " << OC << (with_bias ? ", with bias" : ", no bias"));
+  const std::size_t nx = static_cast<std::size_t>(N) * C;
+  const std::size_t nw = static_cast<std::size_t>(OC) * C;
+  const std::size_t ny = static_cast<std::size_t>(N) * OC;
+  const Bits inp = random_bf16(nx, seed + 1, -1, 1);
+  const Bits weight = random_bf16(nw, seed + 2, -1, 1);
+  const Bits bias = random_bf16(OC, seed + 3, -1, 1);
+  const Bits dout = random_bf16(ny, seed + 4, -1, 1);
+  const Bits dinp0 = random_bf16(nx, seed + 5, -1, 1);
+  const Bits dweight0 = random_bf16(nw, seed + 6, -1, 1);
+  const Bits dbias0 = random_bf16(OC, seed + 7, -1, 1);
+
+  TestStream stream;
+  Matmul matmul;
+  DeviceArray<Bf16> d_inp(nx), d_weight(nw), d_bias(OC), d_out(ny), d_dout(ny), d_dinp(nx),
+      d_dweight(nw), d_dbias(OC);
+  DeviceArray<float> scratch(reduction_scratch_floats(N, OC));
+  d_inp.upload(inp);
+  d_weight.upload(weight);
+  d_bias.upload(bias);
+  d_dout.upload(dout);
+
+  const Vec x = to_double(inp), w = to_double(weight), b = to_double(bias), g = to_double(dout);
+  const Vec ax = magnitudes(x), aw = magnitudes(w), ab = magnitudes(b), ag = magnitudes(g);
+
+  // Forward.
+  REQUIRE_LAUNCH(matmul.forward(d_out.get(), d_inp.get(), d_weight.get(),
+                                with_bias ? d_bias.get() : nullptr, N, C, OC, stream.get()));
+  stream.synchronize();
+  const Vec out = to_double(d_out.download());
+  Vec want(ny), scale(ny);
+  gpt::matmul_forward<double>(want.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, C,
+                              OC);
+  gpt::matmul_forward<double>(scale.data(), ax.data(), aw.data(), with_bias ? ab.data() : nullptr,
+                              N, C, OC);
+  Vec tol(ny);
+  for (std::size_t i = 0; i < ny; ++i) {
+    tol[i] = kBf16Unit * std::fabs(want[i]) + 2 * C * kAccumulateUnit * scale[i];
+    if (with_bias) tol[i] += kBf16Unit * std::fabs(want[i] - b[i % OC]);
+  }
+  CHECK(mismatches(out, want, tol) == "");
+
+  // Backward, twice from the same start.
+  const auto backward = [&] {
+    d_dinp.upload(dinp0);
+    d_dweight.upload(dweight0);
+    d_dbias.upload(dbias0);
+    REQUIRE_LAUNCH(matmul.backward(d_dinp.get(), d_dweight.get(),
+                                   with_bias ? d_dbias.get() : nullptr, d_dout.get(), d_inp.get(),
+                                   d_weight.get(), N, C, OC, scratch.get(), stream.get()));
+    stream.synchronize();
+    return std::vector<Bits>{d_dinp.download(), d_dweight.download(), d_dbias.download()};
+  };
+  const std::vector<Bits> first = backward();
+  const std::vector<Bits> second = backward();
+  CHECK(first == second);
+
+  Vec want_dinp = to_double(dinp0), want_dweight = to_double(dweight0);
+  Vec want_dbias = to_double(dbias0);
+  gpt::matmul_backward<double>(want_dinp.data(), want_dweight.data(),
+                               with_bias ? want_dbias.data() : nullptr, g.data(), x.data(),
+                               w.data(), N, C, OC);
+  Vec scale_dinp = magnitudes(to_double(dinp0)), scale_dweight = magnitudes(to_double(dweight0));
+  Vec scale_dbias = magnitudes(to_double(dbias0));
+  gpt::matmul_backward<double>(scale_dinp.data(), scale_dweight.data(),
+                               with_bias ? scale_dbias.data() : nullptr, ag.data(), ax.data(),
+                               aw.data(), N, C, OC);
+  const auto tolerance = [](const Vec& ref, const Vec& terms, int k) {
+    Vec t(ref.size());
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      t[i] = kBf16Unit * std::fabs(ref[i]) + 2 * k * kAccumulateUnit * terms[i];
+    }
+    return t;
+  };
+  {
+    INFO("dinp");
+    CHECK(mismatches(to_double(first[0]), want_dinp, tolerance(want_dinp, scale_dinp, OC)) == "");
+  }
+  {
+    INFO("dweight");
+    CHECK(mismatches(to_double(first[1]), want_dweight,
+                     tolerance(want_dweight, scale_dweight, N)) == "");
+  }
+  {
+    INFO("dbias");  // without a bias it stays as it was
+    CHECK(mismatches(to_double(first[2]), want_dbias, tolerance(want_dbias, scale_dbias, N)) == "");
+    if (!with_bias) CHECK(first[2] == dbias0);
+  }
+}
+
+TEST_CASE("cuda layers: matmul matches the CPU layer at 37 x 77 -> 53 with and without bias",
+          "[gpu]") {
+  check_matmul(37, 77, 53, true, 100);
+  check_matmul(37, 77, 53, false, 200);
+}
+
+TEST_CASE("cuda layers: matmul matches the CPU layer at 256 x 768 -> 3072 with bias", "[gpu]") {
+  check_matmul(256, 768, 3072, true, 300);
+}
+
+TEST_CASE("cuda layers: matmul's bias gradient sums 1000 rows in fixed chunks", "[gpu]") {
+  // Four chunks of 250 rows through scratch, then their sums in order.
+  check_matmul(1000, 24, 40, true, 500);
+}
+
+TEST_CASE("cuda layers: matmul keeps each shape's cached plan apart", "[gpu]") {
+  // A product of another shape between two calls of the first gives the first the same bits.
+  TestStream stream;
+  Matmul matmul;
+  const int N = 5, C = 8, OC = 16;
+  const Bits inp = random_bf16(static_cast<std::size_t>(N) * C, 400, -1, 1);
+  const Bits weight = random_bf16(static_cast<std::size_t>(OC) * C, 401, -1, 1);
+  DeviceArray<Bf16> d_inp(inp.size()), d_weight(weight.size()), d_out(N * OC), d_wide(N * C);
+  d_inp.upload(inp);
+  d_weight.upload(weight);
+  REQUIRE_LAUNCH(
+      matmul.forward(d_out.get(), d_inp.get(), d_weight.get(), nullptr, N, C, OC, stream.get()));
+  stream.synchronize();
+  const Bits once = d_out.download();
+  // wide[N, C] = out[N, OC] W'[C, OC]^T, the same weights read as C x OC.
+  REQUIRE_LAUNCH(
+      matmul.forward(d_wide.get(), d_out.get(), d_weight.get(), nullptr, N, OC, C, stream.get()));
+  REQUIRE_LAUNCH(
+      matmul.forward(d_out.get(), d_inp.get(), d_weight.get(), nullptr, N, C, OC, stream.get()));
+  stream.synchronize();
+  CHECK(d_out.download() == once);
+}
+
+// ---- Attention ----
+//
+// Inputs: q uniform in [-2, 2] (so that the softmax is far from flat), k, v, dout in [-1, 1].
+// Scores: s = scale q.k in fp32 over hd products, off by at most hd 2^-24 sum|q k| scale
+// <= 2 hd^1.5 2^-24: 8.5e-5 at hd = 80, 1.7e-4 at 128; lse by as much again plus the fp32 sum's
+// relative error (T 2^-24, 4e-6); so each P = exp(s - lse) is off by a relative 3.5e-4 at most:
+// eta = 2^-11 (4.9e-4) bounds it. With P the exact probabilities:
+//   out[t, i] = sum_u P v[u, i]:  a = eta sum_u P |v[u, i]|;   lse: a = eta (absolute).
+// Backward: delta_t = dout_t . out_t from the bf16 out the forward wrote, so its error is
+// E_t = |dout_t . (out_gpu - out_exact)| (computed here exactly) + hd 2^-24 sum_i |dout| |out|
+// (the fp32 sum); dP[t, u] = dout_t . v_u is off by hd 2^-24 A, A = sum_i |dout| |v| >= |dP|;
+// dS = P (dP - delta) is then off by W[t, u] = P ((eta + hd 2^-24) A + eta |delta_t| + E_t). So
+//   dq[t, i]: a = scale sum_u W |k[u, i]|,  dk[u, i]: a = scale sum_(h, t) W |q[t, i]|,
+//   dv[u, i]: a = eta sum_(h, t) P |dout[t, i]|
+// (the fp32 sums of at most group * T terms add 2^-24 times that many, far under eta).
+
+constexpr double kEta = 0x1p-11;
+
+struct AttentionCase {
+  int B, T, NH, NKV, hd, window;
+};
+
+void check_attention(const AttentionCase& c, std::uint64_t seed) {
+  const int B = c.B, T = c.T, NH = c.NH, NKV = c.NKV, hd = c.hd, window = c.window;
+  INFO("B " << B << ", T " << T << ", NH " << NH << ", NKV " << NKV << ", hd " << hd << ", window "
+            << window);
+  const int group = NH / NKV;
+  // Rows wider than the heads, by odd counts: k and v share rows, v after the NKV k heads.
+  const int ldq = NH * hd + 3, ldkv = 2 * NKV * hd + 5, ld_out = NH * hd + 7;
+  const int v_at = NKV * hd;
+  const std::size_t rows = static_cast<std::size_t>(B) * T;
+  const std::size_t nq = rows * ldq, nkv = rows * ldkv, nout = rows * ld_out;
+  const std::size_t nrow_heads = static_cast<std::size_t>(B) * NH * T;
+  const Bits q = random_bf16(nq, seed + 1, -2, 2);
+  const Bits kv = random_bf16(nkv, seed + 2, -1, 1);
+  const Bits out0 = random_bf16(nout, seed + 3, -1, 1);  // the padding must stay as it is
+  const Bits dout = random_bf16(nout, seed + 4, -1, 1);
+  const Bits dq0 = random_bf16(nq, seed + 5, -1, 1);
+  const Bits dkv0 = random_bf16(nkv, seed + 6, -1, 1);
+
+  TestStream stream;
+  DeviceArray<Bf16> d_q(nq), d_kv(nkv), d_out(nout), d_dout(nout), d_dq(nq), d_dkv(nkv);
+  DeviceArray<float> d_lse(nrow_heads), d_delta(nrow_heads);
+  d_q.upload(q);
+  d_kv.upload(kv);
+  d_dout.upload(dout);
+
+  // Forward, twice: the same bits.
+  const auto forward = [&] {
+    d_out.upload(out0);
+    REQUIRE_LAUNCH(attention_forward(d_out.get(), ld_out, d_lse.get(), d_q.get(), ldq, d_kv.get(),
+                                     d_kv.get() + v_at, ldkv, B, T, NH, NKV, hd, window,
+                                     stream.get()));
+    stream.synchronize();
+    return std::make_pair(d_out.download(), d_lse.download());
+  };
+  const auto [out_bits, lse_gpu] = forward();
+  {
+    const auto again = forward();
+    CHECK(again.first == out_bits);
+    CHECK(again.second == lse_gpu);
+  }
+
+  // The reference forward, in double, on rows of the same strides.
+  const Vec qd = to_double(q), kvd = to_double(kv), dod = to_double(dout);
+  Vec out_ref = to_double(out0);
+  Vec att(static_cast<std::size_t>(B) * NH * T * T);
+  gpt::attention_forward_rows<double>(out_ref.data(), ld_out, att.data(), qd.data(), ldq,
+                                      kvd.data(), kvd.data() + v_at, ldkv, B, T, NH, NKV, hd,
+                                      window);
+  const auto qi = [&](int b, int t, int h, int i) {
+    return (static_cast<std::size_t>(b) * T + t) * ldq + static_cast<std::size_t>(h) * hd + i;
+  };
+  const auto ki = [&](int b, int u, int g, int i) {  // k; v is at + v_at
+    return (static_cast<std::size_t>(b) * T + u) * ldkv + static_cast<std::size_t>(g) * hd + i;
+  };
+  const auto oi = [&](int b, int t, int h, int i) {
+    return (static_cast<std::size_t>(b) * T + t) * ld_out + static_cast<std::size_t>(h) * hd + i;
+  };
+  const auto pi = [&](int b, int h, int t, int u) {
+    return ((static_cast<std::size_t>(b) * NH + h) * T + t) * T + u;
+  };
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+
+  // lse: log sum exp of the scaled scores of the keys each row sees.
+  Vec lse_ref(nrow_heads);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        const int first = window > 0 ? std::max(0, t - window + 1) : 0;
+        Vec s;
+        for (int u = first; u <= t; ++u) {
+          double dot = 0;
+          for (int i = 0; i < hd; ++i) dot += qd[qi(b, t, h, i)] * kvd[ki(b, u, h / group, i)];
+          s.push_back(dot * scale);
+        }
+        const double max = *std::max_element(s.begin(), s.end());
+        double sum = 0;
+        for (double x : s) sum += std::exp(x - max);
+        lse_ref[(static_cast<std::size_t>(b) * NH + h) * T + t] = max + std::log(sum);
+      }
+    }
+  }
+  CHECK(mismatches(to_double(lse_gpu), lse_ref, Vec(nrow_heads, 2 * kEta)) == "");
+
+  // out: the heads' columns within tolerance, the padding untouched (tolerance 0).
+  const Vec out_gpu = to_double(out_bits);
+  Vec out_tol(nout, 0.0);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        for (int i = 0; i < hd; ++i) {
+          double terms = 0;
+          for (int u = 0; u <= t; ++u) {
+            terms += att[pi(b, h, t, u)] * std::fabs(kvd[ki(b, u, h / group, i) + v_at]);
+          }
+          const std::size_t at = oi(b, t, h, i);
+          out_tol[at] = kBf16Unit * std::fabs(out_ref[at]) + 2 * kEta * terms;
+        }
+      }
+    }
+  }
+  {
+    INFO("out");
+    CHECK(mismatches(out_gpu, out_ref, out_tol) == "");
+  }
+
+  // Backward, twice from the same start, on the GPU's own out and lse.
+  const auto backward = [&] {
+    d_dq.upload(dq0);
+    d_dkv.upload(dkv0);
+    REQUIRE_LAUNCH(attention_backward(d_dq.get(), d_dkv.get(), d_dkv.get() + v_at, d_dout.get(),
+                                      ld_out, d_out.get(), d_lse.get(), d_q.get(), ldq, d_kv.get(),
+                                      d_kv.get() + v_at, ldkv, B, T, NH, NKV, hd, window,
+                                      d_delta.get(), stream.get()));
+    stream.synchronize();
+    return std::make_pair(d_dq.download(), d_dkv.download());
+  };
+  const auto [dq_bits, dkv_bits] = backward();
+  {
+    const auto again = backward();
+    CHECK(again.first == dq_bits);
+    CHECK(again.second == dkv_bits);
+  }
+
+  Vec dq_ref = to_double(dq0), dkv_ref = to_double(dkv0);
+  Vec datt(att.size());
+  gpt::attention_backward_rows<double>(dq_ref.data(), dkv_ref.data(), dkv_ref.data() + v_at,
+                                       datt.data(), dod.data(), ld_out, qd.data(), ldq, kvd.data(),
+                                       kvd.data() + v_at, ldkv, att.data(), B, T, NH, NKV, hd);
+
+  // The fp32 error bounds (a) of every gradient entry, then the tolerances.
+  Vec dq_a(nq, 0.0), dkv_a(nkv, 0.0);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const int g = h / group;
+      for (int t = 0; t < T; ++t) {
+        double moved = 0, terms = 0, delta = 0;
+        for (int i = 0; i < hd; ++i) {
+          const std::size_t at = oi(b, t, h, i);
+          moved += dod[at] * (out_gpu[at] - out_ref[at]);
+          terms += std::fabs(dod[at]) * std::fabs(out_gpu[at]);
+          delta += dod[at] * out_ref[at];
+        }
+        const double e = std::fabs(moved) + hd * kF32Unit * terms;
+        for (int u = 0; u <= t; ++u) {
+          const double p = att[pi(b, h, t, u)];
+          if (p == 0) continue;  // masked: exactly 0 on both sides
+          double a = 0;
+          for (int i = 0; i < hd; ++i)
+            a += std::fabs(dod[oi(b, t, h, i)]) * std::fabs(kvd[ki(b, u, g, i) + v_at]);
+          const double wt = p * ((kEta + hd * kF32Unit) * a + kEta * std::fabs(delta) + e);
+          for (int i = 0; i < hd; ++i) {
+            dq_a[qi(b, t, h, i)] += scale * wt * std::fabs(kvd[ki(b, u, g, i)]);
+            dkv_a[ki(b, u, g, i)] += scale * wt * std::fabs(qd[qi(b, t, h, i)]);
+            dkv_a[ki(b, u, g, i) + v_at] += kEta * p * std::fabs(dod[oi(b, t, h, i)]);
+          }
+        }
+      }
+    }
+  }
+  // The heads' columns get 2^-8 |ref| + 2 a; the padding must not move (tolerance 0).
+  Vec dq_tol(nq, 0.0), dkv_tol(nkv, 0.0);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (int col = 0; col < NH * hd; ++col) {
+      const std::size_t at = r * ldq + col;
+      dq_tol[at] = kBf16Unit * std::fabs(dq_ref[at]) + 2 * dq_a[at];
+    }
+    for (int col = 0; col < 2 * NKV * hd; ++col) {
+      const std::size_t at = r * ldkv + col;
+      dkv_tol[at] = kBf16Unit * std::fabs(dkv_ref[at]) + 2 * dkv_a[at];
+    }
+  }
+  {
+    INFO("dq");
+    CHECK(mismatches(to_double(dq_bits), dq_ref, dq_tol) == "");
+  }
+  {
+    INFO("dk and dv");
+    CHECK(mismatches(to_double(dkv_bits), dkv_ref, dkv_tol) == "");
+  }
+}
+
+TEST_CASE(
+    "cuda layers: attention forward and backward match the CPU layer on strided rows with grouped "
+    "heads and windows",
+    "[gpu]") {
+  // T = 67: a full tile of 64 and a partial one; hd 80 runs in the 96-wide kernels with zero
+  // padding, 128 in the widest (the most shared memory).
+  std::uint64_t seed = 1000;
+  for (int nkv : {6, 2}) {
+    for (int hd : {64, 80, 32, 128}) {
+      for (int window : {0, 17}) {
+        check_attention({2, 67, 6, nkv, hd, window}, seed);
+        seed += 10;
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda layers: attention's tile ranges follow the window edges across four tiles",
+          "[gpu]") {
+  // Windows whose edges fall on a tile boundary: with window 2, query 64 sees key 63 only; with
+  // window 66 and T = 200 (tiles 64, 64, 64, 8), queries 128.. start in key tile 0 and keys
+  // ..63 reach query tile 2. A first key tile or a last query tile one position off misses them.
+  check_attention({2, 67, 6, 2, 80, 2}, 2000);
+  check_attention({2, 200, 6, 2, 64, 66}, 2010);
+  check_attention({1, 200, 4, 1, 96, 0}, 2020);
+}
+
+TEST_CASE("cuda layers: attention refuses a head dimension over 128 and uneven head groups",
+          "[gpu]") {
+  // Refused before anything is launched or read: no memory needed.
+  CHECK(attention_forward(nullptr, 2048, nullptr, nullptr, 2048, nullptr, nullptr, 2048, 1, 4, 1, 1,
+                          136, 0, nullptr) == cudaErrorInvalidValue);
+  CHECK(attention_backward(nullptr, nullptr, nullptr, nullptr, 2048, nullptr, nullptr, nullptr,
+                           2048, nullptr, nullptr, 2048, 1, 4, 1, 1, 136, 0, nullptr,
+                           nullptr) == cudaErrorInvalidValue);
+  CHECK(attention_forward(nullptr, 256, nullptr, nullptr, 256, nullptr, nullptr, 256, 1, 4, 6, 4,
+                          32, 0, nullptr) == cudaErrorInvalidValue);
+  // Empty sizes launch nothing.
+  CHECK(attention_forward(nullptr, 256, nullptr, nullptr, 256, nullptr, nullptr, 256, 0, 4, 6, 2,
+                          32, 0, nullptr) == 0);
+}
+
+// ---- Cross-entropy ----
+//
+// Per row, fp32: the max is exact; the sum of V exponentials has a relative error of about
+// (V / 256 + 5 + 8) 2^-24 from its tree plus 2^-23 per expf, under 2e-6; the loss
+// max + log(sum) - z[target] of magnitudes under 12 adds two roundings (1.4e-6). So
+// |loss - ref| <= 2^-12 (2.4e-4), over 50 times the bound, still far below a wrong term.
+// dlogits = (p - onehot) dloss with p = exp(z - max) / sum off by a relative 2^-17 at most (the
+// sum, expf, z - max, the division: about 3e-6 < 7.6e-6), the subtraction and the product
+// 2^-24 each: a = (2^-17 p + 2^-23) |dloss|. Rows without a target: loss and dlogits exactly 0.
+
+TEST_CASE("cuda layers: fused cross-entropy matches the CPU layer and rows without a target give 0",
+          "[gpu]") {
+  const int N = 37, V = 1001;
+  const float dloss = 1.0f / 37.0f;
+  const std::size_t n = static_cast<std::size_t>(N) * V;
+  const Bits logits = random_bf16(n, 2000, -4, 4);
+  std::vector<std::int32_t> targets(N);
+  for (int i = 0; i < N; ++i) targets[i] = i % 5 == 3 ? -1 : (i * 7919 + 11) % V;
+
+  TestStream stream;
+  DeviceArray<Bf16> d_logits(n);
+  DeviceArray<float> d_losses(N);
+  DeviceArray<std::int32_t> d_targets(N);
+  d_logits.upload(logits);
+  d_targets.upload(targets);
+  REQUIRE_LAUNCH(crossentropy_fused(d_logits.get(), d_losses.get(), d_targets.get(), dloss, N, V,
+                                    stream.get()));
+  stream.synchronize();
+  const Vec losses = to_double(d_losses.download());
+  const Vec dlogits = to_double(d_logits.download());
+
+  const Vec z = to_double(logits);
+  Vec want_losses(N), probs(n), want_dlogits(n, 0.0);
+  gpt::crossentropy_forward<double>(want_losses.data(), probs.data(), z.data(), targets.data(), N,
+                                    V);
+  const Vec dlosses(N, static_cast<double>(dloss));
+  gpt::crossentropy_backward<double>(want_dlogits.data(), probs.data(), targets.data(),
+                                     dlosses.data(), N, V);
+
+  Vec loss_tol(N), dlogits_tol(n, 0.0);
+  for (int i = 0; i < N; ++i) {
+    loss_tol[i] = targets[i] < 0 ? 0.0 : 0x1p-12;
+    if (targets[i] < 0) continue;
+    for (int v = 0; v < V; ++v) {
+      const std::size_t at = static_cast<std::size_t>(i) * V + v;
+      const double a = (0x1p-17 * probs[at] + 0x1p-23) * std::fabs(static_cast<double>(dloss));
+      dlogits_tol[at] = kBf16Unit * std::fabs(want_dlogits[at]) + 2 * a;
+    }
+  }
+  {
+    INFO("losses");
+    CHECK(mismatches(losses, want_losses, loss_tol) == "");
+  }
+  {
+    INFO("dlogits");
+    CHECK(mismatches(dlogits, want_dlogits, dlogits_tol) == "");
+  }
+}
+
+}  // namespace
+}  // namespace zero::cuda_layers
