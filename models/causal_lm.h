@@ -3,6 +3,7 @@
 // weights, and what its activations cost. zero-train drives every model through this.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,6 +49,8 @@ class CausalLm {
   virtual const std::vector<float>& logits() const noexcept = 0;
   // The parameters' names by id (registration order): Hugging Face's names.
   virtual const std::vector<std::string>& names() const noexcept = 0;
+  // Their element counts, by id.
+  virtual const std::vector<std::size_t>& numels() const noexcept = 0;
 };
 
 }  // namespace zero::models

@@ -45,6 +45,7 @@ Gpt::Gpt(zero_engine* engine, const GptConfig& config, int batch, int seq, std::
   wte_ = ids.wte, wpe_ = ids.wpe, lnf_w_ = ids.lnf_w, lnf_b_ = ids.lnf_b;
   blocks_ = ids.blocks;
   names_ = registrar.names();
+  numels_ = registrar.numels();
   for (std::size_t numel : registrar.numels()) copies_.add_param(numel);
   const long long C = config.channels;
 

@@ -59,6 +59,7 @@ class Gpt final : public models::CausalLm {
   double forward_flops() const override;
   const std::vector<float>& logits() const noexcept override { return logits_; }
   const std::vector<std::string>& names() const noexcept override { return names_; }
+  const std::vector<std::size_t>& numels() const noexcept override { return numels_; }
 
  private:
   using Block = GptBlockIds;
@@ -88,8 +89,9 @@ class Gpt final : public models::CausalLm {
   int embed_module_ = 0, head_module_ = 0;
   int wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
   std::vector<Block> blocks_;
-  std::vector<std::string> names_;  // by parameter id
-  ComputeCopies copies_;            // fp32 views of bf16 or fp16 compute copies (compute_copies.h)
+  std::vector<std::string> names_;
+  std::vector<std::size_t> numels_;  // by parameter id
+  ComputeCopies copies_;             // fp32 views of bf16 or fp16 compute copies (compute_copies.h)
 
   // This micro-batch's inputs and activations, kept for the backward.
   std::vector<std::int32_t> tokens_, targets_;

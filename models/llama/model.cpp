@@ -45,6 +45,7 @@ Llama::Llama(zero_engine* engine, const LlamaConfig& config, int batch, int seq,
   wte_ = ids.wte, norm_ = ids.norm, lm_head_ = ids.lm_head;
   blocks_ = ids.blocks;
   names_ = registrar.names();
+  numels_ = registrar.numels();
   for (std::size_t numel : registrar.numels()) copies_.add_param(numel);
   const long long C = config.channels, hd = config.head_size();
   const long long Q = config.heads * hd, KV = config.kv_heads * hd, F = config.intermediate;

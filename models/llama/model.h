@@ -54,6 +54,7 @@ class Llama final : public models::CausalLm {
   const LlamaConfig& config() const noexcept { return config_; }
   const std::vector<float>& logits() const noexcept override { return logits_; }
   const std::vector<std::string>& names() const noexcept override { return names_; }
+  const std::vector<std::size_t>& numels() const noexcept override { return numels_; }
 
  private:
   using Block = LlamaBlockIds;
@@ -83,6 +84,7 @@ class Llama final : public models::CausalLm {
   int wte_ = -1, norm_ = -1, lm_head_ = -1;  // lm_head_ == wte_ when tied
   std::vector<Block> blocks_;
   std::vector<std::string> names_;
+  std::vector<std::size_t> numels_;
   gpt::ComputeCopies copies_;
   std::vector<float> cos_, sin_;  // rotary tables [seq, head_size / 2]
 
