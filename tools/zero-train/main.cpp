@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
       "text read as bytes (vocabulary 256, as the model 'tiny' has). The last --val-fraction is "
       "held out for validation. Step s takes the same sequences at any world size, and "
       "checkpoints keep the data position, so --resume continues where the run stopped.\n\n"
+      "On a GPU the models run their CUDA layers in bf16 (the config's bf16 section must be "
+      "on); the step lines add MFU: PaLM's FLOPs per token (6 N + 12 L H T) times tokens/s over "
+      "the GPUs' dense bf16 peak.\n\n"
       "Activation checkpointing: on when the config has an activation_checkpointing section "
       "(number_checkpoints: how many blocks, from the first; all by default; cpu_checkpointing) "
       "or with --activation-checkpointing.",
@@ -95,9 +98,8 @@ int main(int argc, char** argv) {
                "activation_checkpointing section");
   app.add_flag("!--no-progress", o.progress, "no progress bar, even on a terminal");
   app.add_option("--device", o.device,
-                 "0 automatic (where the model's layers run: the CPU, as the reference models have "
-                 "CPU layers only), 1 CPU, 2 CUDA (stops with a message until they have CUDA "
-                 "layers)")
+                 "0 automatic (a GPU when this build has CUDA and the machine one: the CUDA "
+                 "layers, bf16 configs only; else the CPU), 1 CPU, 2 CUDA")
       ->capture_default_str()
       ->check(zero::tools::between(0, 2));
   try {

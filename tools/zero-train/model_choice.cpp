@@ -7,8 +7,11 @@
 
 #include <fmt/format.h>
 
+#include "models/gpt/cuda_model.h"
 #include "models/gpt/hf_config.h"
 #include "models/gpt/model.h"
+#include "models/gpu_info.h"
+#include "models/llama/cuda_model.h"
 #include "models/llama/model.h"
 
 namespace zero::train {
@@ -135,11 +138,30 @@ json ModelChoice::hf_config() const {
   return gpt_ ? gpt::to_hf(*gpt_) : llama_->to_hf();
 }
 
-std::unique_ptr<models::CausalLm> ModelChoice::build(
-    zero_engine* engine, int batch, int seq, std::uint64_t seed,
-    const models::ActivationOptions& options) const {
+std::unique_ptr<models::CausalLm> ModelChoice::build(zero_engine* engine, int batch, int seq,
+                                                     std::uint64_t seed,
+                                                     const models::ActivationOptions& options,
+                                                     bool cuda) const {
+  if (cuda) {
+    if (gpt_) return gpt::make_cuda_gpt(engine, *gpt_, batch, seq, seed, options);
+    return llama::make_cuda_llama(engine, *llama_, batch, seq, seed, options);
+  }
   if (gpt_) return std::make_unique<gpt::Gpt>(engine, *gpt_, batch, seq, seed, options);
   return std::make_unique<llama::Llama>(engine, *llama_, batch, seq, seed, options);
+}
+
+double ModelChoice::flops_per_token(int seq) const {
+  if (gpt_) {
+    // GPT-2's position table is a lookup; the tied token table multiplies (the output head).
+    const std::int64_t lookup = static_cast<std::int64_t>(gpt_->max_seq) * gpt_->channels;
+    return models::palm_flops_per_token(gpt_->parameters() - lookup, gpt_->layers, gpt_->channels,
+                                        seq);
+  }
+  const llama::LlamaConfig& c = *llama_;
+  // An untied token table is a lookup only; tied, it is the output head too (counted once).
+  const std::int64_t lookup = c.tied ? 0 : static_cast<std::int64_t>(c.vocab) * c.channels;
+  return models::palm_flops_per_token(c.parameters() - lookup, c.layers, c.heads * c.head_size(),
+                                      seq);
 }
 
 }  // namespace zero::train

@@ -33,10 +33,14 @@ class ModelChoice {
   std::string shape() const;
   // The Hugging Face config.json of this model (zero-ckpt export writes it beside the weights).
   nlohmann::json hf_config() const;
-  // Registers the model with `engine` (before zero_init).
+  // Registers the model with `engine` (before zero_init): its CUDA layers when `cuda` (the
+  // engine's parameters live on a GPU), else its CPU layers.
   std::unique_ptr<models::CausalLm> build(zero_engine* engine, int batch, int seq,
                                           std::uint64_t seed,
-                                          const models::ActivationOptions& options) const;
+                                          const models::ActivationOptions& options,
+                                          bool cuda) const;
+  // PaLM's FLOPs per trained token at sequence length `seq` (models/gpu_info.h).
+  double flops_per_token(int seq) const;
 
  private:
   std::string name_;

@@ -30,7 +30,7 @@ struct TrainOptions {
   std::string metrics;
   bool activation_checkpointing = false;
   bool progress = true;
-  int device = 0;  // 0 automatic, 1 cpu, 2 cuda
+  int device = 0;  // 0 automatic (a GPU when there is one), 1 cpu, 2 cuda
 };
 
 // Runs the training the options describe; returns the process's exit status. Errors before

@@ -1,8 +1,6 @@
 // zero-train's lines, progress bar and metrics (see report.h).
 #include "tools/zero-train/report.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -10,6 +8,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 namespace zero::train {
 
@@ -42,8 +41,8 @@ bool stdout_is_terminal() {
 
 }  // namespace
 
-Report::Report(bool active, std::int64_t total_steps, std::int64_t steps_per_print,
-               bool breakdown, bool progress, const std::string& metrics_path)
+Report::Report(bool active, std::int64_t total_steps, std::int64_t steps_per_print, bool breakdown,
+               bool progress, const std::string& metrics_path)
     : active_(active),
       total_steps_(total_steps),
       steps_per_print_(std::max<std::int64_t>(steps_per_print, 1)),
@@ -52,8 +51,8 @@ Report::Report(bool active, std::int64_t total_steps, std::int64_t steps_per_pri
   if (active_ && !metrics_path.empty()) {
     metrics_ = std::fopen(metrics_path.c_str(), "w");
     if (metrics_ == nullptr) {
-      throw std::runtime_error(fmt::format("--metrics {}: cannot create it: {}", metrics_path,
-                                           std::strerror(errno)));
+      throw std::runtime_error(
+          fmt::format("--metrics {}: cannot create it: {}", metrics_path, std::strerror(errno)));
     }
   }
 }
@@ -76,13 +75,21 @@ void Report::step(const StepRecord& r) {
   if (!active_) return;
   last_ = r;
   if (metrics_ != nullptr) {
-    nlohmann::ordered_json line{{"kind", "train"},          {"step", r.step},
-                                {"loss", r.loss},           {"lr", r.lr},
-                                {"loss_scale", r.loss_scale}, {"grad_norm", r.grad_norm},
-                                {"skipped", r.skipped},     {"tokens_per_s", r.tokens_per_s},
-                                {"step_time_s", r.step_time_s}, {"forward_s", r.forward_s},
-                                {"backward_s", r.backward_s}, {"engine_step_s", r.engine_step_s},
-                                {"tokens", r.tokens},       {"elapsed_s", r.elapsed_s}};
+    nlohmann::ordered_json line{{"kind", "train"},
+                                {"step", r.step},
+                                {"loss", r.loss},
+                                {"lr", r.lr},
+                                {"loss_scale", r.loss_scale},
+                                {"grad_norm", r.grad_norm},
+                                {"skipped", r.skipped},
+                                {"tokens_per_s", r.tokens_per_s},
+                                {"step_time_s", r.step_time_s},
+                                {"forward_s", r.forward_s},
+                                {"backward_s", r.backward_s},
+                                {"engine_step_s", r.engine_step_s},
+                                {"tokens", r.tokens},
+                                {"elapsed_s", r.elapsed_s}};
+    if (r.mfu >= 0) line["mfu"] = r.mfu;
     metrics(line);
   }
   if (r.step == total_steps_) {  // the bar's last state stays on its own line
@@ -94,9 +101,11 @@ void Report::step(const StepRecord& r) {
   if (r.step % steps_per_print_ == 0 || r.step == total_steps_) {
     std::string line = fmt::format(
         "step {:>{}}/{} | loss {:.4f} | lr {:.3e} | loss scale {:g} | grad norm {:.3f}{} | "
-        "{:.0f} tokens/s | {:.1f} ms",
+        "{:.0f} tokens/s{} | {:.1f} ms",
         r.step, std::to_string(total_steps_).size(), total_steps_, r.loss, r.lr, r.loss_scale,
-        r.grad_norm, r.skipped ? " (skipped)" : "", r.tokens_per_s, 1e3 * r.step_time_s);
+        r.grad_norm, r.skipped ? " (skipped)" : "", r.tokens_per_s,
+        r.mfu >= 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : std::string(),
+        1e3 * r.step_time_s);
     if (breakdown_) {
       line += fmt::format(" (forward {:.1f} | backward {:.1f} | engine step {:.1f})",
                           1e3 * r.forward_s, 1e3 * r.backward_s, 1e3 * r.engine_step_s);
@@ -131,7 +140,8 @@ void Report::memory(const std::vector<double>& peaks, int world) {
         total += bytes;
         line += fmt::format("{}{} {}", line.empty() ? "" : ", ", kinds[k], human_bytes(bytes));
       }
-      if (total > 0) say(fmt::format("  rank {} {:<6} {:>10}: {}", r, tiers[t], human_bytes(total), line));
+      if (total > 0)
+        say(fmt::format("  rank {} {:<6} {:>10}: {}", r, tiers[t], human_bytes(total), line));
     }
   }
 }
@@ -149,10 +159,11 @@ void Report::draw_bar() {
   const double done = static_cast<double>(last_.step) / static_cast<double>(total_steps_);
   const int filled = static_cast<int>(done * kWidth);
   const std::string validation = last_eval_ >= 0 ? fmt::format(" | val {:.4f}", last_eval_) : "";
-  const std::string line = fmt::format(
-      "\r[{}{}] {}/{} loss {:.4f}{} | ETA {}\033[K", std::string(static_cast<std::size_t>(filled), '#'),
-      std::string(static_cast<std::size_t>(kWidth - filled), '.'), last_.step, total_steps_,
-      last_.loss, validation, human_duration(last_.eta_s));
+  const std::string line =
+      fmt::format("\r[{}{}] {}/{} loss {:.4f}{} | ETA {}\033[K",
+                  std::string(static_cast<std::size_t>(filled), '#'),
+                  std::string(static_cast<std::size_t>(kWidth - filled), '.'), last_.step,
+                  total_steps_, last_.loss, validation, human_duration(last_.eta_s));
   std::fputs(line.c_str(), stdout);
   std::fflush(stdout);
   bar_drawn_ = true;

@@ -18,8 +18,9 @@ struct StepRecord {
   double loss = 0, lr = 0, loss_scale = 1, grad_norm = 0;
   bool skipped = false;
   double step_time_s = 0, tokens_per_s = 0;
+  double mfu = -1;  // model FLOPs utilisation on GPUs (-1: not reported)
   double forward_s = 0, backward_s = 0, engine_step_s = 0;  // of this step, summed over micro-steps
-  std::int64_t tokens = 0;  // trained so far
+  std::int64_t tokens = 0;                                  // trained so far
   double elapsed_s = 0;
   double eta_s = 0;  // to the last step, at this run's mean pace
 };

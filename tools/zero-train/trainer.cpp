@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "models/gpt/data.h"
+#include "models/gpu_info.h"
 #include "tools/zero-train/model_choice.h"
 #include "tools/zero-train/options.h"
 #include "tools/zero-train/report.h"
@@ -189,8 +190,8 @@ int run(const TrainOptions& o) {
   zero_create_options create{};
   create.overrides = set_c.data();
   create.override_count = static_cast<int>(set_c.size());
-  // Automatic means where the model's layers run: the CPU, until the models have CUDA layers.
-  create.device = o.device == 0 ? 1 : o.device;
+  // Automatic: a GPU when the build has CUDA and the machine one (the CUDA layers), else the CPU.
+  create.device = o.device;
   create.optimizer_threads = omp_get_max_threads();
   create.seed = o.seed;
   zero_engine* engine = nullptr;
@@ -201,16 +202,18 @@ int run(const TrainOptions& o) {
   int rank = 0, world = 1;
   calls.check(zero_rank(engine, &rank), "zero_rank");
   calls.check(zero_world_size(engine, &world), "zero_world_size");
-  // The reference models compute on the CPU and read the engine's buffers from the host.
+  // The model's layers run where the engine put the parameters: the CUDA layers on a GPU.
   zero_memory_kind location = ZERO_MEMORY_HOST;
   int gpu = -1;
   calls.check(zero_data_location(engine, &location, &gpu), "zero_data_location");
-  if (location != ZERO_MEMORY_HOST) {
-    calls.fail(
-        fmt::format("--device {}: the engine put the model's parameters on GPU {} (rank "
-                    "{}), and the reference models have CPU layers only (their CUDA "
-                    "layers are still to come); train on the CPU with --device 1",
-                    o.device, gpu, rank));
+  const bool on_gpu = location == ZERO_MEMORY_CUDA;
+  models::GpuInfo gpu_info;
+  if (on_gpu) {
+    try {
+      gpu_info = models::gpu_info(gpu);
+    } catch (const std::exception& e) {
+      calls.fail(e.what());
+    }
   }
   // Found now, not at the first save after hours of training.
   if (!o.save.empty()) {
@@ -242,18 +245,34 @@ int run(const TrainOptions& o) {
   std::unique_ptr<models::CausalLm> lm;
   std::unique_ptr<gpt::Batcher> train_batches, val_batches;
   try {
-    lm = model.build(engine, batch, seq, o.seed, activation_options);
+    lm = model.build(engine, batch, seq, o.seed, activation_options, on_gpu);
     train_batches = std::make_unique<gpt::Batcher>(train_stream, batch, seq, model.vocab());
     if (val_stream.size() > static_cast<std::size_t>(seq)) {
       val_batches = std::make_unique<gpt::Batcher>(val_stream, batch, seq, model.vocab());
     }
   } catch (const std::exception& e) {
-    calls.fail(e.what());
+    calls.fail(on_gpu ? fmt::format("{} (GPU {}, rank {}; --device 1 trains on the CPU)", e.what(),
+                                    gpu, rank)
+                      : std::string(e.what()));
   }
   calls.check(zero_init(engine), "zero_init");
 
-  report.say(fmt::format("zero-train: {} ({:.2f}M parameters; {}) on {} rank(s)", model.name(),
-                         static_cast<double>(model.parameters()) / 1e6, model.shape(), world));
+  report.say(fmt::format("zero-train: {} ({:.2f}M parameters; {}) on {} rank(s), {}", model.name(),
+                         static_cast<double>(model.parameters()) / 1e6, model.shape(), world,
+                         on_gpu
+                             ? fmt::format("GPU {} ({}), CUDA layers in bf16", gpu, gpu_info.name)
+                             : std::string("CPU layers")));
+  // MFU: PaLM's FLOPs per token against the GPU's dense bf16 peak, over every rank's GPU.
+  const double flops_per_token = model.flops_per_token(seq);
+  const double peak_flops = on_gpu ? gpu_info.bf16_peak_flops * world : 0.0;
+  if (on_gpu) {
+    report.say(
+        peak_flops > 0
+            ? fmt::format("MFU: {:.3g} GFLOP per token (PaLM: 6 N + 12 L H T) against "
+                          "{:.0f} TFLOP/s bf16 per GPU",
+                          flops_per_token / 1e9, gpu_info.bf16_peak_flops / 1e12)
+            : fmt::format("MFU: not reported, the bf16 peak of {} is not known", gpu_info.name));
+  }
   report.say(fmt::format(
       "data: {} ({}, {} tokens: {} training, {} validation); {} sequences of {} per micro-batch, "
       "{} accumulation step(s): {} tokens per step",
@@ -406,6 +425,7 @@ int run(const TrainOptions& o) {
     r.skipped = stats.skipped != 0;
     r.step_time_s = seconds_since(step_began);
     r.tokens_per_s = static_cast<double>(tokens_per_step) / r.step_time_s;
+    r.mfu = peak_flops > 0 ? r.tokens_per_s * flops_per_token / peak_flops : -1;
     tokens_trained += tokens_per_step;
     r.tokens = tokens_trained;
     r.elapsed_s = seconds_since(began);
@@ -442,16 +462,22 @@ int run(const TrainOptions& o) {
   const double mean_tokens_per_s = timed_steps > 0 ? tokens_per_s_sum / timed_steps : 0;
   if (report.active()) {
     report.say(fmt::format(
-        "done: {} steps in {} ({} tokens), {:.0f} tokens/s (mean after the first step), final "
+        "done: {} steps in {} ({} tokens), {:.0f} tokens/s (mean after the first step){}, final "
         "loss {:.4f}{}",
-        o.steps - start, human_duration(elapsed), tokens_trained, mean_tokens_per_s, last_loss,
-        last_eval >= 0 ? fmt::format(", validation loss {:.4f}", last_eval) : ""));
+        o.steps - start, human_duration(elapsed), tokens_trained, mean_tokens_per_s,
+        peak_flops > 0
+            ? fmt::format(", MFU {:.1f}%", 100 * mean_tokens_per_s * flops_per_token / peak_flops)
+            : std::string(),
+        last_loss, last_eval >= 0 ? fmt::format(", validation loss {:.4f}", last_eval) : ""));
     report.memory(memory, world);
     json summary{{"kind", "summary"},
                  {"steps", o.steps - start},
                  {"tokens", tokens_trained},
                  {"elapsed_s", elapsed},
                  {"tokens_per_s", mean_tokens_per_s},
+                 {"mfu", peak_flops > 0 ? json(mean_tokens_per_s * flops_per_token / peak_flops)
+                                        : json(nullptr)},
+                 {"device", on_gpu ? gpu_info.name : std::string("cpu")},
                  {"best_tokens_per_s", best_tokens_per_s},
                  {"final_loss", last_loss},
                  {"eval_loss", last_eval},
