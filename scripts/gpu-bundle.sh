@@ -31,8 +31,8 @@ command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || {
 }
 export PATH=$PATH:/usr/local/cuda/bin
 
-targets=(zero_gpu_tests zero_c_train_gpu_test zero_engine_equivalence_gpu zero_engine_overlap_gpu
-         zero-train zero-run zero-bench zero-mem)
+targets=(zero_gpu_tests zero_gpu_model_tests zero_c_train_gpu_test zero_engine_equivalence_gpu
+         zero_engine_overlap_gpu zero-train zero-run zero-bench zero-mem)
 cmake -S . -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DZERO_WITH_CUDA=ON \
   -DZERO_WITH_NCCL=ON "-DZERO_CUDA_ARCHS=$archs" >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
@@ -40,7 +40,8 @@ cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/zero-gpu/bin" "$stage/zero-gpu/lib/fallback"
-programs=("$build/tests/zero_gpu_tests" "$build/tests/zero_c_train_gpu_test"
+programs=("$build/tests/zero_gpu_tests" "$build/tests/zero_gpu_model_tests"
+          "$build/tests/zero_c_train_gpu_test"
           "$build/tests/zero_engine_equivalence_gpu" "$build/tests/zero_engine_overlap_gpu"
           "$build/tools/zero-train/zero-train"
           "$build/tools/zero-run/zero-run" "$build/tools/zero-bench/zero-bench"

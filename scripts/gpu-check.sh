@@ -10,7 +10,10 @@
 # spent. Steps:
 #   env        the machine: GPU, driver, CPU, memory, disk, glibc, mpirun, NCCL, PyTorch
 #   gpu-tests  every [gpu] test (device kernels and memory, the GPU fused Adam, NCCL on one
-#              rank): the Catch2 program, each case's time
+#              rank, the models' CUDA layers against their CPU layers): the Catch2 program, each
+#              case's time; then the CUDA models against the CPU models, whole
+#   zero-train the CUDA models trained through the engine (bf16, stage 0, 8 steps): gpt2-124m,
+#              llama-3.2-1b and gpt2-1.5b at sequences of 1024, tokens/s and MFU
 #   engine     the engine on GPU 0 through zero.h: the C training test, the equivalence
 #              matrix (stages 0-3, fp32/bf16/fp16, offload, accumulation, clipping) at 1 rank
 #              (NCCL) and at 2 and 4 ranks sharing the GPU through MPI, and the overlap of
@@ -97,6 +100,47 @@ if [[ $rc -ne 0 && $rc -ne 77 ]]; then
   grep -B2 -A8 'FAILED\|failed\|Segmentation\|error' "$out/gpu_tests.log" | head -60 | tee -a "$summary"
 fi
 record gpu-tests "$rc" $((SECONDS - t))
+t=$SECONDS
+run_z timeout 120 "$z/bin/zero_gpu_model_tests" --durations yes >"$out/gpu_model_tests.log" 2>&1
+rc=$?
+say "models (the CUDA models against the CPU models):"
+grep -E '^(test cases|All tests passed|SKIPPED)|losses .* \(GPU\)' "$out/gpu_model_tests.log" |
+  tee -a "$summary"
+if [[ $rc -ne 0 && $rc -ne 77 ]]; then
+  status=1
+  grep -B2 -A8 'FAILED\|failed\|Segmentation\|error' "$out/gpu_model_tests.log" | head -60 |
+    tee -a "$summary"
+fi
+record gpu-model-tests "$rc" $((SECONDS - t))
+
+# ---- zero-train
+say ""
+say "## zero-train: the CUDA models through the engine, bf16, stage 0, one GPU"
+cat >"$dest/train.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true}, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}},
+ "gradient_clipping": 1.0, "zero_optimization": {"stage": 0}}
+JSON
+# train_run NAME LIMIT MICRO_BATCH ZERO-TRAIN-FLAGS...: one run, its tokens/s and MFU.
+train_run() {
+  local name=$1 limit=$2 batch=$3 t0=$SECONDS rc
+  shift 3
+  if ! left "$limit"; then
+    say "$name: skipped, the budget is spent ($(elapsed) s)"
+    return
+  fi
+  run_z timeout "$limit" "$z/bin/zero-train" --config "$dest/train.json" --data data/fortunes.txt \
+    --micro-batch "$batch" --steps 8 --no-progress --metrics "$out/train-$name.jsonl" "$@" \
+    >"$out/train-$name.log" 2>&1
+  rc=$?
+  say "$name: exit $rc: $(grep '^done:\|^zero-train: ' "$out/train-$name.log" | tail -1 | cut -c1-200)"
+  [[ $rc -eq 0 ]] || { status=1; tail -5 "$out/train-$name.log" | tee -a "$summary"; }
+  grep '"kind":"summary"' "$out/train-$name.jsonl" >>"$jsonl" 2>/dev/null
+  record "train-$name" "$rc" $((SECONDS - t0))
+}
+train_run gpt2-124m 60 8 --model gpt2-124m --seq 1024
+train_run llama-3.2-1b 75 4 --model llama-3.2-1b --seq 1024
+train_run gpt2-1.5b 90 4 --model gpt2-1.5b --seq 1024
 
 # ---- engine
 say ""
