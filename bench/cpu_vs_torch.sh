@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/cpu_vs_torch.sh: zero-train's CPU tokens/s against PyTorch eager training the same model
-# (transformers' LlamaForCausalLM / GPT2LMHeadModel through bench/torch_cpu_lm.py) on the same
+# (transformers' LlamaForCausalLM / GPT2LMHeadModel through bench/torch_lm.py) on the same
 # machine, same micro-batch and sequence, fp32, AdamW with the same groups and clipping, one
 # rank, at 1 and 2 threads; the ratio in one run.
 #
@@ -29,7 +29,7 @@ results=bench/results
 mkdir -p "$results"
 : >"$results/cpu_vs_torch.jsonl"
 
-# name | zero-train model flags | torch_cpu_lm.py flags | micro-batch seq steps
+# name | zero-train model flags | torch_lm.py flags | micro-batch seq steps
 models=(
   "llama-tiny|--model llama-tiny|--family llama --layers 4 --heads 4 --kv-heads 2 --channels 128 --intermediate 352 --vocab 256 --positions 64|8 64 11"
   "llama-125m|--model llama-tiny --layers 12 --heads 12 --kv-heads 4 --channels 768 --intermediate 2048 --positions 256 --vocab 32000|--family llama --layers 12 --heads 12 --kv-heads 4 --channels 768 --intermediate 2048 --vocab 32000 --positions 256|1 256 5"
@@ -45,7 +45,7 @@ models=(
   echo "# the first step (zero-train's summary; torch: 1 untimed step, then steps - 1 timed)."
   echo "#   zero: OMP_NUM_THREADS=N $train --config CFG MODEL --data data/fortunes.txt --micro-batch B --seq T --steps S"
   echo "#         (CFG: stage 0, AdamW lr 1e-4, betas 0.9 0.95, weight decay 0.01, clipping 1.0)"
-  echo "#   torch: $python bench/torch_cpu_lm.py FLAGS --micro-batch B --seq T --steps S-1 --threads N"
+  echo "#   torch: $python bench/torch_lm.py FLAGS --micro-batch B --seq T --steps S-1 --threads N"
   echo
   printf '%-11s %-9s %-7s %14s %14s %8s\n' model batch threads "zero tok/s" "torch tok/s" ratio
   for entry in "${models[@]}"; do
@@ -62,7 +62,7 @@ JSON
         >/dev/null 2>"$work/err" || { echo "zero-train failed: $(cat "$work/err")" >&2; continue; }
       zero=$(grep '"kind":"summary"' "$work/m.jsonl" | sed 's/.*"tokens_per_s":\([^,]*\),.*/\1/')
       # shellcheck disable=SC2086
-      torch_line=$(OMP_NUM_THREADS=$threads "$python" bench/torch_cpu_lm.py $tflags --micro-batch "$batch" \
+      torch_line=$(OMP_NUM_THREADS=$threads "$python" bench/torch_lm.py $tflags --micro-batch "$batch" \
         --seq "$seq" --steps $((steps - 1)) --threads "$threads" 2>/dev/null | tail -1)
       torch=$(sed 's/.*"tokens_per_s": \([^,]*\),.*/\1/' <<<"$torch_line")
       ratio=$(awk -v a="$zero" -v b="$torch" 'BEGIN { printf "%.2f", a / b }')

@@ -13,7 +13,8 @@
 #              rank, the models' CUDA layers against their CPU layers): the Catch2 program, each
 #              case's time; then the CUDA models against the CPU models, whole
 #   zero-train the CUDA models trained through the engine (bf16, stage 0, 8 steps): gpt2-124m,
-#              llama-3.2-1b and gpt2-1.5b at sequences of 1024, tokens/s and MFU
+#              llama-3.2-1b and gpt2-1.5b at sequences of 1024, tokens/s and MFU; the same
+#              Llama in PyTorch eager (bench/torch_lm.py)
 #   engine     the engine on GPU 0 through zero.h: the C training test, the equivalence
 #              matrix (stages 0-3, fp32/bf16/fp16, offload, accumulation, clipping) at 1 rank
 #              (NCCL) and at 2 and 4 ranks sharing the GPU through MPI, and the overlap of
@@ -141,6 +142,26 @@ train_run() {
 train_run gpt2-124m 60 8 --model gpt2-124m --seq 1024
 train_run llama-3.2-1b 75 4 --model llama-3.2-1b --seq 1024
 train_run gpt2-1.5b 90 4 --model gpt2-1.5b --seq 1024
+# The same Llama in PyTorch (transformers' LlamaForCausalLM, bf16 autocast), eager: the peer the
+# issue's goal names (GPT-2's PyTorch runs are the torch step's).
+if left 75; then
+  timeout 70 python3 bench/torch_lm.py --family llama --layers 16 --heads 32 --kv-heads 8 \
+    --channels 2048 --intermediate 8192 --vocab 128256 --positions 131072 --tied \
+    --micro-batch 4 --seq 1024 --steps 5 --warmup-steps 2 --device cuda --dtype bf16 \
+    >"$out/torch-llama.log" 2>&1
+  rc=$?
+  line=$(grep '^{' "$out/torch-llama.log" | tail -1)
+  if [[ -n $line ]]; then
+    echo "$line" >>"$jsonl"
+    say "llama-3.2-1b in PyTorch eager: $(python3 -c 'import json, sys; r = json.loads(sys.argv[1])
+print("%.0f tokens/s" % r["tokens_per_s"])' "$line")"
+  else
+    say "llama-3.2-1b in PyTorch eager: exit $rc: $(tail -1 "$out/torch-llama.log" | cut -c1-160)"
+  fi
+  record torch-llama "$rc" 0
+else
+  say "llama-3.2-1b in PyTorch: skipped, the budget is spent ($(elapsed) s)"
+fi
 
 # ---- engine
 say ""
