@@ -52,8 +52,9 @@ done
 cp -L "$build/engine/libzero.so.0" "$stage/zero-gpu/lib/"
 
 # Every library the programs load, but the machine's own: the C library and its parts, the
-# CUDA driver, NCCL (the machine's), libstdc++ and libgcc_s (kept as a fallback only).
-skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread\.|libdl\.|librt\.|libcuda\.|libnccl\.|libzero\.)'
+# CUDA driver, NCCL and cuBLAS/cuBLASLt (the machine's CUDA toolkit's or PyTorch's: 500 MB),
+# libstdc++ and libgcc_s (kept as a fallback only).
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread\.|libdl\.|librt\.|libcuda\.|libnccl\.|libcublas|libzero\.)'
 fallback='^(libstdc\+\+|libgcc_s)\.'
 ldd "${programs[@]}" "$build/engine/libzero.so.0" 2>/dev/null |
   awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |

@@ -67,6 +67,11 @@ say "# zero gpu-check, $(date -u +%Y-%m-%dT%H:%MZ), bundle $(head -c 12 "$z/COMM
 # ---- env
 nccl_dir=$(dirname "$(find /usr /opt -name 'libnccl.so.2' 2>/dev/null | head -1)" 2>/dev/null)
 libs=$z/lib${nccl_dir:+:$nccl_dir}
+# cuBLASLt (the models' products) is the machine's: its CUDA toolkit's, else PyTorch's wheel's
+# (the bundle cannot carry its 500 MB).
+cublas_dir=$(dirname "$( (ls /usr/local/cuda/lib64/libcublasLt.so.13 2>/dev/null;
+  find /usr /opt -name 'libcublasLt.so.13' 2>/dev/null) | head -1)" 2>/dev/null)
+libs=$libs${cublas_dir:+:$cublas_dir}
 # The bundled libstdc++ only where the machine's lacks a version we were built against.
 if LD_LIBRARY_PATH=$libs ldd "$z"/bin/* 2>&1 | grep -q 'GLIBCXX\|CXXABI\|GCC_'; then
   libs=$libs:$z/lib/fallback
@@ -82,6 +87,7 @@ run_z() { LD_LIBRARY_PATH=$libs "$@"; }
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -2 | head -1)"
   echo "mpirun: $(command -v mpirun || echo none)"
   echo "nccl: ${nccl_dir:-none found}"
+  echo "cublasLt: ${cublas_dir:-none found}"
   echo "python3: $(python3 -c 'import torch, sys; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)"
   echo "missing libraries:"
   LD_LIBRARY_PATH=$libs ldd "$z"/bin/* "$z"/lib/libzero.so.0 | grep 'not found' | sort -u || echo "  none"
