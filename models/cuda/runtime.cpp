@@ -1,10 +1,10 @@
 // The CUDA models' runtime plumbing (runtime.h).
 #include "models/cuda/runtime.h"
 
-#include <cuda_runtime.h>
-
 #include <stdexcept>
 #include <utility>
+
+#include <cuda_runtime.h>
 
 namespace zero::cuda_layers {
 
@@ -53,7 +53,11 @@ CudaStream::~CudaStream() {
 }
 
 void CudaStream::synchronize() const {
-  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+  cuda_layers::synchronize(stream_);
+}
+
+void synchronize(Stream stream) {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
 }
 
 void copy_to_device(void* device, const void* host, std::size_t bytes, Stream stream) {
@@ -72,8 +76,9 @@ void copy_to_host(void* host, const void* device, std::size_t bytes, Stream stre
 
 void copy_device(void* to, const void* from, std::size_t bytes, Stream stream) {
   if (bytes == 0) return;
-  check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
-        "cudaMemcpyAsync on the device");
+  check(
+      cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+      "cudaMemcpyAsync on the device");
 }
 
 void zero_bytes(void* device, std::size_t bytes, Stream stream) {
@@ -81,7 +86,9 @@ void zero_bytes(void* device, std::size_t bytes, Stream stream) {
   check(cudaMemsetAsync(device, 0, bytes, static_cast<cudaStream_t>(stream)), "cudaMemsetAsync");
 }
 
-void set_device(int ordinal) { check(cudaSetDevice(ordinal), "cudaSetDevice"); }
+void set_device(int ordinal) {
+  check(cudaSetDevice(ordinal), "cudaSetDevice");
+}
 
 GpuPeak gpu_peak(int ordinal) {
   cudaDeviceProp properties{};

@@ -55,6 +55,8 @@ class CudaStream {
 void copy_to_device(void* device, const void* host, std::size_t bytes, Stream stream);
 void copy_to_host(void* host, const void* device, std::size_t bytes, Stream stream);
 void copy_device(void* to, const void* from, std::size_t bytes, Stream stream);
+// Waits for the work queued on `stream`.
+void synchronize(Stream stream);
 void zero_bytes(void* device, std::size_t bytes, Stream stream);
 // Makes `ordinal` the calling thread's current device.
 void set_device(int ordinal);

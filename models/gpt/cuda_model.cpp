@@ -3,15 +3,16 @@
 #include "models/gpt/cuda_model.h"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "models/cuda/batch.h"
 #include "models/cuda/layers.h"
 #include "models/cuda/runtime.h"
 #include "models/gpt/params.h"
 #include "models/param_init.h"
 #include "models/registrar.h"
+#include "models/tokens.h"
 
 namespace zero::gpt {
 namespace {
@@ -84,16 +85,16 @@ class GptCuda final : public models::CausalLm {
   cl::Matmul matmul_;
 
   // Inputs of this micro-batch.
-  DeviceBuffer tokens_, targets_, group_positions_, group_starts_, group_tokens_;
-  int groups_ = 0, counted_ = 0;
+  cl::DeviceBatch batch_data_;  // tokens, targets, token groups and losses on the GPU
+  int counted_ = 0;
   DeviceBuffer encoded_;
   std::vector<BlockActivations> acts_;
   BlockActivations recompute_;
   std::vector<DeviceBuffer> outs_;
-  DeviceBuffer lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  DeviceBuffer lnf_, lnf_mean_, lnf_rstd_, logits_;
   // Backward scratch.
   DeviceBuffer d4_, d4b_, dqkv_, dres2_, dsmall_, dx_, dlnf_, scratch_, delta_;
-  std::vector<float> host_losses_, host_logits_;
+  std::vector<float> host_logits_;
   std::vector<Bf16> host_logits_bf16_;
   bool evaluating_ = false;  // in evaluate(): the logits are kept on the host
 };
@@ -105,7 +106,8 @@ GptCuda::GptCuda(zero_engine* engine, const GptConfig& config, int batch, int se
       config_(config),
       batch_(batch),
       seq_(seq),
-      options_(options) {
+      options_(options),
+      batch_data_(batch * seq) {
   if (seq < 1 || seq > config.max_seq) {
     throw std::invalid_argument("sequence length " + std::to_string(seq) +
                                 " is outside the model's 1.." + std::to_string(config.max_seq));
@@ -123,8 +125,6 @@ GptCuda::GptCuda(zero_engine* engine, const GptConfig& config, int batch, int se
   const std::size_t N = static_cast<std::size_t>(batch) * seq, C = config.channels;
   const std::size_t V = config.vocab;
   const std::size_t rows_of_heads = N * static_cast<std::size_t>(config.heads);
-  tokens_.resize(N * 4), targets_.resize(N * 4);
-  group_positions_.resize(N * 4), group_starts_.resize((N + 1) * 4), group_tokens_.resize(N * 4);
   encoded_.resize(N * C * kBf16);
   acts_.resize(static_cast<std::size_t>(config.layers));
   outs_.resize(static_cast<std::size_t>(config.layers));
@@ -134,13 +134,12 @@ GptCuda::GptCuda(zero_engine* engine, const GptConfig& config, int batch, int se
   }
   if (options_.checkpoint_blocks > 0) recompute_.allocate(N, C, rows_of_heads);
   lnf_.resize(N * C * kBf16), lnf_mean_.resize(N * 4), lnf_rstd_.resize(N * 4);
-  logits_.resize(N * V * kBf16), losses_.resize(N * 4);
+  logits_.resize(N * V * kBf16);
   d4_.resize(4 * N * C * kBf16), d4b_.resize(4 * N * C * kBf16), dqkv_.resize(3 * N * C * kBf16);
   dres2_.resize(N * C * kBf16), dsmall_.resize(N * C * kBf16), dx_.resize(N * C * kBf16);
   dlnf_.resize(N * C * kBf16), delta_.resize(rows_of_heads * 4);
   const int widest = static_cast<int>(std::max<std::size_t>(V, 4 * C));
   scratch_.resize(cl::reduction_scratch_floats(static_cast<int>(N), widest) * 4);
-  host_losses_.resize(N);
 }
 
 const Bf16* GptCuda::param(int id) const {
@@ -157,30 +156,13 @@ Bf16* GptCuda::grad(int id) const {
 
 float GptCuda::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
-  counted_ = 0;
-  for (int i = 0; i < N; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V || targets[i] >= V) {
-      throw std::invalid_argument("token " + std::to_string(tokens[i]) + " or target " +
-                                  std::to_string(targets[i]) + " at position " + std::to_string(i) +
-                                  " is outside the vocabulary of " + std::to_string(V));
-    }
-    if (targets[i] >= 0) ++counted_;
-  }
-  cl::copy_to_device(tokens_.as<void>(), tokens, N * 4u, stream());
-  cl::copy_to_device(targets_.as<void>(), targets, N * 4u, stream());
-  const cl::TokenGroups groups = cl::group_positions(tokens, N);
-  groups_ = static_cast<int>(groups.tokens.size());
-  cl::copy_to_device(group_positions_.as<void>(), groups.positions.data(),
-                     groups.positions.size() * 4, stream());
-  cl::copy_to_device(group_starts_.as<void>(), groups.starts.data(), groups.starts.size() * 4,
-                     stream());
-  cl::copy_to_device(group_tokens_.as<void>(), groups.tokens.data(), groups.tokens.size() * 4,
-                     stream());
+  counted_ = models::count_targets(tokens, targets, N, V);
+  batch_data_.upload(tokens, targets, stream());
   double factor = 1.0;
   models::check(zero_loss_factor(engine_, &factor), "zero_loss_factor");
 
   models::check(zero_pre_forward(engine_, ids_.embed_module, stream()), "zero_pre_forward");
-  cl::check(cl::embedding_forward(encoded_.as<Bf16>(), tokens_.as<std::int32_t>(), param(ids_.wte),
+  cl::check(cl::embedding_forward(encoded_.as<Bf16>(), batch_data_.tokens(), param(ids_.wte),
                                   param(ids_.wpe), B, T, C, stream()),
             "embedding_forward");
   models::check(zero_post_forward(engine_, ids_.embed_module, stream()), "zero_post_forward");
@@ -207,28 +189,17 @@ float GptCuda::forward(const std::int32_t* tokens, const std::int32_t* targets) 
                      stream());
   }
   const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
-  cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), losses_.as<float>(),
-                                   targets_.as<std::int32_t>(), dloss, N, V, stream()),
+  cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), batch_data_.losses(), batch_data_.targets(),
+                                   dloss, N, V, stream()),
             "crossentropy_fused");
   models::check(zero_post_forward(engine_, ids_.head_module, stream()), "zero_post_forward");
 
-  cl::copy_to_host(host_losses_.data(), losses_.as<void>(), N * 4u, stream());
-  stream_.synchronize();
+  const float loss = batch_data_.mean_loss(targets, counted_, stream());  // waits for the stream
   if (evaluating_) {
     host_logits_.resize(host_logits_bf16_.size());
-    for (std::size_t i = 0; i < host_logits_.size(); ++i) {
-      const std::uint32_t bits = static_cast<std::uint32_t>(host_logits_bf16_[i]) << 16;
-      float value;
-      static_assert(sizeof(value) == sizeof(bits));
-      std::memcpy(&value, &bits, sizeof(value));
-      host_logits_[i] = value;
-    }
+    cl::widen_bf16(host_logits_bf16_.data(), host_logits_bf16_.size(), host_logits_.data());
   }
-  double sum = 0;
-  for (int i = 0; i < N; ++i) {
-    if (targets[i] >= 0) sum += host_losses_[static_cast<std::size_t>(i)];
-  }
-  return counted_ == 0 ? 0.0f : static_cast<float>(sum / counted_);
+  return loss;
 }
 
 void GptCuda::backward() {
@@ -259,10 +230,10 @@ void GptCuda::backward() {
   }
 
   models::check(zero_pre_backward(engine_, ids_.embed_module, stream()), "zero_pre_backward");
-  cl::check(cl::embedding_backward(
-                grad(ids_.wte), grad(ids_.wpe), dx_.as<Bf16>(), group_positions_.as<std::int32_t>(),
-                group_starts_.as<std::int32_t>(), group_tokens_.as<std::int32_t>(), groups_, B, T,
-                C, scratch_.as<float>(), stream()),
+  cl::check(cl::embedding_backward(grad(ids_.wte), grad(ids_.wpe), dx_.as<Bf16>(),
+                                   batch_data_.group_positions(), batch_data_.group_starts(),
+                                   batch_data_.group_tokens(), batch_data_.groups(), B, T, C,
+                                   scratch_.as<float>(), stream()),
             "embedding_backward");
   models::check(zero_post_backward(engine_, ids_.embed_module, stream()), "zero_post_backward");
 }
@@ -369,7 +340,8 @@ models::ActivationCost GptCuda::activation_cost() const {
   const std::uint64_t per_block =
       15 * N * C * kBf16 + 4 * N * 4 + N * config_.heads * 4 + N * C * kBf16;
   const std::uint64_t common = encoded_.bytes() + lnf_.bytes() + lnf_mean_.bytes() +
-                               lnf_rstd_.bytes() + logits_.bytes() + losses_.bytes();
+                               lnf_rstd_.bytes() + logits_.bytes() +
+                               static_cast<std::uint64_t>(batch_) * seq_ * 4;  // and the losses
   cost.uncheckpointed_bytes = common + per_block * static_cast<std::uint64_t>(config_.layers);
   cost.kept_bytes = common + recompute_.bytes();
   for (std::size_t l = 0; l < acts_.size(); ++l)

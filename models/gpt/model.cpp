@@ -11,6 +11,7 @@
 #include "models/gpt/kernels.h"
 #include "models/gpt/params.h"
 #include "models/param_init.h"
+#include "models/tokens.h"
 
 namespace zero::gpt {
 void Gpt::check(zero_status status, const char* call) const {
@@ -110,13 +111,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   const int N = B * T;
   tokens_.assign(tokens, tokens + N);
   targets_.assign(targets, targets + N);
-  for (int i = 0; i < N; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V || targets[i] >= V) {
-      throw std::invalid_argument("token " + std::to_string(tokens[i]) + " or target " +
-                                  std::to_string(targets[i]) + " at position " + std::to_string(i) +
-                                  " is outside the vocabulary of " + std::to_string(V));
-    }
-  }
+  counted_ = models::count_targets(tokens, targets, N, V);
   check(zero_pre_forward(engine_, embed_module_, nullptr), "zero_pre_forward");
   encoder_forward(encoded_.data(), tokens, param(wte_), param(wpe_), B, T, C);
   check(zero_post_forward(engine_, embed_module_, nullptr), "zero_post_forward");
@@ -139,11 +134,8 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   check(zero_post_forward(engine_, head_module_, nullptr), "zero_post_forward");
 
   double sum = 0;
-  counted_ = 0;
   for (int i = 0; i < N; ++i) {
-    if (targets[i] < 0) continue;
-    sum += losses_[static_cast<std::size_t>(i)];
-    ++counted_;
+    if (targets[i] >= 0) sum += losses_[static_cast<std::size_t>(i)];
   }
   return counted_ == 0 ? 0.0f : static_cast<float>(sum / counted_);
 }

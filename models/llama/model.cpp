@@ -9,6 +9,7 @@
 #include "models/gpt/kernels.h"
 #include "models/llama/kernels.h"
 #include "models/llama/params.h"
+#include "models/tokens.h"
 
 namespace zero::llama {
 
@@ -111,13 +112,7 @@ float* Llama::grad(int id) {
 
 float Llama::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
-  for (int i = 0; i < N; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V || targets[i] >= V) {
-      throw std::invalid_argument("token " + std::to_string(tokens[i]) + " or target " +
-                                  std::to_string(targets[i]) + " at position " + std::to_string(i) +
-                                  " is outside the vocabulary of " + std::to_string(V));
-    }
-  }
+  counted_ = models::count_targets(tokens, targets, N, V);
   tokens_.assign(tokens, tokens + N);
   targets_.assign(targets, targets + N);
   check(zero_pre_forward(engine_, embed_module_, nullptr), "zero_pre_forward");
@@ -141,11 +136,8 @@ float Llama::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   check(zero_post_forward(engine_, head_module_, nullptr), "zero_post_forward");
 
   double sum = 0;
-  counted_ = 0;
   for (int i = 0; i < N; ++i) {
-    if (targets[i] < 0) continue;
-    sum += losses_[static_cast<std::size_t>(i)];
-    ++counted_;
+    if (targets[i] >= 0) sum += losses_[static_cast<std::size_t>(i)];
   }
   return counted_ == 0 ? 0.0f : static_cast<float>(sum / counted_);
 }

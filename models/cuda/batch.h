@@ -1,0 +1,44 @@
+// A CUDA model's micro-batch on the GPU: the tokens and targets, the positions grouped by token
+// for the deterministic embedding backward, and the per-position losses, with the copies that
+// bring them there and back. Shared by the CUDA GPT and the CUDA Llama.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/cuda/layers.h"
+#include "models/cuda/runtime.h"
+
+namespace zero::cuda_layers {
+
+class DeviceBatch {
+ public:
+  explicit DeviceBatch(int positions);  // batch * seq
+
+  // Queues the copies of tokens and targets (host, `positions` each) and of their token groups
+  // on `stream`; the host arrays may be reused when it returns.
+  void upload(const std::int32_t* tokens, const std::int32_t* targets, Stream stream);
+
+  const std::int32_t* tokens() const noexcept { return tokens_.as<std::int32_t>(); }
+  const std::int32_t* targets() const noexcept { return targets_.as<std::int32_t>(); }
+  const std::int32_t* group_positions() const noexcept { return positions_.as<std::int32_t>(); }
+  const std::int32_t* group_starts() const noexcept { return starts_.as<std::int32_t>(); }
+  const std::int32_t* group_tokens() const noexcept { return groups_.as<std::int32_t>(); }
+  int groups() const noexcept { return group_count_; }
+  float* losses() const noexcept { return losses_.as<float>(); }
+
+  // Queues the losses' copy, waits for `stream`, and returns their mean over the positions
+  // whose host target is >= 0 (`counted` of them; 0 when none).
+  float mean_loss(const std::int32_t* targets, int counted, Stream stream);
+
+ private:
+  int positions_count_;
+  DeviceBuffer tokens_, targets_, positions_, starts_, groups_, losses_;
+  int group_count_ = 0;
+  std::vector<float> host_losses_;
+};
+
+// The float values of bf16 bits.
+void widen_bf16(const Bf16* bits, std::size_t n, float* out);
+
+}  // namespace zero::cuda_layers
