@@ -251,6 +251,9 @@ PY
     run 1 --steps 2 --model llama-tiny --heads 8 --kv-heads 3
     [ "$rc" -ne 0 ] || fail "8 heads over 3 key/value heads were accepted"
     expect_err "8 attention heads do not split over 3 key/value heads"
+    run 1 --steps 2 --model llama-tiny --heads 5
+    [ "$rc" -ne 0 ] || fail "5 heads over llama-tiny's 2 key/value heads were accepted"
+    expect_err "--heads 5 does not split over llama-tiny's 2 key/value heads: give --kv-heads too"
     # A Hugging Face directory whose config.json the models cannot take names the key.
     mkdir -p "$work/hf"
     echo '{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64,

@@ -89,7 +89,12 @@ ModelChoice ModelChoice::from_options(const TrainOptions& o) {
     if (o.layers) c.layers = *o.layers;
     if (o.heads) c.heads = *o.heads;
     if (o.kv_heads) c.kv_heads = *o.kv_heads;
-    if (o.heads && !o.kv_heads && c.heads % c.kv_heads != 0) c.kv_heads = c.heads;
+    if (o.heads && !o.kv_heads && c.heads % c.kv_heads != 0) {
+      throw std::invalid_argument(fmt::format(
+          "--heads {} does not split over {}'s {} key/value heads: give --kv-heads too (a "
+          "divisor of {}; {} for a key and value per head)",
+          c.heads, m.name_, c.kv_heads, c.heads, c.heads));
+    }
     if (o.channels) c.channels = *o.channels;
     if (o.intermediate) c.intermediate = *o.intermediate;
     if (o.positions) c.max_seq = *o.positions;
