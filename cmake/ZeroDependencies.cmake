@@ -42,6 +42,16 @@ if(NOT ZERO_WITH_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
+    # The models' attention multiplies with bf16 mma.sync (models/cuda/mma.cuh): sm_80 or later.
+    foreach(arch IN LISTS ZERO_CUDA_ARCHS)
+      string(REGEX MATCH "^[0-9]+" arch_number "${arch}")
+      if(NOT arch_number OR arch_number LESS 80)
+        message(FATAL_ERROR "ZERO_CUDA_ARCHS='${ZERO_CUDA_ARCHS}' names '${arch}': the CUDA "
+                            "layers need bf16 tensor cores, sm_80 (A100) or later; name only "
+                            "such architectures (e.g. -DZERO_CUDA_ARCHS=\"80;90\"), or build "
+                            "without CUDA (-DZERO_WITH_CUDA=OFF)")
+      endif()
+    endforeach()
     set(CMAKE_CUDA_ARCHITECTURES "${ZERO_CUDA_ARCHS}")
     enable_language(CUDA)
     # CMake 3.25 knows no C++20 flag for nvcc 13; the .cu files are C++17 and include only

@@ -1,21 +1,24 @@
 // Causal attention with grouped key/value heads and an optional window (layers.h), in the
-// manner of FlashAttention-2: scores are made a 64 x 64 tile at a time in shared memory and
-// never stored beyond it; the forward keeps each row's log-sum-exp for the backward, which
+// manner of FlashAttention-2, on tensor cores: scores are made a 64 x 64 tile at a time in
+// registers and never stored; the forward keeps each row's log-sum-exp for the backward, which
 // recomputes the probabilities from it.
 //
-// This first version multiplies with plain fp32 FMA loops on tiles held as fp32 in shared
-// memory, not with tensor cores: simple and exact to fp32, not at the hardware's peak.
+// Geometry, every kernel: 128 threads as 4 warps; a block's 64-row tile gives warp w the rows
+// 16 w .. 16 w + 15, and every product is the warp's mma.sync m16n8k16 (mma.cuh): bf16
+// operands from shared memory or from the scores' own registers, fp32 accumulators. A lane
+// holds rows g and g + 8 (g = lane / 4) of each 8-column accumulator tile, so a row's scores lie
+// in the 4 lanes of a quad (row reductions: xor shuffles 1 and 2). D is hd rounded up to 32, 64,
+// 96 or 128; the tiles hold zeros past hd and past T, so the products over D are the products
+// over hd.
 //
-// Geometry, every kernel: 256 threads as 16 x 16, thread (ty, tx) = (tid / 16, tid % 16). A
-// 64 x 64 score tile gives the thread rows ty + 16 r and columns tx + 16 j (r, j < 4), so a
-// row's 64 scores lie in the 16 lanes of one half-warp (row reductions: xor shuffles 8..1);
-// a 64 x D product tile gives it rows ty + 16 r and channels tx + 16 c (c < D / 16). D is hd
-// rounded up to 32, 64, 96 or 128; the tiles hold zeros past hd and past T, so the products
-// over D are the products over hd. Tiles are padded to D + 1 (and 65) floats a row: the
-// threads of a warp read 16 different rows of a column in 16 different banks.
+// Shared tiles are bf16, row-major with rows padded by 8 elements (16 bytes), so that the 32-bit
+// fragment reads of a warp's 8 groups x 4 lanes fall in 32 different banks. A product whose k
+// runs over positions (P V, dS K, P^T dO, dS^T Q) takes its B operand from the tile transposed,
+// loaded as such ("_t": D rows of 64 positions).
 //
 // Forward: one block per (query tile, head, sequence), the key tiles from the window's first to
-// the diagonal in order, with the online softmax in fp32 (running max m and sum l per row).
+// the diagonal in order, with the online softmax in fp32 and base 2 (running max m and sum l per
+// row); the probabilities are rounded to bf16 for P V, as FlashAttention does.
 // Backward, with no atomics and a fixed order everywhere (runs repeat bit for bit):
 //   1. delta[b, h, t] = dout[t] . out[t] (one warp per row and head);
 //   2. dk, dv: one block per (key tile, kv head, sequence), looping over the group's query
@@ -23,29 +26,37 @@
 //      gradients once;
 //   3. dq: one block per (query tile, head, sequence), looping over the key tiles.
 // P = exp(s * scale - lse); dP = dO V^T; dS = P (dP - delta); dV += P^T dO;
-// dK += scale dS^T Q; dQ += scale dS K.
+// dK += scale dS^T Q; dQ += scale dS K; P and dS are rounded to bf16 as operands.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "models/cuda/layers.h"
+#include "models/cuda/mma.cuh"
 
 namespace zero::cuda_layers {
 namespace {
 
 using bf16 = __nv_bfloat16;
+using u32 = std::uint32_t;
 
-constexpr int kTile = 64;                // query and key rows per tile
-constexpr int kSide = 16;                // threads per tile side
-constexpr int kThreads = kSide * kSide;  // 256
-constexpr int kPer = kTile / kSide;      // rows (and score columns) per thread
-constexpr int kScoreStride = kTile + 1;  // a score tile's row in shared memory
+constexpr int kTile = 64;               // query and key rows per tile
+constexpr int kWarps = kTile / 16;      // 16 rows of a tile each
+constexpr int kThreads = 32 * kWarps;   // 128
+constexpr int kRowT = kTile + 8;        // a transposed tile's row: 64 positions and the padding
 constexpr int kMaxHeadDim = 128;
 constexpr int kMaxGridYZ = 65535;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// A row-major tile's row: D channels and the padding.
+template <int D>
+constexpr int kRow = D + 8;
 
 __device__ __forceinline__ float load(bf16 x) {
   return __bfloat162float(x);
@@ -54,18 +65,14 @@ __device__ __forceinline__ bf16 store(float x) {
   return __float2bfloat16_rn(x);
 }
 
-// Sum and max over the 16 lanes holding one score row (the same bits in each lane: the xor
-// butterfly adds the same two floats on both sides).
-__device__ __forceinline__ float row_sum(float v) {
-  for (int offset = kSide / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
+// Max and sum over the 4 lanes of a quad, which hold one row (the same bits in each lane).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
-__device__ __forceinline__ float row_max(float v) {
-  for (int offset = kSide / 2; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  return v;
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 // Whether query position t sees key position u (both may lie past T in a partial tile).
@@ -73,31 +80,173 @@ __device__ __forceinline__ bool visible(int t, int u, int T, int window) {
   return t < T && u < T && u <= t && (window <= 0 || u > t - window);
 }
 
-// tile[r][i] (rows of D + 1 floats) = head[(first + r) * ld + i], zero past T and past hd.
-// `head` points at the head's first channel in the sequence's first row.
-template <int D>
-__device__ void load_tile(float* tile, const bf16* head, int ld, int first, int T, int hd) {
-  for (int e = threadIdx.x; e < kTile * D; e += kThreads) {
-    const int r = e / D, i = e % D;
-    const int t = first + r;
-    float x = 0.0f;
-    if (t < T && i < hd) x = load(head[static_cast<std::size_t>(t) * ld + i]);
-    tile[r * (D + 1) + i] = x;
-  }
-}
-
 // Query tiles of the rows [q0, q0 + 64) read key tiles first_key_tile .. their diagonal.
 __device__ __forceinline__ int first_key_tile(int q0, int window) {
   return window > 0 ? max(0, q0 - window + 1) / kTile : 0;
 }
 
+// ---- Fragments (mma.cuh) ----
+
+// A lane's place in the fragments: group g = lane / 4, t = lane % 4.
+struct Lane {
+  int g, t;
+};
+__device__ __forceinline__ Lane lane_of() {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  return {lane / 4, lane % 4};
+}
+
+// Two bf16 at an even offset of a shared tile, as one register.
+__device__ __forceinline__ u32 pair_at(const bf16* p) {
+  return *reinterpret_cast<const u32*>(p);
+}
+
+// A (16 x 16) = tile rows r0 .., columns k0 .. (rows of ld elements).
+__device__ __forceinline__ void load_a(u32 (&a)[4], const bf16* tile, int ld, int r0, int k0,
+                                       Lane l) {
+  const bf16* p = tile + (r0 + l.g) * ld + k0 + 2 * l.t;
+  a[0] = pair_at(p);
+  a[1] = pair_at(p + 8 * ld);
+  a[2] = pair_at(p + 8);
+  a[3] = pair_at(p + 8 * ld + 8);
+}
+
+// B (16 x 8) with B[k][n] = tile[n0 + n][k0 + k].
+__device__ __forceinline__ void load_b(u32 (&b)[2], const bf16* tile, int ld, int n0, int k0,
+                                       Lane l) {
+  const bf16* p = tile + (n0 + l.g) * ld + k0 + 2 * l.t;
+  b[0] = pair_at(p);
+  b[1] = pair_at(p + 8);
+}
+
+__device__ __forceinline__ u32 pack(float lo, float hi) {
+  return static_cast<u32>(__bfloat16_as_ushort(store(lo))) |
+         (static_cast<u32>(__bfloat16_as_ushort(store(hi))) << 16);
+}
+
+// The A fragment of k-step kk from the accumulator tiles 2 kk (c0) and 2 kk + 1 (c1).
+__device__ __forceinline__ void a_from_c(u32 (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack(c0[0], c0[1]);
+  a[1] = pack(c0[2], c0[3]);
+  a[2] = pack(c1[0], c1[1]);
+  a[3] = pack(c1[2], c1[3]);
+}
+
+// s[j] (j < 8: the 64 columns of a tile) = rows r0 .. of `x` times rows 0 .. 63 of `y`,
+// transposed, over D channels: the scores of 16 rows against a tile.
+template <int D>
+__device__ __forceinline__ void scores(float (&s)[8][4], const bf16* x, const bf16* y, int r0,
+                                       Lane l) {
+  constexpr int R = kRow<D>;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    u32 a[4];
+    load_a(a, x, R, r0, 16 * kk, l);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      u32 b[2];
+      load_b(b, y, R, 8 * j, 16 * kk, l);
+      mma_bf16_16816(s[j], a, b);
+    }
+  }
+}
+
+// acc[n] (n < D / 8) += p (16 rows x 64 positions, as accumulator tiles) times the transposed
+// tile y_t (D rows of 64 positions): a 16 x D product over a tile's positions.
+template <int D>
+__device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (&p)[8][4],
+                                           const bf16* y_t, Lane l) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    u32 a[4];
+    a_from_c(a, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      u32 b[2];
+      load_b(b, y_t, kRowT, 8 * n, 16 * kk, l);
+      mma_bf16_16816(acc[n], a, b);
+    }
+  }
+}
+
+// ---- Tiles ----
+
+// tile[r][i] = head[(first + r) * ld + i] for r < 64, i < D: zero past T and past hd. `head`
+// points at the head's first channel in the sequence's first row. `wide`: rows and heads are
+// 16-byte aligned and hd a multiple of 8, so eight channels move at a time.
+template <int D>
+__device__ void load_rows(bf16* tile, const bf16* head, int ld, int first, int T, int hd,
+                          bool wide) {
+  constexpr int R = kRow<D>;
+  if (wide) {
+    constexpr int kChunks = D / 8;
+    for (int e = threadIdx.x; e < kTile * kChunks; e += kThreads) {
+      const int r = e / kChunks, i = (e % kChunks) * 8;
+      const int t = first + r;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (t < T && i < hd) {
+        x = *reinterpret_cast<const uint4*>(head + static_cast<std::size_t>(t) * ld + i);
+      }
+      *reinterpret_cast<uint4*>(tile + r * R + i) = x;
+    }
+    return;
+  }
+  for (int e = threadIdx.x; e < kTile * D; e += kThreads) {
+    const int r = e / D, i = e % D;
+    const int t = first + r;
+    bf16 x = __ushort_as_bfloat16(0);
+    if (t < T && i < hd) x = head[static_cast<std::size_t>(t) * ld + i];
+    tile[r * R + i] = x;
+  }
+}
+
+// tile_t[i][r] = head[(first + r) * ld + i]: the same tile transposed (rows of kRowT).
+template <int D>
+__device__ void load_cols(bf16* tile_t, const bf16* head, int ld, int first, int T, int hd,
+                          bool wide) {
+  if (wide) {
+    constexpr int kChunks = D / 8;
+    for (int e = threadIdx.x; e < kTile * kChunks; e += kThreads) {
+      const int r = e % kTile, i = (e / kTile) * 8;  // neighbouring lanes: neighbouring positions
+      const int t = first + r;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (t < T && i < hd) {
+        x = *reinterpret_cast<const uint4*>(head + static_cast<std::size_t>(t) * ld + i);
+      }
+      const u32 words[4] = {x.x, x.y, x.z, x.w};  // channels i + 2 w (low half), i + 2 w + 1
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const auto bits = static_cast<unsigned short>(words[c / 2] >> (16 * (c % 2)));
+        tile_t[(i + c) * kRowT + r] = __ushort_as_bfloat16(bits);
+      }
+    }
+    return;
+  }
+  for (int e = threadIdx.x; e < kTile * D; e += kThreads) {
+    const int r = e % kTile, i = e / kTile;
+    const int t = first + r;
+    bf16 x = __ushort_as_bfloat16(0);
+    if (t < T && i < hd) x = head[static_cast<std::size_t>(t) * ld + i];
+    tile_t[i * kRowT + r] = x;
+  }
+}
+
 template <int D>
 constexpr std::size_t forward_smem_bytes() {
-  return (3 * kTile * (D + 1) + kTile * kScoreStride) * sizeof(float);
+  return (2 * kTile * kRow<D> + D * kRowT) * sizeof(bf16);
 }
 template <int D>
-constexpr std::size_t backward_smem_bytes() {
-  return (4 * kTile * (D + 1) + kTile * kScoreStride + 2 * kTile) * sizeof(float);
+constexpr std::size_t dkdv_smem_bytes() {
+  return (4 * kTile * kRow<D> + 2 * D * kRowT) * sizeof(bf16) + 2 * kTile * sizeof(float);
+}
+template <int D>
+constexpr std::size_t dq_smem_bytes() {
+  return (4 * kTile * kRow<D> + D * kRowT) * sizeof(bf16);
 }
 
 // ---- Forward ----
@@ -107,104 +256,95 @@ __global__ void __launch_bounds__(kThreads)
     forward_kernel(bf16* __restrict__ out, int ld_out, float* __restrict__ lse,
                    const bf16* __restrict__ q, int ldq, const bf16* __restrict__ k,
                    const bf16* __restrict__ v, int ldkv, int T, int NH, int group, int hd,
-                   int window, float scale) {
-  constexpr int S = D + 1;
-  constexpr int C = D / kSide;
+                   int window, float scale_log2, bool wide) {
+  constexpr int R = kRow<D>;
+  constexpr int N = D / 8;  // the output's accumulator tiles
   extern __shared__ float smem[];
-  float* qs = smem;            // [kTile][S]
-  float* ks = qs + kTile * S;  // [kTile][S]
-  float* vs = ks + kTile * S;  // [kTile][S]
-  float* ps = vs + kTile * S;  // [kTile][kScoreStride]: this tile's probabilities
+  bf16* qs = reinterpret_cast<bf16*>(smem);  // [kTile][R]
+  bf16* ks = qs + kTile * R;                 // [kTile][R]
+  bf16* vs_t = ks + kTile * R;               // [D][kRowT]
   const int tiles = (T + kTile - 1) / kTile;
   const int q0 = (tiles - 1 - static_cast<int>(blockIdx.x)) * kTile;  // the longest rows first
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / group;
-  const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+  const int r0 = static_cast<int>(threadIdx.x) / 32 * 16;  // the warp's rows of the tile
+  const Lane l = lane_of();
   const std::size_t seq = static_cast<std::size_t>(b) * T;
   const bf16* qh = q + seq * ldq + static_cast<std::size_t>(h) * hd;
   const bf16* kh = k + seq * ldkv + static_cast<std::size_t>(kvh) * hd;
   const bf16* vh = v + seq * ldkv + static_cast<std::size_t>(kvh) * hd;
-  load_tile<D>(qs, qh, ldq, q0, T, hd);
+  load_rows<D>(qs, qh, ldq, q0, T, hd, wide);
 
-  float m[kPer], l[kPer], o[kPer][C];
+  // The lane's rows g and g + 8 (index r), in base 2: running max m and partial sum l.
+  const int t_of[2] = {q0 + r0 + l.g, q0 + r0 + l.g + 8};
+  float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
+  float o[N][4];
 #pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
+  for (int n = 0; n < N; ++n) {
 #pragma unroll
-    for (int c = 0; c < C; ++c) o[r][c] = 0.0f;
+    for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
   }
   const int last_tile = (min(T, q0 + kTile) - 1) / kTile;
   for (int kt = first_key_tile(q0, window); kt <= last_tile; ++kt) {
     const int k0 = kt * kTile;
-    __syncthreads();  // the previous tile's readers of ks, vs and ps are done
-    load_tile<D>(ks, kh, ldkv, k0, T, hd);
-    load_tile<D>(vs, vh, ldkv, k0, T, hd);
+    __syncthreads();  // the previous tile's readers of ks and vs_t are done
+    load_rows<D>(ks, kh, ldkv, k0, T, hd, wide);
+    load_cols<D>(vs_t, vh, ldkv, k0, T, hd, wide);
     __syncthreads();
-    float s[kPer][kPer] = {};
-    for (int i = 0; i < D; ++i) {
-      float a[kPer], w[kPer];
+    float s[8][4];
+    scores<D>(s, qs, ks, r0, l);
+    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int r = 0; r < kPer; ++r) a[r] = qs[(ty + kSide * r) * S + i];
+    for (int j = 0; j < 8; ++j) {
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) w[j] = ks[(tx + kSide * j) * S + i];
-#pragma unroll
-      for (int r = 0; r < kPer; ++r) {
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) s[r][j] = fmaf(a[r], w[j], s[r][j]);
+      for (int e = 0; e < 4; ++e) {
+        const int u = k0 + 8 * j + 2 * l.t + e % 2;
+        s[j][e] = visible(t_of[e / 2], u, T, window) ? s[j][e] * scale_log2 : -INFINITY;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[j][e]);
       }
     }
+    float base[2];
 #pragma unroll
-    for (int r = 0; r < kPer; ++r) {
-      const int t = q0 + ty + kSide * r;
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int u = k0 + tx + kSide * j;
-        s[r][j] = visible(t, u, T, window) ? s[r][j] * scale : -INFINITY;
-        tile_max = fmaxf(tile_max, s[r][j]);
-      }
-      const float m_new = fmaxf(m[r], row_max(tile_max));
-      // A row that has seen no key yet keeps m = -inf; exp(-inf - 0) = 0 keeps it empty.
-      const float base = m_new == -INFINITY ? 0.0f : m_new;
-      const float correction = expf(m[r] - base);
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const float p = expf(s[r][j] - base);
-        ps[(ty + kSide * r) * kScoreStride + tx + kSide * j] = p;
-        sum += p;
-      }
-      l[r] = l[r] * correction + row_sum(sum);
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], quad_max(tile_max[r]));
+      // A row that has seen no key yet keeps m = -inf; exp2(-inf - 0) = 0 keeps it empty.
+      base[r] = m_new == -INFINITY ? 0.0f : m_new;
+      const float correction = exp2f(m[r] - base[r]);
+      lsum[r] *= correction;
       m[r] = m_new;
 #pragma unroll
-      for (int c = 0; c < C; ++c) o[r][c] *= correction;
-    }
-    __syncthreads();
-    for (int u = 0; u < kTile; ++u) {
-      float p[kPer], w[C];
-#pragma unroll
-      for (int r = 0; r < kPer; ++r) p[r] = ps[(ty + kSide * r) * kScoreStride + u];
-#pragma unroll
-      for (int c = 0; c < C; ++c) w[c] = vs[u * S + tx + kSide * c];
-#pragma unroll
-      for (int r = 0; r < kPer; ++r) {
-#pragma unroll
-        for (int c = 0; c < C; ++c) o[r][c] = fmaf(p[r], w[c], o[r][c]);
+      for (int n = 0; n < N; ++n) {
+        o[n][2 * r] *= correction;
+        o[n][2 * r + 1] *= correction;
       }
     }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = exp2f(s[j][e] - base[e / 2]);
+        lsum[e / 2] += s[j][e];
+      }
+    }
+    accumulate<D>(o, s, vs_t, l);
   }
 #pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int t = q0 + ty + kSide * r;
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(lsum[r]);
+    const int t = t_of[r];
     if (t >= T) continue;
-    const float inverse = 1.0f / l[r];
+    const float inverse = 1.0f / sum;
     bf16* row = out + (seq + t) * ld_out + static_cast<std::size_t>(h) * hd;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int i = tx + kSide * c;
-      if (i < hd) row[i] = store(o[r][c] * inverse);
+    for (int n = 0; n < N; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 8 * n + 2 * l.t + e;
+        if (i < hd) row[i] = store(o[n][2 * r + e] * inverse);
+      }
     }
-    if (tx == 0) lse[(static_cast<std::size_t>(b) * NH + h) * T + t] = m[r] + logf(l[r]);
+    if (l.t == 0) {
+      lse[(static_cast<std::size_t>(b) * NH + h) * T + t] = (m[r] + log2f(sum)) * kLn2;
+    }
   }
 }
 
@@ -233,40 +373,45 @@ __global__ void __launch_bounds__(kDeltaThreads)
   delta[(b * NH + h) * T + t] = sum;
 }
 
-// dk, dv of key tile blockIdx.x of kv head blockIdx.y in sequence blockIdx.z.
+// dk, dv of key tile blockIdx.x of kv head blockIdx.y in sequence blockIdx.z: warp w owns keys
+// 16 w .. 16 w + 15 and works on the transposed scores (keys x queries).
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
                 int ld_out, const float* __restrict__ lse, const float* __restrict__ delta,
                 const bf16* __restrict__ q, int ldq, const bf16* __restrict__ k,
                 const bf16* __restrict__ v, int ldkv, int T, int NH, int group, int hd, int window,
-                float scale) {
-  constexpr int S = D + 1;
-  constexpr int C = D / kSide;
+                float scale, bool wide) {
+  constexpr int R = kRow<D>;
+  constexpr int N = D / 8;
   extern __shared__ float smem[];
-  float* ks = smem;                                     // [kTile][S]
-  float* vs = ks + kTile * S;                           // [kTile][S]
-  float* qs = vs + kTile * S;                           // [kTile][S]
-  float* dos = qs + kTile * S;                          // [kTile][S]
-  float* ts = dos + kTile * S;                          // [kTile][kScoreStride]: P^T, then dS^T
-  float* lse_s = ts + kTile * kScoreStride;             // [kTile]
-  float* delta_s = lse_s + kTile;                       // [kTile]
+  bf16* ks = reinterpret_cast<bf16*>(smem);                       // [kTile][R]
+  bf16* vs = ks + kTile * R;                                      // [kTile][R]
+  bf16* qs = vs + kTile * R;                                      // [kTile][R]
+  bf16* dos = qs + kTile * R;                                     // [kTile][R]
+  bf16* qs_t = dos + kTile * R;                                   // [D][kRowT]
+  bf16* dos_t = qs_t + D * kRowT;                                 // [D][kRowT]
+  float* lse_s = reinterpret_cast<float*>(dos_t + D * kRowT);     // [kTile], base 2
+  float* delta_s = lse_s + kTile;                                 // [kTile]
   const int k0 = static_cast<int>(blockIdx.x) * kTile;  // the earliest keys (most work) first
   const int kvh = blockIdx.y, b = blockIdx.z;
-  const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+  const int r0 = static_cast<int>(threadIdx.x) / 32 * 16;
+  const Lane l = lane_of();
+  const float scale_log2 = scale * kLog2e;
   const std::size_t seq = static_cast<std::size_t>(b) * T;
   const std::size_t kv_at = seq * ldkv + static_cast<std::size_t>(kvh) * hd;
-  load_tile<D>(ks, k + kv_at, ldkv, k0, T, hd);
-  load_tile<D>(vs, v + kv_at, ldkv, k0, T, hd);
+  load_rows<D>(ks, k + kv_at, ldkv, k0, T, hd, wide);
+  load_rows<D>(vs, v + kv_at, ldkv, k0, T, hd, wide);
   // The queries that see these keys: from the diagonal to the window's end.
   const int k_last = min(T, k0 + kTile) - 1;
   const int t_last = window > 0 ? min(T - 1, k_last + window - 1) : T - 1;
+  const int u_of[2] = {k0 + r0 + l.g, k0 + r0 + l.g + 8};  // the lane's keys
 
-  float dk_acc[kPer][C], dv_acc[kPer][C];  // key rows ty + 16 r, channels tx + 16 c
+  float dk_acc[N][4], dv_acc[N][4];
 #pragma unroll
-  for (int r = 0; r < kPer; ++r) {
+  for (int n = 0; n < N; ++n) {
 #pragma unroll
-    for (int c = 0; c < C; ++c) dk_acc[r][c] = dv_acc[r][c] = 0.0f;
+    for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.0f;
   }
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
     const bf16* qh = q + seq * ldq + static_cast<std::size_t>(h) * hd;
@@ -275,96 +420,51 @@ __global__ void __launch_bounds__(kThreads)
     const float* delta_h = delta + (static_cast<std::size_t>(b) * NH + h) * T;
     for (int qt = k0 / kTile; qt <= t_last / kTile; ++qt) {
       const int q0 = qt * kTile;
-      __syncthreads();  // the previous tile's readers of qs, dos, ts, lse_s and delta_s are done
-      load_tile<D>(qs, qh, ldq, q0, T, hd);
-      load_tile<D>(dos, doh, ld_out, q0, T, hd);
+      __syncthreads();  // the previous tile's readers are done
+      load_rows<D>(qs, qh, ldq, q0, T, hd, wide);
+      load_rows<D>(dos, doh, ld_out, q0, T, hd, wide);
+      load_cols<D>(qs_t, qh, ldq, q0, T, hd, wide);
+      load_cols<D>(dos_t, doh, ld_out, q0, T, hd, wide);
       if (threadIdx.x < kTile) {
         const int t = q0 + threadIdx.x;
-        lse_s[threadIdx.x] = t < T ? lse_h[t] : 0.0f;
+        lse_s[threadIdx.x] = t < T ? lse_h[t] * kLog2e : 0.0f;
         delta_s[threadIdx.x] = t < T ? delta_h[t] : 0.0f;
       }
       __syncthreads();
-      // Transposed tiles: key rows ty + 16 r, query columns tx + 16 j.
-      float s[kPer][kPer] = {}, dp[kPer][kPer] = {};
-      for (int i = 0; i < D; ++i) {
-        float kr[kPer], vr[kPer], qc[kPer], gc[kPer];
+      float p[8][4], ds[8][4];  // keys x queries: P^T, then dP^T, then dS^T
+      scores<D>(p, ks, qs, r0, l);
+      scores<D>(ds, vs, dos, r0, l);
 #pragma unroll
-        for (int r = 0; r < kPer; ++r) {
-          kr[r] = ks[(ty + kSide * r) * S + i];
-          vr[r] = vs[(ty + kSide * r) * S + i];
-        }
+      for (int j = 0; j < 8; ++j) {
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          qc[j] = qs[(tx + kSide * j) * S + i];
-          gc[j] = dos[(tx + kSide * j) * S + i];
-        }
-#pragma unroll
-        for (int r = 0; r < kPer; ++r) {
-#pragma unroll
-          for (int j = 0; j < kPer; ++j) {
-            s[r][j] = fmaf(kr[r], qc[j], s[r][j]);
-            dp[r][j] = fmaf(vr[r], gc[j], dp[r][j]);
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int tq = 8 * j + 2 * l.t + e % 2;
+          const float pe = visible(q0 + tq, u_of[e / 2], T, window)
+                               ? exp2f(p[j][e] * scale_log2 - lse_s[tq])
+                               : 0.0f;
+          p[j][e] = pe;
+          ds[j][e] = pe * (ds[j][e] - delta_s[tq]);
         }
       }
-#pragma unroll
-      for (int r = 0; r < kPer; ++r) {
-        const int u = k0 + ty + kSide * r;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          const int tq = tx + kSide * j;
-          const float p = visible(q0 + tq, u, T, window) ? expf(s[r][j] * scale - lse_s[tq]) : 0.0f;
-          ts[(ty + kSide * r) * kScoreStride + tq] = p;
-          s[r][j] = p * (dp[r][j] - delta_s[tq]);  // dS^T, kept for after dV
-        }
-      }
-      __syncthreads();
-      for (int t = 0; t < kTile; ++t) {  // dV += P^T dO
-        float p[kPer], g[C];
-#pragma unroll
-        for (int r = 0; r < kPer; ++r) p[r] = ts[(ty + kSide * r) * kScoreStride + t];
-#pragma unroll
-        for (int c = 0; c < C; ++c) g[c] = dos[t * S + tx + kSide * c];
-#pragma unroll
-        for (int r = 0; r < kPer; ++r) {
-#pragma unroll
-          for (int c = 0; c < C; ++c) dv_acc[r][c] = fmaf(p[r], g[c], dv_acc[r][c]);
-        }
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kPer; ++r) {
-#pragma unroll
-        for (int j = 0; j < kPer; ++j)
-          ts[(ty + kSide * r) * kScoreStride + tx + kSide * j] = s[r][j];
-      }
-      __syncthreads();
-      for (int t = 0; t < kTile; ++t) {  // dK += dS^T Q (scaled at the end)
-        float d[kPer], x[C];
-#pragma unroll
-        for (int r = 0; r < kPer; ++r) d[r] = ts[(ty + kSide * r) * kScoreStride + t];
-#pragma unroll
-        for (int c = 0; c < C; ++c) x[c] = qs[t * S + tx + kSide * c];
-#pragma unroll
-        for (int r = 0; r < kPer; ++r) {
-#pragma unroll
-          for (int c = 0; c < C; ++c) dk_acc[r][c] = fmaf(d[r], x[c], dk_acc[r][c]);
-        }
-      }
+      accumulate<D>(dv_acc, p, dos_t, l);  // dV += P^T dO
+      accumulate<D>(dk_acc, ds, qs_t, l);  // dK += dS^T Q (scaled at the end)
     }
   }
 #pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int u = k0 + ty + kSide * r;
+  for (int r = 0; r < 2; ++r) {
+    const int u = u_of[r];
     if (u >= T) continue;
     bf16* dk_row = dk + (seq + u) * ldkv + static_cast<std::size_t>(kvh) * hd;
     bf16* dv_row = dv + (seq + u) * ldkv + static_cast<std::size_t>(kvh) * hd;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int i = tx + kSide * c;
-      if (i >= hd) continue;
-      dk_row[i] = store(load(dk_row[i]) + scale * dk_acc[r][c]);
-      dv_row[i] = store(load(dv_row[i]) + dv_acc[r][c]);
+    for (int n = 0; n < N; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 8 * n + 2 * l.t + e;
+        if (i >= hd) continue;
+        dk_row[i] = store(load(dk_row[i]) + scale * dk_acc[n][2 * r + e]);
+        dv_row[i] = store(load(dv_row[i]) + dv_acc[n][2 * r + e]);
+      }
     }
   }
 }
@@ -376,103 +476,80 @@ __global__ void __launch_bounds__(kThreads)
               const float* __restrict__ lse, const float* __restrict__ delta,
               const bf16* __restrict__ q, int ldq, const bf16* __restrict__ k,
               const bf16* __restrict__ v, int ldkv, int T, int NH, int group, int hd, int window,
-              float scale) {
-  constexpr int S = D + 1;
-  constexpr int C = D / kSide;
+              float scale, bool wide) {
+  constexpr int R = kRow<D>;
+  constexpr int N = D / 8;
   extern __shared__ float smem[];
-  float* qs = smem;                           // [kTile][S]
-  float* dos = qs + kTile * S;                // [kTile][S]
-  float* ks = dos + kTile * S;                // [kTile][S]
-  float* vs = ks + kTile * S;                 // [kTile][S]
-  float* dss = vs + kTile * S;                // [kTile][kScoreStride]: dS
-  float* lse_s = dss + kTile * kScoreStride;  // [kTile]
-  float* delta_s = lse_s + kTile;             // [kTile]
+  bf16* qs = reinterpret_cast<bf16*>(smem);  // [kTile][R]
+  bf16* dos = qs + kTile * R;                // [kTile][R]
+  bf16* ks = dos + kTile * R;                // [kTile][R]
+  bf16* vs = ks + kTile * R;                 // [kTile][R]
+  bf16* ks_t = vs + kTile * R;               // [D][kRowT]
   const int tiles = (T + kTile - 1) / kTile;
   const int q0 = (tiles - 1 - static_cast<int>(blockIdx.x)) * kTile;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / group;
-  const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+  const int r0 = static_cast<int>(threadIdx.x) / 32 * 16;
+  const Lane l = lane_of();
+  const float scale_log2 = scale * kLog2e;
   const std::size_t seq = static_cast<std::size_t>(b) * T;
   const bf16* qh = q + seq * ldq + static_cast<std::size_t>(h) * hd;
   const bf16* doh = dout + seq * ld_out + static_cast<std::size_t>(h) * hd;
   const bf16* kh = k + seq * ldkv + static_cast<std::size_t>(kvh) * hd;
   const bf16* vh = v + seq * ldkv + static_cast<std::size_t>(kvh) * hd;
-  load_tile<D>(qs, qh, ldq, q0, T, hd);
-  load_tile<D>(dos, doh, ld_out, q0, T, hd);
-  if (threadIdx.x < kTile) {
-    const int t = q0 + threadIdx.x;
-    const std::size_t at = (static_cast<std::size_t>(b) * NH + h) * T + t;
-    lse_s[threadIdx.x] = t < T ? lse[at] : 0.0f;
-    delta_s[threadIdx.x] = t < T ? delta[at] : 0.0f;
+  load_rows<D>(qs, qh, ldq, q0, T, hd, wide);
+  load_rows<D>(dos, doh, ld_out, q0, T, hd, wide);
+  const int t_of[2] = {q0 + r0 + l.g, q0 + r0 + l.g + 8};  // the lane's queries
+  float lse_of[2], delta_of[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const std::size_t at = (static_cast<std::size_t>(b) * NH + h) * T + t_of[r];
+    lse_of[r] = t_of[r] < T ? lse[at] * kLog2e : 0.0f;
+    delta_of[r] = t_of[r] < T ? delta[at] : 0.0f;
   }
 
-  float acc[kPer][C];  // query rows ty + 16 r, channels tx + 16 c
+  float acc[N][4];
 #pragma unroll
-  for (int r = 0; r < kPer; ++r) {
+  for (int n = 0; n < N; ++n) {
 #pragma unroll
-    for (int c = 0; c < C; ++c) acc[r][c] = 0.0f;
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
   }
   const int last_tile = (min(T, q0 + kTile) - 1) / kTile;
   for (int kt = first_key_tile(q0, window); kt <= last_tile; ++kt) {
     const int k0 = kt * kTile;
-    __syncthreads();  // the previous tile's readers of ks, vs and dss are done
-    load_tile<D>(ks, kh, ldkv, k0, T, hd);
-    load_tile<D>(vs, vh, ldkv, k0, T, hd);
+    __syncthreads();  // the previous tile's readers of ks, vs and ks_t are done
+    load_rows<D>(ks, kh, ldkv, k0, T, hd, wide);
+    load_rows<D>(vs, vh, ldkv, k0, T, hd, wide);
+    load_cols<D>(ks_t, kh, ldkv, k0, T, hd, wide);
     __syncthreads();
-    float s[kPer][kPer] = {}, dp[kPer][kPer] = {};  // query rows ty + 16 r, keys tx + 16 j
-    for (int i = 0; i < D; ++i) {
-      float qr[kPer], gr[kPer], kc[kPer], vc[kPer];
+    float s[8][4], ds[8][4];  // queries x keys: the scores, then dP, then dS
+    scores<D>(s, qs, ks, r0, l);
+    scores<D>(ds, dos, vs, r0, l);
 #pragma unroll
-      for (int r = 0; r < kPer; ++r) {
-        qr[r] = qs[(ty + kSide * r) * S + i];
-        gr[r] = dos[(ty + kSide * r) * S + i];
-      }
+    for (int j = 0; j < 8; ++j) {
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        kc[j] = ks[(tx + kSide * j) * S + i];
-        vc[j] = vs[(tx + kSide * j) * S + i];
-      }
-#pragma unroll
-      for (int r = 0; r < kPer; ++r) {
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          s[r][j] = fmaf(qr[r], kc[j], s[r][j]);
-          dp[r][j] = fmaf(gr[r], vc[j], dp[r][j]);
-        }
+      for (int e = 0; e < 4; ++e) {
+        const int u = k0 + 8 * j + 2 * l.t + e % 2;
+        const int r = e / 2;
+        const float pe = visible(t_of[r], u, T, window)
+                             ? exp2f(s[j][e] * scale_log2 - lse_of[r])
+                             : 0.0f;
+        ds[j][e] = pe * (ds[j][e] - delta_of[r]);
       }
     }
-#pragma unroll
-    for (int r = 0; r < kPer; ++r) {
-      const int tq = ty + kSide * r;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int u = k0 + tx + kSide * j;
-        const float p = visible(q0 + tq, u, T, window) ? expf(s[r][j] * scale - lse_s[tq]) : 0.0f;
-        dss[tq * kScoreStride + tx + kSide * j] = p * (dp[r][j] - delta_s[tq]);
-      }
-    }
-    __syncthreads();
-    for (int u = 0; u < kTile; ++u) {  // dQ += dS K (scaled at the end)
-      float d[kPer], x[C];
-#pragma unroll
-      for (int r = 0; r < kPer; ++r) d[r] = dss[(ty + kSide * r) * kScoreStride + u];
-#pragma unroll
-      for (int c = 0; c < C; ++c) x[c] = ks[u * S + tx + kSide * c];
-#pragma unroll
-      for (int r = 0; r < kPer; ++r) {
-#pragma unroll
-        for (int c = 0; c < C; ++c) acc[r][c] = fmaf(d[r], x[c], acc[r][c]);
-      }
-    }
+    accumulate<D>(acc, ds, ks_t, l);  // dQ += dS K (scaled at the end)
   }
 #pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int t = q0 + ty + kSide * r;
+  for (int r = 0; r < 2; ++r) {
+    const int t = t_of[r];
     if (t >= T) continue;
     bf16* row = dq + (seq + t) * ldq + static_cast<std::size_t>(h) * hd;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int i = tx + kSide * c;
-      if (i < hd) row[i] = store(load(row[i]) + scale * acc[r][c]);
+    for (int n = 0; n < N; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 8 * n + 2 * l.t + e;
+        if (i < hd) row[i] = store(load(row[i]) + scale * acc[n][2 * r + e]);
+      }
     }
   }
 }
@@ -503,6 +580,20 @@ float softmax_scale(int hd) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
 }
 
+// Whether every tile row the kernels read can move 16 bytes at a time: the heads' bases
+// 16-byte aligned, and every row stride and hd a multiple of 8 elements.
+bool rows_are_wide(std::initializer_list<const Bf16*> bases, std::initializer_list<int> strides,
+                   int hd) {
+  if (hd % 8 != 0) return false;
+  for (const Bf16* base : bases) {
+    if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0) return false;
+  }
+  for (int ld : strides) {
+    if (ld % 8 != 0) return false;
+  }
+  return true;
+}
+
 template <class Kernel>
 cudaError_t allow_smem(Kernel kernel, std::size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -516,11 +607,12 @@ int launch_forward(Bf16* out, int ld_out, float* lse, const Bf16* q, int ldq, co
   constexpr std::size_t bytes = forward_smem_bytes<D>();
   const cudaError_t allowed = allow_smem(forward_kernel<D>, bytes);
   if (allowed != cudaSuccess) return static_cast<int>(allowed);
+  const bool wide = rows_are_wide({q, k, v}, {ldq, ldkv}, hd);
   const dim3 grid((T + kTile - 1) / kTile, NH, B);
   forward_kernel<D><<<grid, kThreads, bytes, stream>>>(
       reinterpret_cast<bf16*>(out), ld_out, lse, reinterpret_cast<const bf16*>(q), ldq,
       reinterpret_cast<const bf16*>(k), reinterpret_cast<const bf16*>(v), ldkv, T, NH, NH / NKV, hd,
-      window, softmax_scale(hd));
+      window, softmax_scale(hd) * kLog2e, wide);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -529,24 +621,26 @@ int launch_backward(Bf16* dq, Bf16* dk, Bf16* dv, const Bf16* dout, int ld_out, 
                     const float* delta, const Bf16* q, int ldq, const Bf16* k, const Bf16* v,
                     int ldkv, int B, int T, int NH, int NKV, int hd, int window,
                     cudaStream_t stream) {
-  constexpr std::size_t bytes = backward_smem_bytes<D>();
-  cudaError_t st = allow_smem(dkdv_kernel<D>, bytes);
-  if (st == cudaSuccess) st = allow_smem(dq_kernel<D>, bytes);
+  constexpr std::size_t dkdv_bytes = dkdv_smem_bytes<D>();
+  constexpr std::size_t dq_bytes = dq_smem_bytes<D>();
+  cudaError_t st = allow_smem(dkdv_kernel<D>, dkdv_bytes);
+  if (st == cudaSuccess) st = allow_smem(dq_kernel<D>, dq_bytes);
   if (st != cudaSuccess) return static_cast<int>(st);
   const int tiles = (T + kTile - 1) / kTile;
   const float scale = softmax_scale(hd);
+  const bool wide = rows_are_wide({q, k, v, dout}, {ldq, ldkv, ld_out}, hd);
   const bf16* g = reinterpret_cast<const bf16*>(dout);
   const bf16* qb = reinterpret_cast<const bf16*>(q);
   const bf16* kb = reinterpret_cast<const bf16*>(k);
   const bf16* vb = reinterpret_cast<const bf16*>(v);
-  dkdv_kernel<D><<<dim3(tiles, NKV, B), kThreads, bytes, stream>>>(
+  dkdv_kernel<D><<<dim3(tiles, NKV, B), kThreads, dkdv_bytes, stream>>>(
       reinterpret_cast<bf16*>(dk), reinterpret_cast<bf16*>(dv), g, ld_out, lse, delta, qb, ldq, kb,
-      vb, ldkv, T, NH, NH / NKV, hd, window, scale);
+      vb, ldkv, T, NH, NH / NKV, hd, window, scale, wide);
   st = cudaGetLastError();
   if (st != cudaSuccess) return static_cast<int>(st);
-  dq_kernel<D><<<dim3(tiles, NH, B), kThreads, bytes, stream>>>(
+  dq_kernel<D><<<dim3(tiles, NH, B), kThreads, dq_bytes, stream>>>(
       reinterpret_cast<bf16*>(dq), g, ld_out, lse, delta, qb, ldq, kb, vb, ldkv, T, NH, NH / NKV,
-      hd, window, scale);
+      hd, window, scale, wide);
   return static_cast<int>(cudaGetLastError());
 }
 

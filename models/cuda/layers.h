@@ -109,9 +109,9 @@ class Matmul {
 
 // Causal attention with grouped key/value heads on rows of any stride, as
 // gpt::attention_forward_rows: query head h of hd channels reads key/value head h / (NH / NKV);
-// window > 0 also masks keys more than window - 1 positions back. A flash-style kernel: scores
-// are computed a tile at a time and never stored; `lse` (fp32 [B, NH, T]) keeps each row's
-// log-sum-exp for the backward.
+// window > 0 also masks keys more than window - 1 positions back; hd at most 128. Flash
+// attention on tensor cores (bf16 mma.sync, sm_80 and later): scores are computed a tile at a
+// time and never stored; `lse` (fp32 [B, NH, T]) keeps each row's log-sum-exp for the backward.
 int attention_forward(Bf16* out, int ld_out, float* lse, const Bf16* q, int ldq, const Bf16* k,
                       const Bf16* v, int ldkv, int B, int T, int NH, int NKV, int hd, int window,
                       Stream stream);

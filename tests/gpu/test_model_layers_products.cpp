@@ -295,32 +295,41 @@ TEST_CASE("cuda layers: matmul keeps each shape's cached plan apart", "[gpu]") {
 // ---- Attention ----
 //
 // Inputs: q uniform in [-2, 2] (so that the softmax is far from flat), k, v, dout in [-1, 1].
-// Scores: s = scale q.k in fp32 over hd products, off by at most hd 2^-24 sum|q k| scale
-// <= 2 hd^1.5 2^-24: 8.5e-5 at hd = 80, 1.7e-4 at 128; lse by as much again plus the fp32 sum's
-// relative error (T 2^-24, 4e-6); so each P = exp(s - lse) is off by a relative 3.5e-4 at most:
-// eta = 2^-11 (4.9e-4) bounds it. With P the exact probabilities:
-//   out[t, i] = sum_u P v[u, i]:  a = eta sum_u P |v[u, i]|;   lse: a = eta (absolute).
-// Backward: delta_t = dout_t . out_t from the bf16 out the forward wrote, so its error is
-// E_t = |dout_t . (out_gpu - out_exact)| (computed here exactly) + hd 2^-24 sum_i |dout| |out|
-// (the fp32 sum); dP[t, u] = dout_t . v_u is off by hd 2^-24 A, A = sum_i |dout| |v| >= |dP|;
-// dS = P (dP - delta) is then off by W[t, u] = P ((eta + hd 2^-24) A + eta |delta_t| + E_t). So
+// Products run on tensor cores: bf16 operands, fp32 accumulation that may truncate rather than
+// round, so each fp32 sum of n products is taken as off by n 2^-23 times the sum of their sizes.
+// Scores: s = scale q.k, off by at most hd 2^-23 sum|q k| scale <= 2 hd^1.5 2^-23: 1.7e-4 at
+// hd = 80, 3.5e-4 at 128; lse by as much again plus the fp32 sum's relative error (T 2^-24)
+// and exp2's few ulps; so each P = exp(s - lse) is off by a relative 7e-4 at most: eta = 2^-10
+// (9.8e-4) bounds it. Where P and dS are a product's operands they are rounded to bf16 first,
+// a relative 2^-9 more: etaP = eta + 2^-9. With P the exact probabilities:
+//   out[t, i] = sum_u P v[u, i]:  a = etaP sum_u P |v[u, i]|;   lse: a = eta (absolute).
+// Backward: delta_t = dout_t . out_t from the bf16 out the forward wrote, in fp32 FMA, so its
+// error is E_t = |dout_t . (out_gpu - out_exact)| (computed here exactly) + hd 2^-24 sum_i |dout|
+// |out|; dP[t, u] = dout_t . v_u is off by hd 2^-23 A, A = sum_i |dout| |v| >= |dP|; dS = P (dP -
+// delta) is then off by W[t, u] = P ((eta + hd 2^-23) A + eta |delta_t| + E_t) + 2^-9 |dS|. So
 //   dq[t, i]: a = scale sum_u W |k[u, i]|,  dk[u, i]: a = scale sum_(h, t) W |q[t, i]|,
-//   dv[u, i]: a = eta sum_(h, t) P |dout[t, i]|
-// (the fp32 sums of at most group * T terms add 2^-24 times that many, far under eta).
+//   dv[u, i]: a = etaP sum_(h, t) P |dout[t, i]|
+// (the fp32 sums of at most group * T terms add 2^-23 times that many, far under eta).
 
-constexpr double kEta = 0x1p-11;
+constexpr double kEta = 0x1p-10;
+constexpr double kOperandRound = 0x1p-9;  // a float rounded to bf16 to be a product's operand
+constexpr double kEtaP = kEta + kOperandRound;
+constexpr double kTensorUnit = 0x1p-23;  // a tensor-core fp32 sum, truncated
 
 struct AttentionCase {
   int B, T, NH, NKV, hd, window;
+  bool packed = false;  // rows exactly as wide as their heads: the 16-byte tile loads
 };
 
 void check_attention(const AttentionCase& c, std::uint64_t seed) {
   const int B = c.B, T = c.T, NH = c.NH, NKV = c.NKV, hd = c.hd, window = c.window;
   INFO("B " << B << ", T " << T << ", NH " << NH << ", NKV " << NKV << ", hd " << hd << ", window "
-            << window);
+            << window << (c.packed ? ", packed rows" : ""));
   const int group = NH / NKV;
-  // Rows wider than the heads, by odd counts: k and v share rows, v after the NKV k heads.
-  const int ldq = NH * hd + 3, ldkv = 2 * NKV * hd + 5, ld_out = NH * hd + 7;
+  // Rows wider than the heads, by odd counts, unless packed: k and v share rows, v after the NKV
+  // k heads.
+  const int pad = c.packed ? 0 : 1;
+  const int ldq = NH * hd + 3 * pad, ldkv = 2 * NKV * hd + 5 * pad, ld_out = NH * hd + 7 * pad;
   const int v_at = NKV * hd;
   const std::size_t rows = static_cast<std::size_t>(B) * T;
   const std::size_t nq = rows * ldq, nkv = rows * ldkv, nout = rows * ld_out;
@@ -409,7 +418,7 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
             terms += att[pi(b, h, t, u)] * std::fabs(kvd[ki(b, u, h / group, i) + v_at]);
           }
           const std::size_t at = oi(b, t, h, i);
-          out_tol[at] = kBf16Unit * std::fabs(out_ref[at]) + 2 * kEta * terms;
+          out_tol[at] = kBf16Unit * std::fabs(out_ref[at]) + 2 * kEtaP * terms;
         }
       }
     }
@@ -460,14 +469,17 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
         for (int u = 0; u <= t; ++u) {
           const double p = att[pi(b, h, t, u)];
           if (p == 0) continue;  // masked: exactly 0 on both sides
-          double a = 0;
-          for (int i = 0; i < hd; ++i)
+          double a = 0, dp = 0;
+          for (int i = 0; i < hd; ++i) {
             a += std::fabs(dod[oi(b, t, h, i)]) * std::fabs(kvd[ki(b, u, g, i) + v_at]);
-          const double wt = p * ((kEta + hd * kF32Unit) * a + kEta * std::fabs(delta) + e);
+            dp += dod[oi(b, t, h, i)] * kvd[ki(b, u, g, i) + v_at];
+          }
+          const double wt = p * ((kEta + hd * kTensorUnit) * a + kEta * std::fabs(delta) + e) +
+                            kOperandRound * p * std::fabs(dp - delta);
           for (int i = 0; i < hd; ++i) {
             dq_a[qi(b, t, h, i)] += scale * wt * std::fabs(kvd[ki(b, u, g, i)]);
             dkv_a[ki(b, u, g, i)] += scale * wt * std::fabs(qd[qi(b, t, h, i)]);
-            dkv_a[ki(b, u, g, i) + v_at] += kEta * p * std::fabs(dod[oi(b, t, h, i)]);
+            dkv_a[ki(b, u, g, i) + v_at] += kEtaP * p * std::fabs(dod[oi(b, t, h, i)]);
           }
         }
       }
@@ -520,6 +532,17 @@ TEST_CASE("cuda layers: attention's tile ranges follow the window edges across f
   check_attention({2, 67, 6, 2, 80, 2}, 2000);
   check_attention({2, 200, 6, 2, 64, 66}, 2010);
   check_attention({1, 200, 4, 1, 96, 0}, 2020);
+}
+
+TEST_CASE("cuda layers: attention on packed rows moves tiles 16 bytes at a time, to the same results",
+          "[gpu]") {
+  // Rows exactly as wide as their heads and hd a multiple of 8: the tile loads take 8 channels
+  // at a time (hd 80 in the 96-wide kernels leaves two chunks of zeros); hd 36 is not a multiple
+  // of 8 and keeps the one-channel loads on the same packed rows.
+  check_attention({2, 130, 4, 2, 64, 0, true}, 3000);
+  check_attention({1, 67, 2, 1, 128, 40, true}, 3010);
+  check_attention({2, 67, 4, 4, 80, 0, true}, 3020);
+  check_attention({1, 67, 4, 2, 36, 0, true}, 3030);
 }
 
 TEST_CASE("cuda layers: attention refuses a head dimension over 128 and uneven head groups",
