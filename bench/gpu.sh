@@ -7,13 +7,14 @@
 #
 #   bench/gpu.sh build gpt2-124m             one model; the results of the others are kept
 #   RUNS="torch-plain torch-fsdp2" bench/gpu.sh build     only these runs
-#   DTYPE=fp32 bench/gpu.sh build            both sides in fp32 (zero-train: --set bf16.enabled=false)
+#   DTYPE=fp32 bench/gpu.sh build            PyTorch in fp32 (zero-train refuses: bf16 only on a GPU)
 #
 # Builds nothing: BUILD_DIR should hold tools/zero-train/zero-train (a CUDA build:
-# cmake -B build -DZERO_WITH_CUDA=ON && cmake --build build --target zero-train). When it is
-# missing, or zero-train cannot train on the GPU yet, that run's row records the failure (its
-# last error line) and the others go on. PyTorch comes from $TORCH_PYTHON. (The reference GPT
-# computes in fp32 for now and refuses a bf16 config: DTYPE=fp32 compares both sides in fp32.)
+# cmake -B build -DZERO_WITH_CUDA=ON && cmake --build build --target zero-train), or ZERO_TRAIN
+# names the zero-train to run (gpu-check's bundle). When it is missing, or a run fails, that
+# run's row records the failure (its last error line) and the others go on. PyTorch comes from
+# $TORCH_PYTHON. zero-train trains its CUDA GPT in bf16; its CUDA models are bf16 only, so with
+# DTYPE=fp32 its rows record zero-train's refusal and only PyTorch's rows run.
 #
 # Per model, one rank on GPU $GPU (CUDA_VISIBLE_DEVICES):
 #   zero-stage0            zero-train --device 2 --config bench/configs/gpu_stage0.json
@@ -43,7 +44,7 @@
 # A model's earlier lines are replaced; other models' stay, so the runs can be split across calls.
 # Environment: STEPS (10), WARMUP (3), RUN_TIMEOUT seconds per run (300), GPU (0), DTYPE (bf16),
 # RUNS (all), TORCH_PYTHON (python3), PEAK_TFLOPS, TORCH_FLAGS (more torch_gpt.py flags, e.g.
-# --compile), MICRO_BATCH and SEQ (override the table below).
+# --compile), MICRO_BATCH and SEQ (override the table below), ZERO_TRAIN (the zero-train to run).
 # Exit status: 1 when a run failed (every run is still attempted and recorded), else 0.
 set -euo pipefail
 
@@ -63,7 +64,7 @@ torch_python=${TORCH_PYTHON:-python3}
 all_runs=(zero-stage0 zero-stage3 zero-stage3-optcpu zero-stage3-allcpu torch-plain torch-fsdp2
           torch-fsdp2-offload)
 read -r -a runs <<<"${RUNS:-${all_runs[*]}}"
-train=$build/tools/zero-train/zero-train
+train=${ZERO_TRAIN:-$build/tools/zero-train/zero-train}
 data=data/fortunes.txt
 results=bench/results
 jsonl=$results/train_gpu.jsonl
@@ -336,6 +337,12 @@ for model, dtype in dict.fromkeys((r["model"], r["dtype"]) for r in records):
         value = f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}" if a["ok"] and b["ok"] else "-"
         lines.append(f"ours / {short[theirs]}: {value} ({label[ours]} against "
                      f"{label[theirs]}, tokens/s)")
+    # What offloading the optimizer costs us: its throughput against our own stage 0.
+    a, b = by_run.get("zero-stage3-optcpu"), by_run.get("zero-stage0")
+    if a is not None and b is not None:
+        value = f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}" if a["ok"] and b["ok"] else "-"
+        lines.append(f"offload / stage 0: {value} ({label['zero-stage3-optcpu']} against "
+                     f"{label['zero-stage0']}, tokens/s)")
 with open(txt, "w") as f:
     f.write("\n".join(lines) + "\n")
 PY

@@ -12,19 +12,24 @@
 #   gpu-tests  every [gpu] test (device kernels and memory, the GPU fused Adam, NCCL on one
 #              rank, the models' CUDA layers against their CPU layers): the Catch2 program, each
 #              case's time; then the CUDA models against the CPU models, whole
-#   zero-train the CUDA models trained through the engine (bf16, stage 0, 8 steps): gpt2-124m,
-#              llama-3.2-1b and gpt2-1.5b at sequences of 1024, tokens/s and MFU; the same
-#              Llama in PyTorch eager (bench/torch_lm.py)
+#   compare    bench/gpu.sh: zero-train (the CUDA GPT, bf16) against PyTorch on the same model,
+#              micro-batch and sequence, for the first of MODELS (default gpt2-1.5b gpt2-124m):
+#              ours at stage 0, stage 3, stage 3 + CPU optimizer, stage 3 + CPU optimizer and
+#              parameters; PyTorch plain, FSDP2, FSDP2 + CPUOffloadPolicy; tokens/s, MFU, memory,
+#              and the ratios (STEPS timed after WARMUP)
+#   llama      llama-3.2-1b through the engine (bf16, stage 0, 8 steps: tokens/s, MFU) and the
+#              same Llama in PyTorch eager (bench/torch_lm.py)
 #   engine     the engine on GPU 0 through zero.h: the C training test, the equivalence
 #              matrix (stages 0-3, fp32/bf16/fp16, offload, accumulation, clipping) at 1 rank
 #              (NCCL) and at 2 and 4 ranks sharing the GPU through MPI, and the overlap of
 #              communication with compute from CUDA events (wall_clock_breakdown)
-#   torch      bench/gpu.sh's PyTorch runs (plain, FSDP2, FSDP2 + CPUOffloadPolicy) for
-#              MODELS (default gpt2-124m gpt2-1.5b), STEPS timed after WARMUP, and eager
-#              against torch.compile for the first model
+#   more models the other MODELS: ours at stage 0 against plain PyTorch
+#   compile    torch.compile for the first model and the Llama
 #   cpu-bench  zero-bench adam (this machine's cores) and aio (its disk)
 # Writes into RESULTS_DIR: summary.txt (the headline of each step), results.jsonl (a line per
-# step and per measurement), and each step's full log. Exit status: 0 when every step that ran
+# step and per measurement), train_gpu.txt and train_gpu.jsonl (bench/gpu.sh's tables and
+# records), and logs.tar.gz (each step's full log; logs/ until the end): five files, within the
+# GPU machine's eight. Exit status: 0 when every step that ran
 # passed, else 1.
 set -uo pipefail
 
@@ -33,9 +38,10 @@ cd "$root" || exit 1
 bundle=${1:-gpu-bundle/zero-gpu.tar.gz}
 out=${2:-${OUT:-gpu-results}}
 budget=${BUDGET:-420}
-models=(${MODELS:-gpt2-124m gpt2-1.5b})
+models=(${MODELS:-gpt2-1.5b gpt2-124m})
 start=$SECONDS
-mkdir -p "$out"
+logs=$out/logs  # every step's full log, packed into logs.tar.gz at the end
+mkdir -p "$out" "$logs"
 summary=$out/summary.txt
 jsonl=$out/results.jsonl
 : >"$summary"
@@ -98,75 +104,109 @@ record env 0 "$(elapsed)"
 say ""
 say "## gpu-tests: every [gpu] test"
 t=$SECONDS
-run_z timeout 240 "$z/bin/zero_gpu_tests" --durations yes >"$out/gpu_tests.log" 2>&1
+run_z timeout 240 "$z/bin/zero_gpu_tests" --durations yes >"$logs/gpu_tests.log" 2>&1
 rc=$?
-grep -E '^(test cases|All tests passed|SKIPPED)' "$out/gpu_tests.log" | tee -a "$summary"
+grep -E '^(test cases|All tests passed|SKIPPED)' "$logs/gpu_tests.log" | tee -a "$summary"
 if [[ $rc -ne 0 && $rc -ne 77 ]]; then
   status=1
   say "gpu-tests: exit $rc; the failures:"
-  grep -B2 -A8 'FAILED\|failed\|Segmentation\|error' "$out/gpu_tests.log" | head -60 | tee -a "$summary"
+  grep -B2 -A8 'FAILED\|failed\|Segmentation\|error' "$logs/gpu_tests.log" | head -60 | tee -a "$summary"
 fi
 record gpu-tests "$rc" $((SECONDS - t))
 t=$SECONDS
-run_z timeout 120 "$z/bin/zero_gpu_model_tests" --durations yes >"$out/gpu_model_tests.log" 2>&1
+run_z timeout 120 "$z/bin/zero_gpu_model_tests" --durations yes >"$logs/gpu_model_tests.log" 2>&1
 rc=$?
 say "models (the CUDA models against the CPU models):"
-grep -E '^(test cases|All tests passed|SKIPPED)|losses .* \(GPU\)' "$out/gpu_model_tests.log" |
+grep -E '^(test cases|All tests passed|SKIPPED)|losses .* \(GPU\)' "$logs/gpu_model_tests.log" |
   tee -a "$summary"
 if [[ $rc -ne 0 && $rc -ne 77 ]]; then
   status=1
-  grep -B2 -A8 'FAILED\|failed\|Segmentation\|error' "$out/gpu_model_tests.log" | head -60 |
+  grep -B2 -A8 'FAILED\|failed\|Segmentation\|error' "$logs/gpu_model_tests.log" | head -60 |
     tee -a "$summary"
 fi
 record gpu-model-tests "$rc" $((SECONDS - t))
 
-# ---- zero-train
+# ---- compare
+# bench/gpu.sh, zero-train from the bundle against PyTorch on the same GPT-2, same micro-batch
+# and sequence: the first model (gpt2-1.5b: the issue's goals) with every run, the others at
+# stage 0 against plain PyTorch when the budget allows.
+cat >"$dest/zero-train" <<EOF
+#!/usr/bin/env bash
+LD_LIBRARY_PATH=$libs exec $z/bin/zero-train "\$@"
+EOF
+chmod +x "$dest/zero-train"
+# bench/gpu.sh keeps its records in bench/results/train_gpu.*, which this run starts afresh and
+# copies out after each call (removed at the end).
+rm -f bench/results/train_gpu.txt bench/results/train_gpu.jsonl
+# compare_run RUNS MODELS...: one bench/gpu.sh call; its tables go to the summary.
+compare_run() {
+  local runs=$1 t0=$SECONDS rc
+  shift
+  STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} RUN_TIMEOUT=${RUN_TIMEOUT:-100} RUNS=$runs \
+    ZERO_TRAIN=$dest/zero-train timeout $((budget - $(elapsed) - 30)) \
+    bash bench/gpu.sh "$dest/none" "$@" >>"$logs/compare.log" 2>&1
+  rc=$?
+  cp bench/results/train_gpu.txt bench/results/train_gpu.jsonl "$out/" 2>/dev/null
+  for model in "$@"; do
+    sed -n "/^## $model /,/^\$/p" "$out/train_gpu.txt" 2>/dev/null | tee -a "$summary"
+  done
+  record "compare-$*" "$rc" $((SECONDS - t0))
+  [[ $rc -eq 0 ]] || status=1
+}
 say ""
-say "## zero-train: the CUDA models through the engine, bf16, stage 0, one GPU"
+say "## compare: zero-train (bf16, CUDA models) against PyTorch, ${models[0]}"
+if left 150; then
+  compare_run "zero-stage0 zero-stage3 zero-stage3-optcpu zero-stage3-allcpu torch-plain \
+torch-fsdp2 torch-fsdp2-offload" "${models[0]}"
+else
+  say "skipped: the budget is spent ($(elapsed) s)"
+fi
+
+# ---- llama
+say ""
+say "## llama: llama-3.2-1b through the engine (bf16, stage 0, 8 steps) and in PyTorch eager"
 cat >"$dest/train.json" <<'JSON'
-{"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true}, "steps_per_print": 1,
+{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}, "steps_per_print": 1,
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}},
  "gradient_clipping": 1.0, "zero_optimization": {"stage": 0}}
 JSON
-# train_run NAME LIMIT MICRO_BATCH ZERO-TRAIN-FLAGS...: one run, its tokens/s and MFU.
-train_run() {
-  local name=$1 limit=$2 batch=$3 t0=$SECONDS rc
-  shift 3
-  if ! left "$limit"; then
-    say "$name: skipped, the budget is spent ($(elapsed) s)"
-    return
-  fi
-  run_z timeout "$limit" "$z/bin/zero-train" --config "$dest/train.json" --data data/fortunes.txt \
-    --micro-batch "$batch" --steps 8 --no-progress --metrics "$out/train-$name.jsonl" "$@" \
-    >"$out/train-$name.log" 2>&1
+# The Llama's shape for transformers' LlamaForCausalLM (bench/torch_lm.py).
+llama_shape=(--family llama --layers 16 --heads 32 --kv-heads 8 --channels 2048
+             --intermediate 8192 --vocab 128256 --positions 131072 --tied --micro-batch 4
+             --seq 1024 --device cuda --dtype bf16)
+# torch_llama LIMIT LABEL FLAGS...: the Llama in PyTorch, its tokens/s.
+torch_llama() {
+  local limit=$1 label=$2 log=$logs/torch-llama-$2.log rc line
+  shift 2
+  timeout "$limit" python3 bench/torch_lm.py "${llama_shape[@]}" "$@" >"$log" 2>&1
   rc=$?
-  say "$name: exit $rc: $(grep '^done:\|^zero-train: ' "$out/train-$name.log" | tail -1 | cut -c1-200)"
-  [[ $rc -eq 0 ]] || { status=1; tail -5 "$out/train-$name.log" | tee -a "$summary"; }
-  grep '"kind":"summary"' "$out/train-$name.jsonl" >>"$jsonl" 2>/dev/null
-  record "train-$name" "$rc" $((SECONDS - t0))
-}
-train_run gpt2-124m 60 8 --model gpt2-124m --seq 1024
-train_run llama-3.2-1b 75 4 --model llama-3.2-1b --seq 1024
-train_run gpt2-1.5b 90 4 --model gpt2-1.5b --seq 1024
-# The same Llama in PyTorch (transformers' LlamaForCausalLM, bf16 autocast), eager: the peer the
-# issue's goal names (GPT-2's PyTorch runs are the torch step's).
-if left 75; then
-  timeout 70 python3 bench/torch_lm.py --family llama --layers 16 --heads 32 --kv-heads 8 \
-    --channels 2048 --intermediate 8192 --vocab 128256 --positions 131072 --tied \
-    --micro-batch 4 --seq 1024 --steps 5 --warmup-steps 2 --device cuda --dtype bf16 \
-    >"$out/torch-llama.log" 2>&1
-  rc=$?
-  line=$(grep '^{' "$out/torch-llama.log" | tail -1)
+  line=$(grep '^{' "$log" | tail -1)
   if [[ -n $line ]]; then
     echo "$line" >>"$jsonl"
-    say "llama-3.2-1b in PyTorch eager: $(python3 -c 'import json, sys; r = json.loads(sys.argv[1])
+    say "llama-3.2-1b in PyTorch $label: $(python3 -c 'import json, sys; r = json.loads(sys.argv[1])
 print("%.0f tokens/s" % r["tokens_per_s"])' "$line")"
   else
-    say "llama-3.2-1b in PyTorch eager: exit $rc: $(tail -1 "$out/torch-llama.log" | cut -c1-160)"
+    say "llama-3.2-1b in PyTorch $label: exit $rc: $(tail -1 "$log" | cut -c1-160)"
   fi
-  record torch-llama "$rc" 0
+  record "torch-llama-$label" "$rc" 0
+}
+if left 80; then
+  t=$SECONDS
+  run_z timeout 75 "$z/bin/zero-train" --device 2 --config "$dest/train.json" --data data/fortunes.txt \
+    --model llama-3.2-1b --seq 1024 --steps 8 --no-progress --metrics "$logs/train-llama.jsonl" \
+    >"$logs/train-llama.log" 2>&1
+  rc=$?
+  say "zero-train llama-3.2-1b: exit $rc: $(grep '^done:\|^zero-train: ' "$logs/train-llama.log" | tail -1 | cut -c1-200)"
+  [[ $rc -eq 0 ]] || { status=1; tail -5 "$logs/train-llama.log" | tee -a "$summary"; }
+  grep '"kind":"summary"' "$logs/train-llama.jsonl" >>"$jsonl" 2>/dev/null
+  record train-llama "$rc" $((SECONDS - t))
 else
-  say "llama-3.2-1b in PyTorch: skipped, the budget is spent ($(elapsed) s)"
+  say "zero-train llama-3.2-1b: skipped, the budget is spent ($(elapsed) s)"
+fi
+if left 75; then
+  torch_llama 70 eager --steps 5 --warmup-steps 2
+else
+  say "llama-3.2-1b in PyTorch eager: skipped, the budget is spent ($(elapsed) s)"
 fi
 
 # ---- engine
@@ -183,7 +223,7 @@ engine_run() {
     say "$name: skipped, the budget is spent ($(elapsed) s)"
     return
   fi
-  local log=$out/engine-$name.log
+  local log=$logs/engine-$name.log
   ZERO_TEST_NVME_DIR=$swap run_z timeout "$limit" "$@" >"$log" 2>&1
   rc=$?
   say "$name: exit $rc: $(grep -v '^\s*$' "$log" | grep -v '^-\+$' | tail -1 | cut -c1-160)"
@@ -200,44 +240,45 @@ done
 engine_run overlap 60 "$z/bin/zero_engine_overlap_gpu"
 rm -rf "$swap"
 
-# ---- torch
-say ""
-say "## torch: bench/gpu.sh's PyTorch runs, ${models[*]}"
-t=$SECONDS
-if left 150; then
-  STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} RUN_TIMEOUT=${RUN_TIMEOUT:-100} \
-    RUNS="torch-plain torch-fsdp2 torch-fsdp2-offload" \
-    timeout $((budget - $(elapsed) - 60)) bash bench/gpu.sh "$dest/none" "${models[@]}" \
-    >"$out/torch.log" 2>&1
-  rc=$?
-  # The records go with the results, not into this copy of the repository.
-  mv bench/results/train_gpu.txt bench/results/train_gpu.jsonl "$out/" 2>/dev/null
-  sed -n '/^## /,$p' "$out/train_gpu.txt" 2>/dev/null | tee -a "$summary"
-  record torch "$rc" $((SECONDS - t))
-  [[ $rc -eq 0 ]] || status=1
-  read -r batch seq < <(case ${models[0]} in gpt2-124m | gpt2-350m) echo "8 1024" ;;
-                        *) echo "4 1024" ;; esac)
-  if left 120; then
-    say "torch.compile, ${models[0]}, $batch x $seq:"
-    timeout 110 python3 bench/torch_gpt.py --model "${models[0]}" --mode plain --device cuda \
-      --micro-batch "$batch" --seq "$seq" --steps 5 --warmup-steps 3 --data data/fortunes.txt \
-      --json --compile >"$dest/compile.log" 2>&1
-    rc=$?
-    { echo "### torch.compile"; cat "$dest/compile.log"; } >>"$out/torch.log"
-    line=$(grep '^{' "$dest/compile.log" | tail -1)
-    if [[ -n $line ]]; then
-      echo "$line" >>"$jsonl"
-      python3 -c 'import json, sys; r = json.loads(sys.argv[1])
-print("  %.0f tokens/s, MFU %.1f%%" % (r["tokens_per_s"], 100 * r["mfu"]))' "$line" |
-        tee -a "$summary"
-    else
-      say "  exit $rc: $(tail -1 "$dest/compile.log")"
-    fi
+# ---- more models
+if ((${#models[@]} > 1)); then
+  say ""
+  say "## more models: stage 0 against plain PyTorch, ${models[*]:1}"
+  if left 90; then
+    compare_run "zero-stage0 torch-plain" "${models[@]:1}"
   else
-    say "torch.compile: skipped, the budget is spent ($(elapsed) s)"
+    say "skipped: the budget is spent ($(elapsed) s)"
   fi
+fi
+
+# ---- compile
+say ""
+say "## compile: torch.compile, ${models[0]} and llama-3.2-1b"
+read -r batch seq < <(case ${models[0]} in gpt2-124m | gpt2-350m) echo "8 1024" ;;
+                      *) echo "4 1024" ;; esac)
+if left 120; then
+  timeout 110 python3 bench/torch_gpt.py --model "${models[0]}" --mode plain --device cuda \
+    --micro-batch "$batch" --seq "$seq" --steps 5 --warmup-steps 3 --data data/fortunes.txt \
+    --json --compile >"$logs/compile.log" 2>&1
+  rc=$?
+  line=$(grep '^{' "$logs/compile.log" | tail -1)
+  if [[ -n $line ]]; then
+    echo "$line" >>"$jsonl"
+    python3 -c 'import json, sys; r = json.loads(sys.argv[1])
+print("%s, %s x %s: %.0f tokens/s, MFU %.1f%%" % (sys.argv[2], sys.argv[3], sys.argv[4],
+      r["tokens_per_s"], 100 * r["mfu"]))' "$line" "${models[0]}" "$batch" "$seq" |
+      tee -a "$summary"
+  else
+    say "${models[0]}: exit $rc: $(tail -1 "$logs/compile.log")"
+  fi
+  record compile "$rc" 0
 else
-  say "skipped: the budget is spent ($(elapsed) s)"
+  say "${models[0]}: skipped, the budget is spent ($(elapsed) s)"
+fi
+if left 120; then
+  torch_llama 110 compile --steps 5 --warmup-steps 3 --compile
+else
+  say "llama-3.2-1b with torch.compile: skipped, the budget is spent ($(elapsed) s)"
 fi
 
 # ---- cpu-bench
@@ -247,15 +288,15 @@ t=$SECONDS
 if left 60; then
   cores=$(nproc)
   run_z timeout 40 "$z/bin/zero-bench" adam --elements 100e6 --threads 1 $((cores / 2)) "$cores" \
-    --repeats 3 --json "$jsonl" >"$out/cpu_bench.log" 2>&1
+    --repeats 3 --json "$jsonl" >"$logs/cpu_bench.log" 2>&1
   rc=$?
-  tail -12 "$out/cpu_bench.log" | tee -a "$summary"
+  tail -12 "$logs/cpu_bench.log" | tee -a "$summary"
   record adam "$rc" $((SECONDS - t))
   mkdir -p /tmp/zero-aio
   run_z timeout 40 "$z/bin/zero-bench" aio /tmp/zero-aio --size 1G --block-sizes 1M \
-    --queue-depths 8,32 --repeats 3 --settle 0 --fio no --json "$jsonl" >>"$out/cpu_bench.log" 2>&1
+    --queue-depths 8,32 --repeats 3 --settle 0 --fio no --json "$jsonl" >>"$logs/cpu_bench.log" 2>&1
   rc=$?
-  tail -8 "$out/cpu_bench.log" | tee -a "$summary"
+  tail -8 "$logs/cpu_bench.log" | tee -a "$summary"
   record aio "$rc" $((SECONDS - t))
   rm -rf /tmp/zero-aio
 else
@@ -264,5 +305,8 @@ fi
 
 say ""
 say "gpu-check: $(elapsed) s, exit $status"
+# At most 8 files come back from the GPU machine: the logs travel as one archive.
+tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
+rm -f bench/results/train_gpu.txt bench/results/train_gpu.jsonl
 rm -rf "$dest"
 exit $status
