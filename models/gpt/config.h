@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "models/activation_bytes.h"
+
 namespace zero::gpt {
 
 struct GptConfig {
@@ -30,11 +32,7 @@ std::int64_t parameters(const GptConfig& config, std::int64_t mlp);
 // `element_bytes`: what is held from forward to backward (without checkpointing, or with every
 // block checkpointed) and backward's own buffers. Gpt::activation_cost() reports the same kept
 // bytes from its allocations; zero-mem uses this for shapes the model cannot build.
-struct ActivationBytes {
-  std::uint64_t kept = 0;
-  std::uint64_t workspace = 0;
-  std::uint64_t total() const noexcept { return kept + workspace; }
-};
+using ActivationBytes = models::ActivationBytes;
 ActivationBytes activation_bytes(const GptConfig& config, std::int64_t mlp, int batch, int seq,
                                  bool checkpointing, std::size_t element_bytes);
 

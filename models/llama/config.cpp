@@ -288,6 +288,35 @@ std::vector<double> LlamaConfig::inv_freq() const {
   return f;
 }
 
+models::ActivationBytes activation_bytes(const LlamaConfig& c, int batch, int seq,
+                                         bool checkpointing, std::size_t element_bytes) {
+  const std::uint64_t N = static_cast<std::uint64_t>(batch) * static_cast<std::uint64_t>(seq);
+  const std::uint64_t C = static_cast<std::uint64_t>(c.channels);
+  const std::uint64_t hd = static_cast<std::uint64_t>(c.head_size());
+  const std::uint64_t Q = static_cast<std::uint64_t>(c.heads) * hd;
+  const std::uint64_t KV = static_cast<std::uint64_t>(c.kv_heads) * hd;
+  const std::uint64_t F = static_cast<std::uint64_t>(c.intermediate);
+  const std::uint64_t V = static_cast<std::uint64_t>(c.vocab);
+  const std::uint64_t L = static_cast<std::uint64_t>(c.layers);
+  const std::uint64_t scores = N * static_cast<std::uint64_t>(c.heads) *
+                               static_cast<std::uint64_t>(seq);  // batch * heads * seq * seq
+  // A block's: the first norm's output and rstd, q k v, the attention's probabilities and
+  // output, the residual, the second norm's output and rstd, the gate, up and their product.
+  const std::uint64_t block = 3 * N * C + 2 * N + 2 * N * Q + 2 * N * KV + 3 * N * F + scores;
+  // Beside the blocks: the embedding's output, the final norm's output and rstd, logits,
+  // probabilities and losses.
+  const std::uint64_t common = 2 * N * C + 2 * N + 2 * N * V;
+  models::ActivationBytes a;
+  // Every block keeps its output; a checkpointed block nothing else, and one block's worth is
+  // where the recomputation puts its activations.
+  a.kept = (common + L * N * C + (checkpointing ? block : L * block)) * element_bytes;
+  // Backward's buffers: the MLP's three hidden gradients, q's and the attention output's, k's
+  // and v's, the scores', four of C, the losses' and the logits'.
+  a.workspace = (3 * N * F + 2 * N * Q + 2 * N * KV + scores + 4 * N * C + N + N * V) *
+                element_bytes;
+  return a;
+}
+
 double block_flops(const LlamaConfig& c, int batch, int seq) {
   const double N = static_cast<double>(batch) * seq, C = c.channels, hd = c.head_size();
   const double q = c.heads * hd, kv = c.kv_heads * hd;

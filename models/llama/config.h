@@ -4,11 +4,14 @@
 // JSON), so that tools can use the shapes without the model or the engine.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "models/activation_bytes.h"
 
 namespace zero::llama {
 
@@ -64,6 +67,12 @@ struct LlamaConfig {
   // heads, an odd head size, non-positive sizes).
   void validate() const;
 };
+
+// The activations of one micro-batch of `batch` sequences of `seq` tokens as the CPU model
+// keeps them (Llama::activation_cost() reports the same kept bytes from its allocations), in
+// elements of `element_bytes`, without checkpointing or with every block checkpointed.
+models::ActivationBytes activation_bytes(const LlamaConfig& config, int batch, int seq,
+                                         bool checkpointing, std::size_t element_bytes);
 
 // Forward FLOPs of one micro-batch of `batch` sequences of `seq` positions.
 double forward_flops(const LlamaConfig& config, int batch, int seq);

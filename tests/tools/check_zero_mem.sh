@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # zero-mem end to end, one ctest test per case: check_zero_mem.sh ZERO_RUN ZERO_TRAIN ZERO_MEM
 # SOURCE_DIR WORK CASE.
-#   matches_zero_train  zero-mem --json's rows for the reference GPT on 2 ranks against what
+#   matches_zero_train  zero-mem --json's rows for the reference GPT and Llama on 2 ranks against what
 #                       zero-train measured on 2 ranks with the same config: reserved bytes
 #                       per tier, peak bytes per tier and kind, and the activations kept
 #                       (exits 77, skipped, without mpirun)
@@ -27,6 +27,7 @@ fail() {
 case $case_name in
 matches_zero_train)
   command -v mpirun >/dev/null || [ -n "${ZERO_MPIRUN:-}" ] || { echo "SKIPPED: no mpirun"; exit 77; }
+  for model in tiny llama-tiny; do
   for mode in "2 none" "3 optimizer cpu" "3 params cpu"; do
     stage=${mode%% *}
     offload=${mode#* }
@@ -45,12 +46,12 @@ matches_zero_train)
     "offload_param": {"device": "$par", "pin_memory": true}}
 }
 JSON
-    "$zero_run" -n 2 -- "$train" --config "$work/config.json" --model tiny --seq 32 --steps 2 \
+    "$zero_run" -n 2 -- "$train" --config "$work/config.json" --model $model --seq 32 --steps 2 \
       --data "$source_dir/data/fortunes.txt" --no-progress --metrics "$work/metrics.jsonl" \
-      >"$work/train.out" 2>&1 || { cat "$work/train.out"; fail "zero-train failed ($mode)"; }
-    "$zmem" --model tiny --seq 32 --gpus-per-node 2 --config "$work/config.json" \
-      --stage "$stage" --json >"$work/mem.json" || fail "zero-mem failed ($mode)"
-    python3 - "$work/metrics.jsonl" "$work/mem.json" "$offload" <<'PY' || fail "$mode: prediction differs"
+      >"$work/train.out" 2>&1 || { cat "$work/train.out"; fail "zero-train failed ($model, $mode)"; }
+    "$zmem" --model $model --seq 32 --gpus-per-node 2 --config "$work/config.json" \
+      --stage "$stage" --json >"$work/mem.json" || fail "zero-mem failed ($model, $mode)"
+    python3 - "$work/metrics.jsonl" "$work/mem.json" "$offload" "$model" <<'PY' || fail "$model, $mode: prediction differs"
 import json, sys
 summary = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
 plan = json.load(open(sys.argv[2]))
@@ -72,9 +73,10 @@ for t, tier in enumerate(tiers):
         if got != want: bad.append(f"peak {tier} {kind}: zero-train {got}, zero-mem {want}")
 if summary["activation_bytes"] != plan["activations"]["kept"]:
     bad.append(f"activations kept: zero-train {summary['activation_bytes']}, zero-mem {plan['activations']['kept']}")
-print("\n".join(bad) if bad else f"{sys.argv[3]}: zero-mem's prediction is what zero-train measured")
+print("\n".join(bad) if bad else f"{sys.argv[4]}, {sys.argv[3]}: zero-mem's prediction is what zero-train measured")
 sys.exit(1 if bad else 0)
 PY
+  done
   done
   ;;
 deepspeed_estimate)
@@ -118,6 +120,8 @@ errors)
   expect "expected 5" --arch 80,8192,64
   expect "do not split over" --arch 2,10,3,50,16
   expect "does not match --model" --model gpt2-124m --params 7e10
+  expect "use a GPT (tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b) or a Llama family model (llama-tiny, llama-3.2-1b" --model llama-3-8b
+  expect "is more than the model's 64 positions" --model llama-tiny --seq 65
   expect "is more than the model" --model tiny --seq 65
   expect "give one of" --model tiny --arch 2,16,2,50,16
   # A config the engine refuses whatever the stage is refused with the engine's message.

@@ -2,12 +2,14 @@
 // per-GPU, per-node host and per-node NVMe bytes the engine would reserve (its own sizing code,
 // so exact for our engine), the activations of GPT-shaped models, whether it fits, a lower
 // bound on the step time, and the fastest that fits with the config keys to set.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "base/bytes.h"
@@ -34,8 +36,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "zero-mem: per ZeRO stage and offload mode, the memory our engine reserves per GPU, per "
       "node (pinned and pageable host memory) and on NVMe, from the engine's own sizing code; "
-      "the activations of GPT-shaped models with and without activation checkpointing; which "
-      "fit; a lower bound on the step time; and the fastest that fits, with its config keys.\n\n"
+      "the activations of GPT- and Llama-shaped models with and without activation "
+      "checkpointing; which fit; a lower bound on the step time; and the fastest that fits, with its config keys.\n\n"
       "Modes: none; from stage 1 'optimizer cpu', 'optimizer nvme' (max_in_cpu from the "
       "config), 'optimizer split' (NVMe with max_in_cpu filling the host memory left); at stage "
       "3 'params cpu' (offload_param and offload_optimizer cpu) and 'params nvme' (both nvme). "
@@ -60,11 +62,15 @@ int main(int argc, char** argv) {
                  "parameters of the largest layer, with --params and no architecture")
       ->check(zero::tools::between(1, 1e15));
   app.add_option("--model", model_args.model,
-                 "a reference GPT: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b");
+                 fmt::format("a reference model: a GPT (tiny, gpt2-124m, gpt2-350m, gpt2-774m, "
+                             "gpt2-1.5b) or a Llama family model ({})",
+                             fmt::join(zero::llama::LlamaConfig::names(), ", ")));
   app.add_option("--arch", model_args.arch,
                  "a GPT: layers,channels,heads,vocab,positions; with --params the MLP width "
                  "is chosen to match the count");
-  app.add_option("--seq", seq, "tokens per sequence (default: the model's positions)")
+  app.add_option("--seq", seq,
+                 "tokens per sequence (default: the model's positions, at most 1024, as "
+                 "zero-train)")
       ->check(zero::tools::between(1, 1 << 24));
   app.add_option("--gpus-per-node", hw.gpus_per_node, "GPUs per node")
       ->check(zero::tools::between(1, 1024))
@@ -136,10 +142,11 @@ int main(int argc, char** argv) {
         zero::mem::mode_config(request, zero::mem::modes_for(0, false).front())
             .optimizer.weight_decay;
     request.model = zero::mem::build_model(model_args);
-    request.seq = seq > 0 ? seq : request.model.gpt ? request.model.gpt->config.max_seq : 2048;
-    if (request.model.gpt && request.seq > request.model.gpt->config.max_seq) {
+    const int positions = request.model.positions();
+    request.seq = seq > 0 ? seq : positions > 0 ? std::min(positions, 1024) : 2048;
+    if (positions > 0 && request.seq > positions) {
       throw std::invalid_argument(fmt::format("--seq {} is more than the model's {} positions",
-                                              request.seq, request.model.gpt->config.max_seq));
+                                              request.seq, positions));
     }
     request.checkpointing = checkpointing || zero::mem::given(request, "activation_checkpointing");
     if (!stages.empty()) request.stages = stages;

@@ -1,14 +1,17 @@
 // zero-mem's model: a registry built as the engine would receive it (model_shape.h).
 #include "tools/zero-mem/model_shape.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "models/gpt/config.h"
+#include "models/llama/config.h"
 
 namespace zero::mem {
 namespace {
@@ -40,11 +43,51 @@ std::vector<std::int64_t> parse_arch(const std::string& text) {
   return values;
 }
 
+// The most parameters one module uses.
+std::uint64_t largest_module(const engine::Registry& r) {
+  std::uint64_t largest = 0;
+  for (const engine::ModuleSpec& module : r.modules()) {
+    std::uint64_t n = 0;
+    for (std::size_t p : module.params) n += r.param(p).numel;
+    largest = std::max(largest, n);
+  }
+  return largest;
+}
+
 }  // namespace
+
+int ModelShape::layers() const {
+  return gpt ? gpt->config.layers : llama ? llama->layers : 0;
+}
+
+int ModelShape::positions() const {
+  return gpt ? gpt->config.max_seq : llama ? llama->max_seq : 0;
+}
+
+double ModelShape::forward_flops(int batch, int seq) const {
+  if (gpt) return gpt::forward_flops(gpt->config, gpt->mlp, batch, seq);
+  if (llama) return llama::forward_flops(*llama, batch, seq);
+  return 0;
+}
+
+double ModelShape::block_flops(int batch, int seq) const {
+  if (gpt) return gpt::block_flops(gpt->config, gpt->mlp, batch, seq);
+  if (llama) return llama::block_flops(*llama, batch, seq);
+  return 0;
+}
+
+models::ActivationBytes ModelShape::activation_bytes(int batch, int seq, bool checkpointing,
+                                                     std::size_t element_bytes) const {
+  if (gpt) {
+    return gpt::activation_bytes(gpt->config, gpt->mlp, batch, seq, checkpointing, element_bytes);
+  }
+  if (llama) return llama::activation_bytes(*llama, batch, seq, checkpointing, element_bytes);
+  return {};
+}
 
 ModelShape gpt_model(const GptShape& s, double weight_decay) {
   const gpt::GptConfig& c = s.config;
-  ModelShape model{engine::Registry(weight_decay), s,
+  ModelShape model{engine::Registry(weight_decay), s, std::nullopt,
                    static_cast<std::uint64_t>(gpt::parameters(c, s.mlp)), 0, {}};
   engine::Registry& r = model.registry;
   const std::size_t no_decay = r.add_group("no_decay", 0.0, 1.0);
@@ -73,14 +116,51 @@ ModelShape gpt_model(const GptShape& s, double weight_decay) {
   }
   r.add_param("ln_f.weight", {C}, true, no_decay, {head});
   r.add_param("ln_f.bias", {C}, true, no_decay, {head});
-  for (const engine::ModuleSpec& module : r.modules()) {
-    std::uint64_t n = 0;
-    for (std::size_t p : module.params) n += r.param(p).numel;
-    model.largest_layer = std::max(model.largest_layer, n);
-  }
+  model.largest_layer = largest_module(r);
   model.description = fmt::format(
       "GPT: {} layers, {} channels, {} heads, MLP {}, vocabulary {}, {} positions", c.layers,
       c.channels, c.heads, s.mlp, c.vocab, c.max_seq);
+  return model;
+}
+
+ModelShape llama_model(const llama::LlamaConfig& c, double weight_decay) {
+  ModelShape model{engine::Registry(weight_decay), std::nullopt, c,
+                   static_cast<std::uint64_t>(c.parameters()), 0, {}};
+  engine::Registry& r = model.registry;
+  const std::size_t no_decay = r.add_group("no_decay", 0.0, 1.0);
+  const std::size_t embed = r.add_module("embed");
+  std::vector<std::size_t> blocks;
+  for (int l = 0; l < c.layers; ++l) blocks.push_back(r.add_module(fmt::format("layers.{}", l)));
+  const std::size_t head = r.add_module("head");
+  const std::int64_t C = c.channels, hd = c.head_size();
+  const std::int64_t Q = c.heads * hd, KV = c.kv_heads * hd, F = c.intermediate;
+  std::vector<std::size_t> embed_modules{embed};
+  if (c.tied) embed_modules.push_back(head);
+  r.add_param("model.embed_tokens.weight", {c.vocab, C}, true, 0, embed_modules);
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string h = fmt::format("model.layers.{}.", l);
+    const std::vector<std::size_t> m{blocks[static_cast<std::size_t>(l)]};
+    r.add_param(h + "input_layernorm.weight", {C}, true, no_decay, m);
+    r.add_param(h + "self_attn.q_proj.weight", {Q, C}, true, 0, m);
+    if (c.qkv_bias) r.add_param(h + "self_attn.q_proj.bias", {Q}, true, no_decay, m);
+    r.add_param(h + "self_attn.k_proj.weight", {KV, C}, true, 0, m);
+    if (c.qkv_bias) r.add_param(h + "self_attn.k_proj.bias", {KV}, true, no_decay, m);
+    r.add_param(h + "self_attn.v_proj.weight", {KV, C}, true, 0, m);
+    if (c.qkv_bias) r.add_param(h + "self_attn.v_proj.bias", {KV}, true, no_decay, m);
+    r.add_param(h + "self_attn.o_proj.weight", {C, Q}, true, 0, m);
+    r.add_param(h + "post_attention_layernorm.weight", {C}, true, no_decay, m);
+    r.add_param(h + "mlp.gate_proj.weight", {F, C}, true, 0, m);
+    r.add_param(h + "mlp.up_proj.weight", {F, C}, true, 0, m);
+    r.add_param(h + "mlp.down_proj.weight", {C, F}, true, 0, m);
+  }
+  r.add_param("model.norm.weight", {C}, true, no_decay, {head});
+  if (!c.tied) r.add_param("lm_head.weight", {c.vocab, C}, true, 0, {head});
+  model.largest_layer = largest_module(r);
+  model.description = fmt::format(
+      "{}: {} layers, {} channels, {} heads over {} key/value heads of {}, MLP {}, vocabulary "
+      "{}, {} positions{}",
+      c.family, c.layers, c.channels, c.heads, c.kv_heads, hd, F, c.vocab, c.max_seq,
+      c.tied ? ", tied head" : "");
   return model;
 }
 
@@ -89,12 +169,26 @@ ModelShape build_model(const ModelArgs& args) {
   if (given > 1) {
     throw std::invalid_argument("give one of --model, --arch and --largest-layer");
   }
+  if (!args.model.empty() && llama::LlamaConfig::is_name(args.model)) {
+    ModelShape model = llama_model(llama::LlamaConfig::by_name(args.model), args.weight_decay);
+    if (args.params > 0 && std::fabs(args.params - static_cast<double>(model.params)) >
+                               0.01 * static_cast<double>(model.params)) {
+      throw std::invalid_argument(fmt::format(
+          "--params {} does not match --model {} ({} parameters); leave --params out",
+          args.params, args.model, model.params));
+    }
+    model.description = args.model + " (" + model.description + ")";
+    return model;
+  }
   if (!args.model.empty()) {
     gpt::GptConfig c;
     try {
       c = gpt::GptConfig::by_name(args.model);
-    } catch (const std::invalid_argument& error) {
-      throw std::invalid_argument(std::string("--model: ") + error.what());
+    } catch (const std::invalid_argument&) {
+      throw std::invalid_argument(fmt::format(
+          "--model: unknown model '{}': use a GPT (tiny, gpt2-124m, gpt2-350m, gpt2-774m, "
+          "gpt2-1.5b) or a Llama family model ({})",
+          args.model, fmt::join(llama::LlamaConfig::names(), ", ")));
     }
     const GptShape s{c, 4 * std::int64_t{c.channels}};
     ModelShape model = gpt_model(s, args.weight_decay);
@@ -147,7 +241,8 @@ ModelShape build_model(const ModelArgs& args) {
     throw std::invalid_argument(fmt::format("--largest-layer {} is more than --params {}", layer,
                                             total));
   }
-  ModelShape model{engine::Registry(args.weight_decay), std::nullopt, total, layer, {}};
+  ModelShape model{engine::Registry(args.weight_decay), std::nullopt, std::nullopt, total, layer,
+                   {}};
   const std::uint64_t full = total / layer, rest = total % layer;
   for (std::uint64_t l = 0; l < full + (rest != 0); ++l) {
     const std::size_t m = model.registry.add_module(fmt::format("layer.{}", l));

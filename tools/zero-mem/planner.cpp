@@ -63,13 +63,11 @@ StepBound bound_step(const Request& request, const config::Config& config,
   const double passes = checkpointing ? 3 : 2;
 
   StepBound b;
-  if (request.model.gpt) {
-    const GptShape& s = *request.model.gpt;
+  if (request.model.has_architecture()) {
+    const ModelShape& s = request.model;
     const int batch = static_cast<int>(micro);
-    const double fwd = gpt::forward_flops(s.config, s.mlp, batch, request.seq);
-    const double recompute =
-        checkpointing ? s.config.layers * gpt::block_flops(s.config, s.mlp, batch, request.seq)
-                      : 0;
+    const double fwd = s.forward_flops(batch, request.seq);
+    const double recompute = checkpointing ? s.layers() * s.block_flops(batch, request.seq) : 0;
     b.flops = accum * (3.0 * fwd + recompute);
   } else {
     b.flops = accum * 6.0 * P * micro * request.seq;
@@ -198,12 +196,12 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
     const engine::Layout layout = engine::plan_layout(request.model.registry, config, hw.world());
     row.plan = engine::plan_memory(request.model.registry, config, layout, /*gpu=*/true);
     row.device_state = row.plan.reserved(Tier::device);
-    if (request.model.gpt) {
-      const GptShape& s = *request.model.gpt;
-      row.activations =
-          gpt::activation_bytes(s.config, s.mlp, static_cast<int>(config.batch.micro_batch_per_gpu),
-                                request.seq, checkpointing, dtype_size(config.compute_dtype()))
-              .total();
+    if (request.model.has_architecture()) {
+      row.activations = request.model
+                            .activation_bytes(static_cast<int>(config.batch.micro_batch_per_gpu),
+                                              request.seq, checkpointing,
+                                              dtype_size(config.compute_dtype()))
+                            .total();
     }
     row.device_total = row.device_state + row.activations + hw.gpu_overhead;
     const std::uint64_t g = static_cast<std::uint64_t>(hw.gpus_per_node);
@@ -228,20 +226,19 @@ Plan plan_all(const Request& request) {
   plan.accumulation = probe.batch.gradient_accumulation_steps;
   plan.precision = config::precision_name(probe.precision);
   plan.seq = request.seq;
-  if (request.model.gpt) {
-    const GptShape& s = *request.model.gpt;
+  if (request.model.has_architecture()) {
     const std::size_t e = dtype_size(probe.compute_dtype());
     const int batch = static_cast<int>(plan.micro_batch);
-    plan.activations = gpt::activation_bytes(s.config, s.mlp, batch, request.seq, false, e);
-    plan.checkpointed_activations =
-        gpt::activation_bytes(s.config, s.mlp, batch, request.seq, true, e);
+    plan.activations = request.model.activation_bytes(batch, request.seq, false, e);
+    plan.checkpointed_activations = request.model.activation_bytes(batch, request.seq, true, e);
   }
   const bool nvme = request.hardware.nvme > 0;
-  // A row that does not fit on the GPU is shown with activation checkpointing (GPT-shaped
-  // models), which keeps a block's input instead of its activations.
+  // A row that does not fit on the GPU is shown with activation checkpointing (GPT- and
+  // Llama-shaped models), which keeps a block's input instead of its activations.
   auto plan_mode = [&](const Mode& mode) {
     Row row = plan_row(request, mode, request.checkpointing);
-    if (row.error.empty() && !row.fits_gpu && !request.checkpointing && request.model.gpt) {
+    if (row.error.empty() && !row.fits_gpu && !request.checkpointing &&
+        request.model.has_architecture()) {
       row = plan_row(request, mode, true);
     }
     return row;

@@ -86,7 +86,7 @@ struct Plan {
   int seq = 0;
   std::string precision;       // fp32, bf16, fp16
   // GPT-shaped models: per GPU per micro-batch, without and with checkpointing every block.
-  std::optional<gpt::ActivationBytes> activations, checkpointed_activations;
+  std::optional<models::ActivationBytes> activations, checkpointed_activations;
 };
 
 // The stages' modes: "none" at every stage; from stage 1 the optimizer on the CPU, on NVMe,

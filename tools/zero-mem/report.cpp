@@ -49,8 +49,8 @@ json row_keys(const Row& row, const Request& request) {
   json keys = row.mode.keys;
   // zero-train checkpoints when the config has the section; number_checkpoints says how many
   // blocks.
-  if (row.checkpointing && request.model.gpt) {
-    keys["activation_checkpointing.number_checkpoints"] = request.model.gpt->config.layers;
+  if (row.checkpointing && request.model.has_architecture()) {
+    keys["activation_checkpointing.number_checkpoints"] = request.model.layers();
   }
   return keys;
 }
@@ -66,6 +66,14 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
     out["model"]["gpt"] = {{"layers", s.config.layers}, {"channels", s.config.channels},
                            {"heads", s.config.heads},   {"vocab", s.config.vocab},
                            {"positions", s.config.max_seq}, {"mlp", s.mlp}};
+  }
+  if (request.model.llama) {
+    const llama::LlamaConfig& c = *request.model.llama;
+    out["model"]["llama"] = {{"family", c.family},         {"layers", c.layers},
+                             {"channels", c.channels},     {"heads", c.heads},
+                             {"kv_heads", c.kv_heads},     {"head_dim", c.head_size()},
+                             {"intermediate", c.intermediate}, {"vocab", c.vocab},
+                             {"positions", c.max_seq},     {"tied", c.tied}};
   }
   out["hardware"] = {{"gpus_per_node", hw.gpus_per_node}, {"nodes", hw.nodes},
                      {"gpu_mem", hw.gpu_mem},             {"cpu_mem", hw.cpu_mem},
