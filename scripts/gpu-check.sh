@@ -371,8 +371,10 @@ if plan.get("recommended") is not None:
         print(k + "=" + json.dumps(v))' "$out/largest-plan.json")
   fi
   if [[ ${#sets[@]} -eq 0 ]]; then
+    local why="no stage or offload mode fits (largest-plan.json has every row)"
+    [[ $rc -eq 0 ]] || why=$(tail -1 "$logs/largest-plan.log")
     say "zero-mem (exit $rc) recommends nothing for $model on ${gpu_gib} GiB, ${host_gib} GiB" \
-        "of host memory and ${nvme_gib} GiB of disk: $(tail -1 "$logs/largest-plan.log")"
+        "of host memory and ${nvme_gib} GiB of disk: $why"
     status=1
     record largest 1 $((SECONDS - t)) "no plan"
     rm -rf "$swap"
