@@ -54,6 +54,16 @@ std::uint64_t largest_module(const engine::Registry& r) {
   return largest;
 }
 
+// A --params beside --model must be the named model's count (within 1%).
+void check_params(const ModelArgs& args, const ModelShape& model) {
+  const auto count = static_cast<double>(model.params);
+  if (args.params > 0 && std::fabs(args.params - count) > 0.01 * count) {
+    throw std::invalid_argument(fmt::format(
+        "--params {} does not match --model {} ({} parameters); leave --params out",
+        args.params, args.model, model.params));
+  }
+}
+
 }  // namespace
 
 int ModelShape::layers() const {
@@ -171,12 +181,7 @@ ModelShape build_model(const ModelArgs& args) {
   }
   if (!args.model.empty() && llama::LlamaConfig::is_name(args.model)) {
     ModelShape model = llama_model(llama::LlamaConfig::by_name(args.model), args.weight_decay);
-    if (args.params > 0 && std::fabs(args.params - static_cast<double>(model.params)) >
-                               0.01 * static_cast<double>(model.params)) {
-      throw std::invalid_argument(fmt::format(
-          "--params {} does not match --model {} ({} parameters); leave --params out",
-          args.params, args.model, model.params));
-    }
+    check_params(args, model);
     model.description = args.model + " (" + model.description + ")";
     return model;
   }
@@ -192,12 +197,7 @@ ModelShape build_model(const ModelArgs& args) {
     }
     const GptShape s{c, 4 * std::int64_t{c.channels}};
     ModelShape model = gpt_model(s, args.weight_decay);
-    if (args.params > 0 && std::fabs(args.params - static_cast<double>(model.params)) >
-                               0.01 * static_cast<double>(model.params)) {
-      throw std::invalid_argument(fmt::format(
-          "--params {} does not match --model {} ({} parameters); leave --params out",
-          args.params, args.model, model.params));
-    }
+    check_params(args, model);
     model.description = args.model + ": " + model.description;
     return model;
   }
