@@ -28,6 +28,7 @@
 
 #include <cuda_runtime.h>
 
+#include "base/half.h"
 #include "models/cuda/layers.h"
 #include "models/gpt/kernels.h"
 #include "models/llama/kernels.h"
@@ -51,23 +52,7 @@ constexpr double kF32Unit = 0x1p-24;  // fp32: 24
 // The launchers return a cudaError_t as an int.
 #define REQUIRE_LAUNCH(call) REQUIRE_CUDA(static_cast<cudaError_t>(call))
 
-// ---- bf16 on the host ----
-
-float bf16_to_float(Bf16 bits) {
-  const std::uint32_t word = static_cast<std::uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &word, sizeof value);
-  return value;
-}
-
-// Rounded to nearest even; a NaN stays a (quiet) NaN.
-Bf16 float_to_bf16(float value) {
-  std::uint32_t word;
-  std::memcpy(&word, &value, sizeof word);
-  if ((word & 0x7fffffffu) > 0x7f800000u) return static_cast<Bf16>((word >> 16) | 0x40u);
-  word += 0x7fffu + ((word >> 16) & 1u);
-  return static_cast<Bf16>(word >> 16);
-}
+// ---- bf16 on the host (base/half.h converts) ----
 
 Vec to_double(const Bits& bits) {
   Vec values(bits.size());
