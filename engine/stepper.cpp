@@ -29,6 +29,7 @@ Stepper::Stepper(const EngineContext& context, ModelState& state, GradReducer& r
       scalars_(scalars),
       modes_(context.layout.modes),
       rank_(context.comm.rank()),
+      staging_read_(context.device.create_event()),
       seed_(seed) {
   if (ctx_.config.precision == config::Precision::fp16) {
     scaler_ = LossScaler::from_config(ctx_.config.fp16);
@@ -231,11 +232,14 @@ void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all
   Stream& state_stream = state_.state_device().default_stream();
   Stream& step_stream = modes_.optimizer_offload ? state_stream : stream;
   Timer timer;
+  // The CPU writes the staging the previous group's copies may still read on the device.
+  if (modes_.optimizer_offload) staging_read_->synchronize();
   optimizer_->step(pieces(group, all, where, out), hyper, step_stream);
   if (ctx_.config.wall_clock_breakdown || modes_.optimizer_offload) step_stream.synchronize();
   optimizer_seconds_.add(timer.seconds());
 
   place(group, all, where, out);
+  if (modes_.optimizer_offload) staging_read_->record(stream);
   if (where.swapped) {
     stream.synchronize();  // the copies above read the buffer the write takes
     state_.swap()->release(group - layout.resident_groups);

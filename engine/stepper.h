@@ -5,7 +5,8 @@
 // buffers, step group by step group; and where each group's updated compute values go, one
 // function per placement: the all-gather bucket and back into the replicated copies (stages
 // 1-2), the replicated copy in place (stage 0), the compute shards in memory or assembled on
-// NVMe (stage 3), through the pinned staging when the optimizer runs on the CPU.
+// NVMe (stage 3), through the pinned staging when the optimizer runs on the CPU (a group's
+// CPU step waits for the copies of the previous group's values out of it).
 //
 // Owns: the optimizer, the loss scaler, the step counters (global steps, skipped ones
 // included; optimizer steps, not skipped) and the rounding seed. Calls: the ModelState (its
@@ -101,6 +102,9 @@ class Stepper {
   const StateModes& modes_;
   const int rank_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  // Optimizer offload: recorded on the device's stream after the copies out of the pinned
+  // staging (place()); the host waits for it before the CPU optimizer writes the staging again.
+  std::unique_ptr<Event> staging_read_;
   LossScaler scaler_ = LossScaler::fixed(1.0);
   std::int64_t global_steps_ = 0;
   std::int64_t optimizer_steps_ = 0;  // not skipped: the optimizer's and the schedule's count
