@@ -80,6 +80,13 @@ class Device {
   // Waits for all work on all streams of this device.
   virtual void synchronize() = 0;
 
+  // Whether the engine's offloaded state (pinned and host memory) is computed on by a CPU
+  // device of its own beside this one, with its own stream, as the host beside a GPU: true on
+  // CUDA, and on the asynchronous and guarded CPU devices, which stand in for a GPU so that
+  // the CPU tests take the engine's GPU branches (and find their ordering mistakes). False on
+  // the synchronous CPU device, which is that host device itself.
+  virtual bool offload_beside() const noexcept = 0;
+
   // Whether host code may read and write memory of `tier` directly (device-tier memory is not
   // host-addressable on CUDA or on the guarded CPU device; pinned and host memory always are).
   virtual bool host_addressable(Tier tier) const noexcept = 0;

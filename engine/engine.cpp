@@ -189,7 +189,7 @@ void Engine::Impl::check_same_registration() {
 
 void Engine::Impl::lay_out() {
   layout = plan_layout(registry, config, world);
-  memory_plan = plan_memory(registry, config, layout, device->type() != DeviceType::cpu);
+  memory_plan = plan_memory(registry, config, layout, device->offload_beside());
   model_state = std::make_unique<ModelState>(context(), memory_plan, options);
   reducer = std::make_unique<GradReducer>(context());
   reducer->set_timeline(timeline.get());

@@ -258,7 +258,7 @@ std::size_t MemoryPlan::reserved(Tier tier) const noexcept {
 }
 
 MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
-                       const Layout& layout, bool gpu) {
+                       const Layout& layout, bool beside) {
   const StateModes& m = layout.modes;
   const int world = layout.world;
   const std::size_t n = static_cast<std::size_t>(m.shard_ranks);
@@ -282,7 +282,7 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
   plan.gather_bytes = largest_gather * static_cast<std::size_t>(world) * csize;
   plan.reduce_staging_bytes = m.optimizer_offload ? largest_bucket * dtype_size(m.wire) : 0;
   plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
-  if (gpu && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
+  if (beside && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
 
   // The owned state (masters, gradient shard, moments; with NVMe only the resident part of the
   // masters and moments), in the state arena or with offload in its own.

@@ -135,9 +135,10 @@ struct MemoryPlan {
   std::size_t reserved(Tier tier) const noexcept;
 };
 
-// `gpu`: the engine runs on a GPU (the host scratch exists with offload); on CPU ranks the
-// device tier is host memory and there is no separate host scratch.
+// `beside`: offloaded state is stepped by a host device of its own beside the engine's
+// (Device::offload_beside: a GPU, or the asynchronous CPU device standing in for one), which
+// has its own scalar scratch; on the synchronous CPU device there is no separate host scratch.
 MemoryPlan plan_memory(const Registry& registry, const config::Config& config, const Layout& layout,
-                       bool gpu);
+                       bool beside);
 
 }  // namespace zero::engine

@@ -20,9 +20,10 @@ ModelState::ModelState(const EngineContext& context, const MemoryPlan& plan,
       modes_(context.layout.modes),
       rank_(context.comm.rank()),
       full_(context.registry.param_count(), nullptr) {
-  if ((modes_.optimizer_offload || modes_.param_offload) && ctx_.device.type() != DeviceType::cpu) {
-    // The owned state is in pinned memory, where the CPU computes on it.
-    host_ = create_cpu_device();
+  if ((modes_.optimizer_offload || modes_.param_offload) && ctx_.device.offload_beside()) {
+    // The owned state is in pinned memory, where a CPU device of its own computes on it
+    // (beside a GPU, or the asynchronous CPU device that stands in for one).
+    host_ = create_cpu_device(CpuDeviceMode::sync);
     host_scalars_ = static_cast<float*>(host_->reserve(Tier::host, kScratchBytes));
   }
 }

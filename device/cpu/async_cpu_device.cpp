@@ -114,6 +114,8 @@ class AsyncCpuDevice final : public Device {
   std::string description() const override {
     return guarded_ ? "cpu (asynchronous, guarded device memory)" : "cpu (asynchronous)";
   }
+  // As a GPU's: the offloaded state is stepped by a synchronous CPU device beside this one.
+  bool offload_beside() const noexcept override { return true; }
 
   void* reserve(Tier tier, std::size_t bytes) override {
     switch (tier) {

@@ -43,6 +43,7 @@ class CpuDevice final : public Device {
   DeviceType type() const noexcept override { return DeviceType::cpu; }
   int ordinal() const noexcept override { return -1; }
   std::string description() const override { return "cpu"; }
+  bool offload_beside() const noexcept override { return false; }
 
   void* reserve(Tier tier, std::size_t bytes) override {
     switch (tier) {

@@ -231,6 +231,7 @@ class CudaDevice final : public Device {
   DeviceType type() const noexcept override { return DeviceType::cuda; }
   int ordinal() const noexcept override { return ordinal_; }
   std::string description() const override { return description_; }
+  bool offload_beside() const noexcept override { return true; }
 
   void* reserve(Tier tier, std::size_t bytes) override {
     switch (tier) {
