@@ -70,6 +70,16 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
 }
 
 Engine::Impl::~Impl() {
+  // The device's work, once, before anything it uses goes: never through the callers' streams,
+  // which their owners may have destroyed already (zero.h, "Streams"). Not when the
+  // communicator is broken: its collectives may never complete.
+  if (!comm->poisoned()) {
+    try {
+      device->synchronize();
+    } catch (const std::exception& error) {
+      log::warn("engine: waiting for the device's work at shutdown failed: {}", error.what());
+    }
+  }
   // Outstanding collectives hold our buffers: finish them before the memory goes, unless the
   // communicator is already broken (then nothing more can complete).
   reducer.reset();

@@ -83,9 +83,11 @@ class CudaStream final : public Stream {
   }
 
   ~CudaStream() override {
-    // Work still queued may use the partials: let it finish before freeing them.
+    // Work still queued may use the partials: on a stream of our own, let it finish before
+    // freeing them. A borrowed stream may already be destroyed by its owner and is never
+    // touched here; cudaFree waits for the whole device's work before it frees.
     static_cast<void>(cudaSetDevice(ordinal_));
-    static_cast<void>(cudaStreamSynchronize(stream_));
+    if (owned_) static_cast<void>(cudaStreamSynchronize(stream_));
     static_cast<void>(cudaFree(partials_));
     if (owned_) static_cast<void>(cudaStreamDestroy(stream_));
     clear_last_error();

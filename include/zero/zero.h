@@ -102,6 +102,12 @@ ZERO_API int zero_version_code(void);
  * zero_step is ordered after the stream of the latest hook and returns with the step done.
  * Use one stream per engine for the hooks of a micro-step.
  *
+ * Teardown. The engine never synchronizes a caller's stream, and uses one only inside the
+ * calls given it (and the zero_step after them). A caller may destroy its stream, and its own
+ * buffers, once the last such call has returned: before zero_destroy too, which waits for the
+ * engine's own work on the device once and then frees its memory. The buffers zero_param_data
+ * and zero_grad_buffer gave are the engine's and go with zero_destroy.
+ *
  * Memory. zero_param_data and zero_grad_buffer give device memory: on a GPU the host must not
  * read or write it; zero_data_location says which it is. ZERO_CPU_DEVICE=guarded (or
  * zero_create_options.cpu_device 3) makes the CPU catch the same mistakes: that memory faults

@@ -1,10 +1,14 @@
-// The engine on a CUDA device, as far as it runs there today: created on GPU 0 with a world of
-// one, it says its buffers live in that GPU's memory (what zero_data_location reports).
+// The engine on a CUDA device: created on GPU 0 with a world of one, it says its buffers live
+// in that GPU's memory (what zero_data_location reports); and a caller's stream destroyed before
+// the engine is never touched again (zero.h, "Teardown"; compute-sanitizer in gpu-check reports
+// an API call on the destroyed handle).
 #include <catch2/catch.hpp>
+#include <cuda_runtime.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/create.h"
 #include "device/device.h"
@@ -13,7 +17,9 @@
 
 namespace zero {
 
-TEST_CASE("engine on CUDA: its buffers live in GPU 0's memory", "[gpu][engine]") {
+namespace {
+
+std::unique_ptr<engine::Engine> engine_on_gpu0(const std::string& text) {
   comm::CommOptions comm_options;
   comm_options.backend = comm::Backend::local;
   comm_options.timeout = std::chrono::seconds(60);
@@ -24,12 +30,48 @@ TEST_CASE("engine on CUDA: its buffers live in GPU 0's memory", "[gpu][engine]")
   auto device = create_device(device_options);
   comm_options.device = device.get();
   auto comm = comm::create_communicator(comm_options);
-  const std::string text = R"({"train_micro_batch_size_per_gpu": 1,
-      "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 0}})";
-  engine::Engine engine(config::read_config_text(text, {}), std::move(device), std::move(comm),
-                        {});
-  CHECK(engine.device().type() == DeviceType::cuda);
-  CHECK(engine.device().ordinal() == 0);
+  return std::make_unique<engine::Engine>(config::read_config_text(text, {}), std::move(device),
+                                          std::move(comm), engine::EngineOptions{});
+}
+
+}  // namespace
+
+TEST_CASE("engine on CUDA: its buffers live in GPU 0's memory", "[gpu][engine]") {
+  auto engine = engine_on_gpu0(R"({"train_micro_batch_size_per_gpu": 1,
+      "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 0}})");
+  CHECK(engine->device().type() == DeviceType::cuda);
+  CHECK(engine->device().ordinal() == 0);
+}
+
+TEST_CASE("engine on CUDA: the caller's stream may be destroyed before the engine",
+          "[gpu][engine]") {
+  // Stage 3 with the optimizer and the parameters on the CPU: every part of the engine has
+  // worked on the caller's stream by the time it is gone.
+  auto engine = engine_on_gpu0(R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+      "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3, "sub_group_size": 100,
+      "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})");
+  const std::size_t group = engine->add_group("all", 0.0, 1.0);
+  const std::size_t module = engine->add_module("layer");
+  const std::vector<float> values(333, 0.5f);
+  const std::size_t param =
+      engine->add_param("weight", {333}, true, group, {module}, {values.data(), {}});
+  engine->init();
+  cudaStream_t native = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&native, cudaStreamNonBlocking) == cudaSuccess);
+  Stream* stream = engine->caller_stream(native);
+  for (int step = 0; step < 2; ++step) {
+    engine->pre_forward(module, stream);
+    engine->post_forward(module, stream);
+    engine->pre_backward(module, stream);
+    REQUIRE(cudaMemsetAsync(engine->grad_buffer(param), 0x3c, 333 * 2, native) == cudaSuccess);
+    engine->post_backward(module, stream);
+    CHECK(engine->step().stepped);
+  }
+  REQUIRE(cudaStreamSynchronize(native) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(native) == cudaSuccess);
+  engine.reset();
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK(cudaDeviceSynchronize() == cudaSuccess);
 }
 
 }  // namespace zero
