@@ -107,6 +107,7 @@ class ModelState final : public ShardStore {
   // ---- ShardStore ----
   const void* device_shard(std::size_t param) override;
   void copy_shard(std::size_t param, void* place) override;
+  void place_shard(std::size_t param, void* place, Stream& stream) override;
   bool swapped(std::size_t param) const override { return swapped_param(param); }
   std::size_t read_buffers() const override {
     return param_swap_ != nullptr ? param_swap_->read_buffers() : 0;

@@ -244,10 +244,10 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
   const void* source = shards_->device_shard(param);
   if (source == nullptr) {
     // The shard is in host memory: into its place in the gathered buffer, then gathered in
-    // place.
+    // place, both in the stream's order (the host never waits for the copy).
     char* place = static_cast<char*>(g.full) +
                   static_cast<std::size_t>(rank_) * shard * dtype_size(compute_);
-    shards_->copy_shard(param, place);
+    shards_->place_shard(param, place, stream);
     source = place;
   }
   g.gathering = ctx_.comm.all_gather(source, g.full, shard, compute_, &stream);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "device/device.h"
 #include "offload/aio.h"
 
 namespace zero::engine {
@@ -18,6 +19,9 @@ class ShardStore {
   virtual const void* device_shard(std::size_t param) = 0;
   // Copies the shard into `place` (device memory), waiting for a read from NVMe.
   virtual void copy_shard(std::size_t param, void* place) = 0;
+  // A shard in host memory (not swapped): its copy into `place` queued on `stream`, so that a
+  // gather issued after it on that stream follows without the host waiting.
+  virtual void place_shard(std::size_t param, void* place, Stream& stream) = 0;
 
   // offload_param nvme: whether the shard is a region of the swap file.
   virtual bool swapped(std::size_t param) const = 0;

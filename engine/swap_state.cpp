@@ -99,6 +99,14 @@ void ModelState::copy_shard(std::size_t param, void* place) {
                    bytes);
 }
 
+void ModelState::place_shard(std::size_t param, void* place, Stream& stream) {
+  const std::size_t bytes =
+      shard_shape(ctx_.registry.param(param).numel, ctx_.layout.world).shard *
+      dtype_size(modes_.compute);
+  if (bytes == 0) return;
+  ctx_.device.copy_async(place, shard_source(param), bytes, stream);
+}
+
 offload::Ticket ModelState::start_read(std::size_t param, std::size_t buffer) {
   return param_swap_->start_read(param, buffer);
 }

@@ -73,8 +73,10 @@ class LocalCommunicator final : public CommunicatorBase {
  private:
   Work copy(const OpInfo& op, const void* input, void* output, Stream* stream) {
     const std::size_t bytes = op.count * dtype_size(op.dtype);
-    if (bytes == 0 || input == output) return complete(op);
     Device* device = options_.device;
+    // In place, the data is final where the caller's queued work leaves it (a copy into the
+    // input may still be on its way).
+    if (bytes == 0 || input == output) return after_caller(op, stream);
     if (device == nullptr) {
       std::memcpy(output, input, bytes);
       return complete(op);
