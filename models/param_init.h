@@ -1,6 +1,7 @@
 // Initial values of the reference models' parameters, drawn during zero_init: per parameter,
 // normal(0, std) from a counter-based hash of (seed, parameter, element), so that an element's
-// value does not depend on which rank draws it or how the model is partitioned; or a constant.
+// value does not depend on which rank draws it, how the model is partitioned or how many
+// OpenMP threads draw it (large ranges are split over them); or a constant.
 #pragma once
 
 #include <cstdint>
