@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -20,6 +21,36 @@ int open_file(const std::string& path, int flags, unsigned mode, std::string_vie
     const int err = errno;
     throw make_error(ErrorCategory::io, "cannot {} {}: {}", what, path, errno_text(err));
   }
+  return fd;
+}
+
+std::string_view file_kind(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
+int open_regular_for_reading(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer; fstat then says
+  // what the descriptor really is, with no window for the path to change in between.
+  const int fd = open_file(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0, "open for reading");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const unsigned mode = st.st_mode;
+    ::close(fd);
+    throw make_error(ErrorCategory::io,
+                     "cannot read {}: it is {}, not a regular file; name the file itself (links "
+                     "to regular files are followed)",
+                     path, file_kind(mode));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) static_cast<void>(::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK));
   return fd;
 }
 

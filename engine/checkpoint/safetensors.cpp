@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include <fcntl.h>
@@ -224,7 +225,7 @@ std::uint64_t TensorInfo::numel() const noexcept {
 // ---- reader --------------------------------------------------------------------------------
 
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
-  fd_ = detail::open_file(path_, O_RDONLY | O_CLOEXEC, 0, "open for reading");
+  fd_ = detail::open_regular_for_reading(path_);
   try {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) {
@@ -253,8 +254,24 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
     pread_all(fd_, path_, text.data(), text.size(), 8);
     // The spec wants '{' first; trailing whitespace (the writers' padding) the parser skips.
     if (text.empty() || text.front() != '{') bad_file(path_, "the header does not start with '{'");
-    const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    // A name given twice would otherwise keep only its last entry (JSON objects hold one value
+    // per key) and show as a gap in the data: the parser reports each top-level key.
+    std::set<std::string> names;
+    std::string duplicate;
+    const nlohmann::json::parser_callback_t note_names =
+        [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+          if (depth == 1 && event == nlohmann::json::parse_event_t::key &&
+              !names.insert(parsed.get<std::string>()).second && duplicate.empty()) {
+            duplicate = parsed.get<std::string>();
+          }
+          return true;
+        };
+    const nlohmann::json header =
+        nlohmann::json::parse(text, note_names, /*allow_exceptions=*/false);
     if (header.is_discarded()) bad_file(path_, "the header is not valid JSON");
+    if (!duplicate.empty()) {
+      bad_file(path_, fmt::format("the header names tensor '{}' twice", duplicate));
+    }
     if (!header.is_object()) bad_file(path_, "the header is not a JSON object");
 
     for (const auto& [name, entry] : header.items()) {

@@ -535,6 +535,11 @@ TEST_CASE("safetensors: malformed files are refused with an io error naming the 
        "a gap"},
       {"a gap at the start",
        raw_file(R"({"a": {"dtype": "U8", "shape": [7], "data_offsets": [1, 8]}})", eight), "a gap"},
+      {"a name given twice",
+       raw_file(R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
+                   "a": {"dtype": "U8", "shape": [4], "data_offsets": [4, 8]}})",
+                eight),
+       "the header names tensor 'a' twice"},
       {"metadata not an object", raw_file(R"({"__metadata__": ["a"]})", {}), "__metadata__"},
       {"metadata value not a string", raw_file(R"({"__metadata__": {"a": 1}})", {}), "'a'"},
   };
@@ -548,6 +553,20 @@ TEST_CASE("safetensors: malformed files are refused with an io error naming the 
   const Error absent = error_of([&] { SafetensorsReader reader(dir.file("absent")); });
   CHECK(absent.category() == ErrorCategory::io);
   CHECK_THAT(absent.what(), Catch::Contains(dir.file("absent")));
+  // What is not a regular file is refused before a byte is read: a FIFO would wait for a
+  // writer forever, a link to one is followed to it.
+  const std::string fifo = dir.file("shard.safetensors");
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const Error pipe = error_of([&] { SafetensorsReader reader(fifo); });
+  CHECK(pipe.category() == ErrorCategory::io);
+  CHECK_THAT(pipe.what(), Catch::Contains(fifo) && Catch::Contains("it is a FIFO"));
+  const std::string link = dir.file("link.safetensors");
+  std::filesystem::create_symlink(fifo, link);
+  CHECK_THAT(error_of([&] { SafetensorsReader reader(link); }).what(),
+             Catch::Contains("it is a FIFO"));
+  CHECK_THAT(error_of([&] { SafetensorsReader reader(dir.file("")); }).what(),
+             Catch::Contains("it is a directory"));
 }
 
 TEST_CASE("safetensors: a file truncated after it was opened fails reads with the path and offset",
