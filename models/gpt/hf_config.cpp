@@ -4,57 +4,45 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "models/hf_json.h"
+
 namespace zero::gpt {
 namespace {
 
 using json = nlohmann::json;
 
-[[noreturn]] void bad(const std::string& key, const std::string& what) {
-  throw std::invalid_argument("config.json: \"" + key + "\" " + what);
-}
-
-int get_int(const json& c, const char* key, int fallback) {
-  const auto it = c.find(key);
-  if (it == c.end() || it->is_null()) {
-    if (fallback > 0) return fallback;
-    bad(key, "is missing");
-  }
-  if (!it->is_number_integer() || it->get<long long>() < 1 || it->get<long long>() > (1ll << 30)) {
-    bad(key, "must be a positive integer, not " + it->dump());
-  }
-  return it->get<int>();
-}
+namespace hf = models::hf_json;
 
 }  // namespace
 
 GptConfig from_hf(const json& c) {
   if (!c.is_object()) throw std::invalid_argument("config.json: not a JSON object");
-  if (const std::string type = c.value("model_type", std::string()); type != "gpt2") {
-    bad("model_type", "is \"" + type + "\", not gpt2");
+  if (const std::string type = hf::string(c, "", "model_type", ""); type != "gpt2") {
+    hf::refuse("model_type", "is \"" + type + "\", not gpt2");
   }
   GptConfig g;
-  g.layers = get_int(c, "n_layer", 0);
-  g.heads = get_int(c, "n_head", 0);
-  g.channels = get_int(c, "n_embd", 0);
-  g.max_seq = get_int(c, "n_positions", 0);
-  g.vocab = get_int(c, "vocab_size", 0);
-  if (const auto inner = c.find("n_inner");
-      inner != c.end() && !inner->is_null() && *inner != json(4 * g.channels)) {
-    bad("n_inner", "is " + inner->dump() + ": the reference GPT's MLP is 4 * n_embd wide");
+  g.layers = hf::positive_int(c, "", "n_layer");
+  g.heads = hf::positive_int(c, "", "n_head");
+  g.channels = hf::positive_int(c, "", "n_embd");
+  g.max_seq = hf::positive_int(c, "", "n_positions");
+  g.vocab = hf::positive_int(c, "", "vocab_size");
+  if (const auto inner = hf::find(c, "", "n_inner"); inner && *inner != json(4 * g.channels)) {
+    hf::refuse("n_inner", "is " + inner->dump() + ": the reference GPT's MLP is 4 * n_embd wide");
   }
-  if (const std::string act = c.value("activation_function", std::string("gelu_new"));
+  if (const std::string act = hf::string(c, "", "activation_function", "gelu_new");
       act != "gelu_new" && act != "gelu_pytorch_tanh") {
-    bad("activation_function",
-        "is \"" + act + "\": the reference GPT uses GELU's tanh form (gelu_new)");
+    hf::refuse("activation_function",
+               "is \"" + act + "\": the reference GPT uses GELU's tanh form (gelu_new)");
   }
-  if (c.contains("tie_word_embeddings") && c["tie_word_embeddings"] == false) {
-    bad("tie_word_embeddings", "is false: the reference GPT's head is the token embedding");
+  if (!hf::boolean(c, "", "tie_word_embeddings", true)) {
+    hf::refuse("tie_word_embeddings", "is false: the reference GPT's head is the token embedding");
   }
-  if (const auto eps = c.find("layer_norm_epsilon");
-      eps != c.end() && eps->is_number() && std::fabs(eps->get<double>() - 1e-5) > 1e-12) {
-    bad("layer_norm_epsilon", "is " + eps->dump() + ": the reference GPT's LayerNorm uses 1e-5");
+  if (const double eps = hf::positive_number(c, "", "layer_norm_epsilon", 1e-5);
+      std::fabs(eps - 1e-5) > 1e-12) {
+    hf::refuse("layer_norm_epsilon",
+               "is " + json(eps).dump() + ": the reference GPT's LayerNorm uses 1e-5");
   }
-  if (g.channels % g.heads != 0) bad("n_embd", "does not split over n_head heads");
+  if (g.channels % g.heads != 0) hf::refuse("n_embd", "does not split over n_head heads");
   return g;
 }
 

@@ -2,7 +2,10 @@
 #include "models/llama/config.h"
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
+
+#include "models/hf_json.h"
 
 namespace zero::llama {
 namespace {
@@ -36,32 +39,69 @@ RopeScaling llama3_scaling(double factor) {
   return s;
 }
 
-[[noreturn]] void bad(const std::string& key, const std::string& what) {
-  throw std::invalid_argument("config.json: \"" + key + "\" " + what);
-}
+namespace hf = models::hf_json;
 
-int get_int(const json& c, const char* key) {
-  const auto it = c.find(key);
-  if (it == c.end()) bad(key, "is missing");
-  if (!it->is_number_integer() || it->get<std::int64_t>() < 1 ||
-      it->get<std::int64_t>() > (std::int64_t{1} << 30)) {
-    bad(key, "must be a positive integer, not " + it->dump());
+// One of rope_parameters (transformers 5) and rope_scaling (earlier files): its kind, under
+// "rope_type" or the older "type", and its numbers.
+RopeScaling scaling_of(const json& s, const std::string& key) {
+  RopeScaling r;
+  const std::string kind = hf::string(s, key, "rope_type", "");
+  const std::string old_kind = hf::string(s, key, "type", "");
+  if (!kind.empty() && !old_kind.empty() && kind != old_kind) {
+    hf::refuse(key, "says \"rope_type\": \"" + kind + "\" and \"type\": \"" + old_kind +
+                        "\"; keep one");
   }
-  return it->get<int>();
+  r.type = !kind.empty() ? kind : !old_kind.empty() ? old_kind : "default";
+  if (r.type != "default" && r.type != "linear" && r.type != "llama3") {
+    hf::refuse(key, "asks for \"" + r.type +
+                        "\" rotary scaling: supported are default, linear and llama3");
+  }
+  if (r.type == "default") return r;
+  r.factor = hf::positive_number(s, key, "factor", 1.0);
+  if (r.type == "llama3") {
+    r.low_freq_factor = hf::positive_number(s, key, "low_freq_factor", 1.0);
+    r.high_freq_factor = hf::positive_number(s, key, "high_freq_factor", 4.0);
+    if (r.high_freq_factor <= r.low_freq_factor) {
+      hf::refuse(key + ".high_freq_factor", "must be greater than low_freq_factor (" +
+                                                json(r.low_freq_factor).dump() + ")");
+    }
+    r.original_max_position = hf::positive_int(s, key, "original_max_position_embeddings", 8192);
+  }
+  return r;
 }
 
-double get_number(const json& c, const char* key, double fallback) {
-  const auto it = c.find(key);
-  if (it == c.end() || it->is_null()) return fallback;
-  if (!it->is_number()) bad(key, "must be a number, not " + it->dump());
-  return it->get<double>();
+bool same(const RopeScaling& a, const RopeScaling& b) {
+  return a.type == b.type && a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+         a.high_freq_factor == b.high_freq_factor &&
+         a.original_max_position == b.original_max_position;
 }
 
-bool get_bool(const json& c, const char* key, bool fallback) {
-  const auto it = c.find(key);
-  if (it == c.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) bad(key, "must be true or false, not " + it->dump());
-  return it->get<bool>();
+// The rotary settings: theta and scaling in transformers 5's rope_parameters, or rope_theta and
+// rope_scaling at the top as earlier files have them. Both are read; where both say something
+// they must agree, or the file is refused naming both (transformers would pick one of them).
+void read_rope(const json& c, LlamaConfig& out) {
+  const std::optional<json> parameters = hf::object(c, "", "rope_parameters");
+  const std::optional<json> scaling = hf::object(c, "", "rope_scaling");
+  const bool top_theta = hf::find(c, "", "rope_theta").has_value();
+  out.rope_theta = hf::positive_number(c, "", "rope_theta", 10000.0);
+  if (parameters && hf::find(*parameters, "rope_parameters", "rope_theta")) {
+    const double theta = hf::positive_number(*parameters, "rope_parameters", "rope_theta", 0);
+    if (top_theta && theta != out.rope_theta) {
+      hf::refuse("rope_parameters.rope_theta",
+                 "is " + json(theta).dump() + " but \"rope_theta\" is " +
+                     json(out.rope_theta).dump() + "; keep one, or make them equal");
+    }
+    out.rope_theta = theta;
+  }
+  const RopeScaling from_parameters =
+      parameters ? scaling_of(*parameters, "rope_parameters") : RopeScaling{};
+  const RopeScaling from_scaling = scaling ? scaling_of(*scaling, "rope_scaling") : RopeScaling{};
+  if (parameters && scaling && !same(from_parameters, from_scaling)) {
+    hf::refuse("rope_scaling", "(\"" + from_scaling.type + "\") disagrees with \"rope_parameters\" (\"" +
+                                   from_parameters.type +
+                                   "\"); keep one of them, or make them say the same");
+  }
+  out.rope_scaling = parameters ? from_parameters : from_scaling;
 }
 
 }  // namespace
@@ -118,62 +158,40 @@ LlamaConfig LlamaConfig::by_name(const std::string& name) {
 LlamaConfig LlamaConfig::from_hf(const json& c) {
   if (!c.is_object()) throw std::invalid_argument("config.json: not a JSON object");
   LlamaConfig out;
-  const std::string type = c.value("model_type", std::string());
+  const std::string type = hf::string(c, "", "model_type", "");
   if (type != "llama" && type != "mistral" && type != "qwen2") {
-    bad("model_type", "is \"" + type + "\": the Llama-family model reads llama, mistral and qwen2");
+    hf::refuse("model_type",
+               "is \"" + type + "\": the Llama-family model reads llama, mistral and qwen2");
   }
   out.family = type;
-  out.layers = get_int(c, "num_hidden_layers");
-  out.heads = get_int(c, "num_attention_heads");
-  out.kv_heads = c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()
-                     ? get_int(c, "num_key_value_heads")
-                     : out.heads;
-  out.channels = get_int(c, "hidden_size");
-  out.intermediate = get_int(c, "intermediate_size");
-  out.max_seq = get_int(c, "max_position_embeddings");
-  out.vocab = get_int(c, "vocab_size");
-  if (c.contains("head_dim") && !c["head_dim"].is_null()) out.head_dim = get_int(c, "head_dim");
-  out.norm_eps = get_number(c, "rms_norm_eps", 1e-6);
-  out.tied = get_bool(c, "tie_word_embeddings", false);
-  if (const std::string act = c.value("hidden_act", std::string("silu")); act != "silu") {
-    bad("hidden_act", "is \"" + act + "\": the Llama-family model's MLP is SwiGLU (silu)");
+  out.layers = hf::positive_int(c, "", "num_hidden_layers");
+  out.heads = hf::positive_int(c, "", "num_attention_heads");
+  out.kv_heads = hf::positive_int(c, "", "num_key_value_heads", out.heads);
+  out.channels = hf::positive_int(c, "", "hidden_size");
+  out.intermediate = hf::positive_int(c, "", "intermediate_size");
+  out.max_seq = hf::positive_int(c, "", "max_position_embeddings");
+  out.vocab = hf::positive_int(c, "", "vocab_size");
+  out.head_dim = hf::positive_int(c, "", "head_dim", 0);
+  out.norm_eps = hf::positive_number(c, "", "rms_norm_eps", 1e-6);
+  out.tied = hf::boolean(c, "", "tie_word_embeddings", false);
+  if (const std::string act = hf::string(c, "", "hidden_act", "silu"); act != "silu") {
+    hf::refuse("hidden_act", "is \"" + act + "\": the Llama-family model's MLP is SwiGLU (silu)");
   }
   if (type == "qwen2") {
     out.qkv_bias = true;
-    if (get_bool(c, "use_sliding_window", false)) {
-      bad("use_sliding_window", "is true: Qwen2's per-layer sliding window is not supported");
+    if (hf::boolean(c, "", "use_sliding_window", false)) {
+      hf::refuse("use_sliding_window", "is true: Qwen2's per-layer sliding window is not supported");
     }
   } else {
-    if (get_bool(c, "attention_bias", false)) {
-      bad("attention_bias", "is true: only Qwen2's q, k and v biases are supported");
+    if (hf::boolean(c, "", "attention_bias", false)) {
+      hf::refuse("attention_bias", "is true: only Qwen2's q, k and v biases are supported");
     }
-    if (get_bool(c, "mlp_bias", false)) bad("mlp_bias", "is true: MLP biases are not supported");
-  }
-  if (type == "mistral") {
-    out.sliding_window = static_cast<int>(get_number(c, "sliding_window", 0));
-  }
-  // transformers 5 keeps theta and scaling in rope_parameters; earlier files at the top level.
-  const json* scaling = nullptr;
-  out.rope_theta = get_number(c, "rope_theta", 10000.0);
-  if (const auto p = c.find("rope_parameters"); p != c.end() && p->is_object()) {
-    out.rope_theta = get_number(*p, "rope_theta", out.rope_theta);
-    scaling = &*p;
-  } else if (const auto s = c.find("rope_scaling"); s != c.end() && s->is_object()) {
-    scaling = &*s;
-  }
-  if (scaling != nullptr) {
-    std::string kind = scaling->value("rope_type", scaling->value("type", std::string("default")));
-    if (kind != "default" && kind != "linear" && kind != "llama3") {
-      bad("rope_scaling",
-          "asks for \"" + kind + "\" rotary scaling: supported are default, linear and llama3");
+    if (hf::boolean(c, "", "mlp_bias", false)) {
+      hf::refuse("mlp_bias", "is true: MLP biases are not supported");
     }
-    out.rope_scaling.type = kind;
-    out.rope_scaling.factor = get_number(*scaling, "factor", 1.0);
-    out.rope_scaling.low_freq_factor = get_number(*scaling, "low_freq_factor", 1.0);
-    out.rope_scaling.high_freq_factor = get_number(*scaling, "high_freq_factor", 4.0);
-    out.rope_scaling.original_max_position =
-        static_cast<int>(get_number(*scaling, "original_max_position_embeddings", 8192));
   }
+  if (type == "mistral") out.sliding_window = hf::positive_int(c, "", "sliding_window", 0);
+  read_rope(c, out);
   out.validate();
   return out;
 }
@@ -243,6 +261,10 @@ void LlamaConfig::validate() const {
   if (head_size() % 2 != 0) {
     throw std::invalid_argument("the head size " + std::to_string(head_size()) +
                                 " is odd: rotary embeddings turn pairs of channels");
+  }
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) {
+    throw std::invalid_argument("the rotary base (rope theta) must be a finite number greater "
+                                "than 0, not " + nlohmann::json(rope_theta).dump());
   }
   if (rope_scaling.type != "default" && rope_scaling.factor <= 0) {
     throw std::invalid_argument("the rotary scaling factor must be positive");

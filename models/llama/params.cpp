@@ -1,8 +1,11 @@
 // The Llama family's registration (params.h).
 #include "models/llama/params.h"
 
+#include <set>
 #include <stdexcept>
 #include <string>
+
+#include "models/hf_weights.h"
 
 namespace zero::llama {
 
@@ -47,6 +50,19 @@ LlamaIds register_llama(models::Registrar& r, const LlamaConfig& config) {
 }
 
 void load_llama_weights(zero_engine* engine, const LlamaConfig& config, const std::string& path) {
+  // A tied checkpoint read with an untied config (tie_word_embeddings false, or left out, which
+  // is false for this family) would be refused for its missing lm_head.weight in the engine's
+  // terms; the directory's are clearer.
+  if (!config.tied) {
+    const std::set<std::string> names = models::pretrained_tensor_names(path);
+    if (!names.contains("lm_head.weight") && names.contains("model.embed_tokens.weight")) {
+      throw std::runtime_error(
+          path + ": the weights hold no lm_head.weight, so the output head is tied to "
+          "model.embed_tokens.weight, but the model was made untied (config.json's "
+          "tie_word_embeddings is false, or absent, which means false): set "
+          "\"tie_word_embeddings\": true in config.json");
+    }
+  }
   // Older files keep each layer's rotary inv_freq buffer; a tied model's files may hold
   // lm_head.weight beside the embedding.
   std::vector<std::string> ignore;
