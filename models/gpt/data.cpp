@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+
+#include <fmt/format.h>
 #include <stdexcept>
 #include <string>
 
@@ -19,16 +22,49 @@ std::runtime_error failure(const std::string& path, const std::string& what) {
   return std::runtime_error("data file " + path + ": " + what);
 }
 
+// Whether the 4 bytes at the start are one byte off a shard magic (a damaged shard).
+bool near_magic(const std::string& bytes) {
+  if (bytes.size() < 4) return false;
+  for (const std::int32_t magic : {kMagicU16, kMagicU32}) {
+    int differ = 0;
+    for (int b = 0; b < 4; ++b) {
+      differ += static_cast<unsigned char>(bytes[static_cast<std::size_t>(b)]) !=
+                ((static_cast<std::uint32_t>(magic) >> (8 * b)) & 0xff);
+    }
+    if (differ == 1) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
-TokenStream TokenStream::open(const std::string& path) {
+TokenStream TokenStream::open(const std::string& path, DataFormat format) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw failure(path, "cannot read it: it is not a regular file (a FIFO, a device or a "
+                        "directory); name a token shard or a text file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw failure(path, std::string("cannot open it: ") + std::strerror(errno));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw failure(path, std::string("cannot read it: ") + std::strerror(errno));
   std::int32_t header[kHeaderInts] = {};
   if (bytes.size() >= sizeof header) std::memcpy(header, bytes.data(), sizeof header);
-  if (header[0] != kMagicU16 && header[0] != kMagicU32) {
+  const bool shard = bytes.size() >= sizeof header &&
+                     (header[0] == kMagicU16 || header[0] == kMagicU32);
+  if (format == DataFormat::text || !shard) {
+    if (format == DataFormat::automatic && (near_magic(bytes) || path.ends_with(".bin"))) {
+      std::uint32_t first = 0;
+      std::memcpy(&first, bytes.data(), std::min<std::size_t>(4, bytes.size()));
+      throw failure(path, fmt::format(
+          "it looks like a token shard ({}) but starts with {}, not llm.c's magic {} (uint16 "
+          "tokens) or {} (uint32 tokens): a damaged or foreign shard would train as text "
+          "bytes; remake it with zero-tokenize, or give --data-format text to read it as text",
+          near_magic(bytes) ? "its first 4 bytes are one byte off a shard's magic"
+                            : "its name ends in .bin",
+          first, kMagicU16, kMagicU32));
+    }
     TokenStream stream = from_text(bytes);
     stream.origin_ = path;
     return stream;
@@ -41,9 +77,14 @@ TokenStream TokenStream::open(const std::string& path) {
   const auto count = static_cast<std::uint64_t>(static_cast<std::uint32_t>(header[2]));
   const std::uint64_t expected = sizeof header + count * width;
   if (bytes.size() != expected) {
-    throw failure(path, "its header says " + std::to_string(count) + " tokens (" +
-                            std::to_string(expected) + " bytes) but the file has " +
-                            std::to_string(bytes.size()) + " bytes: truncated or not a shard");
+    const std::uint64_t body = bytes.size() - sizeof header;
+    throw failure(path, fmt::format(
+        "the header says {} tokens, the file holds {}{} ({} bytes after the {}-byte header, "
+        "{} bytes a token): {}",
+        count, body / width, body % width != 0 ? " and a part" : "", body, sizeof header, width,
+        bytes.size() < expected ? "truncated, or a header that counts too many"
+                                : "data past the counted tokens, or a header that counts too "
+                                  "few; remake the shard with zero-tokenize"));
   }
   std::vector<std::int32_t> tokens(count);
   const char* data = bytes.data() + sizeof header;
@@ -119,7 +160,9 @@ Batcher::Batcher(const TokenStream& stream, int batch, int seq, int vocab)
   const auto& tokens = stream.tokens();
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab) {
-      throw std::invalid_argument(stream.origin() + ": token " + std::to_string(tokens[i]) +
+      // Shards hold unsigned tokens: uint32 ones of 2^31 and above are negative here.
+      throw std::invalid_argument(stream.origin() + ": token " +
+                                  std::to_string(static_cast<std::uint32_t>(tokens[i])) +
                                   " at position " + std::to_string(i) +
                                   " is outside the model's vocabulary of " + std::to_string(vocab));
     }

@@ -20,12 +20,18 @@
 
 namespace zero::gpt {
 
+// How a data file is read: automatic (a shard when it starts with a known magic, text
+// otherwise, except where it looks like a damaged shard), or always as text.
+enum class DataFormat { automatic, text };
+
 class TokenStream {
  public:
-  // Reads `path`: a token shard when it starts with a known magic, else text. Throws
-  // std::runtime_error naming the path and what is wrong (missing, unreadable, a shard whose
-  // header and size disagree).
-  static TokenStream open(const std::string& path);
+  // Reads `path` as `format` says. Throws std::runtime_error naming the path and what is
+  // wrong: missing, unreadable, not a regular file (a FIFO would wait forever), a shard whose
+  // header and size disagree, or (automatic) a file that looks like a shard but has no known
+  // magic: its first 4 bytes one byte off a magic, or a name ending in .bin; DataFormat::text
+  // reads those as text.
+  static TokenStream open(const std::string& path, DataFormat format = DataFormat::automatic);
   static TokenStream from_text(std::string_view text);
   static TokenStream from_tokens(std::vector<std::int32_t> tokens, std::string origin);
 

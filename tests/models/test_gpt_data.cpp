@@ -4,6 +4,7 @@
 // step's sequences exactly once.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -59,7 +60,9 @@ TEST_CASE("gpt data: llm.c shards and text files are read", "[gpt]") {
   CHECK(c.format() == "text");
   CHECK(c.tokens() == std::vector<std::int32_t>{'h', 0xc3, 0xa9, 'l', 'l', 'o'});
   CHECK_THROWS_WITH(TokenStream::open(bad.string()),
-                    Catch::Contains(bad.string()) && Catch::Contains("says 4 tokens"));
+                    Catch::Contains(bad.string()) &&
+                        Catch::Contains("the header says 4 tokens, the file holds 3") &&
+                        Catch::Contains("truncated"));
   CHECK_THROWS_WITH(TokenStream::open(scratch("missing").string()),
                     Catch::Contains("cannot open it"));
   for (const auto& p : {u16, u32, text, bad}) fs::remove(p);
@@ -118,6 +121,44 @@ TEST_CASE("gpt data: batches hold next-token targets, wrap, and tile a step at a
                     Catch::Contains("big.bin: token 300 at position 57 is outside"));
   const TokenStream tiny = TokenStream::from_tokens({1, 2, 3}, "tiny.bin");
   CHECK_THROWS_WITH(Batcher(tiny, B, T, 256), Catch::Contains("fewer than one sequence"));
+}
+
+TEST_CASE("gpt data: a shard's header and size, damaged magics and what is not a file",
+          "[gpt]") {
+  // A header that counts fewer tokens than the file holds is not called truncated.
+  const fs::path extra = scratch("extra.bin");
+  write_shard<std::uint16_t>(extra, 20240520, {1, 2, 3, 4, 5}, 3);
+  CHECK_THROWS_WITH(TokenStream::open(extra.string()),
+                    Catch::Contains("the header says 3 tokens, the file holds 5") &&
+                        Catch::Contains("data past the counted tokens"));
+  // A magic one byte off is a damaged shard, not text; --data-format text reads it as text.
+  const fs::path damaged = scratch("damaged.tok");
+  write_shard<std::uint16_t>(damaged, 20240520 ^ 0x100, {1, 2, 3}, 3);
+  CHECK_THROWS_WITH(TokenStream::open(damaged.string()),
+                    Catch::Contains(damaged.string()) &&
+                        Catch::Contains("one byte off a shard's magic") &&
+                        Catch::Contains("--data-format text"));
+  CHECK(TokenStream::open(damaged.string(), DataFormat::text).format() == "text");
+  // So is a .bin file without a magic; the same bytes under another name are text.
+  const fs::path bin = scratch("plain.bin"), txt = scratch("plain.txt");
+  std::ofstream(bin) << "hello, world";
+  std::ofstream(txt) << "hello, world";
+  CHECK_THROWS_WITH(TokenStream::open(bin.string()), Catch::Contains("its name ends in .bin"));
+  CHECK(TokenStream::open(bin.string(), DataFormat::text).size() == 12);
+  CHECK(TokenStream::open(txt.string()).size() == 12);
+  // A uint32 token of 2^31 and above is printed as the file holds it.
+  const fs::path big = scratch("big.bin");
+  write_shard<std::uint32_t>(big, 20240801, {1, 0xFFFFFFFFu, 2, 3}, 4);
+  const TokenStream stream = TokenStream::open(big.string());
+  CHECK_THROWS_WITH(Batcher(stream, 1, 2, 100),
+                    Catch::Contains("token 4294967295 at position 1"));
+  // A FIFO would wait for a writer forever: refused before it is opened.
+  const fs::path fifo = scratch("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(TokenStream::open(fifo.string()), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(TokenStream::open(fs::temp_directory_path().string()),
+                    Catch::Contains("not a regular file"));
+  for (const auto& p : {extra, damaged, bin, txt, big, fifo}) fs::remove(p);
 }
 
 }  // namespace zero::gpt
