@@ -17,6 +17,10 @@ SHAPE_KEYS = ["model_type", "vocab_size", "hidden_size", "intermediate_size", "n
               "rms_norm_eps", "tie_word_embeddings", "n_embd", "n_layer", "n_head", "n_positions"]
 
 
+CARRIED_KEYS = ["bos_token_id", "eos_token_id", "pad_token_id", "initializer_range",
+                "attention_dropout", "use_cache"]
+
+
 def fail(message):
     sys.exit(f"FAIL {message}")
 
@@ -44,7 +48,23 @@ def check_files(original, exported):
     for key in SHAPE_KEYS:
         if key in a and a.get(key) != b.get(key):
             fail(f"{exported}/config.json: {key} is {b.get(key)!r}, the original's {a.get(key)!r}")
-    print(f"ok   {exported}: {len(ours)} tensors equal to the original's bit for bit, config.json's shape the same")
+    # What the model does not change carries through; the dtype is under the key transformers
+    # 4.56 and later read.
+    for key in CARRIED_KEYS:
+        if key in a and a.get(key) != b.get(key):
+            fail(f"{exported}/config.json: {key} is {b.get(key)!r}, the original's {a.get(key)!r}")
+    if "dtype" not in b or "torch_dtype" in b:
+        fail(f"{exported}/config.json: the dtype should be under \"dtype\" alone: {sorted(b)}")
+    generation = [os.path.join(d, "generation_config.json") for d in (original, exported)]
+    if os.path.exists(generation[0]) != os.path.exists(generation[1]):
+        fail(f"{exported}: generation_config.json is {'missing' if os.path.exists(generation[0]) else 'there'}, "
+             f"{'there' if os.path.exists(generation[0]) else 'missing'} in the original")
+    if os.path.exists(generation[0]):
+        with open(generation[0]) as f, open(generation[1]) as g:
+            if json.load(f) != json.load(g):
+                fail(f"{exported}/generation_config.json differs from the original's")
+    print(f"ok   {exported}: {len(ours)} tensors equal to the original's bit for bit, config.json's shape "
+          f"and token ids the same")
 
 
 def check_transformers(original, exported):

@@ -266,6 +266,42 @@ PY
     run 1 --steps 2 --init "$work/hf"
     [ "$rc" -ne 0 ] || fail "a falcon directory was accepted"
     expect_err "\"model_type\" is \"falcon\""
+    echo '{"model_type": 5}' >"$work/hf/config.json"
+    run 1 --steps 2 --init "$work/hf"
+    [ "$rc" -ne 0 ] || fail "a numeric model_type was accepted"
+    expect_err "--init $work/hf: config.json: \"model_type\" must be a string, not 5"
+    echo '{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64,
+           "intermediate_size": 96, "max_position_embeddings": 64, "vocab_size": 256,
+           "rope_parameters": {"rope_type": "default", "rope_theta": -5}}' >"$work/hf/config.json"
+    run 1 --steps 2 --init "$work/hf"
+    [ "$rc" -ne 0 ] || fail "a negative rope theta was accepted"
+    expect_err "config.json: \"rope_parameters.rope_theta\" must be a number greater than 0, not -5"
+    # A tied checkpoint read with tie_word_embeddings false is told in config.json's terms.
+    cp -r "$source_dir/tests/models/goldens/qwen2" "$work/tied"
+    sed -i 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' "$work/tied/config.json"
+    SEQ=8 run 1 --steps 1 --init "$work/tied" --vocab 256
+    [ "$rc" -ne 0 ] || fail "a tied checkpoint loaded untied"
+    expect_err "the weights hold no lm_head.weight"
+    expect_err "set \"tie_word_embeddings\": true in config.json"
+    # A model too large for memory names the config.json keys that size it.
+    mkdir -p "$work/huge"
+    echo '{"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 768,
+           "n_positions": 1000000000, "vocab_size": 256}' >"$work/huge/config.json"
+    SEQ=16 run 1 --steps 1 --init "$work/huge"
+    [ "$rc" -ne 0 ] || fail "a model of a billion positions was accepted"
+    expect_err "out of memory"
+    expect_err "its largest tensor is wpe.weight [1000000000 x 768], sized by n_positions and n_embd in $work/huge/config.json"
+    # A --seq past a pretrained GPT-2's positions gets advice that works there.
+    SEQ=65 run 1 --steps 1 --init "$source_dir/tests/models/goldens/gpt2"
+    [ "$rc" -ne 0 ] || fail "--seq past a pretrained GPT-2's positions was accepted"
+    expect_err "cannot grow; use --seq 32 or less"
+    # A loss that turns non-finite in fp32 stops the run naming the step, and nothing is saved.
+    run 1 --steps 6 --lr 1e38 --save "$work/nan-ckpt"
+    expect_rc 1
+    expect_err "the loss is NaN"
+    expect_err "the run stops without saving"
+    [[ "$out" != *"done:"* ]] || fail "a NaN run finished as done: $out"
+    [ ! -d "$work/nan-ckpt/global_step6" ] || fail "a NaN run saved a checkpoint"
     # A --save directory no rank can write is found at the start, not at the first save.
     touch "$work/a-file"
     run 1 --steps 2 --save "$work/a-file/ckpt"

@@ -5,7 +5,9 @@
 //   zero-ckpt export DIR[/TAG] --out model.safetensors|OUTDIR [--dtype fp32|bf16|fp16]
 //                    [--layout auto|hf|saved]
 // An --out that does not end in .safetensors is a Hugging Face model directory:
-// OUTDIR/model.safetensors and OUTDIR/config.json (the config zero-train kept in the checkpoint).
+// OUTDIR/model.safetensors, OUTDIR/config.json and, where the source had one,
+// OUTDIR/generation_config.json (the files zero-train kept in the checkpoint). The export
+// replaces the whole model there: an earlier sharded model's index and shards go.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -116,7 +118,8 @@ bool transposed_on_export(const ParamEntry& p, bool hf) {
   return hf && p.shape.size() == 2 && zero::gpt::is_hf_conv1d_weight(p.name);
 }
 
-// transformers' name of a dtype, for config.json's torch_dtype.
+// transformers' name of a dtype, for config.json's "dtype" (transformers 4.56 and later read
+// it; "torch_dtype", its older name, makes transformers 5 warn).
 const char* torch_dtype(DType dtype) {
   switch (dtype) {
     case DType::bf16:
@@ -128,15 +131,84 @@ const char* torch_dtype(DType dtype) {
   }
 }
 
-// The Hugging Face config.json zero-train keeps in a checkpoint's user data ("hf_config"), or
-// null when the checkpoint holds none.
-nlohmann::json kept_hf_config(const Manifest& m) {
+// A Hugging Face file zero-train keeps in a checkpoint's user data ("hf_config": config.json,
+// "hf_generation_config": generation_config.json), or null when the checkpoint holds none.
+nlohmann::json kept_hf_file(const Manifest& m, const char* key) {
   const nlohmann::json data =
       nlohmann::json::parse(m.user_data, nullptr, /*allow_exceptions=*/false);
-  if (!data.is_object() || !data.contains("hf_config") || !data["hf_config"].is_object()) {
-    return nullptr;
+  if (!data.is_object() || !data.contains(key) || !data[key].is_object()) return nullptr;
+  return data[key];
+}
+
+// Writes `value` to `path`.tmp (made new), for commit_directory to rename.
+void write_json_temporary(const std::string& path, const nlohmann::json& value) {
+  const std::string temporary = path + ".tmp";
+  zero::checkpoint::claim_temporary(temporary);
+  std::ofstream file(temporary);
+  file << value.dump(2) << "\n";
+  if (!file.flush()) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    throw zero::make_error(zero::ErrorCategory::io, "cannot write {}", temporary);
   }
-  return data["hf_config"];
+}
+
+// The weight files of an earlier export or download in `dir` that the new model.safetensors
+// replaces: a sharded model's index and the shards it names (plain names inside `dir` only).
+std::vector<std::string> stale_weights(const fs::path& dir) {
+  std::vector<std::string> stale;
+  const fs::path index = dir / "model.safetensors.index.json";
+  std::error_code error;
+  if (!fs::exists(fs::symlink_status(index, error))) return stale;
+  stale.push_back(index.filename().string());
+  if (!fs::is_regular_file(index, error)) return stale;
+  std::ifstream in(index);
+  const nlohmann::json data = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!data.is_object() || !data.contains("weight_map") || !data["weight_map"].is_object()) {
+    return stale;
+  }
+  for (const auto& [tensor, file] : data["weight_map"].items()) {
+    if (!file.is_string()) continue;
+    const std::string name = file.get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos || name.starts_with(".") ||
+        name == "model.safetensors" ||
+        std::find(stale.begin(), stale.end(), name) != stale.end()) {
+      continue;
+    }
+    stale.push_back(name);
+  }
+  return stale;
+}
+
+// Puts the new model in `dir` in place of whatever model was there, so that no reader ever
+// takes old weights for new: the old index goes first (durably: until then a reader finds the
+// old model whole, after it the new weights or none), then the new files (written as .tmp) are
+// renamed in, then the old shards and an old generation_config.json the new model lacks are
+// removed. Returns what was removed.
+std::vector<std::string> commit_directory(const fs::path& dir, bool generation) {
+  const std::vector<std::string> stale = stale_weights(dir);
+  std::vector<std::string> removed;
+  std::error_code error;
+  if (!stale.empty()) {
+    fs::remove(dir / stale.front(), error);
+    if (error) {
+      throw zero::make_error(zero::ErrorCategory::io, "cannot remove the old {}: {}",
+                             (dir / stale.front()).string(), error.message());
+    }
+    removed.push_back(stale.front());
+    zero::checkpoint::sync_directory(dir.string());
+  }
+  for (const char* name : {"model.safetensors", "config.json", "generation_config.json"}) {
+    if (std::string(name) == "generation_config.json" && !generation) continue;
+    fs::rename(dir / (std::string(name) + ".tmp"), dir / name);  // a link there is replaced
+  }
+  std::vector<std::string> leftovers(stale.begin() + (stale.empty() ? 0 : 1), stale.end());
+  if (!generation) leftovers.push_back("generation_config.json");
+  for (const std::string& name : leftovers) {
+    if (fs::remove(dir / name, error)) removed.push_back(name);
+  }
+  zero::checkpoint::sync_directory(dir.string());
+  return removed;
 }
 
 int export_model(const std::string& path, const std::string& out_arg, const std::string& dtype_text,
@@ -164,9 +236,10 @@ int export_model(const std::string& path, const std::string& out_arg, const std:
   }
   // A directory for transformers: the weights in Hugging Face's layout, and config.json.
   const bool directory = !out_arg.ends_with(".safetensors");
-  nlohmann::json config;
+  nlohmann::json config, generation;
   if (directory) {
-    config = kept_hf_config(m);
+    config = kept_hf_file(m, "hf_config");
+    generation = kept_hf_file(m, "hf_generation_config");
     if (config.is_null()) {
       throw zero::make_error(
           zero::ErrorCategory::usage,
@@ -182,7 +255,8 @@ int export_model(const std::string& path, const std::string& out_arg, const std:
           "Hugging Face's layout; use --layout auto or hf, or --out FILE.safetensors",
           out_arg);
     }
-    config["torch_dtype"] = torch_dtype(*dtype);
+    config.erase("torch_dtype");
+    config["dtype"] = torch_dtype(*dtype);
     std::error_code error;
     fs::create_directories(out_arg, error);
     if (error || !fs::is_directory(out_arg)) {
@@ -242,27 +316,30 @@ int export_model(const std::string& path, const std::string& out_arg, const std:
       }
     }
     writer.finish();
-    fs::rename(temporary, out);  // a link at `out` is replaced, not followed
+    if (!directory) fs::rename(temporary, out);  // a link at `out` is replaced, not followed
   } catch (...) {
     std::error_code ignored;
     fs::remove(temporary, ignored);
     throw;
   }
+  std::vector<std::string> removed;
   if (directory) {
-    // config.json last, beside the complete weights, written whole and renamed the same way.
-    const std::string config_path = (fs::path(out_arg) / "config.json").string();
-    const std::string config_temporary = config_path + ".tmp";
-    zero::checkpoint::claim_temporary(config_temporary);
-    {
-      std::ofstream file(config_temporary);
-      file << config.dump(2) << "\n";
-      if (!file.flush()) {
-        std::error_code ignored;
-        fs::remove(config_temporary, ignored);
-        throw zero::make_error(zero::ErrorCategory::io, "cannot write {}", config_temporary);
+    // Every file written whole beside the old model first, then the model replaced at once.
+    const fs::path dir(out_arg);
+    try {
+      write_json_temporary((dir / "config.json").string(), config);
+      if (!generation.is_null()) {
+        write_json_temporary((dir / "generation_config.json").string(), generation);
       }
+      removed = commit_directory(dir, !generation.is_null());
+    } catch (...) {
+      std::error_code ignored;
+      for (const char* name : {"model.safetensors.tmp", "config.json.tmp",
+                               "generation_config.json.tmp"}) {
+        fs::remove(dir / name, ignored);
+      }
+      throw;
     }
-    fs::rename(config_temporary, config_path);
   }
   std::uint64_t elements = 0;
   for (const ParamEntry& p : m.params) elements += p.numel;
@@ -272,6 +349,10 @@ int export_model(const std::string& path, const std::string& out_arg, const std:
                            : gpt2 ? "Hugging Face GPT-2 (Conv1D weights [in, out])"
                                   : "Hugging Face",
                            zero::format_bytes(fs::file_size(out)), timer.seconds());
+  if (!removed.empty()) {
+    std::cout << fmt::format("{}: removed the earlier model's {}\n", out_arg,
+                             fmt::join(removed, ", "));
+  }
   if (directory) {
     std::cout << fmt::format(
         "{}/config.json: {} ({}); load it with transformers' "
@@ -310,15 +391,18 @@ int main(int argc, char** argv) {
       "Write the consolidated model (each parameter whole, under its name: fp32 "
       "masters of trainable parameters, values of frozen ones) as one safetensors file, "
       "streamed so that memory stays small whatever the model's size; or, with --out "
-      "DIR, a Hugging Face model directory (DIR/model.safetensors and the config.json "
-      "zero-train kept in the checkpoint) that transformers' from_pretrained loads.");
+      "DIR, a Hugging Face model directory (DIR/model.safetensors, the config.json and, "
+      "where the source had one, the generation_config.json zero-train kept in the "
+      "checkpoint) that transformers' from_pretrained loads. The export replaces the whole "
+      "model in DIR: an earlier sharded model's index and shards are removed, and said so; "
+      "other files (the tokenizer's) stay.");
   std::string export_path, out, dtype = "fp32";
   export_command->add_option("CHECKPOINT", export_path, "DIR (its latest tag) or DIR/TAG")
       ->required();
   export_command
       ->add_option("-o,--out", out,
-                   "FILE.safetensors, or a directory for transformers (model.safetensors and "
-                   "config.json)")
+                   "FILE.safetensors, or a directory for transformers (model.safetensors, "
+                   "config.json, generation_config.json)")
       ->required();
   export_command->add_option("--dtype", dtype, "fp32, bf16 or fp16 (round to nearest even)")
       ->capture_default_str();

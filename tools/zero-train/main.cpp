@@ -57,6 +57,12 @@ int main(int argc, char** argv) {
   app.add_option("--positions", o.positions, "custom: the longest sequence");
   app.add_option("--vocab", o.vocab, "custom: vocabulary size");
   app.add_option("--data", o.data, "token shard or text file")->required();
+  app.add_option("--data-format", o.data_format,
+                 "auto: an llm.c token shard by its magic, else text, refusing a file that "
+                 "looks like a damaged shard (a magic one byte off, or a name ending in .bin); "
+                 "text: every file as text bytes")
+      ->check(CLI::IsMember({"auto", "text"}))
+      ->capture_default_str();
   app.add_option("--seq", o.seq, "positions per sequence (default: the model's, at most 1024)");
   app.add_option("--steps", o.steps,
                  "optimizer steps to reach (fills scheduler total_num_steps "

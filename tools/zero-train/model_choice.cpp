@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,7 @@
 #include "models/gpt/hf_config.h"
 #include "models/gpt/model.h"
 #include "models/gpu_info.h"
+#include "models/hf_json.h"
 #include "models/llama/cuda_model.h"
 #include "models/llama/model.h"
 
@@ -20,11 +22,18 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// --init's config.json, when --init is a directory that has one.
-std::optional<json> init_config(const std::string& init) {
+// --init DIR's `name` (config.json, generation_config.json), when --init is a directory that
+// has one; refused when it is not a regular file (a FIFO would wait forever) or not an object.
+std::optional<json> init_file(const std::string& init, const char* name) {
   if (init.empty() || !fs::is_directory(init)) return std::nullopt;
-  const fs::path path = fs::path(init) / "config.json";
-  if (!fs::exists(path)) return std::nullopt;
+  const fs::path path = fs::path(init) / name;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (!fs::exists(status)) return std::nullopt;
+  if (!fs::is_regular_file(status)) {
+    throw std::invalid_argument(
+        fmt::format("--init {}: {} is not a regular file", init, path.string()));
+  }
   std::ifstream in(path);
   json c = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (c.is_discarded() || !c.is_object()) {
@@ -38,6 +47,12 @@ std::optional<json> init_config(const std::string& init) {
 
 ModelChoice ModelChoice::from_options(const TrainOptions& o) {
   ModelChoice m;
+  m.init_ = o.init;
+  const std::optional<json> init_config = init_file(o.init, "config.json");
+  if (init_config) m.init_config_ = *init_config;
+  if (const auto generation = init_file(o.init, "generation_config.json")) {
+    m.generation_config_ = *generation;
+  }
   if (!o.model.empty()) {
     m.name_ = o.model;
     if (llama::LlamaConfig::is_name(o.model)) {
@@ -55,16 +70,17 @@ ModelChoice ModelChoice::from_options(const TrainOptions& o) {
                         o.model, names));
       }
     }
-  } else if (const std::optional<json> c = init_config(o.init)) {
-    const std::string type = c->value("model_type", std::string());
-    m.name_ = fmt::format("{} ({})", fs::path(o.init).filename().string(), type);
+  } else if (const std::optional<json>& c = init_config) {
     try {
+      const std::string type = models::hf_json::string(*c, "", "model_type", "");
+      m.name_ = fmt::format("{} ({})", fs::path(o.init).filename().string(), type);
       if (type == "gpt2") {
         m.gpt_ = gpt::from_hf(*c);
       } else {
         m.llama_ = llama::LlamaConfig::from_hf(*c);
       }
     } catch (const std::invalid_argument& e) {
+      // e names config.json and the key; the directory is --init's.
       throw std::invalid_argument(fmt::format("--init {}: {}", o.init, e.what()));
     }
   } else {
@@ -140,7 +156,69 @@ std::string ModelChoice::shape() const {
 }
 
 json ModelChoice::hf_config() const {
-  return gpt_ ? gpt::to_hf(*gpt_) : llama_->to_hf();
+  const json own = gpt_ ? gpt::to_hf(*gpt_) : llama_->to_hf();
+  if (!init_config_.is_object()) return own;
+  json merged = init_config_;
+  // The dtype is the export's to say; a transformers 5 file keeps rope settings in
+  // rope_parameters, which the model's rope_theta and rope_scaling replace.
+  for (const char* key : {"torch_dtype", "dtype", "rope_parameters"}) merged.erase(key);
+  merged.update(own);
+  return merged;
+}
+
+std::string ModelChoice::seq_advice(int seq) const {
+  const int positions = max_seq();
+  if (gpt_ && !init_.empty()) {
+    return fmt::format(
+        "--seq {} is longer than the {} positions of the pretrained GPT-2 in {}: its position "
+        "table (wpe.weight, n_positions rows) comes with its weights and cannot grow; use --seq "
+        "{} or less",
+        seq, positions, init_, positions);
+  }
+  return fmt::format(
+      "--seq {} is longer than the model's {} positions ({}): use --seq {} or less, or more "
+      "positions with --positions{}",
+      seq, positions, name_, positions,
+      init_config_.is_object() ? " (max_position_embeddings in the directory's config.json)" : "");
+}
+
+std::string ModelChoice::largest_tensor() const {
+  // Each candidate: its name, rows, columns, and the keys (config.json's, or the flags) that
+  // size them.
+  struct Tensor {
+    const char* name;
+    std::int64_t rows, cols;
+    const char* row_key;
+    const char* row_flag;
+    const char* col_key;
+    const char* col_flag;
+  };
+  std::vector<Tensor> tensors;
+  if (gpt_) {
+    const gpt::GptConfig& c = *gpt_;
+    tensors = {{"wte.weight", c.vocab, c.channels, "vocab_size", "--vocab", "n_embd", "--channels"},
+               {"wpe.weight", c.max_seq, c.channels, "n_positions", "--positions", "n_embd",
+                "--channels"},
+               {"h.<n>.mlp.c_fc.weight", c.channels, 4ll * c.channels, "n_embd", "--channels",
+                "n_embd", "--channels"}};
+  } else {
+    const llama::LlamaConfig& c = *llama_;
+    tensors = {{"model.embed_tokens.weight", c.vocab, c.channels, "vocab_size", "--vocab",
+                "hidden_size", "--channels"},
+               {"model.layers.<n>.mlp.up_proj.weight", c.intermediate, c.channels,
+                "intermediate_size", "--intermediate", "hidden_size", "--channels"}};
+  }
+  const Tensor* largest = &tensors.front();
+  for (const Tensor& t : tensors) {
+    if (t.rows * t.cols > largest->rows * largest->cols) largest = &t;
+  }
+  const bool from_file = init_config_.is_object();
+  return fmt::format("the model has {} parameters; its largest tensor is {} [{} x {}], sized by "
+                     "{} and {}{}",
+                     parameters(), largest->name, largest->rows, largest->cols,
+                     from_file ? largest->row_key : largest->row_flag,
+                     from_file ? largest->col_key : largest->col_flag,
+                     from_file ? fmt::format(" in {}/config.json", init_) : std::string());
 }
 
 std::unique_ptr<models::CausalLm> ModelChoice::build(zero_engine* engine, int batch, int seq,

@@ -31,8 +31,17 @@ class ModelChoice {
   std::int64_t parameters() const;
   // "12 layers, 12 heads, 768 channels, 1024 positions, vocabulary 50257" and the like.
   std::string shape() const;
-  // The Hugging Face config.json of this model (zero-ckpt export writes it beside the weights).
+  // The Hugging Face config.json of this model (zero-ckpt export writes it beside the weights):
+  // with --init DIR, DIR's config.json with the keys the model sets written over it, so that
+  // what the model does not change (token ids, names, the keys of other tools) carries through.
   nlohmann::json hf_config() const;
+  // --init DIR's generation_config.json, or null when it has none.
+  const nlohmann::json& generation_config() const noexcept { return generation_config_; }
+  // What to do about a --seq longer than the model's positions.
+  std::string seq_advice(int seq) const;
+  // The model's largest tensor, its shape and the sizes that make it, in the terms the model
+  // came from (config.json's keys with --init DIR, else the flags): for a reservation refused.
+  std::string largest_tensor() const;
   // Registers the model with `engine` (before zero_init): its CUDA layers when `cuda` (the
   // engine's parameters live on a GPU), else its CPU layers.
   std::unique_ptr<models::CausalLm> build(zero_engine* engine, int batch, int seq,
@@ -44,6 +53,9 @@ class ModelChoice {
 
  private:
   std::string name_;
+  std::string init_;                  // --init, when given
+  nlohmann::json init_config_;        // --init DIR's config.json, or null
+  nlohmann::json generation_config_;  // --init DIR's generation_config.json, or null
   std::optional<gpt::GptConfig> gpt_;
   std::optional<llama::LlamaConfig> llama_;
 };

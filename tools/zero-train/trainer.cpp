@@ -4,6 +4,7 @@
 // data reader.
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -135,6 +136,7 @@ std::string data_position(const TrainOptions& o, const ModelChoice& model,
   return json{{"trainer", "zero-train"},
               {"model", model.name()},
               {"hf_config", model.hf_config()},
+              {"hf_generation_config", model.generation_config()},
               {"step", step},
               {"sequences_taken", static_cast<std::uint64_t>(step) * sequences_per_step},
               {"seq", seq},
@@ -173,14 +175,10 @@ int run(const TrainOptions& o) {
   // Before the engine: the model's sizes and the data, so that their errors come first.
   const ModelChoice model = ModelChoice::from_options(o);
   const int seq = o.seq.value_or(std::min(model.max_seq(), 1024));
-  if (seq > model.max_seq()) {
-    throw std::runtime_error(fmt::format(
-        "--seq {} is longer than the model's {} positions ({}): use --seq {} or less, or more "
-        "positions with --positions",
-        seq, model.max_seq(), model.name(), model.max_seq()));
-  }
+  if (seq > model.max_seq()) throw std::runtime_error(model.seq_advice(seq));
   if (seq < 1) throw std::runtime_error(fmt::format("--seq {} must be at least 1", seq));
-  const gpt::TokenStream stream = gpt::TokenStream::open(o.data);
+  const gpt::TokenStream stream = gpt::TokenStream::open(
+      o.data, o.data_format == "text" ? gpt::DataFormat::text : gpt::DataFormat::automatic);
   gpt::TokenStream train_stream, val_stream;
   stream.split(o.val_fraction, seq, train_stream, val_stream);
 
@@ -255,7 +253,14 @@ int run(const TrainOptions& o) {
                                     gpu, rank)
                       : std::string(e.what()));
   }
-  calls.check(zero_init(engine), "zero_init");
+  if (const zero_status status = zero_init(engine); status != ZERO_OK) {
+    // A reservation too large for the machine comes from the model's sizes as often as from
+    // the config's buffers: name them too.
+    calls.fail(fmt::format("zero_init: {}: {}{}", zero_status_string(status), zero_last_error(),
+                           status == ZERO_ERROR_OUT_OF_MEMORY
+                               ? fmt::format("; {}", model.largest_tensor())
+                               : std::string()));
+  }
 
   report.say(fmt::format("zero-train: {} ({:.2f}M parameters; {}) on {} rank(s), {}", model.name(),
                          static_cast<double>(model.parameters()) / 1e6, model.shape(), world,
@@ -359,6 +364,11 @@ int run(const TrainOptions& o) {
 
   const std::size_t n = static_cast<std::size_t>(batch) * seq;
   std::vector<std::int32_t> tokens(n), targets(n);
+  // fp16 skips a step whose gradients are not finite and lowers the loss scale; fp32 and bf16
+  // stop at a non-finite loss.
+  zero_dtype compute = ZERO_FP32;
+  calls.check(zero_compute_dtype(engine, &compute), "zero_compute_dtype");
+  const bool fp16 = compute == ZERO_FP16;
 
   // Evaluation: eval_batches micro-batches of the validation part, split over the ranks, the
   // same ones every time.
@@ -417,6 +427,21 @@ int run(const TrainOptions& o) {
     }
     loss /= accumulation;
     calls.check(zero_mean_across_ranks(engine, &loss, 1), "zero_mean_across_ranks");
+    if (!std::isfinite(loss) && !fp16) {
+      // Every rank has the same mean, so every rank stops here.
+      if (rank == 0) {
+        std::fprintf(stderr,
+                     "zero-train: step %lld: the loss is %s; without fp16's loss scale there is "
+                     "no step to skip, and the weights are no longer finite: the run stops "
+                     "without saving. Lower the learning rate, check the data and the model's "
+                     "config (a --init directory's config.json), or resume from an earlier "
+                     "checkpoint\n",
+                     static_cast<long long>(step + 1), std::isnan(loss) ? "NaN" : "infinite");
+      }
+      lm.reset();
+      calls.check(zero_destroy(engine), "zero_destroy");
+      return 1;
+    }
     r.step = step + 1;
     r.loss = loss;
     r.lr = stats.lr;
