@@ -106,6 +106,39 @@ refused "check that the --out folder exists" --tokenizer "$work/tokenizer.json" 
 refused "bad.jsonl:1: no string field" --tokenizer "$work/tokenizer.json" --out "$work/x.bin" \
   --lines "$work/part.txt" "$work/bad.jsonl"
 [ ! -e "$work/x.bin" ] && [ ! -e "$work/x.bin.tmp" ] || fail "a refused run left $work/x.bin*"
+# An --out that is a directory is named as given; one that is an input is refused, the input
+# left as it was.
+mkdir -p "$work/outdir"
+refused "--out $work/outdir: it is a directory" --tokenizer "$work/tokenizer.json" \
+  --out "$work/outdir" "$work/part.txt"
+cp "$work/part.txt" "$work/input.txt"
+refused "would overwrite the input $work/input.txt" --tokenizer "$work/tokenizer.json" \
+  --out "$work/input.txt" "$work/part.txt" "$work/input.txt"
+cmp -s "$work/part.txt" "$work/input.txt" || fail "an input named as --out was changed"
+
+# A single-line document of 2.5 million characters is encoded in parts cut where the
+# pre-tokenizer cuts: the same tokens as encoding it whole.
+"$python" - "$work" <<'PY' || exit 1
+import sys
+work = sys.argv[1]
+text = open(f"{work}/part.txt", encoding="utf-8").read().replace("\n", " ")
+long = (text * (2_500_000 // len(text) + 1))[:2_500_000]
+open(f"{work}/long.txt", "w", encoding="utf-8").write(long)
+PY
+"$python" "$tool" --tokenizer "$work/tokenizer.json" --out "$work/long.bin" --no-delimiter \
+  "$work/long.txt" >/dev/null || fail "zero-tokenize on a long document failed"
+"$python" - "$work" <<'PY' || exit 1
+import struct, sys
+from tokenizers import Tokenizer
+work = sys.argv[1]
+data = open(f"{work}/long.bin", "rb").read()
+count = struct.unpack("<256i", data[:1024])[2]
+got = list(struct.unpack(f"<{count}I", data[1024:]))
+tok = Tokenizer.from_file(f"{work}/tokenizer.json")
+want = tok.encode(open(f"{work}/long.txt", encoding="utf-8").read(), add_special_tokens=False).ids
+assert got == want, f"a long document's parts gave {len(got)} tokens, whole {len(want)}"
+print(f"tokenize: a 2.5M-character document in parts: {len(got)} tokens, as whole")
+PY
 
 # zero-train reads the shard with a model of the tokenizer's vocabulary.
 "$zero_train" --config "$config" --data "$work/one.bin" --vocab 400 --layers 1 --heads 2 \
