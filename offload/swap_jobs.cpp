@@ -227,38 +227,45 @@ std::string describe_stale_jobs(const std::vector<SwapJob>& jobs, const std::str
                      list, nvme_path);
 }
 
-void remove_swap_job(const SwapJob& job) {
+SwapRemoval remove_swap_job(const SwapJob& job) {
   if (job.state == SwapJobState::running) {
     throw make_error(ErrorCategory::usage, "swap directory {} belongs to a running job (pid {}): "
                      "left alone", job.path, job.running_pid);
   }
-  std::vector<std::string> left;
+  SwapRemoval removal;
   struct stat st {};
+  const auto remove_file = [&](const std::string& file) {
+    if (::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    const std::uint64_t bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
+    if (::unlink(file.c_str()) != 0) return false;
+    removal.bytes += bytes;
+    removal.files += 1;
+    return true;
+  };
   for (const std::string& rank : entries_of(job.path)) {
     const std::string rank_dir = job.path + "/" + rank;
     if (is_link_or_missing(rank_dir, &st) || !S_ISDIR(st.st_mode)) {
-      left.push_back(rank_dir);
+      removal.left.push_back(rank_dir);
       continue;
     }
+    std::size_t kept = 0;
     for (const std::string& name : entries_of(rank_dir)) {
-      const std::string file = rank_dir + "/" + name;
-      if (::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::unlink(file.c_str()) != 0) {
-        left.push_back(file);
+      if (name == kOwnerName) continue;  // last: the directory stays identifiable until it goes
+      if (!remove_file(rank_dir + "/" + name)) {
+        removal.left.push_back(rank_dir + "/" + name);
+        ++kept;
       }
     }
-    if (::rmdir(rank_dir.c_str()) != 0 && errno != ENOTEMPTY) left.push_back(rank_dir);
+    if (kept != 0) continue;
+    remove_file(rank_dir + "/" + kOwnerName);
+    if (::rmdir(rank_dir.c_str()) != 0) {
+      removal.left.push_back(fmt::format("{} ({})", rank_dir, errno_text(errno)));
+    }
   }
-  if (::rmdir(job.path.c_str()) != 0 && left.empty()) {
-    left.push_back(fmt::format("{} ({})", job.path, errno_text(errno)));
+  if (removal.left.empty() && ::rmdir(job.path.c_str()) != 0) {
+    removal.left.push_back(fmt::format("{} ({})", job.path, errno_text(errno)));
   }
-  if (!left.empty()) {
-    std::string names;
-    for (const std::string& l : left) names += (names.empty() ? "" : ", ") + l;
-    throw make_error(ErrorCategory::io,
-                     "swap directory {}: left what zero did not make (not a regular file, or a "
-                     "link): {}; look at it and remove it by hand",
-                     job.path, names);
-  }
+  return removal;
 }
 
 }  // namespace zero::offload

@@ -52,10 +52,20 @@ std::vector<SwapJob> find_swap_jobs(const std::string& nvme_path);
 // removes them; empty when none is stale.
 std::string describe_stale_jobs(const std::vector<SwapJob>& jobs, const std::string& nvme_path);
 
-// Removes a job's rank directories, their files and the job directory. Refuses (a usage Error)
-// a job that is running. Entries it did not expect (not a regular file, a link, a directory
-// inside a rank directory) are left, and named in the Error.
-void remove_swap_job(const SwapJob& job);
+// What remove_swap_job removed and left.
+struct SwapRemoval {
+  std::uint64_t bytes = 0;        // disk freed (the removed files' allocated blocks)
+  int files = 0;                  // regular files removed, owner records included
+  std::vector<std::string> left;  // what zero did not make, left in place (empty: all gone)
+  bool whole() const noexcept { return left.empty(); }
+};
+
+// Removes a job's rank directories, their files and the job directory, and says what it
+// removed. Refuses (a usage Error) a job that is running. Entries it did not expect (not a
+// regular file, a link, a directory inside a rank directory) are left and listed; a rank
+// directory that keeps one also keeps its owner record, so that it stays identifiable (zero-swap
+// list names it) until it goes.
+SwapRemoval remove_swap_job(const SwapJob& job);
 
 // "12 s", "5 min", "3.2 h", "4.0 days"
 std::string format_age(std::int64_t seconds);

@@ -141,9 +141,37 @@ TEST_CASE("the scan names stale swap directories with size, age and why, and rem
                        Catch::Contains("zero-swap clean " + scratch.path()));
   CHECK_THAT(text, !Catch::Contains("elsewhere"));
 
-  remove_swap_job(*dead);
+  const SwapRemoval removal = remove_swap_job(*dead);
+  CHECK(removal.whole());
+  CHECK(removal.files == 2);  // the swap file and the owner record
+  CHECK(removal.bytes >= (3u << 20));
   CHECK_FALSE(exists(gone));
   CHECK(exists(scratch.path() + "/zero/elsewhere/rank0/optimizer.swap"));
+}
+
+TEST_CASE("a stale directory holding links is removed but for them, and stays identifiable",
+          "[offload]") {
+  ScratchDir scratch("links-left");
+  const std::string gone = plant_job(scratch.path(), "gone", dead_pid(), host(), 1 << 20);
+  const std::string outside = scratch.path() + "/precious";
+  std::ofstream(outside) << "not zero's";
+  fs::create_symlink(outside, gone + "/rank0/planted");
+  const auto jobs = find_swap_jobs(scratch.path());
+  REQUIRE(jobs.size() == 1);
+  const SwapRemoval removal = remove_swap_job(jobs[0]);
+  CHECK_FALSE(removal.whole());
+  REQUIRE(removal.left.size() == 1);
+  CHECK(removal.left[0] == gone + "/rank0/planted");
+  // The swap file went and was counted; the link, what it points to and the owner record stay.
+  CHECK(removal.files == 1);
+  CHECK(removal.bytes >= (1u << 20));
+  CHECK_FALSE(exists(gone + "/rank0/optimizer.swap"));
+  CHECK(exists(gone + "/rank0/planted"));
+  CHECK(read_text(outside) == "not zero's");
+  CHECK(exists(gone + "/rank0/owner.json"));
+  const auto again = find_swap_jobs(scratch.path());
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].state == SwapJobState::gone);
 }
 
 TEST_CASE("the next run is told about stale directories when a swap file does not fit",

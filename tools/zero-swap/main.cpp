@@ -91,7 +91,7 @@ int list(const std::vector<std::string>& paths, bool as_json) {
 int clean(const std::vector<std::string>& paths, bool dry_run, bool other_hosts) {
   const std::int64_t now = std::time(nullptr);
   std::uint64_t freed = 0;
-  int removed = 0, failed = 0;
+  int removed = 0, partly = 0, failed = 0;
   for (const std::string& path : paths) {
     for (const SwapJob& job : zero::offload::find_swap_jobs(path)) {
       const bool elsewhere = job.state == SwapJobState::elsewhere;
@@ -106,11 +106,25 @@ int clean(const std::vector<std::string>& paths, bool dry_run, bool other_hosts)
         continue;
       }
       try {
-        zero::offload::remove_swap_job(job);
-        std::printf("removed %s (%s): %s\n", job.path.c_str(),
-                    zero::format_bytes(job.bytes).c_str(), job.state_text().c_str());
-        freed += job.bytes;
-        ++removed;
+        const zero::offload::SwapRemoval removal = zero::offload::remove_swap_job(job);
+        freed += removal.bytes;
+        if (removal.whole()) {
+          std::printf("removed %s (%s): %s\n", job.path.c_str(),
+                      zero::format_bytes(removal.bytes).c_str(), job.state_text().c_str());
+          ++removed;
+          continue;
+        }
+        std::string left;
+        for (const std::string& l : removal.left) left += (left.empty() ? "" : ", ") + l;
+        std::printf("partly removed %s: %d file%s (%s); kept it and its owner record\n",
+                    job.path.c_str(), removal.files, removal.files == 1 ? "" : "s",
+                    zero::format_bytes(removal.bytes).c_str());
+        std::fprintf(stderr,
+                     "zero-swap: %s: left what zero did not make (not a regular file, or a "
+                     "link): %s; look at it and remove it by hand\n",
+                     job.path.c_str(), left.c_str());
+        ++partly;
+        ++failed;
       } catch (const std::exception& error) {
         std::fprintf(stderr, "zero-swap: %s\n", error.what());
         ++failed;
@@ -118,7 +132,8 @@ int clean(const std::vector<std::string>& paths, bool dry_run, bool other_hosts)
     }
   }
   if (!dry_run) {
-    std::printf("%d job director%s removed, %s freed\n", removed, removed == 1 ? "y" : "ies",
+    std::printf("%d job director%s removed%s, %s freed\n", removed, removed == 1 ? "y" : "ies",
+                partly > 0 ? fmt::format(", {} partly", partly).c_str() : "",
                 zero::format_bytes(freed).c_str());
   }
   return failed == 0 ? 0 : 1;
