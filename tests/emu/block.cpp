@@ -29,6 +29,14 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 enum class State { ready, at_barrier, at_collective, returned };
 
+// A cp.async the thread issued that has not landed: the bytes it reads are taken when it lands.
+struct PendingCopy {
+  unsigned char* to;
+  const unsigned char* from;
+  unsigned bytes, read_bytes;
+  unsigned group;  // the thread's groups committed before it: it belongs to the next one
+};
+
 struct Fiber {
   ucontext_t context;
   uint3 index;  // threadIdx
@@ -36,6 +44,8 @@ struct Fiber {
   State state;
   const char* what;  // what it waits in, for a deadlock report
   std::source_location site;
+  std::vector<PendingCopy> copies;  // in issue order
+  unsigned committed;               // groups of copies committed
 };
 
 struct Warp {
@@ -162,6 +172,12 @@ void thread_returns() {
   if (warp.arrived > 0) {
     fail(("returned while " + std::to_string(warp.arrived) + " lane(s) of its warp wait in " +
           warp.what + " (" + site_text(warp.site) + ") with a full mask")
+             .c_str(),
+         {});
+  }
+  if (!me.copies.empty()) {
+    fail((std::to_string(me.copies.size()) + " cp.async copies of the thread not waited for " +
+          "when it returned (cp.async.wait_group)")
              .c_str(),
          {});
   }
@@ -306,6 +322,7 @@ void run_grid(const Kernel& kernel, dim3 grid, dim3 block, std::size_t shared_by
         run.arrived = 0;
         run.at_barrier.clear();
         run.returned = 0;
+        for (Fiber& f : run.fibers) f.committed = 0;  // (copies: none left, thread_returns checked)
         for (Warp& w : run.warps) w.arrived = w.returned = 0;
         run.head = run.count = 0;
         for (unsigned r = 0; r < threads; ++r) push_ready(r);
@@ -351,6 +368,45 @@ void sync_block(std::source_location where) {
   me.site = where;
   run.at_barrier.push_back(me.rank);
   switch_away();
+}
+
+bool in_dynamic_shared(const void* p, std::size_t bytes) {
+  const auto* first = static_cast<const unsigned char*>(p);
+  const unsigned char* begin = dynamic_shared();
+  const std::size_t size = run.shared.size() * sizeof(uint4);
+  return first >= begin && first <= begin + size && bytes <= size - (first - begin);
+}
+
+void copy_async(void* to, const void* from, unsigned bytes, unsigned read_bytes,
+                std::source_location where) {
+  Fiber& me = current("cp.async", where);
+  if (!in_dynamic_shared(to, bytes)) {
+    fail("cp.async to an address outside the block's dynamic shared memory", where);
+  }
+  auto* destination = static_cast<unsigned char*>(to);
+  std::memset(destination, 0xff, bytes);  // undefined until it lands: NaN as floats and bf16
+  me.copies.push_back(
+      {destination, static_cast<const unsigned char*>(from), bytes, read_bytes, me.committed});
+}
+
+void commit_copies(std::source_location where) {
+  ++current("cp.async.commit_group", where).committed;
+}
+
+void wait_copies(unsigned pending, std::source_location where) {
+  Fiber& me = current("cp.async.wait_group", where);
+  if (me.committed <= pending) return;
+  const unsigned done = me.committed - pending;  // groups 0 .. done - 1 land
+  std::size_t kept = 0;
+  for (const PendingCopy& c : me.copies) {
+    if (c.group < done) {
+      if (c.read_bytes > 0) std::memcpy(c.to, c.from, c.read_bytes);
+      std::memset(c.to + c.read_bytes, 0, c.bytes - c.read_bytes);
+    } else {
+      me.copies[kept++] = c;
+    }
+  }
+  me.copies.resize(kept);
 }
 
 unsigned lane_id() {

@@ -13,7 +13,8 @@
 //     (not one in each branch of an if), and none has returned before or while others wait;
 //   - every lane of a warp takes part in each shuffle and mma (full masks only), the same
 //     intrinsic in the same phase, and none has returned before or while its warp-mates wait;
-//   - a block whose threads all wait and cannot go on (a deadlock) is reported, not hung.
+//   - a block whose threads all wait and cannot go on (a deadlock) is reported, not hung;
+//   - a thread has waited for every asynchronous copy it issued (cp.async) before it returns.
 // A fault (a read past a device allocation, a fiber stack overflow) prints the same context
 // before the process's own handler runs. What it cannot see: races that only another order of
 // threads would expose (one order runs, the one above), what a block reads of another block's
@@ -77,6 +78,22 @@ WarpWords& warp_words();
 // `out` before its next collective, which cannot complete without it.
 void sync_warp(const char* what, unsigned mask, void (*complete)(WarpWords&),
                std::source_location where);
+
+// Whether [p, p + bytes) lies within the block's dynamic shared memory (the only shared memory
+// the emulator tells apart: __shared__ arrays are host statics).
+bool in_dynamic_shared(const void* p, std::size_t bytes);
+
+// cp.async (async_copy_emu.h), per thread as on the GPU: `copy_async` queues a copy of `bytes`
+// to `to` in dynamic shared memory, of which the first `read_bytes` come from `from` and the rest
+// are zeros, and fills the destination with 0xff bytes at once; the copy lands only when the
+// thread waits for its group. `commit_copies` closes the thread's open group; `wait_copies(n)`
+// lands every committed group but the n most recent. So a read of a destination before its wait
+// (or before the __syncthreads that follows other threads' waits) sees NaN, and a thread that
+// returns with copies not landed is reported.
+void copy_async(void* to, const void* from, unsigned bytes, unsigned read_bytes,
+                std::source_location where);
+void commit_copies(std::source_location where);
+void wait_copies(unsigned pending, std::source_location where);
 
 // Prints "emulated CUDA: " and the message, the kernel, block and thread when in one, and
 // `where` unless it is empty (line 0), to stderr and aborts: the kernel broke a rule of CUDA's

@@ -3,7 +3,8 @@
 // sources compile with g++ and run on the CPU. tests/emu/rewrite.py turns a .cu file into C++
 // this header compiles: launches `k<<<grid, block, smem, stream>>>(args)` become
 // `emu::Launch("k", grid, block, smem, stream).run(k, args)`, `extern __shared__` arrays become
-// the block's dynamic shared memory, and mma.cuh's inline PTX becomes mma_emu.h.
+// the block's dynamic shared memory, and the inline PTX of mma.cuh and async_copy.cuh becomes
+// mma_emu.h and async_copy_emu.h.
 //
 // What it is: kernels run when launched, synchronously, each block's threads as fibers on the
 // launching thread, blocks one after another (block.h: what the scheduler checks and what it

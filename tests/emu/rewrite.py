@@ -8,7 +8,9 @@ debug information and the emulator's reports name the .cu file and its lines:
     (cuda_runtime.h: the launch configuration is copied as written);
   - dynamic shared memory: `extern __shared__ T name[];` becomes a `T*` to the block's
     dynamic shared memory (emu::dynamic_shared());
-  - `#include "models/cuda/mma.cuh"` (inline PTX) becomes `#include "mma_emu.h"`.
+  - the includes of the headers that wrap inline PTX become their emulations:
+    `#include "models/cuda/mma.cuh"` becomes `#include "mma_emu.h"`, and
+    `#include "models/cuda/async_copy.cuh"` becomes `#include "async_copy_emu.h"`.
 Everything else is compiled as written against tests/emu's headers. What the rewrite cannot
 carry over it refuses, naming the file and line: a launch it did not recognise, another `.cuh`
 include (its kernels would escape the rewrite), inline PTX (`asm`).
@@ -16,7 +18,11 @@ include (its kernels would escape the rewrite), inline PTX (`asm`).
 import re
 import sys
 
-MMA_INCLUDE = '#include "models/cuda/mma.cuh"'
+# The headers of inline PTX and the emulations that take their place.
+EMULATED_INCLUDES = {
+    '#include "models/cuda/mma.cuh"': '#include "mma_emu.h"',
+    '#include "models/cuda/async_copy.cuh"': '#include "async_copy_emu.h"',
+}
 
 # kernel<<<config>>>( : the kernel's name may be qualified and carry one level of template
 # arguments; the configuration may span lines.
@@ -71,12 +77,15 @@ def refuse(path, source, index, why):
 def rewrite(path, source):
     code = code_only(source)
     for include in re.finditer(r'#\s*include\s*[<"][^>"]*\.cuh[>"]', code):
-        if include.group(0) != MMA_INCLUDE:
+        if include.group(0) not in EMULATED_INCLUDES:
+            known = ", ".join(EMULATED_INCLUDES)
             refuse(path, source, include.start(),
-                   f"{include.group(0)}: only {MMA_INCLUDE} has an emulation (mma_emu.h)")
+                   f"{include.group(0)}: only these have an emulation: {known}")
     for asm in re.finditer(r"\basm\b|__asm__", code):
         refuse(path, source, asm.start(), "inline PTX cannot run on the CPU")
-    out = source.replace(MMA_INCLUDE, '#include "mma_emu.h"')
+    out = source
+    for include, emulation in EMULATED_INCLUDES.items():
+        out = out.replace(include, emulation)
     out = substitute(SHARED, out, shared)
     out = substitute(LAUNCH, out, launch)
     for left in re.finditer(r"<<<|>>>|extern\s+__shared__", code_only(out)):

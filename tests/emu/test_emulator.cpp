@@ -1,7 +1,8 @@
 // The CPU emulation of CUDA checked on its own: the mma against mma.cuh's reading of the PTX
-// fragments, the shuffles, what a missing __syncthreads looks like, the launches and copies it
-// refuses as a GPU would. The "[.][emulator aborts]" cases break CUDA's rules on purpose and
-// must end the process with the emulator's report; ctest runs each alone (tests/emu/CMakeLists).
+// fragments, ldmatrix and cp.async against the ISA's description, the shuffles, what a missing
+// __syncthreads looks like, the launches and copies it refuses as a GPU would. The
+// "[.][emulator aborts]" cases break CUDA's rules on purpose and must end the process with the
+// emulator's report; ctest runs each alone (tests/emu/CMakeLists).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -104,6 +105,67 @@ TEST_CASE("cuda: the emulator's mma.m16n8k16 takes its fragments as mma.cuh lays
   cudaFree(d_a);
   cudaFree(d_b);
   cudaFree(d_d);
+}
+
+TEST_CASE("cuda: the emulator's ldmatrix .x4 .trans gives lane (g, t) column g of rows 2t, 2t + 1",
+          "[emulator]") {
+  // 32 distinct rows of 8 distinct values, lane l giving row (5 l + 3) % 32: matrix i is the
+  // rows of lanes 8i .. 8i + 7, so any lane the emulator mistook for another shows.
+  constexpr int kRows = 32;
+  std::vector<std::uint16_t> rows(kRows * 8);
+  for (int e = 0; e < kRows * 8; ++e) rows[e] = static_cast<std::uint16_t>(0x100 + e);
+  std::vector<int> row_of(32);
+  for (int lane = 0; lane < 32; ++lane) row_of[lane] = (5 * lane + 3) % kRows;
+  std::uint16_t* d_rows = device_copy(rows);
+  int* d_row_of = device_copy(row_of);
+  std::uint32_t* d_out = device_copy(std::vector<std::uint32_t>(32 * 4));
+  REQUIRE(emu_check::ldmatrix_x4_trans(d_rows, kRows, d_row_of, d_out) == cudaSuccess);
+  const std::vector<std::uint32_t> out = host_copy(d_out, 32 * 4);
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+      // Matrix i's element (row j, column c) = rows[row_of[8 i + j]][c].
+      const auto element = [&](int j, int c) { return rows[row_of[8 * i + j] * 8 + c]; };
+      const std::uint32_t want = element(2 * t, g) | std::uint32_t{element(2 * t + 1, g)} << 16;
+      INFO("lane " << lane << ", register " << i);
+      CHECK(out[lane * 4 + i] == want);
+    }
+  }
+  cudaFree(d_rows);
+  cudaFree(d_row_of);
+  cudaFree(d_out);
+}
+
+TEST_CASE("cuda: the emulator's cp.async lands at its group's wait, and is NaN until then",
+          "[emulator]") {
+  constexpr int kThreads = 64;
+  constexpr std::uint32_t kPoison = 0xffffffffu;
+  std::vector<std::uint32_t> from(2 * kThreads * 4);
+  for (std::size_t e = 0; e < from.size(); ++e) from[e] = static_cast<std::uint32_t>(1000 + e);
+  std::uint32_t* d_from = device_copy(from);
+  std::uint32_t* d_out = device_copy(std::vector<std::uint32_t>(kThreads * 6));
+  REQUIRE(emu_check::async_copies(d_from, d_out, kThreads) == cudaSuccess);
+  const std::vector<std::uint32_t> out = host_copy(d_out, kThreads * 6);
+  // Word w of thread u's copy into region (0 or 1), once landed: zeros where u % 3 == 0.
+  const auto copied = [&](int region, int u, int w) {
+    return u % 3 == 0 ? 0u : from[4 * (region * kThreads + u) + w];
+  };
+  for (int t = 0; t < kThreads; ++t) {
+    INFO("thread " << t);
+    const int next = (t + 1) % kThreads;
+    const std::uint32_t* got = &out[6 * t];
+    CHECK(got[0] == kPoison);             // before any wait
+    CHECK(got[1] == copied(0, t, 3));     // group 0 waited for
+    CHECK(got[2] == kPoison);             // group 1 still in flight
+    CHECK(got[3] == copied(0, next, 0));  // the neighbour waited for group 0 before the barrier
+    // After its own last wait, the thread reads its neighbour's second copy, which has landed
+    // only if the neighbour ran first: past the barrier the last thread to reach it goes on at
+    // once, the others follow in rank order.
+    CHECK(got[4] == (next == kThreads - 1 ? copied(1, next, 0) : kPoison));
+    CHECK(got[5] == copied(1, next, 1));  // every thread waited before the barrier
+  }
+  cudaFree(d_from);
+  cudaFree(d_out);
 }
 
 TEST_CASE("cuda: the emulator's shuffles take their source lane's value, their own past the warp",
@@ -241,6 +303,11 @@ TEST_CASE("cuda: the emulator aborts on a deadlock of a shuffle against __syncth
 TEST_CASE("cuda: the emulator aborts on a read past a device allocation", "[.][emulator aborts]") {
   float* p = device_copy(std::vector<float>(64, 1.0f));
   emu_check::read_past_the_end(p, 64);
+}
+
+TEST_CASE("cuda: the emulator aborts on cp.async copies not waited for", "[.][emulator aborts]") {
+  const std::uint32_t* from = device_copy(std::vector<std::uint32_t>(32, 7u));
+  emu_check::copy_without_wait(from);
 }
 
 TEST_CASE("cuda: the emulator aborts on a host pointer passed to a kernel",
