@@ -3,18 +3,20 @@
 // registers and never stored; the forward keeps each row's log-sum-exp for the backward, which
 // recomputes the probabilities from it.
 //
-// Geometry, every kernel: 128 threads as 4 warps; a block's 64-row tile gives warp w the rows
-// 16 w .. 16 w + 15, and every product is the warp's mma.sync m16n8k16 (mma.cuh): bf16
-// operands from shared memory or from the scores' own registers, fp32 accumulators. A lane
-// holds rows g and g + 8 (g = lane / 4) of each 8-column accumulator tile, so a row's scores lie
-// in the 4 lanes of a quad (row reductions: xor shuffles 1 and 2). D is hd rounded up to 32, 64,
-// 96 or 128; the tiles hold zeros past hd and past T, so the products over D are the products
-// over hd.
+// Geometry: the forward and dq kernels run 128 threads as 4 warps, a block's 64-row tile giving
+// warp w the rows 16 w .. 16 w + 15; the dk/dv kernel runs 8 warps, two on each 16 keys (at its
+// definition). Every product is the warp's mma.sync m16n8k16 (mma.cuh): bf16 operands from
+// shared memory or from the scores' own registers, fp32 accumulators. A lane holds rows g and
+// g + 8 (g = lane / 4) of each 8-column accumulator tile, so a row's scores lie in the 4 lanes
+// of a quad (row reductions: xor shuffles 1 and 2). D is hd rounded up to 32, 64, 96 or 128; the
+// tiles hold zeros past hd and past T, so the products over D are the products over hd.
 //
 // Shared tiles are bf16, row-major with rows padded by 8 elements (16 bytes), so that the 32-bit
-// fragment reads of a warp's 8 groups x 4 lanes fall in 32 different banks. A product whose k
-// runs over positions (P V, dS K, P^T dO, dS^T Q) takes its B operand from the tile transposed,
-// loaded as such ("_t": D rows of 64 positions).
+// fragment reads of a warp's 8 groups x 4 lanes, and the 16-byte rows of an ldmatrix, fall in
+// 32 different banks. A product whose k runs over positions (P V, dS K, P^T dO, dS^T Q) takes its
+// B operand across the tile's rows: the forward and dq kernels load such a tile transposed
+// ("_t": D rows of 64 positions); the dk/dv kernel reads its row-major tiles with ldmatrix .trans
+// and so copies them from global memory as they lie, asynchronously (async_copy.cuh).
 //
 // Forward: one block per (query tile, head, sequence), the key tiles from the window's first to
 // the diagonal in order, with the online softmax in fp32 and base 2 (running max m and sum l per
@@ -22,7 +24,8 @@
 // Backward, with no atomics and a fixed order everywhere (runs repeat bit for bit):
 //   1. delta[b, h, t] = dout[t] . out[t] (one warp per row and head);
 //   2. dk, dv: one block per (key tile, kv head, sequence), looping over the group's query
-//      heads and their query tiles, dk and dv accumulated in registers and added to the bf16
+//      heads and their query tiles (each tile copied while the one before computes), dk and dv
+//      accumulated in registers, each warp a half of the channels, and added to the bf16
 //      gradients once;
 //   3. dq: one block per (query tile, head, sequence), looping over the key tiles.
 // P = exp(s * scale - lse); dP = dO V^T; dS = P (dP - delta); dV += P^T dO;
@@ -36,6 +39,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "models/cuda/async_copy.cuh"
 #include "models/cuda/layers.h"
 #include "models/cuda/mma.cuh"
 
@@ -45,10 +49,12 @@ namespace {
 using bf16 = __nv_bfloat16;
 using u32 = std::uint32_t;
 
-constexpr int kTile = 64;               // query and key rows per tile
-constexpr int kWarps = kTile / 16;      // 16 rows of a tile each
-constexpr int kThreads = 32 * kWarps;   // 128
-constexpr int kRowT = kTile + 8;        // a transposed tile's row: 64 positions and the padding
+constexpr int kTile = 64;                      // query and key rows per tile
+constexpr int kWarps = kTile / 16;             // 16 rows of a tile each
+constexpr int kThreads = 32 * kWarps;          // 128
+constexpr int kDkdvWarps = 2 * kWarps;         // the dk/dv kernel's: two warps on each 16 keys
+constexpr int kDkdvThreads = 32 * kDkdvWarps;  // 256
+constexpr int kRowT = kTile + 8;  // a transposed tile's row: 64 positions and the padding
 constexpr int kMaxHeadDim = 128;
 constexpr int kMaxGridYZ = 65535;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -132,14 +138,14 @@ __device__ __forceinline__ void a_from_c(u32 (&a)[4], const float (&c0)[4], cons
   a[3] = pack(c1[2], c1[3]);
 }
 
-// s[j] (j < 8: the 64 columns of a tile) = rows r0 .. of `x` times rows 0 .. 63 of `y`,
-// transposed, over D channels: the scores of 16 rows against a tile.
-template <int D>
-__device__ __forceinline__ void scores(float (&s)[8][4], const bf16* x, const bf16* y, int r0,
-                                       Lane l) {
+// s[j] (j < J) = rows r0 .. r0 + 15 of `x` times rows n0 .. n0 + 8 J - 1 of `y`, transposed, over
+// D channels: the scores of 16 rows against 8 J rows of a tile (J = 8: all 64).
+template <int D, int J = 8>
+__device__ __forceinline__ void scores(float (&s)[J][4], const bf16* x, const bf16* y, int r0,
+                                       int n0, Lane l) {
   constexpr int R = kRow<D>;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < J; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
   }
@@ -148,9 +154,9 @@ __device__ __forceinline__ void scores(float (&s)[8][4], const bf16* x, const bf
     u32 a[4];
     load_a(a, x, R, r0, 16 * kk, l);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < J; ++j) {
       u32 b[2];
-      load_b(b, y, R, 8 * j, 16 * kk, l);
+      load_b(b, y, R, n0 + 8 * j, 16 * kk, l);
       mma_bf16_16816(s[j], a, b);
     }
   }
@@ -174,18 +180,45 @@ __device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (
   }
 }
 
+// acc[n] (n < W / 8) += rows r0 .. r0 + 15 of x_t (64 positions each, rows of kRowT) times
+// channels c0 .. c0 + W - 1 of the row-major tile y (64 positions of D channels): a 16 x W product
+// over a tile's positions, its B fragments read across y's rows by ldmatrix (mma.cuh).
+template <int D, int W>
+__device__ __forceinline__ void accumulate_rows(float (&acc)[W / 8][4], const bf16* x_t, int r0,
+                                                const bf16* y, int c0, Lane l) {
+  static_assert(W % 16 == 0, "ldmatrix .x4 reads B for two 8-column tiles at once");
+  // Lane 8 i + j gives row j of matrix i: positions 8 (i % 2) + j, channels 8 (i / 2) of the
+  // k-step's 16 x 16 block, so that r[0], r[1] are b0, b1 of its first 8 channels, r[2], r[3] of
+  // the next 8.
+  const int lane = 4 * l.g + l.t;
+  const bf16* row = y + (lane % 8 + 8 * (lane / 8 % 2)) * kRow<D> + c0 + 8 * (lane / 16);
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    u32 a[4];
+    load_a(a, x_t, kRowT, r0, 16 * kk, l);
+#pragma unroll
+    for (int m = 0; m < W / 16; ++m) {
+      u32 r[4];
+      load_matrices_x4_trans(r, row + 16 * kk * kRow<D> + 16 * m);
+      const u32 b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      mma_bf16_16816(acc[2 * m], a, b0);
+      mma_bf16_16816(acc[2 * m + 1], a, b1);
+    }
+  }
+}
+
 // ---- Tiles ----
 
 // tile[r][i] = head[(first + r) * ld + i] for r < 64, i < D: zero past T and past hd. `head`
 // points at the head's first channel in the sequence's first row. `wide`: rows and heads are
 // 16-byte aligned and hd a multiple of 8, so eight channels move at a time.
-template <int D>
+template <int D, int Threads = kThreads>
 __device__ void load_rows(bf16* tile, const bf16* head, int ld, int first, int T, int hd,
                           bool wide) {
   constexpr int R = kRow<D>;
   if (wide) {
     constexpr int kChunks = D / 8;
-    for (int e = threadIdx.x; e < kTile * kChunks; e += kThreads) {
+    for (int e = threadIdx.x; e < kTile * kChunks; e += Threads) {
       const int r = e / kChunks, i = (e % kChunks) * 8;
       const int t = first + r;
       uint4 x = make_uint4(0, 0, 0, 0);
@@ -196,7 +229,7 @@ __device__ void load_rows(bf16* tile, const bf16* head, int ld, int first, int T
     }
     return;
   }
-  for (int e = threadIdx.x; e < kTile * D; e += kThreads) {
+  for (int e = threadIdx.x; e < kTile * D; e += Threads) {
     const int r = e / D, i = e % D;
     const int t = first + r;
     bf16 x = __ushort_as_bfloat16(0);
@@ -236,13 +269,42 @@ __device__ void load_cols(bf16* tile_t, const bf16* head, int ld, int first, int
   }
 }
 
+// load_rows, but `wide` tiles move by asynchronous 16-byte copies (async_copy.cuh) that this
+// thread must commit and wait for; the others are stored at once. Either way the tile is whole
+// for every thread after the wait and a __syncthreads.
+template <int D, int Threads>
+__device__ void load_rows_async(bf16* tile, const bf16* head, int ld, int first, int T, int hd,
+                                bool wide) {
+  if (!wide) {
+    load_rows<D, Threads>(tile, head, ld, first, T, hd, false);
+    return;
+  }
+  constexpr int kChunks = D / 8;
+  for (int e = threadIdx.x; e < kTile * kChunks; e += Threads) {
+    const int r = e / kChunks, i = (e % kChunks) * 8;
+    const int t = first + r;
+    const bool inside = t < T && i < hd;  // else zeros, and `head` is not read
+    copy_async<16>(tile + r * kRow<D> + i,
+                   inside ? head + static_cast<std::size_t>(t) * ld + i : head, inside);
+  }
+}
+
+// values[r] = row[first + r] for r < 64, zero past T: asynchronous 4-byte copies, as above.
+template <int Threads>
+__device__ void load_values_async(float* values, const float* row, int first, int T) {
+  for (int r = threadIdx.x; r < kTile; r += Threads) {
+    const bool inside = first + r < T;
+    copy_async<4>(values + r, inside ? row + first + r : row, inside);
+  }
+}
+
 template <int D>
 constexpr std::size_t forward_smem_bytes() {
   return (2 * kTile * kRow<D> + D * kRowT) * sizeof(bf16);
 }
 template <int D>
 constexpr std::size_t dkdv_smem_bytes() {
-  return (4 * kTile * kRow<D> + 2 * D * kRowT) * sizeof(bf16) + 2 * kTile * sizeof(float);
+  return (6 * kTile * kRow<D> + 2 * kTile * kRowT) * sizeof(bf16) + 4 * kTile * sizeof(float);
 }
 template <int D>
 constexpr std::size_t dq_smem_bytes() {
@@ -291,7 +353,7 @@ __global__ void __launch_bounds__(kThreads)
     load_cols<D>(vs_t, vh, ldkv, k0, T, hd, wide);
     __syncthreads();
     float s[8][4];
-    scores<D>(s, qs, ks, r0, l);
+    scores<D>(s, qs, ks, r0, 0, l);
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -373,39 +435,72 @@ __global__ void __launch_bounds__(kDeltaThreads)
   delta[(b * NH + h) * T + t] = sum;
 }
 
-// dk, dv of key tile blockIdx.x of kv head blockIdx.y in sequence blockIdx.z: warp w owns keys
-// 16 w .. 16 w + 15 and works on the transposed scores (keys x queries).
+// dk, dv of key tile blockIdx.x of kv head blockIdx.y in sequence blockIdx.z: one step per query
+// tile that sees these keys, for each query head of the group in turn. 8 warps; warp w has the
+// keys r0 = 16 (w % 4) .. r0 + 15 and the half c = w / 4. In each step it makes the transposed
+// scores of its keys against queries 32 c .. 32 c + 31 (keys x queries: P^T, then dS^T), puts them
+// in shared memory as bf16, and after a barrier adds to dV and dK of its keys, over channels
+// c D / 2 .. c D / 2 + D / 2 - 1, their products with dO and Q over all 64 queries: each lane
+// holds D / 2 accumulators of each, not D. The next step's query tile, dO tile, lse and delta
+// are copied (cp.async) into the other of two buffers while a step computes.
+//
+// Shared memory: ks, vs [64][D + 8]; qs, dos [2][64][D + 8]; ps_t, dss_t [64][72] (bf16);
+// lse_s, delta_s [2][64] (fp32).
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kDkdvThreads)
     dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
                 int ld_out, const float* __restrict__ lse, const float* __restrict__ delta,
                 const bf16* __restrict__ q, int ldq, const bf16* __restrict__ k,
                 const bf16* __restrict__ v, int ldkv, int T, int NH, int group, int hd, int window,
                 float scale, bool wide) {
   constexpr int R = kRow<D>;
-  constexpr int N = D / 8;
+  constexpr int W = D / 2;  // the channels of dK and dV a warp accumulates
+  constexpr int N = W / 8;
   extern __shared__ float smem[];
-  bf16* ks = reinterpret_cast<bf16*>(smem);                       // [kTile][R]
-  bf16* vs = ks + kTile * R;                                      // [kTile][R]
-  bf16* qs = vs + kTile * R;                                      // [kTile][R]
-  bf16* dos = qs + kTile * R;                                     // [kTile][R]
-  bf16* qs_t = dos + kTile * R;                                   // [D][kRowT]
-  bf16* dos_t = qs_t + D * kRowT;                                 // [D][kRowT]
-  float* lse_s = reinterpret_cast<float*>(dos_t + D * kRowT);     // [kTile], base 2
-  float* delta_s = lse_s + kTile;                                 // [kTile]
+  bf16* ks = reinterpret_cast<bf16*>(smem);                              // [kTile][R]
+  bf16* vs = ks + kTile * R;                                             // [kTile][R]
+  bf16* qs_buffers = vs + kTile * R;                                     // [2][kTile][R]
+  bf16* dos_buffers = qs_buffers + 2 * kTile * R;                        // [2][kTile][R]
+  bf16* ps_t = dos_buffers + 2 * kTile * R;                              // [kTile][kRowT]
+  bf16* dss_t = ps_t + kTile * kRowT;                                    // [kTile][kRowT]
+  float* lse_buffers = reinterpret_cast<float*>(dss_t + kTile * kRowT);  // [2][kTile]
+  float* delta_buffers = lse_buffers + 2 * kTile;                        // [2][kTile]
   const int k0 = static_cast<int>(blockIdx.x) * kTile;  // the earliest keys (most work) first
   const int kvh = blockIdx.y, b = blockIdx.z;
-  const int r0 = static_cast<int>(threadIdx.x) / 32 * 16;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int r0 = warp % kWarps * 16;  // the warp's keys
+  const int c = warp / kWarps;        // its half: of the queries in scores, of D in dK and dV
   const Lane l = lane_of();
   const float scale_log2 = scale * kLog2e;
   const std::size_t seq = static_cast<std::size_t>(b) * T;
   const std::size_t kv_at = seq * ldkv + static_cast<std::size_t>(kvh) * hd;
-  load_rows<D>(ks, k + kv_at, ldkv, k0, T, hd, wide);
-  load_rows<D>(vs, v + kv_at, ldkv, k0, T, hd, wide);
-  // The queries that see these keys: from the diagonal to the window's end.
+  // The query tiles that see these keys: from the diagonal to the window's end.
   const int k_last = min(T, k0 + kTile) - 1;
   const int t_last = window > 0 ? min(T - 1, k_last + window - 1) : T - 1;
+  const int first_tile = k0 / kTile, tiles_per_head = t_last / kTile - first_tile + 1;
+  const int steps = group * tiles_per_head;
   const int u_of[2] = {k0 + r0 + l.g, k0 + r0 + l.g + 8};  // the lane's keys
+
+  // Step s: query head kvh * group + s / tiles_per_head, its query tile from the diagonal's.
+  const auto head_of = [&](int s) { return kvh * group + s / tiles_per_head; };
+  const auto q0_of = [&](int s) { return (first_tile + s % tiles_per_head) * kTile; };
+  // Copies step s's tiles into buffer s % 2 and commits them (with whatever came before).
+  const auto load_step = [&](int s) {
+    const int h = head_of(s), q0 = q0_of(s), buffer = s % 2;
+    const std::size_t rows = (static_cast<std::size_t>(b) * NH + h) * T;
+    load_rows_async<D, kDkdvThreads>(qs_buffers + buffer * kTile * R,
+                                     q + seq * ldq + static_cast<std::size_t>(h) * hd, ldq, q0, T,
+                                     hd, wide);
+    load_rows_async<D, kDkdvThreads>(dos_buffers + buffer * kTile * R,
+                                     dout + seq * ld_out + static_cast<std::size_t>(h) * hd, ld_out,
+                                     q0, T, hd, wide);
+    load_values_async<kDkdvThreads>(lse_buffers + buffer * kTile, lse + rows, q0, T);
+    load_values_async<kDkdvThreads>(delta_buffers + buffer * kTile, delta + rows, q0, T);
+    commit_copies();
+  };
+  load_rows_async<D, kDkdvThreads>(ks, k + kv_at, ldkv, k0, T, hd, wide);
+  load_rows_async<D, kDkdvThreads>(vs, v + kv_at, ldkv, k0, T, hd, wide);
+  load_step(0);
 
   float dk_acc[N][4], dv_acc[N][4];
 #pragma unroll
@@ -413,42 +508,40 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.0f;
   }
-  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-    const bf16* qh = q + seq * ldq + static_cast<std::size_t>(h) * hd;
-    const bf16* doh = dout + seq * ld_out + static_cast<std::size_t>(h) * hd;
-    const float* lse_h = lse + (static_cast<std::size_t>(b) * NH + h) * T;
-    const float* delta_h = delta + (static_cast<std::size_t>(b) * NH + h) * T;
-    for (int qt = k0 / kTile; qt <= t_last / kTile; ++qt) {
-      const int q0 = qt * kTile;
-      __syncthreads();  // the previous tile's readers are done
-      load_rows<D>(qs, qh, ldq, q0, T, hd, wide);
-      load_rows<D>(dos, doh, ld_out, q0, T, hd, wide);
-      load_cols<D>(qs_t, qh, ldq, q0, T, hd, wide);
-      load_cols<D>(dos_t, doh, ld_out, q0, T, hd, wide);
-      if (threadIdx.x < kTile) {
-        const int t = q0 + threadIdx.x;
-        lse_s[threadIdx.x] = t < T ? lse_h[t] * kLog2e : 0.0f;
-        delta_s[threadIdx.x] = t < T ? delta_h[t] : 0.0f;
-      }
-      __syncthreads();
-      float p[8][4], ds[8][4];  // keys x queries: P^T, then dP^T, then dS^T
-      scores<D>(p, ks, qs, r0, l);
-      scores<D>(ds, vs, dos, r0, l);
+  for (int s = 0; s < steps; ++s) {
+    wait_copies<0>();
+    // Step s's tiles are whole, and every warp is done with step s - 1: its buffer, ps_t, dss_t.
+    __syncthreads();
+    if (s + 1 < steps) load_step(s + 1);
+    const int q0 = q0_of(s), buffer = s % 2;
+    const bf16* qs = qs_buffers + buffer * kTile * R;
+    const bf16* dos = dos_buffers + buffer * kTile * R;
+    const float* lse_s = lse_buffers + buffer * kTile;
+    const float* delta_s = delta_buffers + buffer * kTile;
+    float p[4][4], ds[4][4];  // keys x the half's queries: P^T, then dP^T, then dS^T
+    scores<D, 4>(p, ks, qs, r0, 32 * c, l);
+    scores<D, 4>(ds, vs, dos, r0, 32 * c, l);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < 4; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int tq = 8 * j + 2 * l.t + e % 2;
-          const float pe = visible(q0 + tq, u_of[e / 2], T, window)
-                               ? exp2f(p[j][e] * scale_log2 - lse_s[tq])
-                               : 0.0f;
-          p[j][e] = pe;
-          ds[j][e] = pe * (ds[j][e] - delta_s[tq]);
-        }
+      for (int e = 0; e < 4; ++e) {
+        const int tq = 32 * c + 8 * j + 2 * l.t + e % 2;
+        const float pe = visible(q0 + tq, u_of[e / 2], T, window)
+                             ? exp2f(p[j][e] * scale_log2 - lse_s[tq] * kLog2e)
+                             : 0.0f;
+        p[j][e] = pe;
+        ds[j][e] = pe * (ds[j][e] - delta_s[tq]);
       }
-      accumulate<D>(dv_acc, p, dos_t, l);  // dV += P^T dO
-      accumulate<D>(dk_acc, ds, qs_t, l);  // dK += dS^T Q (scaled at the end)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int at = (r0 + l.g + 8 * r) * kRowT + 32 * c + 8 * j + 2 * l.t;
+        *reinterpret_cast<u32*>(ps_t + at) = pack(p[j][2 * r], p[j][2 * r + 1]);
+        *reinterpret_cast<u32*>(dss_t + at) = pack(ds[j][2 * r], ds[j][2 * r + 1]);
+      }
     }
+    __syncthreads();  // both halves of the warp's keys' P^T and dS^T are in place
+    accumulate_rows<D, W>(dv_acc, ps_t, r0, dos, c * W, l);  // dV += P^T dO
+    accumulate_rows<D, W>(dk_acc, dss_t, r0, qs, c * W, l);  // dK += dS^T Q (scaled at the end)
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -460,7 +553,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < N; ++n) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int i = 8 * n + 2 * l.t + e;
+        const int i = c * W + 8 * n + 2 * l.t + e;
         if (i >= hd) continue;
         dk_row[i] = store(load(dk_row[i]) + scale * dk_acc[n][2 * r + e]);
         dv_row[i] = store(load(dv_row[i]) + dv_acc[n][2 * r + e]);
@@ -522,17 +615,16 @@ __global__ void __launch_bounds__(kThreads)
     load_cols<D>(ks_t, kh, ldkv, k0, T, hd, wide);
     __syncthreads();
     float s[8][4], ds[8][4];  // queries x keys: the scores, then dP, then dS
-    scores<D>(s, qs, ks, r0, l);
-    scores<D>(ds, dos, vs, r0, l);
+    scores<D>(s, qs, ks, r0, 0, l);
+    scores<D>(ds, dos, vs, r0, 0, l);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int u = k0 + 8 * j + 2 * l.t + e % 2;
         const int r = e / 2;
-        const float pe = visible(t_of[r], u, T, window)
-                             ? exp2f(s[j][e] * scale_log2 - lse_of[r])
-                             : 0.0f;
+        const float pe =
+            visible(t_of[r], u, T, window) ? exp2f(s[j][e] * scale_log2 - lse_of[r]) : 0.0f;
         ds[j][e] = pe * (ds[j][e] - delta_of[r]);
       }
     }
@@ -633,7 +725,7 @@ int launch_backward(Bf16* dq, Bf16* dk, Bf16* dv, const Bf16* dout, int ld_out, 
   const bf16* qb = reinterpret_cast<const bf16*>(q);
   const bf16* kb = reinterpret_cast<const bf16*>(k);
   const bf16* vb = reinterpret_cast<const bf16*>(v);
-  dkdv_kernel<D><<<dim3(tiles, NKV, B), kThreads, dkdv_bytes, stream>>>(
+  dkdv_kernel<D><<<dim3(tiles, NKV, B), kDkdvThreads, dkdv_bytes, stream>>>(
       reinterpret_cast<bf16*>(dk), reinterpret_cast<bf16*>(dv), g, ld_out, lse, delta, qb, ldq, kb,
       vb, ldkv, T, NH, NH / NKV, hd, window, scale, wide);
   st = cudaGetLastError();
