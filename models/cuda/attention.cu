@@ -14,9 +14,10 @@
 // Shared tiles are bf16, row-major with rows padded by 8 elements (16 bytes), so that the 32-bit
 // fragment reads of a warp's 8 groups x 4 lanes, and the 16-byte rows of an ldmatrix, fall in
 // 32 different banks. A product whose k runs over positions (P V, dS K, P^T dO, dS^T Q) takes its
-// B operand across the tile's rows: the forward and dq kernels load such a tile transposed
-// ("_t": D rows of 64 positions); the dk/dv kernel reads its row-major tiles with ldmatrix .trans
-// and so copies them from global memory as they lie, asynchronously (async_copy.cuh).
+// B operand across the tile's rows: the forward kernel loads such a tile transposed ("_t": D
+// rows of 64 positions); the backward kernels read their row-major tiles with ldmatrix .trans,
+// and so copy them from global memory as they lie, asynchronously (async_copy.cuh), each tile
+// while the one before computes.
 //
 // Forward: one block per (query tile, head, sequence), the key tiles from the window's first to
 // the diagonal in order, with the online softmax in fp32 and base 2 (running max m and sum l per
@@ -27,7 +28,8 @@
 //      heads and their query tiles (each tile copied while the one before computes), dk and dv
 //      accumulated in registers, each warp a half of the channels, and added to the bf16
 //      gradients once;
-//   3. dq: one block per (query tile, head, sequence), looping over the key tiles.
+//   3. dq: one block per (query tile, head, sequence), looping over the key tiles (each copied
+//      while the one before computes).
 // P = exp(s * scale - lse); dP = dO V^T; dS = P (dP - delta); dV += P^T dO;
 // dK += scale dS^T Q; dQ += scale dS K; P and dS are rounded to bf16 as operands.
 #include <cmath>
@@ -180,30 +182,50 @@ __device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (
   }
 }
 
+// acc[n] (n < W / 8) += a, the A fragment of k-step kk (16 rows x positions 16 kk .. 16 kk + 15),
+// times those positions' channels c0 .. c0 + W - 1 of the row-major tile y (64 positions of D
+// channels), whose B fragments ldmatrix reads across y's rows (mma.cuh).
+template <int D, int W>
+__device__ __forceinline__ void mma_across_rows(float (&acc)[W / 8][4], const u32 (&a)[4],
+                                                const bf16* y, int kk, int c0, Lane l) {
+  static_assert(W % 16 == 0, "ldmatrix .x4 reads B for two 8-column tiles at once");
+  // Lane 8 i + j gives row j of matrix i: position 16 kk + 8 (i % 2) + j, channels from
+  // 8 (i / 2), so that r[0], r[1] are b0, b1 of 8 channels and r[2], r[3] those of the next 8.
+  const int lane = 4 * l.g + l.t;
+  const bf16* row = y + (16 * kk + lane % 8 + 8 * (lane / 8 % 2)) * kRow<D> + c0 + 8 * (lane / 16);
+#pragma unroll
+  for (int m = 0; m < W / 16; ++m) {
+    u32 r[4];
+    load_matrices_x4_trans(r, row + 16 * m);
+    const u32 b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+    mma_bf16_16816(acc[2 * m], a, b0);
+    mma_bf16_16816(acc[2 * m + 1], a, b1);
+  }
+}
+
 // acc[n] (n < W / 8) += rows r0 .. r0 + 15 of x_t (64 positions each, rows of kRowT) times
-// channels c0 .. c0 + W - 1 of the row-major tile y (64 positions of D channels): a 16 x W product
-// over a tile's positions, its B fragments read across y's rows by ldmatrix (mma.cuh).
+// channels c0 .. c0 + W - 1 of the row-major tile y: a 16 x W product over a tile's positions.
 template <int D, int W>
 __device__ __forceinline__ void accumulate_rows(float (&acc)[W / 8][4], const bf16* x_t, int r0,
                                                 const bf16* y, int c0, Lane l) {
-  static_assert(W % 16 == 0, "ldmatrix .x4 reads B for two 8-column tiles at once");
-  // Lane 8 i + j gives row j of matrix i: positions 8 (i % 2) + j, channels 8 (i / 2) of the
-  // k-step's 16 x 16 block, so that r[0], r[1] are b0, b1 of its first 8 channels, r[2], r[3] of
-  // the next 8.
-  const int lane = 4 * l.g + l.t;
-  const bf16* row = y + (lane % 8 + 8 * (lane / 8 % 2)) * kRow<D> + c0 + 8 * (lane / 16);
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
     u32 a[4];
     load_a(a, x_t, kRowT, r0, 16 * kk, l);
+    mma_across_rows<D, W>(acc, a, y, kk, c0, l);
+  }
+}
+
+// acc[n] (n < D / 8) += p (16 rows x 64 positions, as accumulator tiles) times the row-major
+// tile y: the same product with its A from registers.
+template <int D>
+__device__ __forceinline__ void accumulate_rows(float (&acc)[D / 8][4], const float (&p)[8][4],
+                                                const bf16* y, Lane l) {
 #pragma unroll
-    for (int m = 0; m < W / 16; ++m) {
-      u32 r[4];
-      load_matrices_x4_trans(r, row + 16 * kk * kRow<D> + 16 * m);
-      const u32 b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-      mma_bf16_16816(acc[2 * m], a, b0);
-      mma_bf16_16816(acc[2 * m + 1], a, b1);
-    }
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    u32 a[4];
+    a_from_c(a, p[2 * kk], p[2 * kk + 1]);
+    mma_across_rows<D, D>(acc, a, y, kk, 0, l);
   }
 }
 
@@ -308,7 +330,7 @@ constexpr std::size_t dkdv_smem_bytes() {
 }
 template <int D>
 constexpr std::size_t dq_smem_bytes() {
-  return (4 * kTile * kRow<D> + D * kRowT) * sizeof(bf16);
+  return 6 * kTile * kRow<D> * sizeof(bf16);
 }
 
 // ---- Forward ----
@@ -562,7 +584,11 @@ __global__ void __launch_bounds__(kDkdvThreads)
   }
 }
 
-// dq of query tile (from the last) blockIdx.x of head blockIdx.y in sequence blockIdx.z.
+// dq of query tile (from the last) blockIdx.x of head blockIdx.y in sequence blockIdx.z, over
+// the key tiles it sees in order; each key tile and its values are copied (cp.async) into the
+// other of two buffers while the tile before computes, and dS K reads K's rows by ldmatrix.
+//
+// Shared memory: qs, dos [64][D + 8]; ks, vs [2][64][D + 8].
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, int ld_out,
@@ -573,11 +599,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int R = kRow<D>;
   constexpr int N = D / 8;
   extern __shared__ float smem[];
-  bf16* qs = reinterpret_cast<bf16*>(smem);  // [kTile][R]
-  bf16* dos = qs + kTile * R;                // [kTile][R]
-  bf16* ks = dos + kTile * R;                // [kTile][R]
-  bf16* vs = ks + kTile * R;                 // [kTile][R]
-  bf16* ks_t = vs + kTile * R;               // [D][kRowT]
+  bf16* qs = reinterpret_cast<bf16*>(smem);       // [kTile][R]
+  bf16* dos = qs + kTile * R;                     // [kTile][R]
+  bf16* ks_buffers = dos + kTile * R;             // [2][kTile][R]
+  bf16* vs_buffers = ks_buffers + 2 * kTile * R;  // [2][kTile][R]
   const int tiles = (T + kTile - 1) / kTile;
   const int q0 = (tiles - 1 - static_cast<int>(blockIdx.x)) * kTile;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / group;
@@ -589,8 +614,21 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* doh = dout + seq * ld_out + static_cast<std::size_t>(h) * hd;
   const bf16* kh = k + seq * ldkv + static_cast<std::size_t>(kvh) * hd;
   const bf16* vh = v + seq * ldkv + static_cast<std::size_t>(kvh) * hd;
-  load_rows<D>(qs, qh, ldq, q0, T, hd, wide);
-  load_rows<D>(dos, doh, ld_out, q0, T, hd, wide);
+  const int first_tile = first_key_tile(q0, window);
+  const int last_tile = (min(T, q0 + kTile) - 1) / kTile;
+  // Copies key tile kt and its values into buffer (kt - first_tile) % 2 and commits them (with
+  // whatever came before).
+  const auto load_keys = [&](int kt) {
+    const int buffer = (kt - first_tile) % 2;
+    load_rows_async<D, kThreads>(ks_buffers + buffer * kTile * R, kh, ldkv, kt * kTile, T, hd,
+                                 wide);
+    load_rows_async<D, kThreads>(vs_buffers + buffer * kTile * R, vh, ldkv, kt * kTile, T, hd,
+                                 wide);
+    commit_copies();
+  };
+  load_rows_async<D, kThreads>(qs, qh, ldq, q0, T, hd, wide);
+  load_rows_async<D, kThreads>(dos, doh, ld_out, q0, T, hd, wide);
+  load_keys(first_tile);
   const int t_of[2] = {q0 + r0 + l.g, q0 + r0 + l.g + 8};  // the lane's queries
   float lse_of[2], delta_of[2];
 #pragma unroll
@@ -606,14 +644,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
   }
-  const int last_tile = (min(T, q0 + kTile) - 1) / kTile;
-  for (int kt = first_key_tile(q0, window); kt <= last_tile; ++kt) {
-    const int k0 = kt * kTile;
-    __syncthreads();  // the previous tile's readers of ks, vs and ks_t are done
-    load_rows<D>(ks, kh, ldkv, k0, T, hd, wide);
-    load_rows<D>(vs, vh, ldkv, k0, T, hd, wide);
-    load_cols<D>(ks_t, kh, ldkv, k0, T, hd, wide);
+  for (int kt = first_tile; kt <= last_tile; ++kt) {
+    wait_copies<0>();
+    // Key tile kt is whole, and every warp is done with the tile before, whose buffer refills.
     __syncthreads();
+    if (kt < last_tile) load_keys(kt + 1);
+    const int k0 = kt * kTile, buffer = (kt - first_tile) % 2;
+    const bf16* ks = ks_buffers + buffer * kTile * R;
+    const bf16* vs = vs_buffers + buffer * kTile * R;
     float s[8][4], ds[8][4];  // queries x keys: the scores, then dP, then dS
     scores<D>(s, qs, ks, r0, 0, l);
     scores<D>(ds, dos, vs, r0, 0, l);
@@ -628,7 +666,7 @@ __global__ void __launch_bounds__(kThreads)
         ds[j][e] = pe * (ds[j][e] - delta_of[r]);
       }
     }
-    accumulate<D>(acc, ds, ks_t, l);  // dQ += dS K (scaled at the end)
+    accumulate_rows<D>(acc, ds, ks, l);  // dQ += dS K (scaled at the end)
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
