@@ -5,14 +5,14 @@
 
 namespace zero::cuda_layers {
 
-DeviceBatch::DeviceBatch(int positions)
+DeviceBatch::DeviceBatch(int positions, Stream stream)
     : positions_count_(positions),
-      tokens_(static_cast<std::size_t>(positions) * 4),
-      targets_(static_cast<std::size_t>(positions) * 4),
-      positions_(static_cast<std::size_t>(positions) * 4),
-      starts_((static_cast<std::size_t>(positions) + 1) * 4),
-      groups_(static_cast<std::size_t>(positions) * 4),
-      losses_(static_cast<std::size_t>(positions) * 4),
+      tokens_(static_cast<std::size_t>(positions) * 4, stream),
+      targets_(static_cast<std::size_t>(positions) * 4, stream),
+      positions_(static_cast<std::size_t>(positions) * 4, stream),
+      starts_((static_cast<std::size_t>(positions) + 1) * 4, stream),
+      groups_(static_cast<std::size_t>(positions) * 4, stream),
+      losses_(static_cast<std::size_t>(positions) * 4, stream),
       host_losses_(static_cast<std::size_t>(positions)) {}
 
 void DeviceBatch::upload(const std::int32_t* tokens, const std::int32_t* targets, Stream stream) {

@@ -13,7 +13,8 @@ namespace zero::cuda_layers {
 
 class DeviceBatch {
  public:
-  explicit DeviceBatch(int positions);  // batch * seq
+  // Room for `positions` (batch * seq) positions, zeroed on `stream`, the one that uses it.
+  DeviceBatch(int positions, Stream stream);
 
   // Queues the copies of tokens and targets (host, `positions` each) and of their token groups
   // on `stream`; the host arrays may be reused when it returns.

@@ -30,7 +30,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
-void DeviceBuffer::resize(std::size_t bytes) {
+void DeviceBuffer::resize(std::size_t bytes, Stream stream) {
   if (data_ != nullptr) {
     check(cudaFree(data_), "cudaFree");
     data_ = nullptr;
@@ -39,7 +39,9 @@ void DeviceBuffer::resize(std::size_t bytes) {
   if (bytes == 0) return;
   check(cudaMalloc(&data_, bytes), "cudaMalloc");
   bytes_ = bytes;
-  check(cudaMemset(data_, 0, bytes), "cudaMemset");
+  // On the buffer's stream: a cudaMemset on the legacy stream is not ordered with the models'
+  // non-blocking streams.
+  zero_bytes(data_, bytes, stream);
 }
 
 CudaStream::CudaStream() {

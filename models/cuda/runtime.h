@@ -13,19 +13,21 @@ namespace zero::cuda_layers {
 // Throws std::runtime_error("<what>: <CUDA's message>") when `status` (a cudaError_t) is not 0.
 void check(int status, const char* what);
 
-// Device memory of `bytes`, zeroed when allocated; moved, never copied.
+// Device memory of `bytes`, zeroed when allocated; moved, never copied. The zeroing is queued
+// (cudaMemsetAsync) on the stream the buffer is for, so work queued there after it sees zeros;
+// work on another stream must be ordered after that stream first.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes) { resize(bytes); }
+  DeviceBuffer(std::size_t bytes, Stream stream) { resize(bytes, stream); }
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  // Frees and allocates `bytes` (zeroed); 0 frees.
-  void resize(std::size_t bytes);
+  // Frees and allocates `bytes`, zeroed on `stream`; 0 frees.
+  void resize(std::size_t bytes, Stream stream);
   std::size_t bytes() const noexcept { return bytes_; }
   template <class T>
   T* as() const noexcept {

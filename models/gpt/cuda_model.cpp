@@ -27,11 +27,12 @@ constexpr std::size_t kBf16 = sizeof(Bf16);
 struct BlockActivations {
   DeviceBuffer ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch,
       fch_gelu;
-  void allocate(std::size_t N, std::size_t C, std::size_t rows_of_heads) {
-    ln1.resize(N * C * kBf16), ln1_mean.resize(N * 4), ln1_rstd.resize(N * 4);
-    qkv.resize(3 * N * C * kBf16), atty.resize(N * C * kBf16), lse.resize(rows_of_heads * 4);
-    res2.resize(N * C * kBf16), ln2.resize(N * C * kBf16), ln2_mean.resize(N * 4);
-    ln2_rstd.resize(N * 4), fch.resize(4 * N * C * kBf16), fch_gelu.resize(4 * N * C * kBf16);
+  void allocate(std::size_t N, std::size_t C, std::size_t rows_of_heads, cl::Stream s) {
+    ln1.resize(N * C * kBf16, s), ln1_mean.resize(N * 4, s), ln1_rstd.resize(N * 4, s);
+    qkv.resize(3 * N * C * kBf16, s), atty.resize(N * C * kBf16, s);
+    lse.resize(rows_of_heads * 4, s), res2.resize(N * C * kBf16, s);
+    ln2.resize(N * C * kBf16, s), ln2_mean.resize(N * 4, s), ln2_rstd.resize(N * 4, s);
+    fch.resize(4 * N * C * kBf16, s), fch_gelu.resize(4 * N * C * kBf16, s);
   }
   std::uint64_t bytes() const noexcept {
     std::uint64_t n = 0;
@@ -107,7 +108,7 @@ GptCuda::GptCuda(zero_engine* engine, const GptConfig& config, int batch, int se
       batch_(batch),
       seq_(seq),
       options_(options),
-      batch_data_(batch * seq) {
+      batch_data_(batch * seq, stream_.get()) {
   if (seq < 1 || seq > config.max_seq) {
     throw std::invalid_argument("sequence length " + std::to_string(seq) +
                                 " is outside the model's 1.." + std::to_string(config.max_seq));
@@ -122,24 +123,26 @@ GptCuda::GptCuda(zero_engine* engine, const GptConfig& config, int batch, int se
   numels_ = registrar.numels();
 
   if (options_.checkpoint_blocks < 0) options_.checkpoint_blocks = 0;
+  void* const s = stream();  // every buffer is zeroed on it
   const std::size_t N = static_cast<std::size_t>(batch) * seq, C = config.channels;
   const std::size_t V = config.vocab;
   const std::size_t rows_of_heads = N * static_cast<std::size_t>(config.heads);
-  encoded_.resize(N * C * kBf16);
+  encoded_.resize(N * C * kBf16, s);
   acts_.resize(static_cast<std::size_t>(config.layers));
   outs_.resize(static_cast<std::size_t>(config.layers));
   for (std::size_t l = 0; l < acts_.size(); ++l) {
-    if (!checkpointed(l)) acts_[l].allocate(N, C, rows_of_heads);
-    outs_[l].resize(N * C * kBf16);
+    if (!checkpointed(l)) acts_[l].allocate(N, C, rows_of_heads, s);
+    outs_[l].resize(N * C * kBf16, s);
   }
-  if (options_.checkpoint_blocks > 0) recompute_.allocate(N, C, rows_of_heads);
-  lnf_.resize(N * C * kBf16), lnf_mean_.resize(N * 4), lnf_rstd_.resize(N * 4);
-  logits_.resize(N * V * kBf16);
-  d4_.resize(4 * N * C * kBf16), d4b_.resize(4 * N * C * kBf16), dqkv_.resize(3 * N * C * kBf16);
-  dres2_.resize(N * C * kBf16), dsmall_.resize(N * C * kBf16), dx_.resize(N * C * kBf16);
-  dlnf_.resize(N * C * kBf16), delta_.resize(rows_of_heads * 4);
+  if (options_.checkpoint_blocks > 0) recompute_.allocate(N, C, rows_of_heads, s);
+  lnf_.resize(N * C * kBf16, s), lnf_mean_.resize(N * 4, s), lnf_rstd_.resize(N * 4, s);
+  logits_.resize(N * V * kBf16, s);
+  d4_.resize(4 * N * C * kBf16, s), d4b_.resize(4 * N * C * kBf16, s);
+  dqkv_.resize(3 * N * C * kBf16, s);
+  dres2_.resize(N * C * kBf16, s), dsmall_.resize(N * C * kBf16, s), dx_.resize(N * C * kBf16, s);
+  dlnf_.resize(N * C * kBf16, s), delta_.resize(rows_of_heads * 4, s);
   const int widest = static_cast<int>(std::max<std::size_t>(V, 4 * C));
-  scratch_.resize(cl::reduction_scratch_floats(static_cast<int>(N), widest) * 4);
+  scratch_.resize(cl::reduction_scratch_floats(static_cast<int>(N), widest) * 4, s);
 }
 
 const Bf16* GptCuda::param(int id) const {

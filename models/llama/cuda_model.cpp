@@ -29,12 +29,12 @@ constexpr std::size_t kBf16 = sizeof(Bf16);
 struct BlockActivations {
   DeviceBuffer ln1, rstd1, q, k, v, y, lse, res, ln2, rstd2, gate, up, h;
   void allocate(std::size_t N, std::size_t C, std::size_t Q, std::size_t KV, std::size_t F,
-                std::size_t rows_of_heads) {
-    ln1.resize(N * C * kBf16), rstd1.resize(N * 4), q.resize(N * Q * kBf16);
-    k.resize(N * KV * kBf16), v.resize(N * KV * kBf16), y.resize(N * Q * kBf16);
-    lse.resize(rows_of_heads * 4), res.resize(N * C * kBf16), ln2.resize(N * C * kBf16);
-    rstd2.resize(N * 4), gate.resize(N * F * kBf16), up.resize(N * F * kBf16);
-    h.resize(N * F * kBf16);
+                std::size_t rows_of_heads, cl::Stream s) {
+    ln1.resize(N * C * kBf16, s), rstd1.resize(N * 4, s), q.resize(N * Q * kBf16, s);
+    k.resize(N * KV * kBf16, s), v.resize(N * KV * kBf16, s), y.resize(N * Q * kBf16, s);
+    lse.resize(rows_of_heads * 4, s), res.resize(N * C * kBf16, s), ln2.resize(N * C * kBf16, s);
+    rstd2.resize(N * 4, s), gate.resize(N * F * kBf16, s), up.resize(N * F * kBf16, s);
+    h.resize(N * F * kBf16, s);
   }
   std::uint64_t bytes() const noexcept {
     std::uint64_t n = 0;
@@ -110,7 +110,7 @@ LlamaCuda::LlamaCuda(zero_engine* engine, const LlamaConfig& config, int batch, 
       batch_(batch),
       seq_(seq),
       options_(options),
-      batch_data_(batch * seq) {
+      batch_data_(batch * seq, stream_.get()) {
   config.validate();
   if (seq < 1 || seq > config.max_seq) {
     throw std::invalid_argument("sequence length " + std::to_string(seq) +
@@ -121,13 +121,14 @@ LlamaCuda::LlamaCuda(zero_engine* engine, const LlamaConfig& config, int batch, 
   names_ = registrar.names();
   numels_ = registrar.numels();
 
+  void* const s = stream();  // every buffer is zeroed on it
   const int hd = config.head_size();
   const std::vector<double> inv_freq = config.inv_freq();
   std::vector<float> cos(static_cast<std::size_t>(seq) * inv_freq.size()), sin(cos.size());
   rope_tables(cos.data(), sin.data(), inv_freq.data(), seq, hd);  // the CPU layers' tables
-  cos_.resize(cos.size() * 4), sin_.resize(sin.size() * 4);
-  cl::copy_to_device(cos_.as<void>(), cos.data(), cos.size() * 4, stream());
-  cl::copy_to_device(sin_.as<void>(), sin.data(), sin.size() * 4, stream());
+  cos_.resize(cos.size() * 4, s), sin_.resize(sin.size() * 4, s);
+  cl::copy_to_device(cos_.as<void>(), cos.data(), cos.size() * 4, s);
+  cl::copy_to_device(sin_.as<void>(), sin.data(), sin.size() * 4, s);
   stream_.synchronize();
 
   if (options_.checkpoint_blocks < 0) options_.checkpoint_blocks = 0;
@@ -136,22 +137,23 @@ LlamaCuda::LlamaCuda(zero_engine* engine, const LlamaConfig& config, int batch, 
   const std::size_t KV = static_cast<std::size_t>(config.kv_heads) * hd;
   const std::size_t F = config.intermediate, V = config.vocab;
   const std::size_t rows_of_heads = N * static_cast<std::size_t>(config.heads);
-  encoded_.resize(N * C * kBf16);
+  encoded_.resize(N * C * kBf16, s);
   acts_.resize(static_cast<std::size_t>(config.layers));
   outs_.resize(static_cast<std::size_t>(config.layers));
   for (std::size_t l = 0; l < acts_.size(); ++l) {
-    if (!checkpointed(l)) acts_[l].allocate(N, C, Q, KV, F, rows_of_heads);
-    outs_[l].resize(N * C * kBf16);
+    if (!checkpointed(l)) acts_[l].allocate(N, C, Q, KV, F, rows_of_heads, s);
+    outs_[l].resize(N * C * kBf16, s);
   }
-  if (options_.checkpoint_blocks > 0) recompute_.allocate(N, C, Q, KV, F, rows_of_heads);
-  normed_.resize(N * C * kBf16), norm_rstd_.resize(N * 4);
-  logits_.resize(N * V * kBf16);
-  dF_.resize(N * F * kBf16), dgate_.resize(N * F * kBf16), dup_.resize(N * F * kBf16);
-  dq_.resize(N * Q * kBf16), dk_.resize(N * KV * kBf16), dv_.resize(N * KV * kBf16);
-  dy_.resize(N * Q * kBf16), dres_.resize(N * C * kBf16), dsmall_.resize(N * C * kBf16);
-  dx_.resize(N * C * kBf16), dnorm_.resize(N * C * kBf16), delta_.resize(rows_of_heads * 4);
+  if (options_.checkpoint_blocks > 0) recompute_.allocate(N, C, Q, KV, F, rows_of_heads, s);
+  normed_.resize(N * C * kBf16, s), norm_rstd_.resize(N * 4, s);
+  logits_.resize(N * V * kBf16, s);
+  dF_.resize(N * F * kBf16, s), dgate_.resize(N * F * kBf16, s), dup_.resize(N * F * kBf16, s);
+  dq_.resize(N * Q * kBf16, s), dk_.resize(N * KV * kBf16, s), dv_.resize(N * KV * kBf16, s);
+  dy_.resize(N * Q * kBf16, s), dres_.resize(N * C * kBf16, s), dsmall_.resize(N * C * kBf16, s);
+  dx_.resize(N * C * kBf16, s), dnorm_.resize(N * C * kBf16, s);
+  delta_.resize(rows_of_heads * 4, s);
   const int widest = static_cast<int>(std::max({V, F, Q, C}));
-  scratch_.resize(cl::reduction_scratch_floats(static_cast<int>(N), widest) * 4);
+  scratch_.resize(cl::reduction_scratch_floats(static_cast<int>(N), widest) * 4, s);
 }
 
 const Bf16* LlamaCuda::param(int id) const {
