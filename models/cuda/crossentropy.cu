@@ -1,4 +1,5 @@
-// The output layer's fused softmax, cross-entropy and its backward (layers.h), and the bias
+// The output layer's fused softmax, cross-entropy and its backward, and its forward alone for
+// evaluation (layers.h), on rows of logits of any stride (a padded vocabulary), and the bias
 // gradient's column sums that matmul.cpp (host C++, no kernels of its own) launches through
 // internal.h. Every reduction runs in a fixed order (per-thread sums in index order, then a
 // fixed tree): runs repeat bit for bit, with no atomics.
@@ -58,22 +59,15 @@ __device__ float block_sum(float v, float* partial) {
   return r;
 }
 
-// Row blockIdx.x: loss = log(sum exp(z - max)) + max - z[target]; the row is overwritten with
-// (softmax - onehot) * dloss. Each thread reads and writes only its own columns (v = tid + k *
-// kRowThreads) in every pass, and z[target] is read (by thread 0) before the reductions'
-// barriers, so the in-place write races with nothing.
-__global__ void __launch_bounds__(kRowThreads)
-    crossentropy_kernel(bf16* __restrict__ logits, float* __restrict__ losses,
-                        const std::int32_t* __restrict__ targets, float dloss, int V) {
-  __shared__ float partial[kRowWarps];
-  const std::size_t row = blockIdx.x;
-  bf16* z = logits + row * static_cast<std::size_t>(V);
-  const int target = targets[row];
-  if (target < 0) {  // no loss here: the whole block leaves together
-    for (int v = threadIdx.x; v < V; v += kRowThreads) z[v] = store(0.0f);
-    if (threadIdx.x == 0) losses[row] = 0.0f;
-    return;
-  }
+// A row's max and sum of exp(z - max) over its V logits z, the same bits in every thread, and
+// its loss written by thread 0: log(sum) + max - z[target] (NaN for a target >= V). Each thread
+// reads only its own columns (v = tid + k * kRowThreads), and z[target] is read (by thread 0)
+// before the reductions' barriers, so a caller may overwrite its own columns afterwards.
+struct RowSoftmax {
+  float max, sum;
+};
+
+__device__ RowSoftmax row_softmax(const bf16* z, int target, int V, float* loss, float* partial) {
   const float z_target = (threadIdx.x == 0 && target < V) ? load(z[target]) : 0.0f;
   float max = -INFINITY;
   for (int v = threadIdx.x; v < V; v += kRowThreads) max = fmaxf(max, load(z[v]));
@@ -81,12 +75,46 @@ __global__ void __launch_bounds__(kRowThreads)
   float sum = 0.0f;
   for (int v = threadIdx.x; v < V; v += kRowThreads) sum += expf(load(z[v]) - max);
   sum = block_sum(sum, partial);
-  if (threadIdx.x == 0) losses[row] = target < V ? (max + logf(sum)) - z_target : NAN;
-  const float inverse = 1.0f / sum;
+  if (threadIdx.x == 0) *loss = target < V ? (max + logf(sum)) - z_target : NAN;
+  return {max, sum};
+}
+
+// Row blockIdx.x, `ld` elements from the previous one: its loss, and its V logits overwritten
+// with (softmax - onehot) * dloss (row_softmax: the in-place write races with nothing). The
+// columns V..ld are neither read nor written.
+__global__ void __launch_bounds__(kRowThreads)
+    crossentropy_kernel(bf16* __restrict__ logits, std::size_t ld, float* __restrict__ losses,
+                        const std::int32_t* __restrict__ targets, float dloss, int V) {
+  __shared__ float partial[kRowWarps];
+  const std::size_t row = blockIdx.x;
+  bf16* z = logits + row * ld;
+  const int target = targets[row];
+  if (target < 0) {  // no loss here: the whole block leaves together
+    for (int v = threadIdx.x; v < V; v += kRowThreads) z[v] = store(0.0f);
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    return;
+  }
+  const RowSoftmax softmax = row_softmax(z, target, V, &losses[row], partial);
+  const float inverse = 1.0f / softmax.sum;
   for (int v = threadIdx.x; v < V; v += kRowThreads) {
-    const float p = expf(load(z[v]) - max) * inverse;
+    const float p = expf(load(z[v]) - softmax.max) * inverse;
     z[v] = store((v == target ? p - 1.0f : p) * dloss);
   }
+}
+
+// The same losses (the same bits) without the backward: the logits are only read.
+__global__ void __launch_bounds__(kRowThreads)
+    crossentropy_forward_kernel(const bf16* __restrict__ logits, std::size_t ld,
+                                float* __restrict__ losses,
+                                const std::int32_t* __restrict__ targets, int V) {
+  __shared__ float partial[kRowWarps];
+  const std::size_t row = blockIdx.x;
+  const int target = targets[row];
+  if (target < 0) {
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    return;
+  }
+  row_softmax(logits + row * ld, target, V, &losses[row], partial);
 }
 
 // ---- Column sums for the bias gradient ----
@@ -142,11 +170,21 @@ __global__ void __launch_bounds__(kFinishThreads)
 
 }  // namespace
 
-int crossentropy_fused(Bf16* logits, float* losses, const std::int32_t* targets, float dloss, int N,
-                       int V, Stream stream) {
+int crossentropy_fused(Bf16* logits, int ld, float* losses, const std::int32_t* targets,
+                       float dloss, int N, int V, Stream stream) {
   if (N <= 0 || V <= 0) return 0;
+  if (ld < V) return cudaErrorInvalidValue;
   crossentropy_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, as_stream(stream)>>>(
-      reinterpret_cast<bf16*>(logits), losses, targets, dloss, V);
+      reinterpret_cast<bf16*>(logits), static_cast<std::size_t>(ld), losses, targets, dloss, V);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int crossentropy_forward(const Bf16* logits, int ld, float* losses, const std::int32_t* targets,
+                         int N, int V, Stream stream) {
+  if (N <= 0 || V <= 0) return 0;
+  if (ld < V) return cudaErrorInvalidValue;
+  crossentropy_forward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, as_stream(stream)>>>(
+      reinterpret_cast<const bf16*>(logits), static_cast<std::size_t>(ld), losses, targets, V);
   return static_cast<int>(cudaGetLastError());
 }
 

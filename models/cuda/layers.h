@@ -124,10 +124,16 @@ int attention_backward(Bf16* dq, Bf16* dk, Bf16* dv, const Bf16* dout, int ld_ou
 
 // ---- Output ----
 
-// Softmax and cross-entropy of each row of V logits fused with their backward: losses[i] =
-// -log softmax(logits[i])[targets[i]] (0 where targets[i] < 0), and logits[i] is overwritten
-// with dlogits = (softmax - onehot) * dloss (0 for a row without a target). fp32 within a row.
-int crossentropy_fused(Bf16* logits, float* losses, const std::int32_t* targets, float dloss,
-                       int N, int V, Stream stream);
+// Softmax and cross-entropy of each row of V logits, rows `ld` elements apart (ld >= V; the
+// CUDA models pad the vocabulary, and the columns V..ld are neither read nor written), fused
+// with their backward: losses[i] = -log softmax(logits[i])[targets[i]] (0 where targets[i] < 0),
+// and logits[i] is overwritten with dlogits = (softmax - onehot) * dloss (0 for a row without a
+// target). fp32 within a row. ld < V is refused (cudaErrorInvalidValue).
+int crossentropy_fused(Bf16* logits, int ld, float* losses, const std::int32_t* targets,
+                       float dloss, int N, int V, Stream stream);
+// The same losses, bit for bit, without the backward, for evaluation: the logits stay as they
+// are.
+int crossentropy_forward(const Bf16* logits, int ld, float* losses, const std::int32_t* targets,
+                         int N, int V, Stream stream);
 
 }  // namespace zero::cuda_layers

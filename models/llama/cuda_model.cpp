@@ -205,8 +205,8 @@ float LlamaCuda::forward(const std::int32_t* tokens, const std::int32_t* targets
                      stream());
   }
   const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
-  cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), batch_data_.losses(), batch_data_.targets(),
-                                   dloss, N, V, stream()),
+  cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), V, batch_data_.losses(),
+                                   batch_data_.targets(), dloss, N, V, stream()),
             "crossentropy_fused");
   models::check(zero_post_forward(engine_, ids_.head_module, stream()), "zero_post_forward");
 

@@ -585,7 +585,7 @@ TEST_CASE("cuda layers: fused cross-entropy matches the CPU layer and rows witho
   DeviceArray<std::int32_t> d_targets(N);
   d_logits.upload(logits);
   d_targets.upload(targets);
-  REQUIRE_LAUNCH(crossentropy_fused(d_logits.get(), d_losses.get(), d_targets.get(), dloss, N, V,
+  REQUIRE_LAUNCH(crossentropy_fused(d_logits.get(), V, d_losses.get(), d_targets.get(), dloss, N, V,
                                     stream.get()));
   stream.synchronize();
   const Vec losses = to_double(d_losses.download());
@@ -617,6 +617,119 @@ TEST_CASE("cuda layers: fused cross-entropy matches the CPU layer and rows witho
     INFO("dlogits");
     CHECK(mismatches(dlogits, want_dlogits, dlogits_tol) == "");
   }
+}
+
+// Rows `ld` elements apart (ld >= V: the CUDA models' padded vocabulary), the padding filled
+// with NaN and 1e4 (either, read, would move a loss: NaN through the sum, 1e4 through the max,
+// under which every exponential of the row vanishes; a moderate value would only shift it).
+// First the forward-only kernel: the losses against the reference, every logit (padding too)
+// left as it was; then the fused one on the same logits: the same losses bit for bit, dlogits
+// against the reference on the V columns of each row, the padding as it was. Tolerances as above.
+void check_crossentropy_rows(int N, int V, int ld, std::uint64_t seed) {
+  INFO("N " << N << ", V " << V << ", rows " << ld << " apart");
+  const float dloss = 1.0f / static_cast<float>(N);
+  const std::size_t n = static_cast<std::size_t>(N) * ld;
+  Bits logits = random_bf16(n, seed, -4, 4);
+  std::vector<bool> padding(n, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (static_cast<int>(i % ld) < V) continue;
+    padding[i] = true;
+    logits[i] = i % 2 == 0 ? Bf16{0x7fc0} : float_to_bf16(1e4f);  // NaN, 1e4
+  }
+  std::vector<std::int32_t> targets(N);
+  for (int i = 0; i < N; ++i) targets[i] = i % 5 == 3 ? -1 : (i * 7919 + 11) % V;
+  targets[0] = V - 1;  // the last column before the padding
+
+  // The reference on the packed V columns.
+  const std::size_t packed = static_cast<std::size_t>(N) * V;
+  Vec z(packed);
+  for (int i = 0; i < N; ++i) {
+    for (int v = 0; v < V; ++v) {
+      z[static_cast<std::size_t>(i) * V + v] =
+          bf16_to_float(logits[static_cast<std::size_t>(i) * ld + v]);
+    }
+  }
+  Vec want_losses(N), probs(packed), want_packed(packed, 0.0);
+  gpt::crossentropy_forward<double>(want_losses.data(), probs.data(), z.data(), targets.data(), N,
+                                    V);
+  const Vec dlosses(N, static_cast<double>(dloss));
+  gpt::crossentropy_backward<double>(want_packed.data(), probs.data(), targets.data(),
+                                     dlosses.data(), N, V);
+  // On the strided rows: the padding must keep its bits (compared apart, below).
+  Vec want_dlogits(n, 0.0), dlogits_tol(n, 0.0), loss_tol(N);
+  for (int i = 0; i < N; ++i) {
+    loss_tol[i] = targets[i] < 0 ? 0.0 : 0x1p-12;
+    for (int v = 0; v < V; ++v) {
+      const std::size_t at = static_cast<std::size_t>(i) * ld + v;
+      const std::size_t p = static_cast<std::size_t>(i) * V + v;
+      want_dlogits[at] = want_packed[p];
+      if (targets[i] < 0) continue;
+      const double a = (0x1p-17 * probs[p] + 0x1p-23) * std::fabs(static_cast<double>(dloss));
+      dlogits_tol[at] = kBf16Unit * std::fabs(want_packed[p]) + 2 * a;
+    }
+  }
+
+  TestStream stream;
+  DeviceArray<Bf16> d_logits(n);
+  DeviceArray<float> d_losses(N);
+  DeviceArray<std::int32_t> d_targets(N);
+  d_targets.upload(targets);
+
+  // Forward alone first: the logits stay as they are.
+  d_logits.upload(logits);
+  REQUIRE_LAUNCH(crossentropy_forward(d_logits.get(), ld, d_losses.get(), d_targets.get(), N, V,
+                                      stream.get()));
+  stream.synchronize();
+  const std::vector<float> forward_losses = d_losses.download();
+  CHECK(d_logits.download() == logits);
+  {
+    INFO("forward-only losses");
+    CHECK(mismatches(to_double(forward_losses), want_losses, loss_tol) == "");
+  }
+
+  // Fused.
+  REQUIRE_LAUNCH(crossentropy_fused(d_logits.get(), ld, d_losses.get(), d_targets.get(), dloss, N,
+                                    V, stream.get()));
+  stream.synchronize();
+  const std::vector<float> fused_losses = d_losses.download();
+  const Bits fused = d_logits.download();
+  {
+    INFO("fused losses");
+    CHECK(mismatches(to_double(fused_losses), want_losses, loss_tol) == "");
+  }
+  // The same kernel code computes both: the same bits (NaN-free, so == compares bits).
+  CHECK(forward_losses == fused_losses);
+  Vec dlogits = to_double(fused);
+  std::size_t padding_moved = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!padding[i]) continue;
+    if (fused[i] != logits[i]) ++padding_moved;
+    dlogits[i] = 0.0;  // compared bit for bit just above
+  }
+  CHECK(padding_moved == 0);
+  {
+    INFO("dlogits");
+    CHECK(mismatches(dlogits, want_dlogits, dlogits_tol) == "");
+  }
+}
+
+TEST_CASE(
+    "cuda layers: cross-entropy on rows of a padded vocabulary reads and writes only the V "
+    "columns",
+    "[gpu]") {
+  check_crossentropy_rows(37, 157, 256, 2100);   // an odd vocabulary, rows padded to 128s
+  check_crossentropy_rows(9, 1001, 1007, 2200);  // the rows' stride odd as well
+  check_crossentropy_rows(4, 300, 300, 2300);    // packed rows: the forward-only kernel too
+}
+
+TEST_CASE("cuda layers: cross-entropy refuses rows narrower than the vocabulary", "[gpu]") {
+  // Refused before anything is launched or read: no memory needed.
+  CHECK(crossentropy_fused(nullptr, 156, nullptr, nullptr, 1.0f, 2, 157, nullptr) ==
+        cudaErrorInvalidValue);
+  CHECK(crossentropy_forward(nullptr, 156, nullptr, nullptr, 2, 157, nullptr) ==
+        cudaErrorInvalidValue);
+  // Empty sizes launch nothing.
+  CHECK(crossentropy_forward(nullptr, 0, nullptr, nullptr, 0, 157, nullptr) == 0);
 }
 
 }  // namespace
