@@ -127,11 +127,12 @@ constexpr int kMaxChunks = 256;
 constexpr int kFinishThreads = 256;
 
 // Block (column tile blockIdx.x, chunk blockIdx.y) sums rows [chunk * rows_per_chunk, + rows)
-// of its 64 columns; with `dst` set (a single chunk) it adds the sums into dst, else it writes
-// them to partials[chunk, c].
+// of its 64 columns (rows `ld` elements apart); with `dst` set (a single chunk) it adds the sums
+// into dst, else it writes them to partials[chunk, c].
 __global__ void __launch_bounds__(kSumThreads)
-    column_partials_kernel(const bf16* __restrict__ src, int N, int C, int rows_per_chunk,
-                           float* __restrict__ partials, bf16* __restrict__ dst) {
+    column_partials_kernel(const bf16* __restrict__ src, int N, int C, std::size_t ld,
+                           int rows_per_chunk, float* __restrict__ partials,
+                           bf16* __restrict__ dst) {
   __shared__ float lanes[kSumLanes][kSumColumns];
   const int x = threadIdx.x % kSumColumns;
   const int y = threadIdx.x / kSumColumns;
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(kSumThreads)
   float sum = 0.0f;
   if (c < C) {
     for (int i = first + y; i < end; i += kSumLanes) {
-      sum += load(src[static_cast<std::size_t>(i) * C + c]);
+      sum += load(src[static_cast<std::size_t>(i) * ld + c]);
     }
   }
   lanes[y][x] = sum;
@@ -190,9 +191,11 @@ int crossentropy_forward(const Bf16* logits, int ld, float* losses, const std::i
 
 namespace internal {
 
-int column_sums_add(Bf16* dst, const Bf16* src, int N, int C, float* scratch,
+int column_sums_add(Bf16* dst, const Bf16* src, int N, int C, int ld, float* scratch,
                     std::size_t scratch_floats, Stream stream) {
   if (N <= 0 || C <= 0) return 0;
+  if (ld < C) return cudaErrorInvalidValue;
+  const auto stride = static_cast<std::size_t>(ld);
   // Chunks of about kRowsPerChunk rows, as many as scratch holds (at most kMaxChunks); the
   // count is recomputed from the rows per chunk so that no chunk is empty.
   std::size_t chunks = (static_cast<std::size_t>(N) + kRowsPerChunk - 1) / kRowsPerChunk;
@@ -207,10 +210,12 @@ int column_sums_add(Bf16* dst, const Bf16* src, int N, int C, float* scratch,
   bf16* out = reinterpret_cast<bf16*>(dst);
   const bf16* in = reinterpret_cast<const bf16*>(src);
   if (chunks == 1) {
-    column_partials_kernel<<<grid, kSumThreads, 0, s>>>(in, N, C, rows_per_chunk, nullptr, out);
+    column_partials_kernel<<<grid, kSumThreads, 0, s>>>(in, N, C, stride, rows_per_chunk, nullptr,
+                                                        out);
     return static_cast<int>(cudaGetLastError());
   }
-  column_partials_kernel<<<grid, kSumThreads, 0, s>>>(in, N, C, rows_per_chunk, scratch, nullptr);
+  column_partials_kernel<<<grid, kSumThreads, 0, s>>>(in, N, C, stride, rows_per_chunk, scratch,
+                                                      nullptr);
   const cudaError_t launched = cudaGetLastError();
   if (launched != cudaSuccess) return static_cast<int>(launched);
   column_finish_kernel<<<(C + kFinishThreads - 1) / kFinishThreads, kFinishThreads, 0, s>>>(

@@ -96,9 +96,22 @@ class Matmul {
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
   int forward(Bf16* out, const Bf16* inp, const Bf16* weight, const Bf16* bias, int N, int C,
-              int OC, Stream stream);
+              int OC, Stream stream) {
+    return forward(out, OC, inp, weight, bias, N, C, OC, stream);
+  }
   int backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
-               const Bf16* weight, int N, int C, int OC, float* scratch, Stream stream);
+               const Bf16* weight, int N, int C, int OC, float* scratch, Stream stream) {
+    return backward(dinp, dweight, dbias, dout, OC, inp, weight, N, C, OC, scratch, stream);
+  }
+  // The same with out's (forward) or dout's (backward) rows `ld` elements apart, ld >= OC (the
+  // CUDA models' logits, their vocabulary padded so that cuBLASLt gets aligned rows): the
+  // columns OC..ld of each row are neither read nor written. ld < OC is refused
+  // (cudaErrorInvalidValue).
+  int forward(Bf16* out, int ld_out, const Bf16* inp, const Bf16* weight, const Bf16* bias, int N,
+              int C, int OC, Stream stream);
+  int backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, int ld_dout,
+               const Bf16* inp, const Bf16* weight, int N, int C, int OC, float* scratch,
+               Stream stream);
 
  private:
   struct State;

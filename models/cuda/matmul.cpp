@@ -5,19 +5,22 @@
 // Row-major on column-major: a row-major X[r, c] is, as stored, the column-major X^T. So
 // out[N, OC] = inp[N, C] W[OC, C]^T is computed as out^T (OC x N) = W (OC x C) inp^T (C x N):
 // in cuBLASLt's terms D (m = OC, n = N) = op(A) B with A the stored W (column-major C x OC,
-// transposed by op) and B the stored inp (column-major C x N). Every operand is packed: its
-// leading dimension is its stored row count. The backward's dinp += dout W and dW += dout^T inp
+// transposed by op) and B the stored inp (column-major C x N). Every operand is packed (its
+// leading dimension is its stored row count) but out and dout, whose rows may be `ld` elements
+// apart (ld >= OC: the logits' padded vocabulary): their layouts' leading dimension is ld, so
+// cuBLASLt never touches the columns OC..ld. The backward's dinp += dout W and dW += dout^T inp
 // run in place with beta = 1 (a null dinp or dweight is skipped); dbias += the column sums of
 // dout runs in internal::column_sums_add, on as much of `scratch` as reduction_scratch_floats
-// (N, OC) gives. A forward with C = 0 (no product to take) is refused.
+// (N, OC) gives. A forward with C = 0 (no product to take) is refused, and so is ld < OC.
 //
 // Resources: the cuBLASLt handle and one 32 MiB device workspace, made in the constructor and
-// freed in the destructor; per product shape (kind, m, n, k, the operands' alignments) one
-// matmul descriptor, its three layouts (C and D share one: in the backward they are the same
-// buffer, accumulated in place with beta = 1) and the algorithm cuBLASLt's heuristic picked the
-// first time, cached in State until the destructor. The heuristic may only pick split-K
-// algorithms that reduce in fp32 in the workspace (never in bf16 and never "in place" in the
-// output type), so every product sums in fp32 and a cached algorithm repeats bit for bit.
+// freed in the destructor; per product shape (kind, m, n, k, the leading dimensions, the
+// operands' alignments) one matmul descriptor, its three layouts (C and D share one: in the
+// backward they are the same buffer, accumulated in place with beta = 1) and the algorithm
+// cuBLASLt's heuristic picked the first time, cached in State until the destructor. The
+// heuristic may only pick split-K algorithms that reduce in fp32 in the workspace (never in bf16
+// and never "in place" in the output type), so every product sums in fp32 and a cached
+// algorithm repeats bit for bit.
 //
 // One workspace serves every call: calls must not overlap in time, so use one Matmul per stream
 // (or order the streams), and one thread at a time per Matmul (the cache is not locked). Destroy
@@ -67,7 +70,8 @@ int cuda_status(cublasStatus_t status) {
   }
 }
 
-// The products Matmul runs, each with its transposes (see the top of the file).
+// The products Matmul runs, each with its transposes (see the top of the file); out and dout
+// have leading dimension ld, every other operand its row count.
 enum class Kind : int {
   forward,          // out^T (OC x N) = op(W stored C x OC, transposed) inp^T (C x N)
   forward_bias,     // the same plus bias[OC] added to each column of D (CUBLASLT_EPILOGUE_BIAS)
@@ -90,10 +94,12 @@ std::uint32_t alignment(const void* p) {
   return bytes;
 }
 
-// What a cached plan is for: D is m x n, the inner dimension k; alignments in bytes.
+// What a cached plan is for: D is m x n, the inner dimension k; the stored A's, B's and D's
+// leading dimensions; alignments in bytes.
 struct Key {
   Kind kind;
   int m, n, k;
+  int ld_a, ld_b, ld_d;
   std::uint32_t align_a, align_b, align_d, align_bias;
   auto operator<=>(const Key&) const = default;
 };
@@ -145,16 +151,14 @@ int make_plan(cublasLtHandle_t handle, const Key& key, const void* bias, Plan& p
     if (st == CUBLAS_STATUS_SUCCESS) st = set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   }
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, a_rows, a_cols,
-                                    static_cast<std::int64_t>(a_rows));
+    st = cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, a_rows, a_cols, key.ld_a);
   }
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, b_rows, b_cols,
-                                    static_cast<std::int64_t>(b_rows));
+    st = cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, b_rows, b_cols, key.ld_b);
   }
   if (st == CUBLAS_STATUS_SUCCESS) {
     st = cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_16BF, static_cast<std::uint64_t>(key.m),
-                                    static_cast<std::uint64_t>(key.n), key.m);
+                                    static_cast<std::uint64_t>(key.n), key.ld_d);
   }
   cublasLtMatmulPreference_t preference = nullptr;
   if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&preference);
@@ -215,14 +219,17 @@ struct Matmul::State {
   }
 
   // D = A op B (+ bias) with beta 0, or D += A op B with beta 1 (C is D), through the cached
-  // plan of the shape.
-  int run(Kind kind, int m, int n, int k, const Bf16* a, const Bf16* b, Bf16* d, float beta,
-          const Bf16* bias, cudaStream_t stream) {
+  // plan of the shape; lda, ldb, ldd are the stored operands' leading dimensions.
+  int run(Kind kind, int m, int n, int k, const Bf16* a, int lda, const Bf16* b, int ldb, Bf16* d,
+          int ldd, float beta, const Bf16* bias, cudaStream_t stream) {
     if (failed != 0) return failed;
     const Key key{kind,
                   m,
                   n,
                   k,
+                  lda,
+                  ldb,
+                  ldd,
                   alignment(a),
                   alignment(b),
                   alignment(d),
@@ -252,36 +259,37 @@ Matmul::~Matmul() {
   delete state_;
 }
 
-int Matmul::forward(Bf16* out, const Bf16* inp, const Bf16* weight, const Bf16* bias, int N, int C,
-                    int OC, Stream stream) {
-  if (N < 0 || C < 0 || OC < 0) return cudaErrorInvalidValue;
+int Matmul::forward(Bf16* out, int ld_out, const Bf16* inp, const Bf16* weight, const Bf16* bias,
+                    int N, int C, int OC, Stream stream) {
+  if (N < 0 || C < 0 || OC < 0 || ld_out < OC) return cudaErrorInvalidValue;
   if (N == 0 || OC == 0) return 0;
   if (C == 0) return cudaErrorInvalidValue;  // an empty inner dimension: cuBLASLt has no product
   const Kind kind = bias != nullptr ? Kind::forward_bias : Kind::forward;
-  return state_->run(kind, OC, N, C, weight, inp, out, 0.0f, bias,
+  return state_->run(kind, OC, N, C, weight, C, inp, C, out, ld_out, 0.0f, bias,
                      static_cast<cudaStream_t>(stream));
 }
 
-int Matmul::backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
-                     const Bf16* weight, int N, int C, int OC, float* scratch, Stream stream) {
-  if (N < 0 || C < 0 || OC < 0) return cudaErrorInvalidValue;
+int Matmul::backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, int ld_dout,
+                     const Bf16* inp, const Bf16* weight, int N, int C, int OC, float* scratch,
+                     Stream stream) {
+  if (N < 0 || C < 0 || OC < 0 || ld_dout < OC) return cudaErrorInvalidValue;
   const auto s = static_cast<cudaStream_t>(stream);
   if (N == 0 || OC == 0) return 0;  // every gradient gets += 0
   if (C > 0) {
     if (dinp != nullptr) {  // dinp^T (C x N) += W^T (C x OC) dout^T (OC x N), both as stored
-      const int st =
-          state_->run(Kind::backward_input, C, N, OC, weight, dout, dinp, 1.0f, nullptr, s);
+      const int st = state_->run(Kind::backward_input, C, N, OC, weight, C, dout, ld_dout, dinp, C,
+                                 1.0f, nullptr, s);
       if (st != 0) return st;
     }
     if (dweight != nullptr) {  // dW^T (C x OC) += inp^T (C x N) dout (N x OC)
-      const int st =
-          state_->run(Kind::backward_weight, C, OC, N, inp, dout, dweight, 1.0f, nullptr, s);
+      const int st = state_->run(Kind::backward_weight, C, OC, N, inp, C, dout, ld_dout, dweight, C,
+                                 1.0f, nullptr, s);
       if (st != 0) return st;
     }
   }
   if (dbias == nullptr) return 0;
   const std::size_t room = scratch != nullptr ? reduction_scratch_floats(N, OC) : 0;
-  return internal::column_sums_add(dbias, dout, N, OC, scratch, room, stream);
+  return internal::column_sums_add(dbias, dout, N, OC, ld_dout, scratch, room, stream);
 }
 
 }  // namespace zero::cuda_layers

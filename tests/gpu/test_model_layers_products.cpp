@@ -732,5 +732,148 @@ TEST_CASE("cuda layers: cross-entropy refuses rows narrower than the vocabulary"
   CHECK(crossentropy_forward(nullptr, 0, nullptr, nullptr, 0, 157, nullptr) == 0);
 }
 
+// ---- Matmul on strided output rows ----
+//
+// out (forward) and dout (backward) with rows `ld` > OC elements apart, as the CUDA models' padded
+// logits: the padding of out is garbage (NaN and 1e4) that the forward must leave bit for bit,
+// and the padding of dout is the same garbage, which the backward must never read (a NaN read
+// spreads to the gradients, 1e4 moves them far beyond the tolerances). The tolerances are
+// check_matmul's, on the reference of the packed OC columns.
+
+// The value of padding element i: NaN or 1e4.
+Bf16 garbage(std::size_t i) {
+  return i % 2 == 0 ? Bf16{0x7fc0} : float_to_bf16(1e4f);
+}
+
+// `rows` rows of `cols` packed, spread `ld` apart, the columns cols..ld garbage.
+Bits spread(const Bits& packed, int rows, int cols, int ld) {
+  Bits wide(static_cast<std::size_t>(rows) * ld);
+  for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = garbage(i);
+  for (int r = 0; r < rows; ++r) {
+    std::copy_n(packed.begin() + static_cast<std::ptrdiff_t>(r) * cols, cols,
+                wide.begin() + static_cast<std::ptrdiff_t>(r) * ld);
+  }
+  return wide;
+}
+
+void check_matmul_rows(int N, int C, int OC, int ld, bool with_bias, std::uint64_t seed) {
+  INFO("N " << N << ", C " << C << ", OC " << OC << " in rows " << ld << " apart"
+            << (with_bias ? ", with bias" : ", no bias"));
+  const std::size_t nx = static_cast<std::size_t>(N) * C;
+  const std::size_t nw = static_cast<std::size_t>(OC) * C;
+  const std::size_t ny = static_cast<std::size_t>(N) * OC;
+  const std::size_t wide = static_cast<std::size_t>(N) * ld;
+  const Bits inp = random_bf16(nx, seed + 1, -1, 1);
+  const Bits weight = random_bf16(nw, seed + 2, -1, 1);
+  const Bits bias = random_bf16(OC, seed + 3, -1, 1);
+  const Bits dout = random_bf16(ny, seed + 4, -1, 1);
+  const Bits dinp0 = random_bf16(nx, seed + 5, -1, 1);
+  const Bits dweight0 = random_bf16(nw, seed + 6, -1, 1);
+  const Bits dbias0 = random_bf16(OC, seed + 7, -1, 1);
+  const Bits out0 = spread(Bits(ny, 0), N, OC, ld);  // the forward overwrites the OC columns
+
+  TestStream stream;
+  Matmul matmul;
+  DeviceArray<Bf16> d_inp(nx), d_weight(nw), d_bias(OC), d_out(wide), d_dout(wide), d_dinp(nx),
+      d_dweight(nw), d_dbias(OC);
+  DeviceArray<float> scratch(reduction_scratch_floats(N, OC));
+  d_inp.upload(inp);
+  d_weight.upload(weight);
+  d_bias.upload(bias);
+  d_out.upload(out0);
+  d_dout.upload(spread(dout, N, OC, ld));
+  d_dinp.upload(dinp0);
+  d_dweight.upload(dweight0);
+  d_dbias.upload(dbias0);
+
+  const Vec x = to_double(inp), w = to_double(weight), b = to_double(bias), g = to_double(dout);
+  const Vec ax = magnitudes(x), aw = magnitudes(w), ab = magnitudes(b), ag = magnitudes(g);
+
+  // Forward: the OC columns against the reference, the padding as it was.
+  REQUIRE_LAUNCH(matmul.forward(d_out.get(), ld, d_inp.get(), d_weight.get(),
+                                with_bias ? d_bias.get() : nullptr, N, C, OC, stream.get()));
+  stream.synchronize();
+  const Bits out_bits = d_out.download();
+  Vec out(ny);
+  std::size_t padding_moved = 0;
+  for (std::size_t i = 0; i < wide; ++i) {
+    const std::size_t r = i / ld, c = i % ld;
+    if (c < static_cast<std::size_t>(OC)) {
+      out[r * OC + c] = bf16_to_float(out_bits[i]);
+    } else if (out_bits[i] != out0[i]) {
+      ++padding_moved;
+    }
+  }
+  CHECK(padding_moved == 0);
+  Vec want(ny), scale(ny), tol(ny);
+  gpt::matmul_forward<double>(want.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, C,
+                              OC);
+  gpt::matmul_forward<double>(scale.data(), ax.data(), aw.data(), with_bias ? ab.data() : nullptr,
+                              N, C, OC);
+  for (std::size_t i = 0; i < ny; ++i) {
+    tol[i] = kBf16Unit * std::fabs(want[i]) + 2 * C * kAccumulateUnit * scale[i];
+    if (with_bias) tol[i] += kBf16Unit * std::fabs(want[i] - b[i % OC]);
+  }
+  {
+    INFO("out");
+    CHECK(mismatches(out, want, tol) == "");
+  }
+
+  // Backward from the strided dout, its padding never read.
+  REQUIRE_LAUNCH(matmul.backward(d_dinp.get(), d_dweight.get(), with_bias ? d_dbias.get() : nullptr,
+                                 d_dout.get(), ld, d_inp.get(), d_weight.get(), N, C, OC,
+                                 scratch.get(), stream.get()));
+  stream.synchronize();
+  Vec want_dinp = to_double(dinp0), want_dweight = to_double(dweight0);
+  Vec want_dbias = to_double(dbias0);
+  gpt::matmul_backward<double>(want_dinp.data(), want_dweight.data(),
+                               with_bias ? want_dbias.data() : nullptr, g.data(), x.data(),
+                               w.data(), N, C, OC);
+  Vec scale_dinp = magnitudes(to_double(dinp0)), scale_dweight = magnitudes(to_double(dweight0));
+  Vec scale_dbias = magnitudes(to_double(dbias0));
+  gpt::matmul_backward<double>(scale_dinp.data(), scale_dweight.data(),
+                               with_bias ? scale_dbias.data() : nullptr, ag.data(), ax.data(),
+                               aw.data(), N, C, OC);
+  const auto tolerance = [](const Vec& ref, const Vec& terms, int k) {
+    Vec t(ref.size());
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      t[i] = kBf16Unit * std::fabs(ref[i]) + 2 * k * kAccumulateUnit * terms[i];
+    }
+    return t;
+  };
+  {
+    INFO("dinp");
+    CHECK(mismatches(to_double(d_dinp.download()), want_dinp,
+                     tolerance(want_dinp, scale_dinp, OC)) == "");
+  }
+  {
+    INFO("dweight");
+    CHECK(mismatches(to_double(d_dweight.download()), want_dweight,
+                     tolerance(want_dweight, scale_dweight, N)) == "");
+  }
+  {
+    INFO("dbias");
+    CHECK(mismatches(to_double(d_dbias.download()), want_dbias,
+                     tolerance(want_dbias, scale_dbias, N)) == "");
+  }
+}
+
+TEST_CASE(
+    "cuda layers: matmul writes and reads only the OC columns of output rows of a padded "
+    "vocabulary",
+    "[gpu]") {
+  check_matmul_rows(37, 24, 157, 256, false, 2500);  // the logits' shape: an odd vocabulary
+  check_matmul_rows(300, 16, 45, 51, true, 2600);    // the bias gradient's chunks, odd rows
+}
+
+TEST_CASE("cuda layers: matmul refuses output rows narrower than OC", "[gpu]") {
+  // Refused before anything is launched or read: no memory needed.
+  Matmul matmul;
+  CHECK(matmul.forward(nullptr, 156, nullptr, nullptr, nullptr, 2, 8, 157, nullptr) ==
+        cudaErrorInvalidValue);
+  CHECK(matmul.backward(nullptr, nullptr, nullptr, nullptr, 156, nullptr, nullptr, 2, 8, 157,
+                        nullptr, nullptr) == cudaErrorInvalidValue);
+}
+
 }  // namespace
 }  // namespace zero::cuda_layers
