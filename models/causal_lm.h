@@ -45,8 +45,12 @@ class CausalLm {
   virtual ActivationCost activation_cost() const = 0;
   // Forward FLOPs per micro-batch (matrix products and attention; 2 per multiply-add).
   virtual double forward_flops() const = 0;
-  // The last forward's logits, [batch * seq, vocabulary].
-  virtual const std::vector<float>& logits() const noexcept = 0;
+  // The logits of the last evaluate(), [batch * seq, vocabulary], copied out on request: tests
+  // read them, training never does. The CUDA models keep them on the GPU, copy them from there
+  // (waiting for their stream) and throw std::logic_error once a forward() has run since (it
+  // overwrites them with their gradient); the CPU models return the last forward's, evaluation
+  // or not.
+  virtual std::vector<float> logits() const = 0;
   // The parameters' names by id (registration order): Hugging Face's names.
   virtual const std::vector<std::string>& names() const noexcept = 0;
   // Their element counts, by id.

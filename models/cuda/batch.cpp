@@ -39,11 +39,19 @@ float DeviceBatch::mean_loss(const std::int32_t* targets, int counted, Stream st
   return counted == 0 ? 0.0f : static_cast<float>(sum / counted);
 }
 
-void widen_bf16(const Bf16* bits, std::size_t n, float* out) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t wide = static_cast<std::uint32_t>(bits[i]) << 16;
-    std::memcpy(&out[i], &wide, sizeof(float));
+std::vector<float> download_rows(const Bf16* device, std::size_t rows, std::size_t cols,
+                                 std::size_t ld, Stream stream) {
+  std::vector<Bf16> bits(rows * ld);
+  copy_to_host(bits.data(), device, bits.size() * sizeof(Bf16), stream);
+  synchronize(stream);
+  std::vector<float> values(rows * cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < cols; ++c) {
+      const std::uint32_t wide = static_cast<std::uint32_t>(bits[r * ld + c]) << 16;
+      std::memcpy(&values[r * cols + c], &wide, sizeof(float));
+    }
   }
+  return values;
 }
 
 }  // namespace zero::cuda_layers

@@ -39,7 +39,9 @@ class DeviceBatch {
   std::vector<float> host_losses_;
 };
 
-// The float values of bf16 bits.
-void widen_bf16(const Bf16* bits, std::size_t n, float* out);
+// The float values of `rows` rows of `cols` bf16 on the device, rows `ld` >= cols elements apart
+// (the logits on a padded vocabulary), packed: copied on `stream`, which it waits for.
+std::vector<float> download_rows(const Bf16* device, std::size_t rows, std::size_t cols,
+                                 std::size_t ld, Stream stream);
 
 }  // namespace zero::cuda_layers

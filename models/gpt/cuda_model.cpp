@@ -57,7 +57,7 @@ class GptCuda final : public models::CausalLm {
   double forward_flops() const override {
     return gpt::forward_flops(config_, 4 * std::int64_t{config_.channels}, batch_, seq_);
   }
-  const std::vector<float>& logits() const noexcept override { return host_logits_; }
+  std::vector<float> logits() const override;
   const std::vector<std::string>& names() const noexcept override { return names_; }
   const std::vector<std::size_t>& numels() const noexcept override { return numels_; }
 
@@ -95,9 +95,8 @@ class GptCuda final : public models::CausalLm {
   DeviceBuffer lnf_, lnf_mean_, lnf_rstd_, logits_;
   // Backward scratch.
   DeviceBuffer d4_, d4b_, dqkv_, dres2_, dsmall_, dx_, dlnf_, scratch_, delta_;
-  std::vector<float> host_logits_;
-  std::vector<Bf16> host_logits_bf16_;
-  bool evaluating_ = false;  // in evaluate(): the logits are kept on the host
+  bool logits_kept_ = false;  // logits_ holds the last evaluate()'s logits (not their gradient)
+  bool evaluating_ = false;   // in evaluate(): the losses alone, the logits kept
 };
 
 GptCuda::GptCuda(zero_engine* engine, const GptConfig& config, int batch, int seq,
@@ -160,6 +159,7 @@ Bf16* GptCuda::grad(int id) const {
 float GptCuda::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
   counted_ = models::count_targets(tokens, targets, N, V);
+  logits_kept_ = false;  // until the cross-entropy has left them as they are
   batch_data_.upload(tokens, targets, stream());
   double factor = 1.0;
   models::check(zero_loss_factor(engine_, &factor), "zero_loss_factor");
@@ -186,29 +186,29 @@ float GptCuda::forward(const std::int32_t* tokens, const std::int32_t* targets) 
   cl::check(matmul_.forward(logits_.as<Bf16>(), lnf_.as<Bf16>(), param(ids_.wte), nullptr, N, C, V,
                             stream()),
             "matmul forward (logits)");
-  if (evaluating_) {  // the logits, before the fused softmax turns them into their gradient
-    host_logits_bf16_.resize(static_cast<std::size_t>(N) * V);
-    cl::copy_to_host(host_logits_bf16_.data(), logits_.as<void>(), host_logits_bf16_.size() * kBf16,
-                     stream());
+  if (evaluating_) {  // the losses alone: the logits stay for logits() to copy on request
+    cl::check(cl::crossentropy_forward(logits_.as<Bf16>(), V, batch_data_.losses(),
+                                       batch_data_.targets(), N, V, stream()),
+              "crossentropy_forward");
+  } else {  // the logits become their gradient, for backward
+    const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
+    cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), V, batch_data_.losses(),
+                                     batch_data_.targets(), dloss, N, V, stream()),
+              "crossentropy_fused");
   }
-  const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
-  cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), V, batch_data_.losses(),
-                                   batch_data_.targets(), dloss, N, V, stream()),
-            "crossentropy_fused");
   models::check(zero_post_forward(engine_, ids_.head_module, stream()), "zero_post_forward");
 
   const float loss = batch_data_.mean_loss(targets, counted_, stream());  // waits for the stream
-  if (evaluating_) {
-    host_logits_.resize(host_logits_bf16_.size());
-    cl::widen_bf16(host_logits_bf16_.data(), host_logits_bf16_.size(), host_logits_.data());
-  }
+  logits_kept_ = evaluating_;
   return loss;
 }
 
 void GptCuda::backward() {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
-  // The logits buffer holds dlogits (scaled by zero_loss_factor / positions) since forward.
+  // The logits buffer holds dlogits (scaled by zero_loss_factor / positions) since a training
+  // forward; evaluate() leaves the logits themselves.
+  if (logits_kept_) throw std::logic_error("backward() after evaluate(): there is no gradient");
   models::check(zero_pre_backward(engine_, ids_.head_module, stream()), "zero_pre_backward");
   zero(dlnf_, NC * kBf16);
   cl::check(
@@ -329,6 +329,17 @@ float GptCuda::evaluate(const std::int32_t* tokens, const std::int32_t* targets)
   evaluating_ = false;
   models::check(zero_set_train(engine_, 1), "zero_set_train");
   return loss;
+}
+
+std::vector<float> GptCuda::logits() const {
+  if (!logits_kept_) {
+    throw std::logic_error(
+        "the CUDA GPT has no logits to give: evaluate() keeps them until the next "
+        "forward(), which overwrites them with their gradient");
+  }
+  return cl::download_rows(logits_.as<Bf16>(), static_cast<std::size_t>(batch_) * seq_,
+                           static_cast<std::size_t>(config_.vocab),
+                           static_cast<std::size_t>(config_.vocab), stream());
 }
 
 void GptCuda::load_pretrained(const std::string& path) {

@@ -7,7 +7,8 @@
 // Activations live in device memory; activation checkpointing works as the CPU model's. Each
 // forward copies the tokens to the GPU and the losses back (one synchronisation per
 // micro-batch); the output's softmax is fused with its backward, so the logits buffer holds their
-// gradient after a training forward (evaluation copies the logits to the host first).
+// gradient after a training forward. Evaluation computes the losses alone and leaves the logits
+// on the GPU, where logits() copies them from on request (until the next forward).
 #pragma once
 
 #include <cstdint>

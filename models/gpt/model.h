@@ -57,7 +57,7 @@ class Gpt final : public models::CausalLm {
   const GptOptions& options() const noexcept { return options_; }
   ActivationCost activation_cost() const override;
   double forward_flops() const override;
-  const std::vector<float>& logits() const noexcept override { return logits_; }
+  std::vector<float> logits() const override { return logits_; }
   const std::vector<std::string>& names() const noexcept override { return names_; }
   const std::vector<std::size_t>& numels() const noexcept override { return numels_; }
 

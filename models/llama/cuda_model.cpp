@@ -59,7 +59,7 @@ class LlamaCuda final : public models::CausalLm {
   }
   models::ActivationCost activation_cost() const override;
   double forward_flops() const override { return llama::forward_flops(config_, batch_, seq_); }
-  const std::vector<float>& logits() const noexcept override { return host_logits_; }
+  std::vector<float> logits() const override;
   const std::vector<std::string>& names() const noexcept override { return names_; }
   const std::vector<std::size_t>& numels() const noexcept override { return numels_; }
 
@@ -97,8 +97,7 @@ class LlamaCuda final : public models::CausalLm {
   DeviceBuffer normed_, norm_rstd_, logits_;
   // Backward scratch.
   DeviceBuffer dF_, dgate_, dup_, dq_, dk_, dv_, dy_, dres_, dsmall_, dx_, dnorm_, scratch_, delta_;
-  std::vector<float> host_logits_;
-  std::vector<Bf16> host_logits_bf16_;
+  bool logits_kept_ = false;  // logits_ holds the last evaluate()'s logits (not their gradient)
   bool evaluating_ = false;
 };
 
@@ -173,6 +172,7 @@ Bf16* LlamaCuda::grad(int id) const {
 float LlamaCuda::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
   counted_ = models::count_targets(tokens, targets, N, V);
+  logits_kept_ = false;  // until the cross-entropy has left them as they are
   batch_data_.upload(tokens, targets, stream());
   double factor = 1.0;
   models::check(zero_loss_factor(engine_, &factor), "zero_loss_factor");
@@ -199,28 +199,29 @@ float LlamaCuda::forward(const std::int32_t* tokens, const std::int32_t* targets
   cl::check(matmul_.forward(logits_.as<Bf16>(), normed_.as<Bf16>(), param(ids_.lm_head), nullptr, N,
                             C, V, stream()),
             "matmul forward (logits)");
-  if (evaluating_) {  // the logits, before the fused softmax turns them into their gradient
-    host_logits_bf16_.resize(static_cast<std::size_t>(N) * V);
-    cl::copy_to_host(host_logits_bf16_.data(), logits_.as<void>(), host_logits_bf16_.size() * kBf16,
-                     stream());
+  if (evaluating_) {  // the losses alone: the logits stay for logits() to copy on request
+    cl::check(cl::crossentropy_forward(logits_.as<Bf16>(), V, batch_data_.losses(),
+                                       batch_data_.targets(), N, V, stream()),
+              "crossentropy_forward");
+  } else {  // the logits become their gradient, for backward
+    const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
+    cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), V, batch_data_.losses(),
+                                     batch_data_.targets(), dloss, N, V, stream()),
+              "crossentropy_fused");
   }
-  const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
-  cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), V, batch_data_.losses(),
-                                   batch_data_.targets(), dloss, N, V, stream()),
-            "crossentropy_fused");
   models::check(zero_post_forward(engine_, ids_.head_module, stream()), "zero_post_forward");
 
   const float loss = batch_data_.mean_loss(targets, counted_, stream());  // waits for the stream
-  if (evaluating_) {
-    host_logits_.resize(host_logits_bf16_.size());
-    cl::widen_bf16(host_logits_bf16_.data(), host_logits_bf16_.size(), host_logits_.data());
-  }
+  logits_kept_ = evaluating_;
   return loss;
 }
 
 void LlamaCuda::backward() {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
+  // The logits buffer holds dlogits (scaled by zero_loss_factor / positions) since a training
+  // forward; evaluate() leaves the logits themselves.
+  if (logits_kept_) throw std::logic_error("backward() after evaluate(): there is no gradient");
   models::check(zero_pre_backward(engine_, ids_.head_module, stream()), "zero_pre_backward");
   zero(dnorm_, NC * kBf16);
   cl::check(matmul_.backward(dnorm_.as<Bf16>(), grad(ids_.lm_head), nullptr, logits_.as<Bf16>(),
@@ -378,6 +379,17 @@ float LlamaCuda::evaluate(const std::int32_t* tokens, const std::int32_t* target
   evaluating_ = false;
   models::check(zero_set_train(engine_, 1), "zero_set_train");
   return loss;
+}
+
+std::vector<float> LlamaCuda::logits() const {
+  if (!logits_kept_) {
+    throw std::logic_error(
+        "the CUDA Llama has no logits to give: evaluate() keeps them until the next "
+        "forward(), which overwrites them with their gradient");
+  }
+  return cl::download_rows(logits_.as<Bf16>(), static_cast<std::size_t>(batch_) * seq_,
+                           static_cast<std::size_t>(config_.vocab),
+                           static_cast<std::size_t>(config_.vocab), stream());
 }
 
 models::ActivationCost LlamaCuda::activation_cost() const {

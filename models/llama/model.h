@@ -52,7 +52,7 @@ class Llama final : public models::CausalLm {
   double forward_flops() const override;
 
   const LlamaConfig& config() const noexcept { return config_; }
-  const std::vector<float>& logits() const noexcept override { return logits_; }
+  std::vector<float> logits() const override { return logits_; }
   const std::vector<std::string>& names() const noexcept override { return names_; }
   const std::vector<std::size_t>& numels() const noexcept override { return numels_; }
 
