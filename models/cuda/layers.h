@@ -137,6 +137,17 @@ int attention_backward(Bf16* dq, Bf16* dk, Bf16* dv, const Bf16* dout, int ld_ou
 
 // ---- Output ----
 
+// The row stride the CUDA models give their logits: the vocabulary rounded up to a multiple of
+// 128 (256 bytes of bf16), as llm.c's padded_vocab_size. The logits' rows are the leading
+// dimension of the three products they take part in (logits = x W^T, dx = dlogits W, dW =
+// dlogits^T x), and an odd vocabulary (GPT-2's 50257) leaves cuBLASLt only kernels for 2-byte
+// aligned rows. The padding stays inside the models: the token table / lm_head keeps V rows
+// (checkpoints, exports and imports never see it), and no product or kernel reads or writes the
+// columns V..padded_vocab(V), so they never reach the loss or the gradients.
+constexpr int padded_vocab(int V) {
+  return (V + 127) / 128 * 128;
+}
+
 // Softmax and cross-entropy of each row of V logits, rows `ld` elements apart (ld >= V; the
 // CUDA models pad the vocabulary, and the columns V..ld are neither read nor written), fused
 // with their backward: losses[i] = -log softmax(logits[i])[targets[i]] (0 where targets[i] < 0),

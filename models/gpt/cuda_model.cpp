@@ -135,7 +135,7 @@ GptCuda::GptCuda(zero_engine* engine, const GptConfig& config, int batch, int se
   }
   if (options_.checkpoint_blocks > 0) recompute_.allocate(N, C, rows_of_heads, s);
   lnf_.resize(N * C * kBf16, s), lnf_mean_.resize(N * 4, s), lnf_rstd_.resize(N * 4, s);
-  logits_.resize(N * V * kBf16, s);
+  logits_.resize(N * static_cast<std::size_t>(cl::padded_vocab(config.vocab)) * kBf16, s);
   d4_.resize(4 * N * C * kBf16, s), d4b_.resize(4 * N * C * kBf16, s);
   dqkv_.resize(3 * N * C * kBf16, s);
   dres2_.resize(N * C * kBf16, s), dsmall_.resize(N * C * kBf16, s), dx_.resize(N * C * kBf16, s);
@@ -158,6 +158,7 @@ Bf16* GptCuda::grad(int id) const {
 
 float GptCuda::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
+  const int Vp = cl::padded_vocab(V);  // the logits' row stride
   counted_ = models::count_targets(tokens, targets, N, V);
   logits_kept_ = false;  // until the cross-entropy has left them as they are
   batch_data_.upload(tokens, targets, stream());
@@ -183,16 +184,16 @@ float GptCuda::forward(const std::int32_t* tokens, const std::int32_t* targets) 
   cl::check(cl::layernorm_forward(lnf_.as<Bf16>(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(), x,
                                   param(ids_.lnf_w), param(ids_.lnf_b), N, C, stream()),
             "layernorm_forward");
-  cl::check(matmul_.forward(logits_.as<Bf16>(), lnf_.as<Bf16>(), param(ids_.wte), nullptr, N, C, V,
-                            stream()),
+  cl::check(matmul_.forward(logits_.as<Bf16>(), Vp, lnf_.as<Bf16>(), param(ids_.wte), nullptr, N, C,
+                            V, stream()),
             "matmul forward (logits)");
   if (evaluating_) {  // the losses alone: the logits stay for logits() to copy on request
-    cl::check(cl::crossentropy_forward(logits_.as<Bf16>(), V, batch_data_.losses(),
+    cl::check(cl::crossentropy_forward(logits_.as<Bf16>(), Vp, batch_data_.losses(),
                                        batch_data_.targets(), N, V, stream()),
               "crossentropy_forward");
   } else {  // the logits become their gradient, for backward
     const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
-    cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), V, batch_data_.losses(),
+    cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), Vp, batch_data_.losses(),
                                      batch_data_.targets(), dloss, N, V, stream()),
               "crossentropy_fused");
   }
@@ -205,6 +206,7 @@ float GptCuda::forward(const std::int32_t* tokens, const std::int32_t* targets) 
 
 void GptCuda::backward() {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
+  const int Vp = cl::padded_vocab(V);  // the logits' row stride
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   // The logits buffer holds dlogits (scaled by zero_loss_factor / positions) since a training
   // forward; evaluate() leaves the logits themselves.
@@ -212,7 +214,7 @@ void GptCuda::backward() {
   models::check(zero_pre_backward(engine_, ids_.head_module, stream()), "zero_pre_backward");
   zero(dlnf_, NC * kBf16);
   cl::check(
-      matmul_.backward(dlnf_.as<Bf16>(), grad(ids_.wte), nullptr, logits_.as<Bf16>(),
+      matmul_.backward(dlnf_.as<Bf16>(), grad(ids_.wte), nullptr, logits_.as<Bf16>(), Vp,
                        lnf_.as<Bf16>(), param(ids_.wte), N, C, V, scratch_.as<float>(), stream()),
       "matmul backward (logits)");
   const Bf16* last = ids_.blocks.empty() ? encoded_.as<Bf16>() : outs_.back().as<Bf16>();
@@ -339,7 +341,7 @@ std::vector<float> GptCuda::logits() const {
   }
   return cl::download_rows(logits_.as<Bf16>(), static_cast<std::size_t>(batch_) * seq_,
                            static_cast<std::size_t>(config_.vocab),
-                           static_cast<std::size_t>(config_.vocab), stream());
+                           static_cast<std::size_t>(cl::padded_vocab(config_.vocab)), stream());
 }
 
 void GptCuda::load_pretrained(const std::string& path) {

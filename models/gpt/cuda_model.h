@@ -8,7 +8,9 @@
 // forward copies the tokens to the GPU and the losses back (one synchronisation per
 // micro-batch); the output's softmax is fused with its backward, so the logits buffer holds their
 // gradient after a training forward. Evaluation computes the losses alone and leaves the logits
-// on the GPU, where logits() copies them from on request (until the next forward).
+// on the GPU, where logits() copies them from on request (until the next forward). The logits'
+// rows are padded to a multiple of 128 (cuda_layers::padded_vocab) so that their products get
+// aligned rows; the token table keeps its V rows, and the padding is never read.
 #pragma once
 
 #include <cstdint>

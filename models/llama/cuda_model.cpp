@@ -145,7 +145,7 @@ LlamaCuda::LlamaCuda(zero_engine* engine, const LlamaConfig& config, int batch, 
   }
   if (options_.checkpoint_blocks > 0) recompute_.allocate(N, C, Q, KV, F, rows_of_heads, s);
   normed_.resize(N * C * kBf16, s), norm_rstd_.resize(N * 4, s);
-  logits_.resize(N * V * kBf16, s);
+  logits_.resize(N * static_cast<std::size_t>(cl::padded_vocab(config.vocab)) * kBf16, s);
   dF_.resize(N * F * kBf16, s), dgate_.resize(N * F * kBf16, s), dup_.resize(N * F * kBf16, s);
   dq_.resize(N * Q * kBf16, s), dk_.resize(N * KV * kBf16, s), dv_.resize(N * KV * kBf16, s);
   dy_.resize(N * Q * kBf16, s), dres_.resize(N * C * kBf16, s), dsmall_.resize(N * C * kBf16, s);
@@ -171,6 +171,7 @@ Bf16* LlamaCuda::grad(int id) const {
 
 float LlamaCuda::forward(const std::int32_t* tokens, const std::int32_t* targets) {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
+  const int Vp = cl::padded_vocab(V);  // the logits' row stride
   counted_ = models::count_targets(tokens, targets, N, V);
   logits_kept_ = false;  // until the cross-entropy has left them as they are
   batch_data_.upload(tokens, targets, stream());
@@ -196,16 +197,16 @@ float LlamaCuda::forward(const std::int32_t* tokens, const std::int32_t* targets
   cl::check(cl::rmsnorm_forward(normed_.as<Bf16>(), norm_rstd_.as<float>(), x, param(ids_.norm), N,
                                 C, static_cast<float>(config_.norm_eps), stream()),
             "rmsnorm_forward");
-  cl::check(matmul_.forward(logits_.as<Bf16>(), normed_.as<Bf16>(), param(ids_.lm_head), nullptr, N,
-                            C, V, stream()),
+  cl::check(matmul_.forward(logits_.as<Bf16>(), Vp, normed_.as<Bf16>(), param(ids_.lm_head),
+                            nullptr, N, C, V, stream()),
             "matmul forward (logits)");
   if (evaluating_) {  // the losses alone: the logits stay for logits() to copy on request
-    cl::check(cl::crossentropy_forward(logits_.as<Bf16>(), V, batch_data_.losses(),
+    cl::check(cl::crossentropy_forward(logits_.as<Bf16>(), Vp, batch_data_.losses(),
                                        batch_data_.targets(), N, V, stream()),
               "crossentropy_forward");
   } else {  // the logits become their gradient, for backward
     const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
-    cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), V, batch_data_.losses(),
+    cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), Vp, batch_data_.losses(),
                                      batch_data_.targets(), dloss, N, V, stream()),
               "crossentropy_fused");
   }
@@ -218,13 +219,14 @@ float LlamaCuda::forward(const std::int32_t* tokens, const std::int32_t* targets
 
 void LlamaCuda::backward() {
   const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
+  const int Vp = cl::padded_vocab(V);  // the logits' row stride
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   // The logits buffer holds dlogits (scaled by zero_loss_factor / positions) since a training
   // forward; evaluate() leaves the logits themselves.
   if (logits_kept_) throw std::logic_error("backward() after evaluate(): there is no gradient");
   models::check(zero_pre_backward(engine_, ids_.head_module, stream()), "zero_pre_backward");
   zero(dnorm_, NC * kBf16);
-  cl::check(matmul_.backward(dnorm_.as<Bf16>(), grad(ids_.lm_head), nullptr, logits_.as<Bf16>(),
+  cl::check(matmul_.backward(dnorm_.as<Bf16>(), grad(ids_.lm_head), nullptr, logits_.as<Bf16>(), Vp,
                              normed_.as<Bf16>(), param(ids_.lm_head), N, C, V, scratch_.as<float>(),
                              stream()),
             "matmul backward (logits)");
@@ -389,7 +391,7 @@ std::vector<float> LlamaCuda::logits() const {
   }
   return cl::download_rows(logits_.as<Bf16>(), static_cast<std::size_t>(batch_) * seq_,
                            static_cast<std::size_t>(config_.vocab),
-                           static_cast<std::size_t>(config_.vocab), stream());
+                           static_cast<std::size_t>(cl::padded_vocab(config_.vocab)), stream());
 }
 
 models::ActivationCost LlamaCuda::activation_cost() const {

@@ -3,7 +3,8 @@
 // in bf16 with fp32 accumulation, on a stream of its own that every hook is given. As the CUDA
 // GPT (models/gpt/cuda_model.h): bf16 compute copies on the engine's GPU, activations in
 // device memory, one synchronisation per micro-batch for the losses, the output's softmax fused
-// with its backward, evaluation's logits left on the GPU for logits() to copy on request.
+// with its backward, evaluation's logits left on the GPU for logits() to copy on request, the
+// logits' rows padded to a multiple of 128 for the products (lm_head keeps its V rows).
 #pragma once
 
 #include <cstdint>

@@ -875,5 +875,13 @@ TEST_CASE("cuda layers: matmul refuses output rows narrower than OC", "[gpu]") {
                         nullptr, nullptr) == cudaErrorInvalidValue);
 }
 
+TEST_CASE("cuda layers: the models' logits rows are their vocabulary padded to 128s", "[gpu]") {
+  CHECK(padded_vocab(50257) == 50304);    // GPT-2
+  CHECK(padded_vocab(157) == 256);        // the strided cases above
+  CHECK(padded_vocab(151936) == 151936);  // Qwen2: already a multiple
+  CHECK(padded_vocab(128) == 128);
+  CHECK(padded_vocab(1) == 128);
+}
+
 }  // namespace
 }  // namespace zero::cuda_layers
