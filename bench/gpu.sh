@@ -16,14 +16,15 @@
 # $TORCH_PYTHON. zero-train trains its CUDA GPT in bf16; its CUDA models are bf16 only, so with
 # DTYPE=fp32 its rows record zero-train's refusal and only PyTorch's rows run.
 #
-# Per model, one rank on GPU $GPU (CUDA_VISIBLE_DEVICES):
+# Per model, one rank on GPU $GPU (CUDA_VISIBLE_DEVICES), in this order (the PyTorch baselines
+# first: what ours is measured against, on the same machine):
+#   torch-plain            bench/torch_gpt.py --mode plain (torch.autocast bf16)
+#   torch-fsdp2            ... --mode fsdp2 (fully_shard per block and root, bf16 params, fp32 reduce)
+#   torch-fsdp2-offload    ... --mode fsdp2-offload (CPUOffloadPolicy: params, grads, AdamW on the CPU)
 #   zero-stage0            zero-train --device 2 --config bench/configs/gpu_stage0.json
 #   zero-stage3            ... gpu_stage3.json
 #   zero-stage3-optcpu     ... gpu_stage3_offload_optimizer.json (offload_optimizer cpu)
 #   zero-stage3-allcpu     ... gpu_stage3_offload_all.json (offload_optimizer and offload_param cpu)
-#   torch-plain            bench/torch_gpt.py --mode plain (torch.autocast bf16)
-#   torch-fsdp2            ... --mode fsdp2 (fully_shard per block and root, bf16 params, fp32 reduce)
-#   torch-fsdp2-offload    ... --mode fsdp2-offload (CPUOffloadPolicy: params, grads, AdamW on the CPU)
 # The configs: bf16, AdamW (lr 3e-4, betas 0.9 0.95, weight decay 0.1), clipping 1.0; the
 # micro-batch and sequence per model below go to both sides as --micro-batch and --seq. Data:
 # data/fortunes.txt as bytes for both, the same sequences each step.
@@ -37,14 +38,17 @@
 # "GPU used" is nvidia-smi's memory.used, sampled every 100 ms, its maximum less the idle value
 # before the run: the one column measured the same way for both.
 #
-# Writes
-#   bench/results/train_gpu.jsonl   a line per run (ok or not), with its exact command
-#   bench/results/train_gpu.txt     the commands, then a table per model and the ratios
-#                                   ours / PyTorch of tokens/s (ours / FSDP2-offload first)
-# A model's earlier lines are replaced; other models' stay, so the runs can be split across calls.
+# Writes, in RESULTS_DIR (default bench/results),
+#   train_gpu.jsonl   a line per run (ok or not), with its exact command
+#   train_gpu.txt     the commands, then a table per model and the ratios ours / PyTorch of
+#                     tokens/s (ours / FSDP2-offload first)
+# both after every run, so a call cut short (gpu-check's budget) leaves the rows measured so far.
+# The earlier lines of the runs this call makes (model, dtype and run) are replaced; the others
+# stay, so the runs can be split across calls, one run a call if need be (gpu-check does).
 # Environment: STEPS (10), WARMUP (3), RUN_TIMEOUT seconds per run (300), GPU (0), DTYPE (bf16),
 # RUNS (all), TORCH_PYTHON (python3), PEAK_TFLOPS, TORCH_FLAGS (more torch_gpt.py flags, e.g.
-# --compile), MICRO_BATCH and SEQ (override the table below), ZERO_TRAIN (the zero-train to run).
+# --compile), MICRO_BATCH and SEQ (override the table below), ZERO_TRAIN (the zero-train to run),
+# RESULTS_DIR (bench/results).
 # Exit status: 1 when a run failed (every run is still attempted and recorded), else 0.
 set -euo pipefail
 
@@ -61,12 +65,12 @@ run_timeout=${RUN_TIMEOUT:-300}
 gpu=${GPU:-0}
 dtype=${DTYPE:-bf16}
 torch_python=${TORCH_PYTHON:-python3}
-all_runs=(zero-stage0 zero-stage3 zero-stage3-optcpu zero-stage3-allcpu torch-plain torch-fsdp2
-          torch-fsdp2-offload)
+all_runs=(torch-plain torch-fsdp2 torch-fsdp2-offload zero-stage0 zero-stage3 zero-stage3-optcpu
+          zero-stage3-allcpu)
 read -r -a runs <<<"${RUNS:-${all_runs[*]}}"
 train=${ZERO_TRAIN:-$build/tools/zero-train/zero-train}
 data=data/fortunes.txt
-results=bench/results
+results=${RESULTS_DIR:-bench/results}
 jsonl=$results/train_gpu.jsonl
 case $dtype in bf16 | fp32) ;; *) echo "bench/gpu.sh: DTYPE is bf16 or fp32, not $dtype" >&2; exit 1 ;; esac
 for r in "${runs[@]}"; do
@@ -96,18 +100,18 @@ trap cleanup EXIT
 mkdir -p "$results"
 export CUDA_VISIBLE_DEVICES=$gpu ZERO_LOG_LEVEL=${ZERO_LOG_LEVEL:-warn} PYTHONDONTWRITEBYTECODE=1
 
-# The records of earlier calls for other models (and other dtypes) stay.
+# The records of earlier calls stay, but those of the runs this call makes.
 : >"$work/kept.jsonl"
 if [[ -f $jsonl ]]; then
-  python3 - "$jsonl" "$dtype" "${models[@]}" >"$work/kept.jsonl" <<'PY'
+  python3 - "$jsonl" "$dtype" "${runs[*]}" "${models[@]}" >"$work/kept.jsonl" <<'PY'
 import json, sys
-path, dtype, models = sys.argv[1], sys.argv[2], set(sys.argv[3:])
+path, dtype, runs, models = sys.argv[1], sys.argv[2], set(sys.argv[3].split()), set(sys.argv[4:])
 for line in open(path):
     try:
         r = json.loads(line)
     except ValueError:
         continue
-    if not (r.get("model") in models and r.get("dtype") == dtype):
+    if not (r.get("model") in models and r.get("dtype") == dtype and r.get("run") in runs):
         print(json.dumps(r))
 PY
 fi
@@ -226,54 +230,9 @@ else:
 PY
 }
 
-status=0
-for model in "${models[@]}"; do
-  read -r batch seq <<<"$(settings "$model")"
-  batch=${MICRO_BATCH:-$batch}
-  seq=${SEQ:-$seq}
-  for run in "${runs[@]}"; do
-    echo "== $model, $run, $batch x $seq, $dtype"
-    rm -f "$work/metrics.jsonl"
-    case $run in
-      zero-*)
-        case $run in
-          zero-stage0) config=bench/configs/gpu_stage0.json ;;
-          zero-stage3) config=bench/configs/gpu_stage3.json ;;
-          zero-stage3-optcpu) config=bench/configs/gpu_stage3_offload_optimizer.json ;;
-          zero-stage3-allcpu) config=bench/configs/gpu_stage3_offload_all.json ;;
-        esac
-        cmd=("$train" --device 2 --config "$config" --model "$model" --data "$data"
-             --micro-batch "$batch" --seq "$seq" --steps $((warmup + steps)) --eval-batches 1
-             --no-progress --metrics "$work/metrics.jsonl")
-        [[ $dtype == fp32 ]] && cmd+=(--set bf16.enabled=false)
-        if [[ -x $train ]]; then
-          measure "${cmd[@]}"
-        else
-          rc=127 used_mib=
-          echo "zero-train: $train is missing (build it: cmake --build $build --target zero-train)" \
-            >"$work/log"
-          echo "  $train is missing"
-        fi
-        shown=("${cmd[@]}")
-        shown[${#shown[@]} - 1]=RUN.jsonl  # the metrics file, a temporary one
-        record zero "$run" "$model" "$batch" "$seq" "${shown[*]}" || status=1
-        ;;
-      torch-*)
-        # TORCH_FLAGS is split into words on purpose: several flags.
-        # shellcheck disable=SC2206
-        cmd=("$torch_python" bench/torch_gpt.py --model "$model" --mode "${run#torch-}"
-             --device cuda --dtype "$dtype" --micro-batch "$batch" --seq "$seq"
-             --steps "$steps" --warmup-steps "$warmup" --data "$data" --json
-             ${PEAK_TFLOPS:+--peak-tflops "$PEAK_TFLOPS"} ${TORCH_FLAGS:-})
-        measure "${cmd[@]}"
-        record torch "$run" "$model" "$batch" "$seq" "${cmd[*]}" || status=1
-        ;;
-    esac
-    [[ $rc -eq 0 ]] || status=1
-  done
-done
-
-python3 - "$jsonl" "$results/train_gpu.txt" "$gpu_name" "$steps" "$warmup" <<'PY'
+# The table (train_gpu.txt) from every record so far: written after each run.
+write_table() {
+  python3 - "$jsonl" "$results/train_gpu.txt" "$gpu_name" "$steps" "$warmup" <<'PY'
 import json, sys
 from datetime import datetime, timezone
 sys.path.insert(0, "bench")
@@ -346,6 +305,57 @@ for model, dtype in dict.fromkeys((r["model"], r["dtype"]) for r in records):
 with open(txt, "w") as f:
     f.write("\n".join(lines) + "\n")
 PY
+}
+
+status=0
+for model in "${models[@]}"; do
+  read -r batch seq <<<"$(settings "$model")"
+  batch=${MICRO_BATCH:-$batch}
+  seq=${SEQ:-$seq}
+  for run in "${runs[@]}"; do
+    echo "== $model, $run, $batch x $seq, $dtype"
+    rm -f "$work/metrics.jsonl"
+    case $run in
+      zero-*)
+        case $run in
+          zero-stage0) config=bench/configs/gpu_stage0.json ;;
+          zero-stage3) config=bench/configs/gpu_stage3.json ;;
+          zero-stage3-optcpu) config=bench/configs/gpu_stage3_offload_optimizer.json ;;
+          zero-stage3-allcpu) config=bench/configs/gpu_stage3_offload_all.json ;;
+        esac
+        cmd=("$train" --device 2 --config "$config" --model "$model" --data "$data"
+             --micro-batch "$batch" --seq "$seq" --steps $((warmup + steps)) --eval-batches 1
+             --no-progress --metrics "$work/metrics.jsonl")
+        [[ $dtype == fp32 ]] && cmd+=(--set bf16.enabled=false)
+        if [[ -x $train ]]; then
+          measure "${cmd[@]}"
+        else
+          rc=127 used_mib=
+          echo "zero-train: $train is missing (build it: cmake --build $build --target zero-train)" \
+            >"$work/log"
+          echo "  $train is missing"
+        fi
+        shown=("${cmd[@]}")
+        shown[${#shown[@]} - 1]=RUN.jsonl  # the metrics file, a temporary one
+        record zero "$run" "$model" "$batch" "$seq" "${shown[*]}" || status=1
+        ;;
+      torch-*)
+        # TORCH_FLAGS is split into words on purpose: several flags.
+        # shellcheck disable=SC2206
+        cmd=("$torch_python" bench/torch_gpt.py --model "$model" --mode "${run#torch-}"
+             --device cuda --dtype "$dtype" --micro-batch "$batch" --seq "$seq"
+             --steps "$steps" --warmup-steps "$warmup" --data "$data" --json
+             ${PEAK_TFLOPS:+--peak-tflops "$PEAK_TFLOPS"} ${TORCH_FLAGS:-})
+        measure "${cmd[@]}"
+        record torch "$run" "$model" "$batch" "$seq" "${cmd[*]}" || status=1
+        ;;
+    esac
+    [[ $rc -eq 0 ]] || status=1
+    write_table
+  done
+done
+
+[[ -f $results/train_gpu.txt ]] || write_table
 echo
 cat "$results/train_gpu.txt"
 exit "$status"
