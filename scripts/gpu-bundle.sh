@@ -4,13 +4,22 @@
 #   scripts/gpu-bundle.sh [BUILD_DIR]        (default build-gpu; `make gpu-bundle` calls it)
 #
 # Configures BUILD_DIR as a Release CUDA build for sm_90 (Hopper: H100, H200; CUDA_ARCHS
-# overrides), builds only what runs on the GPU machine (the [gpu] test program, zero-train,
-# zero-run, zero-bench, zero-mem), strips it, and packs it with the shared libraries a bare
-# machine with only the CUDA toolkit and PyTorch lacks (spdlog, fmt, OpenBLAS, Open MPI's
-# libraries, liburing, xxHash, the OpenMP runtime) into gpu-bundle/zero-gpu.tar.gz. NCCL
-# (218 MB) does not travel: the check uses the GPU machine's own libnccl.so.2 (PyTorch's).
-# The C library, libstdc++ and the CUDA driver are the machine's own; libstdc++ travels as a
-# fallback in lib/fallback/ in case the machine's is older than the one we built against.
+# overrides), builds only what runs on the GPU machine (the [gpu] test programs, the MPI probe,
+# zero-train, zero-run, zero-bench, zero-mem), strips it, and packs it with the shared
+# libraries a bare machine with only the CUDA toolkit and PyTorch lacks (spdlog, fmt, OpenBLAS,
+# liburing, xxHash, the OpenMP runtime) into gpu-bundle/zero-gpu.tar.gz. NCCL (218 MB) does not
+# travel: the check uses the GPU machine's own libnccl.so.2 (PyTorch's). The C library,
+# libstdc++ and the CUDA driver are the machine's own; libstdc++ travels as a fallback in
+# lib/fallback/ in case the machine's is older than the one we built against.
+#
+# Open MPI's libraries (libmpi, libopen-pal, libopen-rte and theirs: hwloc, libevent, udev) go
+# to lib/mpi/, which gpu-check puts on the library path only where the machine has no Open MPI
+# of its own. Where it has one, ours must not be loaded: our libmpi.so.40 finds its plugins by
+# the path built into it, which holds the machine's plugins, of another version, and MPI_Init
+# fails (the GPU machine runs Ubuntu 24.04, whose Open MPI is 4.1.6; Debian 12 builds with
+# 4.1.4).
+# Without one, lib/mpi lets the programs load and run on one rank; it cannot start ranks
+# (no plugins, no mpirun), which gpu-check's MPI probe reports.
 #
 # Prints the size (what travels is at most 64 MiB with the repository) and the one command to
 # run on the GPU machine, with gpu-bundle carried:
@@ -32,17 +41,18 @@ command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || {
 export PATH=$PATH:/usr/local/cuda/bin
 
 targets=(zero_gpu_tests zero_gpu_model_tests zero_c_train_gpu_test zero_engine_equivalence_gpu
-         zero_engine_overlap_gpu zero-train zero-run zero-bench zero-mem)
+         zero_engine_overlap_gpu zero_mpi_probe zero-train zero-run zero-bench zero-mem)
 cmake -S . -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DZERO_WITH_CUDA=ON \
   -DZERO_WITH_NCCL=ON "-DZERO_CUDA_ARCHS=$archs" >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/zero-gpu/bin" "$stage/zero-gpu/lib/fallback"
+mkdir -p "$stage/zero-gpu/bin" "$stage/zero-gpu/lib/fallback" "$stage/zero-gpu/lib/mpi"
 programs=("$build/tests/zero_gpu_tests" "$build/tests/zero_gpu_model_tests"
           "$build/tests/zero_c_train_gpu_test"
           "$build/tests/zero_engine_equivalence_gpu" "$build/tests/zero_engine_overlap_gpu"
+          "$build/tests/zero_mpi_probe"
           "$build/tools/zero-train/zero-train"
           "$build/tools/zero-run/zero-run" "$build/tools/zero-bench/zero-bench"
           "$build/tools/zero-mem/zero-mem")
@@ -53,20 +63,25 @@ cp -L "$build/engine/libzero.so.0" "$stage/zero-gpu/lib/"
 
 # Every library the programs load, but the machine's own: the C library and its parts, the
 # CUDA driver, NCCL and cuBLAS/cuBLASLt (the machine's CUDA toolkit's or PyTorch's: 500 MB),
-# libstdc++ and libgcc_s (kept as a fallback only).
+# libstdc++ and libgcc_s (kept as a fallback only), Open MPI's (used only where the machine has
+# none).
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread\.|libdl\.|librt\.|libcuda\.|libnccl\.|libcublas|libzero\.)'
 fallback='^(libstdc\+\+|libgcc_s)\.'
+mpi='^(libmpi|libopen-pal|libopen-rte|libpmix|libhwloc|libevent|libudev)'
 ldd "${programs[@]}" "$build/engine/libzero.so.0" 2>/dev/null |
   awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
   while read -r name path; do
     if [[ $name =~ $skip ]]; then continue; fi
     if [[ $name =~ $fallback ]]; then
       cp -L "$path" "$stage/zero-gpu/lib/fallback/$name"
+    elif [[ $name =~ $mpi ]]; then
+      cp -L "$path" "$stage/zero-gpu/lib/mpi/$name"
     else
       cp -L "$path" "$stage/zero-gpu/lib/$name"
     fi
   done
-strip --strip-unneeded "$stage"/zero-gpu/bin/* "$stage"/zero-gpu/lib/*.so* 2>/dev/null || true
+strip --strip-unneeded "$stage"/zero-gpu/bin/* "$stage"/zero-gpu/lib/*.so* \
+  "$stage"/zero-gpu/lib/mpi/*.so* 2>/dev/null || true
 git rev-parse HEAD >"$stage/zero-gpu/COMMIT" 2>/dev/null || echo unknown >"$stage/zero-gpu/COMMIT"
 git status --porcelain --untracked-files=no | grep -q . && echo "+ uncommitted changes" \
   >>"$stage/zero-gpu/COMMIT" || true
