@@ -51,13 +51,14 @@ demo: deps
 
 # The GPU verification in two halves: gpu-bundle builds here (where CUDA compiles) the lean
 # bundle gpu-bundle/zero-gpu.tar.gz; gpu-check runs it on the GPU machine, with the bundle
-# carried, and writes its results under $OUT (or gpu-results/). See scripts/gpu-check.sh.
+# carried, and writes its results under $OUT (or gpu-results/); GPU_CHECK_DRY_RUN=1 rehearses
+# it here, without a GPU or a bundle. See scripts/gpu-check.sh --help.
 GPU_BUILD ?= build-gpu
 gpu-bundle: deps
 	bash scripts/gpu-bundle.sh $(GPU_BUILD)
 
 gpu-check:
-	bash scripts/gpu-check.sh gpu-bundle/zero-gpu.tar.gz
+	bash scripts/gpu-check.sh
 
 format:
 	git ls-files '*.h' '*.cpp' '*.cu' '*.c' | xargs clang-format -i

@@ -23,7 +23,7 @@
 #
 # Prints the size (what travels is at most 64 MiB with the repository) and the one command to
 # run on the GPU machine, with gpu-bundle carried:
-#   make gpu-check            (scripts/gpu-check.sh gpu-bundle/zero-gpu.tar.gz)
+#   make gpu-check            (scripts/gpu-check.sh, whose bundle is gpu-bundle/zero-gpu.tar.gz)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
