@@ -321,8 +321,8 @@ void CheckpointState::prune(const std::string& dir, const std::string& keep) con
 }
 
 CheckpointState::CheckpointState(const EngineContext& context, Parts parts,
-                                 const EngineOptions& options, Assign assign)
-    : ctx_(context), parts_(parts), options_(options), assign_(std::move(assign)) {}
+                                 const EngineOptions& options)
+    : ctx_(context), parts_(parts), options_(options) {}
 
 void CheckpointState::save(const std::string& dir, const SaveOptions& save,
                            std::int64_t micro_steps) {
@@ -457,7 +457,7 @@ LoadResult CheckpointState::load(const std::string& dir, const LoadOptions& load
   parts_.fetcher.release_unheld(/*stale=*/true);
   CheckpointSource source(*reader, std::move(entries), load.module_only);
   try {
-    agreement.agree(what, [&] { assign_(source); });
+    agreement.agree(what, [&] { parts_.state.assign(source); });
   } catch (const Error& error) {
     partly(fmt::format("a checkpoint load failed part way, so the state is partly replaced: {}",
                        error.what()));

@@ -3,7 +3,8 @@
 // its own file of DIR/.<tag>.saving/; rank 0 adds meta.json, puts the directory in place of
 // DIR/<tag>, moves DIR/latest and prunes (checkpoint.keep_last). Load re-splits each
 // parameter's saved state for this rank's place at this world size and stage, through the
-// engine's assign, and restores the Stepper's counters, scaler and seed.
+// ModelState's assign, and restores the Stepper's counters, scaler and seed. Pretrained weights
+// come in the same way (pretrained.cpp).
 //
 // Owns nothing between calls. Calls: the ModelState (masters, moments, compute copies), the
 // ParamFetcher (stage-3 shards, stale copies released), the Stepper, the Agreement (every
@@ -35,11 +36,7 @@ class CheckpointState {
     ParamFetcher& fetcher;
     Agreement& agreement;
   };
-  // Sets every parameter's value (and trainable ones' moments) from a source: the engine's.
-  using Assign = std::function<void(ValueSource&)>;
-
-  CheckpointState(const EngineContext& context, Parts parts, const EngineOptions& options,
-                  Assign assign);
+  CheckpointState(const EngineContext& context, Parts parts, const EngineOptions& options);
 
   // Collective. `micro_steps`: the engine's count, kept in meta.json.
   void save(const std::string& dir, const SaveOptions& save, std::int64_t micro_steps);
@@ -47,6 +44,12 @@ class CheckpointState {
   // failure after that calls `partly` (the state is partly replaced) before it is thrown.
   LoadResult load(const std::string& dir, const LoadOptions& load,
                   const std::function<void(std::string)>& partly);
+  // Collective. Pretrained safetensors weights mapped onto the parameters by name, checked on
+  // every rank before anything changes, then read range by range (pretrained.cpp); `read` gives
+  // a skipped parameter's current value (the engine's read_param), `partly` as for load.
+  void load_pretrained(const std::string& path, const PretrainedOptions& options,
+                       const std::function<std::vector<float>(std::size_t)>& read,
+                       const std::function<void(std::string)>& partly);
 
  private:
   std::vector<std::string> state_names() const;  // the optimizer's moments
@@ -62,7 +65,6 @@ class CheckpointState {
   const EngineContext ctx_;
   Parts parts_;
   const EngineOptions& options_;
-  Assign assign_;
 };
 
 }  // namespace zero::engine

@@ -1,6 +1,6 @@
 // The Engine's registration, init (layout, the parts, allocation), module hooks and accessors;
 // the parts (ModelState, Stepper, GradReducer, ParamFetcher) and the other concerns
-// (assign_state.cpp, checkpoint_state.cpp, ...) are listed in engine_impl.h.
+// (initial_values.cpp, pretrained.cpp, ...) are listed in engine_impl.h.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -26,7 +26,8 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
       options(options_in),
       device(std::move(device_in)),
       comm(std::move(comm_in)),
-      registry(config.optimizer.weight_decay) {
+      registry(config.optimizer.weight_decay),
+      pass(registry) {
   if (!device) throw make_error(ErrorCategory::usage, "Engine: no device given");
   if (!comm) throw make_error(ErrorCategory::usage, "Engine: no communicator given");
   if (comm->device() != device.get() && !device->host_addressable(Tier::device)) {
@@ -45,7 +46,6 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
   }
   order = std::make_unique<CallerOrder>(*device);
   agreement = Agreement(*comm, *device);
-  stage = config.zero.stage;
   rank = comm->rank();
   world = comm->size();
   if (config.world_size != world) {
@@ -54,16 +54,8 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
                      "read it with ReadOptions::world_size = {}",
                      config.world_size, world, world);
   }
-  const StateModes modes = state_modes(config, world);
-  shard_ranks = modes.shard_ranks;
-  compute = modes.compute;
-  accum = modes.accum;
-  wire = modes.wire;
-  mixed = modes.mixed;
-  optimizer_offload = modes.optimizer_offload;
-  optimizer_nvme = modes.optimizer_nvme;
-  param_offload = modes.param_offload;
-  param_nvme = modes.param_nvme;
+  layout.modes = state_modes(config, world);
+  layout.world = world;
   if (config.precision == config::Precision::fp16) {
     initial_scaler = LossScaler::from_config(config.fp16);
   }
@@ -109,17 +101,8 @@ void Engine::Impl::require_quiet(const char* call) const {
     throw make_error(ErrorCategory::usage, "{} after a failure ({}): destroy the engine and start "
                      "again from a checkpoint", call, failure);
   }
-  for (std::size_t m = 0; m < module_open.size(); ++m) {
-    if (module_open[m] != 0) {
-      throw make_error(ErrorCategory::usage,
-                       "{} while module '{}' has a pre hook without its post hook: call it between "
-                       "passes", call, registry.module(m).name);
-    }
-  }
-  if (phase == Phase::backward) {
-    throw make_error(ErrorCategory::usage, "{} in the middle of a backward pass: call step() first",
-                     call);
-  }
+  pass.require_none_open(call, "call it between passes");
+  pass.require_not_backward(call, ": call step() first");
   const auto steps = config.batch.gradient_accumulation_steps;
   if (micro_steps % steps != 0) {
     throw make_error(ErrorCategory::usage,
@@ -145,10 +128,6 @@ std::size_t Engine::Impl::require_param(std::size_t param, const char* call) con
                      registry.param_count());
   }
   return param;
-}
-
-bool Engine::Impl::any_hook_open() const {
-  return std::any_of(module_open.begin(), module_open.end(), [](int n) { return n != 0; });
 }
 
 Stream& Engine::Impl::stream_of(Stream* stream) { return order->caller(stream); }
@@ -207,8 +186,7 @@ void Engine::Impl::lay_out() {
   stepper = std::make_unique<Stepper>(context(), *model_state, *reducer, *fetcher, scalars,
                                       options.seed);
   checkpoints = std::make_unique<CheckpointState>(
-      context(), CheckpointState::Parts{*model_state, *stepper, *fetcher, agreement}, options,
-      [this](ValueSource& source) { assign_state(source); });
+      context(), CheckpointState::Parts{*model_state, *stepper, *fetcher, agreement}, options);
 }
 
 std::string Engine::Impl::agree_job_id() {
@@ -222,7 +200,8 @@ std::string Engine::Impl::agree_job_id() {
 // The state's memory (the ModelState carves every arena in the plan's order and hands the
 // reducer and the fetcher theirs), then the optimizer for the formats it holds.
 void Engine::Impl::allocate() {
-  const std::string job = optimizer_nvme || param_nvme ? agree_job_id() : std::string();
+  const std::string job =
+      modes().optimizer_nvme || modes().param_nvme ? agree_job_id() : std::string();
   ModelState::PartsMemory parts = model_state->allocate(job);
   reducer->attach(std::move(parts.full_grads), std::move(parts.bucket_buffers),
                   std::move(parts.grad_arena), parts.reduce_target);
@@ -248,7 +227,7 @@ Engine::~Engine() = default;
 const config::Config& Engine::config() const noexcept { return impl_->config; }
 int Engine::rank() const noexcept { return impl_->rank; }
 int Engine::world_size() const noexcept { return impl_->world; }
-DType Engine::compute_dtype() const noexcept { return impl_->compute; }
+DType Engine::compute_dtype() const noexcept { return impl_->modes().compute; }
 const Registry& Engine::registry() const noexcept { return impl_->registry; }
 Device& Engine::device() noexcept { return *impl_->device; }
 const Device& Engine::device() const noexcept { return *impl_->device; }
@@ -262,7 +241,7 @@ std::size_t Engine::add_group(std::string name, double weight_decay, double lr_s
 
 std::size_t Engine::add_module(std::string name) {
   const std::size_t index = impl_->registry.add_module(std::move(name));
-  impl_->module_open.push_back(0);
+  impl_->pass.add_module();
   return index;
 }
 
@@ -288,8 +267,8 @@ void Engine::init() {
   e.initialized = true;
   log::info("engine: ZeRO stage {} on {} rank{}, {} parameters of {} elements ({} trainable), {} "
             "compute, {} reduction buckets; {}",
-            e.stage, e.world, e.world == 1 ? "" : "s", e.registry.param_count(),
-            e.registry.total_numel(), e.registry.trainable_numel(), dtype_name(e.compute),
+            e.modes().stage, e.world, e.world == 1 ? "" : "s", e.registry.param_count(),
+            e.registry.total_numel(), e.registry.trainable_numel(), dtype_name(e.modes().compute),
             e.reducer->bucket_count(), e.stepper->optimizer().description());
 }
 
@@ -298,21 +277,14 @@ void Engine::pre_forward(std::size_t module, Stream* stream) {
   Impl& e = *impl_;
   e.require_initialized("pre_forward");
   e.require_module(module, "pre_forward");
-  if (e.phase == Impl::Phase::backward) {
-    throw make_error(ErrorCategory::usage,
-                     "pre_forward of module '{}' in the middle of a backward pass: call step() "
-                     "after each micro-batch's backward",
-                     e.registry.module(module).name);
-  }
   Stream& caller = e.stream_of(stream);
-  if (e.phase == Impl::Phase::idle) {
+  const bool top = !e.pass.any_open();
+  if (e.pass.enter_forward(module)) {
     e.phase_timer.restart();
     if (e.timeline) e.timeline->start(caller);
   }
-  e.phase = Impl::Phase::forward;
   e.order->after(caller);
-  e.fetcher->enter(module, /*backward=*/false, e.train, !e.any_hook_open(), caller);
-  e.module_open[module] += 1;
+  e.fetcher->enter(module, /*backward=*/false, e.train, top, caller);
   e.poll_outstanding();
   e.order->before(caller);
   if (e.timeline) e.timeline->compute_begin(caller);
@@ -323,13 +295,7 @@ void Engine::post_forward(std::size_t module, Stream* stream) {
   Impl& e = *impl_;
   e.require_initialized("post_forward");
   e.require_module(module, "post_forward");
-  if (e.phase != Impl::Phase::forward || e.module_open[module] == 0) {
-    throw make_error(ErrorCategory::usage,
-                     "post_forward of module '{}' without its pre_forward: each post hook must "
-                     "follow the pre hook of the same module in the same pass",
-                     e.registry.module(module).name);
-  }
-  e.module_open[module] -= 1;
+  e.pass.leave_forward(module);
   if (e.timeline) e.timeline->compute_end(e.stream_of(stream));
   e.order->after(e.stream_of(stream));  // what is released is reused after the caller's reads
   e.fetcher->leave(module, e.train);
@@ -348,24 +314,16 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
                      e.registry.module(module).name);
   }
   Stream& caller = e.stream_of(stream);
-  if (e.phase == Impl::Phase::idle && e.timeline) e.timeline->start(caller);
-  if (e.phase != Impl::Phase::backward) {
-    for (int open : e.module_open) {
-      if (open != 0) {
-        throw make_error(ErrorCategory::usage,
-                         "pre_backward of module '{}' while a forward hook is still open: every "
-                         "pre_forward needs its post_forward before backward starts",
-                         e.registry.module(module).name);
-      }
-    }
-    if (e.phase == Impl::Phase::forward) e.timers.forward += e.phase_timer.seconds();
+  const bool top = !e.pass.any_open();
+  PassTracker::Phase was = PassTracker::Phase::idle;
+  if (e.pass.enter_backward(module, &was)) {
+    if (was == PassTracker::Phase::idle && e.timeline) e.timeline->start(caller);
+    if (was == PassTracker::Phase::forward) e.timers.forward += e.phase_timer.seconds();
     e.phase_timer.restart();
-    e.phase = Impl::Phase::backward;
     e.reducer->begin_backward(e.micro_steps);
   }
   e.order->after(caller);
-  e.fetcher->enter(module, /*backward=*/true, e.train, !e.any_hook_open(), caller);
-  e.module_open[module] += 1;
+  e.fetcher->enter(module, /*backward=*/true, e.train, top, caller);
   for (std::size_t p : e.registry.module(module).params) {
     if (e.registry.param(p).trainable) e.reducer->hand_out(p);
   }
@@ -379,13 +337,7 @@ void Engine::post_backward(std::size_t module, Stream* stream) {
   Impl& e = *impl_;
   e.require_initialized("post_backward");
   e.require_module(module, "post_backward");
-  if (e.phase != Impl::Phase::backward || e.module_open[module] == 0) {
-    throw make_error(ErrorCategory::usage,
-                     "post_backward of module '{}' without its pre_backward: each post hook must "
-                     "follow the pre hook of the same module in the same pass",
-                     e.registry.module(module).name);
-  }
-  e.module_open[module] -= 1;
+  e.pass.leave_backward(module);
   if (e.timeline) e.timeline->compute_end(e.stream_of(stream));
   e.order->after(e.stream_of(stream));  // the reductions read what the caller wrote
   e.fetcher->leave(module, e.train);
@@ -403,7 +355,7 @@ void* Engine::param_data(std::size_t param) {
   Impl& e = *impl_;
   e.require_initialized("param_data");
   e.require_param(param, "param_data");
-  void* data = e.stage == 3 ? e.fetcher->data(param) : e.model_state->full(param);
+  void* data = e.modes().stage == 3 ? e.fetcher->data(param) : e.model_state->full(param);
   if (data == nullptr) {
     throw make_error(ErrorCategory::usage,
                      "param_data of '{}': at ZeRO stage 3 a parameter's data exists only between "
@@ -424,7 +376,8 @@ void* Engine::grad_buffer(std::size_t param) {
                      spec.name);
   }
   void* grad = e.reducer->grad(param);
-  if (e.phase != Impl::Phase::backward || grad == nullptr || !e.reducer->handed_out(param)) {
+  if (e.pass.phase() != PassTracker::Phase::backward || grad == nullptr ||
+      !e.reducer->handed_out(param)) {
     throw make_error(ErrorCategory::usage,
                      "grad_buffer of '{}': a gradient buffer exists only between pre_backward and "
                      "post_backward of a module that uses the parameter",
@@ -445,15 +398,8 @@ double Engine::loss_factor() const {
 void Engine::set_train(bool train) {
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
-  if (e.phase == Impl::Phase::backward) {
-    throw make_error(ErrorCategory::usage,
-                     "set_train in the middle of a backward pass: call step() first");
-  }
-  if (e.any_hook_open()) {
-    throw make_error(ErrorCategory::usage,
-                     "set_train while a module's pre hook has no post hook yet: finish the pass "
-                     "first");
-  }
+  e.pass.require_not_backward("set_train", ": call step() first");
+  e.pass.require_none_open("set_train", "finish the pass first");
   if (e.initialized && !e.train && train) e.fetcher->end_pass(/*train_pass=*/false);
   e.train = train;
 }
@@ -477,34 +423,28 @@ StepStats Engine::step() {
                      "resume from a checkpoint",
                      e.failure);
   }
-  for (std::size_t m = 0; m < e.module_open.size(); ++m) {
-    if (e.module_open[m] != 0) {
-      throw make_error(ErrorCategory::usage,
-                       "step while module '{}' has a pre hook without its post hook: call step() "
-                       "after the whole backward pass",
-                       e.registry.module(m).name);
-    }
-  }
+  e.pass.require_none_open("step", "call step() after the whole backward pass");
   if (!e.train) {
     throw make_error(ErrorCategory::usage, "step in eval mode: call set_train(true) first");
   }
   e.order->after(e.order->latest());  // the step reads what the caller's backward wrote
   const bool boundary = is_accumulation_boundary();
-  if (e.phase == Impl::Phase::forward) e.timers.forward += e.phase_timer.seconds();
-  if (e.phase == Impl::Phase::backward) e.timers.backward += e.phase_timer.seconds();
+  const PassTracker::Phase phase = e.pass.phase();
+  if (phase == PassTracker::Phase::forward) e.timers.forward += e.phase_timer.seconds();
+  if (phase == PassTracker::Phase::backward) e.timers.backward += e.phase_timer.seconds();
   e.fetcher->end_pass(/*train_pass=*/true);
   e.fetcher->check_plans(e.agreement);
   e.timers.gather_issue += e.fetcher->take_issue_seconds();
   e.timers.gather_wait += e.fetcher->take_wait_seconds();
-  if (e.stage >= 2 || boundary) {
+  if (e.modes().stage >= 2 || boundary) {
     // This micro-step reduces gradients. One without a backward pass reduces zeros, so that
     // every rank issues the same collectives.
-    if (e.phase != Impl::Phase::backward) e.reducer->begin_backward(e.micro_steps);
+    if (phase != PassTracker::Phase::backward) e.reducer->begin_backward(e.micro_steps);
     e.reducer->flush();
     e.timers.reduce_wait += e.reducer->take_wait_seconds();
   }
   if (e.timeline) e.timeline->stop();  // the step's own collectives are the step's
-  e.phase = Impl::Phase::idle;
+  e.pass.end_micro_step();
   StepStats stats;
   if (boundary) {
     Timer timer;
@@ -610,9 +550,7 @@ std::vector<float> Engine::read_param(std::size_t param) {
   Impl& e = *impl_;
   e.require_initialized("read_param");
   e.require_param(param, "read_param");
-  if (e.phase == Impl::Phase::backward) {
-    throw make_error(ErrorCategory::usage, "read_param in the middle of a backward pass");
-  }
+  e.pass.require_not_backward("read_param", "");
   const ParamSpec& spec = e.registry.param(param);
   const ParamPlacement& state = e.layout.params[param];
   std::vector<float> out(spec.numel);
@@ -622,34 +560,34 @@ std::vector<float> Engine::read_param(std::size_t param) {
   const std::size_t bytes = shape.padded() * sizeof(float);
   float* gathered = static_cast<float*>(e.device->reserve(Tier::device, bytes));
   void* half = nullptr;
-  const std::size_t half_bytes = shape.padded() * dtype_size(e.compute);
+  const std::size_t half_bytes = shape.padded() * dtype_size(e.modes().compute);
   try {
-    if (spec.trainable && e.optimizer_offload) {
+    if (spec.trainable && e.modes().optimizer_offload) {
       // The shard into this rank's place first: it is in host memory or in the swap, and the
       // communicator works in device memory.
       float* mine = gathered + static_cast<std::size_t>(e.rank) * shape.shard;
       e.model_state->copy_master(state.flat, shape.shard, mine);
       e.comm->all_gather(mine, gathered, shape.shard, DType::f32, &stream).wait();
-    } else if (spec.trainable && e.model_state->master() != nullptr && e.stage >= 1) {
+    } else if (spec.trainable && e.model_state->master() != nullptr && e.modes().stage >= 1) {
       e.comm->all_gather(e.model_state->master() + state.flat, gathered, shape.shard, DType::f32,
                          &stream)
           .wait();
     } else if (spec.trainable && e.model_state->master() != nullptr) {
       e.device->copy(gathered, e.model_state->master() + state.flat, spec.numel * sizeof(float));
-    } else if (e.stage <= 2) {
-      e.device->cast(e.model_state->full(param), e.compute, gathered, DType::f32, spec.numel, stream);
+    } else if (e.modes().stage <= 2) {
+      e.device->cast(e.model_state->full(param), e.modes().compute, gathered, DType::f32, spec.numel, stream);
     } else {
       half = e.device->reserve(Tier::device, half_bytes);
       const void* source = e.model_state->shard_source(param);
-      if (e.param_offload) {
+      if (e.modes().param_offload) {
         // The shard is in host memory or on NVMe: into its place first, then gathered in place.
         char* place = static_cast<char*>(half) +
-                      static_cast<std::size_t>(e.rank) * shape.shard * dtype_size(e.compute);
+                      static_cast<std::size_t>(e.rank) * shape.shard * dtype_size(e.modes().compute);
         e.fetcher->copy_shard(param, place);
         source = place;
       }
-      e.comm->all_gather(source, half, shape.shard, e.compute, &stream).wait();
-      e.device->cast(half, e.compute, gathered, DType::f32, spec.numel, stream);
+      e.comm->all_gather(source, half, shape.shard, e.modes().compute, &stream).wait();
+      e.device->cast(half, e.modes().compute, gathered, DType::f32, spec.numel, stream);
     }
     stream.synchronize();
     e.device->copy(out.data(), gathered, spec.numel * sizeof(float));

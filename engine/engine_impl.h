@@ -1,6 +1,6 @@
 // The Engine's state, shared by the translation units that each implement one concern of it:
-// engine.cpp (registration, init, layout, accessors), assign_state.cpp (setting the state from
-// a ValueSource), pretrained.cpp (safetensors weights). The parts with state of their own:
+// engine.cpp (registration, init, layout, accessors), initial_values.cpp (the first values),
+// pretrained.cpp (safetensors weights). The parts with state of their own:
 // the ModelState (model_state.h: the state's memory, placement and swaps), the Stepper
 // (stepper.h: the optimizer step, the loss scaler and the step counters), the GradReducer
 // (grad_reducer.h: gradients, buckets and their reductions), the ParamFetcher
@@ -38,6 +38,7 @@
 #include "engine/model_state.h"
 #include "engine/optimizer_swap.h"
 #include "engine/param_fetcher.h"
+#include "engine/pass_tracker.h"
 #include "engine/partition.h"
 #include "engine/registry.h"
 #include "engine/stepper.h"
@@ -70,13 +71,9 @@ struct Engine::Impl {
   void lay_out();
   void allocate();
   void fill_initial_values();
-  // Sets every parameter's value (and trainable ones' moments) from `source`, on every rank in
-  // registration order (assign_state.cpp).
-  void assign_state(ValueSource& source);
   // A job id every rank shares, for the swap directory: rank 0's process id and clock.
   std::string agree_job_id();
 
-  bool any_hook_open() const;
   // What the parts read and call (engine_context.h).
   EngineContext context() { return {config, registry, layout, *device, *comm}; }
 
@@ -91,33 +88,20 @@ struct Engine::Impl {
   std::unique_ptr<CallerOrder> order;  // the caller's streams and the engine's (caller_order.h)
   Agreement agreement;  // outcomes agreed across ranks (agreement.h)
   Registry registry;
-  int stage = 0;
   int rank = 0;
   int world = 1;
-  int shard_ranks = 1;  // 1 at stage 0, world otherwise
-  DType compute = DType::f32;
-  DType accum = DType::f32;  // owned gradient shard
-  DType wire = DType::f32;   // communication_data_type
-  bool mixed = false;        // bf16/fp16: fp32 masters beside the compute copy
-  // offload_optimizer (cpu or nvme): the owned gradient shard, masters and moments live in
-  // pinned host memory and the CPU optimizer steps them.
-  bool optimizer_offload = false;
-  bool optimizer_nvme = false;  // offload_optimizer.device nvme: masters and moments swapped
-  // offload_param (stage 3): the compute shards live in host memory; a gather copies this
-  // rank's shard into its place in the gathered buffer, then all-gathers in place.
-  bool param_offload = false;
-  // offload_param nvme: compute shards past the layout's compute_resident_end on NVMe
-  // (param_swap.h); made by allocate.
-  bool param_nvme = false;
+  // How the config places the state (memory_plan.h): the layout's, set from the config and the
+  // world at construction, the one copy every part reads.
+  const StateModes& modes() const noexcept { return layout.modes; }
   bool initialized = false;
   bool train = true;
-  enum class Phase { idle, forward, backward } phase = Phase::idle;
-  std::vector<int> module_open;  // per module: pre hook called, post not yet
+  PassTracker pass;  // the hooks' order within a micro-step (pass_tracker.h)
 
   // Per parameter, the first value its registration gave, kept until init (where its state
   // lives is the layout's ParamPlacement).
   std::vector<InitialValue> initial;
-  // The layout (memory_plan.h): fixed at init and the same on every rank.
+  // The layout (memory_plan.h): its modes from construction, the rest fixed at init; the same
+  // on every rank.
   Layout layout;
 
   // Memory: the plan its arenas are sized by (memory_plan.h), and the arenas.

@@ -12,11 +12,8 @@ namespace zero::engine {
 
 GradReducer::GradReducer(const EngineContext& context)
     : ctx_(context),
-      stage_(context.layout.modes.stage),
+      modes_(context.layout.modes),
       rank_(context.comm.rank()),
-      shard_ranks_(context.layout.modes.shard_ranks),
-      compute_(context.layout.modes.compute),
-      wire_(context.layout.modes.wire),
       grads_(context.registry.param_count()),
       waiting_(context.layout.buckets.size(), 0) {
   // DeepSpeed's averaging: postscale (the default) divides by gradient_predivide_factor before
@@ -57,7 +54,7 @@ void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucke
   for (std::size_t p = 0; p < full_grads.size() && p < grads_.size(); ++p) {
     grads_[p].grad = full_grads[p];
     if (full_grads[p] != nullptr) {
-      ctx_.device.fill(full_grads[p], compute_, ctx_.registry.param(p).numel, 0.0f, stream);
+      ctx_.device.fill(full_grads[p], modes_.compute, ctx_.registry.param(p).numel, 0.0f, stream);
     }
   }
   bucket_buffers_ = std::move(bucket_buffers);
@@ -73,7 +70,7 @@ void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucke
 
 void GradReducer::begin_backward(std::int64_t micro_steps) {
   const auto steps = ctx_.config.batch.gradient_accumulation_steps;
-  reducing_ = stage_ >= 2 || (micro_steps + 1) % steps == 0;
+  reducing_ = modes_.stage >= 2 || (micro_steps + 1) % steps == 0;
   for (std::size_t p : ctx_.layout.trainable) {
     grads_[p].uses_left = ctx_.registry.param(p).modules.size();
     grads_[p].touched = false;
@@ -100,11 +97,11 @@ void GradReducer::hand_out(std::size_t param) {
   }
   if (g.touched) return;
   g.touched = true;
-  if (stage_ >= 2) {
-    const std::size_t bytes = ctx_.registry.param(param).numel * dtype_size(compute_);
+  if (modes_.stage >= 2) {
+    const std::size_t bytes = ctx_.registry.param(param).numel * dtype_size(modes_.compute);
     g.block = grad_arena_->allocate(MemoryKind::grad, bytes);
     g.grad = g.block.ptr;
-    ctx_.device.fill(g.grad, compute_, ctx_.registry.param(param).numel, 0.0f,
+    ctx_.device.fill(g.grad, modes_.compute, ctx_.registry.param(param).numel, 0.0f,
                  ctx_.device.default_stream());
   }
 }
@@ -126,15 +123,15 @@ void* GradReducer::grad(std::size_t param) const { return grads_[param].grad; }
 bool GradReducer::handed_out(std::size_t param) const { return grads_[param].touched; }
 
 void GradReducer::zero_full(Stream& stream) {
-  if (stage_ > 1) return;
+  if (modes_.stage > 1) return;
   for (std::size_t p : ctx_.layout.trainable) {
-    ctx_.device.fill(grads_[p].grad, compute_, ctx_.registry.param(p).numel, 0.0f, stream);
+    ctx_.device.fill(grads_[p].grad, modes_.compute, ctx_.registry.param(p).numel, 0.0f, stream);
   }
 }
 
 void GradReducer::release(std::size_t param) {
   ParamGrad& g = grads_[param];
-  if (stage_ < 2 || g.grad == nullptr) return;
+  if (modes_.stage < 2 || g.grad == nullptr) return;
   grad_arena_->release(g.block);
   g.block = {};
   g.grad = nullptr;
@@ -166,32 +163,32 @@ void GradReducer::issue(std::size_t b) {
   Stream& stream = ctx_.device.default_stream();
   buffer_read_[slot]->block(stream);  // the buffer's last epilogue has read it
   const Bucket& bucket = ctx_.layout.buckets[b];
-  const std::size_t wsize = dtype_size(wire_);
-  const std::size_t csize = dtype_size(compute_);
+  const std::size_t wsize = dtype_size(modes_.wire);
+  const std::size_t csize = dtype_size(modes_.compute);
   char* buffer = static_cast<char*>(bucket_buffers_[slot]);
   for (const BucketPiece& piece : bucket.pieces) {
     const std::size_t p = ctx_.layout.trainable[piece.param];
     const ShardShape& shape = ctx_.layout.params[p].shape;
     const void* grad = grads_[p].grad;
     const std::size_t length = piece.end - piece.begin;
-    for (int q = 0; q < shard_ranks_; ++q) {
+    for (int q = 0; q < modes_.shard_ranks; ++q) {
       const std::size_t start = shape.begin(q) + piece.begin;
       const std::size_t real = piece_valid(piece, shape.valid(q));
       char* dst = buffer + bucket_position(bucket, piece, q) * wsize;
       if (real != 0) {
         if (grad != nullptr) {
-          ctx_.device.cast(static_cast<const char*>(grad) + start * csize, compute_, dst, wire_,
+          ctx_.device.cast(static_cast<const char*>(grad) + start * csize, modes_.compute, dst, modes_.wire,
                        real, stream);
         } else {
-          ctx_.device.fill(dst, wire_, real, 0.0f, stream);  // no gradient this micro-step: zeros
+          ctx_.device.fill(dst, modes_.wire, real, 0.0f, stream);  // no gradient this micro-step: zeros
         }
       }
-      if (real < length) ctx_.device.fill(dst + real * wsize, wire_, length - real, 0.0f, stream);
+      if (real < length) ctx_.device.fill(dst + real * wsize, modes_.wire, length - real, 0.0f, stream);
     }
   }
-  const std::size_t total = bucket.block * static_cast<std::size_t>(shard_ranks_);
+  const std::size_t total = bucket.block * static_cast<std::size_t>(modes_.shard_ranks);
   if (pre_factor_ != 1.0) {
-    ctx_.device.scale(buffer, wire_, total, static_cast<float>(pre_factor_), stream);
+    ctx_.device.scale(buffer, modes_.wire, total, static_cast<float>(pre_factor_), stream);
   }
   // Gradients whose last piece is in this bucket are no longer needed (stages 2-3).
   for (const BucketPiece& piece : bucket.pieces) {
@@ -199,13 +196,13 @@ void GradReducer::issue(std::size_t b) {
   }
 
   Work work;
-  if (shard_ranks_ == 1 || !ctx_.config.zero.reduce_scatter) {
-    work = ctx_.comm.all_reduce(buffer, total, wire_, ReduceOp::sum, &stream);
+  if (modes_.shard_ranks == 1 || !ctx_.config.zero.reduce_scatter) {
+    work = ctx_.comm.all_reduce(buffer, total, modes_.wire, ReduceOp::sum, &stream);
   } else {
     // In place: this rank's block of the bucket receives its reduced block.
     work = ctx_.comm.reduce_scatter(buffer,
                                 buffer + static_cast<std::size_t>(rank_) * bucket.block * wsize,
-                                bucket.block, wire_, ReduceOp::sum, &stream);
+                                bucket.block, modes_.wire, ReduceOp::sum, &stream);
   }
   in_flight_[slot] = {b, std::move(work)};
   if (!ctx_.config.zero.overlap_comm) finish(slot);
@@ -220,8 +217,8 @@ void GradReducer::finish(std::size_t slot) {
   Timer timer;
   flight.work.block(stream);
   wait_seconds_.add(timer.seconds());
-  const std::size_t wsize = dtype_size(wire_);
-  const int r = shard_ranks_ == 1 ? 0 : rank_;
+  const std::size_t wsize = dtype_size(modes_.wire);
+  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
   const char* buffer = static_cast<const char*>(bucket_buffers_[slot]);
   const float post = static_cast<float>(post_factor_);
   const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
@@ -242,10 +239,10 @@ void GradReducer::finish(std::size_t slot) {
       for (const BucketPiece& piece : bucket.pieces) {
         const std::size_t p = ctx_.layout.trainable[piece.param];
         const char* src = staged + (bucket_position(bucket, piece, r) - block_start) *
-                                       dtype_size(wire_);
+                                       dtype_size(modes_.wire);
         char* dst = static_cast<char*>(target_.grad_flat) +
                     (ctx_.layout.params[p].flat + piece.begin) * dtype_size(target_.accum);
-        adder.accumulate(src, wire_, dst, target_.accum, piece.end - piece.begin, post, on);
+        adder.accumulate(src, modes_.wire, dst, target_.accum, piece.end - piece.begin, post, on);
       }
     };
     if (own_device) {
@@ -266,12 +263,12 @@ void GradReducer::finish(std::size_t slot) {
     if (target_.grad_flat != nullptr) {
       char* dst = static_cast<char*>(target_.grad_flat) +
                   (ctx_.layout.params[p].flat + piece.begin) * dtype_size(target_.accum);
-      ctx_.device.accumulate(src, wire_, dst, target_.accum, length, post, stream);
+      ctx_.device.accumulate(src, modes_.wire, dst, target_.accum, length, post, stream);
     } else {
       // Stage 0 without a separate accumulation dtype: back into the replicated gradient.
-      char* dst = static_cast<char*>(grads_[p].grad) + piece.begin * dtype_size(compute_);
-      ctx_.device.cast(src, wire_, dst, compute_, length, stream);
-      if (post != 1.0f) ctx_.device.scale(dst, compute_, length, post, stream);
+      char* dst = static_cast<char*>(grads_[p].grad) + piece.begin * dtype_size(modes_.compute);
+      ctx_.device.cast(src, modes_.wire, dst, modes_.compute, length, stream);
+      if (post != 1.0f) ctx_.device.scale(dst, modes_.compute, length, post, stream);
     }
   }
   buffer_read_[slot]->record(stream);

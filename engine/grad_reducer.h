@@ -116,11 +116,8 @@ class GradReducer {
   void release(std::size_t param);
 
   const EngineContext ctx_;
-  int stage_;
+  const StateModes& modes_;  // the layout's
   int rank_;
-  int shard_ranks_;
-  DType compute_;
-  DType wire_;
   double pre_factor_ = 1.0;   // gradients scaled before the reduction (predivide, prescale)
   double post_factor_ = 1.0;  // and after it: together, the average over ranks
 

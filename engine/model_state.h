@@ -26,6 +26,7 @@
 #include "engine/optimizer_swap.h"
 #include "engine/param_swap.h"
 #include "engine/shard_store.h"
+#include "engine/value_source.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
 
@@ -83,6 +84,11 @@ class ModelState final : public ShardStore {
   }
   std::size_t owned_valid(std::size_t param) const;  // elements of this rank's shard that are real
   std::size_t group_at(std::size_t flat) const;  // the step group holding owned offset `flat`
+
+  // Sets every parameter's value (and trainable ones' moments) from `source`, each where this
+  // rank keeps it, in registration order (assign_state.cpp). Collective only through the
+  // source. A failure part way leaves the state partly set.
+  void assign(ValueSource& source);
 
   // Writes this rank's fp32 masters of owned offsets [flat, flat + count) and its moments (host
   // bytes in the state dtype; nullptr: zeros); with NVMe the swapped part goes through the

@@ -24,7 +24,7 @@ ParamFetcher::ParamFetcher(const EngineContext& context)
       active_(context.layout.modes.stage == 3),
       rank_(context.comm.rank()),
       world_(context.comm.size()),
-      compute_(context.layout.modes.compute),
+      modes_(context.layout.modes),
       params_(context.registry.param_count()),
       open_event_(context.registry.module_count(), kNone) {}
 
@@ -222,7 +222,7 @@ void ParamFetcher::check_plans(Agreement& agreement) {
 bool ParamFetcher::gather(std::size_t param, bool own) {
   Gathered& g = params_[param];
   if (g.full != nullptr) return true;
-  const std::size_t bytes = gathered_elements(param) * dtype_size(compute_);
+  const std::size_t bytes = gathered_elements(param) * dtype_size(modes_.compute);
   if (!fits(bytes)) {
     if (!own) return false;
     release_unheld(/*stale=*/false);  // what was kept or fetched ahead makes room
@@ -246,11 +246,11 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
     // The shard is in host memory: into its place in the gathered buffer, then gathered in
     // place, both in the stream's order (the host never waits for the copy).
     char* place = static_cast<char*>(g.full) +
-                  static_cast<std::size_t>(rank_) * shard * dtype_size(compute_);
+                  static_cast<std::size_t>(rank_) * shard * dtype_size(modes_.compute);
     shards_->place_shard(param, place, stream);
     source = place;
   }
-  g.gathering = ctx_.comm.all_gather(source, g.full, shard, compute_, &stream);
+  g.gathering = ctx_.comm.all_gather(source, g.full, shard, modes_.compute, &stream);
   issue_seconds_.add(timer.seconds());
   g.in_flight = true;
   gathers_in_flight_ += 1;
@@ -357,12 +357,12 @@ void ParamFetcher::finish_reads(std::size_t param) {
     const void* shard_data = shards_->finish_read(read.ticket, read.buffer);
     wait_seconds_.add(timer.seconds());
     const std::size_t shard = shard_shape(ctx_.registry.param(read.param).numel, world_).shard;
-    const std::size_t bytes = shard * dtype_size(compute_);
+    const std::size_t bytes = shard * dtype_size(modes_.compute);
     char* place = static_cast<char*>(g.full) + static_cast<std::size_t>(rank_) * bytes;
     Stream& stream = ctx_.device.default_stream();
     ctx_.device.copy_async(place, shard_data, bytes, stream);
     read_copied_[read.buffer]->record(stream);
-    g.gathering = ctx_.comm.all_gather(place, g.full, shard, compute_, &stream);
+    g.gathering = ctx_.comm.all_gather(place, g.full, shard, modes_.compute, &stream);
     g.reading = false;
     g.in_flight = true;
     gathers_in_flight_ += 1;

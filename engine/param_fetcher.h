@@ -128,7 +128,7 @@ class ParamFetcher {
   bool active_;  // stage 3
   int rank_;
   int world_;
-  DType compute_;
+  const StateModes& modes_;  // the layout's
   ShardStore* shards_ = nullptr;
   std::unique_ptr<Arena> gather_arena_;
   std::vector<Gathered> params_;

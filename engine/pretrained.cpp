@@ -1,6 +1,6 @@
 // Pretrained weights into the engine's state: safetensors tensors mapped onto the registered
 // parameters by name, checked on every rank before anything changes, then read range by range
-// (only the ranges this rank keeps) through assign_state(), with the moments zeroed.
+// (only the ranges this rank keeps) through ModelState::assign, with the moments zeroed.
 #include <algorithm>
 #include <set>
 
@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/checkpoint/tensor_set.h"
+#include "engine/checkpoint_state.h"
 #include "engine/engine_impl.h"
 
 namespace zero::engine {
@@ -70,17 +71,26 @@ void Engine::load_pretrained(const std::string& path, const PretrainedOptions& o
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_quiet("load_pretrained");
+  e.checkpoints->load_pretrained(
+      path, options, [&](std::size_t p) { return read_param(p); },
+      [&](std::string what) { e.fail(std::move(what)); });
+}
+
+void CheckpointState::load_pretrained(const std::string& path, const PretrainedOptions& options,
+                                      const std::function<std::vector<float>(std::size_t)>& read,
+                                      const std::function<void(std::string)>& partly) {
+  const Registry& registry = ctx_.registry;
   std::unique_ptr<TensorSet> files;
-  std::vector<Mapping> mappings(e.registry.param_count());
-  std::vector<bool> skipped(e.registry.param_count(), false);
-  e.agreement.agree(fmt::format("loading pretrained weights from {}", path), [&] {
+  std::vector<Mapping> mappings(registry.param_count());
+  std::vector<bool> skipped(registry.param_count(), false);
+  parts_.agreement.agree(fmt::format("loading pretrained weights from {}", path), [&] {
     files = std::make_unique<TensorSet>(path);
     std::map<std::string, std::string, std::less<>> names(options.names.begin(), options.names.end());
     const std::set<std::string, std::less<>> transposed(options.transposed.begin(),
                                                         options.transposed.end());
     const std::set<std::string, std::less<>> skip(options.skip.begin(), options.skip.end());
     auto require_param = [&](const std::string& name, const char* list) {
-      if (!e.registry.find_param(name)) {
+      if (!registry.find_param(name)) {
         throw make_error(ErrorCategory::usage, "load_pretrained: {} names '{}', which is not a "
                          "registered parameter", list, name);
       }
@@ -89,8 +99,8 @@ void Engine::load_pretrained(const std::string& path, const PretrainedOptions& o
     for (const std::string& name : transposed) require_param(name, "the transposed list");
     for (const std::string& name : skip) require_param(name, "the skip list");
     std::set<std::string, std::less<>> used;
-    for (std::size_t p = 0; p < e.registry.param_count(); ++p) {
-      const ParamSpec& spec = e.registry.param(p);
+    for (std::size_t p = 0; p < registry.param_count(); ++p) {
+      const ParamSpec& spec = registry.param(p);
       if (skip.count(spec.name) != 0) {
         skipped[p] = true;
         continue;
@@ -142,22 +152,22 @@ void Engine::load_pretrained(const std::string& path, const PretrainedOptions& o
     }
   });
   // Skipped parameters keep their values: read them first (collective).
-  std::vector<std::vector<float>> kept(e.registry.param_count());
+  std::vector<std::vector<float>> kept(registry.param_count());
   for (std::size_t p = 0; p < kept.size(); ++p) {
-    if (skipped[p]) kept[p] = read_param(p);
+    if (skipped[p]) kept[p] = read(p);
   }
-  e.fetcher->release_unheld(/*stale=*/true);
-  PretrainedSource source(e.registry, std::move(mappings), std::move(kept));
+  parts_.fetcher.release_unheld(/*stale=*/true);
+  PretrainedSource source(registry, std::move(mappings), std::move(kept));
   try {
-    e.agreement.agree(fmt::format("loading pretrained weights from {}", path),
-            [&] { e.assign_state(source); });
+    parts_.agreement.agree(fmt::format("loading pretrained weights from {}", path),
+                           [&] { parts_.state.assign(source); });
   } catch (const Error& error) {
-    e.fail(fmt::format("loading pretrained weights failed part way: {}", error.what()));
+    partly(fmt::format("loading pretrained weights failed part way: {}", error.what()));
     throw;
   }
-  e.stepper->zero_grads();
-  e.fetcher->release_unheld(/*stale=*/true);
-  if (e.rank == 0) {
+  parts_.stepper.zero_grads();
+  parts_.fetcher.release_unheld(/*stale=*/true);
+  if (ctx_.comm.rank() == 0) {
     log::info("pretrained weights loaded from {} ({} file(s))", path, files->files().size());
   }
 }

@@ -1,5 +1,5 @@
 // Where new values of the model state come from: the initial values at init, a checkpoint,
-// pretrained weights. The engine's assign_state() asks a source for the ranges this rank keeps,
+// pretrained weights. ModelState::assign asks a source for the ranges this rank keeps,
 // on every rank in registration order. Internal to engine/.
 #pragma once
 
