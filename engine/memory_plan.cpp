@@ -284,23 +284,11 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
   plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
   if (beside && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
 
-  // The owned state (masters, gradient shard, moments; with NVMe only the resident part of the
-  // masters and moments), in the state arena or with offload in its own.
-  ArenaPlan owned;
-  std::size_t owned_capacity = 0;
-  if (has_master) {
-    owned_capacity += align_up(layout.resident_end * 4);
-    hold(owned, MemoryKind::master, layout.resident_end * 4);
-  }
-  if (has_grad_flat) {
-    owned_capacity += align_up(layout.owned.total * dtype_size(m.accum));
-    hold(owned, MemoryKind::grad, layout.owned.total * dtype_size(m.accum));
-  }
-  owned_capacity += state_buffers * align_up(layout.resident_end * state_size);
-  hold(owned, MemoryKind::moment, state_buffers * layout.resident_end * state_size);
+  // The swaps' buffers. Optimizer NVMe: buffer_count buffers of the largest swapped group's
+  // region, each placed at 4096. Parameter NVMe: three bounce buffers and buffer_count read
+  // buffers of the largest shard's region; the swapped shards in their file.
+  std::size_t largest_region = 0;
   if (m.optimizer_nvme) {
-    // buffer_count buffers of the largest swapped group's region, each placed at 4096.
-    std::size_t largest_region = 0;
     for (std::size_t g = layout.resident_groups; g < layout.step_groups.size(); ++g) {
       const std::size_t elements = layout.step_groups[g].block;
       largest_region = std::max(largest_region,
@@ -310,54 +298,116 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
     }
     plan.swap_slot_bytes = largest_region;
     plan.swap_slots = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
-    owned_capacity += plan.swap_slots * (largest_region + kDirectAlign);
-    if (largest_region != 0) hold(owned, MemoryKind::buffer, plan.swap_slots * largest_region);
+  }
+  std::size_t bounce = 0;
+  if (m.stage == 3 && m.param_nvme) {
+    std::size_t largest = 0;
+    std::size_t file = 0;
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      const ParamPlacement& place = layout.params[p];
+      if (place.compute_flat == kNone) continue;
+      const std::size_t shard = shard_shape(specs[p].numel, world).shard;
+      const std::size_t region = align_direct(shard * csize);
+      largest = std::max(largest, region);
+      if (place.compute_flat >= layout.compute_resident_end) {
+        file += region;
+        hold(plan.param_nvme, MemoryKind::param, shard * csize);
+      }
+    }
+    plan.param_nvme.name = "parameter swap file";
+    plan.param_nvme.tier = Tier::nvme;
+    plan.param_nvme.capacity = std::max<std::size_t>(file, 1);
+    plan.param_bounce_bytes = std::max<std::size_t>(largest, 1);
+    plan.param_bounces = 3 + static_cast<std::size_t>(config.zero.offload_param.buffer_count);
+    bounce = largest + kDirectAlign;
   }
 
-  // The state arena: replicated compute parameters (stages 0-2) and gradients (0-1), the
-  // owned state unless offloaded, stage-3 compute shards unless offloaded, bucket buffers and
-  // the stage 1-2 all-gather bucket.
-  ArenaPlan& state = plan.state;
-  state.name = "model state";
-  state.tier = Tier::device;
-  std::size_t capacity = 0;
+  // The blocks, in the order the ModelState takes them: the replicated compute parameters
+  // (stages 0-2) and gradients (0-1); the owned state (masters, gradient shard, moments; with
+  // NVMe only their resident part), in the state arena or with optimizer offload in its own,
+  // with the staging and the swap's buffers there; stage-3 compute shards, in the state arena
+  // or with offload_param in theirs, with its staging and the parameter swap's buffers; the
+  // bucket buffers and the stage 1-2 all-gather bucket.
+  const ArenaRole owned = m.optimizer_offload ? ArenaRole::offload : ArenaRole::state;
+  auto take = [&](BlockRole role, ArenaRole arena, MemoryKind kind, std::size_t bytes,
+                  std::size_t index = 0) {
+    plan.blocks.push_back({role, arena, kind, bytes, align_up(bytes), index});
+  };
   for (std::size_t p = 0; p < specs.size(); ++p) {
-    if (full_params) {
-      capacity += align_up(specs[p].numel * csize);
-      hold(state, MemoryKind::param, specs[p].numel * csize);
-    }
+    if (full_params) take(BlockRole::full_param, ArenaRole::state, MemoryKind::param,
+                          specs[p].numel * csize, p);
     if (full_grads && specs[p].trainable) {
-      capacity += align_up(specs[p].numel * csize);
-      hold(state, MemoryKind::grad, specs[p].numel * csize);
+      take(BlockRole::full_grad, ArenaRole::state, MemoryKind::grad, specs[p].numel * csize, p);
     }
   }
+  if (has_master) take(BlockRole::master, owned, MemoryKind::master, layout.resident_end * 4);
+  if (has_grad_flat) {
+    take(BlockRole::grad_flat, owned, MemoryKind::grad,
+         layout.owned.total * dtype_size(m.accum));
+  }
+  for (int k = 0; k < state_buffers; ++k) {
+    take(BlockRole::moment, owned, MemoryKind::moment, layout.resident_end * state_size,
+         static_cast<std::size_t>(k));
+  }
   if (m.optimizer_offload) {
-    owned_capacity += align_up(plan.reduce_staging_bytes) + align_up(plan.param_staging_bytes);
-    hold(owned, MemoryKind::buffer, plan.reduce_staging_bytes + plan.param_staging_bytes);
+    take(BlockRole::reduce_staging, owned, MemoryKind::buffer, plan.reduce_staging_bytes);
+    take(BlockRole::param_staging, owned, MemoryKind::buffer, plan.param_staging_bytes);
+  }
+  if (m.optimizer_nvme) {
+    plan.blocks.push_back({BlockRole::optimizer_swap, owned, MemoryKind::buffer,
+                           largest_region != 0 ? plan.swap_slots * largest_region : 0,
+                           plan.swap_slots * (largest_region + kDirectAlign), 0});
+  }
+  if (m.stage == 3 && m.param_offload) {
+    take(BlockRole::compute_shard, ArenaRole::param, MemoryKind::param,
+         layout.compute_resident_end * csize);
+    if (!m.optimizer_offload) {
+      take(BlockRole::param_staging, ArenaRole::param, MemoryKind::buffer,
+           plan.param_staging_bytes);
+    }
+    if (m.param_nvme) {
+      plan.blocks.push_back({BlockRole::param_swap, ArenaRole::param, MemoryKind::buffer,
+                             plan.param_bounces * plan.param_bounce_bytes,
+                             plan.param_bounces * bounce, 0});
+    }
+  } else if (m.stage == 3) {
+    take(BlockRole::compute_shard, ArenaRole::state, MemoryKind::param,
+         layout.compute_shards.total * csize);
+  }
+  for (std::size_t b = 0; b < plan.bucket_count; ++b) {
+    take(BlockRole::bucket, ArenaRole::state, MemoryKind::buffer, plan.bucket_bytes, b);
+  }
+  take(BlockRole::gather_buffer, ArenaRole::state, MemoryKind::buffer, plan.gather_bytes);
+
+  // The three arenas the blocks come from: their capacities and held bytes are the blocks'.
+  plan.state.name = "model state";
+  plan.state.tier = Tier::device;
+  if (m.optimizer_offload) {
     // DeepSpeed's pin_memory: page-locked memory copies faster and asynchronously, pageable
     // memory costs nothing beyond itself.
     const bool pinned = config.zero.offload_optimizer.pin_memory;
-    owned.name = pinned ? "offloaded optimizer state (pinned)"
-                        : "offloaded optimizer state (pageable)";
-    owned.tier = pinned ? Tier::pinned : Tier::host;
-    owned.capacity = std::max<std::size_t>(owned_capacity, kAlign);
-    plan.offload = owned;
-  } else {
-    capacity += owned_capacity;
-    for (std::size_t k = 0; k < owned.held.size(); ++k) {
-      state.held[k] += owned.held[k];
-      state.peak[k] += owned.peak[k];
-    }
+    plan.offload.name = pinned ? "offloaded optimizer state (pinned)"
+                               : "offloaded optimizer state (pageable)";
+    plan.offload.tier = pinned ? Tier::pinned : Tier::host;
   }
-  if (m.stage == 3 && !m.param_offload) {
-    capacity += align_up(layout.compute_shards.total * csize);
-    hold(state, MemoryKind::param, layout.compute_shards.total * csize);
+  if (m.stage == 3 && m.param_offload) {
+    const bool pinned = config.zero.offload_param.pin_memory;
+    plan.param.name =
+        pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)";
+    plan.param.tier = pinned ? Tier::pinned : Tier::host;
   }
-  capacity += plan.bucket_count * align_up(plan.bucket_bytes);
-  hold(state, MemoryKind::buffer, plan.bucket_count * plan.bucket_bytes);
-  capacity += align_up(plan.gather_bytes);
-  hold(state, MemoryKind::buffer, plan.gather_bytes);
-  state.capacity = std::max<std::size_t>(capacity, kAlign);
+  for (const PlannedBlock& block : plan.blocks) {
+    ArenaPlan& arena = block.arena == ArenaRole::state     ? plan.state
+                       : block.arena == ArenaRole::offload ? plan.offload
+                                                           : plan.param;
+    arena.capacity += block.reserved;
+    hold(arena, block.kind, block.bytes);
+  }
+  plan.state.capacity = std::max<std::size_t>(plan.state.capacity, kAlign);
+  if (m.optimizer_offload) plan.offload.capacity = std::max<std::size_t>(plan.offload.capacity, kAlign);
+  if (m.stage == 3 && m.param_offload) {
+    plan.param.capacity = std::max<std::size_t>(plan.param.capacity, kAlign);
+  }
 
   // The optimizer's swap file: each swapped group's masters and moments, at 4096.
   if (m.optimizer_nvme) {
@@ -373,44 +423,6 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
       hold(plan.nvme, MemoryKind::moment, state_buffers * elements * state_size);
     }
     plan.nvme.capacity = std::max<std::size_t>(file, 1);
-  }
-
-  // offload_param: the compute shards in host memory (with NVMe, those within max_in_cpu), and
-  // with NVMe the bounce and read buffers and, without optimizer offload, the staging of
-  // updated values; the swapped shards in their file.
-  if (m.stage == 3 && m.param_offload) {
-    std::size_t bounce = 0;
-    if (m.param_nvme) {
-      std::size_t largest = 0;
-      std::size_t file = 0;
-      for (std::size_t p = 0; p < specs.size(); ++p) {
-        const ParamPlacement& place = layout.params[p];
-        if (place.compute_flat == kNone) continue;
-        const std::size_t shard = shard_shape(specs[p].numel, world).shard;
-        const std::size_t region = align_direct(shard * csize);
-        largest = std::max(largest, region);
-        if (place.compute_flat >= layout.compute_resident_end) {
-          file += region;
-          hold(plan.param_nvme, MemoryKind::param, shard * csize);
-        }
-      }
-      plan.param_nvme.name = "parameter swap file";
-      plan.param_nvme.tier = Tier::nvme;
-      plan.param_nvme.capacity = std::max<std::size_t>(file, 1);
-      plan.param_bounce_bytes = std::max<std::size_t>(largest, 1);
-      plan.param_bounces = 3 + static_cast<std::size_t>(config.zero.offload_param.buffer_count);
-      bounce = largest + kDirectAlign;
-    }
-    const bool pinned = config.zero.offload_param.pin_memory;
-    const std::size_t staging = m.optimizer_offload ? 0 : plan.param_staging_bytes;
-    ArenaPlan& param = plan.param;
-    param.name = pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)";
-    param.tier = pinned ? Tier::pinned : Tier::host;
-    param.capacity = std::max<std::size_t>(align_up(layout.compute_resident_end * csize) +
-                                               plan.param_bounces * bounce + align_up(staging),
-                                           kAlign);
-    hold(param, MemoryKind::param, layout.compute_resident_end * csize);
-    hold(param, MemoryKind::buffer, plan.param_bounces * plan.param_bounce_bytes + staging);
   }
 
   // Stages 2-3: the gradients while they live, sized by the planned backward's peak, plus a

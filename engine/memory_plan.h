@@ -103,6 +103,37 @@ struct ArenaPlan {
   std::size_t peak_total() const noexcept;
 };
 
+// What one block the ModelState takes at init holds.
+enum class BlockRole {
+  full_param,      // stages 0-2: a parameter's replicated compute copy (index: the parameter)
+  full_grad,       // stages 0-1: a trainable parameter's replicated gradient (index: the parameter)
+  master,          // the owned fp32 masters (the resident part with NVMe)
+  grad_flat,       // the owned gradient shard
+  moment,          // an optimizer moment (index: which), the resident part with NVMe
+  reduce_staging,  // optimizer offload: this rank's reduced block, coming down
+  param_staging,   // offload: a step group's updated values, going up
+  optimizer_swap,  // optimizer NVMe: the OptimizerSwap is set up here and takes its buffers
+  compute_shard,   // stage 3: the compute shards (the resident part with offload_param)
+  param_swap,      // parameter NVMe: the ParamSwap is made here and takes its buffers
+  bucket,          // a reduction bucket (index: which)
+  gather_buffer,   // stages 1-2: the all-gather bucket after the step
+};
+
+// Which of the ModelState's arenas a block comes from.
+enum class ArenaRole { state, offload, param };
+
+// One block of the ModelState's allocation, in the order it takes them. `bytes` is what the
+// block holds (counted by kind), `reserved` what it takes of the arena's capacity (bytes rounded
+// up to the arena's alignment; for a swap, its buffers with their direct-I/O alignment).
+struct PlannedBlock {
+  BlockRole role;
+  ArenaRole arena;
+  MemoryKind kind;
+  std::size_t bytes = 0;
+  std::size_t reserved = 0;
+  std::size_t index = 0;
+};
+
 // Every buffer the engine sizes, and its arenas.
 struct MemoryPlan {
   // Blocks, in bytes.
@@ -117,6 +148,11 @@ struct MemoryPlan {
   std::size_t param_bounces = 0;         // three bounce buffers and offload_param.buffer_count
   std::size_t grad_live_peak = 0;        // stages 2-3: the walk's most gradient bytes at once
   std::size_t gather_live_peak = 0;      // stage 3: persistent plus the largest module's others
+
+  // The blocks the ModelState takes from the state, offload and param arenas, in its order: those
+  // arenas' capacities and held bytes are these blocks' sums, so what is planned is what is
+  // taken.
+  std::vector<PlannedBlock> blocks;
 
   // The arenas, in the order memory reports list them.
   ArenaPlan state;       // device: replicated params and grads, owned state, buckets

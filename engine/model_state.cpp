@@ -72,101 +72,98 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
   const Layout& layout = ctx_.layout;
   Device& device = ctx_.device;
   const DType compute = modes_.compute;
-  const std::size_t csize = dtype_size(compute);
-  const auto& specs = ctx_.registry.params();
-  const int stage = modes_.stage;
-  const bool full_params = stage <= 2;
-  const bool full_grads_kept = stage <= 1;
-  const bool has_master = modes_.mixed || stage >= 1;
-  const bool has_grad_flat = stage >= 1 || modes_.accum != compute;
-  const int state_buffers = ctx_.config.optimizer.state_buffers();
   const DType state_dtype = ctx_.config.optimizer_state_dtype;
-  const std::size_t state_size = dtype_size(state_dtype);
-  const std::size_t resident_end = layout.resident_end;
-
-  // Every arena is sized by the plan zero-mem predicts with; the blocks taken below, in this
-  // order, are the ones it counts.
   const MemoryPlan& plan = plan_;
+  // Refused before any memory is taken.
   if (modes_.optimizer_nvme) check_swap_buffers();
+
+  // The arenas the plan sizes, then its blocks, in its order: the plan's sums are what is
+  // taken here, by construction.
   if (plan.offload.made()) {
     offload_arena_ = std::make_unique<Arena>(&device, plan.offload.tier, plan.offload.capacity,
                                              plan.offload.name);
   }
   state_arena_ =
       std::make_unique<Arena>(&device, Tier::device, plan.state.capacity, plan.state.name);
-
-  Stream& stream = device.default_stream();
-  auto take_from = [&](Arena& arena, MemoryKind kind, std::size_t bytes) -> void* {
-    if (bytes == 0) return nullptr;
-    Block block = arena.allocate(kind, bytes);
-    blocks_.push_back(block);
-    return block.ptr;
-  };
-  auto take = [&](MemoryKind kind, std::size_t bytes) {
-    return take_from(*state_arena_, kind, bytes);
-  };
-  Arena& owned_arena = modes_.optimizer_offload ? *offload_arena_ : *state_arena_;
-  Device& owned_device = state_device();
-  Stream& owned_stream = owned_device.default_stream();
-  auto take_owned = [&](MemoryKind kind, std::size_t bytes) {
-    return take_from(owned_arena, kind, bytes);
-  };
-  PartsMemory parts;
-  // Stages 0-1: the replicated gradients, the GradReducer's for the run, taken beside the
-  // parameters.
-  parts.full_grads.assign(specs.size(), nullptr);
-  for (std::size_t p = 0; p < specs.size(); ++p) {
-    if (full_params) full_[p] = take(MemoryKind::param, specs[p].numel * csize);
-    if (full_grads_kept && specs[p].trainable) {
-      parts.full_grads[p] = take(MemoryKind::grad, specs[p].numel * csize);
-    }
-  }
-  if (has_master) {
-    master_ = static_cast<float*>(take_owned(MemoryKind::master, resident_end * 4));
-    if (master_ != nullptr) owned_device.fill(master_, DType::f32, resident_end, 0.0f, owned_stream);
-  }
-  if (has_grad_flat) {
-    grad_flat_ = take_owned(MemoryKind::grad, layout.owned.total * dtype_size(modes_.accum));
-    owned_device.fill(grad_flat_, modes_.accum, layout.owned.total, 0.0f, owned_stream);
-  }
-  for (int s = 0; s < state_buffers; ++s) {
-    moments_[s] = take_owned(MemoryKind::moment, resident_end * state_size);
-    if (moments_[s] != nullptr) {
-      owned_device.fill(moments_[s], state_dtype, resident_end, 0.0f, owned_stream);
-    }
-  }
-  void* reduce_staging = take_owned(MemoryKind::buffer, plan.reduce_staging_bytes);
-  if (modes_.optimizer_offload) param_staging_ = take_owned(MemoryKind::buffer, plan.param_staging_bytes);
-  owned_stream.synchronize();
-  if (modes_.optimizer_nvme) {
-    open_swap_io(job_id);
-    set_up_swap();
-  }
-  if (stage == 3 && modes_.param_offload) {
+  if (plan.param.made()) {
     param_arena_ = std::make_unique<Arena>(&device, plan.param.tier, plan.param.capacity,
                                            plan.param.name);
-    compute_shard_ =
-        take_from(*param_arena_, MemoryKind::param, layout.compute_resident_end * csize);
-    if (compute_shard_ != nullptr) {
-      host_device().fill(compute_shard_, compute, layout.compute_resident_end, 0.0f,
-                         host_device().default_stream());
-      host_device().default_stream().synchronize();
-    }
-    if (!modes_.optimizer_offload) {
-      param_staging_ = take_from(*param_arena_, MemoryKind::buffer, plan.param_staging_bytes);
-    }
-    if (modes_.param_nvme) {
-      open_swap_io(job_id);
-      param_swap_ = std::make_unique<ParamSwap>(ctx_, plan, *aio_, *swap_dir_, *param_arena_);
-    }
-  } else if (stage == 3) {
-    compute_shard_ = take(MemoryKind::param, layout.compute_shards.total * csize);
-    device.fill(compute_shard_, compute, layout.compute_shards.total, 0.0f, stream);
   }
-  for (std::size_t i = 0; i < plan.bucket_count; ++i) {
-    parts.bucket_buffers.push_back(take(MemoryKind::buffer, plan.bucket_bytes));
+  Stream& stream = device.default_stream();
+  Device& owned_device = state_device();
+  Stream& owned_stream = owned_device.default_stream();
+  PartsMemory parts;
+  parts.full_grads.assign(ctx_.registry.param_count(), nullptr);
+  void* reduce_staging = nullptr;
+  for (const PlannedBlock& block : plan.blocks) {
+    Arena& arena = block.arena == ArenaRole::state     ? *state_arena_
+                   : block.arena == ArenaRole::offload ? *offload_arena_
+                                                       : *param_arena_;
+    const auto take = [&]() -> void* {
+      if (block.bytes == 0) return nullptr;
+      const Block taken = arena.allocate(block.kind, block.bytes);
+      blocks_.push_back(taken);
+      return taken.ptr;
+    };
+    switch (block.role) {
+      case BlockRole::full_param:
+        full_[block.index] = take();
+        break;
+      case BlockRole::full_grad:  // the GradReducer's for the run
+        parts.full_grads[block.index] = take();
+        break;
+      case BlockRole::master:
+        master_ = static_cast<float*>(take());
+        if (master_ != nullptr) {
+          owned_device.fill(master_, DType::f32, layout.resident_end, 0.0f, owned_stream);
+        }
+        break;
+      case BlockRole::grad_flat:
+        grad_flat_ = take();
+        owned_device.fill(grad_flat_, modes_.accum, layout.owned.total, 0.0f, owned_stream);
+        break;
+      case BlockRole::moment:
+        moments_[block.index] = take();
+        if (moments_[block.index] != nullptr) {
+          owned_device.fill(moments_[block.index], state_dtype, layout.resident_end, 0.0f,
+                            owned_stream);
+        }
+        break;
+      case BlockRole::reduce_staging:
+        reduce_staging = take();
+        break;
+      case BlockRole::param_staging:
+        param_staging_ = take();
+        break;
+      case BlockRole::optimizer_swap:  // takes its buffers from the offload arena
+        owned_stream.synchronize();
+        open_swap_io(job_id);
+        set_up_swap();
+        break;
+      case BlockRole::compute_shard:
+        compute_shard_ = take();
+        if (compute_shard_ == nullptr) break;
+        if (block.arena == ArenaRole::param) {  // host memory: zeroed by the host
+          host_device().fill(compute_shard_, compute, layout.compute_resident_end, 0.0f,
+                             host_device().default_stream());
+          host_device().default_stream().synchronize();
+        } else {
+          device.fill(compute_shard_, compute, layout.compute_shards.total, 0.0f, stream);
+        }
+        break;
+      case BlockRole::param_swap:  // takes its buffers from the param arena
+        open_swap_io(job_id);
+        param_swap_ = std::make_unique<ParamSwap>(ctx_, plan, *aio_, *swap_dir_, *param_arena_);
+        break;
+      case BlockRole::bucket:
+        parts.bucket_buffers.push_back(take());
+        break;
+      case BlockRole::gather_buffer:
+        gather_buffer_ = take();
+        break;
+    }
   }
-  gather_buffer_ = take(MemoryKind::buffer, plan.gather_bytes);
+  owned_stream.synchronize();
   if (plan.grad.made()) {
     parts.grad_arena =
         std::make_unique<Arena>(&device, Tier::device, plan.grad.capacity, plan.grad.name);
