@@ -1,0 +1,100 @@
+// The GradReducer alone (engine/grad_reducer.h), at stage 2 on one rank of the local
+// communicator and the asynchronous CPU device: a gradient exists from its module's
+// pre_backward until its bucket is issued, a parameter used by two modules is reduced after its
+// last use only (both uses added), a module whose backward did not run is reduced as zeros, and
+// the owned shard sums the micro-steps of a window.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "tests/engine/engine_parts.h"
+
+namespace zero::engine {
+namespace {
+
+using testing::EngineParts;
+
+const char* kConfig = R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+    "optimizer": {"type": "AdamW"},
+    "zero_optimization": {"stage": 2, "reduce_bucket_size": 64, "overlap_comm": true}})";
+
+// Adds `value` to every element of the parameter's gradient (host-addressable on the async
+// device, once the device's queued zeroing has run).
+void add(EngineParts& parts, std::size_t p, float value) {
+  parts.device->default_stream().synchronize();
+  auto* grad = static_cast<float*>(parts.reducer->grad(p));
+  REQUIRE(grad != nullptr);
+  for (std::size_t i = 0; i < parts.registry.param(p).numel; ++i) grad[i] += value;
+}
+
+// The owned gradient shard's elements of parameter p.
+std::vector<float> owned(EngineParts& parts, std::size_t p) {
+  parts.device->synchronize();
+  const auto* flat = static_cast<const float*>(parts.state->grad_flat());
+  const std::size_t at = parts.layout.params[p].flat;
+  return {flat + at, flat + at + parts.registry.param(p).numel};
+}
+
+// Module b's backward (it runs first), then a's unless `skip_a`: b adds 1 to p1 and 10 to p2,
+// a adds 2 to p0 and 20 to p2.
+void backward(EngineParts& parts, std::int64_t micro, bool skip_a) {
+  GradReducer& r = *parts.reducer;
+  r.begin_backward(micro);
+  r.hand_out(1);
+  r.hand_out(2);
+  add(parts, 1, 1.0f);
+  add(parts, 2, 10.0f);
+  r.backward_done(1, "b");
+  r.backward_done(2, "b");
+  r.issue_ready();
+  // p2's last use (module a) has not come: it is not reduced, and keeps b's part.
+  CHECK(r.grad(2) != nullptr);
+  if (!skip_a) {
+    r.hand_out(0);
+    r.hand_out(2);
+    add(parts, 0, 2.0f);
+    add(parts, 2, 20.0f);
+    r.backward_done(0, "a");
+    r.backward_done(2, "a");
+    r.issue_ready();
+  }
+  r.flush();
+}
+
+}  // namespace
+
+TEST_CASE("grad reducer: gradients live until reduced, each use added, the window summed",
+          "[engine]") {
+  EngineParts parts(kConfig);
+  REQUIRE(parts.layout.buckets.size() > 1);  // reduce_bucket_size 64 splits the 153 elements
+  backward(parts, 0, /*skip_a=*/false);
+  // Reduced and released: no gradient buffer outlives its bucket at stage 2.
+  for (std::size_t p : {0, 1, 2}) CHECK(parts.reducer->grad(p) == nullptr);
+  CHECK(owned(parts, 0) == std::vector<float>(37, 2.0f));
+  CHECK(owned(parts, 1) == std::vector<float>(101, 1.0f));
+  CHECK(owned(parts, 2) == std::vector<float>(15, 30.0f));
+  // The second micro-step of the window adds into the owned shard; module a does not run, so
+  // p0 is reduced as zeros and p2 holds b's part alone.
+  backward(parts, 1, /*skip_a=*/true);
+  CHECK(owned(parts, 0) == std::vector<float>(37, 2.0f));
+  CHECK(owned(parts, 1) == std::vector<float>(101, 2.0f));
+  CHECK(owned(parts, 2) == std::vector<float>(15, 40.0f));
+}
+
+TEST_CASE("grad reducer: a frozen parameter has no gradient; a handed-out one starts at zero",
+          "[engine]") {
+  EngineParts parts(kConfig);
+  parts.reducer->begin_backward(0);
+  CHECK(parts.reducer->grad(3) == nullptr);   // frozen
+  CHECK_FALSE(parts.reducer->handed_out(0));  // before its module's pre_backward
+  parts.reducer->hand_out(0);
+  CHECK(parts.reducer->handed_out(0));
+  // Zeroed when handed out, on the device's stream.
+  parts.device->default_stream().synchronize();
+  const auto* grad = static_cast<const float*>(parts.reducer->grad(0));
+  REQUIRE(grad != nullptr);
+  CHECK(std::vector<float>(grad, grad + 37) == std::vector<float>(37, 0.0f));
+  parts.reducer->flush();
+}
+
+}  // namespace zero::engine

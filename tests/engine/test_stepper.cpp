@@ -1,0 +1,145 @@
+// The Stepper alone (engine/stepper.h), on owned gradients written directly into the
+// ModelState: the reported norm is the unscaled gradients', clipping divides the gradient by
+// DeepSpeed's coefficient, a non-finite fp16 gradient skips the step (masters unchanged,
+// counters and gradients as DeepSpeed leaves them), and the result lands in every placement
+// (device memory, and with optimizer offload host memory through the staging).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "base/half.h"
+#include "tests/engine/engine_parts.h"
+
+namespace zero::engine {
+namespace {
+
+using testing::ArithmeticValues;
+using testing::EngineParts;
+
+std::string sgd_config(const std::string& extra, const std::string& offload) {
+  return R"({"train_micro_batch_size_per_gpu": 1, )" + extra +
+         R"( "optimizer": {"type": "SGD", "params": {"lr": 0.5}},
+             "zero_optimization": {"stage": 1, "sub_group_size": 50,
+                                   "offload_optimizer": {"device": ")" +
+         offload + R"("}}})";
+}
+
+// The owned gradient shard set to g(p, i) = (p + 1) * 0.01 * (i % 7 - 3), in the accumulation
+// dtype (fp32, or fp16 for an fp16 config); returns the sum of squares of the fp32 values.
+double set_grads(EngineParts& parts, float poison = 0.0f) {
+  double squares = 0;
+  const DType accum = parts.layout.modes.accum;
+  for (std::size_t p : parts.layout.trainable) {
+    const std::size_t n = parts.registry.param(p).numel;
+    std::vector<float> g(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      g[i] = static_cast<float>(p + 1) * 0.01f * static_cast<float>(static_cast<int>(i % 7) - 3);
+      squares += static_cast<double>(g[i]) * g[i];
+    }
+    if (poison != 0.0f && p == 1) g[5] = poison;
+    std::vector<std::uint16_t> halves(n);
+    for (std::size_t i = 0; i < n; ++i) halves[i] = float_to_fp16(g[i]);
+    const std::size_t size = dtype_size(accum);
+    Device& d = parts.state->state_device();
+    d.copy(static_cast<char*>(parts.state->grad_flat()) + parts.layout.params[p].flat * size,
+           accum == DType::f16 ? static_cast<const void*>(halves.data()) : g.data(), n * size);
+  }
+  return squares;
+}
+
+std::vector<float> master_of(EngineParts& parts, std::size_t p) {
+  const std::size_t n = parts.registry.param(p).numel;
+  std::vector<float> out(n);
+  auto* on_device = static_cast<float*>(parts.device->reserve(Tier::device, n * 4));
+  parts.state->copy_master(parts.layout.params[p].flat, n, on_device);
+  parts.device->copy(out.data(), on_device, n * 4);
+  parts.device->unreserve(Tier::device, on_device, n * 4);
+  return out;
+}
+
+// What SGD makes of ArithmeticValues and set_grads' gradients with the gradient scaled by
+// `scale`, in fp32 as the kernels compute it.
+float expected(std::size_t p, std::size_t i, double scale) {
+  const float value = static_cast<float>(p) * 100.0f + static_cast<float>(i) / 8.0f;
+  const float g =
+      static_cast<float>(p + 1) * 0.01f * static_cast<float>(static_cast<int>(i % 7) - 3);
+  return static_cast<float>(value - 0.5 * (static_cast<double>(g) * scale));
+}
+
+void check_step(EngineParts& parts, double scale) {
+  for (std::size_t p : parts.layout.trainable) {
+    const std::vector<float> got = master_of(parts, p);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("parameter " << p << ", element " << i);
+      CHECK(got[i] == Approx(expected(p, i, scale)).epsilon(1e-6).margin(1e-6));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("stepper: the norm is the gradients', and clipping divides them by its coefficient",
+          "[engine]") {
+  for (const char* offload : {"none", "cpu"}) {
+    INFO("offload_optimizer " << offload);
+    // No clipping: the gradient as it is.
+    {
+      EngineParts parts(sgd_config("", offload));
+      ArithmeticValues values;
+      parts.state->assign(values);
+      const double norm = std::sqrt(set_grads(parts));
+      const StepStats stats = parts.stepper->step();
+      CHECK(stats.stepped);
+      CHECK_FALSE(stats.skipped);
+      CHECK(stats.grad_norm == Approx(norm).epsilon(1e-6));
+      CHECK(stats.lr == 0.5);
+      CHECK(parts.stepper->global_steps() == 1);
+      CHECK(parts.stepper->optimizer_steps() == 1);
+      check_step(parts, 1.0);
+    }
+    // Clipping at a tenth of the norm: DeepSpeed's coefficient (norm + 1e-6) / max.
+    {
+      EngineParts probe(sgd_config("", offload));
+      const double norm = std::sqrt(set_grads(probe));
+      const double max_norm = norm / 10;
+      EngineParts parts(sgd_config(R"("gradient_clipping": )" + std::to_string(max_norm) + ",",
+                                   offload));
+      ArithmeticValues values;
+      parts.state->assign(values);
+      set_grads(parts);
+      const StepStats stats = parts.stepper->step();
+      CHECK(stats.grad_norm == Approx(norm).epsilon(1e-6));
+      check_step(parts, max_norm / (norm + 1e-6));
+    }
+  }
+}
+
+TEST_CASE("stepper: a non-finite fp16 gradient skips the step and keeps the masters",
+          "[engine]") {
+  EngineParts parts(sgd_config(R"("fp16": {"enabled": true, "initial_scale_power": 4,
+                                           "hysteresis": 1},)",
+                               "none"));
+  ArithmeticValues values;
+  parts.state->assign(values);
+  const std::vector<float> before = master_of(parts, 1);
+  set_grads(parts, std::numeric_limits<float>::infinity());
+  const double scale = parts.stepper->scaler().scale();
+  const StepStats stats = parts.stepper->step();
+  CHECK(stats.skipped);
+  CHECK(stats.loss_scale == scale);
+  CHECK(parts.stepper->global_steps() == 1);     // counted, as DeepSpeed counts it
+  CHECK(parts.stepper->optimizer_steps() == 0);  // the optimizer and the schedule held
+  CHECK(parts.stepper->scaler().scale() == scale / 2);  // hysteresis 1: it drops at once
+  CHECK(master_of(parts, 1) == before);
+  // The gradients the optimizer reads are back to zero for the next window.
+  parts.device->synchronize();
+  REQUIRE(parts.layout.modes.accum == DType::f16);
+  const auto* flat = static_cast<const std::uint16_t*>(parts.state->grad_flat());
+  CHECK(std::vector<std::uint16_t>(flat, flat + parts.layout.owned.total) ==
+        std::vector<std::uint16_t>(parts.layout.owned.total, 0));
+}
+
+}  // namespace zero::engine
