@@ -107,6 +107,235 @@ GradPeak walk_backward(const Registry& registry, const Layout& layout, std::size
   return peak;
 }
 
+// The buffers' sizes: reduction buckets, the stage 1-2 all-gather bucket, the offload staging,
+// and with offload beside a GPU the host's scalar scratch.
+void plan_buffers(const config::Config& config, const Layout& layout, bool beside,
+                  MemoryPlan& plan) {
+  const StateModes& m = layout.modes;
+  const std::size_t csize = dtype_size(m.compute);
+  std::size_t largest_bucket = 0;
+  for (const Bucket& b : layout.buckets) largest_bucket = std::max(largest_bucket, b.block);
+  std::size_t largest_group = 0;
+  for (const Bucket& b : layout.step_groups) largest_group = std::max(largest_group, b.block);
+  const std::size_t largest_gather = (m.stage == 1 || m.stage == 2) ? largest_group : 0;
+  plan.bucket_count = layout.buckets.empty() ? 0 : config.zero.overlap_comm ? 2 : 1;
+  plan.bucket_bytes =
+      largest_bucket * static_cast<std::size_t>(m.shard_ranks) * dtype_size(m.wire);
+  plan.gather_bytes = largest_gather * static_cast<std::size_t>(layout.world) * csize;
+  plan.reduce_staging_bytes = m.optimizer_offload ? largest_bucket * dtype_size(m.wire) : 0;
+  plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
+  if (beside && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
+}
+
+// Optimizer NVMe: buffer_count buffers of the largest swapped group's region (masters and
+// moments, each placed at 4096), and the swap file's arena. Returns the largest region.
+std::size_t plan_optimizer_swap(const config::Config& config, const Layout& layout,
+                                MemoryPlan& plan) {
+  if (!layout.modes.optimizer_nvme) return 0;
+  const int state_buffers = config.optimizer.state_buffers();
+  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
+  const auto region = [&](std::size_t elements) {
+    return align_direct(elements * 4) +
+           static_cast<std::size_t>(state_buffers) * align_direct(elements * state_size);
+  };
+  std::size_t largest_region = 0, file = 0;
+  plan.nvme.name = "optimizer swap file";
+  plan.nvme.tier = Tier::nvme;
+  for (std::size_t g = layout.resident_groups; g < layout.step_groups.size(); ++g) {
+    const std::size_t elements = layout.step_groups[g].block;
+    largest_region = std::max(largest_region, region(elements));
+    if (elements == 0) continue;
+    file += region(elements);
+    hold(plan.nvme, MemoryKind::master, elements * 4);
+    hold(plan.nvme, MemoryKind::moment, state_buffers * elements * state_size);
+  }
+  plan.nvme.capacity = std::max<std::size_t>(file, 1);
+  plan.swap_slot_bytes = largest_region;
+  plan.swap_slots = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
+  return largest_region;
+}
+
+// Parameter NVMe: three bounce buffers and buffer_count read buffers of the largest shard's
+// region, and the swapped shards' file. Returns one buffer's bytes with its alignment.
+std::size_t plan_param_swap(const Registry& registry, const config::Config& config,
+                            const Layout& layout, MemoryPlan& plan) {
+  const StateModes& m = layout.modes;
+  if (m.stage != 3 || !m.param_nvme) return 0;
+  const std::size_t csize = dtype_size(m.compute);
+  const auto& specs = registry.params();
+  std::size_t largest = 0, file = 0;
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    const ParamPlacement& place = layout.params[p];
+    if (place.compute_flat == kNone) continue;
+    const std::size_t shard = shard_shape(specs[p].numel, layout.world).shard;
+    const std::size_t region = align_direct(shard * csize);
+    largest = std::max(largest, region);
+    if (place.compute_flat >= layout.compute_resident_end) {
+      file += region;
+      hold(plan.param_nvme, MemoryKind::param, shard * csize);
+    }
+  }
+  plan.param_nvme.name = "parameter swap file";
+  plan.param_nvme.tier = Tier::nvme;
+  plan.param_nvme.capacity = std::max<std::size_t>(file, 1);
+  plan.param_bounce_bytes = std::max<std::size_t>(largest, 1);
+  plan.param_bounces = 3 + static_cast<std::size_t>(config.zero.offload_param.buffer_count);
+  return largest + kDirectAlign;
+}
+
+// The blocks, in the order the ModelState takes them: the replicated compute parameters
+// (stages 0-2) and gradients (0-1); the owned state (masters, gradient shard, moments; with
+// NVMe only their resident part), in the state arena or with optimizer offload in its own, with
+// the staging and the swap's buffers there; stage-3 compute shards, in the state arena or with
+// offload_param in theirs, with its staging and the parameter swap's buffers; the bucket
+// buffers and the stage 1-2 all-gather bucket.
+void plan_blocks(const Registry& registry, const config::Config& config, const Layout& layout,
+                 std::size_t swap_region, std::size_t bounce, MemoryPlan& plan) {
+  const StateModes& m = layout.modes;
+  const std::size_t csize = dtype_size(m.compute);
+  const auto& specs = registry.params();
+  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
+  const ArenaRole owned = m.optimizer_offload ? ArenaRole::offload : ArenaRole::state;
+  auto take = [&](BlockRole role, ArenaRole arena, MemoryKind kind, std::size_t bytes,
+                  std::size_t index = 0) {
+    plan.blocks.push_back({role, arena, kind, bytes, align_up(bytes), index});
+  };
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    if (m.stage <= 2) {
+      take(BlockRole::full_param, ArenaRole::state, MemoryKind::param, specs[p].numel * csize, p);
+    }
+    if (m.stage <= 1 && specs[p].trainable) {
+      take(BlockRole::full_grad, ArenaRole::state, MemoryKind::grad, specs[p].numel * csize, p);
+    }
+  }
+  if (m.mixed || m.stage >= 1) {
+    take(BlockRole::master, owned, MemoryKind::master, layout.resident_end * 4);
+  }
+  if (m.stage >= 1 || m.accum != m.compute) {
+    take(BlockRole::grad_flat, owned, MemoryKind::grad,
+         layout.owned.total * dtype_size(m.accum));
+  }
+  for (int k = 0; k < config.optimizer.state_buffers(); ++k) {
+    take(BlockRole::moment, owned, MemoryKind::moment, layout.resident_end * state_size,
+         static_cast<std::size_t>(k));
+  }
+  if (m.optimizer_offload) {
+    take(BlockRole::reduce_staging, owned, MemoryKind::buffer, plan.reduce_staging_bytes);
+    take(BlockRole::param_staging, owned, MemoryKind::buffer, plan.param_staging_bytes);
+  }
+  if (m.optimizer_nvme) {
+    plan.blocks.push_back({BlockRole::optimizer_swap, owned, MemoryKind::buffer,
+                           swap_region != 0 ? plan.swap_slots * swap_region : 0,
+                           plan.swap_slots * (swap_region + kDirectAlign), 0});
+  }
+  if (m.stage == 3 && m.param_offload) {
+    take(BlockRole::compute_shard, ArenaRole::param, MemoryKind::param,
+         layout.compute_resident_end * csize);
+    if (!m.optimizer_offload) {
+      take(BlockRole::param_staging, ArenaRole::param, MemoryKind::buffer,
+           plan.param_staging_bytes);
+    }
+    if (m.param_nvme) {
+      plan.blocks.push_back({BlockRole::param_swap, ArenaRole::param, MemoryKind::buffer,
+                             plan.param_bounces * plan.param_bounce_bytes,
+                             plan.param_bounces * bounce, 0});
+    }
+  } else if (m.stage == 3) {
+    take(BlockRole::compute_shard, ArenaRole::state, MemoryKind::param,
+         layout.compute_shards.total * csize);
+  }
+  for (std::size_t b = 0; b < plan.bucket_count; ++b) {
+    take(BlockRole::bucket, ArenaRole::state, MemoryKind::buffer, plan.bucket_bytes, b);
+  }
+  take(BlockRole::gather_buffer, ArenaRole::state, MemoryKind::buffer, plan.gather_bytes);
+}
+
+// The three arenas the blocks come from: their names and tiers, their capacities and held
+// bytes the blocks' sums.
+void size_block_arenas(const config::Config& config, const Layout& layout, MemoryPlan& plan) {
+  const StateModes& m = layout.modes;
+  plan.state.name = "model state";
+  plan.state.tier = Tier::device;
+  if (m.optimizer_offload) {
+    // DeepSpeed's pin_memory: page-locked memory copies faster and asynchronously, pageable
+    // memory costs nothing beyond itself.
+    const bool pinned = config.zero.offload_optimizer.pin_memory;
+    plan.offload.name = pinned ? "offloaded optimizer state (pinned)"
+                               : "offloaded optimizer state (pageable)";
+    plan.offload.tier = pinned ? Tier::pinned : Tier::host;
+  }
+  if (m.stage == 3 && m.param_offload) {
+    const bool pinned = config.zero.offload_param.pin_memory;
+    plan.param.name =
+        pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)";
+    plan.param.tier = pinned ? Tier::pinned : Tier::host;
+  }
+  for (const PlannedBlock& block : plan.blocks) {
+    ArenaPlan& arena = block.arena == ArenaRole::state     ? plan.state
+                       : block.arena == ArenaRole::offload ? plan.offload
+                                                           : plan.param;
+    arena.capacity += block.reserved;
+    hold(arena, block.kind, block.bytes);
+  }
+  plan.state.capacity = std::max<std::size_t>(plan.state.capacity, kAlign);
+  if (m.optimizer_offload) plan.offload.capacity = std::max<std::size_t>(plan.offload.capacity, kAlign);
+  if (m.stage == 3 && m.param_offload) {
+    plan.param.capacity = std::max<std::size_t>(plan.param.capacity, kAlign);
+  }
+}
+
+// Stages 2-3: the gradients while they live, sized by the planned backward's peak, plus a
+// quarter for hooks that run in another order.
+void plan_grad_arena(const Registry& registry, const Layout& layout, MemoryPlan& plan) {
+  if (layout.modes.stage < 2) return;
+  const GradPeak walk = walk_backward(registry, layout, dtype_size(layout.modes.compute));
+  plan.grad_live_peak = walk.exact;
+  plan.grad.name = "gradients (stage 2-3, while live)";
+  plan.grad.tier = Tier::device;
+  plan.grad.capacity = walk.aligned + walk.aligned / 4 + (std::size_t{1} << 20);
+  at(plan.grad.peak, MemoryKind::grad) = walk.exact;
+}
+
+// Stage 3: gathered parameters. Persistent ones stay. Of the others, the hooks open at once
+// hold their modules' (room for two of the largest modules), and what is kept for reuse or
+// fetched ahead is admitted only under stage3_max_live_parameters.
+void plan_gather_arena(const Registry& registry, const config::Config& config,
+                       const Layout& layout, MemoryPlan& plan) {
+  if (layout.modes.stage != 3) return;
+  const std::size_t csize = dtype_size(layout.modes.compute);
+  const auto& specs = registry.params();
+  std::size_t persistent = 0, others = 0, largest_module = 0;
+  std::size_t persistent_exact = 0, largest_others_exact = 0;
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    const std::size_t padded = layout.params[p].shape.padded() * csize;
+    (layout.params[p].persistent ? persistent : others) += align_up(padded);
+    if (layout.params[p].persistent) persistent_exact += padded;
+  }
+  for (const ModuleSpec& module : registry.modules()) {
+    std::size_t bytes = 0, others_exact = 0;
+    for (std::size_t p : module.params) {
+      const std::size_t padded = layout.params[p].shape.padded() * csize;
+      bytes += align_up(padded);
+      if (!layout.params[p].persistent) others_exact += padded;
+    }
+    largest_module = std::max(largest_module, bytes);
+    largest_others_exact = std::max(largest_others_exact, others_exact);
+  }
+  const std::size_t live_limit = static_cast<std::size_t>(config.zero.max_live_parameters) * csize;
+  plan.gather.name = "gathered parameters (stage 3)";
+  plan.gather.tier = Tier::device;
+  plan.gather.capacity = std::max<std::size_t>(
+      persistent + std::min(others, 2 * largest_module + std::min(live_limit, others)) + kAlign,
+      kAlign);
+  // Nothing fetched ahead or kept: every persistent parameter (gathered in forward, before
+  // backward needs them) and one module's others.
+  plan.gather_live_peak = persistent_exact + largest_others_exact;
+  plan.gather.peak_exact =
+      config.zero.prefetch_bucket_size == 0 && config.zero.max_reuse_distance == 0;
+  at(plan.gather.peak, MemoryKind::param) =
+      plan.gather.peak_exact ? plan.gather_live_peak : plan.gather.capacity;
+}
+
 }  // namespace
 
 StateModes state_modes(const config::Config& config, int world) {
@@ -259,219 +488,14 @@ std::size_t MemoryPlan::reserved(Tier tier) const noexcept {
 
 MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
                        const Layout& layout, bool beside) {
-  const StateModes& m = layout.modes;
-  const int world = layout.world;
-  const std::size_t n = static_cast<std::size_t>(m.shard_ranks);
-  const std::size_t csize = dtype_size(m.compute);
-  const auto& specs = registry.params();
-  const bool full_params = m.stage <= 2;
-  const bool full_grads = m.stage <= 1;
-  const bool has_master = m.mixed || m.stage >= 1;
-  const bool has_grad_flat = m.stage >= 1 || m.accum != m.compute;
-  const int state_buffers = config.optimizer.state_buffers();
-  const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
-
   MemoryPlan plan;
-  std::size_t largest_bucket = 0;
-  for (const Bucket& b : layout.buckets) largest_bucket = std::max(largest_bucket, b.block);
-  std::size_t largest_group = 0;
-  for (const Bucket& b : layout.step_groups) largest_group = std::max(largest_group, b.block);
-  const std::size_t largest_gather = (m.stage == 1 || m.stage == 2) ? largest_group : 0;
-  plan.bucket_count = layout.buckets.empty() ? 0 : config.zero.overlap_comm ? 2 : 1;
-  plan.bucket_bytes = largest_bucket * n * dtype_size(m.wire);
-  plan.gather_bytes = largest_gather * static_cast<std::size_t>(world) * csize;
-  plan.reduce_staging_bytes = m.optimizer_offload ? largest_bucket * dtype_size(m.wire) : 0;
-  plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
-  if (beside && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
-
-  // The swaps' buffers. Optimizer NVMe: buffer_count buffers of the largest swapped group's
-  // region, each placed at 4096. Parameter NVMe: three bounce buffers and buffer_count read
-  // buffers of the largest shard's region; the swapped shards in their file.
-  std::size_t largest_region = 0;
-  if (m.optimizer_nvme) {
-    for (std::size_t g = layout.resident_groups; g < layout.step_groups.size(); ++g) {
-      const std::size_t elements = layout.step_groups[g].block;
-      largest_region = std::max(largest_region,
-                                align_direct(elements * 4) +
-                                    static_cast<std::size_t>(state_buffers) *
-                                        align_direct(elements * state_size));
-    }
-    plan.swap_slot_bytes = largest_region;
-    plan.swap_slots = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
-  }
-  std::size_t bounce = 0;
-  if (m.stage == 3 && m.param_nvme) {
-    std::size_t largest = 0;
-    std::size_t file = 0;
-    for (std::size_t p = 0; p < specs.size(); ++p) {
-      const ParamPlacement& place = layout.params[p];
-      if (place.compute_flat == kNone) continue;
-      const std::size_t shard = shard_shape(specs[p].numel, world).shard;
-      const std::size_t region = align_direct(shard * csize);
-      largest = std::max(largest, region);
-      if (place.compute_flat >= layout.compute_resident_end) {
-        file += region;
-        hold(plan.param_nvme, MemoryKind::param, shard * csize);
-      }
-    }
-    plan.param_nvme.name = "parameter swap file";
-    plan.param_nvme.tier = Tier::nvme;
-    plan.param_nvme.capacity = std::max<std::size_t>(file, 1);
-    plan.param_bounce_bytes = std::max<std::size_t>(largest, 1);
-    plan.param_bounces = 3 + static_cast<std::size_t>(config.zero.offload_param.buffer_count);
-    bounce = largest + kDirectAlign;
-  }
-
-  // The blocks, in the order the ModelState takes them: the replicated compute parameters
-  // (stages 0-2) and gradients (0-1); the owned state (masters, gradient shard, moments; with
-  // NVMe only their resident part), in the state arena or with optimizer offload in its own,
-  // with the staging and the swap's buffers there; stage-3 compute shards, in the state arena
-  // or with offload_param in theirs, with its staging and the parameter swap's buffers; the
-  // bucket buffers and the stage 1-2 all-gather bucket.
-  const ArenaRole owned = m.optimizer_offload ? ArenaRole::offload : ArenaRole::state;
-  auto take = [&](BlockRole role, ArenaRole arena, MemoryKind kind, std::size_t bytes,
-                  std::size_t index = 0) {
-    plan.blocks.push_back({role, arena, kind, bytes, align_up(bytes), index});
-  };
-  for (std::size_t p = 0; p < specs.size(); ++p) {
-    if (full_params) take(BlockRole::full_param, ArenaRole::state, MemoryKind::param,
-                          specs[p].numel * csize, p);
-    if (full_grads && specs[p].trainable) {
-      take(BlockRole::full_grad, ArenaRole::state, MemoryKind::grad, specs[p].numel * csize, p);
-    }
-  }
-  if (has_master) take(BlockRole::master, owned, MemoryKind::master, layout.resident_end * 4);
-  if (has_grad_flat) {
-    take(BlockRole::grad_flat, owned, MemoryKind::grad,
-         layout.owned.total * dtype_size(m.accum));
-  }
-  for (int k = 0; k < state_buffers; ++k) {
-    take(BlockRole::moment, owned, MemoryKind::moment, layout.resident_end * state_size,
-         static_cast<std::size_t>(k));
-  }
-  if (m.optimizer_offload) {
-    take(BlockRole::reduce_staging, owned, MemoryKind::buffer, plan.reduce_staging_bytes);
-    take(BlockRole::param_staging, owned, MemoryKind::buffer, plan.param_staging_bytes);
-  }
-  if (m.optimizer_nvme) {
-    plan.blocks.push_back({BlockRole::optimizer_swap, owned, MemoryKind::buffer,
-                           largest_region != 0 ? plan.swap_slots * largest_region : 0,
-                           plan.swap_slots * (largest_region + kDirectAlign), 0});
-  }
-  if (m.stage == 3 && m.param_offload) {
-    take(BlockRole::compute_shard, ArenaRole::param, MemoryKind::param,
-         layout.compute_resident_end * csize);
-    if (!m.optimizer_offload) {
-      take(BlockRole::param_staging, ArenaRole::param, MemoryKind::buffer,
-           plan.param_staging_bytes);
-    }
-    if (m.param_nvme) {
-      plan.blocks.push_back({BlockRole::param_swap, ArenaRole::param, MemoryKind::buffer,
-                             plan.param_bounces * plan.param_bounce_bytes,
-                             plan.param_bounces * bounce, 0});
-    }
-  } else if (m.stage == 3) {
-    take(BlockRole::compute_shard, ArenaRole::state, MemoryKind::param,
-         layout.compute_shards.total * csize);
-  }
-  for (std::size_t b = 0; b < plan.bucket_count; ++b) {
-    take(BlockRole::bucket, ArenaRole::state, MemoryKind::buffer, plan.bucket_bytes, b);
-  }
-  take(BlockRole::gather_buffer, ArenaRole::state, MemoryKind::buffer, plan.gather_bytes);
-
-  // The three arenas the blocks come from: their capacities and held bytes are the blocks'.
-  plan.state.name = "model state";
-  plan.state.tier = Tier::device;
-  if (m.optimizer_offload) {
-    // DeepSpeed's pin_memory: page-locked memory copies faster and asynchronously, pageable
-    // memory costs nothing beyond itself.
-    const bool pinned = config.zero.offload_optimizer.pin_memory;
-    plan.offload.name = pinned ? "offloaded optimizer state (pinned)"
-                               : "offloaded optimizer state (pageable)";
-    plan.offload.tier = pinned ? Tier::pinned : Tier::host;
-  }
-  if (m.stage == 3 && m.param_offload) {
-    const bool pinned = config.zero.offload_param.pin_memory;
-    plan.param.name =
-        pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)";
-    plan.param.tier = pinned ? Tier::pinned : Tier::host;
-  }
-  for (const PlannedBlock& block : plan.blocks) {
-    ArenaPlan& arena = block.arena == ArenaRole::state     ? plan.state
-                       : block.arena == ArenaRole::offload ? plan.offload
-                                                           : plan.param;
-    arena.capacity += block.reserved;
-    hold(arena, block.kind, block.bytes);
-  }
-  plan.state.capacity = std::max<std::size_t>(plan.state.capacity, kAlign);
-  if (m.optimizer_offload) plan.offload.capacity = std::max<std::size_t>(plan.offload.capacity, kAlign);
-  if (m.stage == 3 && m.param_offload) {
-    plan.param.capacity = std::max<std::size_t>(plan.param.capacity, kAlign);
-  }
-
-  // The optimizer's swap file: each swapped group's masters and moments, at 4096.
-  if (m.optimizer_nvme) {
-    plan.nvme.name = "optimizer swap file";
-    plan.nvme.tier = Tier::nvme;
-    std::size_t file = 0;
-    for (std::size_t g = layout.resident_groups; g < layout.step_groups.size(); ++g) {
-      const std::size_t elements = layout.step_groups[g].block;
-      if (elements == 0) continue;
-      file += align_direct(elements * 4) +
-              static_cast<std::size_t>(state_buffers) * align_direct(elements * state_size);
-      hold(plan.nvme, MemoryKind::master, elements * 4);
-      hold(plan.nvme, MemoryKind::moment, state_buffers * elements * state_size);
-    }
-    plan.nvme.capacity = std::max<std::size_t>(file, 1);
-  }
-
-  // Stages 2-3: the gradients while they live, sized by the planned backward's peak, plus a
-  // quarter for hooks that run in another order.
-  if (m.stage >= 2) {
-    const GradPeak walk = walk_backward(registry, layout, csize);
-    plan.grad_live_peak = walk.exact;
-    plan.grad.name = "gradients (stage 2-3, while live)";
-    plan.grad.tier = Tier::device;
-    plan.grad.capacity = walk.aligned + walk.aligned / 4 + (std::size_t{1} << 20);
-    at(plan.grad.peak, MemoryKind::grad) = walk.exact;
-  }
-
-  // Stage 3: gathered parameters. Persistent ones stay. Of the others, the hooks open at once
-  // hold their modules' (room for two of the largest modules), and what is kept for reuse or
-  // fetched ahead is admitted only under stage3_max_live_parameters.
-  if (m.stage == 3) {
-    std::size_t persistent = 0, others = 0, largest_module = 0;
-    std::size_t persistent_exact = 0, largest_others_exact = 0;
-    for (std::size_t p = 0; p < specs.size(); ++p) {
-      const std::size_t padded = layout.params[p].shape.padded() * csize;
-      (layout.params[p].persistent ? persistent : others) += align_up(padded);
-      if (layout.params[p].persistent) persistent_exact += padded;
-    }
-    for (const ModuleSpec& module : registry.modules()) {
-      std::size_t bytes = 0, others_exact = 0;
-      for (std::size_t p : module.params) {
-        const std::size_t padded = layout.params[p].shape.padded() * csize;
-        bytes += align_up(padded);
-        if (!layout.params[p].persistent) others_exact += padded;
-      }
-      largest_module = std::max(largest_module, bytes);
-      largest_others_exact = std::max(largest_others_exact, others_exact);
-    }
-    const std::size_t live_limit =
-        static_cast<std::size_t>(config.zero.max_live_parameters) * csize;
-    plan.gather.name = "gathered parameters (stage 3)";
-    plan.gather.tier = Tier::device;
-    plan.gather.capacity = std::max<std::size_t>(
-        persistent + std::min(others, 2 * largest_module + std::min(live_limit, others)) + kAlign,
-        kAlign);
-    // Nothing fetched ahead or kept: every persistent parameter (gathered in forward, before
-    // backward needs them) and one module's others.
-    plan.gather_live_peak = persistent_exact + largest_others_exact;
-    plan.gather.peak_exact =
-        config.zero.prefetch_bucket_size == 0 && config.zero.max_reuse_distance == 0;
-    at(plan.gather.peak, MemoryKind::param) =
-        plan.gather.peak_exact ? plan.gather_live_peak : plan.gather.capacity;
-  }
+  plan_buffers(config, layout, beside, plan);
+  const std::size_t swap_region = plan_optimizer_swap(config, layout, plan);
+  const std::size_t bounce = plan_param_swap(registry, config, layout, plan);
+  plan_blocks(registry, config, layout, swap_region, bounce, plan);
+  size_block_arenas(config, layout, plan);
+  plan_grad_arena(registry, layout, plan);
+  plan_gather_arena(registry, config, layout, plan);
   return plan;
 }
 
