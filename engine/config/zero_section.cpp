@@ -133,12 +133,11 @@ void map_deprecated_pin_memory(Section& zero, Config& config) {
   }
 }
 
-}  // namespace
-
-void read_zero_optimization(Section& root, Config& config) {
+// DeepSpeed's old `"zero_optimization": true` (stage 1) or false; true when the section had
+// that form (and is read).
+bool read_boolean_form(Section& root, Config& config) {
   Reader& reader = root.reader();
   ZeroConfig& z = config.zero;
-
   // `"zero_optimization": true` is DeepSpeed's old form of stage 1.
   const json* raw = root.raw("zero_optimization");
   if (raw != nullptr && raw->is_boolean()) {
@@ -150,7 +149,7 @@ void read_zero_optimization(Section& root, Config& config) {
                   "from \"zero_optimization\": true/false");
     z.overlap_comm = false;
     z.allgather_bucket_size = root.integer({"allgather_size"}, 500'000'000);
-    return;
+    return true;
   }
   root.declare("allgather_size", KeyClass::implemented,
                "the bucket size of the old \"zero_optimization\": true form");
@@ -158,7 +157,13 @@ void read_zero_optimization(Section& root, Config& config) {
     reader.error("allgather_size: only read with the old \"zero_optimization\": true form; use "
                  "zero_optimization.allgather_bucket_size");
   }
-  Section zero = root.child("zero_optimization");
+  return false;
+}
+
+// The stage, the buckets, the stage-3 thresholds and limits.
+void read_stage_and_buckets(Section& zero, Config& config) {
+  Reader& reader = zero.reader();
+  ZeroConfig& z = config.zero;
   z.stage = static_cast<int>(zero.integer({"stage"}, 0, {0, 3}));
   z.reduce_scatter = zero.boolean({"reduce_scatter"}, true);
   z.reduce_bucket_size = zero.integer({"reduce_bucket_size"}, 500'000'000);
@@ -187,6 +192,12 @@ void read_zero_optimization(Section& root, Config& config) {
   z.max_reuse_distance =
       zero.integer({"stage3_max_reuse_distance", "max_reuse_distance"}, 1'000'000'000);
 
+}
+
+// The 16-bit weights gathered on save, under its name and its deprecated fp16 name.
+void read_gather_16bit(Section& zero, Config& config) {
+  Reader& reader = zero.reader();
+  ZeroConfig& z = config.zero;
   // stage3_gather_fp16_weights_on_model_save is the old name of the 16-bit key.
   zero.declare("stage3_gather_fp16_weights_on_model_save", KeyClass::deprecated,
                "use stage3_gather_16bit_weights_on_model_save");
@@ -220,13 +231,11 @@ void read_zero_optimization(Section& root, Config& config) {
         false);
   }
 
-  map_deprecated_offload(zero, config);
-  if (!zero.has("cpu_offload") || zero.has("offload_optimizer")) read_offload_optimizer(zero, config);
-  else zero.declare("offload_optimizer", KeyClass::implemented);
-  if (!zero.has("cpu_offload_param") || zero.has("offload_param")) read_offload_param(zero, config);
-  else zero.declare("offload_param", KeyClass::implemented);
-  map_deprecated_pin_memory(zero, config);
+}
 
+// The keys accepted without effect here, and those refused as not supported when enabled.
+void declare_other_keys(Section& zero) {
+  Reader& reader = zero.reader();
   // Accepted without effect: these tune DeepSpeed's Python machinery or are always true here.
   zero.no_effect_flag("contiguous_gradients",
                  "every rank's shards are always one contiguous buffer per dtype");
@@ -268,9 +277,11 @@ void read_zero_optimization(Section& root, Config& config) {
   }
   zero.unsupported_flag("mics_hierarchical_params_gather", "MiCS hierarchical gather");
   zero.unsupported_if("zenflow", present_and_not_empty, "ZenFlow");
-  zero.finish();
+}
 
-  // Cross-key rules.
+// Rules across keys: optimizer offload needs a partitioning stage, parameter offload stage 3.
+void check_across_keys(Reader& reader, Config& config) {
+  ZeroConfig& z = config.zero;
   const auto& optimizer_offload = z.offload_optimizer.device;
   if (optimizer_offload != OffloadDevice::none && z.stage == 0) {
     reader.error(fmt::format(
@@ -287,6 +298,24 @@ void read_zero_optimization(Section& root, Config& config) {
     reader.record("zero_optimization.offload_param.device", "none", Source::derived,
                   "offload_param applies at stage 3 only");
   }
+}
+
+}  // namespace
+
+void read_zero_optimization(Section& root, Config& config) {
+  if (read_boolean_form(root, config)) return;
+  Section zero = root.child("zero_optimization");
+  read_stage_and_buckets(zero, config);
+  read_gather_16bit(zero, config);
+  map_deprecated_offload(zero, config);
+  if (!zero.has("cpu_offload") || zero.has("offload_optimizer")) read_offload_optimizer(zero, config);
+  else zero.declare("offload_optimizer", KeyClass::implemented);
+  if (!zero.has("cpu_offload_param") || zero.has("offload_param")) read_offload_param(zero, config);
+  else zero.declare("offload_param", KeyClass::implemented);
+  map_deprecated_pin_memory(zero, config);
+  declare_other_keys(zero);
+  zero.finish();
+  check_across_keys(root.reader(), config);
 }
 
 }  // namespace zero::config
