@@ -15,6 +15,8 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -211,72 +213,65 @@ std::vector<std::string> commit_directory(const fs::path& dir, bool generation) 
   return removed;
 }
 
-int export_model(const std::string& path, const std::string& out_arg, const std::string& dtype_text,
-                 const std::string& layout) {
-  const auto dtype = zero::parse_dtype(dtype_text);
-  if (!dtype || !zero::is_floating(*dtype)) {
-    throw zero::make_error(zero::ErrorCategory::usage, "--dtype {}: use fp32, bf16 or fp16",
-                           dtype_text);
-  }
-  const zero::Timer timer;
-  CheckpointReader reader(tag_directory(path));
-  const Manifest& m = reader.manifest();
+// Which layouts the checkpoint's names allow: Hugging Face GPT-2's, the Llama family's.
+struct Naming {
+  bool gpt2 = false;
+  bool llama = false;
+};
+
+Naming naming_of(const Manifest& m) {
   std::vector<std::string> names;
   for (const ParamEntry& p : m.params) names.push_back(p.name);
-  const bool gpt2 = zero::gpt::is_gpt2_naming(names);
-  const bool llama =
-      std::find(names.begin(), names.end(), "model.embed_tokens.weight") != names.end();
-  if (layout == "hf" && !gpt2 && !llama) {
+  return {zero::gpt::is_gpt2_naming(names),
+          std::find(names.begin(), names.end(), "model.embed_tokens.weight") != names.end()};
+}
+
+// A model directory's config.json and generation_config.json, from the checkpoint, the dtype
+// set; the directory made. Refuses a checkpoint that keeps no config.json, and --layout saved.
+std::pair<nlohmann::json, nlohmann::json> directory_files(const Manifest& m,
+                                                          const std::string& checkpoint,
+                                                          const std::string& out_arg,
+                                                          const std::string& layout, DType dtype) {
+  nlohmann::json config = kept_hf_file(m, "hf_config");
+  nlohmann::json generation = kept_hf_file(m, "hf_generation_config");
+  if (config.is_null()) {
+    throw zero::make_error(
+        zero::ErrorCategory::usage,
+        "--out {}: a model directory needs the model's config.json, and {} keeps none (it was "
+        "not saved by zero-train, or by an older one); export to a file instead (--out "
+        "{}/model.safetensors) and write config.json yourself",
+        out_arg, checkpoint, out_arg);
+  }
+  if (layout == "saved") {
     throw zero::make_error(zero::ErrorCategory::usage,
-                           "--layout hf: {} holds neither a GPT-2 (wte.weight, wpe.weight and "
-                           "h.<n>.attn/mlp weights) nor a Llama-family model "
-                           "(model.embed_tokens.weight, model.layers.<n>...); export it with "
-                           "--layout saved",
-                           reader.directory());
+                           "--out {}: a model directory is for transformers, which reads "
+                           "Hugging Face's layout; use --layout auto or hf, or --out "
+                           "FILE.safetensors",
+                           out_arg);
   }
-  // A directory for transformers: the weights in Hugging Face's layout, and config.json.
-  const bool directory = !out_arg.ends_with(".safetensors");
-  nlohmann::json config, generation;
-  if (directory) {
-    config = kept_hf_file(m, "hf_config");
-    generation = kept_hf_file(m, "hf_generation_config");
-    if (config.is_null()) {
-      throw zero::make_error(
-          zero::ErrorCategory::usage,
-          "--out {}: a model directory needs the model's config.json, and {} keeps none (it was "
-          "not saved by zero-train, or by an older one); export to a file instead (--out "
-          "{}/model.safetensors) and write config.json yourself",
-          out_arg, reader.directory(), out_arg);
-    }
-    if (layout == "saved") {
-      throw zero::make_error(
-          zero::ErrorCategory::usage,
-          "--out {}: a model directory is for transformers, which reads "
-          "Hugging Face's layout; use --layout auto or hf, or --out FILE.safetensors",
-          out_arg);
-    }
-    config.erase("torch_dtype");
-    config["dtype"] = torch_dtype(*dtype);
-    std::error_code error;
-    fs::create_directories(out_arg, error);
-    if (error || !fs::is_directory(out_arg)) {
-      throw zero::make_error(zero::ErrorCategory::io, "--out {}: cannot create the directory: {}",
-                             out_arg, error ? error.message() : "a file is in the way");
-    }
+  config.erase("torch_dtype");
+  config["dtype"] = torch_dtype(dtype);
+  std::error_code error;
+  fs::create_directories(out_arg, error);
+  if (error || !fs::is_directory(out_arg)) {
+    throw zero::make_error(zero::ErrorCategory::io, "--out {}: cannot create the directory: {}",
+                           out_arg, error ? error.message() : "a file is in the way");
   }
-  const std::string out = directory ? (fs::path(out_arg) / "model.safetensors").string() : out_arg;
-  // The Llama family is registered in Hugging Face's layout: nothing turns.
-  const bool hf = layout == "hf" || (layout == "auto" && (gpt2 || llama));
+  return {std::move(config), std::move(generation)};
+}
+
+// The consolidated weights into `temporary` (made new; removed when the writing fails): each
+// parameter whole under its name, streamed in pieces of 4 Mi elements so that memory does not
+// grow with the model; a transposed weight is read whole (GPT-2's largest, c_fc of gpt2-1.5b,
+// is 10M elements).
+void write_weights(CheckpointReader& reader, const std::string& temporary, DType dtype, bool hf) {
+  const Manifest& m = reader.manifest();
   std::vector<zero::checkpoint::TensorDecl> decls;
   for (const ParamEntry& p : m.params) {
     std::vector<std::int64_t> shape = p.shape;
     if (transposed_on_export(p, hf)) std::swap(shape[0], shape[1]);
-    decls.push_back({p.name, std::string(zero::checkpoint::safetensors_dtype(*dtype)), shape});
+    decls.push_back({p.name, std::string(zero::checkpoint::safetensors_dtype(dtype)), shape});
   }
-  // Written beside the target and renamed at the end: a failed export leaves no partial file
-  // under the name asked for. The temporary is made new (a leftover from a crash, or a link
-  // planted there, is removed, never written through) and removed when the export fails.
-  const std::string temporary = out + ".tmp";
   zero::checkpoint::claim_temporary(temporary);
   try {
     zero::checkpoint::SafetensorsWriter writer(
@@ -286,10 +281,8 @@ int export_model(const std::string& path, const std::string& out_arg, const std:
          {"zero_step", std::to_string(m.global_steps)},
          {"zero_layout", hf ? "huggingface" : "zero"}},
         zero::checkpoint::SafetensorsWriter::kDefaultChunkBytes, 0644, /*direct=*/true);
-    // Streamed in pieces of 4 Mi elements: the memory does not grow with the model. A
-    // transposed weight is read whole (GPT-2's largest, c_fc of gpt2-1.5b, is 10M elements).
     constexpr std::size_t kPiece = std::size_t{1} << 22;
-    const std::size_t size = zero::dtype_size(*dtype);
+    const std::size_t size = zero::dtype_size(dtype);
     std::vector<char> buffer(kPiece * size);
     for (const ParamEntry& p : m.params) {
       const std::string_view kind =
@@ -298,7 +291,7 @@ int export_model(const std::string& path, const std::string& out_arg, const std:
         const auto rows = static_cast<std::size_t>(p.shape[0]);
         const auto cols = static_cast<std::size_t>(p.shape[1]);
         std::vector<char> whole(p.numel * size), turned(p.numel * size);
-        reader.read(kind, p, 0, p.numel, *dtype, whole.data());
+        reader.read(kind, p, 0, p.numel, dtype, whole.data());
         for (std::size_t r = 0; r < rows; ++r) {
           for (std::size_t c = 0; c < cols; ++c) {
             std::memcpy(turned.data() + (c * rows + r) * size, whole.data() + (r * cols + c) * size,
@@ -311,43 +304,83 @@ int export_model(const std::string& path, const std::string& out_arg, const std:
       for (std::uint64_t done = 0; done < p.numel; done += kPiece) {
         const std::size_t n =
             static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, p.numel - done));
-        reader.read(kind, p, done, n, *dtype, buffer.data());
+        reader.read(kind, p, done, n, dtype, buffer.data());
         writer.write(buffer.data(), n * size);
       }
     }
     writer.finish();
-    if (!directory) fs::rename(temporary, out);  // a link at `out` is replaced, not followed
   } catch (...) {
     std::error_code ignored;
     fs::remove(temporary, ignored);
     throw;
   }
+}
+
+// A model directory: config.json and generation_config.json written whole beside the new
+// weights, then the whole model put in place of the old one (commit_directory). Returns what
+// was removed.
+std::vector<std::string> finish_directory(const fs::path& dir, const nlohmann::json& config,
+                                          const nlohmann::json& generation) {
+  try {
+    write_json_temporary((dir / "config.json").string(), config);
+    if (!generation.is_null()) {
+      write_json_temporary((dir / "generation_config.json").string(), generation);
+    }
+    return commit_directory(dir, !generation.is_null());
+  } catch (...) {
+    std::error_code ignored;
+    for (const char* name :
+         {"model.safetensors.tmp", "config.json.tmp", "generation_config.json.tmp"}) {
+      fs::remove(dir / name, ignored);
+    }
+    throw;
+  }
+}
+
+int export_model(const std::string& path, const std::string& out_arg, const std::string& dtype_text,
+                 const std::string& layout) {
+  const auto dtype = zero::parse_dtype(dtype_text);
+  if (!dtype || !zero::is_floating(*dtype)) {
+    throw zero::make_error(zero::ErrorCategory::usage, "--dtype {}: use fp32, bf16 or fp16",
+                           dtype_text);
+  }
+  const zero::Timer timer;
+  CheckpointReader reader(tag_directory(path));
+  const Manifest& m = reader.manifest();
+  const Naming naming = naming_of(m);
+  if (layout == "hf" && !naming.gpt2 && !naming.llama) {
+    throw zero::make_error(zero::ErrorCategory::usage,
+                           "--layout hf: {} holds neither a GPT-2 (wte.weight, wpe.weight and "
+                           "h.<n>.attn/mlp weights) nor a Llama-family model "
+                           "(model.embed_tokens.weight, model.layers.<n>...); export it with "
+                           "--layout saved",
+                           reader.directory());
+  }
+  // A directory for transformers: the weights in Hugging Face's layout, and config.json.
+  const bool directory = !out_arg.ends_with(".safetensors");
+  nlohmann::json config, generation;
+  if (directory) {
+    std::tie(config, generation) = directory_files(m, reader.directory(), out_arg, layout, *dtype);
+  }
+  const std::string out = directory ? (fs::path(out_arg) / "model.safetensors").string() : out_arg;
+  // The Llama family is registered in Hugging Face's layout: nothing turns.
+  const bool hf = layout == "hf" || (layout == "auto" && (naming.gpt2 || naming.llama));
+  // Written beside the target and renamed at the end: a failed export leaves no partial file
+  // under the name asked for.
+  write_weights(reader, out + ".tmp", *dtype, hf);
   std::vector<std::string> removed;
   if (directory) {
-    // Every file written whole beside the old model first, then the model replaced at once.
-    const fs::path dir(out_arg);
-    try {
-      write_json_temporary((dir / "config.json").string(), config);
-      if (!generation.is_null()) {
-        write_json_temporary((dir / "generation_config.json").string(), generation);
-      }
-      removed = commit_directory(dir, !generation.is_null());
-    } catch (...) {
-      std::error_code ignored;
-      for (const char* name : {"model.safetensors.tmp", "config.json.tmp",
-                               "generation_config.json.tmp"}) {
-        fs::remove(dir / name, ignored);
-      }
-      throw;
-    }
+    removed = finish_directory(fs::path(out_arg), config, generation);
+  } else {
+    fs::rename(out + ".tmp", out);  // a link at `out` is replaced, not followed
   }
   std::uint64_t elements = 0;
   for (const ParamEntry& p : m.params) elements += p.numel;
   std::cout << fmt::format("{}: {} parameters, {} elements as {}, {} layout, {} ({:.2f} s)\n", out,
                            m.params.size(), elements, zero::dtype_name(*dtype),
-                           !hf    ? "zero's"
-                           : gpt2 ? "Hugging Face GPT-2 (Conv1D weights [in, out])"
-                                  : "Hugging Face",
+                           !hf            ? "zero's"
+                           : naming.gpt2 ? "Hugging Face GPT-2 (Conv1D weights [in, out])"
+                                          : "Hugging Face",
                            zero::format_bytes(fs::file_size(out)), timer.seconds());
   if (!removed.empty()) {
     std::cout << fmt::format("{}: removed the earlier model's {}\n", out_arg,
