@@ -73,8 +73,14 @@ case $case_name in
   sigkill_named_and_cleaned)
     have_mpirun || exit 77
     start_long_run
-    # SIGKILL to the ranks: nothing of theirs runs; the directory stays, stale.
-    pkill -KILL -f -- "--steps 1000000" || true
+    # SIGKILL to this job's ranks alone (their pids are in their owner records; a pattern
+    # could match another test's job under ctest -j): nothing of theirs runs; the directory
+    # stays, stale.
+    for owner in "$nvme"/zero/*/rank*/owner.json; do
+      pid=$(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$owner")
+      [ -n "$pid" ] || fail "no pid in $owner: $(<"$owner")"
+      kill -KILL "$pid" || true
+    done
     wait "$job" || true
     for _ in $(seq 50); do
       "$swap" list "$nvme" | grep -q stale && break
