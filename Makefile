@@ -32,10 +32,14 @@ build: configure
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
 
-# The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer, without CUDA.
-test-asan:
-	$(MAKE) test BUILD=build-asan BUILD_TYPE=Debug \
-	  CMAKE_FLAGS="-DZERO_WITH_CUDA=OFF -DZERO_SANITIZE=address,undefined" CTEST_FLAGS="-L unit"
+# The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer, without CUDA:
+# only the programs they run are built (the target zero_unit_programs).
+ASAN_BUILD ?= build-asan
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug \
+	  -DZERO_WITH_CUDA=OFF -DZERO_SANITIZE=address,undefined $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target zero_unit_programs
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit $(CTEST_FLAGS)
 
 # The unit tests and the 2-rank equivalence matrix under ThreadSanitizer on the asynchronous
 # CPU device (ZERO_CPU_DEVICE=async), without CUDA: scripts/test-tsan.sh.
@@ -64,4 +68,4 @@ format:
 	git ls-files '*.h' '*.cpp' '*.cu' '*.c' | xargs clang-format -i
 
 clean:
-	rm -rf build build-asan build-tsan build-demo build-gpu gpu-bundle gpu-results
+	rm -rf build build-asan build-tsan build-demo build-gpu build-python-env gpu-bundle gpu-results

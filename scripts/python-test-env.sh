@@ -1,23 +1,39 @@
 #!/usr/bin/env bash
-# Creates (once) the Python environment the tests use to check our files against real readers:
-# a venv at BUILD_DIR/python-env with safetensors, numpy and tokenizers. Running it again when
-# they all import does nothing. Exits non-zero, saying what is missing, when python3, venv or pip
-# is absent or pip fails (it needs the package index, or a mirror set in pip's config).
+# scripts/python-test-env.sh ENV_DIR: creates (once) the Python environment the tests use to
+# check our files against real readers: a venv at ENV_DIR (CMake's ZERO_PYTHON_ENV, by default
+# build-python-env/ beside the build folders, so that every build shares one) with the pinned
+# packages of scripts/python-test-requirements.txt. Running it again when they are installed at
+# those versions does nothing; builds that run it at once take turns (a lock in the venv).
+# Exits non-zero, saying what is missing, when python3, venv or pip is absent or pip fails (it
+# needs the package index, or a mirror set in pip's config).
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
-  echo "usage: $0 BUILD_DIR" >&2
+  echo "usage: $0 ENV_DIR" >&2
   exit 2
 fi
-env_dir="$1/python-env"
-packages=(safetensors numpy tokenizers)
+env_dir=$1
+requirements=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/python-test-requirements.txt
 
 if ! command -v python3 >/dev/null; then
   echo "python-test-env: python3 not found; install it (scripts/install-deps.sh does)" >&2
   exit 1
 fi
+mkdir -p "$env_dir"
+exec 9>"$env_dir/.lock"
+flock 9
 
 python="$env_dir/bin/python"
+# What is installed matches the pins exactly: nothing to do.
+installed() {
+  "$python" -m pip freeze --disable-pip-version-check 2>/dev/null >"$env_dir/.freeze" || return 1
+  local line
+  while read -r line; do
+    [[ $line =~ ^[A-Za-z] ]] || continue
+    grep -qixF -- "$line" "$env_dir/.freeze" || return 1
+  done <"$requirements"
+}
+
 if [ ! -x "$python" ]; then
   echo "python-test-env: creating $env_dir"
   if ! python3 -m venv "$env_dir"; then
@@ -26,19 +42,17 @@ if [ ! -x "$python" ]; then
     exit 1
   fi
 fi
-
-if "$python" -c "import safetensors, numpy, tokenizers" 2>/dev/null; then
+if installed; then
   exit 0
 fi
-
 if ! "$python" -m pip --version >/dev/null 2>&1; then
   echo "python-test-env: the venv at $env_dir has no pip; install python3-pip and python3-venv," \
        "remove $env_dir and run again" >&2
   exit 1
 fi
-echo "python-test-env: installing ${packages[*]} into $env_dir"
-if ! "$python" -m pip install --quiet --disable-pip-version-check "${packages[@]}"; then
-  echo "python-test-env: pip install ${packages[*]} failed (is the package index reachable?)" >&2
+echo "python-test-env: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $env_dir"
+if ! "$python" -m pip install --quiet --disable-pip-version-check -r "$requirements"; then
+  echo "python-test-env: pip install -r $requirements failed (is the package index reachable?)" >&2
   exit 1
 fi
 "$python" -c "import safetensors, numpy, tokenizers; print('python-test-env: safetensors', safetensors.__version__, 'numpy', numpy.__version__, 'tokenizers', tokenizers.__version__)"
