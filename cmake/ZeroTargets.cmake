@@ -13,3 +13,14 @@ function(zero_add_program name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} zero_warnings zero_sanitize)
 endfunction()
+
+# zero_precompile(NAME HEADER...): headers most of a target's sources include, compiled once for
+# the target (ZERO_PCH, on by default). Catch2 and nlohmann/json take most of a test file's or a
+# config reader's compile time. A source that must see the header first with a macro of its
+# own (CATCH_CONFIG_RUNNER) sets SKIP_PRECOMPILE_HEADERS.
+option(ZERO_PCH "precompile the heaviest headers of the test programs and JSON readers" ON)
+function(zero_precompile name)
+  if(ZERO_PCH)
+    target_precompile_headers(${name} PRIVATE ${ARGN})
+  endif()
+endfunction()
