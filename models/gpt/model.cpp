@@ -1,5 +1,6 @@
 // The reference GPT through the C API (see model.h): registration, and the forward and backward
-// of each module between its hooks, from the layers in kernels.h.
+// of each module between its hooks, from the layers in kernels.h and the shared ones
+// (models/layers/layers.h).
 #include "models/gpt/model.h"
 
 #include <algorithm>
@@ -10,10 +11,18 @@
 #include "models/gpt/hf_layout.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/params.h"
+#include "models/layers/layers.h"
 #include "models/param_init.h"
 #include "models/tokens.h"
 
 namespace zero::gpt {
+
+using layers::crossentropy_backward;
+using layers::crossentropy_forward;
+using layers::matmul_backward;
+using layers::matmul_forward;
+using layers::residual_forward;
+
 void Gpt::check(zero_status status, const char* call) const {
   models::check(status, call);
 }

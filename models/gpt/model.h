@@ -8,7 +8,7 @@
 // hooks around its compute, so stage 3 gathers one block at a time.
 //
 // The layers compute in fp32; bf16 and fp16 compute copies are widened and their gradients
-// rounded back through ComputeCopies (compute_copies.h).
+// rounded back through ComputeCopies (models/layers/compute_copies.h).
 #pragma once
 
 #include <cstdint>
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "models/causal_lm.h"
-#include "models/gpt/compute_copies.h"
 #include "models/gpt/config.h"
 #include "models/gpt/params.h"
+#include "models/layers/compute_copies.h"
 #include "models/param_init.h"
 #include "zero/zero.h"
 
@@ -91,7 +91,7 @@ class Gpt final : public models::CausalLm {
   std::vector<Block> blocks_;
   std::vector<std::string> names_;
   std::vector<std::size_t> numels_;  // by parameter id
-  ComputeCopies copies_;             // fp32 views of bf16 or fp16 compute copies (compute_copies.h)
+  layers::ComputeCopies copies_;     // fp32 views of bf16 or fp16 compute copies
 
   // This micro-batch's inputs and activations, kept for the backward.
   std::vector<std::int32_t> tokens_, targets_;

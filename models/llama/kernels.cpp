@@ -1,12 +1,12 @@
 // The Llama-family decoder's own CPU layers (see kernels.h): plain loops under OpenMP, sums in
-// double, parameter gradients reduced over rows in order; grouped attention is the GPT's attention
-// on rows of their own strides (models/gpt/kernels.h).
+// double, parameter gradients reduced over rows in order; grouped attention is the shared attention
+// on rows of their own strides (models/layers/layers.h).
 #include "models/llama/kernels.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "models/gpt/kernels.h"
+#include "models/layers/layers.h"
 
 namespace zero::llama {
 namespace {
@@ -161,15 +161,15 @@ void swiglu_backward(T* dgate, T* dup, const T* dh, const T* gate, const T* up, 
 template <class T>
 void gqa_attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int B, int Tn,
                            int NH, int NKV, int hd, int window) {
-  gpt::attention_forward_rows(out, NH * hd, att, q, NH * hd, k, v, NKV * hd, B, Tn, NH, NKV, hd,
-                              window);
+  layers::attention_forward_rows(out, NH * hd, att, q, NH * hd, k, v, NKV * hd, B, Tn, NH, NKV, hd,
+                                 window);
 }
 
 template <class T>
 void gqa_attention_backward(T* dq, T* dk, T* dv, T* datt, const T* dout, const T* q, const T* k,
                             const T* v, const T* att, int B, int Tn, int NH, int NKV, int hd) {
-  gpt::attention_backward_rows(dq, dk, dv, datt, dout, NH * hd, q, NH * hd, k, v, NKV * hd, att, B,
-                               Tn, NH, NKV, hd);
+  layers::attention_backward_rows(dq, dk, dv, datt, dout, NH * hd, q, NH * hd, k, v, NKV * hd, att,
+                                  B, Tn, NH, NKV, hd);
 }
 
 #define ZERO_LLAMA_INSTANTIATE(T)                                                                  \

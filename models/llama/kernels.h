@@ -1,8 +1,8 @@
 // The Llama-family decoder's own CPU layers, forward and backward: RMSNorm, rotary position
 // embeddings (rotate-half form, as Hugging Face's LlamaRotaryEmbedding), the SwiGLU gate, and
-// causal attention with grouped query heads (and an optional sliding window, Mistral's). The
-// layers it shares with the GPT (matrix products, residual adds, softmax with cross-entropy)
-// are the GPT's (models/gpt/kernels.h).
+// causal attention with grouped query heads (and an optional sliding window, Mistral's) on the
+// shared attention. The layers it shares with the GPT (matrix products, residual adds, softmax
+// with cross-entropy) are in models/layers/layers.h.
 //
 // Conventions as there: row-major, B sequences of Tn positions; every backward ADDS (+=) its
 // input and parameter gradients; templates on float (the model's) and double (what the

@@ -1,23 +1,24 @@
 // The Llama-family decoder through the C API (see model.h): registration, and the forward and
-// backward of each module between its hooks, from the layers in kernels.h and the GPT's.
+// backward of each module between its hooks, from the layers in kernels.h and the shared ones
+// (models/layers/layers.h).
 #include "models/llama/model.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "models/gpt/kernels.h"
+#include "models/layers/layers.h"
 #include "models/llama/kernels.h"
 #include "models/llama/params.h"
 #include "models/tokens.h"
 
 namespace zero::llama {
 
-using gpt::crossentropy_backward;
-using gpt::crossentropy_forward;
-using gpt::matmul_backward;
-using gpt::matmul_forward;
-using gpt::residual_forward;
+using layers::crossentropy_backward;
+using layers::crossentropy_forward;
+using layers::matmul_backward;
+using layers::matmul_forward;
+using layers::residual_forward;
 
 void Llama::check(zero_status status, const char* call) const {
   models::check(status, call);

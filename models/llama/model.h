@@ -11,8 +11,8 @@
 // group. Each forward and backward calls the module's hooks around its compute, so stage 3
 // gathers one block at a time.
 //
-// The layers compute in fp32 (models/llama/kernels.h and the GPT's shared ones); bf16 and fp16
-// compute copies go through ComputeCopies.
+// The layers compute in fp32 (models/llama/kernels.h and the shared models/layers/layers.h); bf16
+// and fp16 compute copies go through ComputeCopies.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "models/causal_lm.h"
-#include "models/gpt/compute_copies.h"
+#include "models/layers/compute_copies.h"
 #include "models/llama/config.h"
 #include "models/llama/params.h"
 #include "models/param_init.h"
@@ -85,7 +85,7 @@ class Llama final : public models::CausalLm {
   std::vector<Block> blocks_;
   std::vector<std::string> names_;
   std::vector<std::size_t> numels_;
-  gpt::ComputeCopies copies_;
+  layers::ComputeCopies copies_;
   std::vector<float> cos_, sin_;  // rotary tables [seq, head_size / 2]
 
   std::vector<std::int32_t> tokens_, targets_;

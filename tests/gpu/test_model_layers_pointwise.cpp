@@ -1,9 +1,9 @@
 // The CUDA layers of models/cuda/layers.h other than the matrix products, attention and the
 // cross-entropy: embeddings, LayerNorm, RMSNorm, GELU, SwiGLU, residual adds and rotary
 // embeddings, forward and backward on a GPU, against the CPU layers (models/gpt/kernels.h,
-// models/llama/kernels.h) run in double on the same bf16 inputs, at odd sizes. Every backward
-// starts from nonzero gradients (it adds), and runs twice from the same start to repeat bit for
-// bit.
+// models/llama/kernels.h, models/layers/layers.h) run in double on the same bf16 inputs, at odd
+// sizes. Every backward starts from nonzero gradients (it adds), and runs twice from the same
+// start to repeat bit for bit.
 //
 // Tolerances. The double reference is exact but for double roundings, so a GPU value differs from
 // it by (a) the fp32 error made before the final rounding, bounded per layer below by k 2^-24 S:
@@ -31,6 +31,7 @@
 #include "base/half.h"
 #include "models/cuda/layers.h"
 #include "models/gpt/kernels.h"
+#include "models/layers/layers.h"
 #include "models/llama/kernels.h"
 
 namespace zero::cuda_layers {
@@ -626,7 +627,7 @@ void check_residual(std::size_t n, unsigned seed) {
   const Bits b = random_bits(rng, n, -2.0, 2.0);
   const Vec a_d = to_double(a), b_d = to_double(b);
   Vec want(n);
-  gpt::residual_forward<double>(want.data(), a_d.data(), b_d.data(), n);
+  layers::residual_forward<double>(want.data(), a_d.data(), b_d.data(), n);
   // One fp32 addition of two bf16 values: k = 1, S = |a| + |b|.
   Vec tolerance(n);
   for (std::size_t i = 0; i < n; ++i) {

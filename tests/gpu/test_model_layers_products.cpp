@@ -1,5 +1,5 @@
 // The CUDA layers' products of models/cuda/layers.h on a GPU: Matmul (cuBLASLt), the flash-style
-// attention and the fused cross-entropy, against the CPU layers (models/gpt/kernels.h) run in
+// attention and the fused cross-entropy, against the CPU layers (models/layers/layers.h) run in
 // double on the same bf16 inputs, at odd sizes. Every backward starts from nonzero gradients (it
 // adds) and runs twice from the same start to repeat bit for bit.
 //
@@ -25,7 +25,7 @@
 
 #include "base/half.h"
 #include "models/cuda/layers.h"
-#include "models/gpt/kernels.h"
+#include "models/layers/layers.h"
 
 namespace zero::cuda_layers {
 namespace {
@@ -195,10 +195,10 @@ void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed) {
   stream.synchronize();
   const Vec out = to_double(d_out.download());
   Vec want(ny), scale(ny);
-  gpt::matmul_forward<double>(want.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, C,
-                              OC);
-  gpt::matmul_forward<double>(scale.data(), ax.data(), aw.data(), with_bias ? ab.data() : nullptr,
-                              N, C, OC);
+  layers::matmul_forward<double>(want.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N,
+                                 C, OC);
+  layers::matmul_forward<double>(scale.data(), ax.data(), aw.data(),
+                                 with_bias ? ab.data() : nullptr, N, C, OC);
   Vec tol(ny);
   for (std::size_t i = 0; i < ny; ++i) {
     tol[i] = kBf16Unit * std::fabs(want[i]) + 2 * C * kAccumulateUnit * scale[i];
@@ -223,14 +223,14 @@ void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed) {
 
   Vec want_dinp = to_double(dinp0), want_dweight = to_double(dweight0);
   Vec want_dbias = to_double(dbias0);
-  gpt::matmul_backward<double>(want_dinp.data(), want_dweight.data(),
-                               with_bias ? want_dbias.data() : nullptr, g.data(), x.data(),
-                               w.data(), N, C, OC);
+  layers::matmul_backward<double>(want_dinp.data(), want_dweight.data(),
+                                  with_bias ? want_dbias.data() : nullptr, g.data(), x.data(),
+                                  w.data(), N, C, OC);
   Vec scale_dinp = magnitudes(to_double(dinp0)), scale_dweight = magnitudes(to_double(dweight0));
   Vec scale_dbias = magnitudes(to_double(dbias0));
-  gpt::matmul_backward<double>(scale_dinp.data(), scale_dweight.data(),
-                               with_bias ? scale_dbias.data() : nullptr, ag.data(), ax.data(),
-                               aw.data(), N, C, OC);
+  layers::matmul_backward<double>(scale_dinp.data(), scale_dweight.data(),
+                                  with_bias ? scale_dbias.data() : nullptr, ag.data(), ax.data(),
+                                  aw.data(), N, C, OC);
   const auto tolerance = [](const Vec& ref, const Vec& terms, int k) {
     Vec t(ref.size());
     for (std::size_t i = 0; i < ref.size(); ++i) {
@@ -368,9 +368,9 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
   const Vec qd = to_double(q), kvd = to_double(kv), dod = to_double(dout);
   Vec out_ref = to_double(out0);
   Vec att(static_cast<std::size_t>(B) * NH * T * T);
-  gpt::attention_forward_rows<double>(out_ref.data(), ld_out, att.data(), qd.data(), ldq,
-                                      kvd.data(), kvd.data() + v_at, ldkv, B, T, NH, NKV, hd,
-                                      window);
+  layers::attention_forward_rows<double>(out_ref.data(), ld_out, att.data(), qd.data(), ldq,
+                                         kvd.data(), kvd.data() + v_at, ldkv, B, T, NH, NKV, hd,
+                                         window);
   const auto qi = [&](int b, int t, int h, int i) {
     return (static_cast<std::size_t>(b) * T + t) * ldq + static_cast<std::size_t>(h) * hd + i;
   };
@@ -448,9 +448,9 @@ void check_attention(const AttentionCase& c, std::uint64_t seed) {
 
   Vec dq_ref = to_double(dq0), dkv_ref = to_double(dkv0);
   Vec datt(att.size());
-  gpt::attention_backward_rows<double>(dq_ref.data(), dkv_ref.data(), dkv_ref.data() + v_at,
-                                       datt.data(), dod.data(), ld_out, qd.data(), ldq, kvd.data(),
-                                       kvd.data() + v_at, ldkv, att.data(), B, T, NH, NKV, hd);
+  layers::attention_backward_rows<double>(
+      dq_ref.data(), dkv_ref.data(), dkv_ref.data() + v_at, datt.data(), dod.data(), ld_out,
+      qd.data(), ldq, kvd.data(), kvd.data() + v_at, ldkv, att.data(), B, T, NH, NKV, hd);
 
   // The fp32 error bounds (a) of every gradient entry, then the tolerances.
   Vec dq_a(nq, 0.0), dkv_a(nkv, 0.0);
@@ -593,11 +593,11 @@ TEST_CASE("cuda layers: fused cross-entropy matches the CPU layer and rows witho
 
   const Vec z = to_double(logits);
   Vec want_losses(N), probs(n), want_dlogits(n, 0.0);
-  gpt::crossentropy_forward<double>(want_losses.data(), probs.data(), z.data(), targets.data(), N,
-                                    V);
+  layers::crossentropy_forward<double>(want_losses.data(), probs.data(), z.data(), targets.data(),
+                                       N, V);
   const Vec dlosses(N, static_cast<double>(dloss));
-  gpt::crossentropy_backward<double>(want_dlogits.data(), probs.data(), targets.data(),
-                                     dlosses.data(), N, V);
+  layers::crossentropy_backward<double>(want_dlogits.data(), probs.data(), targets.data(),
+                                        dlosses.data(), N, V);
 
   Vec loss_tol(N), dlogits_tol(n, 0.0);
   for (int i = 0; i < N; ++i) {
@@ -650,11 +650,11 @@ void check_crossentropy_rows(int N, int V, int ld, std::uint64_t seed) {
     }
   }
   Vec want_losses(N), probs(packed), want_packed(packed, 0.0);
-  gpt::crossentropy_forward<double>(want_losses.data(), probs.data(), z.data(), targets.data(), N,
-                                    V);
+  layers::crossentropy_forward<double>(want_losses.data(), probs.data(), z.data(), targets.data(),
+                                       N, V);
   const Vec dlosses(N, static_cast<double>(dloss));
-  gpt::crossentropy_backward<double>(want_packed.data(), probs.data(), targets.data(),
-                                     dlosses.data(), N, V);
+  layers::crossentropy_backward<double>(want_packed.data(), probs.data(), targets.data(),
+                                        dlosses.data(), N, V);
   // On the strided rows: the padding must keep its bits (compared apart, below).
   Vec want_dlogits(n, 0.0), dlogits_tol(n, 0.0), loss_tol(N);
   for (int i = 0; i < N; ++i) {
@@ -806,10 +806,10 @@ void check_matmul_rows(int N, int C, int OC, int ld, bool with_bias, std::uint64
   }
   CHECK(padding_moved == 0);
   Vec want(ny), scale(ny), tol(ny);
-  gpt::matmul_forward<double>(want.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, C,
-                              OC);
-  gpt::matmul_forward<double>(scale.data(), ax.data(), aw.data(), with_bias ? ab.data() : nullptr,
-                              N, C, OC);
+  layers::matmul_forward<double>(want.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N,
+                                 C, OC);
+  layers::matmul_forward<double>(scale.data(), ax.data(), aw.data(),
+                                 with_bias ? ab.data() : nullptr, N, C, OC);
   for (std::size_t i = 0; i < ny; ++i) {
     tol[i] = kBf16Unit * std::fabs(want[i]) + 2 * C * kAccumulateUnit * scale[i];
     if (with_bias) tol[i] += kBf16Unit * std::fabs(want[i] - b[i % OC]);
@@ -826,14 +826,14 @@ void check_matmul_rows(int N, int C, int OC, int ld, bool with_bias, std::uint64
   stream.synchronize();
   Vec want_dinp = to_double(dinp0), want_dweight = to_double(dweight0);
   Vec want_dbias = to_double(dbias0);
-  gpt::matmul_backward<double>(want_dinp.data(), want_dweight.data(),
-                               with_bias ? want_dbias.data() : nullptr, g.data(), x.data(),
-                               w.data(), N, C, OC);
+  layers::matmul_backward<double>(want_dinp.data(), want_dweight.data(),
+                                  with_bias ? want_dbias.data() : nullptr, g.data(), x.data(),
+                                  w.data(), N, C, OC);
   Vec scale_dinp = magnitudes(to_double(dinp0)), scale_dweight = magnitudes(to_double(dweight0));
   Vec scale_dbias = magnitudes(to_double(dbias0));
-  gpt::matmul_backward<double>(scale_dinp.data(), scale_dweight.data(),
-                               with_bias ? scale_dbias.data() : nullptr, ag.data(), ax.data(),
-                               aw.data(), N, C, OC);
+  layers::matmul_backward<double>(scale_dinp.data(), scale_dweight.data(),
+                                  with_bias ? scale_dbias.data() : nullptr, ag.data(), ax.data(),
+                                  aw.data(), N, C, OC);
   const auto tolerance = [](const Vec& ref, const Vec& terms, int k) {
     Vec t(ref.size());
     for (std::size_t i = 0; i < ref.size(); ++i) {

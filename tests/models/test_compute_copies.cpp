@@ -1,4 +1,4 @@
-// The GPT's fp32 view of bf16 and fp16 compute copies (models/gpt/compute_copies.h): its
+// The CPU layers' fp32 view of bf16 and fp16 compute copies (models/layers/compute_copies.h): its
 // conversions give base/half.h's reference bits on random and edge values, a parameter reads
 // back widened, and gradients added in a module's backward reach the engine's half buffer once,
 // rounded once, when flushed.
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "base/half.h"
-#include "models/gpt/compute_copies.h"
+#include "models/layers/compute_copies.h"
 
-namespace zero::gpt {
+namespace zero::layers {
 
 TEST_CASE("compute copies convert as the reference scalar conversions, bit for bit",
           "[models][gpt]") {
@@ -84,4 +84,4 @@ TEST_CASE("compute copies widen parameters and add gradients into the half buffe
   CHECK(plain.grad(0, buffer) == buffer);
 }
 
-}  // namespace zero::gpt
+}  // namespace zero::layers

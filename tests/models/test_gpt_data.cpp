@@ -4,9 +4,6 @@
 // step's sequences exactly once.
 #include <catch2/catch.hpp>
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -15,9 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt/data.h"
+#include <sys/stat.h>
+#include <unistd.h>
 
-namespace zero::gpt {
+#include "models/data/token_stream.h"
+
+namespace zero::data {
 namespace {
 
 namespace fs = std::filesystem;
@@ -161,4 +161,4 @@ TEST_CASE("gpt data: a shard's header and size, damaged magics and what is not a
   for (const auto& p : {extra, damaged, bin, txt, big, fifo}) fs::remove(p);
 }
 
-}  // namespace zero::gpt
+}  // namespace zero::data

@@ -1,6 +1,7 @@
-// The reference GPT's CPU layers: every backward against central finite differences of its
-// forward in double (the loss is sum_j out_j * r_j for random r, so the backward's dout is r),
-// and every float layer against the double one on the same random inputs, with odd sizes.
+// The reference GPT's CPU layers, its own and the shared ones it uses (models/layers/layers.h):
+// every backward against central finite differences of its forward in double (the loss is
+// sum_j out_j * r_j for random r, so the backward's dout is r), and every float layer against
+// the double one on the same random inputs, with odd sizes.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -10,11 +11,13 @@
 #include <vector>
 
 #include "models/gpt/kernels.h"
+#include "models/layers/layers.h"
 #include "tests/models/gradient_check.h"
 
 namespace zero::gpt {
 
 using namespace zero::test;  // gradient_check.h
+using namespace zero::layers;  // the shared layers the GPT uses (layers.h)
 
 TEST_CASE("gpt kernels: layernorm backward matches finite differences, and float matches double",
           "[gpt]") {

@@ -14,12 +14,16 @@
 #include "engine/checkpoint/safetensors.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/model.h"
+#include "models/layers/layers.h"
 #include "tests/scratch.h"
 #include "zero/zero.h"
 
 namespace zero::gpt {
 namespace {
 
+using layers::crossentropy_forward;
+using layers::matmul_forward;
+using layers::residual_forward;
 using Vec = std::vector<double>;
 
 const GptConfig kSmall{2, 2, 16, 8, 11};  // layers, heads, channels, positions, vocabulary

@@ -14,7 +14,7 @@ struct TrainOptions {
   // Custom sizes over the named model's (kv_heads and intermediate: the Llama family's).
   std::optional<int> layers, heads, kv_heads, channels, intermediate, positions, vocab;
   std::string data;
-  std::string data_format = "auto";  // auto or text (models/gpt/data.h's DataFormat)
+  std::string data_format = "auto";  // auto or text (models/data/token_stream.h's DataFormat)
   std::optional<int> seq;  // positions per sequence; the model's (at most 1024) by default
   std::int64_t steps = 0;
   std::optional<int> micro_batch;

@@ -22,7 +22,7 @@
 #include <omp.h>
 #include <unistd.h>
 
-#include "models/gpt/data.h"
+#include "models/data/token_stream.h"
 #include "models/gpu_info.h"
 #include "tools/zero-train/model_choice.h"
 #include "tools/zero-train/options.h"
@@ -131,7 +131,7 @@ json config_value(zero_engine* engine, const EngineCalls& calls, const char* key
 // What a checkpoint keeps of the data: enough to continue on the same sequences; and the
 // model's Hugging Face config.json, which zero-ckpt export writes beside the weights.
 std::string data_position(const TrainOptions& o, const ModelChoice& model,
-                          const gpt::TokenStream& stream, std::int64_t step,
+                          const data::TokenStream& stream, std::int64_t step,
                           std::uint64_t sequences_per_step, int seq) {
   return json{{"trainer", "zero-train"},
               {"model", model.name()},
@@ -177,9 +177,9 @@ int run(const TrainOptions& o) {
   const int seq = o.seq.value_or(std::min(model.max_seq(), 1024));
   if (seq > model.max_seq()) throw std::runtime_error(model.seq_advice(seq));
   if (seq < 1) throw std::runtime_error(fmt::format("--seq {} must be at least 1", seq));
-  const gpt::TokenStream stream = gpt::TokenStream::open(
-      o.data, o.data_format == "text" ? gpt::DataFormat::text : gpt::DataFormat::automatic);
-  gpt::TokenStream train_stream, val_stream;
+  const data::TokenStream stream = data::TokenStream::open(
+      o.data, o.data_format == "text" ? data::DataFormat::text : data::DataFormat::automatic);
+  data::TokenStream train_stream, val_stream;
   stream.split(o.val_fraction, seq, train_stream, val_stream);
 
   const std::vector<std::string> sets = overrides(o, raw);
@@ -241,12 +241,12 @@ int run(const TrainOptions& o) {
   const std::int64_t tokens_per_step = static_cast<std::int64_t>(per_step) * seq;
 
   std::unique_ptr<models::CausalLm> lm;
-  std::unique_ptr<gpt::Batcher> train_batches, val_batches;
+  std::unique_ptr<data::Batcher> train_batches, val_batches;
   try {
     lm = model.build(engine, batch, seq, o.seed, activation_options, on_gpu);
-    train_batches = std::make_unique<gpt::Batcher>(train_stream, batch, seq, model.vocab());
+    train_batches = std::make_unique<data::Batcher>(train_stream, batch, seq, model.vocab());
     if (val_stream.size() > static_cast<std::size_t>(seq)) {
-      val_batches = std::make_unique<gpt::Batcher>(val_stream, batch, seq, model.vocab());
+      val_batches = std::make_unique<data::Batcher>(val_stream, batch, seq, model.vocab());
     }
   } catch (const std::exception& e) {
     calls.fail(on_gpu ? fmt::format("{} (GPU {}, rank {}; --device 1 trains on the CPU)", e.what(),
@@ -410,8 +410,9 @@ int run(const TrainOptions& o) {
     zero_step_stats stats{};
     try {
       for (int m = 0; m < accumulation; ++m) {
-        train_batches->fill(gpt::Batcher::first_sequence(step, m, accumulation, rank, world, batch),
-                            tokens.data(), targets.data());
+        train_batches->fill(
+            data::Batcher::first_sequence(step, m, accumulation, rank, world, batch), tokens.data(),
+            targets.data());
         auto t = Clock::now();
         loss += lm->forward(tokens.data(), targets.data());
         r.forward_s += seconds_since(t);

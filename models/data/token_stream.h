@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-namespace zero::gpt {
+namespace zero::data {
 
 // How a data file is read: automatic (a shard when it starts with a known magic, text
 // otherwise, except where it looks like a damaged shard), or always as text.
@@ -77,4 +77,4 @@ class Batcher {
   std::uint64_t sequences_;
 };
 
-}  // namespace zero::gpt
+}  // namespace zero::data

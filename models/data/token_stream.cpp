@@ -1,17 +1,17 @@
-// Token streams and batches for the reference trainer (see data.h).
-#include "models/gpt/data.h"
+// Token streams and batches for the reference trainer (token_stream.h).
+#include "models/data/token_stream.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
 #include <stdexcept>
 #include <string>
 
-namespace zero::gpt {
+#include <fmt/format.h>
+
+namespace zero::data {
 namespace {
 
 constexpr std::int32_t kMagicU16 = 20240520;  // llm.c, GPT-2 tokens
@@ -42,8 +42,9 @@ TokenStream TokenStream::open(const std::string& path, DataFormat format) {
   std::error_code error;
   const std::filesystem::file_status status = std::filesystem::status(path, error);
   if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    throw failure(path, "cannot read it: it is not a regular file (a FIFO, a device or a "
-                        "directory); name a token shard or a text file");
+    throw failure(path,
+                  "cannot read it: it is not a regular file (a FIFO, a device or a "
+                  "directory); name a token shard or a text file");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw failure(path, std::string("cannot open it: ") + std::strerror(errno));
@@ -51,19 +52,21 @@ TokenStream TokenStream::open(const std::string& path, DataFormat format) {
   if (in.bad()) throw failure(path, std::string("cannot read it: ") + std::strerror(errno));
   std::int32_t header[kHeaderInts] = {};
   if (bytes.size() >= sizeof header) std::memcpy(header, bytes.data(), sizeof header);
-  const bool shard = bytes.size() >= sizeof header &&
-                     (header[0] == kMagicU16 || header[0] == kMagicU32);
+  const bool shard =
+      bytes.size() >= sizeof header && (header[0] == kMagicU16 || header[0] == kMagicU32);
   if (format == DataFormat::text || !shard) {
     if (format == DataFormat::automatic && (near_magic(bytes) || path.ends_with(".bin"))) {
       std::uint32_t first = 0;
       std::memcpy(&first, bytes.data(), std::min<std::size_t>(4, bytes.size()));
-      throw failure(path, fmt::format(
-          "it looks like a token shard ({}) but starts with {}, not llm.c's magic {} (uint16 "
-          "tokens) or {} (uint32 tokens): a damaged or foreign shard would train as text "
-          "bytes; remake it with zero-tokenize, or give --data-format text to read it as text",
-          near_magic(bytes) ? "its first 4 bytes are one byte off a shard's magic"
-                            : "its name ends in .bin",
-          first, kMagicU16, kMagicU32));
+      throw failure(
+          path,
+          fmt::format(
+              "it looks like a token shard ({}) but starts with {}, not llm.c's magic {} (uint16 "
+              "tokens) or {} (uint32 tokens): a damaged or foreign shard would train as text "
+              "bytes; remake it with zero-tokenize, or give --data-format text to read it as text",
+              near_magic(bytes) ? "its first 4 bytes are one byte off a shard's magic"
+                                : "its name ends in .bin",
+              first, kMagicU16, kMagicU32));
     }
     TokenStream stream = from_text(bytes);
     stream.origin_ = path;
@@ -78,13 +81,15 @@ TokenStream TokenStream::open(const std::string& path, DataFormat format) {
   const std::uint64_t expected = sizeof header + count * width;
   if (bytes.size() != expected) {
     const std::uint64_t body = bytes.size() - sizeof header;
-    throw failure(path, fmt::format(
-        "the header says {} tokens, the file holds {}{} ({} bytes after the {}-byte header, "
-        "{} bytes a token): {}",
-        count, body / width, body % width != 0 ? " and a part" : "", body, sizeof header, width,
-        bytes.size() < expected ? "truncated, or a header that counts too many"
-                                : "data past the counted tokens, or a header that counts too "
-                                  "few; remake the shard with zero-tokenize"));
+    throw failure(
+        path,
+        fmt::format(
+            "the header says {} tokens, the file holds {}{} ({} bytes after the {}-byte header, "
+            "{} bytes a token): {}",
+            count, body / width, body % width != 0 ? " and a part" : "", body, sizeof header, width,
+            bytes.size() < expected ? "truncated, or a header that counts too many"
+                                    : "data past the counted tokens, or a header that counts too "
+                                      "few; remake the shard with zero-tokenize"));
   }
   std::vector<std::int32_t> tokens(count);
   const char* data = bytes.data() + sizeof header;
@@ -191,4 +196,4 @@ std::uint64_t Batcher::first_sequence(std::int64_t step, int micro, int accumula
          static_cast<std::uint64_t>(batch);
 }
 
-}  // namespace zero::gpt
+}  // namespace zero::data

@@ -14,7 +14,7 @@
 
 #include "zero/zero.h"
 
-namespace zero::gpt {
+namespace zero::layers {
 
 class ComputeCopies {
  public:
@@ -47,4 +47,4 @@ class ComputeCopies {
   std::vector<Pending> pending_;
 };
 
-}  // namespace zero::gpt
+}  // namespace zero::layers

@@ -1,19 +1,19 @@
-#include "models/gpt/compute_copies.h"
+// ComputeCopies (compute_copies.h): the fp32 views, their conversions and the flush.
+#include "models/layers/compute_copies.h"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
-namespace zero::gpt {
+namespace zero::layers {
 
 float ComputeCopies::load(const void* data, zero_dtype dtype, std::size_t i) noexcept {
   switch (dtype) {
     case ZERO_FP32:
       return static_cast<const float*>(data)[i];
     case ZERO_BF16:
-      return std::bit_cast<float>(static_cast<std::uint32_t>(
-                                      static_cast<const std::uint16_t*>(data)[i])
-                                  << 16);
+      return std::bit_cast<float>(
+          static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(data)[i]) << 16);
     case ZERO_FP16: {
       _Float16 h;
       std::memcpy(&h, static_cast<const std::uint16_t*>(data) + i, 2);
@@ -63,8 +63,8 @@ float* ComputeCopies::grad(int id, void* data) {
   const auto p = static_cast<std::size_t>(id);
   if (grads_.size() <= p) grads_.resize(p + 1);
   std::vector<float>& buffer = grads_[p];
-  const bool waiting = std::any_of(pending_.begin(), pending_.end(),
-                                   [&](const Pending& q) { return q.id == id; });
+  const bool waiting =
+      std::any_of(pending_.begin(), pending_.end(), [&](const Pending& q) { return q.id == id; });
   if (!waiting) {
     buffer.assign(numel_[p], 0.0f);
     pending_.push_back({id, data});
@@ -82,4 +82,4 @@ void ComputeCopies::flush() {
   pending_.clear();
 }
 
-}  // namespace zero::gpt
+}  // namespace zero::layers
