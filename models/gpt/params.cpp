@@ -1,4 +1,4 @@
-// The reference GPT's registration (params.h).
+// The reference GPT's registration and sizes (params.h).
 #include "models/gpt/params.h"
 
 #include <cmath>
@@ -8,6 +8,15 @@
 #include "models/gpt/hf_layout.h"
 
 namespace zero::gpt {
+
+decoder::Shape decoder_shape(const GptConfig& config, int batch, int seq) {
+  decoder::check_sequence(seq, config.max_seq);
+  if (config.channels % config.heads != 0) {
+    throw std::invalid_argument("channels " + std::to_string(config.channels) +
+                                " do not split over " + std::to_string(config.heads) + " heads");
+  }
+  return {batch, seq, config.channels, config.heads, config.vocab};
+}
 
 GptIds register_gpt(models::Registrar& r, const GptConfig& config) {
   GptIds ids;

@@ -1,11 +1,12 @@
-// The reference GPT's registration, shared by its CPU model (model.h) and its CUDA model
-// (cuda_model.h): groups "default" and "no_decay", modules "embed", "h.<i>" and "head", and the
-// parameters under Hugging Face GPT-2's names, initialised as GPT-2 draws them.
+// The reference GPT's registration and sizes, shared by its CPU model (model.h) and its CUDA
+// model (cuda_model.h): groups "default" and "no_decay", modules "embed", "h.<i>" and "head", and
+// the parameters under Hugging Face GPT-2's names, initialised as GPT-2 draws them.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "models/decoder/shape.h"
 #include "models/gpt/config.h"
 #include "models/registrar.h"
 
@@ -22,6 +23,10 @@ struct GptIds {
   int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;  // wte is also the head's (tied)
   std::vector<GptBlockIds> blocks;
 };
+
+// The decoder's sizes for `batch` sequences of `seq` positions. Throws std::invalid_argument
+// unless 1 <= seq <= max_seq and the heads split the channels evenly.
+decoder::Shape decoder_shape(const GptConfig& config, int batch, int seq);
 
 // Registers the model (normal std 0.02; wpe 0.01; residual projections 0.02 / sqrt(2 layers);
 // LayerNorm weights 1, biases 0; biases and LayerNorm weights in "no_decay").

@@ -1,198 +1,131 @@
-// The Llama-family decoder through the C API (see model.h): registration, and the forward and
-// backward of each module between its hooks, from the layers in kernels.h and the shared ones
-// (models/layers/layers.h).
+// The Llama-family decoder on the CPU (see model.h): its embedding, blocks and final RMSNorm as
+// the decoder driver's operations (models/decoder/decoder.h), from the layers in kernels.h and
+// the shared ones (models/layers/layers.h).
 #include "models/llama/model.h"
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "models/decoder/cpu_ops.h"
+#include "models/decoder/decoder.h"
 #include "models/layers/layers.h"
 #include "models/llama/kernels.h"
 #include "models/llama/params.h"
-#include "models/tokens.h"
 
 namespace zero::llama {
+namespace {
 
-using layers::crossentropy_backward;
-using layers::crossentropy_forward;
 using layers::matmul_backward;
 using layers::matmul_forward;
 using layers::residual_forward;
 
-void Llama::check(zero_status status, const char* call) const {
-  models::check(status, call);
-}
+// The Llama family's operations on the CPU layers (decoder.h's DecoderOps; the head's logits
+// and loss, the micro-batch and the engine's buffers are CpuOps').
+class LlamaCpu final : public decoder::CpuOps {
+ public:
+  using Config = LlamaConfig;
+  // One block's activations, kept from forward to backward.
+  struct Activations {
+    std::vector<float> ln1, rstd1, q, k, v, att, y, res, ln2, rstd2, gate, up, h;
+    std::uint64_t bytes() const noexcept {
+      return CpuOps::bytes(
+          {&ln1, &rstd1, &q, &k, &v, &att, &y, &res, &ln2, &rstd2, &gate, &up, &h});
+    }
+  };
 
-Llama::Llama(zero_engine* engine, const LlamaConfig& config, int batch, int seq, std::uint64_t seed,
-             const models::ActivationOptions& options)
-    : engine_(engine),
-      init_(std::make_unique<models::ParamInit>(seed)),
-      config_(config),
-      batch_(batch),
-      seq_(seq),
-      options_(options) {
-  config.validate();
-  if (seq < 1 || seq > config.max_seq) {
-    throw std::invalid_argument("sequence length " + std::to_string(seq) +
-                                " is outside the model's 1.." + std::to_string(config.max_seq));
-  }
-  zero_dtype dtype = ZERO_FP32;
-  check(zero_compute_dtype(engine, &dtype), "zero_compute_dtype");
-  copies_.set_dtype(dtype);
-  models::Registrar registrar(engine, *init_);
-  const LlamaIds ids = register_llama(registrar, config);
-  embed_module_ = ids.embed_module;
-  head_module_ = ids.head_module;
-  wte_ = ids.wte, norm_ = ids.norm, lm_head_ = ids.lm_head;
-  blocks_ = ids.blocks;
-  names_ = registrar.names();
-  numels_ = registrar.numels();
-  for (std::size_t numel : registrar.numels()) copies_.add_param(numel);
-  const long long C = config.channels, hd = config.head_size();
-  const long long Q = config.heads * hd, KV = config.kv_heads * hd, F = config.intermediate;
-
-  // The rotary tables for this sequence length.
-  const std::vector<double> inv_freq = config.inv_freq();
-  cos_.resize(static_cast<std::size_t>(seq) * inv_freq.size());
-  sin_.resize(cos_.size());
-  rope_tables(cos_.data(), sin_.data(), inv_freq.data(), seq, static_cast<int>(hd));
-
-  if (options_.checkpoint_blocks < 0) options_.checkpoint_blocks = 0;
-  const std::size_t N = static_cast<std::size_t>(batch) * seq;
-  const std::size_t c = static_cast<std::size_t>(C), q = static_cast<std::size_t>(Q),
-                    kv = static_cast<std::size_t>(KV), f = static_cast<std::size_t>(F);
-  const std::size_t scores = static_cast<std::size_t>(batch) * config.heads * seq * seq;
-  encoded_.resize(N * c);
-  acts_.resize(static_cast<std::size_t>(config.layers));
-  outs_.resize(static_cast<std::size_t>(config.layers));
-  for (std::size_t l = 0; l < acts_.size(); ++l) {
-    if (!checkpointed(l)) acts_[l].allocate(N, c, q, kv, f, scores);
-    outs_[l].resize(N * c);
-  }
-  if (options_.checkpoint_blocks > 0) recompute_.allocate(N, c, q, kv, f, scores);
-  normed_.resize(N * c), norm_rstd_.resize(N);
-  logits_.resize(N * static_cast<std::size_t>(config.vocab));
-  probs_.resize(logits_.size());
-  losses_.resize(N);
-  dF_.resize(N * f), dgate_.resize(N * f), dup_.resize(N * f);
-  dq_.resize(N * q), dk_.resize(N * kv), dv_.resize(N * kv), dy_.resize(N * q);
-  datt_.resize(scores), dres_.resize(N * c), dsmall_.resize(N * c);
-  dlosses_.resize(N), dlogits_.resize(logits_.size()), dx_.resize(N * c), dnorm_.resize(N * c);
-}
-
-Llama::~Llama() = default;
-
-void Llama::Activations::allocate(std::size_t N, std::size_t C, std::size_t q, std::size_t kv,
-                                  std::size_t F, std::size_t scores) {
-  ln1.resize(N * C), rstd1.resize(N), this->q.resize(N * q), k.resize(N * kv), v.resize(N * kv);
-  att.resize(scores), y.resize(N * q), res.resize(N * C), ln2.resize(N * C), rstd2.resize(N);
-  gate.resize(N * F), up.resize(N * F), h.resize(N * F);
-}
-
-std::uint64_t Llama::Activations::bytes() const noexcept {
-  std::size_t n = 0;
-  for (const auto* b : {&ln1, &rstd1, &q, &k, &v, &att, &y, &res, &ln2, &rstd2, &gate, &up, &h}) {
-    n += b->size();
-  }
-  return n * sizeof(float);
-}
-
-float* Llama::param(int id) {
-  void* data = nullptr;
-  check(zero_param_data(engine_, id, &data), "zero_param_data");
-  return copies_.param(id, data);
-}
-
-float* Llama::grad(int id) {
-  if (id < 0) return nullptr;
-  void* data = nullptr;
-  check(zero_grad_buffer(engine_, id, &data), "zero_grad_buffer");
-  return copies_.grad(id, data);
-}
-
-float Llama::forward(const std::int32_t* tokens, const std::int32_t* targets) {
-  const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
-  counted_ = models::count_targets(tokens, targets, N, V);
-  tokens_.assign(tokens, tokens + N);
-  targets_.assign(targets, targets + N);
-  check(zero_pre_forward(engine_, embed_module_, nullptr), "zero_pre_forward");
-  embedding_forward(encoded_.data(), tokens, param(wte_), N, C);
-  check(zero_post_forward(engine_, embed_module_, nullptr), "zero_post_forward");
-
-  const float* x = encoded_.data();
-  for (std::size_t l = 0; l < blocks_.size(); ++l) {
-    const Block& b = blocks_[l];
-    check(zero_pre_forward(engine_, b.module, nullptr), "zero_pre_forward");
-    block_forward(b, x, checkpointed(l) ? recompute_ : acts_[l], outs_[l].data());
-    check(zero_post_forward(engine_, b.module, nullptr), "zero_post_forward");
-    x = outs_[l].data();
+  LlamaCpu(zero_engine* engine, models::Registrar& registrar, const LlamaConfig& config, int batch,
+           int seq)
+      : CpuOps(engine, decoder_shape(config, batch, seq)),
+        config_(config),
+        ids_(register_llama(registrar, config)),
+        rotary_(rotary_tables(config, seq)) {
+    add_params(registrar);
+    const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(config.channels);
+    const std::size_t Q = static_cast<std::size_t>(config.heads) * config.head_size();
+    const std::size_t KV = static_cast<std::size_t>(config.kv_heads) * config.head_size();
+    const std::size_t F = static_cast<std::size_t>(config.intermediate);
+    norm_rstd_.resize(N);
+    dF_.resize(N * F), dgate_.resize(N * F), dup_.resize(N * F);
+    dq_.resize(N * Q), dk_.resize(N * KV), dv_.resize(N * KV), dy_.resize(N * Q);
+    datt_.resize(N * config.heads * seq), dres_.resize(N * C), dsmall_.resize(N * C);
   }
 
-  check(zero_pre_forward(engine_, head_module_, nullptr), "zero_pre_forward");
-  rmsnorm_forward(normed_.data(), norm_rstd_.data(), x, param(norm_), N, C, config_.norm_eps);
-  matmul_forward(logits_.data(), normed_.data(), param(lm_head_),
-                 static_cast<const float*>(nullptr), N, C, V);
-  crossentropy_forward(losses_.data(), probs_.data(), logits_.data(), targets, N, V);
-  check(zero_post_forward(engine_, head_module_, nullptr), "zero_post_forward");
-
-  double sum = 0;
-  for (int i = 0; i < N; ++i) {
-    if (targets[i] >= 0) sum += losses_[static_cast<std::size_t>(i)];
+  const LlamaIds& ids() const noexcept { return ids_; }
+  Activations activations() const {
+    const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(config_.channels);
+    const std::size_t Q = static_cast<std::size_t>(config_.heads) * config_.head_size();
+    const std::size_t KV = static_cast<std::size_t>(config_.kv_heads) * config_.head_size();
+    const std::size_t F = static_cast<std::size_t>(config_.intermediate);
+    Activations a;
+    a.ln1.resize(N * C), a.rstd1.resize(N), a.q.resize(N * Q), a.k.resize(N * KV);
+    a.v.resize(N * KV), a.att.resize(N * config_.heads * shape_.seq), a.y.resize(N * Q);
+    a.res.resize(N * C), a.ln2.resize(N * C), a.rstd2.resize(N), a.gate.resize(N * F);
+    a.up.resize(N * F), a.h.resize(N * F);
+    return a;
   }
-  return counted_ == 0 ? 0.0f : static_cast<float>(sum / counted_);
-}
-
-void Llama::backward() {
-  const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
-  double factor = 1.0;
-  check(zero_loss_factor(engine_, &factor), "zero_loss_factor");
-  const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
-  std::fill(dlosses_.begin(), dlosses_.end(), dloss);
-  std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
-  std::fill(dx_.begin(), dx_.end(), 0.0f);
-  std::fill(dnorm_.begin(), dnorm_.end(), 0.0f);
-  float* dx = dx_.data();
-
-  check(zero_pre_backward(engine_, head_module_, nullptr), "zero_pre_backward");
-  crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), dlosses_.data(), N, V);
-  matmul_backward(dnorm_.data(), grad(lm_head_), static_cast<float*>(nullptr), dlogits_.data(),
-                  normed_.data(), param(lm_head_), N, C, V);
-  const float* last = blocks_.empty() ? encoded_.data() : outs_.back().data();
-  rmsnorm_backward(dx, grad(norm_), dnorm_.data(), last, param(norm_), norm_rstd_.data(), N, C);
-  copies_.flush();
-  check(zero_post_backward(engine_, head_module_, nullptr), "zero_post_backward");
-
-  for (std::size_t l = blocks_.size(); l-- > 0;) {
-    const Block& b = blocks_[l];
-    const float* x = l == 0 ? encoded_.data() : outs_[l - 1].data();
-    check(zero_pre_backward(engine_, b.module, nullptr), "zero_pre_backward");
-    if (checkpointed(l)) block_forward(b, x, recompute_, dsmall_.data());
-    block_backward(b, x, checkpointed(l) ? recompute_ : acts_[l], dx);
-    copies_.flush();
-    check(zero_post_backward(engine_, b.module, nullptr), "zero_post_backward");
+  std::uint64_t head_bytes() const noexcept {
+    return logits_bytes() + norm_rstd_.size() * sizeof(float);
   }
 
-  check(zero_pre_backward(engine_, embed_module_, nullptr), "zero_pre_backward");
-  embedding_backward(grad(wte_), dx, tokens_.data(), N, C);
-  copies_.flush();
-  check(zero_post_backward(engine_, embed_module_, nullptr), "zero_post_backward");
-}
+  void embed_forward(Hidden& out) {
+    embedding_forward(out.data(), tokens_.data(), param(ids_.wte),
+                      static_cast<int>(shape_.positions()), config_.channels);
+  }
+  void block_forward(std::size_t l, const Hidden& x, Activations& a, Hidden& out) {
+    forward_block(ids_.blocks[l], x.data(), a, out.data());
+  }
+  void head_forward(const Hidden& x) {
+    rmsnorm_forward(normed_.data(), norm_rstd_.data(), x.data(), param(ids_.norm),
+                    static_cast<int>(shape_.positions()), config_.channels, config_.norm_eps);
+    logits_forward(ids_.lm_head);
+  }
+
+  void head_backward(const Hidden& x) {
+    logits_backward(ids_.lm_head);
+    rmsnorm_backward(dx_.data(), grad(ids_.norm), dnormed_.data(), x.data(), param(ids_.norm),
+                     norm_rstd_.data(), static_cast<int>(shape_.positions()), config_.channels);
+  }
+  void block_backward(std::size_t l, const Hidden& x, const Activations& a) {
+    backward_block(ids_.blocks[l], x.data(), a, dx_.data());
+  }
+  void embed_backward() {
+    embedding_backward(grad(ids_.wte), dx_.data(), tokens_.data(),
+                       static_cast<int>(shape_.positions()), config_.channels);
+  }
+
+  double forward_flops() const { return llama::forward_flops(config_, shape_.batch, shape_.seq); }
+  double block_flops() const { return llama::block_flops(config_, shape_.batch, shape_.seq); }
+  void load_pretrained(const std::vector<std::string>&, const std::string& path) const {
+    load_llama_weights(engine_, config_, path);
+  }
+
+ private:
+  void forward_block(const LlamaBlockIds& b, const float* x, Activations& a, float* out);
+  void backward_block(const LlamaBlockIds& b, const float* x, const Activations& a, float* dx);
+
+  LlamaConfig config_;
+  LlamaIds ids_;
+  RotaryTables rotary_;
+  std::vector<float> norm_rstd_;  // the final RMSNorm's statistics
+  // Backward scratch, kept across micro-batches.
+  std::vector<float> dF_, dgate_, dup_, dq_, dk_, dv_, dy_, datt_, dres_, dsmall_;
+};
 
 // res = x + o(attention(rope(q(ln1(x))), rope(k(ln1(x))), v(ln1(x)))), then
 // out = res + down(silu(gate(ln2(res))) * up(ln2(res))).
-void Llama::block_forward(const Block& b, const float* x, Activations& a, float* out) {
-  const int B = batch_, T = seq_, N = B * T, C = config_.channels, hd = config_.head_size();
+void LlamaCpu::forward_block(const LlamaBlockIds& b, const float* x, Activations& a, float* out) {
+  const int B = shape_.batch, T = shape_.seq, N = B * T, C = config_.channels,
+            hd = config_.head_size();
   const int NH = config_.heads, NKV = config_.kv_heads, Q = NH * hd, KV = NKV * hd;
   const int F = config_.intermediate;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
-  const auto bias = [&](int id) -> const float* { return id < 0 ? nullptr : param(id); };
   rmsnorm_forward(a.ln1.data(), a.rstd1.data(), x, param(b.ln1), N, C, config_.norm_eps);
-  matmul_forward(a.q.data(), a.ln1.data(), param(b.q), bias(b.q_bias), N, C, Q);
-  matmul_forward(a.k.data(), a.ln1.data(), param(b.k), bias(b.k_bias), N, C, KV);
-  matmul_forward(a.v.data(), a.ln1.data(), param(b.v), bias(b.v_bias), N, C, KV);
-  rope_forward(a.q.data(), cos_.data(), sin_.data(), B, T, NH, hd);
-  rope_forward(a.k.data(), cos_.data(), sin_.data(), B, T, NKV, hd);
+  matmul_forward(a.q.data(), a.ln1.data(), param(b.q), param(b.q_bias), N, C, Q);
+  matmul_forward(a.k.data(), a.ln1.data(), param(b.k), param(b.k_bias), N, C, KV);
+  matmul_forward(a.v.data(), a.ln1.data(), param(b.v), param(b.v_bias), N, C, KV);
+  rope_forward(a.q.data(), rotary_.cos.data(), rotary_.sin.data(), B, T, NH, hd);
+  rope_forward(a.k.data(), rotary_.cos.data(), rotary_.sin.data(), B, T, NKV, hd);
   gqa_attention_forward(a.y.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, T, NH, NKV,
                         hd, config_.sliding_window);
   matmul_forward(a.res.data(), a.y.data(), param(b.o), static_cast<const float*>(nullptr), N, Q, C);
@@ -208,8 +141,10 @@ void Llama::block_forward(const Block& b, const float* x, Activations& a, float*
 }
 
 // dx holds the gradient at the block's output and leaves with the gradient at its input x.
-void Llama::block_backward(const Block& b, const float* x, const Activations& a, float* dx) {
-  const int B = batch_, T = seq_, N = B * T, C = config_.channels, hd = config_.head_size();
+void LlamaCpu::backward_block(const LlamaBlockIds& b, const float* x, const Activations& a,
+                              float* dx) {
+  const int B = shape_.batch, T = shape_.seq, N = B * T, C = config_.channels,
+            hd = config_.head_size();
   const int NH = config_.heads, NKV = config_.kv_heads, Q = NH * hd, KV = NKV * hd;
   const int F = config_.intermediate;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
@@ -237,8 +172,8 @@ void Llama::block_backward(const Block& b, const float* x, const Activations& a,
   std::fill(dv_.begin(), dv_.end(), 0.0f);
   gqa_attention_backward(dq_.data(), dk_.data(), dv_.data(), datt_.data(), dy_.data(), a.q.data(),
                          a.k.data(), a.v.data(), a.att.data(), B, T, NH, NKV, hd);
-  rope_backward(dq_.data(), cos_.data(), sin_.data(), B, T, NH, hd);
-  rope_backward(dk_.data(), cos_.data(), sin_.data(), B, T, NKV, hd);
+  rope_backward(dq_.data(), rotary_.cos.data(), rotary_.sin.data(), B, T, NH, hd);
+  rope_backward(dk_.data(), rotary_.cos.data(), rotary_.sin.data(), B, T, NKV, hd);
   std::fill(dsmall_.begin(), dsmall_.end(), 0.0f);
   matmul_backward(dsmall_.data(), grad(b.q), grad(b.q_bias), dq_.data(), a.ln1.data(), param(b.q),
                   N, C, Q);
@@ -250,42 +185,12 @@ void Llama::block_backward(const Block& b, const float* x, const Activations& a,
   rmsnorm_backward(dx, grad(b.ln1), dsmall_.data(), x, param(b.ln1), a.rstd1.data(), N, C);
 }
 
-double Llama::forward_flops() const {
-  return llama::forward_flops(config_, batch_, seq_);
-}
+}  // namespace
 
-models::ActivationCost Llama::activation_cost() const {
-  models::ActivationCost cost;
-  const std::uint64_t N = static_cast<std::uint64_t>(batch_) * seq_;
-  const std::uint64_t C = config_.channels, hd = config_.head_size();
-  const std::uint64_t Q = config_.heads * hd, KV = config_.kv_heads * hd, F = config_.intermediate;
-  const std::uint64_t scores = N * config_.heads * static_cast<std::uint64_t>(seq_);
-  // As Activations::allocate, and the block's output.
-  const std::uint64_t per_block =
-      (3 * N * C + 2 * N * Q + 2 * N * KV + 3 * N * F + 2 * N + scores + N * C) * sizeof(float);
-  const std::uint64_t common = (encoded_.size() + normed_.size() + norm_rstd_.size() +
-                                logits_.size() + probs_.size() + losses_.size()) *
-                               sizeof(float);
-  cost.uncheckpointed_bytes = common + per_block * static_cast<std::uint64_t>(config_.layers);
-  cost.kept_bytes = common + recompute_.bytes();
-  for (std::size_t l = 0; l < acts_.size(); ++l) {
-    cost.kept_bytes += acts_[l].bytes() + outs_[l].size() * sizeof(float);
-  }
-  cost.recompute_flops = std::min(options_.checkpoint_blocks, config_.layers) *
-                         llama::block_flops(config_, batch_, seq_);
-  cost.train_flops = 3.0 * forward_flops();
-  return cost;
-}
-
-void Llama::load_pretrained(const std::string& path) {
-  load_llama_weights(engine_, config_, path);
-}
-
-float Llama::evaluate(const std::int32_t* tokens, const std::int32_t* targets) {
-  check(zero_set_train(engine_, 0), "zero_set_train");
-  const float loss = forward(tokens, targets);
-  check(zero_set_train(engine_, 1), "zero_set_train");
-  return loss;
+std::unique_ptr<models::CausalLm> make_llama(zero_engine* engine, const LlamaConfig& config,
+                                             int batch, int seq, std::uint64_t seed,
+                                             const models::ActivationOptions& options) {
+  return std::make_unique<decoder::Decoder<LlamaCpu>>(engine, config, batch, seq, seed, options);
 }
 
 }  // namespace zero::llama

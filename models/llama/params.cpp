@@ -1,4 +1,4 @@
-// The Llama family's registration (params.h).
+// The Llama family's registration and sizes (params.h).
 #include "models/llama/params.h"
 
 #include <set>
@@ -6,8 +6,24 @@
 #include <string>
 
 #include "models/hf_weights.h"
+#include "models/llama/kernels.h"
 
 namespace zero::llama {
+
+decoder::Shape decoder_shape(const LlamaConfig& config, int batch, int seq) {
+  config.validate();
+  decoder::check_sequence(seq, config.max_seq);
+  return {batch, seq, config.channels, config.heads, config.vocab};
+}
+
+RotaryTables rotary_tables(const LlamaConfig& config, int seq) {
+  const std::vector<double> inv_freq = config.inv_freq();
+  RotaryTables tables;
+  tables.cos.resize(static_cast<std::size_t>(seq) * inv_freq.size());
+  tables.sin.resize(tables.cos.size());
+  rope_tables(tables.cos.data(), tables.sin.data(), inv_freq.data(), seq, config.head_size());
+  return tables;
+}
 
 LlamaIds register_llama(models::Registrar& r, const LlamaConfig& config) {
   LlamaIds ids;

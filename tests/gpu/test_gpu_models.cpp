@@ -80,10 +80,10 @@ Run train(const Model& m, bool gpu) {
     const zero::models::ActivationOptions activations{};
     if (m.llama) {
       model = gpu ? zero::llama::make_cuda_llama(engine, m.llama_config, kB, kT, 5, activations)
-                  : std::make_unique<zero::llama::Llama>(engine, m.llama_config, kB, kT, 5);
+                  : zero::llama::make_llama(engine, m.llama_config, kB, kT, 5);
     } else {
       model = gpu ? zero::gpt::make_cuda_gpt(engine, m.gpt, kB, kT, 5, activations)
-                  : std::make_unique<zero::gpt::Gpt>(engine, m.gpt, kB, kT, 5);
+                  : zero::gpt::make_gpt(engine, m.gpt, kB, kT, 5);
     }
     REQUIRE_OK(zero_init(engine));
     const int vocab = m.llama ? m.llama_config.vocab : m.gpt.vocab;

@@ -101,8 +101,8 @@ std::vector<std::vector<float>> read_all(zero_engine* engine, const GptConfig& g
 }
 
 // `steps` AdamW steps of the small model at `stage` with the options; the parameters after.
-std::vector<std::vector<float>> train_steps(int stage, const GptOptions& gpt_options, int steps,
-                                            ActivationCost* cost = nullptr) {
+std::vector<std::vector<float>> train_steps(int stage, const models::ActivationOptions& gpt_options, int steps,
+                                            models::ActivationCost* cost = nullptr) {
   const std::string config =
       R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
           "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
@@ -112,19 +112,19 @@ std::vector<std::vector<float>> train_steps(int stage, const GptOptions& gpt_opt
   REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
   std::vector<std::vector<float>> out;
   {
-    Gpt model(engine, kSmall, kB, kT, 11, gpt_options);
+    const auto model = make_gpt(engine, kSmall, kB, kT, 11, gpt_options);
     REQUIRE_OK(zero_init(engine));
     std::mt19937 rng(5);
     std::vector<std::int32_t> tokens(kB * kT), targets(kB * kT);
     for (int step = 0; step < steps; ++step) {
       for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % kSmall.vocab);
       for (auto& t : targets) t = static_cast<std::int32_t>(rng() % kSmall.vocab);
-      model.forward(tokens.data(), targets.data());
-      model.backward();
+      model->forward(tokens.data(), targets.data());
+      model->backward();
       REQUIRE_OK(zero_step(engine, nullptr));
     }
     out = read_all(engine, kSmall);
-    if (cost != nullptr) *cost = model.activation_cost();
+    if (cost != nullptr) *cost = model->activation_cost();
   }
   REQUIRE_OK(zero_destroy(engine));
   return out;
@@ -136,7 +136,7 @@ TEST_CASE("gpt model: activation checkpointing recomputes the same gradients and
           "[gpt]") {
   for (int stage : {0, 3}) {
     INFO("stage " << stage);
-    ActivationCost none_cost, one_cost, all_cost;
+    models::ActivationCost none_cost, one_cost, all_cost;
     const auto none = train_steps(stage, {}, 3, &none_cost);
     const auto one = train_steps(stage, {1, false}, 3, &one_cost);
     const auto all = train_steps(stage, {kSmall.layers, true}, 3, &all_cost);
@@ -174,7 +174,7 @@ TEST_CASE("gpt model: the engine's loss and gradients match finite differences o
   options.device = 1;
   zero_engine* engine = nullptr;
   REQUIRE_OK(zero_create(config, &options, &engine));
-  Gpt model(engine, kSmall, kB, kT, 7);
+  const auto model = make_gpt(engine, kSmall, kB, kT, 7);
   REQUIRE_OK(zero_init(engine));
 
   // The parameters' sizes, in registration order.
@@ -206,10 +206,10 @@ TEST_CASE("gpt model: the engine's loss and gradients match finite differences o
   for (auto& t : targets) t = static_cast<std::int32_t>(rng() % kSmall.vocab);
   targets[3] = -1;  // a position without a loss
 
-  const float loss = model.forward(tokens.data(), targets.data());
+  const float loss = model->forward(tokens.data(), targets.data());
   CHECK(loss == Approx(reference_loss(before, tokens, targets)).epsilon(1e-5));
   CHECK(loss == Approx(std::log(static_cast<double>(kSmall.vocab))).epsilon(0.05));  // near uniform
-  model.backward();
+  model->backward();
   zero_step_stats stats{};
   REQUIRE_OK(zero_step(engine, &stats));
   REQUIRE(stats.stepped == 1);
@@ -239,7 +239,7 @@ TEST_CASE("gpt model: the engine's loss and gradients match finite differences o
   INFO("largest relative error " << worst);
   CHECK(worst < 2e-2);
   // Evaluation (forward hooks only) computes the loss of the updated parameters.
-  CHECK(model.evaluate(tokens.data(), targets.data()) ==
+  CHECK(model->evaluate(tokens.data(), targets.data()) ==
         Approx(reference_loss(after, tokens, targets)).epsilon(1e-5));
   REQUIRE_OK(zero_destroy(engine));
 }
@@ -342,14 +342,14 @@ TEST_CASE("gpt model: Hugging Face GPT-2 weights load, Conv1D transposed, and gi
       zero_engine* engine = nullptr;
       REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
       {
-        Gpt model(engine, kSmall, kB, kT, 99);
+        const auto model = make_gpt(engine, kSmall, kB, kT, 99);
         REQUIRE_OK(zero_init(engine));
-        model.load_pretrained(path);
+        model->load_pretrained(path);
         CHECK(read_all(engine, kSmall) == p);
-        CHECK(model.evaluate(tokens.data(), targets.data()) == Approx(expected).epsilon(1e-5));
+        CHECK(model->evaluate(tokens.data(), targets.data()) == Approx(expected).epsilon(1e-5));
         if (path == plain) {
           try {
-            model.load_pretrained(missing);
+            model->load_pretrained(missing);
             FAIL("a file without h.1.mlp.c_fc.bias loaded");
           } catch (const std::runtime_error& e) {
             CHECK_THAT(e.what(), Catch::Contains("h.1.mlp.c_fc.bias"));
@@ -384,12 +384,12 @@ TEST_CASE("gpt model: a bucket larger than the model keeps every gradient live, 
     zero_engine* engine = nullptr;
     REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
     {
-      Gpt model(engine, tiny, 1, 8, 3);
+      const auto model = make_gpt(engine, tiny, 1, 8, 3);
       REQUIRE_OK(zero_init(engine));
       std::vector<std::int32_t> tokens(8, 65), targets(8, 66);
       for (int step = 0; step < 2; ++step) {
-        model.forward(tokens.data(), targets.data());
-        REQUIRE_NOTHROW(model.backward());
+        model->forward(tokens.data(), targets.data());
+        REQUIRE_NOTHROW(model->backward());
         REQUIRE_OK(zero_step(engine, nullptr));
       }
       unsigned long long live = 0, peak = 0;

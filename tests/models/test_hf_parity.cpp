@@ -97,11 +97,10 @@ class Golden {
 std::unique_ptr<models::CausalLm> build(zero_engine* engine, const Golden& golden) {
   const json config = read_json(golden.dir() + "/config.json");
   if (config["model_type"] == "gpt2") {
-    return std::make_unique<gpt::Gpt>(engine, gpt::from_hf(config), golden.batch(), golden.seq(),
-                                      1);
+    return gpt::make_gpt(engine, gpt::from_hf(config), golden.batch(), golden.seq(), 1);
   }
-  return std::make_unique<llama::Llama>(engine, llama::LlamaConfig::from_hf(config), golden.batch(),
-                                        golden.seq(), 1);
+  return llama::make_llama(engine, llama::LlamaConfig::from_hf(config), golden.batch(),
+                           golden.seq(), 1);
 }
 
 // Golden tensor `key` of our parameter `name` in our layout: GPT-2's Conv1D weights are stored

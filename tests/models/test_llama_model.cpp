@@ -35,8 +35,8 @@ zero::models::ActivationCost cost_of(const zero::llama::LlamaConfig& config, int
   REQUIRE_OK(zero_create(text, &options, &engine));
   zero::models::ActivationCost cost;
   {
-    zero::llama::Llama model(engine, config, batch, seq, 3, {checkpoint_blocks, false});
-    cost = model.activation_cost();
+    const auto model = zero::llama::make_llama(engine, config, batch, seq, 3, {checkpoint_blocks, false});
+    cost = model->activation_cost();
   }
   REQUIRE_OK(zero_destroy(engine));
   return cost;

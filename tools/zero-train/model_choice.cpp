@@ -229,8 +229,8 @@ std::unique_ptr<models::CausalLm> ModelChoice::build(zero_engine* engine, int ba
     if (gpt_) return gpt::make_cuda_gpt(engine, *gpt_, batch, seq, seed, options);
     return llama::make_cuda_llama(engine, *llama_, batch, seq, seed, options);
   }
-  if (gpt_) return std::make_unique<gpt::Gpt>(engine, *gpt_, batch, seq, seed, options);
-  return std::make_unique<llama::Llama>(engine, *llama_, batch, seq, seed, options);
+  if (gpt_) return gpt::make_gpt(engine, *gpt_, batch, seq, seed, options);
+  return llama::make_llama(engine, *llama_, batch, seq, seed, options);
 }
 
 double ModelChoice::flops_per_token(int seq) const {
