@@ -43,8 +43,8 @@ concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
                               typename Ops::Hidden& out, const typename Ops::Hidden& x,
                               typename Ops::Activations& kept,
                               const typename Ops::Activations& ckept, const std::int32_t* tokens,
-                              bool training, const std::vector<std::string>& names,
-                              const std::string& path) {
+                              bool training, zero_engine* engine,
+                              const std::vector<std::string>& names, const std::string& path) {
   typename Ops::Config;
   // The modules' ids for the hooks, and the hooks' stream (null on the CPU).
   { cops.ids().embed_module } -> std::convertible_to<int>;
@@ -76,11 +76,11 @@ concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
   ops.embed_backward();
   ops.flush_gradients();
   // The last evaluation's logits (CausalLm::logits), the forward FLOPs of a micro-batch and of
-  // one block, and the pretrained weights for the registered names.
+  // one block, and the pretrained weights for the registered names (CausalLm::load_pretrained).
   { cops.logits() } -> std::same_as<std::vector<float>>;
   { cops.forward_flops() } -> std::same_as<double>;
   { cops.block_flops() } -> std::same_as<double>;
-  cops.load_pretrained(names, path);
+  cops.load_pretrained(engine, names, path);
 };
 
 template <DecoderOps Ops>
@@ -105,7 +105,7 @@ class Decoder final : public models::CausalLm {
   void backward() override;
   float evaluate(const std::int32_t* tokens, const std::int32_t* targets) override;
   void load_pretrained(const std::string& path) override {
-    ops_.load_pretrained(registrar_.names(), path);
+    ops_.load_pretrained(engine_, registrar_.names(), path);
   }
   models::ActivationCost activation_cost() const override;
   double forward_flops() const override { return ops_.forward_flops(); }

@@ -18,6 +18,14 @@ decoder::Shape decoder_shape(const GptConfig& config, int batch, int seq) {
   return {batch, seq, config.channels, config.heads, config.vocab};
 }
 
+double GptFamily::forward_flops() const {
+  return gpt::forward_flops(config_, 4 * std::int64_t{config_.channels}, batch_, seq_);
+}
+
+double GptFamily::block_flops() const {
+  return gpt::block_flops(config_, 4 * std::int64_t{config_.channels}, batch_, seq_);
+}
+
 GptIds register_gpt(models::Registrar& r, const GptConfig& config) {
   GptIds ids;
   const int no_decay = r.group("no_decay", 0.0, 1.0);

@@ -1,6 +1,6 @@
-// The reference GPT's registration and sizes, shared by its CPU model (model.h) and its CUDA
-// model (cuda_model.h): groups "default" and "no_decay", modules "embed", "h.<i>" and "head", and
-// the parameters under Hugging Face GPT-2's names, initialised as GPT-2 draws them.
+// The reference GPT's registration, sizes and FLOPs, shared by its CPU model (model.h) and its
+// CUDA model (cuda_model.h): groups "default" and "no_decay", modules "embed", "h.<i>" and "head",
+// and the parameters under Hugging Face GPT-2's names, initialised as GPT-2 draws them.
 #pragma once
 
 #include <string>
@@ -39,5 +39,32 @@ GptIds register_gpt(models::Registrar& registrar, const GptConfig& config);
 // zero_init. Throws std::runtime_error with the engine's message when the files do not fit.
 void load_gpt2_weights(zero_engine* engine, const std::vector<std::string>& names, int layers,
                        const std::string& path);
+
+// What the GPT's operations on the CPU (model.cpp) and on the GPU (cuda_model.cpp) share, a base
+// of each beside its device's (decoder.h's DecoderOps): the config, the parameters' ids,
+// registered when it is made, the forward FLOPs and the pretrained weights.
+class GptFamily {
+ public:
+  using Config = GptConfig;
+  const GptIds& ids() const noexcept { return ids_; }
+  // Of a micro-batch, and of one block (what recomputing a checkpointed block costs).
+  double forward_flops() const;
+  double block_flops() const;
+  void load_pretrained(zero_engine* engine, const std::vector<std::string>& names,
+                       const std::string& path) const {
+    load_gpt2_weights(engine, names, config_.layers, path);
+  }
+
+ protected:
+  // Registers the model (register_gpt), for micro-batches of `batch` sequences of `seq`.
+  GptFamily(models::Registrar& registrar, const GptConfig& config, int batch, int seq)
+      : config_(config), ids_(register_gpt(registrar, config)), batch_(batch), seq_(seq) {}
+
+  GptConfig config_;
+  GptIds ids_;
+
+ private:
+  int batch_, seq_;
+};
 
 }  // namespace zero::gpt

@@ -1,269 +1,128 @@
-// The Llama-family decoder on the GPU (cuda_model.h): the CPU model's structure, module by
-// module between the same hooks, over the CUDA layers on the model's stream.
+// The Llama-family decoder on the GPU (cuda_model.h): the CPU model's embedding, blocks and
+// final RMSNorm as the decoder driver's operations (models/decoder/decoder.h), over the CUDA
+// layers on the model's stream.
 #include "models/llama/cuda_model.h"
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "models/cuda/batch.h"
 #include "models/cuda/layers.h"
 #include "models/cuda/runtime.h"
-#include "models/llama/kernels.h"
+#include "models/decoder/cuda_ops.h"
 #include "models/llama/params.h"
-#include "models/param_init.h"
-#include "models/registrar.h"
-#include "models/tokens.h"
 
 namespace zero::llama {
 namespace {
 
 namespace cl = zero::cuda_layers;
-using cl::Bf16;
-using cl::DeviceBuffer;
 
-constexpr std::size_t kBf16 = sizeof(Bf16);
+// A new device buffer holding `host`, copied on `stream`.
+cl::DeviceBuffer to_device(const std::vector<float>& host, cl::Stream stream) {
+  cl::DeviceBuffer buffer(host.size() * 4, stream);
+  cl::copy_to_device(buffer.as<void>(), host.data(), host.size() * 4, stream);
+  return buffer;
+}
 
-// One block's activations, kept from forward to backward (bf16, statistics fp32).
-struct BlockActivations {
-  DeviceBuffer ln1, rstd1, q, k, v, y, lse, res, ln2, rstd2, gate, up, h;
-  void allocate(std::size_t N, std::size_t C, std::size_t Q, std::size_t KV, std::size_t F,
-                std::size_t rows_of_heads, cl::Stream s) {
-    ln1.resize(N * C * kBf16, s), rstd1.resize(N * 4, s), q.resize(N * Q * kBf16, s);
-    k.resize(N * KV * kBf16, s), v.resize(N * KV * kBf16, s), y.resize(N * Q * kBf16, s);
-    lse.resize(rows_of_heads * 4, s), res.resize(N * C * kBf16, s), ln2.resize(N * C * kBf16, s);
-    rstd2.resize(N * 4, s), gate.resize(N * F * kBf16, s), up.resize(N * F * kBf16, s);
-    h.resize(N * F * kBf16, s);
-  }
-  std::uint64_t bytes() const noexcept {
-    std::uint64_t n = 0;
-    for (const DeviceBuffer* b :
-         {&ln1, &rstd1, &q, &k, &v, &y, &lse, &res, &ln2, &rstd2, &gate, &up, &h}) {
-      n += b->bytes();
-    }
-    return n;
-  }
-};
-
-class LlamaCuda final : public models::CausalLm {
+// The Llama family's operations on the CUDA layers (decoder.h's DecoderOps; the head's logits
+// and loss, the micro-batch, the stream and the engine's buffers are CudaOps', the ids and FLOPs
+// LlamaFamily's).
+class LlamaCuda final : public decoder::CudaOps, public LlamaFamily {
  public:
-  LlamaCuda(zero_engine* engine, const LlamaConfig& config, int batch, int seq, std::uint64_t seed,
-            const models::ActivationOptions& options);
+  LlamaCuda(zero_engine* engine, models::Registrar& r, const Config& config, int batch, int seq)
+      : CudaOps(engine, decoder_shape(config, batch, seq), kModel, widest(config)),
+        LlamaFamily(r, config, batch, seq) {
+    void* const s = stream();  // every buffer is zeroed on it
+    // The CPU model's rotary tables, on the GPU.
+    const RotaryTables rotary = rotary_tables(config, seq);
+    cos_ = to_device(rotary.cos, s), sin_ = to_device(rotary.sin, s);
+    stream_.synchronize();
 
-  float forward(const std::int32_t* tokens, const std::int32_t* targets) override;
-  void backward() override;
-  float evaluate(const std::int32_t* tokens, const std::int32_t* targets) override;
-  void load_pretrained(const std::string& path) override {
-    load_llama_weights(engine_, config_, path);
+    const std::size_t N = dims_.N, C = dims_.C, Q = dims_.Q, KV = dims_.KV, F = dims_.F;
+    norm_rstd_.resize(N * 4, s);
+    dF_.resize(N * F * kBf16, s), dgate_.resize(N * F * kBf16, s), dup_.resize(N * F * kBf16, s);
+    dq_.resize(N * Q * kBf16, s), dk_.resize(N * KV * kBf16, s), dv_.resize(N * KV * kBf16, s);
+    dy_.resize(N * Q * kBf16, s), dres_.resize(N * C * kBf16, s), dsmall_.resize(N * C * kBf16, s);
   }
-  models::ActivationCost activation_cost() const override;
-  double forward_flops() const override { return llama::forward_flops(config_, batch_, seq_); }
-  std::vector<float> logits() const override;
-  const std::vector<std::string>& names() const noexcept override { return names_; }
-  const std::vector<std::size_t>& numels() const noexcept override { return numels_; }
+
+  static constexpr const char* kModel = "the CUDA Llama";  // as errors name it
+
+  // One block's activations, kept from forward to backward (bf16, statistics fp32).
+  struct Activations {
+    DeviceBuffer ln1, rstd1, q, k, v, y, lse, res, ln2, rstd2, gate, up, h;
+    std::uint64_t bytes() const noexcept {
+      return CudaOps::bytes(
+          {&ln1, &rstd1, &q, &k, &v, &y, &lse, &res, &ln2, &rstd2, &gate, &up, &h});
+    }
+  };
+  Activations activations() const {
+    void* const s = stream();
+    const std::size_t N = dims_.N, C = dims_.C, Q = dims_.Q, KV = dims_.KV, F = dims_.F;
+    Activations a;
+    a.ln1.resize(N * C * kBf16, s), a.rstd1.resize(N * 4, s), a.q.resize(N * Q * kBf16, s);
+    a.k.resize(N * KV * kBf16, s), a.v.resize(N * KV * kBf16, s), a.y.resize(N * Q * kBf16, s);
+    a.lse.resize(N * dims_.NH * 4, s);
+    a.res.resize(N * C * kBf16, s), a.ln2.resize(N * C * kBf16, s), a.rstd2.resize(N * 4, s);
+    a.gate.resize(N * F * kBf16, s), a.up.resize(N * F * kBf16, s), a.h.resize(N * F * kBf16, s);
+    return a;
+  }
+  std::uint64_t head_bytes() const noexcept { return logits_bytes() + norm_rstd_.bytes(); }
+
+  void embed_forward(Hidden& out) const { embed(out, ids_.wte, -1); }
+  void block_forward(std::size_t l, const Hidden& x, Activations& a, Hidden& out) {
+    forward_block(ids_.blocks[l], x.as<Bf16>(), a, out.as<Bf16>());
+  }
+  void head_forward(const Hidden& x) {
+    cl::check(cl::rmsnorm_forward(normed_.as<Bf16>(), norm_rstd_.as<float>(), x.as<Bf16>(),
+                                  param(ids_.norm), static_cast<int>(shape_.positions()),
+                                  config_.channels, static_cast<float>(config_.norm_eps), stream()),
+              "rmsnorm_forward");
+    logits_forward(ids_.lm_head);
+  }
+
+  void head_backward(const Hidden& x) {
+    logits_backward(ids_.lm_head);
+    cl::check(cl::rmsnorm_backward(dx_.as<Bf16>(), grad(ids_.norm), dnormed_.as<Bf16>(),
+                                   x.as<Bf16>(), param(ids_.norm), norm_rstd_.as<float>(),
+                                   static_cast<int>(shape_.positions()), config_.channels,
+                                   scratch_.as<float>(), stream()),
+              "rmsnorm_backward");
+  }
+  void block_backward(std::size_t l, const Hidden& x, const Activations& a) {
+    backward_block(ids_.blocks[l], x.as<Bf16>(), a, dx_.as<Bf16>());
+  }
+  void embed_backward() const { embed_back(ids_.wte, -1); }
 
  private:
-  void block_forward(const LlamaBlockIds& b, const Bf16* x, BlockActivations& a, Bf16* out);
-  void block_backward(const LlamaBlockIds& b, const Bf16* x, const BlockActivations& a, Bf16* dx);
-  bool checkpointed(std::size_t block) const noexcept {
-    return static_cast<int>(block) < options_.checkpoint_blocks;
-  }
-  const Bf16* param(int id) const;
-  Bf16* grad(int id) const;  // null for id -1 (a bias the model lacks)
-  void* stream() const noexcept { return stream_.get(); }
-  void zero(const DeviceBuffer& buffer, std::size_t bytes) const {
-    cl::zero_bytes(buffer.as<void>(), bytes, stream());
-  }
+  void forward_block(const LlamaBlockIds& b, const Bf16* x, Activations& a, Bf16* out);
+  void backward_block(const LlamaBlockIds& b, const Bf16* x, const Activations& a, Bf16* dx);
 
-  zero_engine* engine_;
-  std::unique_ptr<models::ParamInit> init_;
-  LlamaConfig config_;
-  int batch_, seq_;
-  models::ActivationOptions options_;
-  LlamaIds ids_;
-  std::vector<std::string> names_;
-  std::vector<std::size_t> numels_;
-  cl::CudaStream stream_;
-  cl::Matmul matmul_;
   DeviceBuffer cos_, sin_;  // rotary tables fp32 [seq, head_size / 2]
-
-  cl::DeviceBatch batch_data_;  // tokens, targets, token groups and losses on the GPU
-  int counted_ = 0;
-  DeviceBuffer encoded_;
-  std::vector<BlockActivations> acts_;
-  BlockActivations recompute_;
-  std::vector<DeviceBuffer> outs_;
-  DeviceBuffer normed_, norm_rstd_, logits_;
+  DeviceBuffer norm_rstd_;  // the final RMSNorm's statistics
   // Backward scratch.
-  DeviceBuffer dF_, dgate_, dup_, dq_, dk_, dv_, dy_, dres_, dsmall_, dx_, dnorm_, scratch_, delta_;
-  bool logits_kept_ = false;  // logits_ holds the last evaluate()'s logits (not their gradient)
-  bool evaluating_ = false;
+  DeviceBuffer dF_, dgate_, dup_, dq_, dk_, dv_, dy_, dres_, dsmall_;
+
+  // The widest row whose parameter gradients are reduced (the reduction scratch's size).
+  static int widest(const LlamaConfig& config);
 };
 
-LlamaCuda::LlamaCuda(zero_engine* engine, const LlamaConfig& config, int batch, int seq,
-                     std::uint64_t seed, const models::ActivationOptions& options)
-    : engine_(engine),
-      init_(std::make_unique<models::ParamInit>(seed)),
-      config_(config),
-      batch_(batch),
-      seq_(seq),
-      options_(options),
-      batch_data_(batch * seq, stream_.get()) {
-  config.validate();
-  if (seq < 1 || seq > config.max_seq) {
-    throw std::invalid_argument("sequence length " + std::to_string(seq) +
-                                " is outside the model's 1.." + std::to_string(config.max_seq));
-  }
-  models::Registrar registrar(engine, *init_);
-  ids_ = register_llama(registrar, config);
-  names_ = registrar.names();
-  numels_ = registrar.numels();
+}  // namespace
 
-  void* const s = stream();  // every buffer is zeroed on it
-  const int hd = config.head_size();
-  const std::vector<double> inv_freq = config.inv_freq();
-  std::vector<float> cos(static_cast<std::size_t>(seq) * inv_freq.size()), sin(cos.size());
-  rope_tables(cos.data(), sin.data(), inv_freq.data(), seq, hd);  // the CPU layers' tables
-  cos_.resize(cos.size() * 4, s), sin_.resize(sin.size() * 4, s);
-  cl::copy_to_device(cos_.as<void>(), cos.data(), cos.size() * 4, s);
-  cl::copy_to_device(sin_.as<void>(), sin.data(), sin.size() * 4, s);
-  stream_.synchronize();
-
-  if (options_.checkpoint_blocks < 0) options_.checkpoint_blocks = 0;
-  const std::size_t N = static_cast<std::size_t>(batch) * seq, C = config.channels;
-  const std::size_t Q = static_cast<std::size_t>(config.heads) * hd;
-  const std::size_t KV = static_cast<std::size_t>(config.kv_heads) * hd;
-  const std::size_t F = config.intermediate, V = config.vocab;
-  const std::size_t rows_of_heads = N * static_cast<std::size_t>(config.heads);
-  encoded_.resize(N * C * kBf16, s);
-  acts_.resize(static_cast<std::size_t>(config.layers));
-  outs_.resize(static_cast<std::size_t>(config.layers));
-  for (std::size_t l = 0; l < acts_.size(); ++l) {
-    if (!checkpointed(l)) acts_[l].allocate(N, C, Q, KV, F, rows_of_heads, s);
-    outs_[l].resize(N * C * kBf16, s);
-  }
-  if (options_.checkpoint_blocks > 0) recompute_.allocate(N, C, Q, KV, F, rows_of_heads, s);
-  normed_.resize(N * C * kBf16, s), norm_rstd_.resize(N * 4, s);
-  logits_.resize(N * static_cast<std::size_t>(cl::padded_vocab(config.vocab)) * kBf16, s);
-  dF_.resize(N * F * kBf16, s), dgate_.resize(N * F * kBf16, s), dup_.resize(N * F * kBf16, s);
-  dq_.resize(N * Q * kBf16, s), dk_.resize(N * KV * kBf16, s), dv_.resize(N * KV * kBf16, s);
-  dy_.resize(N * Q * kBf16, s), dres_.resize(N * C * kBf16, s), dsmall_.resize(N * C * kBf16, s);
-  dx_.resize(N * C * kBf16, s), dnorm_.resize(N * C * kBf16, s);
-  delta_.resize(rows_of_heads * 4, s);
-  const int widest = static_cast<int>(std::max({V, F, Q, C}));
-  scratch_.resize(cl::reduction_scratch_floats(static_cast<int>(N), widest) * 4, s);
+std::unique_ptr<models::CausalLm> make_cuda_llama(zero_engine* engine, const LlamaConfig& config,
+                                                  int batch, int seq, std::uint64_t seed,
+                                                  const models::ActivationOptions& options) {
+  return decoder::make_on_engine_gpu<LlamaCuda>(engine, config, batch, seq, seed, options);
 }
 
-const Bf16* LlamaCuda::param(int id) const {
-  if (id < 0) return nullptr;
-  void* data = nullptr;
-  models::check(zero_param_data(engine_, id, &data), "zero_param_data");
-  return static_cast<const Bf16*>(data);
-}
-
-Bf16* LlamaCuda::grad(int id) const {
-  if (id < 0) return nullptr;
-  void* data = nullptr;
-  models::check(zero_grad_buffer(engine_, id, &data), "zero_grad_buffer");
-  return static_cast<Bf16*>(data);
-}
-
-float LlamaCuda::forward(const std::int32_t* tokens, const std::int32_t* targets) {
-  const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
-  const int Vp = cl::padded_vocab(V);  // the logits' row stride
-  counted_ = models::count_targets(tokens, targets, N, V);
-  logits_kept_ = false;  // until the cross-entropy has left them as they are
-  batch_data_.upload(tokens, targets, stream());
-  double factor = 1.0;
-  models::check(zero_loss_factor(engine_, &factor), "zero_loss_factor");
-
-  models::check(zero_pre_forward(engine_, ids_.embed_module, stream()), "zero_pre_forward");
-  cl::check(cl::embedding_forward(encoded_.as<Bf16>(), batch_data_.tokens(), param(ids_.wte),
-                                  nullptr, B, T, C, stream()),
-            "embedding_forward");
-  models::check(zero_post_forward(engine_, ids_.embed_module, stream()), "zero_post_forward");
-
-  const Bf16* x = encoded_.as<Bf16>();
-  for (std::size_t l = 0; l < ids_.blocks.size(); ++l) {
-    const LlamaBlockIds& b = ids_.blocks[l];
-    models::check(zero_pre_forward(engine_, b.module, stream()), "zero_pre_forward");
-    block_forward(b, x, checkpointed(l) ? recompute_ : acts_[l], outs_[l].as<Bf16>());
-    models::check(zero_post_forward(engine_, b.module, stream()), "zero_post_forward");
-    x = outs_[l].as<Bf16>();
-  }
-
-  models::check(zero_pre_forward(engine_, ids_.head_module, stream()), "zero_pre_forward");
-  cl::check(cl::rmsnorm_forward(normed_.as<Bf16>(), norm_rstd_.as<float>(), x, param(ids_.norm), N,
-                                C, static_cast<float>(config_.norm_eps), stream()),
-            "rmsnorm_forward");
-  cl::check(matmul_.forward(logits_.as<Bf16>(), Vp, normed_.as<Bf16>(), param(ids_.lm_head),
-                            nullptr, N, C, V, stream()),
-            "matmul forward (logits)");
-  if (evaluating_) {  // the losses alone: the logits stay for logits() to copy on request
-    cl::check(cl::crossentropy_forward(logits_.as<Bf16>(), Vp, batch_data_.losses(),
-                                       batch_data_.targets(), N, V, stream()),
-              "crossentropy_forward");
-  } else {  // the logits become their gradient, for backward
-    const float dloss = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
-    cl::check(cl::crossentropy_fused(logits_.as<Bf16>(), Vp, batch_data_.losses(),
-                                     batch_data_.targets(), dloss, N, V, stream()),
-              "crossentropy_fused");
-  }
-  models::check(zero_post_forward(engine_, ids_.head_module, stream()), "zero_post_forward");
-
-  const float loss = batch_data_.mean_loss(targets, counted_, stream());  // waits for the stream
-  logits_kept_ = evaluating_;
-  return loss;
-}
-
-void LlamaCuda::backward() {
-  const int B = batch_, T = seq_, C = config_.channels, V = config_.vocab, N = B * T;
-  const int Vp = cl::padded_vocab(V);  // the logits' row stride
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
-  // The logits buffer holds dlogits (scaled by zero_loss_factor / positions) since a training
-  // forward; evaluate() leaves the logits themselves.
-  if (logits_kept_) throw std::logic_error("backward() after evaluate(): there is no gradient");
-  models::check(zero_pre_backward(engine_, ids_.head_module, stream()), "zero_pre_backward");
-  zero(dnorm_, NC * kBf16);
-  cl::check(matmul_.backward(dnorm_.as<Bf16>(), grad(ids_.lm_head), nullptr, logits_.as<Bf16>(), Vp,
-                             normed_.as<Bf16>(), param(ids_.lm_head), N, C, V, scratch_.as<float>(),
-                             stream()),
-            "matmul backward (logits)");
-  const Bf16* last = ids_.blocks.empty() ? encoded_.as<Bf16>() : outs_.back().as<Bf16>();
-  zero(dx_, NC * kBf16);
-  cl::check(cl::rmsnorm_backward(dx_.as<Bf16>(), grad(ids_.norm), dnorm_.as<Bf16>(), last,
-                                 param(ids_.norm), norm_rstd_.as<float>(), N, C,
-                                 scratch_.as<float>(), stream()),
-            "rmsnorm_backward");
-  models::check(zero_post_backward(engine_, ids_.head_module, stream()), "zero_post_backward");
-
-  for (std::size_t l = ids_.blocks.size(); l-- > 0;) {
-    const LlamaBlockIds& b = ids_.blocks[l];
-    const Bf16* x = l == 0 ? encoded_.as<Bf16>() : outs_[l - 1].as<Bf16>();
-    models::check(zero_pre_backward(engine_, b.module, stream()), "zero_pre_backward");
-    if (checkpointed(l)) block_forward(b, x, recompute_, dsmall_.as<Bf16>());
-    block_backward(b, x, checkpointed(l) ? recompute_ : acts_[l], dx_.as<Bf16>());
-    models::check(zero_post_backward(engine_, b.module, stream()), "zero_post_backward");
-  }
-
-  models::check(zero_pre_backward(engine_, ids_.embed_module, stream()), "zero_pre_backward");
-  cl::check(
-      cl::embedding_backward(grad(ids_.wte), nullptr, dx_.as<Bf16>(), batch_data_.group_positions(),
-                             batch_data_.group_starts(), batch_data_.group_tokens(),
-                             batch_data_.groups(), B, T, C, scratch_.as<float>(), stream()),
-      "embedding_backward");
-  models::check(zero_post_backward(engine_, ids_.embed_module, stream()), "zero_post_backward");
+// The logits', the MLP's, q's or the channels.
+int LlamaCuda::widest(const LlamaConfig& c) {
+  return std::max({c.vocab, c.intermediate, c.heads * c.head_size(), c.channels});
 }
 
 // res = x + o(attention(rope(q(ln1(x))), rope(k(ln1(x))), v(ln1(x)))), then
-// out = res + down(silu(gate(ln2(res))) * up(ln2(res))), as Llama::block_forward.
-void LlamaCuda::block_forward(const LlamaBlockIds& b, const Bf16* x, BlockActivations& a,
-                              Bf16* out) {
-  const int B = batch_, T = seq_, N = B * T, C = config_.channels, hd = config_.head_size();
-  const int NH = config_.heads, NKV = config_.kv_heads, Q = NH * hd, KV = NKV * hd;
-  const int F = config_.intermediate;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
+// out = res + down(silu(gate(ln2(res))) * up(ln2(res))), as the CPU model's block (model.cpp).
+void LlamaCuda::forward_block(const LlamaBlockIds& b, const Bf16* x, Activations& a, Bf16* out) {
+  const auto [B, T, N, C, hd, NH, NKV, Q, KV, F, NC] = dims_;
   const float eps = static_cast<float>(config_.norm_eps);
   void* s = stream();
   cl::check(
@@ -308,13 +167,10 @@ void LlamaCuda::block_forward(const LlamaBlockIds& b, const Bf16* x, BlockActiva
 }
 
 // dx holds the gradient at the block's output and leaves with the gradient at its input x.
-void LlamaCuda::block_backward(const LlamaBlockIds& b, const Bf16* x, const BlockActivations& a,
+void LlamaCuda::backward_block(const LlamaBlockIds& b, const Bf16* x, const Activations& a,
                                Bf16* dx) {
-  const int B = batch_, T = seq_, N = B * T, C = config_.channels, hd = config_.head_size();
-  const int NH = config_.heads, NKV = config_.kv_heads, Q = NH * hd, KV = NKV * hd;
-  const int F = config_.intermediate;
+  const auto [B, T, N, C, hd, NH, NKV, Q, KV, F, NC] = dims_;
   const std::size_t n = static_cast<std::size_t>(N);
-  const std::size_t NC = n * C;
   void* s = stream();
   float* scratch = scratch_.as<float>();
   // MLP branch.
@@ -372,69 +228,6 @@ void LlamaCuda::block_backward(const LlamaBlockIds& b, const Bf16* x, const Bloc
   cl::check(cl::rmsnorm_backward(dx, grad(b.ln1), dsmall_.as<Bf16>(), x, param(b.ln1),
                                  a.rstd1.as<float>(), N, C, scratch, s),
             "rmsnorm_backward");
-}
-
-float LlamaCuda::evaluate(const std::int32_t* tokens, const std::int32_t* targets) {
-  models::check(zero_set_train(engine_, 0), "zero_set_train");
-  evaluating_ = true;
-  const float loss = forward(tokens, targets);
-  evaluating_ = false;
-  models::check(zero_set_train(engine_, 1), "zero_set_train");
-  return loss;
-}
-
-std::vector<float> LlamaCuda::logits() const {
-  if (!logits_kept_) {
-    throw std::logic_error(
-        "the CUDA Llama has no logits to give: evaluate() keeps them until the next "
-        "forward(), which overwrites them with their gradient");
-  }
-  return cl::download_rows(logits_.as<Bf16>(), static_cast<std::size_t>(batch_) * seq_,
-                           static_cast<std::size_t>(config_.vocab),
-                           static_cast<std::size_t>(cl::padded_vocab(config_.vocab)), stream());
-}
-
-models::ActivationCost LlamaCuda::activation_cost() const {
-  models::ActivationCost cost;
-  const std::uint64_t N = static_cast<std::uint64_t>(batch_) * seq_, C = config_.channels;
-  const std::uint64_t hd = config_.head_size(), Q = config_.heads * hd, KV = config_.kv_heads * hd;
-  const std::uint64_t F = config_.intermediate;
-  // As BlockActivations::allocate, and the block's output.
-  const std::uint64_t per_block = (3 * N * C + 2 * N * Q + 2 * N * KV + 3 * N * F + N * C) * kBf16 +
-                                  (2 * N + N * config_.heads) * 4;
-  const std::uint64_t common = encoded_.bytes() + normed_.bytes() + norm_rstd_.bytes() +
-                               logits_.bytes() +
-                               static_cast<std::uint64_t>(batch_) * seq_ * 4;  // and the losses
-  cost.uncheckpointed_bytes = common + per_block * static_cast<std::uint64_t>(config_.layers);
-  cost.kept_bytes = common + recompute_.bytes();
-  for (std::size_t l = 0; l < acts_.size(); ++l)
-    cost.kept_bytes += acts_[l].bytes() + outs_[l].bytes();
-  cost.recompute_flops = std::min(options_.checkpoint_blocks, config_.layers) *
-                         llama::block_flops(config_, batch_, seq_);
-  cost.train_flops = 3.0 * forward_flops();
-  return cost;
-}
-
-}  // namespace
-
-std::unique_ptr<models::CausalLm> make_cuda_llama(zero_engine* engine, const LlamaConfig& config,
-                                                  int batch, int seq, std::uint64_t seed,
-                                                  const models::ActivationOptions& options) {
-  zero_memory_kind kind = ZERO_MEMORY_HOST;
-  int ordinal = -1;
-  models::check(zero_data_location(engine, &kind, &ordinal), "zero_data_location");
-  zero_dtype dtype = ZERO_FP32;
-  models::check(zero_compute_dtype(engine, &dtype), "zero_compute_dtype");
-  if (kind != ZERO_MEMORY_CUDA) {
-    throw std::runtime_error("the CUDA Llama needs the engine's parameters on a GPU");
-  }
-  if (dtype != ZERO_BF16) {
-    throw std::runtime_error(
-        "the CUDA layers compute in bf16, and the engine's compute copies are not bf16: enable "
-        "the config's bf16 section (\"bf16\": {\"enabled\": true})");
-  }
-  cuda_layers::set_device(ordinal);
-  return std::make_unique<LlamaCuda>(engine, config, batch, seq, seed, options);
 }
 
 }  // namespace zero::llama

@@ -16,15 +16,23 @@
 namespace zero::llama {
 namespace {
 
-using layers::matmul_backward;
-using layers::matmul_forward;
-using layers::residual_forward;
-
 // The Llama family's operations on the CPU layers (decoder.h's DecoderOps; the head's logits
-// and loss, the micro-batch and the engine's buffers are CpuOps').
-class LlamaCpu final : public decoder::CpuOps {
+// and loss, the micro-batch and the engine's buffers are CpuOps', the ids and FLOPs
+// LlamaFamily's).
+class LlamaCpu final : public decoder::CpuOps, public LlamaFamily {
  public:
-  using Config = LlamaConfig;
+  LlamaCpu(zero_engine* engine, models::Registrar& r, const Config& config, int batch, int seq)
+      : CpuOps(engine, decoder_shape(config, batch, seq)),
+        LlamaFamily(r, config, batch, seq),
+        rotary_(rotary_tables(config, seq)) {
+    add_params(r);
+    const std::size_t N = dims_.N, C = dims_.C, Q = dims_.Q, KV = dims_.KV, F = dims_.F;
+    norm_rstd_.resize(N);
+    dF_.resize(N * F), dgate_.resize(N * F), dup_.resize(N * F);
+    dq_.resize(N * Q), dk_.resize(N * KV), dv_.resize(N * KV), dy_.resize(N * Q);
+    datt_.resize(N * config.heads * seq), dres_.resize(N * C), dsmall_.resize(N * C);
+  }
+
   // One block's activations, kept from forward to backward.
   struct Activations {
     std::vector<float> ln1, rstd1, q, k, v, att, y, res, ln2, rstd2, gate, up, h;
@@ -33,30 +41,8 @@ class LlamaCpu final : public decoder::CpuOps {
           {&ln1, &rstd1, &q, &k, &v, &att, &y, &res, &ln2, &rstd2, &gate, &up, &h});
     }
   };
-
-  LlamaCpu(zero_engine* engine, models::Registrar& registrar, const LlamaConfig& config, int batch,
-           int seq)
-      : CpuOps(engine, decoder_shape(config, batch, seq)),
-        config_(config),
-        ids_(register_llama(registrar, config)),
-        rotary_(rotary_tables(config, seq)) {
-    add_params(registrar);
-    const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(config.channels);
-    const std::size_t Q = static_cast<std::size_t>(config.heads) * config.head_size();
-    const std::size_t KV = static_cast<std::size_t>(config.kv_heads) * config.head_size();
-    const std::size_t F = static_cast<std::size_t>(config.intermediate);
-    norm_rstd_.resize(N);
-    dF_.resize(N * F), dgate_.resize(N * F), dup_.resize(N * F);
-    dq_.resize(N * Q), dk_.resize(N * KV), dv_.resize(N * KV), dy_.resize(N * Q);
-    datt_.resize(N * config.heads * seq), dres_.resize(N * C), dsmall_.resize(N * C);
-  }
-
-  const LlamaIds& ids() const noexcept { return ids_; }
   Activations activations() const {
-    const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(config_.channels);
-    const std::size_t Q = static_cast<std::size_t>(config_.heads) * config_.head_size();
-    const std::size_t KV = static_cast<std::size_t>(config_.kv_heads) * config_.head_size();
-    const std::size_t F = static_cast<std::size_t>(config_.intermediate);
+    const std::size_t N = dims_.N, C = dims_.C, Q = dims_.Q, KV = dims_.KV, F = dims_.F;
     Activations a;
     a.ln1.resize(N * C), a.rstd1.resize(N), a.q.resize(N * Q), a.k.resize(N * KV);
     a.v.resize(N * KV), a.att.resize(N * config_.heads * shape_.seq), a.y.resize(N * Q);
@@ -94,79 +80,75 @@ class LlamaCpu final : public decoder::CpuOps {
                        static_cast<int>(shape_.positions()), config_.channels);
   }
 
-  double forward_flops() const { return llama::forward_flops(config_, shape_.batch, shape_.seq); }
-  double block_flops() const { return llama::block_flops(config_, shape_.batch, shape_.seq); }
-  void load_pretrained(const std::vector<std::string>&, const std::string& path) const {
-    load_llama_weights(engine_, config_, path);
-  }
-
  private:
   void forward_block(const LlamaBlockIds& b, const float* x, Activations& a, float* out);
   void backward_block(const LlamaBlockIds& b, const float* x, const Activations& a, float* dx);
 
-  LlamaConfig config_;
-  LlamaIds ids_;
   RotaryTables rotary_;
   std::vector<float> norm_rstd_;  // the final RMSNorm's statistics
   // Backward scratch, kept across micro-batches.
   std::vector<float> dF_, dgate_, dup_, dq_, dk_, dv_, dy_, datt_, dres_, dsmall_;
 };
 
+}  // namespace
+
+std::unique_ptr<models::CausalLm> make_llama(zero_engine* engine, const LlamaConfig& config,
+                                             int batch, int seq, std::uint64_t seed,
+                                             const models::ActivationOptions& options) {
+  return std::make_unique<decoder::Decoder<LlamaCpu>>(engine, config, batch, seq, seed, options);
+}
+
 // res = x + o(attention(rope(q(ln1(x))), rope(k(ln1(x))), v(ln1(x)))), then
 // out = res + down(silu(gate(ln2(res))) * up(ln2(res))).
 void LlamaCpu::forward_block(const LlamaBlockIds& b, const float* x, Activations& a, float* out) {
-  const int B = shape_.batch, T = shape_.seq, N = B * T, C = config_.channels,
-            hd = config_.head_size();
-  const int NH = config_.heads, NKV = config_.kv_heads, Q = NH * hd, KV = NKV * hd;
-  const int F = config_.intermediate;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const auto [B, T, N, C, hd, NH, NKV, Q, KV, F, NC] = dims_;
   rmsnorm_forward(a.ln1.data(), a.rstd1.data(), x, param(b.ln1), N, C, config_.norm_eps);
-  matmul_forward(a.q.data(), a.ln1.data(), param(b.q), param(b.q_bias), N, C, Q);
-  matmul_forward(a.k.data(), a.ln1.data(), param(b.k), param(b.k_bias), N, C, KV);
-  matmul_forward(a.v.data(), a.ln1.data(), param(b.v), param(b.v_bias), N, C, KV);
+  layers::matmul_forward(a.q.data(), a.ln1.data(), param(b.q), param(b.q_bias), N, C, Q);
+  layers::matmul_forward(a.k.data(), a.ln1.data(), param(b.k), param(b.k_bias), N, C, KV);
+  layers::matmul_forward(a.v.data(), a.ln1.data(), param(b.v), param(b.v_bias), N, C, KV);
   rope_forward(a.q.data(), rotary_.cos.data(), rotary_.sin.data(), B, T, NH, hd);
   rope_forward(a.k.data(), rotary_.cos.data(), rotary_.sin.data(), B, T, NKV, hd);
   gqa_attention_forward(a.y.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, T, NH, NKV,
                         hd, config_.sliding_window);
-  matmul_forward(a.res.data(), a.y.data(), param(b.o), static_cast<const float*>(nullptr), N, Q, C);
-  residual_forward(a.res.data(), a.res.data(), x, NC);
+  layers::matmul_forward(a.res.data(), a.y.data(), param(b.o), static_cast<const float*>(nullptr),
+                         N, Q, C);
+  layers::residual_forward(a.res.data(), a.res.data(), x, NC);
   rmsnorm_forward(a.ln2.data(), a.rstd2.data(), a.res.data(), param(b.ln2), N, C, config_.norm_eps);
-  matmul_forward(a.gate.data(), a.ln2.data(), param(b.gate), static_cast<const float*>(nullptr), N,
-                 C, F);
-  matmul_forward(a.up.data(), a.ln2.data(), param(b.up), static_cast<const float*>(nullptr), N, C,
-                 F);
+  layers::matmul_forward(a.gate.data(), a.ln2.data(), param(b.gate),
+                         static_cast<const float*>(nullptr), N, C, F);
+  layers::matmul_forward(a.up.data(), a.ln2.data(), param(b.up), static_cast<const float*>(nullptr),
+                         N, C, F);
   swiglu_forward(a.h.data(), a.gate.data(), a.up.data(), static_cast<std::size_t>(N) * F);
-  matmul_forward(out, a.h.data(), param(b.down), static_cast<const float*>(nullptr), N, F, C);
-  residual_forward(out, out, a.res.data(), NC);
+  layers::matmul_forward(out, a.h.data(), param(b.down), static_cast<const float*>(nullptr), N, F,
+                         C);
+  layers::residual_forward(out, out, a.res.data(), NC);
 }
 
 // dx holds the gradient at the block's output and leaves with the gradient at its input x.
 void LlamaCpu::backward_block(const LlamaBlockIds& b, const float* x, const Activations& a,
                               float* dx) {
-  const int B = shape_.batch, T = shape_.seq, N = B * T, C = config_.channels,
-            hd = config_.head_size();
-  const int NH = config_.heads, NKV = config_.kv_heads, Q = NH * hd, KV = NKV * hd;
-  const int F = config_.intermediate;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const auto [B, T, N, C, hd, NH, NKV, Q, KV, F, NC] = dims_;
   float* const no_bias = nullptr;
   // MLP branch.
   std::fill(dF_.begin(), dF_.end(), 0.0f);
-  matmul_backward(dF_.data(), grad(b.down), no_bias, dx, a.h.data(), param(b.down), N, F, C);
+  layers::matmul_backward(dF_.data(), grad(b.down), no_bias, dx, a.h.data(), param(b.down), N, F,
+                          C);
   std::fill(dgate_.begin(), dgate_.end(), 0.0f);
   std::fill(dup_.begin(), dup_.end(), 0.0f);
   swiglu_backward(dgate_.data(), dup_.data(), dF_.data(), a.gate.data(), a.up.data(),
                   static_cast<std::size_t>(N) * F);
   std::fill(dsmall_.begin(), dsmall_.end(), 0.0f);
-  matmul_backward(dsmall_.data(), grad(b.gate), no_bias, dgate_.data(), a.ln2.data(), param(b.gate),
-                  N, C, F);
-  matmul_backward(dsmall_.data(), grad(b.up), no_bias, dup_.data(), a.ln2.data(), param(b.up), N, C,
-                  F);
+  layers::matmul_backward(dsmall_.data(), grad(b.gate), no_bias, dgate_.data(), a.ln2.data(),
+                          param(b.gate), N, C, F);
+  layers::matmul_backward(dsmall_.data(), grad(b.up), no_bias, dup_.data(), a.ln2.data(),
+                          param(b.up), N, C, F);
   std::copy(dx, dx + NC, dres_.begin());  // the residual path
   rmsnorm_backward(dres_.data(), grad(b.ln2), dsmall_.data(), a.res.data(), param(b.ln2),
                    a.rstd2.data(), N, C);
   // Attention branch.
   std::fill(dy_.begin(), dy_.end(), 0.0f);
-  matmul_backward(dy_.data(), grad(b.o), no_bias, dres_.data(), a.y.data(), param(b.o), N, Q, C);
+  layers::matmul_backward(dy_.data(), grad(b.o), no_bias, dres_.data(), a.y.data(), param(b.o), N,
+                          Q, C);
   std::fill(dq_.begin(), dq_.end(), 0.0f);
   std::fill(dk_.begin(), dk_.end(), 0.0f);
   std::fill(dv_.begin(), dv_.end(), 0.0f);
@@ -175,22 +157,14 @@ void LlamaCpu::backward_block(const LlamaBlockIds& b, const float* x, const Acti
   rope_backward(dq_.data(), rotary_.cos.data(), rotary_.sin.data(), B, T, NH, hd);
   rope_backward(dk_.data(), rotary_.cos.data(), rotary_.sin.data(), B, T, NKV, hd);
   std::fill(dsmall_.begin(), dsmall_.end(), 0.0f);
-  matmul_backward(dsmall_.data(), grad(b.q), grad(b.q_bias), dq_.data(), a.ln1.data(), param(b.q),
-                  N, C, Q);
-  matmul_backward(dsmall_.data(), grad(b.k), grad(b.k_bias), dk_.data(), a.ln1.data(), param(b.k),
-                  N, C, KV);
-  matmul_backward(dsmall_.data(), grad(b.v), grad(b.v_bias), dv_.data(), a.ln1.data(), param(b.v),
-                  N, C, KV);
+  layers::matmul_backward(dsmall_.data(), grad(b.q), grad(b.q_bias), dq_.data(), a.ln1.data(),
+                          param(b.q), N, C, Q);
+  layers::matmul_backward(dsmall_.data(), grad(b.k), grad(b.k_bias), dk_.data(), a.ln1.data(),
+                          param(b.k), N, C, KV);
+  layers::matmul_backward(dsmall_.data(), grad(b.v), grad(b.v_bias), dv_.data(), a.ln1.data(),
+                          param(b.v), N, C, KV);
   std::copy(dres_.begin(), dres_.end(), dx);  // the residual path
   rmsnorm_backward(dx, grad(b.ln1), dsmall_.data(), x, param(b.ln1), a.rstd1.data(), N, C);
-}
-
-}  // namespace
-
-std::unique_ptr<models::CausalLm> make_llama(zero_engine* engine, const LlamaConfig& config,
-                                             int batch, int seq, std::uint64_t seed,
-                                             const models::ActivationOptions& options) {
-  return std::make_unique<decoder::Decoder<LlamaCpu>>(engine, config, batch, seq, seed, options);
 }
 
 }  // namespace zero::llama

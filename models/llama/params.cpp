@@ -16,6 +16,15 @@ decoder::Shape decoder_shape(const LlamaConfig& config, int batch, int seq) {
   return {batch, seq, config.channels, config.heads, config.vocab};
 }
 
+LlamaDims LlamaDims::of(const LlamaConfig& config, int batch, int seq) {
+  LlamaDims d;
+  d.B = batch, d.T = seq, d.N = batch * seq, d.C = config.channels, d.hd = config.head_size();
+  d.NH = config.heads, d.NKV = config.kv_heads, d.Q = d.NH * d.hd, d.KV = d.NKV * d.hd;
+  d.F = config.intermediate;
+  d.NC = static_cast<std::size_t>(d.N) * d.C;
+  return d;
+}
+
 RotaryTables rotary_tables(const LlamaConfig& config, int seq) {
   const std::vector<double> inv_freq = config.inv_freq();
   RotaryTables tables;

@@ -1,5 +1,5 @@
-// The Llama family's registration and sizes, shared by its CPU model (model.h) and its CUDA model
-// (cuda_model.h): group "no_decay", modules "embed", "layers.<i>" and "head", and the
+// The Llama family's registration, sizes and FLOPs, shared by its CPU model (model.h) and its
+// CUDA model (cuda_model.h): group "no_decay", modules "embed", "layers.<i>" and "head", and the
 // parameters under transformers' names, initialised as transformers draws them.
 #pragma once
 
@@ -42,5 +42,40 @@ RotaryTables rotary_tables(const LlamaConfig& config, int seq);
 // its name and layout; lm_head.weight ignored when tied, old rotary inv_freq buffers too.
 // Collective, after zero_init. Throws std::runtime_error with the engine's message.
 void load_llama_weights(zero_engine* engine, const LlamaConfig& config, const std::string& path);
+
+// The sizes a block's code names: B sequences of T positions (N rows), C channels, NH query and
+// NKV key/value heads of hd channels (Q and KV wide), the MLP's F, and N * C.
+struct LlamaDims {
+  int B, T, N, C, hd, NH, NKV, Q, KV, F;
+  std::size_t NC;
+  static LlamaDims of(const LlamaConfig& config, int batch, int seq);
+};
+
+// What the family's operations on the CPU (model.cpp) and on the GPU (cuda_model.cpp) share, a
+// base of each beside its device's (decoder.h's DecoderOps): the config, the parameters' ids,
+// registered when it is made, the forward FLOPs and the pretrained weights.
+class LlamaFamily {
+ public:
+  using Config = LlamaConfig;
+  const LlamaIds& ids() const noexcept { return ids_; }
+  // Of a micro-batch, and of one block (what recomputing a checkpointed block costs).
+  double forward_flops() const { return llama::forward_flops(config_, dims_.B, dims_.T); }
+  double block_flops() const { return llama::block_flops(config_, dims_.B, dims_.T); }
+  void load_pretrained(zero_engine* engine, const std::vector<std::string>&,
+                       const std::string& path) const {
+    load_llama_weights(engine, config_, path);
+  }
+
+ protected:
+  // Registers the model (register_llama), for micro-batches of `batch` sequences of `seq`.
+  LlamaFamily(models::Registrar& registrar, const LlamaConfig& config, int batch, int seq)
+      : config_(config),
+        ids_(register_llama(registrar, config)),
+        dims_(LlamaDims::of(config, batch, seq)) {}
+
+  LlamaConfig config_;
+  LlamaIds ids_;
+  const LlamaDims dims_;  // what the blocks' code names
+};
 
 }  // namespace zero::llama
