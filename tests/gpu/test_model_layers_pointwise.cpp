@@ -20,8 +20,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <random>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,118 +31,12 @@
 #include "models/gpt/kernels.h"
 #include "models/layers/layers.h"
 #include "models/llama/kernels.h"
+#include "tests/gpu/layer_test_helpers.h"
 
 namespace zero::cuda_layers {
 namespace {
 
-using Vec = std::vector<double>;
-using Bits = std::vector<Bf16>;
-
-constexpr double kBf16Unit = 0x1p-8;  // bf16: 8 significant bits, rounded to nearest even
-constexpr double kF32Unit = 0x1p-24;  // fp32: 24
-
-#define REQUIRE_CUDA(call)                              \
-  do {                                                  \
-    const cudaError_t status_ = (call);                 \
-    INFO(#call << ": " << cudaGetErrorString(status_)); \
-    REQUIRE(status_ == cudaSuccess);                    \
-  } while (false)
-
-// The launchers return a cudaError_t as an int.
-#define REQUIRE_LAUNCH(call) REQUIRE_CUDA(static_cast<cudaError_t>(call))
-
-// ---- bf16 on the host (base/half.h converts) ----
-
-Vec to_double(const Bits& bits) {
-  Vec values(bits.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_float(bits[i]);
-  return values;
-}
-
-Vec to_double(const std::vector<float>& floats) {
-  return Vec(floats.begin(), floats.end());
-}
-
-Vec magnitudes(const Vec& values) {
-  Vec out(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) out[i] = std::abs(values[i]);
-  return out;
-}
-
-double as_double(Bf16 bits) {
-  return bf16_to_float(bits);
-}
-
-double as_double(float value) {
-  return value;
-}
-
-// ---- Inputs ----
-
-// n values uniform in [lo, hi), rounded to bf16.
-Bits random_bits(std::mt19937& rng, std::size_t n, double lo, double hi) {
-  std::uniform_real_distribution<double> uniform(lo, hi);
-  Bits bits(n);
-  for (Bf16& b : bits) b = float_to_bf16(static_cast<float>(uniform(rng)));
-  return bits;
-}
-
-// n multiples of 1/8 in [-2, 2] (exact in bf16, and their sums in fp32 up to 2^21).
-Bits random_eighths(std::mt19937& rng, std::size_t n) {
-  std::uniform_int_distribution<int> eighths(-16, 16);
-  Bits bits(n);
-  for (Bf16& b : bits) b = float_to_bf16(static_cast<float>(eighths(rng)) / 8.0f);
-  return bits;
-}
-
-// ---- The GPU side ----
-
-class TestStream {
- public:
-  TestStream() { REQUIRE_CUDA(cudaStreamCreate(&stream_)); }
-  ~TestStream() {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  TestStream(const TestStream&) = delete;
-  TestStream& operator=(const TestStream&) = delete;
-  Stream get() const { return stream_; }
-  void sync() const { REQUIRE_CUDA(cudaStreamSynchronize(stream_)); }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t n) : size_(n) {
-    REQUIRE_CUDA(
-        cudaMalloc(reinterpret_cast<void**>(&data_), std::max<std::size_t>(n, 1) * sizeof(T)));
-  }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return data_; }
-  // Synchronous: the device holds the values when it returns.
-  void upload(const std::vector<T>& host) {
-    REQUIRE(host.size() == size_);
-    if (size_ == 0) return;
-    REQUIRE_CUDA(cudaMemcpy(data_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice));
-    REQUIRE_CUDA(cudaDeviceSynchronize());
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(size_);
-    if (size_ == 0) return host;
-    REQUIRE_CUDA(cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t size_;
-};
+using namespace zero::test;  // layer_test_helpers.h
 
 // ---- Comparison ----
 
@@ -162,56 +54,30 @@ double bf16_tolerance(double want, double fp32_error) {
   return kBf16Unit * std::abs(want) + 2.0 * fp32_error;
 }
 
-// Requires |got[i] - want[i]| <= tolerance[i] for every i (NaN fails), naming the first misses.
-template <class Got>
-void require_close(const std::string& what, const std::vector<Got>& got, const Vec& want,
-                   const Vec& tolerance) {
-  REQUIRE(got.size() == want.size());
-  REQUIRE(tolerance.size() == want.size());
-  std::size_t misses = 0;
-  std::ostringstream first;
-  first.precision(9);
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double value = as_double(got[i]);
-    if (!(std::abs(value - want[i]) <= tolerance[i])) {
-      if (misses < 5) {
-        first << "\n  [" << i << "] got " << value << ", want " << want[i] << " +- "
-              << tolerance[i];
-      }
-      ++misses;
-    }
-  }
-  INFO(what << ": " << misses << " of " << want.size() << " outside the tolerance" << first.str());
-  REQUIRE(misses == 0);
-}
-
 // ---- Embeddings ----
 
 // GPT (positions: wte + wpe) or Llama (wte alone). Tokens are drawn below V - 3, so they repeat
 // (B T > V) and the last three rows of wte belong to no position.
-void check_embedding(int B, int T, int C, int V, bool positions, unsigned seed) {
+void check_embedding(int B, int T, int C, int V, bool positions, std::uint64_t seed) {
   INFO("B " << B << ", T " << T << ", C " << C << ", V " << V
             << (positions ? ", with positions" : ", without positions"));
   const int N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   const std::size_t VC = static_cast<std::size_t>(V) * C;
   const std::size_t TC = static_cast<std::size_t>(T) * C;
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> draw_token(0, V - 4);
-  std::vector<std::int32_t> tokens(N);
-  for (std::int32_t& token : tokens) token = draw_token(rng);
-  const Bits wte = random_bits(rng, VC, -1.0, 1.0);
-  const Bits wpe = random_bits(rng, TC, -1.0, 1.0);
-  const Bits dout = random_bits(rng, NC, -1.0, 1.0);
-  const Bits dwte0 = random_bits(rng, VC, -0.5, 0.5);
-  const Bits dwpe0 = random_bits(rng, TC, -0.5, 0.5);
+  const std::vector<std::int32_t> tokens = random_ints(N, seed + 1, 0, V - 4);
+  const Bits wte = random_bf16(VC, seed + 2, -1.0, 1.0);
+  const Bits wpe = random_bf16(TC, seed + 3, -1.0, 1.0);
+  const Bits dout = random_bf16(NC, seed + 4, -1.0, 1.0);
+  const Bits dwte0 = random_bf16(VC, seed + 5, -0.5, 0.5);
+  const Bits dwpe0 = random_bf16(TC, seed + 6, -0.5, 0.5);
 
   TestStream stream;
   DeviceArray<std::int32_t> d_tokens(tokens);
   DeviceArray<Bf16> d_wte(wte), d_wpe(wpe), d_out(NC);
   REQUIRE_LAUNCH(embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(),
                                    positions ? d_wpe.get() : nullptr, B, T, C, stream.get()));
-  stream.sync();
+  stream.synchronize();
   const Bits out = d_out.download();
   if (positions) {
     Vec want(NC);
@@ -250,7 +116,7 @@ void check_embedding(int B, int T, int C, int V, bool positions, unsigned seed) 
                                       d_dout.get(), d_positions.get(), d_starts.get(),
                                       d_group_tokens.get(), static_cast<int>(groups.tokens.size()),
                                       B, T, C, d_scratch.get(), stream.get()));
-    stream.sync();
+    stream.synchronize();
     return std::make_pair(d_dwte.download(), d_dwpe.download());
   };
   const auto [dwte, dwpe] = backward();
@@ -297,17 +163,16 @@ void check_embedding(int B, int T, int C, int V, bool positions, unsigned seed) 
 // integral_dout: dout and the starting dbias are multiples of 1/8, so every partial sum of the
 // bias gradient is exact in fp32 and the GPU's dbias must be the reference's rounded to bf16 bit
 // for bit: each row counted exactly once, whatever the row blocks.
-void check_layernorm(int N, int C, bool integral_dout, unsigned seed) {
+void check_layernorm(int N, int C, bool integral_dout, std::uint64_t seed) {
   INFO("N " << N << ", C " << C);
   const std::size_t NC = static_cast<std::size_t>(N) * C;
-  std::mt19937 rng(seed);
-  const Bits inp = random_bits(rng, NC, -1.0, 1.5);  // rows of nonzero mean
-  const Bits weight = random_bits(rng, C, -1.5, 1.5);
-  const Bits bias = random_bits(rng, C, -0.5, 0.5);
-  const Bits dout = integral_dout ? random_eighths(rng, NC) : random_bits(rng, NC, -1.0, 1.0);
-  const Bits dinp0 = random_bits(rng, NC, -0.5, 0.5);
-  const Bits dweight0 = random_bits(rng, C, -0.5, 0.5);
-  const Bits dbias0 = integral_dout ? random_eighths(rng, C) : random_bits(rng, C, -0.5, 0.5);
+  const Bits inp = random_bf16(NC, seed + 1, -1.0, 1.5);  // rows of nonzero mean
+  const Bits weight = random_bf16(C, seed + 2, -1.5, 1.5);
+  const Bits bias = random_bf16(C, seed + 3, -0.5, 0.5);
+  const Bits dout = integral_dout ? random_eighths(NC, seed + 4) : random_bf16(NC, seed + 4, -1.0, 1.0);
+  const Bits dinp0 = random_bf16(NC, seed + 5, -0.5, 0.5);
+  const Bits dweight0 = random_bf16(C, seed + 6, -0.5, 0.5);
+  const Bits dbias0 = integral_dout ? random_eighths(C, seed + 7) : random_bf16(C, seed + 7, -0.5, 0.5);
   const Vec x = to_double(inp), w = to_double(weight), b = to_double(bias), g = to_double(dout);
 
   TestStream stream;
@@ -315,7 +180,7 @@ void check_layernorm(int N, int C, bool integral_dout, unsigned seed) {
   DeviceArray<float> d_mean(N), d_rstd(N);
   REQUIRE_LAUNCH(layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(),
                                    d_weight.get(), d_bias.get(), N, C, stream.get()));
-  stream.sync();
+  stream.synchronize();
   const Bits out = d_out.download();
   const std::vector<float> mean = d_mean.download(), rstd = d_rstd.download();
 
@@ -367,7 +232,7 @@ void check_layernorm(int N, int C, bool integral_dout, unsigned seed) {
     REQUIRE_LAUNCH(layernorm_backward(d_dinp.get(), d_dweight.get(), d_dbias.get(), d_dout.get(),
                                       d_inp.get(), d_weight.get(), d_mean_f.get(), d_rstd_f.get(),
                                       N, C, d_scratch.get(), stream.get()));
-    stream.sync();
+    stream.synchronize();
     return Grads{d_dinp.download(), d_dweight.download(), d_dbias.download()};
   };
   const Grads got = backward();
@@ -425,16 +290,15 @@ void check_layernorm(int N, int C, bool integral_dout, unsigned seed) {
 
 // ---- RMSNorm ----
 
-void check_rmsnorm(int N, int C, unsigned seed) {
+void check_rmsnorm(int N, int C, std::uint64_t seed) {
   INFO("N " << N << ", C " << C);
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   const float eps = 1e-5f;
-  std::mt19937 rng(seed);
-  const Bits inp = random_bits(rng, NC, -1.0, 1.5);
-  const Bits weight = random_bits(rng, C, -1.5, 1.5);
-  const Bits dout = random_bits(rng, NC, -1.0, 1.0);
-  const Bits dinp0 = random_bits(rng, NC, -0.5, 0.5);
-  const Bits dweight0 = random_bits(rng, C, -0.5, 0.5);
+  const Bits inp = random_bf16(NC, seed + 1, -1.0, 1.5);
+  const Bits weight = random_bf16(C, seed + 2, -1.5, 1.5);
+  const Bits dout = random_bf16(NC, seed + 3, -1.0, 1.0);
+  const Bits dinp0 = random_bf16(NC, seed + 4, -0.5, 0.5);
+  const Bits dweight0 = random_bf16(C, seed + 5, -0.5, 0.5);
   const Vec x = to_double(inp), w = to_double(weight), g = to_double(dout);
 
   TestStream stream;
@@ -442,7 +306,7 @@ void check_rmsnorm(int N, int C, unsigned seed) {
   DeviceArray<float> d_rstd(N);
   REQUIRE_LAUNCH(rmsnorm_forward(d_out.get(), d_rstd.get(), d_inp.get(), d_weight.get(), N, C, eps,
                                  stream.get()));
-  stream.sync();
+  stream.synchronize();
   const Bits out = d_out.download();
   const std::vector<float> rstd = d_rstd.download();
 
@@ -472,7 +336,7 @@ void check_rmsnorm(int N, int C, unsigned seed) {
     REQUIRE_LAUNCH(rmsnorm_backward(d_dinp.get(), d_dweight.get(), d_dout.get(), d_inp.get(),
                                     d_weight.get(), d_rstd_f.get(), N, C, d_scratch.get(),
                                     stream.get()));
-    stream.sync();
+    stream.synchronize();
     return std::make_pair(d_dinp.download(), d_dweight.download());
   };
   const auto [dinp, dweight] = backward();
@@ -513,18 +377,17 @@ void check_rmsnorm(int N, int C, unsigned seed) {
 
 // ---- Pointwise ----
 
-void check_gelu(std::size_t n, unsigned seed) {
+void check_gelu(std::size_t n, std::uint64_t seed) {
   INFO("n " << n);
-  std::mt19937 rng(seed);
-  const Bits inp = random_bits(rng, n, -4.0, 4.0);  // into both tails
-  const Bits dout = random_bits(rng, n, -1.0, 1.0);
-  const Bits dinp0 = random_bits(rng, n, -0.5, 0.5);
+  const Bits inp = random_bf16(n, seed + 1, -4.0, 4.0);  // into both tails
+  const Bits dout = random_bf16(n, seed + 2, -1.0, 1.0);
+  const Bits dinp0 = random_bf16(n, seed + 3, -0.5, 0.5);
   const Vec x = to_double(inp), g = to_double(dout), d0 = to_double(dinp0);
 
   TestStream stream;
   DeviceArray<Bf16> d_inp(inp), d_out(n), d_dout(dout), d_dinp(n);
   REQUIRE_LAUNCH(gelu_forward(d_out.get(), d_inp.get(), n, stream.get()));
-  stream.sync();
+  stream.synchronize();
   const Bits out = d_out.download();
   Vec want(n);
   gpt::gelu_forward<double>(want.data(), x.data(), n);
@@ -541,7 +404,7 @@ void check_gelu(std::size_t n, unsigned seed) {
   const auto backward = [&] {
     d_dinp.upload(dinp0);
     REQUIRE_LAUNCH(gelu_backward(d_dinp.get(), d_inp.get(), d_dout.get(), n, stream.get()));
-    stream.sync();
+    stream.synchronize();
     return d_dinp.download();
   };
   const Bits dinp = backward();
@@ -560,20 +423,19 @@ void check_gelu(std::size_t n, unsigned seed) {
   require_close("gelu backward", dinp, want_dinp, tolerance_dinp);
 }
 
-void check_swiglu(std::size_t n, unsigned seed) {
+void check_swiglu(std::size_t n, std::uint64_t seed) {
   INFO("n " << n);
-  std::mt19937 rng(seed);
-  const Bits gate = random_bits(rng, n, -6.0, 6.0);
-  const Bits up = random_bits(rng, n, -1.5, 1.5);
-  const Bits dh = random_bits(rng, n, -1.0, 1.0);
-  const Bits dgate0 = random_bits(rng, n, -0.5, 0.5);
-  const Bits dup0 = random_bits(rng, n, -0.5, 0.5);
+  const Bits gate = random_bf16(n, seed + 1, -6.0, 6.0);
+  const Bits up = random_bf16(n, seed + 2, -1.5, 1.5);
+  const Bits dh = random_bf16(n, seed + 3, -1.0, 1.0);
+  const Bits dgate0 = random_bf16(n, seed + 4, -0.5, 0.5);
+  const Bits dup0 = random_bf16(n, seed + 5, -0.5, 0.5);
   const Vec x = to_double(gate), u = to_double(up), g = to_double(dh);
 
   TestStream stream;
   DeviceArray<Bf16> d_gate(gate), d_up(up), d_h(n), d_dh(dh), d_dgate(n), d_dup(n);
   REQUIRE_LAUNCH(swiglu_forward(d_h.get(), d_gate.get(), d_up.get(), n, stream.get()));
-  stream.sync();
+  stream.synchronize();
   const Bits h = d_h.download();
   Vec want(n);
   llama::swiglu_forward<double>(want.data(), x.data(), u.data(), n);
@@ -591,7 +453,7 @@ void check_swiglu(std::size_t n, unsigned seed) {
     d_dup.upload(dup0);
     REQUIRE_LAUNCH(swiglu_backward(d_dgate.get(), d_dup.get(), d_dh.get(), d_gate.get(), d_up.get(),
                                    n, stream.get()));
-    stream.sync();
+    stream.synchronize();
     return std::make_pair(d_dgate.download(), d_dup.download());
   };
   const auto [dgate, dup] = backward();
@@ -620,11 +482,10 @@ void check_swiglu(std::size_t n, unsigned seed) {
   require_close("swiglu backward dup", dup, want_dup, tolerance_dup);
 }
 
-void check_residual(std::size_t n, unsigned seed) {
+void check_residual(std::size_t n, std::uint64_t seed) {
   INFO("n " << n);
-  std::mt19937 rng(seed);
-  const Bits a = random_bits(rng, n, -2.0, 2.0);
-  const Bits b = random_bits(rng, n, -2.0, 2.0);
+  const Bits a = random_bf16(n, seed + 1, -2.0, 2.0);
+  const Bits b = random_bf16(n, seed + 2, -2.0, 2.0);
   const Vec a_d = to_double(a), b_d = to_double(b);
   Vec want(n);
   layers::residual_forward<double>(want.data(), a_d.data(), b_d.data(), n);
@@ -637,16 +498,16 @@ void check_residual(std::size_t n, unsigned seed) {
   TestStream stream;
   DeviceArray<Bf16> d_a(a), d_b(b), d_out(n);
   REQUIRE_LAUNCH(residual_forward(d_out.get(), d_a.get(), d_b.get(), n, stream.get()));
-  stream.sync();
+  stream.synchronize();
   const Bits out = d_out.download();
   require_close("residual forward", out, want, tolerance);
   // In place, into either operand: the same bits.
   REQUIRE_LAUNCH(residual_forward(d_a.get(), d_a.get(), d_b.get(), n, stream.get()));
-  stream.sync();
+  stream.synchronize();
   CHECK(differences(d_a.download(), out) == 0);
   d_a.upload(a);
   REQUIRE_LAUNCH(residual_forward(d_b.get(), d_a.get(), d_b.get(), n, stream.get()));
-  stream.sync();
+  stream.synchronize();
   CHECK(differences(d_b.download(), out) == 0);
 }
 
@@ -654,13 +515,12 @@ void check_residual(std::size_t n, unsigned seed) {
 
 // Rows of ld = heads hd + 5 elements whose heads start `offset` = 3 elements in (a 6-byte
 // misalignment), as q or k inside a fused row: the elements around the heads keep their bits.
-void check_rope(int B, int T, int heads, int hd, unsigned seed) {
+void check_rope(int B, int T, int heads, int hd, std::uint64_t seed) {
   INFO("B " << B << ", T " << T << ", heads " << heads << ", hd " << hd);
   const int N = B * T, half = hd / 2, width = heads * hd, ld = width + 5, offset = 3;
   const std::size_t size = static_cast<std::size_t>(N) * ld;
-  std::mt19937 rng(seed);
-  const Bits x = random_bits(rng, size, -2.0, 2.0);
-  const Bits dx = random_bits(rng, size, -2.0, 2.0);
+  const Bits x = random_bf16(size, seed + 1, -2.0, 2.0);
+  const Bits dx = random_bf16(size, seed + 2, -2.0, 2.0);
   std::vector<double> inv_freq(half);
   for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(10000.0, -2.0 * i / hd);
   std::vector<float> cos_f(static_cast<std::size_t>(T) * half), sin_f(cos_f.size());
@@ -680,7 +540,7 @@ void check_rope(int B, int T, int heads, int hd, unsigned seed) {
       REQUIRE_LAUNCH(rope_forward(d_x.get() + offset, ld, d_cos.get(), d_sin.get(), B, T, heads, hd,
                                   stream.get()));
     }
-    stream.sync();
+    stream.synchronize();
     const Bits got_rows = d_x.download();
 
     // The heads of each row, packed [N, heads, hd] as the CPU layer takes them.
@@ -762,51 +622,51 @@ TEST_CASE("cuda layers: embedding, norm and pointwise layers launch nothing for 
 
 TEST_CASE("cuda layers: GPT embedding (token + position) forward and backward match the CPU layer",
           "[gpu]") {
-  check_embedding(3, 13, 77, 11, true, 101);
-  check_embedding(2, 5, 1000, 7, true, 102);
+  check_embedding(3, 13, 77, 11, true, 10100);
+  check_embedding(2, 5, 1000, 7, true, 10200);
 }
 
 TEST_CASE("cuda layers: Llama embedding copies token rows; its backward matches the CPU layer",
           "[gpu]") {
-  check_embedding(3, 13, 77, 11, false, 201);
-  check_embedding(2, 5, 1000, 7, false, 202);
+  check_embedding(3, 13, 77, 11, false, 20100);
+  check_embedding(2, 5, 1000, 7, false, 20200);
 }
 
 TEST_CASE("cuda layers: layernorm forward and backward match the CPU layer", "[gpu]") {
-  check_layernorm(37, 77, false, 301);
-  check_layernorm(3, 1000, false, 302);
+  check_layernorm(37, 77, false, 30100);
+  check_layernorm(3, 1000, false, 30200);
 }
 
 TEST_CASE("cuda layers: layernorm's parameter gradients over 9000 rows count every row once",
           "[gpu]") {
   // 9000 rows: the most row blocks (256) of 36 rows, the last ones empty.
-  check_layernorm(9000, 19, true, 303);
+  check_layernorm(9000, 19, true, 30300);
 }
 
 TEST_CASE("cuda layers: rmsnorm forward and backward match the CPU layer", "[gpu]") {
-  check_rmsnorm(37, 77, 401);
-  check_rmsnorm(3, 1000, 402);
-  check_rmsnorm(9000, 19, 403);
+  check_rmsnorm(37, 77, 40100);
+  check_rmsnorm(3, 1000, 40200);
+  check_rmsnorm(9000, 19, 40300);
 }
 
 TEST_CASE("cuda layers: gelu forward and backward match the CPU layer", "[gpu]") {
-  check_gelu(37 * 77, 501);
-  check_gelu(3 * 1000 + 1, 502);
+  check_gelu(37 * 77, 50100);
+  check_gelu(3 * 1000 + 1, 50200);
 }
 
 TEST_CASE("cuda layers: swiglu forward and backward match the CPU layer", "[gpu]") {
-  check_swiglu(37 * 77, 601);
-  check_swiglu(3 * 1000 + 1, 602);
+  check_swiglu(37 * 77, 60100);
+  check_swiglu(3 * 1000 + 1, 60200);
 }
 
 TEST_CASE("cuda layers: residual add matches the CPU layer, in place too", "[gpu]") {
-  check_residual(37 * 77, 701);
-  check_residual(3 * 1000 + 1, 702);
+  check_residual(37 * 77, 70100);
+  check_residual(3 * 1000 + 1, 70200);
 }
 
 TEST_CASE("cuda layers: rope forward and backward match the CPU layer on strided rows", "[gpu]") {
-  check_rope(2, 5, 3, 6, 801);
-  check_rope(3, 7, 3, 10, 802);
+  check_rope(2, 5, 3, 6, 80100);
+  check_rope(3, 7, 3, 10, 80200);
 }
 
 }  // namespace zero::cuda_layers

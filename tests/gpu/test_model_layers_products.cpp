@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,133 +25,16 @@
 #include "base/half.h"
 #include "models/cuda/layers.h"
 #include "models/layers/layers.h"
+#include "tests/gpu/layer_test_helpers.h"
 
 namespace zero::cuda_layers {
 namespace {
 
-using Vec = std::vector<double>;
-using Bits = std::vector<Bf16>;
+using namespace zero::test;  // layer_test_helpers.h
 
-constexpr double kBf16Unit = 0x1p-8;  // bf16 rounding, relative
-constexpr double kF32Unit = 0x1p-24;  // fp32 rounding, relative
 // fp32 rounding, relative, doubled: cuBLASLt's tensor cores may align the addends of their fp32
 // accumulation by truncation, whose error is up to 2^-23 rather than 2^-24.
 constexpr double kAccumulateUnit = 0x1p-23;
-
-#define REQUIRE_CUDA(call)                              \
-  do {                                                  \
-    const cudaError_t status_ = (call);                 \
-    INFO(#call << ": " << cudaGetErrorString(status_)); \
-    REQUIRE(status_ == cudaSuccess);                    \
-  } while (false)
-
-// The launchers return a cudaError_t as an int.
-#define REQUIRE_LAUNCH(call) REQUIRE_CUDA(static_cast<cudaError_t>(call))
-
-// ---- Inputs: a hash of (seed, index), no generator state ----
-
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// n bf16 values uniform in [lo, hi), rounded to nearest.
-Bits random_bf16(std::size_t n, std::uint64_t seed, double lo, double hi) {
-  Bits bits(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double u = static_cast<double>(mix(mix(seed) ^ i) >> 11) * 0x1p-53;
-    bits[i] = float_to_bf16(static_cast<float>(lo + (hi - lo) * u));
-  }
-  return bits;
-}
-
-Vec to_double(const Bits& bits) {
-  Vec values(bits.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_float(bits[i]);
-  return values;
-}
-
-Vec to_double(const std::vector<float>& floats) {
-  return Vec(floats.begin(), floats.end());
-}
-
-Vec magnitudes(const Vec& x) {
-  Vec m(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) m[i] = std::fabs(x[i]);
-  return m;
-}
-
-// "" when |got[i] - want[i]| <= tol[i] everywhere (a NaN never is), else how many are not and the
-// worst (by error over tolerance).
-std::string mismatches(const Vec& got, const Vec& want, const Vec& tol) {
-  if (got.size() != want.size() || tol.size() != want.size()) return "sizes differ";
-  std::size_t bad = 0, worst = 0;
-  double worst_ratio = -1;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double error = std::fabs(got[i] - want[i]);
-    if (error <= tol[i]) continue;
-    ++bad;
-    const double ratio = std::isnan(error) || tol[i] == 0 ? HUGE_VAL : error / tol[i];
-    if (ratio > worst_ratio) {
-      worst_ratio = ratio;
-      worst = i;
-    }
-  }
-  if (bad == 0) return "";
-  std::ostringstream text;
-  text << bad << " of " << want.size() << " off; worst at " << worst << ": " << got[worst]
-       << " for " << want[worst] << " (tolerance " << tol[worst] << ")";
-  return text.str();
-}
-
-// ---- Device memory and a stream that free themselves ----
-
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t n) : n_(n) {
-    void* p = nullptr;
-    REQUIRE_CUDA(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)));
-    data_ = static_cast<T*>(p);
-  }
-  ~DeviceArray() {
-    if (data_ != nullptr) cudaFree(data_);
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return data_; }
-  void upload(const std::vector<T>& host) {
-    REQUIRE(host.size() == n_);
-    REQUIRE_CUDA(cudaMemcpy(data_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    REQUIRE_CUDA(cudaMemcpy(host.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t n_;
-};
-
-class TestStream {
- public:
-  TestStream() { REQUIRE_CUDA(cudaStreamCreate(&stream_)); }
-  ~TestStream() {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  TestStream(const TestStream&) = delete;
-  TestStream& operator=(const TestStream&) = delete;
-  Stream get() const { return stream_; }
-  void synchronize() const { REQUIRE_CUDA(cudaStreamSynchronize(stream_)); }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
 
 // ---- Matmul ----
 //
