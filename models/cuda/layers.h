@@ -1,7 +1,8 @@
 // The reference models' CUDA layers, forward and backward, for the GPT and the Llama family:
-// the same layers as the CPU ones (models/gpt/kernels.h, models/llama/kernels.h), on the GPU in
-// bf16 with fp32 accumulation. Plain C++ (no CUDA types): built by the C++ compiler into the
-// models and by nvcc into the kernels, so the CPU build sees the same declarations.
+// the same layers as the CPU ones (models/layers/layers.h, models/gpt/kernels.h,
+// models/llama/kernels.h), on the GPU in bf16 with fp32 accumulation. Plain C++ (no CUDA
+// types): built by the C++ compiler into the models and by nvcc into the kernels, so the CPU
+// build sees the same declarations.
 //
 // Conventions, as the CPU layers': row-major, B sequences of T positions (N = B * T rows);
 // activations, parameters and gradients bf16 (Bf16, raw bits); norm statistics and rotary
@@ -121,10 +122,11 @@ class Matmul {
 // ---- Attention ----
 
 // Causal attention with grouped key/value heads on rows of any stride, as
-// gpt::attention_forward_rows: query head h of hd channels reads key/value head h / (NH / NKV);
-// window > 0 also masks keys more than window - 1 positions back; hd at most 128. Flash
-// attention on tensor cores (bf16 mma.sync, sm_80 and later): scores are computed a tile at a
-// time and never stored; `lse` (fp32 [B, NH, T]) keeps each row's log-sum-exp for the backward.
+// layers::attention_forward_rows: query head h of hd channels reads key/value head
+// h / (NH / NKV); window > 0 also masks keys more than window - 1 positions back; hd at most
+// 128. Flash attention on tensor cores (bf16 mma.sync, sm_80 and later): scores are computed a
+// tile at a time and never stored; `lse` (fp32 [B, NH, T]) keeps each row's log-sum-exp for the
+// backward.
 int attention_forward(Bf16* out, int ld_out, float* lse, const Bf16* q, int ldq, const Bf16* k,
                       const Bf16* v, int ldkv, int B, int T, int NH, int NKV, int hd, int window,
                       Stream stream);

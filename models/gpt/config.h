@@ -30,8 +30,9 @@ std::int64_t parameters(const GptConfig& config, std::int64_t mlp);
 // The activations of one micro-batch of `batch` sequences of `seq` tokens, as the model keeps
 // them, for a GPT of these sizes and an MLP `mlp` wide (4 * channels here), in elements of
 // `element_bytes`: what is held from forward to backward (without checkpointing, or with every
-// block checkpointed) and backward's own buffers. Gpt::activation_cost() reports the same kept
-// bytes from its allocations; zero-mem uses this for shapes the model cannot build.
+// block checkpointed) and backward's own buffers. The model's activation_cost()
+// (models/decoder/decoder.h) reports the same kept bytes from its allocations; zero-mem uses
+// this for shapes the model cannot build.
 using ActivationBytes = models::ActivationBytes;
 ActivationBytes activation_bytes(const GptConfig& config, std::int64_t mlp, int batch, int seq,
                                  bool checkpointing, std::size_t element_bytes);

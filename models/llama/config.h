@@ -69,8 +69,9 @@ struct LlamaConfig {
 };
 
 // The activations of one micro-batch of `batch` sequences of `seq` tokens as the CPU model
-// keeps them (Llama::activation_cost() reports the same kept bytes from its allocations), in
-// elements of `element_bytes`, without checkpointing or with every block checkpointed.
+// keeps them (its activation_cost(), models/decoder/decoder.h, reports the same kept bytes from
+// its allocations), in elements of `element_bytes`, without checkpointing or with every block
+// checkpointed.
 models::ActivationBytes activation_bytes(const LlamaConfig& config, int batch, int seq,
                                          bool checkpointing, std::size_t element_bytes);
 
