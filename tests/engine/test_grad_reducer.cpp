@@ -81,7 +81,7 @@ TEST_CASE("grad reducer: gradients live until reduced, each use added, the windo
   CHECK(owned(parts, 2) == std::vector<float>(15, 40.0f));
 }
 
-TEST_CASE("grad reducer: a frozen parameter has no gradient; a handed-out one starts at zero",
+TEST_CASE("grad reducer: a frozen parameter has no gradient, a handed-out one starts at zero",
           "[engine]") {
   EngineParts parts(kConfig);
   parts.reducer->begin_backward(0);
