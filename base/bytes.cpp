@@ -35,11 +35,20 @@ std::uint64_t parse_bytes(const std::string& text, const char* what) {
                      what, text);
   }
   const std::string unit = text.substr(used);
-  static const std::pair<const char*, double> kScales[] = {
-      {"", 1},         {"B", 1},        {"K", 1e3},          {"KB", 1e3},
-      {"KiB", 1024.0}, {"M", 1e6},      {"MB", 1e6},         {"MiB", 1048576.0},
-      {"G", 1e9},      {"GB", 1e9},     {"GiB", 1073741824.0}, {"T", 1e12},
-      {"TB", 1e12},    {"TiB", 1099511627776.0}};
+  static const std::pair<const char*, double> kScales[] = {{"", 1},
+                                                           {"B", 1},
+                                                           {"K", 1e3},
+                                                           {"KB", 1e3},
+                                                           {"KiB", 1024.0},
+                                                           {"M", 1e6},
+                                                           {"MB", 1e6},
+                                                           {"MiB", 1048576.0},
+                                                           {"G", 1e9},
+                                                           {"GB", 1e9},
+                                                           {"GiB", 1073741824.0},
+                                                           {"T", 1e12},
+                                                           {"TB", 1e12},
+                                                           {"TiB", 1099511627776.0}};
   for (const auto& [name, scale] : kScales) {
     if (unit == name) return static_cast<std::uint64_t>(std::llround(value * scale));
   }

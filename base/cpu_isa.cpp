@@ -11,9 +11,12 @@ namespace zero {
 
 std::string_view cpu_isa_name(CpuIsa isa) noexcept {
   switch (isa) {
-    case CpuIsa::scalar: return "scalar";
-    case CpuIsa::avx2: return "avx2";
-    case CpuIsa::avx512: return "avx512";
+    case CpuIsa::scalar:
+      return "scalar";
+    case CpuIsa::avx2:
+      return "avx2";
+    case CpuIsa::avx512:
+      return "avx512";
   }
   return "unknown";
 }
@@ -27,19 +30,25 @@ std::optional<CpuIsa> parse_cpu_isa(std::string_view name) noexcept {
 
 bool CpuFeatures::supports(CpuIsa isa) const noexcept {
   switch (isa) {
-    case CpuIsa::scalar: return true;
-    case CpuIsa::avx2: return avx2 && fma && f16c;
-    case CpuIsa::avx512: return avx2 && fma && f16c && avx512f && avx512bw && avx512vl;
+    case CpuIsa::scalar:
+      return true;
+    case CpuIsa::avx2:
+      return avx2 && fma && f16c;
+    case CpuIsa::avx512:
+      return avx2 && fma && f16c && avx512f && avx512bw && avx512vl;
   }
   return false;
 }
 
 std::string CpuFeatures::describe() const {
   std::vector<std::string_view> names;
-  const std::pair<bool, std::string_view> all[] = {
-      {avx2, "avx2"},         {fma, "fma"},           {f16c, "f16c"},
-      {avx512f, "avx512f"},   {avx512bw, "avx512bw"}, {avx512vl, "avx512vl"},
-      {avx512bf16, "avx512bf16"}};
+  const std::pair<bool, std::string_view> all[] = {{avx2, "avx2"},
+                                                   {fma, "fma"},
+                                                   {f16c, "f16c"},
+                                                   {avx512f, "avx512f"},
+                                                   {avx512bw, "avx512bw"},
+                                                   {avx512vl, "avx512vl"},
+                                                   {avx512bf16, "avx512bf16"}};
   for (const auto& [present, name] : all) {
     if (present) names.push_back(name);
   }
@@ -77,8 +86,8 @@ CpuIsa best_cpu_isa() noexcept {
 void require_cpu_isa(CpuIsa isa, std::string_view origin) {
   if (!cpu_features().supports(isa)) {
     throw make_error(ErrorCategory::config,
-                     "{}: this CPU cannot run the {} kernels (it has: {}); choose scalar{}",
-                     origin, cpu_isa_name(isa), cpu_features().describe(),
+                     "{}: this CPU cannot run the {} kernels (it has: {}); choose scalar{}", origin,
+                     cpu_isa_name(isa), cpu_features().describe(),
                      cpu_features().supports(CpuIsa::avx2) ? " or avx2" : "");
   }
 }

@@ -12,14 +12,22 @@ std::string errno_text(int err) {
 
 std::string_view category_name(ErrorCategory category) noexcept {
   switch (category) {
-    case ErrorCategory::config: return "config error";
-    case ErrorCategory::usage: return "usage error";
-    case ErrorCategory::comm: return "communication error";
-    case ErrorCategory::timeout: return "timeout";
-    case ErrorCategory::io: return "I/O error";
-    case ErrorCategory::device: return "device error";
-    case ErrorCategory::out_of_memory: return "out of memory";
-    case ErrorCategory::internal: return "internal error";
+    case ErrorCategory::config:
+      return "config error";
+    case ErrorCategory::usage:
+      return "usage error";
+    case ErrorCategory::comm:
+      return "communication error";
+    case ErrorCategory::timeout:
+      return "timeout";
+    case ErrorCategory::io:
+      return "I/O error";
+    case ErrorCategory::device:
+      return "device error";
+    case ErrorCategory::out_of_memory:
+      return "out of memory";
+    case ErrorCategory::internal:
+      return "internal error";
   }
   return "unknown error";
 }

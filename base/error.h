@@ -46,14 +46,13 @@ Error make_error(ErrorCategory category, fmt::format_string<Args...> format, Arg
 
 // Throws an internal error naming the source location when `condition` is false. For
 // invariants of our own code only; input and I/O results are checked with real errors.
-#define ZERO_CHECK(condition, ...)                                                      \
-  do {                                                                                  \
-    if (!(condition)) {                                                                 \
-      throw ::zero::Error(::zero::ErrorCategory::internal,                              \
-                          ::fmt::format("internal check failed at {}:{}: {}: {}",       \
-                                        __FILE__, __LINE__, #condition,                 \
-                                        ::fmt::format(__VA_ARGS__)));                   \
-    }                                                                                   \
+#define ZERO_CHECK(condition, ...)                                                          \
+  do {                                                                                      \
+    if (!(condition)) {                                                                     \
+      throw ::zero::Error(::zero::ErrorCategory::internal,                                  \
+                          ::fmt::format("internal check failed at {}:{}: {}: {}", __FILE__, \
+                                        __LINE__, #condition, ::fmt::format(__VA_ARGS__))); \
+    }                                                                                       \
   } while (0)
 
 }  // namespace zero

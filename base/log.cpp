@@ -28,7 +28,9 @@ std::shared_ptr<spdlog::logger> logger_ptr() {
   return instance;
 }
 
-spdlog::logger& logger() { return *logger_ptr(); }
+spdlog::logger& logger() {
+  return *logger_ptr();
+}
 
 std::optional<spdlog::level::level_enum> parse_level(std::string_view text) {
   std::string lower(text);
@@ -59,12 +61,13 @@ void set_rank(int rank) {
   if (env != nullptr && *env != '\0' && !parse_level(env)) {
     static std::once_flag warned;
     std::call_once(warned, [&] {
-      log.warn("ZERO_LOG_LEVEL={} is not a level; use trace, debug, info, warn, error or off",
-               env);
+      log.warn("ZERO_LOG_LEVEL={} is not a level; use trace, debug, info, warn, error or off", env);
     });
   }
 }
 
-void set_level(spdlog::level::level_enum level) { logger().set_level(level); }
+void set_level(spdlog::level::level_enum level) {
+  logger().set_level(level);
+}
 
 }  // namespace zero::log

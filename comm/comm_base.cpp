@@ -10,9 +10,12 @@ namespace zero {
 
 std::string_view reduce_op_name(ReduceOp op) noexcept {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::max: return "max";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::max:
+      return "max";
   }
   return "?";
 }
@@ -40,14 +43,14 @@ void Health::check() const {
   if (!poisoned()) return;
   std::lock_guard lock(mutex_);
   throw make_error(ErrorCategory::comm,
-                   "{} is unusable after an earlier failure, so this call was refused: {}",
-                   where_, reason_);
+                   "{} is unusable after an earlier failure, so this call was refused: {}", where_,
+                   reason_);
 }
 
 std::string timeout_message(const OpInfo& op, const Health& health,
                             std::chrono::milliseconds waited, const std::string& arrivals) {
-  std::string text = fmt::format("{} on {} timed out after {:.3g} s", op.describe(),
-                                 health.where(), waited.count() / 1000.0);
+  std::string text = fmt::format("{} on {} timed out after {:.3g} s", op.describe(), health.where(),
+                                 waited.count() / 1000.0);
   if (!arrivals.empty()) text += "; " + arrivals;
   text +=
       ". Every rank must issue the same collectives in the same order: look for a rank that "
@@ -56,7 +59,9 @@ std::string timeout_message(const OpInfo& op, const Health& health,
   return text;
 }
 
-void TrackedWork::check_health() const { health_->check(); }
+void TrackedWork::check_health() const {
+  health_->check();
+}
 
 std::string TrackedWork::expire(std::chrono::milliseconds waited) {
   std::string message = timeout_message(op_, *health_, waited, missing_ranks());
@@ -64,8 +69,8 @@ std::string TrackedWork::expire(std::chrono::milliseconds waited) {
   return message;
 }
 
-CommunicatorBase::CommunicatorBase(std::string name, std::string_view backend, int rank,
-                                   int size, std::chrono::milliseconds timeout)
+CommunicatorBase::CommunicatorBase(std::string name, std::string_view backend, int rank, int size,
+                                   std::chrono::milliseconds timeout)
     : name_(std::move(name)),
       backend_(backend),
       rank_(rank),
@@ -74,8 +79,7 @@ CommunicatorBase::CommunicatorBase(std::string name, std::string_view backend, i
       health_(std::make_shared<Health>(
           fmt::format("communicator {} ({}, rank {} of {})", name_, backend_, rank, size))) {
   if (timeout_.count() <= 0) {
-    throw make_error(ErrorCategory::usage, "communicator {}: the timeout must be positive",
-                     name_);
+    throw make_error(ErrorCategory::usage, "communicator {}: the timeout must be positive", name_);
   }
 }
 
@@ -116,8 +120,8 @@ OpInfo CommunicatorBase::begin_reduce_scatter(const void* input, const void* out
   return number(OpInfo{"reduce_scatter", 0, count, dtype, op, -1});
 }
 
-OpInfo CommunicatorBase::begin_all_gather(const void* input, const void* output,
-                                          std::size_t count, DType dtype) {
+OpInfo CommunicatorBase::begin_all_gather(const void* input, const void* output, std::size_t count,
+                                          DType dtype) {
   check_buffer(input, count, "all_gather", "input");
   check_buffer(output, count, "all_gather", "output");
   const auto* in = static_cast<const char*>(input);
@@ -160,8 +164,7 @@ void CommunicatorBase::enter_group() {
 
 void CommunicatorBase::leave_group() {
   if (!in_group_) {
-    throw make_error(ErrorCategory::usage, "{}: end_group without begin_group",
-                     health_->where());
+    throw make_error(ErrorCategory::usage, "{}: end_group without begin_group", health_->where());
   }
   in_group_ = false;
 }

@@ -99,10 +99,9 @@ class CommunicatorBase : public Communicator {
  protected:
   // Checks health and arguments, then numbers the collective. Usage Errors name the call.
   OpInfo begin_all_reduce(const void* data, std::size_t count, DType dtype, ReduceOp op);
-  OpInfo begin_reduce_scatter(const void* input, const void* output, std::size_t count,
-                              DType dtype, ReduceOp op);
-  OpInfo begin_all_gather(const void* input, const void* output, std::size_t count,
-                          DType dtype);
+  OpInfo begin_reduce_scatter(const void* input, const void* output, std::size_t count, DType dtype,
+                              ReduceOp op);
+  OpInfo begin_all_gather(const void* input, const void* output, std::size_t count, DType dtype);
   OpInfo begin_broadcast(const void* data, std::size_t count, DType dtype, int root);
   OpInfo begin_barrier();
 

@@ -25,10 +25,14 @@ std::optional<Backend> parse_backend(std::string_view text) noexcept {
 
 std::string_view backend_name(Backend backend) noexcept {
   switch (backend) {
-    case Backend::automatic: return "auto";
-    case Backend::local: return "local";
-    case Backend::mpi: return "mpi";
-    case Backend::nccl: return "nccl";
+    case Backend::automatic:
+      return "auto";
+    case Backend::local:
+      return "local";
+    case Backend::mpi:
+      return "mpi";
+    case Backend::nccl:
+      return "nccl";
   }
   return "?";
 }
@@ -42,9 +46,12 @@ std::optional<Progress> parse_progress(std::string_view text) noexcept {
 
 std::string_view progress_name(Progress progress) noexcept {
   switch (progress) {
-    case Progress::automatic: return "auto";
-    case Progress::thread: return "thread";
-    case Progress::poll: return "poll";
+    case Progress::automatic:
+      return "auto";
+    case Progress::thread:
+      return "thread";
+    case Progress::poll:
+      return "poll";
   }
   return "?";
 }
@@ -112,8 +119,8 @@ ShareId id_sharing(const CommOptions& options, const LaunchInfo& launch,
     if (launch.rank == 0) {
       publish_rendezvous(launch.rendezvous_dir, name, {data, data + bytes});
     } else {
-      const auto got = await_rendezvous(launch.rendezvous_dir, name, bytes,
-                                        options.rendezvous_timeout);
+      const auto got =
+          await_rendezvous(launch.rendezvous_dir, name, bytes, options.rendezvous_timeout);
       std::copy(got.begin(), got.end(), data);
     }
   };
@@ -124,9 +131,12 @@ ShareId id_sharing(const CommOptions& options, const LaunchInfo& launch,
 bool backend_built(Backend backend) noexcept {
   switch (backend) {
     case Backend::automatic:
-    case Backend::local: return true;
-    case Backend::mpi: return mpi_backend_built();
-    case Backend::nccl: return nccl_backend_built();
+    case Backend::local:
+      return true;
+    case Backend::mpi:
+      return mpi_backend_built();
+    case Backend::nccl:
+      return nccl_backend_built();
   }
   return false;
 }
@@ -163,7 +173,8 @@ std::unique_ptr<Communicator> create_communicator(const CommOptions& options) {
       const ShareId share = id_sharing(options, launch, bootstrap);
       return make_nccl_communicator(options, launch, share);
     }
-    case Backend::automatic: break;
+    case Backend::automatic:
+      break;
   }
   throw Error(ErrorCategory::internal, "no communicator backend chosen");
 }
@@ -177,8 +188,7 @@ std::unique_ptr<Communicator> wrap_mpi_communicator(const void* mpi_comm,
   return wrap_mpi(mpi_comm, options);
 }
 
-std::unique_ptr<Communicator> wrap_nccl_communicator(void* nccl_comm,
-                                                     const CommOptions& options) {
+std::unique_ptr<Communicator> wrap_nccl_communicator(void* nccl_comm, const CommOptions& options) {
   require_built(Backend::nccl);
   if (nccl_comm == nullptr) {
     throw Error(ErrorCategory::usage, "wrap_nccl_communicator: the ncclComm_t is null");

@@ -93,6 +93,8 @@ LaunchInfo detect_launch(const Environment& environment) {
   return info;
 }
 
-LaunchInfo detect_launch() { return detect_launch(process_environment()); }
+LaunchInfo detect_launch() {
+  return detect_launch(process_environment());
+}
 
 }  // namespace zero::comm

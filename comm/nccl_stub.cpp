@@ -4,7 +4,9 @@
 
 namespace zero::comm {
 
-bool nccl_backend_built() noexcept { return false; }
+bool nccl_backend_built() noexcept {
+  return false;
+}
 
 std::unique_ptr<Communicator> make_nccl_communicator(const CommOptions&, const LaunchInfo&,
                                                      const ShareId&) {

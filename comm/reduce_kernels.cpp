@@ -19,7 +19,9 @@ void combine(const void* in, void* inout, std::size_t count, Combine f) {
 }
 
 // Max that propagates NaN from either side, like NCCL's and torch's max.
-inline float max_nan(float a, float b) { return (a != a || a > b) ? a : b; }
+inline float max_nan(float a, float b) {
+  return (a != a || a > b) ? a : b;
+}
 
 template <float (*ToFloat)(std::uint16_t), std::uint16_t (*FromFloat)(float)>
 void reduce_half(ReduceOp op, const void* in, void* inout, std::size_t count) {
@@ -57,13 +59,17 @@ void reduce_into(DType dtype, ReduceOp op, const void* in, void* inout, std::siz
       return;
     case DType::i64:
       combine<std::int64_t>(in, inout, count, [max](std::int64_t a, std::int64_t b) {
-        return max ? std::max(a, b) : static_cast<std::int64_t>(
-                                          static_cast<std::uint64_t>(a) +
-                                          static_cast<std::uint64_t>(b));
+        return max ? std::max(a, b)
+                   : static_cast<std::int64_t>(static_cast<std::uint64_t>(a) +
+                                               static_cast<std::uint64_t>(b));
       });
       return;
-    case DType::f16: reduce_half<fp16_to_float, float_to_fp16>(op, in, inout, count); return;
-    case DType::bf16: reduce_half<bf16_to_float, float_to_bf16>(op, in, inout, count); return;
+    case DType::f16:
+      reduce_half<fp16_to_float, float_to_fp16>(op, in, inout, count);
+      return;
+    case DType::bf16:
+      reduce_half<bf16_to_float, float_to_bf16>(op, in, inout, count);
+      return;
   }
 }
 
@@ -82,8 +88,12 @@ void divide_by(DType dtype, void* data, std::size_t count, int divisor) {
       for (std::size_t i = 0; i < count; ++i) x[i] /= divisor;
       return;
     }
-    case DType::f16: divide_half<fp16_to_float, float_to_fp16>(data, count, divisor); return;
-    case DType::bf16: divide_half<bf16_to_float, float_to_bf16>(data, count, divisor); return;
+    case DType::f16:
+      divide_half<fp16_to_float, float_to_fp16>(data, count, divisor);
+      return;
+    case DType::bf16:
+      divide_half<bf16_to_float, float_to_bf16>(data, count, divisor);
+      return;
   }
 }
 

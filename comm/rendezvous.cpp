@@ -1,14 +1,14 @@
 // The rendezvous file: write-then-rename on rank 0, polling on the others.
 #include "comm/rendezvous.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "base/error.h"
 

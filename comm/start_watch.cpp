@@ -1,16 +1,15 @@
 // The start-up watch: arrival files, the waiting thread and its message (see start_watch.h).
 #include "comm/start_watch.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "base/error.h"
 
@@ -67,13 +66,14 @@ std::string start_timeout_message(const LaunchInfo& launch, const StartSettings&
     missing = absent.empty()
                   ? "every rank reached start-up, so one stalled inside it (stopped, or its "
                     "network unreachable)"
-                  : fmt::format("rank{} {} of {} never reached start-up (stopped, crashed, or "
-                                "slow to load)",
-                                absent.size() == 1 ? "" : "s", rank_list(absent),
-                                launch.world_size);
+                  : fmt::format(
+                        "rank{} {} of {} never reached start-up (stopped, crashed, or "
+                        "slow to load)",
+                        absent.size() == 1 ? "" : "s", rank_list(absent), launch.world_size);
   } else {
-    missing = "without ZERO_START_DIR (zero-run sets it on one node) the missing ranks cannot be "
-              "named";
+    missing =
+        "without ZERO_START_DIR (zero-run sets it on one node) the missing ranks cannot be "
+        "named";
   }
   return fmt::format(
       "[zero] rank {} of {} (host {}, pid {}): the job's ranks have not all started within {:g} "
@@ -92,7 +92,9 @@ StartWatch::StartWatch(LaunchInfo launch, StartSettings settings, std::string wh
   thread_ = std::thread([this] { watch(); });
 }
 
-StartWatch::~StartWatch() { done(); }
+StartWatch::~StartWatch() {
+  done();
+}
 
 void StartWatch::done() {
   {

@@ -34,7 +34,8 @@ std::string start_timeout_message(const LaunchInfo& launch, const StartSettings&
 
 class StartWatch {
  public:
-  // Writes this rank's arrival file and starts the watch. `what` names the wait ("MPI_Init_thread").
+  // Writes this rank's arrival file and starts the watch. `what` names the wait
+  // ("MPI_Init_thread").
   StartWatch(LaunchInfo launch, StartSettings settings, std::string what);
   ~StartWatch();  // done()
   StartWatch(const StartWatch&) = delete;

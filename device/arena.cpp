@@ -12,7 +12,9 @@
 namespace zero {
 namespace {
 
-std::size_t index_of(MemoryKind kind) { return static_cast<std::size_t>(kind); }
+std::size_t index_of(MemoryKind kind) {
+  return static_cast<std::size_t>(kind);
+}
 
 std::uint64_t align_up(std::uint64_t value, std::size_t alignment) {
   return (value + alignment - 1) & ~static_cast<std::uint64_t>(alignment - 1);
@@ -81,8 +83,9 @@ Block Arena::allocate(MemoryKind kind, std::size_t bytes, std::size_t alignment)
     insert_free_locked({end, range.offset + range.bytes - end});
   }
 
-  const auto at = std::lower_bound(live_.begin(), live_.end(), start,
-                                   [](const LiveBlock& b, std::uint64_t o) { return b.offset < o; });
+  const auto at =
+      std::lower_bound(live_.begin(), live_.end(), start,
+                       [](const LiveBlock& b, std::uint64_t o) { return b.offset < o; });
   live_.insert(at, LiveBlock{start, bytes, kind});
 
   KindUsage& usage = kinds_[index_of(kind)];
@@ -178,9 +181,9 @@ std::string Arena::describe_usage_locked() const {
 
 std::string Arena::breakdown() const {
   std::lock_guard lock(mutex_);
-  std::string out = fmt::format("{} ({} tier): capacity {}, live {}, peak {}\n", name_,
-                                tier_name(tier_), format_bytes(capacity_),
-                                format_bytes(live_bytes_), format_bytes(peak_bytes_));
+  std::string out =
+      fmt::format("{} ({} tier): capacity {}, live {}, peak {}\n", name_, tier_name(tier_),
+                  format_bytes(capacity_), format_bytes(live_bytes_), format_bytes(peak_bytes_));
   for (MemoryKind kind : kAllMemoryKinds) {
     const KindUsage& usage = kinds_[index_of(kind)];
     if (usage.live == 0 && usage.peak == 0) continue;

@@ -22,9 +22,9 @@ namespace zero {
 class Device;
 
 struct Block {
-  void* ptr = nullptr;        // address in memory tiers; nullptr for nvme and empty blocks
-  std::uint64_t offset = 0;   // offset from the start of the arena
-  std::size_t bytes = 0;      // the size asked for
+  void* ptr = nullptr;       // address in memory tiers; nullptr for nvme and empty blocks
+  std::uint64_t offset = 0;  // offset from the start of the arena
+  std::size_t bytes = 0;     // the size asked for
   MemoryKind kind = MemoryKind::buffer;
 
   bool empty() const noexcept { return bytes == 0; }
@@ -90,12 +90,11 @@ class Arena {
   void* base_ = nullptr;
 
   mutable std::mutex mutex_;
-  std::vector<Range> free_;       // sorted by offset, never adjacent (merged on release)
-  std::vector<LiveBlock> live_;   // sorted by offset
+  std::vector<Range> free_;      // sorted by offset, never adjacent (merged on release)
+  std::vector<LiveBlock> live_;  // sorted by offset
   std::array<KindUsage, kAllMemoryKinds.size()> kinds_{};
   std::size_t live_bytes_ = 0;
   std::size_t peak_bytes_ = 0;
 };
-
 
 }  // namespace zero

@@ -111,11 +111,10 @@ class Device {
 
   // dst[i] = convert(src[i]) between f32, f16 and bf16, rounding to nearest even (base/half.h).
   // src and dst must not overlap unless they are the same pointer with the same dtype.
-  virtual void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype,
-                    std::size_t count, Stream& stream) = 0;
+  virtual void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+                    Stream& stream) = 0;
   // data[i] = round(float(data[i]) * factor), computed in fp32.
-  virtual void scale(void* data, DType dtype, std::size_t count, float factor,
-                     Stream& stream) = 0;
+  virtual void scale(void* data, DType dtype, std::size_t count, float factor, Stream& stream) = 0;
   // dst[i] = round(float(dst[i]) + float(src[i]) * factor): one fp32 multiplication, then one
   // fp32 addition (never contracted into an fma), rounded once to dst's dtype. The engine adds
   // a reduced gradient block into the owned gradient shard with it. src and dst must not

@@ -12,7 +12,8 @@ namespace zero {
 class DeviceScratch {
  public:
   DeviceScratch(Device& device, std::size_t bytes)
-      : device_(device), bytes_(std::max<std::size_t>(bytes, 8)),
+      : device_(device),
+        bytes_(std::max<std::size_t>(bytes, 8)),
         data_(device.reserve(Tier::device, bytes_)) {}
   ~DeviceScratch() { device_.unreserve(Tier::device, data_, bytes_); }
   DeviceScratch(const DeviceScratch&) = delete;

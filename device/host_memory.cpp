@@ -1,11 +1,11 @@
 // Anonymous and page-locked host mappings (see host_memory.h).
 #include "device/host_memory.h"
 
-#include <sys/mman.h>
-
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+
+#include <sys/mman.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -15,7 +15,9 @@ namespace {
 
 std::atomic<bool> lock_warning_given{false};
 
-int system_mlock(const void* address, std::size_t bytes) { return ::mlock(address, bytes); }
+int system_mlock(const void* address, std::size_t bytes) {
+  return ::mlock(address, bytes);
+}
 
 }  // namespace
 
@@ -62,6 +64,8 @@ void unmap_pinned(void* base, std::size_t bytes) noexcept {
   ::munmap(base, bytes);
 }
 
-void reset_lock_warning() { lock_warning_given.store(false); }
+void reset_lock_warning() {
+  lock_warning_given.store(false);
+}
 
 }  // namespace zero::host_memory

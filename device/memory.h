@@ -11,29 +11,37 @@ namespace zero {
 enum class Tier : std::uint8_t { device, pinned, host, nvme };
 enum class MemoryKind : std::uint8_t { param, grad, master, moment, buffer };
 
-inline constexpr std::array<Tier, 4> kAllTiers{Tier::device, Tier::pinned, Tier::host,
-                                               Tier::nvme};
-inline constexpr std::array<MemoryKind, 5> kAllMemoryKinds{
-    MemoryKind::param, MemoryKind::grad, MemoryKind::master, MemoryKind::moment,
-    MemoryKind::buffer};
+inline constexpr std::array<Tier, 4> kAllTiers{Tier::device, Tier::pinned, Tier::host, Tier::nvme};
+inline constexpr std::array<MemoryKind, 5> kAllMemoryKinds{MemoryKind::param, MemoryKind::grad,
+                                                           MemoryKind::master, MemoryKind::moment,
+                                                           MemoryKind::buffer};
 
 constexpr std::string_view tier_name(Tier tier) noexcept {
   switch (tier) {
-    case Tier::device: return "device";
-    case Tier::pinned: return "pinned";
-    case Tier::host: return "host";
-    case Tier::nvme: return "nvme";
+    case Tier::device:
+      return "device";
+    case Tier::pinned:
+      return "pinned";
+    case Tier::host:
+      return "host";
+    case Tier::nvme:
+      return "nvme";
   }
   return "?";
 }
 
 constexpr std::string_view memory_kind_name(MemoryKind kind) noexcept {
   switch (kind) {
-    case MemoryKind::param: return "param";
-    case MemoryKind::grad: return "grad";
-    case MemoryKind::master: return "master";
-    case MemoryKind::moment: return "moment";
-    case MemoryKind::buffer: return "buffer";
+    case MemoryKind::param:
+      return "param";
+    case MemoryKind::grad:
+      return "grad";
+    case MemoryKind::master:
+      return "master";
+    case MemoryKind::moment:
+      return "moment";
+    case MemoryKind::buffer:
+      return "buffer";
   }
   return "?";
 }

@@ -12,10 +12,14 @@ namespace zero::reference {
 
 float load(const void* data, DType dtype, std::size_t i) {
   switch (dtype) {
-    case DType::f32: return static_cast<const float*>(data)[i];
-    case DType::f16: return fp16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::i64: break;
+    case DType::f32:
+      return static_cast<const float*>(data)[i];
+    case DType::f16:
+      return fp16_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::bf16:
+      return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::i64:
+      break;
   }
   throw make_error(ErrorCategory::usage, "reference kernels take fp32, fp16 or bf16, not {}",
                    dtype_name(dtype));
@@ -23,10 +27,17 @@ float load(const void* data, DType dtype, std::size_t i) {
 
 void store(void* data, DType dtype, std::size_t i, float value) {
   switch (dtype) {
-    case DType::f32: static_cast<float*>(data)[i] = value; return;
-    case DType::f16: static_cast<std::uint16_t*>(data)[i] = float_to_fp16(value); return;
-    case DType::bf16: static_cast<std::uint16_t*>(data)[i] = float_to_bf16(value); return;
-    case DType::i64: break;
+    case DType::f32:
+      static_cast<float*>(data)[i] = value;
+      return;
+    case DType::f16:
+      static_cast<std::uint16_t*>(data)[i] = float_to_fp16(value);
+      return;
+    case DType::bf16:
+      static_cast<std::uint16_t*>(data)[i] = float_to_bf16(value);
+      return;
+    case DType::i64:
+      break;
   }
   throw make_error(ErrorCategory::usage, "reference kernels take fp32, fp16 or bf16, not {}",
                    dtype_name(dtype));

@@ -57,9 +57,9 @@ void Agreement::agree(const std::string& what, const std::function<void()>& work
   for (std::size_t q = 0; q < all.size(); ++q) {
     if (all[q].empty()) continue;
     if (failures++ == 0) category = static_cast<ErrorCategory>(all[q][0] - '0');
-    message += all.size() == 1 ? all[q].substr(1)
-                               : fmt::format("{}rank {}: {}", message.empty() ? "" : "; ", q,
-                                             all[q].substr(1));
+    message += all.size() == 1
+                   ? all[q].substr(1)
+                   : fmt::format("{}rank {}: {}", message.empty() ? "" : "; ", q, all[q].substr(1));
   }
   if (failures > 0) throw make_error(category, "{} failed: {}", what, message);
 }

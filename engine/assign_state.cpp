@@ -74,19 +74,20 @@ void ModelState::assign(ValueSource& source) {
       if (spec.trainable) put_state(state.flat, values.data(), moment_in, count);
       if (swapped_param(p)) {
         host_device().cast(values.data(), DType::f32, param_swap()->staging(p), modes_.compute,
-                          count, host_device().default_stream());
+                           count, host_device().default_stream());
         host_device().default_stream().synchronize();
         param_swap()->store(p);
       } else if (state.compute_flat != kNone && modes_.param_offload) {
         // Host memory: cast on the host.
-        host_device().cast(values.data(), DType::f32,
-                           static_cast<char*>(compute_shard()) +
-                               state.compute_flat * dtype_size(modes_.compute),
-                           modes_.compute, count, host_device().default_stream());
+        host_device().cast(
+            values.data(), DType::f32,
+            static_cast<char*>(compute_shard()) + state.compute_flat * dtype_size(modes_.compute),
+            modes_.compute, count, host_device().default_stream());
         host_device().default_stream().synchronize();
       } else if (state.compute_flat != kNone) {
-        upload(static_cast<char*>(compute_shard()) + state.compute_flat * dtype_size(modes_.compute),
-               modes_.compute, values.data(), count);
+        upload(
+            static_cast<char*>(compute_shard()) + state.compute_flat * dtype_size(modes_.compute),
+            modes_.compute, values.data(), count);
       }
     }
     finish_state();

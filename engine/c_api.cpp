@@ -47,7 +47,8 @@ const zero::engine::Engine& engine_of(const zero_engine* handle, const char* cal
 }
 
 std::size_t index_of(int index, const char* call, const char* what) {
-  if (index < 0) throw make_error(ErrorCategory::usage, "{}: {} index {} is negative", call, what, index);
+  if (index < 0)
+    throw make_error(ErrorCategory::usage, "{}: {} index {} is negative", call, what, index);
   return static_cast<std::size_t>(index);
 }
 
@@ -75,8 +76,8 @@ zero_engine* create(const ConfigReader& read_config, const zero_create_options* 
   }
   for (int i = 0; i < o.override_count; ++i) {
     require(o.overrides, "zero_create", "options->overrides");
-    read.overrides.push_back(zero::config::parse_override(
-        require(o.overrides[i], "zero_create", "an override string")));
+    read.overrides.push_back(
+        zero::config::parse_override(require(o.overrides[i], "zero_create", "an override string")));
   }
 
   if (o.mpi_comm != nullptr && o.nccl_comm != nullptr) {
@@ -86,19 +87,32 @@ zero_engine* create(const ConfigReader& read_config, const zero_create_options* 
   }
   zero::DeviceOptions device_options;
   switch (o.device) {
-    case 0: device_options.preference = zero::DevicePreference::automatic; break;
-    case 1: device_options.preference = zero::DevicePreference::cpu; break;
-    case 2: device_options.preference = zero::DevicePreference::cuda; break;
+    case 0:
+      device_options.preference = zero::DevicePreference::automatic;
+      break;
+    case 1:
+      device_options.preference = zero::DevicePreference::cpu;
+      break;
+    case 2:
+      device_options.preference = zero::DevicePreference::cuda;
+      break;
     default:
       throw make_error(ErrorCategory::usage,
                        "zero_create: options->device {} is not 0 (automatic), 1 (CPU) or 2 (CUDA)",
                        o.device);
   }
   switch (o.cpu_device) {
-    case 0: break;  // ZERO_CPU_DEVICE
-    case 1: device_options.cpu_mode = zero::CpuDeviceMode::sync; break;
-    case 2: device_options.cpu_mode = zero::CpuDeviceMode::async; break;
-    case 3: device_options.cpu_mode = zero::CpuDeviceMode::guarded; break;
+    case 0:
+      break;  // ZERO_CPU_DEVICE
+    case 1:
+      device_options.cpu_mode = zero::CpuDeviceMode::sync;
+      break;
+    case 2:
+      device_options.cpu_mode = zero::CpuDeviceMode::async;
+      break;
+    case 3:
+      device_options.cpu_mode = zero::CpuDeviceMode::guarded;
+      break;
     default:
       throw make_error(ErrorCategory::usage,
                        "zero_create: options->cpu_device {} is not 0 (from ZERO_CPU_DEVICE), 1 "
@@ -190,7 +204,8 @@ zero_status zero_destroy(zero_engine* engine) {
 }
 
 zero_status zero_rank(const zero_engine* engine, int* rank) {
-  return zero::guard([&] { *require(rank, "zero_rank", "rank") = engine_of(engine, "zero_rank").rank(); });
+  return zero::guard(
+      [&] { *require(rank, "zero_rank", "rank") = engine_of(engine, "zero_rank").rank(); });
 }
 
 zero_status zero_world_size(const zero_engine* engine, int* world_size) {
@@ -214,9 +229,15 @@ zero_status zero_compute_dtype(const zero_engine* engine, zero_dtype* dtype) {
   return zero::guard([&] {
     require(dtype, "zero_compute_dtype", "dtype");
     switch (engine_of(engine, "zero_compute_dtype").compute_dtype()) {
-      case zero::DType::f16: *dtype = ZERO_FP16; break;
-      case zero::DType::bf16: *dtype = ZERO_BF16; break;
-      default: *dtype = ZERO_FP32; break;
+      case zero::DType::f16:
+        *dtype = ZERO_FP16;
+        break;
+      case zero::DType::bf16:
+        *dtype = ZERO_BF16;
+        break;
+      default:
+        *dtype = ZERO_FP32;
+        break;
     }
   });
 }
@@ -261,8 +282,8 @@ zero_status zero_add_param(zero_engine* engine, const zero_param_desc* desc, int
     require(desc, "zero_add_param", "the parameter description");
     require(desc->name, "zero_add_param", "desc->name");
     if (desc->ndim < 0) {
-      throw make_error(ErrorCategory::usage, "zero_add_param '{}': ndim {} is negative",
-                       desc->name, desc->ndim);
+      throw make_error(ErrorCategory::usage, "zero_add_param '{}': ndim {} is negative", desc->name,
+                       desc->ndim);
     }
     if (desc->ndim > 0) require(desc->shape, "zero_add_param", "desc->shape");
     if (desc->module_count < 0 || (desc->module_count > 0 && desc->modules == nullptr)) {
@@ -294,9 +315,9 @@ zero_status zero_add_param(zero_engine* engine, const zero_param_desc* desc, int
       initial.initializer = [fn, user, index](std::uint64_t offset, std::size_t count, float* out) {
         fn(user, *index, offset, count, out);
       };
-      const std::size_t added =
-          e.add_param(desc->name, std::move(shape), desc->trainable != 0,
-                      static_cast<std::size_t>(desc->group), std::move(modules), std::move(initial));
+      const std::size_t added = e.add_param(desc->name, std::move(shape), desc->trainable != 0,
+                                            static_cast<std::size_t>(desc->group),
+                                            std::move(modules), std::move(initial));
       *index = static_cast<int>(added);
       if (param != nullptr) *param = *index;
       return;
@@ -360,7 +381,8 @@ zero_status zero_grad_buffer(zero_engine* engine, int param, void** data) {
 
 zero_status zero_loss_factor(const zero_engine* engine, double* factor) {
   return zero::guard([&] {
-    *require(factor, "zero_loss_factor", "factor") = engine_of(engine, "zero_loss_factor").loss_factor();
+    *require(factor, "zero_loss_factor", "factor") =
+        engine_of(engine, "zero_loss_factor").loss_factor();
   });
 }
 
@@ -395,8 +417,7 @@ zero_status zero_step(zero_engine* engine, zero_step_stats* stats) {
   });
 }
 
-zero_status zero_read_param(zero_engine* engine, int param, float* out,
-                            unsigned long long count) {
+zero_status zero_read_param(zero_engine* engine, int param, float* out, unsigned long long count) {
   return zero::guard([&] {
     auto& e = engine_of(engine, "zero_read_param");
     require(out, "zero_read_param", "out");
@@ -425,7 +446,8 @@ zero_status zero_memory_bytes(const zero_engine* engine, zero_tier tier, zero_ki
     const auto& e = engine_of(engine, "zero_memory_bytes");
     if (static_cast<int>(tier) < 0 || static_cast<int>(tier) > 3 || static_cast<int>(kind) < 0 ||
         static_cast<int>(kind) > 4) {
-      throw make_error(ErrorCategory::usage, "zero_memory_bytes: tier {} or kind {} is out of range",
+      throw make_error(ErrorCategory::usage,
+                       "zero_memory_bytes: tier {} or kind {} is out of range",
                        static_cast<int>(tier), static_cast<int>(kind));
     }
     unsigned long long l = 0, p = 0;
@@ -534,9 +556,9 @@ zero_status zero_load_pretrained(zero_engine* engine, const char* path,
         }
         return out;
       };
-      const std::vector<std::string> names =
-          list(options->names, options->name_pairs * 2, "names");
-      for (std::size_t i = 0; i + 1 < names.size(); i += 2) mapped.names.emplace_back(names[i], names[i + 1]);
+      const std::vector<std::string> names = list(options->names, options->name_pairs * 2, "names");
+      for (std::size_t i = 0; i + 1 < names.size(); i += 2)
+        mapped.names.emplace_back(names[i], names[i + 1]);
       mapped.transposed = list(options->transposed, options->transposed_count, "transposed");
       mapped.ignore = list(options->ignore, options->ignore_count, "ignore");
       mapped.skip = list(options->skip, options->skip_count, "skip");

@@ -24,7 +24,8 @@ zero_status guard(Body&& body) noexcept {
   } catch (const std::bad_alloc&) {
     return set_last_error(ZERO_ERROR_OUT_OF_MEMORY, "out of host memory (std::bad_alloc)");
   } catch (const std::exception& error) {
-    return set_last_error(ZERO_ERROR_INTERNAL, std::string("unexpected exception: ") + error.what());
+    return set_last_error(ZERO_ERROR_INTERNAL,
+                          std::string("unexpected exception: ") + error.what());
   } catch (...) {
     return set_last_error(ZERO_ERROR_INTERNAL, "unexpected exception of unknown type");
   }

@@ -1,4 +1,6 @@
 // CheckpointState: save and load (see checkpoint_state.h).
+#include "engine/checkpoint_state.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -16,7 +18,6 @@
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/reader.h"
 #include "engine/checkpoint/safetensors.h"
-#include "engine/checkpoint_state.h"
 #include "optim/spec.h"
 
 namespace zero::engine {
@@ -30,7 +31,8 @@ constexpr std::size_t kPieceBytes = std::size_t{16} << 20;  // staging per copy 
 
 std::string utc_now() {
   const auto now = std::chrono::system_clock::now();
-  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::chrono::system_clock::to_time_t(now)));
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}",
+                     fmt::gmtime(std::chrono::system_clock::to_time_t(now)));
 }
 
 void check_tag(const std::string& tag) {
@@ -78,8 +80,8 @@ class CheckpointSource final : public ValueSource {
     if (module_only_) return false;
     const checkpoint::ParamEntry& entry = *entries_[p];
     if (count > 0) {
-      reader_.read(reader_.manifest().state_names[static_cast<std::size_t>(m)], entry, first,
-                   count, dtype, out);
+      reader_.read(reader_.manifest().state_names[static_cast<std::size_t>(m)], entry, first, count,
+                   dtype, out);
     }
     return true;
   }
@@ -148,7 +150,8 @@ void read_saved(const EngineContext& e, const CheckpointState::Parts& parts, std
       cursor.view = model.swap()->peek(g - e.layout.resident_groups);
       cursor.group = g;
     }
-    const std::size_t n = std::min(count, e.layout.group_lo[g] + e.layout.step_groups[g].block - flat);
+    const std::size_t n =
+        std::min(count, e.layout.group_lo[g] + e.layout.step_groups[g].block - flat);
     const std::size_t at = flat - e.layout.group_lo[g];
     const char* from = m < 0 ? reinterpret_cast<const char*>(cursor.view.master + at)
                              : static_cast<const char*>(cursor.view.state[m]) + at * size;
@@ -192,7 +195,8 @@ std::string CheckpointState::write_rank_file(const std::string& staging) {
     std::vector<std::pair<std::string, DType>> kinds;
     if (spec.trainable) {
       kinds.emplace_back(kMaster, DType::f32);
-      for (const std::string& s : moments_names) kinds.emplace_back(s, config.optimizer_state_dtype);
+      for (const std::string& s : moments_names)
+        kinds.emplace_back(s, config.optimizer_state_dtype);
     } else {
       kinds.emplace_back(kParam, compute);
     }
@@ -204,11 +208,12 @@ std::string CheckpointState::write_rank_file(const std::string& staging) {
       parts.push_back({p, kind, dtype});
     }
   }
-  checkpoint::SafetensorsWriter writer(
-      temporary, std::move(decls),
-      {{"format", "zero-checkpoint-shard"}, {"rank", std::to_string(rank)},
-       {"world_size", std::to_string(world)}},
-      checkpoint::SafetensorsWriter::kDefaultChunkBytes, 0644, /*direct=*/true);
+  checkpoint::SafetensorsWriter writer(temporary, std::move(decls),
+                                       {{"format", "zero-checkpoint-shard"},
+                                        {"rank", std::to_string(rank)},
+                                        {"world_size", std::to_string(world)}},
+                                       checkpoint::SafetensorsWriter::kDefaultChunkBytes, 0644,
+                                       /*direct=*/true);
   SaveCursor cursor;
   cursor.names = moments_names;
   std::vector<char> host(kPieceBytes);
@@ -265,7 +270,8 @@ checkpoint::Manifest CheckpointState::make_manifest(const std::string& tag,
   m.scaler = {s.scale, s.hysteresis_left, s.iteration, s.last_overflow_iteration};
   m.seed = stepper.seed();
   m.user_data = user_data;
-  for (const GroupSpec& g : registry.groups()) m.groups.push_back({g.name, g.weight_decay, g.lr_scale});
+  for (const GroupSpec& g : registry.groups())
+    m.groups.push_back({g.name, g.weight_decay, g.lr_scale});
   for (const ParamSpec& p : registry.params()) {
     m.params.push_back({p.name, p.shape, p.numel, p.trainable, p.group});
   }
@@ -309,8 +315,8 @@ void CheckpointState::prune(const std::string& dir, const std::string& keep) con
     const std::string doomed = (fs::path(dir) / fmt::format(".{}.deleting", tags[i].name)).string();
     checkpoint::remove_tree(doomed);
     if (::rename(path.c_str(), doomed.c_str()) != 0) {
-      throw make_error(ErrorCategory::io, "checkpoint.keep_last: cannot rename {} to {}: {}",
-                       path, doomed, std::strerror(errno));
+      throw make_error(ErrorCategory::io, "checkpoint.keep_last: cannot rename {} to {}: {}", path,
+                       doomed, std::strerror(errno));
     }
     checkpoint::sync_directory(dir);
     if (options_.save_inject) options_.save_inject("pruning");
@@ -328,8 +334,10 @@ void CheckpointState::save(const std::string& dir, const SaveOptions& save,
                            std::int64_t micro_steps) {
   const int rank = ctx_.comm.rank();
   Agreement& agreement = parts_.agreement;
-  if (dir.empty()) throw make_error(ErrorCategory::usage, "save_checkpoint: the directory is empty");
-  const std::string tag = save.tag.empty() ? fmt::format("global_step{}", parts_.stepper.global_steps()) : save.tag;
+  if (dir.empty())
+    throw make_error(ErrorCategory::usage, "save_checkpoint: the directory is empty");
+  const std::string tag =
+      save.tag.empty() ? fmt::format("global_step{}", parts_.stepper.global_steps()) : save.tag;
   check_tag(tag);
   const Timer timer;
   const std::string staging = (fs::path(dir) / fmt::format(".{}.saving", tag)).string();
@@ -346,7 +354,8 @@ void CheckpointState::save(const std::string& dir, const SaveOptions& save,
       checkpoint::remove_leftovers(dir);
       checkpoint::make_directories(staging);
     });
-    parts_.fetcher.release_unheld(/*stale=*/false);  // gathers in flight finish before shards are read
+    parts_.fetcher.release_unheld(
+        /*stale=*/false);  // gathers in flight finish before shards are read
     std::string record;
     agreement.agree(what, [&] {
       record = write_rank_file(staging);
@@ -355,10 +364,10 @@ void CheckpointState::save(const std::string& dir, const SaveOptions& save,
     const std::vector<std::string> records = agreement.all_gather_text(record);
     agreement.agree(what, [&] {
       if (rank != 0) return;
-      const checkpoint::Manifest manifest = make_manifest(tag, save.user_data, records, micro_steps);
-      checkpoint::write_file_durably(
-          (fs::path(staging) / checkpoint::kManifestName).string(),
-          checkpoint::to_json(manifest).dump(1));
+      const checkpoint::Manifest manifest =
+          make_manifest(tag, save.user_data, records, micro_steps);
+      checkpoint::write_file_durably((fs::path(staging) / checkpoint::kManifestName).string(),
+                                     checkpoint::to_json(manifest).dump(1));
       inject("manifest_written");
       checkpoint::replace_directory(staging, target);
       inject("tag_in_place");
@@ -374,15 +383,16 @@ void CheckpointState::save(const std::string& dir, const SaveOptions& save,
     throw;
   }
   if (rank == 0) {
-    log::info("checkpoint {} saved: {} rank file(s), step {}, {:.2f} s", target,
-              ctx_.layout.world, parts_.stepper.global_steps(), timer.seconds());
+    log::info("checkpoint {} saved: {} rank file(s), step {}, {:.2f} s", target, ctx_.layout.world,
+              parts_.stepper.global_steps(), timer.seconds());
   }
 }
 
 // ---- load ----
 
-std::vector<const checkpoint::ParamEntry*> CheckpointState::match(
-    const checkpoint::Manifest& m, const std::string& where, bool module_only) const {
+std::vector<const checkpoint::ParamEntry*> CheckpointState::match(const checkpoint::Manifest& m,
+                                                                  const std::string& where,
+                                                                  bool module_only) const {
   const config::Config& config = ctx_.config;
   const Registry& registry = ctx_.registry;
   std::vector<const checkpoint::ParamEntry*> entries;
@@ -419,12 +429,13 @@ std::vector<const checkpoint::ParamEntry*> CheckpointState::match(
     }
   }
   if (!module_only && m.state_names != state_names()) {
-    throw make_error(ErrorCategory::usage,
-                     "checkpoint {} holds the state of optimizer {} ({}), this run's {} keeps ({}): "
-                     "load the values alone (module_only, ZERO_LOAD_MODULE_ONLY) to start the "
-                     "optimizer state afresh",
-                     where, m.optimizer, fmt::join(m.state_names, ", "),
-                     optim::optimizer_key(config.optimizer.type), fmt::join(state_names(), ", "));
+    throw make_error(
+        ErrorCategory::usage,
+        "checkpoint {} holds the state of optimizer {} ({}), this run's {} keeps ({}): "
+        "load the values alone (module_only, ZERO_LOAD_MODULE_ONLY) to start the "
+        "optimizer state afresh",
+        where, m.optimizer, fmt::join(m.state_names, ", "),
+        optim::optimizer_key(config.optimizer.type), fmt::join(state_names(), ", "));
   }
   return entries;
 }
@@ -439,18 +450,18 @@ LoadResult CheckpointState::load(const std::string& dir, const LoadOptions& load
   std::vector<const checkpoint::ParamEntry*> entries;
   LossScaler next_scaler = stepper.scaler();
   // Everything that can refuse the checkpoint comes before the state changes.
-  agreement.agree(fmt::format("loading checkpoint {}{}{}", dir, load.tag.empty() ? "" : "/", load.tag),
-        [&] {
-          reader = std::make_unique<checkpoint::CheckpointReader>(
-              checkpoint::resolve_tag_directory(dir, load.tag));
-          const checkpoint::Manifest& m = reader->manifest();
-          entries = match(m, reader->directory(), load.module_only);
-          if (!load.module_only && config.precision == config::Precision::fp16 &&
-              m.precision == "fp16") {
-            next_scaler.restore({m.scaler.scale, m.scaler.hysteresis_left, m.scaler.iteration,
-                                 m.scaler.last_overflow_iteration});
-          }
-        });
+  agreement.agree(
+      fmt::format("loading checkpoint {}{}{}", dir, load.tag.empty() ? "" : "/", load.tag), [&] {
+        reader = std::make_unique<checkpoint::CheckpointReader>(
+            checkpoint::resolve_tag_directory(dir, load.tag));
+        const checkpoint::Manifest& m = reader->manifest();
+        entries = match(m, reader->directory(), load.module_only);
+        if (!load.module_only && config.precision == config::Precision::fp16 &&
+            m.precision == "fp16") {
+          next_scaler.restore({m.scaler.scale, m.scaler.hysteresis_left, m.scaler.iteration,
+                               m.scaler.last_overflow_iteration});
+        }
+      });
   const checkpoint::Manifest& m = reader->manifest();
   const std::string what = fmt::format("loading checkpoint {}", reader->directory());
 
@@ -468,11 +479,10 @@ LoadResult CheckpointState::load(const std::string& dir, const LoadOptions& load
   parts_.fetcher.release_unheld(/*stale=*/true);
   if (ctx_.comm.rank() == 0) {
     log::info("checkpoint {} loaded{}: saved by {} rank(s) at stage {}, step {}, {:.2f} s",
-              reader->directory(), load.module_only ? " (values only)" : "", m.world_size,
-              m.stage, m.global_steps, timer.seconds());
+              reader->directory(), load.module_only ? " (values only)" : "", m.world_size, m.stage,
+              m.global_steps, timer.seconds());
   }
   return {reader->directory(), m.tag, m.user_data, m.global_steps};
 }
-
 
 }  // namespace zero::engine

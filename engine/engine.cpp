@@ -85,7 +85,8 @@ Engine::Impl::~Impl() {
 void Engine::Impl::fail(std::string what) {
   failed = true;
   failure = std::move(what);
-  if (model_state) model_state->keep_swap_files(fmt::format("the engine stopped after a failure: {}", failure));
+  if (model_state)
+    model_state->keep_swap_files(fmt::format("the engine stopped after a failure: {}", failure));
 }
 
 void Engine::Impl::require_initialized(const char* call) const {
@@ -98,8 +99,10 @@ void Engine::Impl::require_initialized(const char* call) const {
 void Engine::Impl::require_quiet(const char* call) const {
   require_initialized(call);
   if (failed) {
-    throw make_error(ErrorCategory::usage, "{} after a failure ({}): destroy the engine and start "
-                     "again from a checkpoint", call, failure);
+    throw make_error(ErrorCategory::usage,
+                     "{} after a failure ({}): destroy the engine and start "
+                     "again from a checkpoint",
+                     call, failure);
   }
   pass.require_none_open(call, "call it between passes");
   pass.require_not_backward(call, ": call step() first");
@@ -130,7 +133,9 @@ std::size_t Engine::Impl::require_param(std::size_t param, const char* call) con
   return param;
 }
 
-Stream& Engine::Impl::stream_of(Stream* stream) { return order->caller(stream); }
+Stream& Engine::Impl::stream_of(Stream* stream) {
+  return order->caller(stream);
+}
 
 void Engine::Impl::poll_outstanding() {
   if (reducer) reducer->poll();
@@ -183,8 +188,8 @@ void Engine::Impl::lay_out() {
   reducer = std::make_unique<GradReducer>(context());
   reducer->set_timeline(timeline.get());
   fetcher = std::make_unique<ParamFetcher>(context());
-  stepper = std::make_unique<Stepper>(context(), *model_state, *reducer, *fetcher, scalars,
-                                      options.seed);
+  stepper =
+      std::make_unique<Stepper>(context(), *model_state, *reducer, *fetcher, scalars, options.seed);
   checkpoints = std::make_unique<CheckpointState>(
       context(), CheckpointState::Parts{*model_state, *stepper, *fetcher, agreement}, options);
 }
@@ -217,23 +222,43 @@ void Engine::Impl::allocate() {
 
 Engine::Engine(config::Config config, std::unique_ptr<Device> device,
                std::unique_ptr<Communicator> comm, EngineOptions options)
-    : impl_(std::make_unique<Impl>(std::move(config), std::move(device), std::move(comm),
-                                   options)) {
+    : impl_(
+          std::make_unique<Impl>(std::move(config), std::move(device), std::move(comm), options)) {
   impl_->scalars = static_cast<float*>(impl_->device->reserve(Tier::device, kScratchBytes));
 }
 
 Engine::~Engine() = default;
 
-const config::Config& Engine::config() const noexcept { return impl_->config; }
-int Engine::rank() const noexcept { return impl_->rank; }
-int Engine::world_size() const noexcept { return impl_->world; }
-DType Engine::compute_dtype() const noexcept { return impl_->modes().compute; }
-const Registry& Engine::registry() const noexcept { return impl_->registry; }
-Device& Engine::device() noexcept { return *impl_->device; }
-const Device& Engine::device() const noexcept { return *impl_->device; }
-Communicator& Engine::communicator() noexcept { return *impl_->comm; }
-bool Engine::initialized() const noexcept { return impl_->initialized; }
-bool Engine::training() const noexcept { return impl_->train; }
+const config::Config& Engine::config() const noexcept {
+  return impl_->config;
+}
+int Engine::rank() const noexcept {
+  return impl_->rank;
+}
+int Engine::world_size() const noexcept {
+  return impl_->world;
+}
+DType Engine::compute_dtype() const noexcept {
+  return impl_->modes().compute;
+}
+const Registry& Engine::registry() const noexcept {
+  return impl_->registry;
+}
+Device& Engine::device() noexcept {
+  return *impl_->device;
+}
+const Device& Engine::device() const noexcept {
+  return *impl_->device;
+}
+Communicator& Engine::communicator() noexcept {
+  return *impl_->comm;
+}
+bool Engine::initialized() const noexcept {
+  return impl_->initialized;
+}
+bool Engine::training() const noexcept {
+  return impl_->train;
+}
 
 std::size_t Engine::add_group(std::string name, double weight_decay, double lr_scale) {
   return impl_->registry.add_group(std::move(name), weight_decay, lr_scale);
@@ -248,9 +273,8 @@ std::size_t Engine::add_module(std::string name) {
 std::size_t Engine::add_param(std::string name, std::vector<std::int64_t> shape, bool trainable,
                               std::size_t group, std::vector<std::size_t> modules,
                               InitialValue initial) {
-  const std::size_t index =
-      impl_->registry.add_param(std::move(name), std::move(shape), trainable, group,
-                                std::move(modules));
+  const std::size_t index = impl_->registry.add_param(std::move(name), std::move(shape), trainable,
+                                                      group, std::move(modules));
   impl_->initial.push_back(std::move(initial));
   return index;
 }
@@ -258,18 +282,20 @@ std::size_t Engine::add_param(std::string name, std::vector<std::int64_t> shape,
 void Engine::init() {
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
-  if (e.initialized) throw make_error(ErrorCategory::usage, "init: the engine is already initialised");
+  if (e.initialized)
+    throw make_error(ErrorCategory::usage, "init: the engine is already initialised");
   e.registry.freeze();
   e.check_same_registration();
   e.lay_out();
   e.allocate();
   e.fill_initial_values();
   e.initialized = true;
-  log::info("engine: ZeRO stage {} on {} rank{}, {} parameters of {} elements ({} trainable), {} "
-            "compute, {} reduction buckets; {}",
-            e.modes().stage, e.world, e.world == 1 ? "" : "s", e.registry.param_count(),
-            e.registry.total_numel(), e.registry.trainable_numel(), dtype_name(e.modes().compute),
-            e.reducer->bucket_count(), e.stepper->optimizer().description());
+  log::info(
+      "engine: ZeRO stage {} on {} rank{}, {} parameters of {} elements ({} trainable), {} "
+      "compute, {} reduction buckets; {}",
+      e.modes().stage, e.world, e.world == 1 ? "" : "s", e.registry.param_count(),
+      e.registry.total_numel(), e.registry.trainable_numel(), dtype_name(e.modes().compute),
+      e.reducer->bucket_count(), e.stepper->optimizer().description());
 }
 
 void Engine::pre_forward(std::size_t module, Stream* stream) {
@@ -348,7 +374,9 @@ void Engine::post_backward(std::size_t module, Stream* stream) {
   e.poll_outstanding();
 }
 
-Stream* Engine::caller_stream(void* native) { return impl_->order->wrap(native); }
+Stream* Engine::caller_stream(void* native) {
+  return impl_->order->wrap(native);
+}
 
 void* Engine::param_data(std::size_t param) {
   const DeviceMemoryGuard guarded(*impl_->device);
@@ -391,8 +419,7 @@ double Engine::loss_scale() const {
 }
 
 double Engine::loss_factor() const {
-  return loss_scale() /
-         static_cast<double>(impl_->config.batch.gradient_accumulation_steps);
+  return loss_scale() / static_cast<double>(impl_->config.batch.gradient_accumulation_steps);
 }
 
 void Engine::set_train(bool train) {
@@ -508,13 +535,13 @@ void Engine::Impl::print_breakdowns() {
     const double steps = static_cast<double>(timers.micro_steps) /
                          static_cast<double>(config.batch.gradient_accumulation_steps);
     const auto ms = [&](double seconds) { return 1e3 * seconds / std::max(steps, 1.0); };
-    log::info("step {}: time per step (ms), mean of the last {}: forward {:.3f} | backward {:.3f} "
-              "(blocked on reductions {:.3f}) | stage-3 gathers: issue {:.3f}, blocked {:.3f} | "
-              "step {:.3f} (optimizer {:.3f}, parameter all-gather {:.3f})",
-              stepper->global_steps(), steps, ms(timers.forward), ms(timers.backward),
-              ms(timers.reduce_wait),
-              ms(timers.gather_issue), ms(timers.gather_wait), ms(timers.step),
-              ms(timers.optimizer), ms(timers.allgather));
+    log::info(
+        "step {}: time per step (ms), mean of the last {}: forward {:.3f} | backward {:.3f} "
+        "(blocked on reductions {:.3f}) | stage-3 gathers: issue {:.3f}, blocked {:.3f} | "
+        "step {:.3f} (optimizer {:.3f}, parameter all-gather {:.3f})",
+        stepper->global_steps(), steps, ms(timers.forward), ms(timers.backward),
+        ms(timers.reduce_wait), ms(timers.gather_issue), ms(timers.gather_wait), ms(timers.step),
+        ms(timers.optimizer), ms(timers.allgather));
     if (timeline) {
       // From the streams' own timing events: the part of each kind of work that ran while the
       // caller's stream was computing (between a pre hook and its post hook).
@@ -532,10 +559,11 @@ void Engine::Impl::print_breakdowns() {
               : fmt::format("reductions and gathers not measured ({} runs collectives {})",
                             comm->backend(),
                             comm->backend() == "mpi" ? "on a host thread" : "in the call");
-      log::info("step {}: concurrent with compute, per step, from the streams' events: {} | "
-                "offload copies {} | compute {:.3f} ms",
-                stepper->global_steps(), collectives, part(t.copy_overlap_ms, t.copy_ms),
-                t.compute_ms / per);
+      log::info(
+          "step {}: concurrent with compute, per step, from the streams' events: {} | "
+          "offload copies {} | compute {:.3f} ms",
+          stepper->global_steps(), collectives, part(t.copy_overlap_ms, t.copy_ms),
+          t.compute_ms / per);
     }
   }
   timers = {};
@@ -569,20 +597,22 @@ std::vector<float> Engine::read_param(std::size_t param) {
       e.model_state->copy_master(state.flat, shape.shard, mine);
       e.comm->all_gather(mine, gathered, shape.shard, DType::f32, &stream).wait();
     } else if (spec.trainable && e.model_state->master() != nullptr && e.modes().stage >= 1) {
-      e.comm->all_gather(e.model_state->master() + state.flat, gathered, shape.shard, DType::f32,
-                         &stream)
+      e.comm
+          ->all_gather(e.model_state->master() + state.flat, gathered, shape.shard, DType::f32,
+                       &stream)
           .wait();
     } else if (spec.trainable && e.model_state->master() != nullptr) {
       e.device->copy(gathered, e.model_state->master() + state.flat, spec.numel * sizeof(float));
     } else if (e.modes().stage <= 2) {
-      e.device->cast(e.model_state->full(param), e.modes().compute, gathered, DType::f32, spec.numel, stream);
+      e.device->cast(e.model_state->full(param), e.modes().compute, gathered, DType::f32,
+                     spec.numel, stream);
     } else {
       half = e.device->reserve(Tier::device, half_bytes);
       const void* source = e.model_state->shard_source(param);
       if (e.modes().param_offload) {
         // The shard is in host memory or on NVMe: into its place first, then gathered in place.
-        char* place = static_cast<char*>(half) +
-                      static_cast<std::size_t>(e.rank) * shape.shard * dtype_size(e.modes().compute);
+        char* place = static_cast<char*>(half) + static_cast<std::size_t>(e.rank) * shape.shard *
+                                                     dtype_size(e.modes().compute);
         e.fetcher->copy_shard(param, place);
         source = place;
       }
@@ -605,7 +635,9 @@ FetchStats Engine::fetch_stats() const {
   return impl_->fetcher ? impl_->fetcher->stats() : FetchStats{};
 }
 
-std::vector<MemoryUsage> Engine::memory_usage() const { return impl_->usage(); }
+std::vector<MemoryUsage> Engine::memory_usage() const {
+  return impl_->usage();
+}
 
 std::array<const Arena*, 7> Engine::Impl::arenas() const {
   const std::array<const Arena*, 5> owned =
@@ -661,7 +693,9 @@ std::size_t Engine::reserved_bytes(Tier tier) const {
   return bytes;
 }
 
-std::string Engine::memory_report() const { return impl_->memory_text(); }
+std::string Engine::memory_report() const {
+  return impl_->memory_text();
+}
 
 std::string Engine::Impl::memory_text() const {
   std::string text = fmt::format("rank {} model state by tier and kind (live / peak):", rank);

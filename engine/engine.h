@@ -53,9 +53,9 @@ struct InitialValue {
 };
 
 struct StepStats {
-  bool stepped = false;        // this call was an accumulation boundary and ran the optimizer
+  bool stepped = false;  // this call was an accumulation boundary and ran the optimizer
   bool skipped = false;  // non-finite gradients (fp16, bf16 checked): optimizer and schedule held
-  double loss_scale = 1.0;     // the scale the boundary's gradients were computed with
+  double loss_scale = 1.0;  // the scale the boundary's gradients were computed with
   double grad_norm = 0.0;   // global norm of the unscaled gradients (0 when not stepped or skipped)
   double lr = 0.0;          // the optimizer step's learning rate (before lr_scale); when
                             // skipped, the one the schedule still holds
@@ -83,12 +83,12 @@ struct ArenaUsage {
 
 // Stage 3: what the parameter fetcher has done since init (zeros at other stages).
 struct FetchStats {
-  std::int64_t gathers = 0;     // all-gathers issued
-  std::int64_t prefetches = 0;  // of them, issued ahead by the recorded order
-  std::int64_t hits = 0;        // a hook's parameter already there or on its way
-  std::int64_t invalidations = 0;  // recorded orders a pass did not follow
-  std::size_t train_hooks = 0;  // length of the recorded training order (0: none)
-  std::size_t eval_hooks = 0;   // and of the evaluation order
+  std::int64_t gathers = 0;            // all-gathers issued
+  std::int64_t prefetches = 0;         // of them, issued ahead by the recorded order
+  std::int64_t hits = 0;               // a hook's parameter already there or on its way
+  std::int64_t invalidations = 0;      // recorded orders a pass did not follow
+  std::size_t train_hooks = 0;         // length of the recorded training order (0: none)
+  std::size_t eval_hooks = 0;          // and of the evaluation order
   std::size_t live_elements = 0;       // gathered now, persistent parameters aside
   std::size_t peak_live_elements = 0;  // the most there were at once
 };
@@ -129,8 +129,7 @@ struct EngineOptions {
   // Seed of bf16 optimizer state's stochastic rounding.
   std::uint64_t seed = 0;
   // Tests: makes the NVMe swap's I/O fail (a non-zero errno for a piece), see offload/aio.h.
-  std::function<int(bool write, const std::string& path, std::uint64_t offset,
-                    std::size_t bytes)>
+  std::function<int(bool write, const std::string& path, std::uint64_t offset, std::size_t bytes)>
       aio_inject;
   // Tests: called at points of a checkpoint save ("rank_file_written" on every rank,
   // "manifest_written" and "tag_in_place" on rank 0); it may throw, or end the process to
@@ -140,8 +139,8 @@ struct EngineOptions {
 
 class Engine {
  public:
-  Engine(config::Config config, std::unique_ptr<Device> device,
-         std::unique_ptr<Communicator> comm, EngineOptions options = {});
+  Engine(config::Config config, std::unique_ptr<Device> device, std::unique_ptr<Communicator> comm,
+         EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

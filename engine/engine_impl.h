@@ -28,7 +28,6 @@
 #include "device/device_scratch.h"
 #include "engine/agreement.h"
 #include "engine/caller_order.h"
-#include "engine/overlap_timeline.h"
 #include "engine/checkpoint_state.h"
 #include "engine/engine.h"
 #include "engine/fetch_plan.h"
@@ -37,9 +36,10 @@
 #include "engine/memory_plan.h"
 #include "engine/model_state.h"
 #include "engine/optimizer_swap.h"
+#include "engine/overlap_timeline.h"
 #include "engine/param_fetcher.h"
-#include "engine/pass_tracker.h"
 #include "engine/partition.h"
+#include "engine/pass_tracker.h"
 #include "engine/registry.h"
 #include "engine/stepper.h"
 #include "engine/value_source.h"
@@ -86,7 +86,7 @@ struct Engine::Impl {
   std::unique_ptr<OverlapTimeline> timeline;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<CallerOrder> order;  // the caller's streams and the engine's (caller_order.h)
-  Agreement agreement;  // outcomes agreed across ranks (agreement.h)
+  Agreement agreement;                 // outcomes agreed across ranks (agreement.h)
   Registry registry;
   int rank = 0;
   int world = 1;
@@ -126,12 +126,12 @@ struct Engine::Impl {
 
   // Seconds spent, summed since the last wall_clock_breakdown line.
   struct Timings {
-    double forward = 0, backward = 0;      // first pre hook of the phase to its end
-    double reduce_wait = 0;                // blocked on gradient reductions
+    double forward = 0, backward = 0;          // first pre hook of the phase to its end
+    double reduce_wait = 0;                    // blocked on gradient reductions
     double gather_issue = 0, gather_wait = 0;  // stage 3 all-gathers: issuing, blocked on
-    double step = 0;                       // the boundary step, all of it
-    double optimizer = 0;                  // the optimizer kernels within it
-    double allgather = 0;                  // stages 1-2: the updated shards back out
+    double step = 0;                           // the boundary step, all of it
+    double optimizer = 0;                      // the optimizer kernels within it
+    double allgather = 0;                      // stages 1-2: the updated shards back out
     std::int64_t micro_steps = 0;
   } timers;
   Timer phase_timer;  // since the current phase began

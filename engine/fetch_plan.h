@@ -29,7 +29,8 @@ class FetchPlan {
   // p brings, in elements. `persistent[p]`: parameter p stays gathered once it is, so it does
   // not count against the live limit. Throws a usage Error when an event or a parameter is out
   // of range.
-  FetchPlan(std::vector<TraceEvent> events, const std::vector<std::vector<std::size_t>>& module_params,
+  FetchPlan(std::vector<TraceEvent> events,
+            const std::vector<std::vector<std::size_t>>& module_params,
             std::vector<std::size_t> elements, std::vector<bool> persistent);
 
   std::size_t size() const noexcept { return events_.size(); }
@@ -64,7 +65,7 @@ class FetchPlan {
   std::vector<std::size_t> elements_;
   std::vector<bool> persistent_;
   std::vector<std::vector<std::size_t>> next_use_;  // per event, per parameter of its module
-  std::vector<std::size_t> before_;  // before_[i]: elements gathered by events < i
+  std::vector<std::size_t> before_;                 // before_[i]: elements gathered by events < i
   // prefetch()'s scratch: a parameter is seen this call when its entry equals the stamp.
   mutable std::vector<std::uint32_t> seen_;
   mutable std::uint32_t stamp_ = 0;

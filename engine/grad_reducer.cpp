@@ -102,7 +102,7 @@ void GradReducer::hand_out(std::size_t param) {
     g.block = grad_arena_->allocate(MemoryKind::grad, bytes);
     g.grad = g.block.ptr;
     ctx_.device.fill(g.grad, modes_.compute, ctx_.registry.param(param).numel, 0.0f,
-                 ctx_.device.default_stream());
+                     ctx_.device.default_stream());
   }
 }
 
@@ -118,9 +118,13 @@ void GradReducer::backward_done(std::size_t param, std::string_view module) {
   if (--g.uses_left == 0) ready(param);
 }
 
-void* GradReducer::grad(std::size_t param) const { return grads_[param].grad; }
+void* GradReducer::grad(std::size_t param) const {
+  return grads_[param].grad;
+}
 
-bool GradReducer::handed_out(std::size_t param) const { return grads_[param].touched; }
+bool GradReducer::handed_out(std::size_t param) const {
+  return grads_[param].touched;
+}
 
 void GradReducer::zero_full(Stream& stream) {
   if (modes_.stage > 1) return;
@@ -139,7 +143,8 @@ void GradReducer::release(std::size_t param) {
 
 void GradReducer::ready(std::size_t param) {
   if (!reducing_) return;
-  for (std::size_t b : ctx_.layout.param_buckets[ctx_.layout.trainable_pos[param]]) waiting_[b] -= 1;
+  for (std::size_t b : ctx_.layout.param_buckets[ctx_.layout.trainable_pos[param]])
+    waiting_[b] -= 1;
 }
 
 void GradReducer::issue_ready() {
@@ -177,13 +182,15 @@ void GradReducer::issue(std::size_t b) {
       char* dst = buffer + bucket_position(bucket, piece, q) * wsize;
       if (real != 0) {
         if (grad != nullptr) {
-          ctx_.device.cast(static_cast<const char*>(grad) + start * csize, modes_.compute, dst, modes_.wire,
-                       real, stream);
+          ctx_.device.cast(static_cast<const char*>(grad) + start * csize, modes_.compute, dst,
+                           modes_.wire, real, stream);
         } else {
-          ctx_.device.fill(dst, modes_.wire, real, 0.0f, stream);  // no gradient this micro-step: zeros
+          ctx_.device.fill(dst, modes_.wire, real, 0.0f,
+                           stream);  // no gradient this micro-step: zeros
         }
       }
-      if (real < length) ctx_.device.fill(dst + real * wsize, modes_.wire, length - real, 0.0f, stream);
+      if (real < length)
+        ctx_.device.fill(dst + real * wsize, modes_.wire, length - real, 0.0f, stream);
     }
   }
   const std::size_t total = bucket.block * static_cast<std::size_t>(modes_.shard_ranks);
@@ -192,7 +199,8 @@ void GradReducer::issue(std::size_t b) {
   }
   // Gradients whose last piece is in this bucket are no longer needed (stages 2-3).
   for (const BucketPiece& piece : bucket.pieces) {
-    if (ctx_.layout.param_buckets[piece.param].back() == b) release(ctx_.layout.trainable[piece.param]);
+    if (ctx_.layout.param_buckets[piece.param].back() == b)
+      release(ctx_.layout.trainable[piece.param]);
   }
 
   Work work;
@@ -201,8 +209,8 @@ void GradReducer::issue(std::size_t b) {
   } else {
     // In place: this rank's block of the bucket receives its reduced block.
     work = ctx_.comm.reduce_scatter(buffer,
-                                buffer + static_cast<std::size_t>(rank_) * bucket.block * wsize,
-                                bucket.block, modes_.wire, ReduceOp::sum, &stream);
+                                    buffer + static_cast<std::size_t>(rank_) * bucket.block * wsize,
+                                    bucket.block, modes_.wire, ReduceOp::sum, &stream);
   }
   in_flight_[slot] = {b, std::move(work)};
   if (!ctx_.config.zero.overlap_comm) finish(slot);
@@ -238,8 +246,8 @@ void GradReducer::finish(std::size_t slot) {
       const char* staged = static_cast<const char*>(target_.staging);
       for (const BucketPiece& piece : bucket.pieces) {
         const std::size_t p = ctx_.layout.trainable[piece.param];
-        const char* src = staged + (bucket_position(bucket, piece, r) - block_start) *
-                                       dtype_size(modes_.wire);
+        const char* src =
+            staged + (bucket_position(bucket, piece, r) - block_start) * dtype_size(modes_.wire);
         char* dst = static_cast<char*>(target_.grad_flat) +
                     (ctx_.layout.params[p].flat + piece.begin) * dtype_size(target_.accum);
         adder.accumulate(src, modes_.wire, dst, target_.accum, piece.end - piece.begin, post, on);

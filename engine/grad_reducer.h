@@ -101,9 +101,9 @@ class GradReducer {
  private:
   struct ParamGrad {
     void* grad = nullptr;
-    Block block;               // stages 2-3: the gradient arena's block
-    std::size_t uses_left = 0; // modules using it whose post_backward has not come yet
-    bool touched = false;      // handed out (or zeroed) this window or micro-step
+    Block block;                // stages 2-3: the gradient arena's block
+    std::size_t uses_left = 0;  // modules using it whose post_backward has not come yet
+    bool touched = false;       // handed out (or zeroed) this window or micro-step
   };
   struct InFlight {
     std::size_t bucket = kNone;
@@ -121,18 +121,18 @@ class GradReducer {
   double pre_factor_ = 1.0;   // gradients scaled before the reduction (predivide, prescale)
   double post_factor_ = 1.0;  // and after it: together, the average over ranks
 
-  std::vector<ParamGrad> grads_;            // per parameter
-  std::vector<std::size_t> waiting_;        // per bucket: its parameters not yet ready
-  std::vector<void*> bucket_buffers_;       // 1, or 2 with overlap_comm (wire dtype)
+  std::vector<ParamGrad> grads_;       // per parameter
+  std::vector<std::size_t> waiting_;   // per bucket: its parameters not yet ready
+  std::vector<void*> bucket_buffers_;  // 1, or 2 with overlap_comm (wire dtype)
   std::unique_ptr<Arena> grad_arena_;
   Target target_;
-  std::vector<InFlight> in_flight_;         // one per bucket buffer
-  std::unique_ptr<Stream> epilogue_;        // after the reductions (made by attach)
+  std::vector<InFlight> in_flight_;                  // one per bucket buffer
+  std::unique_ptr<Stream> epilogue_;                 // after the reductions (made by attach)
   std::vector<std::unique_ptr<Event>> buffer_read_;  // per bucket buffer: its epilogue's read
   OverlapTimeline* timeline_ = nullptr;
   std::size_t next_slot_ = 0;
-  std::size_t next_bucket_ = 0;             // the next bucket to issue, in plan order
-  bool reducing_ = false;   // this micro-step reduces (stages 2-3, or the boundary)
+  std::size_t next_bucket_ = 0;  // the next bucket to issue, in plan order
+  bool reducing_ = false;        // this micro-step reduces (stages 2-3, or the boundary)
   SecondsSum wait_seconds_;
 };
 

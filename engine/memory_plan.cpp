@@ -14,7 +14,9 @@ namespace {
 constexpr std::size_t kAlign = Arena::kDefaultAlignment;
 constexpr std::size_t kDirectAlign = 4096;  // the strictest direct-I/O alignment
 
-std::size_t align_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+std::size_t align_up(std::size_t bytes) {
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
 std::size_t align_direct(std::size_t bytes) {
   return (bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
 }
@@ -44,9 +46,8 @@ void plan_reduction(const Registry& registry, const config::Config& config, Layo
   };
   std::vector<std::size_t> order(layout.trainable.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return ready_module(a) > ready_module(b);
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return ready_module(a) > ready_module(b); });
   layout.buckets = plan_buckets(order, numels, layout.modes.shard_ranks,
                                 static_cast<std::size_t>(config.zero.reduce_bucket_size));
   layout.param_buckets.assign(layout.trainable.size(), {});
@@ -119,8 +120,7 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
   for (const Bucket& b : layout.step_groups) largest_group = std::max(largest_group, b.block);
   const std::size_t largest_gather = (m.stage == 1 || m.stage == 2) ? largest_group : 0;
   plan.bucket_count = layout.buckets.empty() ? 0 : config.zero.overlap_comm ? 2 : 1;
-  plan.bucket_bytes =
-      largest_bucket * static_cast<std::size_t>(m.shard_ranks) * dtype_size(m.wire);
+  plan.bucket_bytes = largest_bucket * static_cast<std::size_t>(m.shard_ranks) * dtype_size(m.wire);
   plan.gather_bytes = largest_gather * static_cast<std::size_t>(layout.world) * csize;
   plan.reduce_staging_bytes = m.optimizer_offload ? largest_bucket * dtype_size(m.wire) : 0;
   plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
@@ -212,8 +212,7 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
     take(BlockRole::master, owned, MemoryKind::master, layout.resident_end * 4);
   }
   if (m.stage >= 1 || m.accum != m.compute) {
-    take(BlockRole::grad_flat, owned, MemoryKind::grad,
-         layout.owned.total * dtype_size(m.accum));
+    take(BlockRole::grad_flat, owned, MemoryKind::grad, layout.owned.total * dtype_size(m.accum));
   }
   for (int k = 0; k < config.optimizer.state_buffers(); ++k) {
     take(BlockRole::moment, owned, MemoryKind::moment, layout.resident_end * state_size,
@@ -260,8 +259,8 @@ void size_block_arenas(const config::Config& config, const Layout& layout, Memor
     // DeepSpeed's pin_memory: page-locked memory copies faster and asynchronously, pageable
     // memory costs nothing beyond itself.
     const bool pinned = config.zero.offload_optimizer.pin_memory;
-    plan.offload.name = pinned ? "offloaded optimizer state (pinned)"
-                               : "offloaded optimizer state (pageable)";
+    plan.offload.name =
+        pinned ? "offloaded optimizer state (pinned)" : "offloaded optimizer state (pageable)";
     plan.offload.tier = pinned ? Tier::pinned : Tier::host;
   }
   if (m.stage == 3 && m.param_offload) {
@@ -278,7 +277,8 @@ void size_block_arenas(const config::Config& config, const Layout& layout, Memor
     hold(arena, block.kind, block.bytes);
   }
   plan.state.capacity = std::max<std::size_t>(plan.state.capacity, kAlign);
-  if (m.optimizer_offload) plan.offload.capacity = std::max<std::size_t>(plan.offload.capacity, kAlign);
+  if (m.optimizer_offload)
+    plan.offload.capacity = std::max<std::size_t>(plan.offload.capacity, kAlign);
   if (m.stage == 3 && m.param_offload) {
     plan.param.capacity = std::max<std::size_t>(plan.param.capacity, kAlign);
   }
@@ -299,8 +299,8 @@ void plan_grad_arena(const Registry& registry, const Layout& layout, MemoryPlan&
 // Stage 3: gathered parameters. Persistent ones stay. Of the others, the hooks open at once
 // hold their modules' (room for two of the largest modules), and what is kept for reuse or
 // fetched ahead is admitted only under stage3_max_live_parameters.
-void plan_gather_arena(const Registry& registry, const config::Config& config,
-                       const Layout& layout, MemoryPlan& plan) {
+void plan_gather_arena(const Registry& registry, const config::Config& config, const Layout& layout,
+                       MemoryPlan& plan) {
   if (layout.modes.stage != 3) return;
   const std::size_t csize = dtype_size(layout.modes.compute);
   const auto& specs = registry.params();
@@ -348,10 +348,8 @@ StateModes state_modes(const config::Config& config, int world) {
   m.mixed = m.compute != DType::f32;
   m.optimizer_offload = config.zero.offload_optimizer.device != config::OffloadDevice::none;
   m.optimizer_nvme = config.zero.offload_optimizer.device == config::OffloadDevice::nvme;
-  m.param_offload =
-      m.stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
-  m.param_nvme =
-      m.param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme;
+  m.param_offload = m.stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
+  m.param_nvme = m.param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme;
   return m;
 }
 
@@ -486,8 +484,8 @@ std::size_t MemoryPlan::reserved(Tier tier) const noexcept {
   return bytes;
 }
 
-MemoryPlan plan_memory(const Registry& registry, const config::Config& config,
-                       const Layout& layout, bool beside) {
+MemoryPlan plan_memory(const Registry& registry, const config::Config& config, const Layout& layout,
+                       bool beside) {
   MemoryPlan plan;
   plan_buffers(config, layout, beside, plan);
   const std::size_t swap_region = plan_optimizer_swap(config, layout, plan);

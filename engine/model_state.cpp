@@ -37,9 +37,13 @@ std::size_t ModelState::owned_valid(std::size_t param) const {
   return ctx_.layout.params[param].shape.valid(modes_.stage == 0 ? 0 : rank_);
 }
 
-Device& ModelState::state_device() { return modes_.optimizer_offload ? host_device() : ctx_.device; }
+Device& ModelState::state_device() {
+  return modes_.optimizer_offload ? host_device() : ctx_.device;
+}
 
-Device& ModelState::host_device() { return host_ ? *host_ : ctx_.device; }
+Device& ModelState::host_device() {
+  return host_ ? *host_ : ctx_.device;
+}
 
 float* ModelState::state_scalars(float* device_scratch) {
   return modes_.optimizer_offload && host_ ? host_scalars_ : device_scratch;
@@ -86,8 +90,8 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
   state_arena_ =
       std::make_unique<Arena>(&device, Tier::device, plan.state.capacity, plan.state.name);
   if (plan.param.made()) {
-    param_arena_ = std::make_unique<Arena>(&device, plan.param.tier, plan.param.capacity,
-                                           plan.param.name);
+    param_arena_ =
+        std::make_unique<Arena>(&device, plan.param.tier, plan.param.capacity, plan.param.name);
   }
   Stream& stream = device.default_stream();
   Device& owned_device = state_device();

@@ -43,7 +43,7 @@ class ModelState final : public ShardStore {
   struct PartsMemory {
     std::vector<void*> full_grads;  // stages 0-1, per parameter (null for frozen ones)
     std::vector<void*> bucket_buffers;
-    std::unique_ptr<Arena> grad_arena;    // stages 2-3
+    std::unique_ptr<Arena> grad_arena;  // stages 2-3
     GradReducer::Target reduce_target;
     std::unique_ptr<Arena> gather_arena;  // stage 3
   };
@@ -62,8 +62,8 @@ class ModelState final : public ShardStore {
 
   // Stages 0-2: the replicated compute copy of a parameter.
   void* full(std::size_t param) const { return full_[param]; }
-  float* master() const noexcept { return master_; }  // owned, resident prefix (null: none)
-  void* grad_flat() const noexcept { return grad_flat_; }  // owned gradient shard, or null
+  float* master() const noexcept { return master_; }          // owned, resident prefix (null: none)
+  void* grad_flat() const noexcept { return grad_flat_; }     // owned gradient shard, or null
   void* moment(int m) const noexcept { return moments_[m]; }  // resident prefix, or null
   void* compute_shard() const noexcept { return compute_shard_; }  // stage 3, in memory
   void* param_staging() const noexcept { return param_staging_; }  // offload: values going up
@@ -83,7 +83,7 @@ class ModelState final : public ShardStore {
     return param_swap_ != nullptr && param_swap_->swapped(param);
   }
   std::size_t owned_valid(std::size_t param) const;  // elements of this rank's shard that are real
-  std::size_t group_at(std::size_t flat) const;  // the step group holding owned offset `flat`
+  std::size_t group_at(std::size_t flat) const;      // the step group holding owned offset `flat`
 
   // Sets every parameter's value (and trainable ones' moments) from `source`, each where this
   // rank keeps it, in registration order (assign_state.cpp). Collective only through the
@@ -139,12 +139,12 @@ class ModelState final : public ShardStore {
   std::unique_ptr<offload::AsyncIO> aio_;
   std::unique_ptr<offload::SwapDirectory> swap_dir_;
   std::unique_ptr<Arena> nvme_arena_;
-  std::unique_ptr<OptimizerSwap> swap_;       // offload_optimizer nvme
-  std::unique_ptr<ParamSwap> param_swap_;     // offload_param nvme
+  std::unique_ptr<OptimizerSwap> swap_;    // offload_optimizer nvme
+  std::unique_ptr<ParamSwap> param_swap_;  // offload_param nvme
   std::vector<Block> blocks_;
-  std::vector<void*> full_;                   // per parameter, stages 0-2
-  float* master_ = nullptr;      // owned flat fp32 (mixed, or fp32 at stages 1-3)
-  void* grad_flat_ = nullptr;    // owned flat gradient shard (accum dtype)
+  std::vector<void*> full_;    // per parameter, stages 0-2
+  float* master_ = nullptr;    // owned flat fp32 (mixed, or fp32 at stages 1-3)
+  void* grad_flat_ = nullptr;  // owned flat gradient shard (accum dtype)
   void* moments_[2] = {nullptr, nullptr};
   void* compute_shard_ = nullptr;
   void* param_staging_ = nullptr;

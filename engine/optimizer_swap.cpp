@@ -76,7 +76,9 @@ OptimizerSwap::~OptimizerSwap() {
   }
 }
 
-const std::string& OptimizerSwap::path() const noexcept { return file_->path(); }
+const std::string& OptimizerSwap::path() const noexcept {
+  return file_->path();
+}
 
 GroupView OptimizerSwap::view(const Slot& slot, const Region& region) const {
   GroupView v;
@@ -147,7 +149,9 @@ GroupView OptimizerSwap::filled(std::size_t group) {
   return view(slot_of(group), regions_[group]);
 }
 
-void OptimizerSwap::commit(std::size_t group) { release(group); }
+void OptimizerSwap::commit(std::size_t group) {
+  release(group);
+}
 
 GroupView OptimizerSwap::peek(std::size_t group) {
   finish();

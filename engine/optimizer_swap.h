@@ -25,7 +25,7 @@ struct OptimizerSwapOptions {
   std::vector<std::size_t> group_elements;  // per swapped group, its owned elements
   int state_buffers = 2;                    // moments per element (Adam 2, SGD 0 or 1)
   DType state_dtype = DType::f32;
-  std::size_t buffer_count = 4;             // offload_optimizer.buffer_count (at least 3)
+  std::size_t buffer_count = 4;  // offload_optimizer.buffer_count (at least 3)
   bool pipeline_read = false;
   bool pipeline_write = false;
 };

@@ -111,7 +111,9 @@ void OverlapTimeline::collect() {
   }
   for (const Span& s : comms_) {
     if (s.end == nullptr) continue;
-    Spans& spans = s.kind == Kind::reduction ? reductions : s.kind == Kind::gather ? gathers : copies;
+    Spans& spans = s.kind == Kind::reduction ? reductions
+                   : s.kind == Kind::gather  ? gathers
+                                             : copies;
     spans.emplace_back(at(s.begin), at(s.end));
   }
   totals_.compute_ms += union_length(compute);

@@ -15,7 +15,9 @@ namespace {
 
 constexpr int kMaxInvalidations = 3;  // then prefetching stops for that kind of pass, for good
 
-const char* pass_name(bool train) { return train ? "training" : "evaluation"; }
+const char* pass_name(bool train) {
+  return train ? "training" : "evaluation";
+}
 
 }  // namespace
 
@@ -57,8 +59,8 @@ void ParamFetcher::attach(std::unique_ptr<Arena> gather_arena, ShardStore& shard
   }
   persistent_missing_ = 0;
   for (std::size_t p = 0; p < params_.size(); ++p) {
-    persistent_missing_ += ctx_.layout.params[p].persistent && params_[p].full == nullptr &&
-                           gathered_elements(p) > 0;
+    persistent_missing_ +=
+        ctx_.layout.params[p].persistent && params_[p].full == nullptr && gathered_elements(p) > 0;
   }
 }
 
@@ -71,8 +73,7 @@ std::string ParamFetcher::describe(const TraceEvent& event) const {
                      ctx_.registry.module(event.module).name);
 }
 
-void ParamFetcher::enter(std::size_t module, bool backward, bool train, bool top,
-                         Stream& caller) {
+void ParamFetcher::enter(std::size_t module, bool backward, bool train, bool top, Stream& caller) {
   if (!active_) return;
   // Shards read from NVMe since the last hook are gathered now: a point every rank reaches
   // in the same order, so their all-gathers are issued in the same order everywhere.
@@ -135,7 +136,8 @@ void ParamFetcher::leave(std::size_t module, bool train) {
     if (g.holds > 0 || ctx_.layout.params[p].persistent) continue;
     const bool keep =
         at != kNone && t.have_plan && at < t.plan.size() &&
-        t.plan.reused_within(at, k, static_cast<std::size_t>(ctx_.config.zero.max_reuse_distance)) &&
+        t.plan.reused_within(at, k,
+                             static_cast<std::size_t>(ctx_.config.zero.max_reuse_distance)) &&
         stats_.live_elements <= static_cast<std::size_t>(ctx_.config.zero.max_live_parameters);
     if (!keep) release(p);
   }
@@ -147,12 +149,13 @@ void ParamFetcher::leave(std::size_t module, bool train) {
 void ParamFetcher::diverge(Trace& t, const TraceEvent* event, bool train_pass) {
   t.invalidations += 1;
   stats_.invalidations += 1;
-  log::warn("stage 3: the {} pass's module order changed at hook {}: the recorded order has {} "
-            "there, this pass {}; prefetching stops for this pass, whose order is recorded for "
-            "the next",
-            pass_name(train_pass), t.pos,
-            t.pos < t.plan.size() ? describe(t.plan.event(t.pos)) : "its end",
-            event != nullptr ? "has the " + describe(*event) : std::string("ends"));
+  log::warn(
+      "stage 3: the {} pass's module order changed at hook {}: the recorded order has {} "
+      "there, this pass {}; prefetching stops for this pass, whose order is recorded for "
+      "the next",
+      pass_name(train_pass), t.pos,
+      t.pos < t.plan.size() ? describe(t.plan.event(t.pos)) : "its end",
+      event != nullptr ? "has the " + describe(*event) : std::string("ends"));
   const auto& done = t.plan.events();
   t.recording.assign(done.begin(), done.begin() + static_cast<std::ptrdiff_t>(t.pos));
   if (event != nullptr) t.recording.push_back(*event);
@@ -168,9 +171,10 @@ void ParamFetcher::end_pass(bool train_pass) {
     if (t.have_plan && t.pos != t.plan.size()) diverge(t, nullptr, train_pass);
     if (!t.have_plan && !t.recording.empty()) {
       if (t.invalidations >= kMaxInvalidations) {
-        log::warn("stage 3: the {} pass's module order changed {} times; prefetching is off for "
-                  "{} passes from now on",
-                  pass_name(train_pass), t.invalidations, pass_name(train_pass));
+        log::warn(
+            "stage 3: the {} pass's module order changed {} times; prefetching is off for "
+            "{} passes from now on",
+            pass_name(train_pass), t.invalidations, pass_name(train_pass));
         t.off = true;
       } else {
         std::vector<std::vector<std::size_t>> module_params;

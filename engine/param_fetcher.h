@@ -32,8 +32,8 @@
 #include "device/device.h"
 #include "engine/agreement.h"
 #include "engine/config/config.h"
-#include "engine/engine_context.h"
 #include "engine/engine.h"
+#include "engine/engine_context.h"
 #include "engine/fetch_plan.h"
 #include "engine/memory_plan.h"
 #include "engine/registry.h"
@@ -83,12 +83,12 @@ class ParamFetcher {
 
  private:
   struct Gathered {
-    void* full = nullptr;   // the gathered copy (padded to the world shard shape)
-    Block block;            // the gather arena's block
-    int holds = 0;          // hooks between pre and post that use it now
-    Work gathering;         // the all-gather into `full`, while in_flight
+    void* full = nullptr;  // the gathered copy (padded to the world shard shape)
+    Block block;           // the gather arena's block
+    int holds = 0;         // hooks between pre and post that use it now
+    Work gathering;        // the all-gather into `full`, while in_flight
     bool in_flight = false;
-    bool reading = false;   // its shard is being read from NVMe; gathered after
+    bool reading = false;  // its shard is being read from NVMe; gathered after
   };
   // One trace per kind of pass, [0] training micro-steps, [1] evaluation.
   struct Trace {
@@ -98,7 +98,7 @@ class ParamFetcher {
     std::size_t pos = 0;     // the plan's next hook
     bool unchecked = false;  // a plan recorded since the last step's cross-rank check
     int invalidations = 0;
-    bool off = false;        // the order kept changing: neither recorded nor replayed
+    bool off = false;  // the order kept changing: neither recorded nor replayed
   };
   // A read of a swapped shard ahead of its gather: completed, and its all-gather issued, in the
   // order the reads were started, at the next hook or when the shard is needed: points every

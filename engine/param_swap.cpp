@@ -22,16 +22,16 @@ std::size_t align_direct(std::size_t bytes) {
 ParamSwap::ParamSwap(const EngineContext& context, const MemoryPlan& plan, offload::AsyncIO& io,
                      offload::SwapDirectory& directory, Arena& host_arena)
     : ctx_(context), io_(io) {
-  arena_ = std::make_unique<Arena>(nullptr, Tier::nvme, plan.param_nvme.capacity,
-                                   plan.param_nvme.name);
+  arena_ =
+      std::make_unique<Arena>(nullptr, Tier::nvme, plan.param_nvme.capacity, plan.param_nvme.name);
   const std::size_t params = ctx_.registry.param_count();
   const DType compute = ctx_.layout.modes.compute;
   region_.assign(params, kNone);
   for (std::size_t p = 0; p < params; ++p) {
     if (!swapped(p) || region_bytes(p) == 0) continue;
     const std::size_t shard = shard_shape(ctx_.registry.param(p).numel, ctx_.layout.world).shard;
-    region_[p] = arena_->allocate(MemoryKind::param, shard * dtype_size(compute), kDirectAlign)
-                     .offset;
+    region_[p] =
+        arena_->allocate(MemoryKind::param, shard * dtype_size(compute), kDirectAlign).offset;
   }
   file_ = directory.create("params.swap", arena_->capacity(),
                            "zero_optimization.offload_param.nvme_path");

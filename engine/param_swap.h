@@ -58,8 +58,8 @@ class ParamSwap {
  private:
   const EngineContext ctx_;
   offload::AsyncIO& io_;
-  std::unique_ptr<Arena> arena_;               // the file's byte ranges, by kind
-  std::vector<std::uint64_t> region_;          // per parameter: its offset, or kNone
+  std::unique_ptr<Arena> arena_;       // the file's byte ranges, by kind
+  std::vector<std::uint64_t> region_;  // per parameter: its offset, or kNone
   std::unique_ptr<offload::SwapFile> file_;
   void* bounce_[3] = {nullptr, nullptr, nullptr};
   int assembly_ = 1;                           // the bounce buffer `assembling_` uses

@@ -85,14 +85,17 @@ void CheckpointState::load_pretrained(const std::string& path, const PretrainedO
   std::vector<bool> skipped(registry.param_count(), false);
   parts_.agreement.agree(fmt::format("loading pretrained weights from {}", path), [&] {
     files = std::make_unique<TensorSet>(path);
-    std::map<std::string, std::string, std::less<>> names(options.names.begin(), options.names.end());
+    std::map<std::string, std::string, std::less<>> names(options.names.begin(),
+                                                          options.names.end());
     const std::set<std::string, std::less<>> transposed(options.transposed.begin(),
                                                         options.transposed.end());
     const std::set<std::string, std::less<>> skip(options.skip.begin(), options.skip.end());
     auto require_param = [&](const std::string& name, const char* list) {
       if (!registry.find_param(name)) {
-        throw make_error(ErrorCategory::usage, "load_pretrained: {} names '{}', which is not a "
-                         "registered parameter", list, name);
+        throw make_error(ErrorCategory::usage,
+                         "load_pretrained: {} names '{}', which is not a "
+                         "registered parameter",
+                         list, name);
       }
     };
     for (const auto& [name, tensor] : names) require_param(name, "the name mapping");
@@ -126,10 +129,11 @@ void CheckpointState::load_pretrained(const std::string& path, const PretrainedO
         std::swap(expected[0], expected[1]);
       }
       if (entry->info->shape != expected) {
-        throw make_error(ErrorCategory::usage,
-                         "load_pretrained: tensor '{}' in {} has shape {}; parameter '{}' needs {}{}",
-                         tensor, entry->file->path(), shape_text(entry->info->shape), spec.name,
-                         shape_text(expected), flip ? " (transposed)" : "");
+        throw make_error(
+            ErrorCategory::usage,
+            "load_pretrained: tensor '{}' in {} has shape {}; parameter '{}' needs {}{}", tensor,
+            entry->file->path(), shape_text(entry->info->shape), spec.name, shape_text(expected),
+            flip ? " (transposed)" : "");
       }
       const std::string& dtype = entry->info->dtype;
       if (dtype != "F32" && dtype != "F16" && dtype != "BF16" && dtype != "F64") {

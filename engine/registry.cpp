@@ -38,7 +38,9 @@ class Encoder {
 
 enum Kind : std::uint8_t { kGroup = 'G', kModule = 'M', kParam = 'P', kWhole = 'R' };
 
-bool finite_non_negative(double v) { return std::isfinite(v) && v >= 0.0; }
+bool finite_non_negative(double v) {
+  return std::isfinite(v) && v >= 0.0;
+}
 
 }  // namespace
 
@@ -48,8 +50,10 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 
 Registry::Registry(double default_weight_decay) {
   if (!finite_non_negative(default_weight_decay)) {
-    throw make_error(ErrorCategory::usage, "registry: the default group's weight_decay {} must "
-                     "be finite and >= 0", default_weight_decay);
+    throw make_error(ErrorCategory::usage,
+                     "registry: the default group's weight_decay {} must "
+                     "be finite and >= 0",
+                     default_weight_decay);
   }
   groups_.push_back(GroupSpec{"default", default_weight_decay, 1.0});
   group_index_.emplace("default", 0);
@@ -57,29 +61,38 @@ Registry::Registry(double default_weight_decay) {
 
 void Registry::check_open(std::string_view call, std::string_view name) const {
   if (frozen_) {
-    throw make_error(ErrorCategory::usage, "{} '{}': registration is closed after init; "
+    throw make_error(ErrorCategory::usage,
+                     "{} '{}': registration is closed after init; "
                      "register every group, module and parameter before the engine's init",
                      call, name);
   }
   if (name.empty()) {
-    throw make_error(ErrorCategory::usage, "{}: the name is empty; every entry needs a unique, "
-                     "non-empty name", call);
+    throw make_error(ErrorCategory::usage,
+                     "{}: the name is empty; every entry needs a unique, "
+                     "non-empty name",
+                     call);
   }
 }
 
 std::size_t Registry::add_group(std::string name, double weight_decay, double lr_scale) {
   check_open("add_group", name);
   if (const auto it = group_index_.find(name); it != group_index_.end()) {
-    throw make_error(ErrorCategory::usage, "add_group '{}': a group of that name is already "
-                     "registered (group {}); group names must be unique", name, it->second);
+    throw make_error(ErrorCategory::usage,
+                     "add_group '{}': a group of that name is already "
+                     "registered (group {}); group names must be unique",
+                     name, it->second);
   }
   if (!finite_non_negative(weight_decay)) {
-    throw make_error(ErrorCategory::usage, "add_group '{}': weight_decay {} must be finite and "
-                     ">= 0", name, weight_decay);
+    throw make_error(ErrorCategory::usage,
+                     "add_group '{}': weight_decay {} must be finite and "
+                     ">= 0",
+                     name, weight_decay);
   }
   if (!finite_non_negative(lr_scale)) {
-    throw make_error(ErrorCategory::usage, "add_group '{}': lr_scale {} must be finite and "
-                     ">= 0", name, lr_scale);
+    throw make_error(ErrorCategory::usage,
+                     "add_group '{}': lr_scale {} must be finite and "
+                     ">= 0",
+                     name, lr_scale);
   }
   const std::size_t index = groups_.size();
   group_index_.emplace(name, index);
@@ -90,8 +103,10 @@ std::size_t Registry::add_group(std::string name, double weight_decay, double lr
 std::size_t Registry::add_module(std::string name) {
   check_open("add_module", name);
   if (const auto it = module_index_.find(name); it != module_index_.end()) {
-    throw make_error(ErrorCategory::usage, "add_module '{}': a module of that name is already "
-                     "registered (module {}); module names must be unique", name, it->second);
+    throw make_error(ErrorCategory::usage,
+                     "add_module '{}': a module of that name is already "
+                     "registered (module {}); module names must be unique",
+                     name, it->second);
   }
   const std::size_t index = modules_.size();
   module_index_.emplace(name, index);
@@ -99,22 +114,24 @@ std::size_t Registry::add_module(std::string name) {
   return index;
 }
 
-std::size_t Registry::add_param(std::string name, std::vector<std::int64_t> shape,
-                                bool trainable, std::size_t group,
-                                std::vector<std::size_t> modules) {
+std::size_t Registry::add_param(std::string name, std::vector<std::int64_t> shape, bool trainable,
+                                std::size_t group, std::vector<std::size_t> modules) {
   check_open("add_param", name);
   if (const auto it = param_index_.find(name); it != param_index_.end()) {
-    throw make_error(ErrorCategory::usage, "add_param '{}': a parameter of that name is already "
-                     "registered (parameter {}); parameter names must be unique", name,
-                     it->second);
+    throw make_error(ErrorCategory::usage,
+                     "add_param '{}': a parameter of that name is already "
+                     "registered (parameter {}); parameter names must be unique",
+                     name, it->second);
   }
 
   // numel: every dim checked first, so that a 0 dim does not hide a negative one.
   bool has_zero = false;
   for (std::size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] < 0) {
-      throw make_error(ErrorCategory::usage, "add_param '{}': dimension {} of shape {} is "
-                       "negative; dimensions must be >= 0", name, d, shape_text(shape));
+      throw make_error(ErrorCategory::usage,
+                       "add_param '{}': dimension {} of shape {} is "
+                       "negative; dimensions must be >= 0",
+                       name, d, shape_text(shape));
     }
     has_zero = has_zero || shape[d] == 0;
   }
@@ -125,36 +142,46 @@ std::size_t Registry::add_param(std::string name, std::vector<std::int64_t> shap
     for (const std::int64_t dim : shape) {
       const auto n = static_cast<std::size_t>(dim);
       if (n > kMaxNumel / numel) {
-        throw make_error(ErrorCategory::usage, "add_param '{}': shape {} has more than 2^62 "
-                         "elements", name, shape_text(shape));
+        throw make_error(ErrorCategory::usage,
+                         "add_param '{}': shape {} has more than 2^62 "
+                         "elements",
+                         name, shape_text(shape));
       }
       numel *= n;
     }
   }
   if (numel > kMaxNumel - total_numel_) {
-    throw make_error(ErrorCategory::usage, "add_param '{}': its {} elements would bring the "
-                     "registered parameters past 2^62 elements ({} registered so far)", name,
-                     numel, total_numel_);
+    throw make_error(ErrorCategory::usage,
+                     "add_param '{}': its {} elements would bring the "
+                     "registered parameters past 2^62 elements ({} registered so far)",
+                     name, numel, total_numel_);
   }
 
   if (group >= groups_.size()) {
-    throw make_error(ErrorCategory::usage, "add_param '{}': group index {} does not exist ({} "
-                     "groups registered)", name, group, groups_.size());
+    throw make_error(ErrorCategory::usage,
+                     "add_param '{}': group index {} does not exist ({} "
+                     "groups registered)",
+                     name, group, groups_.size());
   }
   if (modules.empty()) {
-    throw make_error(ErrorCategory::usage, "add_param '{}': the list of modules that use it is "
-                     "empty; give at least one module index (from add_module)", name);
+    throw make_error(ErrorCategory::usage,
+                     "add_param '{}': the list of modules that use it is "
+                     "empty; give at least one module index (from add_module)",
+                     name);
   }
   std::unordered_set<std::size_t> seen;
   for (const std::size_t m : modules) {
     if (m >= modules_.size()) {
-      throw make_error(ErrorCategory::usage, "add_param '{}': module index {} does not exist "
-                       "({} modules registered)", name, m, modules_.size());
+      throw make_error(ErrorCategory::usage,
+                       "add_param '{}': module index {} does not exist "
+                       "({} modules registered)",
+                       name, m, modules_.size());
     }
     if (!seen.insert(m).second) {
-      throw make_error(ErrorCategory::usage, "add_param '{}': module {} '{}' is listed twice; "
-                       "list each module that uses the parameter once", name, m,
-                       modules_[m].name);
+      throw make_error(ErrorCategory::usage,
+                       "add_param '{}': module {} '{}' is listed twice; "
+                       "list each module that uses the parameter once",
+                       name, m, modules_[m].name);
     }
   }
 
@@ -163,8 +190,8 @@ std::size_t Registry::add_param(std::string name, std::vector<std::int64_t> shap
   param_index_.emplace(name, index);
   total_numel_ += numel;
   if (trainable) trainable_numel_ += numel;
-  params_.push_back(ParamSpec{std::move(name), std::move(shape), numel, trainable, group,
-                              std::move(modules)});
+  params_.push_back(
+      ParamSpec{std::move(name), std::move(shape), numel, trainable, group, std::move(modules)});
   return index;
 }
 
@@ -191,24 +218,30 @@ std::optional<std::size_t> Registry::find_param(std::string_view name) const {
 
 const GroupSpec& Registry::group(std::size_t index) const {
   if (index >= groups_.size()) {
-    throw make_error(ErrorCategory::usage, "group index {} does not exist ({} groups "
-                     "registered)", index, groups_.size());
+    throw make_error(ErrorCategory::usage,
+                     "group index {} does not exist ({} groups "
+                     "registered)",
+                     index, groups_.size());
   }
   return groups_[index];
 }
 
 const ModuleSpec& Registry::module(std::size_t index) const {
   if (index >= modules_.size()) {
-    throw make_error(ErrorCategory::usage, "module index {} does not exist ({} modules "
-                     "registered)", index, modules_.size());
+    throw make_error(ErrorCategory::usage,
+                     "module index {} does not exist ({} modules "
+                     "registered)",
+                     index, modules_.size());
   }
   return modules_[index];
 }
 
 const ParamSpec& Registry::param(std::size_t index) const {
   if (index >= params_.size()) {
-    throw make_error(ErrorCategory::usage, "parameter index {} does not exist ({} parameters "
-                     "registered)", index, params_.size());
+    throw make_error(ErrorCategory::usage,
+                     "parameter index {} does not exist ({} parameters "
+                     "registered)",
+                     index, params_.size());
   }
   return params_[index];
 }
@@ -261,9 +294,10 @@ std::uint64_t Registry::hash() const {
 
 std::string Registry::describe_entry(std::size_t k) const {
   if (k >= entry_count()) {
-    throw make_error(ErrorCategory::usage, "registry entry {} does not exist ({} entries: {} "
-                     "groups, {} modules, {} parameters)", k, entry_count(), groups_.size(),
-                     modules_.size(), params_.size());
+    throw make_error(ErrorCategory::usage,
+                     "registry entry {} does not exist ({} entries: {} "
+                     "groups, {} modules, {} parameters)",
+                     k, entry_count(), groups_.size(), modules_.size(), params_.size());
   }
   if (k < groups_.size()) {
     const GroupSpec& g = groups_[k];

@@ -169,9 +169,9 @@ StepStats Stepper::step() {
   stats.lr = value.lr;
 
   // fp16 always, bf16 with check_grad_overflow: a step on non-finite gradients is skipped.
-  const bool checked = config.precision == config::Precision::fp16 ||
-                       (config.precision == config::Precision::bf16 &&
-                        config.bf16_check_grad_overflow);
+  const bool checked =
+      config.precision == config::Precision::fp16 ||
+      (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
   if (checked && overflow()) {
     if (config.precision == config::Precision::fp16) {
       scaler_.update(true);  // throws at the minimum scale, before any counter moves
@@ -180,9 +180,10 @@ StepStats Stepper::step() {
                 scale, scaler_.scale());
     } else {
       global_steps_ += 1;
-      log::warn("bf16 gradients hold a NaN or an infinity: step {} skipped "
-                "(bf16.check_grad_overflow)",
-                global_steps_);
+      log::warn(
+          "bf16 gradients hold a NaN or an infinity: step {} skipped "
+          "(bf16.check_grad_overflow)",
+          global_steps_);
     }
     stats.skipped = true;
     zero_grads();
@@ -254,7 +255,8 @@ char* Stepper::all_gather_block(std::size_t group) {
 }
 
 char* Stepper::out_of(std::size_t group) {
-  if (modes_.optimizer_offload || modes_.param_nvme) return static_cast<char*>(state_.param_staging());
+  if (modes_.optimizer_offload || modes_.param_nvme)
+    return static_cast<char*>(state_.param_staging());
   if (modes_.stage == 1 || modes_.stage == 2) return all_gather_block(group);
   return nullptr;
 }
@@ -280,9 +282,8 @@ std::vector<optim::Slice> Stepper::pieces(std::size_t group, const std::vector<o
     s.master = where.swapped ? where.view.master + in_view : whole.master + piece.begin;
     s.grad = static_cast<const char*>(whole.grad) + piece.begin * grad_size;
     for (int m = 0; m < ctx_.config.optimizer.state_buffers(); ++m) {
-      s.state[m] = where.swapped
-                       ? static_cast<char*>(where.view.state[m]) + in_view * state_size
-                       : static_cast<char*>(whole.state[m]) + piece.begin * state_size;
+      s.state[m] = where.swapped ? static_cast<char*>(where.view.state[m]) + in_view * state_size
+                                 : static_cast<char*>(whole.state[m]) + piece.begin * state_size;
     }
     if (!modes_.mixed) {
       s.param_out = nullptr;
@@ -359,8 +360,9 @@ void Stepper::all_gather_group(std::size_t group) {
   const std::size_t csize = dtype_size(modes_.compute);
   Stream& stream = ctx_.device.default_stream();
   Timer timer;
-  ctx_.comm.all_gather(all_gather_block(group), state_.gather_buffer(), bucket.block,
-                       modes_.compute, &stream)
+  ctx_.comm
+      .all_gather(all_gather_block(group), state_.gather_buffer(), bucket.block, modes_.compute,
+                  &stream)
       .wait();
   allgather_seconds_.add(timer.seconds());
   const char* buffer = static_cast<const char*>(state_.gather_buffer());
@@ -370,10 +372,9 @@ void Stepper::all_gather_group(std::size_t group) {
     for (int q = 0; q < layout.world; ++q) {
       const std::size_t count = piece_valid(piece, shape.valid(q));
       if (count == 0) continue;
-      ctx_.device.copy_async(static_cast<char*>(state_.full(p)) +
-                                 (shape.begin(q) + piece.begin) * csize,
-                             buffer + bucket_position(bucket, piece, q) * csize, count * csize,
-                             stream);
+      ctx_.device.copy_async(
+          static_cast<char*>(state_.full(p)) + (shape.begin(q) + piece.begin) * csize,
+          buffer + bucket_position(bucket, piece, q) * csize, count * csize, stream);
     }
   }
 }

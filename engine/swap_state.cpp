@@ -3,11 +3,11 @@
 // regions of another (engine/param_swap.h), the I/O engine and the rank's swap directory they
 // share, the shards as the ParamFetcher reads them (the ShardStore), and the masters' way out
 // for read_param wherever they live.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <utility>
+
+#include <unistd.h>
 
 #include "base/bytes.h"
 #include "base/error.h"
@@ -30,9 +30,8 @@ void ModelState::check_swap_buffers() const {
   // Refused here, before any memory is taken, with what to set.
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGE_SIZE);
-  const std::size_t memory = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) *
-                                                         static_cast<std::size_t>(page)
-                                                   : 0;
+  const std::size_t memory =
+      pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
   if (memory != 0 && bytes > memory / 2) {
     const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
     const std::size_t per_element =
@@ -61,7 +60,7 @@ void ModelState::open_swap_io(const std::string& job_id) {
   // One directory per rank holds both swap files; the optimizer's nvme_path wins when both
   // are set.
   const std::string& path = modes_.optimizer_nvme ? config.zero.offload_optimizer.nvme_path
-                                        : config.zero.offload_param.nvme_path;
+                                                  : config.zero.offload_param.nvme_path;
   swap_dir_ = std::make_unique<offload::SwapDirectory>(path, job_id, rank_);
 }
 
@@ -91,18 +90,16 @@ const void* ModelState::device_shard(std::size_t param) {
 }
 
 void ModelState::copy_shard(std::size_t param, void* place) {
-  const std::size_t bytes =
-      shard_shape(ctx_.registry.param(param).numel, ctx_.layout.world).shard *
-      dtype_size(modes_.compute);
+  const std::size_t bytes = shard_shape(ctx_.registry.param(param).numel, ctx_.layout.world).shard *
+                            dtype_size(modes_.compute);
   if (bytes == 0) return;
   ctx_.device.copy(place, swapped_param(param) ? param_swap_->read(param) : shard_source(param),
                    bytes);
 }
 
 void ModelState::place_shard(std::size_t param, void* place, Stream& stream) {
-  const std::size_t bytes =
-      shard_shape(ctx_.registry.param(param).numel, ctx_.layout.world).shard *
-      dtype_size(modes_.compute);
+  const std::size_t bytes = shard_shape(ctx_.registry.param(param).numel, ctx_.layout.world).shard *
+                            dtype_size(modes_.compute);
   if (bytes == 0) return;
   ctx_.device.copy_async(place, shard_source(param), bytes, stream);
 }
@@ -132,8 +129,7 @@ void ModelState::copy_master(std::size_t flat, std::size_t count, float* out) {
     }
     const std::size_t g = group_at(flat);
     const GroupView view = swap_->peek(g - layout.resident_groups);
-    const std::size_t n =
-        std::min(count, layout.group_lo[g] + layout.step_groups[g].block - flat);
+    const std::size_t n = std::min(count, layout.group_lo[g] + layout.step_groups[g].block - flat);
     ctx_.device.copy(out, view.master + (flat - layout.group_lo[g]), n * sizeof(float));
     flat += n, out += n, count -= n;
   }

@@ -20,8 +20,7 @@ namespace zero::engine {
 class TimedCommunicator final : public Communicator {
  public:
   // `inner` must have a stream(); `timeline` outlives this.
-  TimedCommunicator(std::unique_ptr<Communicator> inner, Device& device,
-                    OverlapTimeline& timeline)
+  TimedCommunicator(std::unique_ptr<Communicator> inner, Device& device, OverlapTimeline& timeline)
       : inner_(std::move(inner)), device_(device), timeline_(timeline) {}
 
   int rank() const noexcept override { return inner_->rank(); }
@@ -39,8 +38,8 @@ class TimedCommunicator final : public Communicator {
     end();
     return work;
   }
-  Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype,
-                      ReduceOp op, Stream* stream) override {
+  Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype, ReduceOp op,
+                      Stream* stream) override {
     begin(OverlapTimeline::Kind::reduction, stream);
     Work work = inner_->reduce_scatter(input, output, count, dtype, op, stream);
     end();

@@ -18,8 +18,8 @@ struct ValueSource {
   // The fp32 values of global elements [first, first + count) of the parameter.
   virtual void values(std::size_t param, std::uint64_t first, std::size_t count, float* out) = 0;
   // Moment m of a trainable parameter over [first, first + count) in `dtype`; false: zeros.
-  virtual bool moment(std::size_t param, int m, std::uint64_t first, std::size_t count,
-                      DType dtype, void* out) {
+  virtual bool moment(std::size_t param, int m, std::uint64_t first, std::size_t count, DType dtype,
+                      void* out) {
     (void)param, (void)m, (void)first, (void)count, (void)dtype, (void)out;
     return false;
   }

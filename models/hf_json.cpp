@@ -60,8 +60,7 @@ double positive_number(const json& object, const std::string& within, const std:
   return value;
 }
 
-bool boolean(const json& object, const std::string& within, const std::string& key,
-             bool fallback) {
+bool boolean(const json& object, const std::string& within, const std::string& key, bool fallback) {
   const std::optional<json> v = find(object, within, key);
   if (!v) return fallback;
   if (!v->is_boolean()) refuse(path(within, key), "must be true or false, not " + v->dump());

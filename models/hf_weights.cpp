@@ -40,8 +40,8 @@ std::set<std::string> names_in_file(const fs::path& path) {
   if (!in.read(reinterpret_cast<char*>(length), 8)) fail(path, "shorter than a safetensors header");
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = n << 8 | length[i];
-  if (n > kMaxHeaderBytes) fail(path, "not a safetensors file (its header length is " +
-                                          std::to_string(n) + " bytes)");
+  if (n > kMaxHeaderBytes)
+    fail(path, "not a safetensors file (its header length is " + std::to_string(n) + " bytes)");
   std::string text(n, '\0');
   if (!in.read(text.data(), static_cast<std::streamsize>(n))) {
     fail(path, "its safetensors header is cut short");

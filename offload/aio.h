@@ -37,8 +37,8 @@ std::string_view aio_backend_name(AioBackend backend) noexcept;
 
 // Test hook: called before each piece is issued; a non-zero return is taken as that errno for
 // the piece (as if the kernel had returned it), so tests can inject ENOSPC or EIO.
-using FaultInjector = std::function<int(bool write, const std::string& path,
-                                        std::uint64_t offset, std::size_t bytes)>;
+using FaultInjector = std::function<int(bool write, const std::string& path, std::uint64_t offset,
+                                        std::size_t bytes)>;
 
 struct AioOptions {
   std::size_t block_size = std::size_t{1} << 20;  // aio.block_size

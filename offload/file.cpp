@@ -7,10 +7,10 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "base/bytes.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "offload/aio.h"
-#include "base/bytes.h"
 
 namespace zero::offload {
 namespace {
@@ -84,12 +84,12 @@ void File::preallocate(std::uint64_t bytes) {
     }
   }
   const long long free = free_bytes(fd_);
-  throw make_error(ErrorCategory::io,
-                   "cannot preallocate {} ({} bytes) for {}: {} (the file system has {} free); "
-                   "free space there or put the file on a larger disk",
-                   format_bytes(bytes), bytes, path_, errno_text(err),
-                   free < 0 ? std::string("an unknown amount")
-                            : format_bytes(static_cast<std::uint64_t>(free)));
+  throw make_error(
+      ErrorCategory::io,
+      "cannot preallocate {} ({} bytes) for {}: {} (the file system has {} free); "
+      "free space there or put the file on a larger disk",
+      format_bytes(bytes), bytes, path_, errno_text(err),
+      free < 0 ? std::string("an unknown amount") : format_bytes(static_cast<std::uint64_t>(free)));
 }
 
 }  // namespace zero::offload

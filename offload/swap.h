@@ -85,7 +85,8 @@ class SwapFile {
   File file_;
   std::uint64_t size_ = 0;
   std::mutex mutex_;
-  std::map<std::uint64_t, std::pair<std::size_t, std::uint64_t>> written_;  // offset -> (bytes, hash)
+  std::map<std::uint64_t, std::pair<std::size_t, std::uint64_t>>
+      written_;  // offset -> (bytes, hash)
   struct Pending {
     bool read;
     std::uint64_t offset;

@@ -4,13 +4,13 @@
 // atomic state.
 #include "offload/swap_cleanup.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+
+#include <signal.h>
+#include <unistd.h>
 
 #include "base/log.h"
 
@@ -113,10 +113,14 @@ void sweep(const char* why) {
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGHUP: return "SIGHUP";
-    default: return "a signal";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a signal";
   }
 }
 
@@ -162,8 +166,8 @@ void uninstall_handlers() {
   for (int i = 0; i < kSignalCount; ++i) {
     if (!installed[i]) continue;
     struct sigaction current {};
-    if (::sigaction(kSignals[i], nullptr, &current) == 0 &&
-        (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == on_signal) {
+    if (::sigaction(kSignals[i], nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) == 0 &&
+        current.sa_handler == on_signal) {
       struct sigaction action {};
       action.sa_handler = SIG_DFL;
       sigemptyset(&action.sa_mask);
@@ -196,8 +200,10 @@ SwapCleanup::SwapCleanup(const std::string& rank_dir, const std::string& job_dir
     slot.state.store(kLive, std::memory_order_release);
     return;
   }
-  log::warn("swap directory {}: more than {} swap directories in one process; this one is not "
-            "removed at an abnormal end", rank_dir, kSlots);
+  log::warn(
+      "swap directory {}: more than {} swap directories in one process; this one is not "
+      "removed at an abnormal end",
+      rank_dir, kSlots);
 }
 
 SwapCleanup::~SwapCleanup() {

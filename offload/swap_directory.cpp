@@ -7,10 +7,10 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "base/bytes.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "offload/swap.h"
-#include "base/bytes.h"
 #include "offload/swap_jobs.h"
 
 namespace zero::offload {
@@ -69,9 +69,8 @@ int open_real_directory(int parent, const std::string& name, const std::string& 
   if (fd < 0) {
     const int err = errno;
     struct stat st {};
-    if ((err == ELOOP || err == ENOTDIR) && ::fstatat(parent, name.c_str(), &st,
-                                                      AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISLNK(st.st_mode)) {
+    if ((err == ELOOP || err == ENOTDIR) &&
+        ::fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
       throw make_error(ErrorCategory::io,
                        "swap directory {} is a symbolic link: refusing to follow it (swap files "
                        "would land wherever it points); remove the link",
@@ -171,9 +170,10 @@ void SwapDirectory::keep(std::string_view why) {
   if (keep_) return;
   keep_ = true;
   if (cleanup_) cleanup_->keep();
-  log::warn("swap files left for inspection in {} ({}); remove them when done (zero-swap clean "
-            "{})",
-            path_, why, nvme_path_);
+  log::warn(
+      "swap files left for inspection in {} ({}); remove them when done (zero-swap clean "
+      "{})",
+      path_, why, nvme_path_);
 }
 
 std::unique_ptr<SwapFile> SwapDirectory::create(std::string_view name, std::uint64_t bytes,
@@ -197,8 +197,8 @@ std::unique_ptr<SwapFile> SwapDirectory::create(std::string_view name, std::uint
       throw make_error(ErrorCategory::io,
                        "{}: {} has {} free; swap file {} needs {} ({} bytes): free space there, "
                        "point {} at a disk with more room, or offload less to NVMe{}{}",
-                       setting, path_, format_bytes(free), name, format_bytes(bytes),
-                       bytes, setting, stale.empty() ? "" : ". ", stale);
+                       setting, path_, format_bytes(free), name, format_bytes(bytes), bytes,
+                       setting, stale.empty() ? "" : ". ", stale);
     }
   }
   try {

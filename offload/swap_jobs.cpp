@@ -1,22 +1,21 @@
 // Owner records of swap directories, and the scan of an nvme_path for the jobs there.
 #include "offload/swap_jobs.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <optional>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/bytes.h"
 #include "base/error.h"
@@ -56,7 +55,9 @@ bool alive(const SwapOwner& owner) {
   return ticks != 0 && (owner.start_ticks == 0 || ticks == owner.start_ticks);
 }
 
-std::int64_t now_unix() { return static_cast<std::int64_t>(std::time(nullptr)); }
+std::int64_t now_unix() {
+  return static_cast<std::int64_t>(std::time(nullptr));
+}
 
 bool is_link_or_missing(const std::string& path, struct stat* st) {
   return ::lstat(path.c_str(), st) != 0 || S_ISLNK(st->st_mode);
@@ -105,8 +106,8 @@ void write_owner_record(int rank_dir_fd, const std::string& rank_dir, int rank) 
                          {"start_ticks", start_ticks_of(pid)},
                          {"created_unix", now_unix()}};
   const std::string text = j.dump() + "\n";
-  const int fd = ::openat(rank_dir_fd, kOwnerName,
-                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int fd =
+      ::openat(rank_dir_fd, kOwnerName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     throw make_error(ErrorCategory::io, "cannot create the swap owner record {}/{}: {}", rank_dir,
                      kOwnerName, errno_text(errno));
@@ -216,21 +217,23 @@ std::string describe_stale_jobs(const std::vector<SwapJob>& jobs, const std::str
     if (!job.stale(now)) continue;
     total += job.bytes;
     ++count;
-    list += fmt::format("{}{} ({}, {} old, {})", list.empty() ? "" : "; ", job.path,
-                        format_bytes(job.bytes), format_age(now - job.created_unix),
-                        job.state_text());
+    list +=
+        fmt::format("{}{} ({}, {} old, {})", list.empty() ? "" : "; ", job.path,
+                    format_bytes(job.bytes), format_age(now - job.created_unix), job.state_text());
   }
   if (count == 0) return {};
-  return fmt::format("{} stale swap director{} (left by jobs that ended without removing them) "
-                     "hold{} {}: {}; remove them with `zero-swap clean {}`",
-                     count, count == 1 ? "y" : "ies", count == 1 ? "s" : "", format_bytes(total),
-                     list, nvme_path);
+  return fmt::format(
+      "{} stale swap director{} (left by jobs that ended without removing them) "
+      "hold{} {}: {}; remove them with `zero-swap clean {}`",
+      count, count == 1 ? "y" : "ies", count == 1 ? "s" : "", format_bytes(total), list, nvme_path);
 }
 
 SwapRemoval remove_swap_job(const SwapJob& job) {
   if (job.state == SwapJobState::running) {
-    throw make_error(ErrorCategory::usage, "swap directory {} belongs to a running job (pid {}): "
-                     "left alone", job.path, job.running_pid);
+    throw make_error(ErrorCategory::usage,
+                     "swap directory {} belongs to a running job (pid {}): "
+                     "left alone",
+                     job.path, job.running_pid);
   }
   SwapRemoval removal;
   struct stat st {};

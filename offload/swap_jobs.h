@@ -33,7 +33,7 @@ struct SwapJob {
   std::int64_t created_unix = 0;  // the oldest owner record, else the directory's change time
   std::vector<SwapOwner> owners;
   SwapJobState state = SwapJobState::unowned;
-  long running_pid = 0;           // running: one of its live processes
+  long running_pid = 0;  // running: one of its live processes
 
   bool stale(std::int64_t now_unix) const;
   // "running (pid 1234)", "gone (pid 1234 on this host has ended)", ...

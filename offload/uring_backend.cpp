@@ -18,10 +18,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "base/bytes.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "offload/request.h"
-#include "base/bytes.h"
 
 namespace zero::offload::detail {
 namespace {

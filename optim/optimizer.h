@@ -61,7 +61,6 @@ std::unique_ptr<Optimizer> create_hosted_cpu_optimizer(Device& device, const Opt
 
 // Adam and AdamW on a CUDA device (other types are a config Error naming the type). Throws a
 // device Error in builds without CUDA.
-std::unique_ptr<Optimizer> create_cuda_optimizer(const OptimizerSpec& spec,
-                                                 const Formats& formats);
+std::unique_ptr<Optimizer> create_cuda_optimizer(const OptimizerSpec& spec, const Formats& formats);
 
 }  // namespace zero::optim

@@ -15,7 +15,9 @@ double store_state(double value, DType state_dtype, std::uint32_t random16) {
   return f;
 }
 
-double sign(double x) { return x > 0.0 ? 1.0 : x < 0.0 ? -1.0 : 0.0; }
+double sign(double x) {
+  return x > 0.0 ? 1.0 : x < 0.0 ? -1.0 : 0.0;
+}
 
 }  // namespace
 
@@ -24,9 +26,9 @@ void reference_update(const OptimizerSpec& spec, const StepHyper& hyper, double 
                       ReferenceElement& e) {
   const double lr = hyper.lr * lr_scale;
   const double b1 = hyper.beta1, b2 = hyper.beta2;
-  const std::uint32_t bits = rounding_bits(
-      rounding_key(hyper.seed, hyper.step, static_cast<std::uint32_t>(index >> 32)),
-      static_cast<std::uint32_t>(index));
+  const std::uint32_t bits =
+      rounding_bits(rounding_key(hyper.seed, hyper.step, static_cast<std::uint32_t>(index >> 32)),
+                    static_cast<std::uint32_t>(index));
   const std::uint32_t random0 = bits & 0xffffu, random1 = bits >> 16;
   double g = grad * hyper.grad_scale;
   double& p = e.master;
@@ -61,9 +63,8 @@ void reference_update(const OptimizerSpec& spec, const StepHyper& hyper, double 
     case OptimizerType::sgd: {
       g += weight_decay * p;
       if (spec.momentum != 0.0) {
-        const double buf = hyper.step == 1 ? g
-                                           : spec.momentum * e.state[0] +
-                                                 (1.0 - spec.dampening) * g;
+        const double buf =
+            hyper.step == 1 ? g : spec.momentum * e.state[0] + (1.0 - spec.dampening) * g;
         g = spec.nesterov ? g + spec.momentum * buf : buf;
         e.state[0] = store_state(buf, state_dtype, random0);
       }

@@ -17,8 +17,9 @@ namespace zero::optim {
 // A 32-bit key for one step of one run, for elements whose index has the given high 32 bits.
 inline std::uint32_t rounding_key(std::uint64_t seed, std::int64_t step,
                                   std::uint32_t index_high) noexcept {
-  std::uint64_t x = seed ^ (static_cast<std::uint64_t>(step) * 0x9e3779b97f4a7c15ull) ^
-                    (static_cast<std::uint64_t>(index_high) << 32 | index_high) * 0xbf58476d1ce4e5b9ull;
+  std::uint64_t x =
+      seed ^ (static_cast<std::uint64_t>(step) * 0x9e3779b97f4a7c15ull) ^
+      (static_cast<std::uint64_t>(index_high) << 32 | index_high) * 0xbf58476d1ce4e5b9ull;
   x ^= x >> 31;
   x *= 0x94d049bb133111ebull;
   x ^= x >> 29;

@@ -116,24 +116,36 @@ ScheduleValue lr_only(double lr) {
 
 std::string_view schedule_type_name(ScheduleType type) noexcept {
   switch (type) {
-    case ScheduleType::none: return "none";
-    case ScheduleType::warmup_lr: return "WarmupLR";
-    case ScheduleType::warmup_decay_lr: return "WarmupDecayLR";
-    case ScheduleType::warmup_cosine_lr: return "WarmupCosineLR";
-    case ScheduleType::one_cycle: return "OneCycle";
-    case ScheduleType::lr_range_test: return "LRRangeTest";
+    case ScheduleType::none:
+      return "none";
+    case ScheduleType::warmup_lr:
+      return "WarmupLR";
+    case ScheduleType::warmup_decay_lr:
+      return "WarmupDecayLR";
+    case ScheduleType::warmup_cosine_lr:
+      return "WarmupCosineLR";
+    case ScheduleType::one_cycle:
+      return "OneCycle";
+    case ScheduleType::lr_range_test:
+      return "LRRangeTest";
   }
   return "unknown";
 }
 
 ScheduleValue schedule_at(const ScheduleSpec& spec, std::int64_t t, double base_lr) {
   switch (spec.type) {
-    case ScheduleType::none: return lr_only(base_lr);
-    case ScheduleType::warmup_lr: return lr_only(warmup_lr(spec, t, false));
-    case ScheduleType::warmup_decay_lr: return lr_only(warmup_lr(spec, t, true));
-    case ScheduleType::warmup_cosine_lr: return lr_only(warmup_cosine_lr(spec, t, base_lr));
-    case ScheduleType::one_cycle: return one_cycle(spec, t);
-    case ScheduleType::lr_range_test: return lr_only(lr_range_test(spec, t));
+    case ScheduleType::none:
+      return lr_only(base_lr);
+    case ScheduleType::warmup_lr:
+      return lr_only(warmup_lr(spec, t, false));
+    case ScheduleType::warmup_decay_lr:
+      return lr_only(warmup_lr(spec, t, true));
+    case ScheduleType::warmup_cosine_lr:
+      return lr_only(warmup_cosine_lr(spec, t, base_lr));
+    case ScheduleType::one_cycle:
+      return one_cycle(spec, t);
+    case ScheduleType::lr_range_test:
+      return lr_only(lr_range_test(spec, t));
   }
   return lr_only(base_lr);
 }

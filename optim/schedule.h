@@ -14,8 +14,14 @@
 
 namespace zero::optim {
 
-enum class ScheduleType { none, warmup_lr, warmup_decay_lr, warmup_cosine_lr, one_cycle,
-                          lr_range_test };
+enum class ScheduleType {
+  none,
+  warmup_lr,
+  warmup_decay_lr,
+  warmup_cosine_lr,
+  one_cycle,
+  lr_range_test
+};
 enum class WarmupType { log, linear };
 
 std::string_view schedule_type_name(ScheduleType type) noexcept;  // DeepSpeed's: "WarmupLR"...

@@ -55,32 +55,32 @@ struct OptimizerSpec {
 
 // The dtypes of the buffers an optimizer reads and writes; masters are always fp32.
 struct Formats {
-  DType grad = DType::f32;       // f32, bf16 or f16
-  DType state = DType::f32;      // f32, or bf16 (stochastically rounded: see README)
-  DType param_out = DType::bf16; // bf16 or f16: the copy written when Slice::param_out is set
-  bool copy_out = true;          // false: no slice sets param_out (fp32 training)
+  DType grad = DType::f32;        // f32, bf16 or f16
+  DType state = DType::f32;       // f32, or bf16 (stochastically rounded: see README)
+  DType param_out = DType::bf16;  // bf16 or f16: the copy written when Slice::param_out is set
+  bool copy_out = true;           // false: no slice sets param_out (fp32 training)
 };
 
 // What may change every step. The engine fills it from the LR schedule (OneCycle cycles beta1),
 // the loss scaler and the clipping coefficient.
 struct StepHyper {
-  std::int64_t step = 1;     // this step's number, from 1 (bias correction, SGD's first step)
-  double lr = 1e-3;          // before the slice's lr_scale
+  std::int64_t step = 1;  // this step's number, from 1 (bias correction, SGD's first step)
+  double lr = 1e-3;       // before the slice's lr_scale
   double beta1 = 0.9;
   double beta2 = 0.999;
-  double grad_scale = 1.0;   // multiplies every gradient on load: unscaling and clipping
-  std::uint64_t seed = 0;    // the stochastic-rounding stream of bf16 state (fixed per run)
+  double grad_scale = 1.0;  // multiplies every gradient on load: unscaling and clipping
+  std::uint64_t seed = 0;   // the stochastic-rounding stream of bf16 state (fixed per run)
 };
 
 // One contiguous run of the flat buffers, with its parameter group's settings.
 struct Slice {
-  float* master = nullptr;        // fp32, updated in place
-  const void* grad = nullptr;     // Formats::grad
+  float* master = nullptr;              // fp32, updated in place
+  const void* grad = nullptr;           // Formats::grad
   void* state[2] = {nullptr, nullptr};  // Formats::state, state_buffers() of them
-  void* param_out = nullptr;      // optional: the updated parameter as Formats::param_out
+  void* param_out = nullptr;            // optional: the updated parameter as Formats::param_out
   std::size_t count = 0;
-  double weight_decay = 0.0;      // the group's (0 for a no-decay group)
-  double lr_scale = 1.0;          // the group's
+  double weight_decay = 0.0;  // the group's (0 for a no-decay group)
+  double lr_scale = 1.0;      // the group's
   // The position of master[0] in a numbering of all the elements stepped (the engine uses the
   // element's index in the model): stochastic rounding depends on it (and on seed and step)
   // only, so results do not depend on how the buffer is sliced, tiled, threaded or sharded.

@@ -2,10 +2,11 @@
 // the Error a call throws.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <filesystem>
 #include <string>
 
-#include <catch2/catch.hpp>
 #include <unistd.h>
 
 #include "base/error.h"

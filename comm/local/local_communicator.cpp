@@ -40,8 +40,8 @@ class LocalCommunicator final : public CommunicatorBase {
     return after_caller(begin_all_reduce(data, count, dtype, op), stream);
   }
 
-  Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype,
-                      ReduceOp op, Stream* stream) override {
+  Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype, ReduceOp op,
+                      Stream* stream) override {
     return copy(begin_reduce_scatter(input, output, count, dtype, op), input, output, stream);
   }
 

@@ -14,8 +14,8 @@ ArrivalBoard::ArrivalBoard(MPI_Comm comm) {
         "MPI_Comm_split_type", where);
   int node_size = 0;
   MPI_Comm_size(node_, &node_size);
-  check(MPI_Win_allocate_shared(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL,
-                                node_, &mine_, &window_),
+  check(MPI_Win_allocate_shared(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL, node_,
+                                &mine_, &window_),
         "MPI_Win_allocate_shared", where);
   __atomic_store_n(mine_, 0, __ATOMIC_RELEASE);
   slots_.resize(static_cast<std::size_t>(node_size));

@@ -5,11 +5,11 @@
 // reported as unknown.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <mpi.h>
 
 namespace zero::comm::mpi {
 

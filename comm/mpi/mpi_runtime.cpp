@@ -24,11 +24,14 @@ void check(int rc, const char* call, const std::string& where) {
 
 MPI_Datatype datatype_of(DType dtype) {
   switch (dtype) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::i64: return MPI_INT64_T;
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::i64:
+      return MPI_INT64_T;
     // MPI has no 16-bit floats: 16-bit words with our own ops.
     case DType::f16:
-    case DType::bf16: return MPI_UINT16_T;
+    case DType::bf16:
+      return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -63,9 +66,12 @@ MPI_Op op_of(DType dtype, ReduceOp op) {
   const bool max = op == ReduceOp::max;
   switch (dtype) {
     case DType::f32:
-    case DType::i64: return max ? MPI_MAX : MPI_SUM;
-    case DType::f16: return max ? half_ops.f16_max : half_ops.f16_sum;
-    case DType::bf16: return max ? half_ops.bf16_max : half_ops.bf16_sum;
+    case DType::i64:
+      return max ? MPI_MAX : MPI_SUM;
+    case DType::f16:
+      return max ? half_ops.f16_max : half_ops.f16_sum;
+    case DType::bf16:
+      return max ? half_ops.bf16_max : half_ops.bf16_sum;
   }
   return MPI_OP_NULL;
 }
@@ -110,8 +116,9 @@ Runtime::~Runtime() {
   MPI_Finalized(&finalised);
   if (we_initialised_ && !finalised) {
     if (skip_finalize_.load()) {
-      log::warn("leaving without MPI_Finalize: a collective failed or timed out, and finalizing "
-                "would wait for ranks that may never arrive");
+      log::warn(
+          "leaving without MPI_Finalize: a collective failed or timed out, and finalizing "
+          "would wait for ranks that may never arrive");
       return;
     }
     MPI_Finalize();
@@ -151,8 +158,10 @@ void Runtime::progress_loop() {
     batch.clear();
     // Back off when nothing moved, so that ranks sharing cores keep them for compute.
     idle_rounds = finished_any ? 0 : idle_rounds + 1;
-    if (idle_rounds > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
-    else std::this_thread::yield();
+    if (idle_rounds > 64)
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    else
+      std::this_thread::yield();
   }
 }
 

@@ -3,8 +3,6 @@
 // the progress thread.
 #pragma once
 
-#include <mpi.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -13,6 +11,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <mpi.h>
 
 #include "base/dtype.h"
 #include "comm/communicator.h"

@@ -34,9 +34,6 @@
 // Threads: one communicator is meant to be used from one thread at a time (NCCL groups are
 // per thread: begin_group and end_group must be called on the same thread). Works may be tested
 // from another thread; the NCCL handle is guarded so that an abort never races a query.
-#include <cuda_runtime.h>
-#include <nccl.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -50,7 +47,9 @@
 #include <utility>
 #include <vector>
 
+#include <cuda_runtime.h>
 #include <fmt/format.h>
+#include <nccl.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -92,7 +91,9 @@ void back_off(int round, Clock::time_point deadline) {
   std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
 }
 
-double seconds(std::chrono::milliseconds timeout) { return timeout.count() / 1000.0; }
+double seconds(std::chrono::milliseconds timeout) {
+  return timeout.count() / 1000.0;
+}
 
 std::string where_of(std::string_view name, int rank, int size) {
   // The same text as Health::where() (comm_base.cpp), for messages before the Health exists.
@@ -159,10 +160,14 @@ void check_cuda(cudaError_t status, std::string_view call, std::string_view what
 
 ncclDataType_t nccl_dtype(DType dtype) {
   switch (dtype) {
-    case DType::f32: return ncclFloat32;
-    case DType::f16: return ncclFloat16;
-    case DType::bf16: return ncclBfloat16;
-    case DType::i64: return ncclInt64;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i64:
+      return ncclInt64;
   }
   throw make_error(ErrorCategory::internal, "NCCL backend: unknown dtype {}",
                    static_cast<int>(dtype));
@@ -170,9 +175,12 @@ ncclDataType_t nccl_dtype(DType dtype) {
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::avg: return ncclAvg;  // integers: the sum divided, truncated toward zero
-    case ReduceOp::max: return ncclMax;
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;  // integers: the sum divided, truncated toward zero
+    case ReduceOp::max:
+      return ncclMax;
   }
   throw make_error(ErrorCategory::internal, "NCCL backend: unknown reduce op {}",
                    static_cast<int>(op));
@@ -200,12 +208,12 @@ ncclResult_t settle_new(ncclComm_t comm, ncclResult_t issued, Clock::time_point 
 
 Device& require_cuda(Device* device, std::string_view call) {
   if (device == nullptr || device->type() != DeviceType::cuda) {
-    throw make_error(ErrorCategory::comm,
-                     "{}: the NCCL backend needs a CUDA device, but CommOptions::device is {}. "
-                     "Pass the GPU's device, or choose the mpi or local backend for host "
-                     "buffers.",
-                     call, device == nullptr ? std::string("not set (host memory)")
-                                             : device->description());
+    throw make_error(
+        ErrorCategory::comm,
+        "{}: the NCCL backend needs a CUDA device, but CommOptions::device is {}. "
+        "Pass the GPU's device, or choose the mpi or local backend for host "
+        "buffers.",
+        call, device == nullptr ? std::string("not set (host memory)") : device->description());
   }
   return *device;
 }
@@ -544,8 +552,8 @@ class NcclCommunicator final : public CommunicatorBase {
     });
   }
 
-  Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype,
-                      ReduceOp op, Stream* stream) override {
+  Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype, ReduceOp op,
+                      Stream* stream) override {
     const OpInfo info = begin_reduce_scatter(input, output, count, dtype, op);
     if (count == 0) return complete(info);
     const ncclDataType_t type = nccl_dtype(dtype);
@@ -620,10 +628,10 @@ class NcclCommunicator final : public CommunicatorBase {
                  "ncclGroupEnd timed out");
     }
     if (result != ncclSuccess) {
-      throw fail(ErrorCategory::comm,
-                 nccl_message(result, "ncclGroupEnd", describe_group(works), health()->where(),
-                              nullptr),
-                 "ncclGroupEnd failed");
+      throw fail(
+          ErrorCategory::comm,
+          nccl_message(result, "ncclGroupEnd", describe_group(works), health()->where(), nullptr),
+          "ncclGroupEnd failed");
     }
     if (works.empty()) return;
     std::shared_ptr<Event> done;
@@ -655,9 +663,8 @@ class NcclCommunicator final : public CommunicatorBase {
     auto slot = std::make_unique<ncclComm_t>(nullptr);
     ncclConfig_t config = make_config();
     const auto deadline = deadline_after(timeout());
-    ncclResult_t result = state_->call([&](ncclComm_t comm) {
-      return ncclCommSplit(comm, nccl_color, key, slot.get(), &config);
-    });
+    ncclResult_t result = state_->call(
+        [&](ncclComm_t comm) { return ncclCommSplit(comm, nccl_color, key, slot.get(), &config); });
     // ncclCommSplit may return ncclSuccess while a non-blocking split is still under way (it
     // does not report the group's state): the parent's state says when it is done.
     if (result == ncclSuccess) result = state_->async_state();
@@ -695,12 +702,11 @@ class NcclCommunicator final : public CommunicatorBase {
     int child_rank = -1;
     int child_size = 0;
     if (result == ncclSuccess) {
-      result = child_state->call(
-          [&](ncclComm_t comm) { return ncclCommUserRank(comm, &child_rank); });
+      result =
+          child_state->call([&](ncclComm_t comm) { return ncclCommUserRank(comm, &child_rank); });
     }
     if (result == ncclSuccess) {
-      result = child_state->call(
-          [&](ncclComm_t comm) { return ncclCommCount(comm, &child_size); });
+      result = child_state->call([&](ncclComm_t comm) { return ncclCommCount(comm, &child_size); });
     }
     if (result != ncclSuccess) {
       // child_state's destructor aborts the child.
@@ -710,20 +716,20 @@ class NcclCommunicator final : public CommunicatorBase {
                          "s: look for a rank that died, hangs or diverged.",
                          what, health()->where(), seconds(timeout()));
       }
-      throw Error(ErrorCategory::comm,
-                  nccl_message(result, "ncclCommSplit (the new communicator)", what,
-                               health()->where(), nullptr));
+      throw Error(ErrorCategory::comm, nccl_message(result, "ncclCommSplit (the new communicator)",
+                                                    what, health()->where(), nullptr));
     }
-    return std::make_unique<NcclCommunicator>(child_name(color), std::move(child_state),
-                                              child_rank, child_size, device_,
-                                              std::move(child_stream), timeout());
+    return std::make_unique<NcclCommunicator>(child_name(color), std::move(child_state), child_rank,
+                                              child_size, device_, std::move(child_stream),
+                                              timeout());
   }
 
   [[noreturn]] void abort(int exit_code, std::string_view reason) noexcept override {
     try {
-      log::error("{}: aborting the job with exit code {}: {}. ncclCommAbort, then this process "
-                 "exits; the other ranks' collectives on this communicator fail or time out.",
-                 health()->where(), exit_code, reason);
+      log::error(
+          "{}: aborting the job with exit code {}: {}. ncclCommAbort, then this process "
+          "exits; the other ranks' collectives on this communicator fail or time out.",
+          health()->where(), exit_code, reason);
       log::logger().flush();
     } catch (...) {
     }
@@ -732,9 +738,7 @@ class NcclCommunicator final : public CommunicatorBase {
   }
 
  private:
-  cudaStream_t comm_stream() const noexcept {
-    return static_cast<cudaStream_t>(stream_->native());
-  }
+  cudaStream_t comm_stream() const noexcept { return static_cast<cudaStream_t>(stream_->native()); }
 
   void activate(std::string_view what) const {
     check_cuda(cudaSetDevice(state_->ordinal()), "cudaSetDevice", what, health()->where());
@@ -768,8 +772,7 @@ class NcclCommunicator final : public CommunicatorBase {
                  op.describe() + " failed");
     }
     const cudaStream_t native = comm_stream();
-    ncclResult_t result =
-        state_->call([&](ncclComm_t comm) { return launch(comm, native); });
+    ncclResult_t result = state_->call([&](ncclComm_t comm) { return launch(comm, native); });
     // Non-blocking mode: a first collective may still be connecting; its kernels are enqueued
     // once the communicator is ready again.
     if (result == ncclInProgress) result = state_->settle(result, deadline_after(timeout()));
@@ -863,9 +866,10 @@ class NcclCommunicator final : public CommunicatorBase {
     if (!quiet) {
       // An embedder's communicator that is stuck: zero may not abort it, so the stream and the
       // barrier buffer that its kernels may still use are leaked rather than freed under them.
-      log_quietly("{}: the embedder's NCCL communicator still has unfinished collectives; "
-                  "leaking its stream and barrier buffer instead of waiting forever",
-                  where);
+      log_quietly(
+          "{}: the embedder's NCCL communicator still has unfinished collectives; "
+          "leaking its stream and barrier buffer instead of waiting forever",
+          where);
       static_cast<void>(stream_.release());
       return;
     }
@@ -904,7 +908,9 @@ void check_timeout(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-bool nccl_backend_built() noexcept { return true; }
+bool nccl_backend_built() noexcept {
+  return true;
+}
 
 std::unique_ptr<Communicator> make_nccl_communicator(const CommOptions& options,
                                                      const LaunchInfo& launch,
@@ -941,18 +947,18 @@ std::unique_ptr<Communicator> make_nccl_communicator(const CommOptions& options,
   ncclConfig_t config = make_config();
   ncclComm_t comm = nullptr;
   const auto deadline = deadline_after(options.timeout);
-  ncclResult_t result =
-      ncclCommInitRankConfig(&comm, launch.world_size, id, launch.rank, &config);
+  ncclResult_t result = ncclCommInitRankConfig(&comm, launch.world_size, id, launch.rank, &config);
   if (result == ncclInProgress && comm != nullptr) result = settle_new(comm, result, deadline);
   if (result != ncclSuccess) {
     std::string message =
         result == ncclInProgress
-            ? fmt::format("NCCL initialisation of {} did not finish within {:.3g} s: every one "
-                          "of the {} ranks must start and create the communicator with the same "
-                          "id; look for a rank that failed to start or died, check that the "
-                          "ranks can reach each other (NCCL_SOCKET_IFNAME) and rerun with "
-                          "NCCL_DEBUG=INFO.",
-                          where, seconds(options.timeout), launch.world_size)
+            ? fmt::format(
+                  "NCCL initialisation of {} did not finish within {:.3g} s: every one "
+                  "of the {} ranks must start and create the communicator with the same "
+                  "id; look for a rank that failed to start or died, check that the "
+                  "ranks can reach each other (NCCL_SOCKET_IFNAME) and rerun with "
+                  "NCCL_DEBUG=INFO.",
+                  where, seconds(options.timeout), launch.world_size)
             : nccl_message(result, "ncclCommInitRankConfig", "initialisation", where, comm);
     if (comm != nullptr) static_cast<void>(ncclCommAbort(comm));
     throw Error(result == ncclInProgress ? ErrorCategory::timeout : ErrorCategory::comm, message);

@@ -119,10 +119,14 @@ class AsyncCpuDevice final : public Device {
 
   void* reserve(Tier tier, std::size_t bytes) override {
     switch (tier) {
-      case Tier::pinned: return host_memory::map_pinned(bytes);
-      case Tier::device: return guarded_ ? memory_.reserve(bytes) : host_memory::map(bytes, tier);
-      case Tier::host: return host_memory::map(bytes, tier);
-      case Tier::nvme: break;
+      case Tier::pinned:
+        return host_memory::map_pinned(bytes);
+      case Tier::device:
+        return guarded_ ? memory_.reserve(bytes) : host_memory::map(bytes, tier);
+      case Tier::host:
+        return host_memory::map(bytes, tier);
+      case Tier::nvme:
+        break;
     }
     throw Error(ErrorCategory::usage,
                 "Device::reserve: the nvme tier is file space, not memory; use an nvme arena");

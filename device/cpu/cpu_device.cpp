@@ -47,10 +47,13 @@ class CpuDevice final : public Device {
 
   void* reserve(Tier tier, std::size_t bytes) override {
     switch (tier) {
-      case Tier::pinned: return host_memory::map_pinned(bytes);
+      case Tier::pinned:
+        return host_memory::map_pinned(bytes);
       case Tier::device:
-      case Tier::host: return host_memory::map(bytes, tier);
-      case Tier::nvme: break;
+      case Tier::host:
+        return host_memory::map(bytes, tier);
+      case Tier::nvme:
+        break;
     }
     throw Error(ErrorCategory::usage,
                 "Device::reserve: the nvme tier is file space, not memory; use an nvme arena");
@@ -119,7 +122,9 @@ class CpuDevice final : public Device {
 
 std::unique_ptr<Device> create_async_cpu_device(bool guarded);  // async_cpu_device.cpp
 
-std::unique_ptr<Device> create_cpu_device() { return std::make_unique<CpuDevice>(); }
+std::unique_ptr<Device> create_cpu_device() {
+  return std::make_unique<CpuDevice>();
+}
 
 std::unique_ptr<Device> create_cpu_device(CpuDeviceMode mode) {
   if (mode == CpuDeviceMode::sync) return create_cpu_device();
@@ -141,9 +146,12 @@ CpuDeviceMode cpu_device_mode_from_env() {
 
 std::string_view cpu_device_mode_name(CpuDeviceMode mode) noexcept {
   switch (mode) {
-    case CpuDeviceMode::sync: return "sync";
-    case CpuDeviceMode::async: return "async";
-    case CpuDeviceMode::guarded: return "guarded";
+    case CpuDeviceMode::sync:
+      return "sync";
+    case CpuDeviceMode::async:
+      return "async";
+    case CpuDeviceMode::guarded:
+      return "guarded";
   }
   return "sync";
 }

@@ -40,7 +40,8 @@ void map_in_place(void* data, DType dtype, std::size_t count, Op op) {
       for (std::size_t i = 0; i < count; ++i) x[i] = float_to_fp16(op(fp16_to_float(x[i])));
       return;
     }
-    case DType::i64: break;
+    case DType::i64:
+      break;
   }
   not_floating(dtype);
 }
@@ -127,10 +128,14 @@ void accumulate_as(const void* src, void* dst, std::size_t count, float factor) 
 template <DType S>
 void accumulate_from(const void* src, void* dst, DType dst_dtype, std::size_t count, float factor) {
   switch (dst_dtype) {
-    case DType::f32: return accumulate_as<S, DType::f32>(src, dst, count, factor);
-    case DType::bf16: return accumulate_as<S, DType::bf16>(src, dst, count, factor);
-    case DType::f16: return accumulate_as<S, DType::f16>(src, dst, count, factor);
-    case DType::i64: break;
+    case DType::f32:
+      return accumulate_as<S, DType::f32>(src, dst, count, factor);
+    case DType::bf16:
+      return accumulate_as<S, DType::bf16>(src, dst, count, factor);
+    case DType::f16:
+      return accumulate_as<S, DType::f16>(src, dst, count, factor);
+    case DType::i64:
+      break;
   }
   not_floating(dst_dtype);
 }
@@ -142,10 +147,14 @@ void accumulate_from(const void* src, void* dst, DType dst_dtype, std::size_t co
 void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
                 float factor) {
   switch (src_dtype) {
-    case DType::f32: return accumulate_from<DType::f32>(src, dst, dst_dtype, count, factor);
-    case DType::bf16: return accumulate_from<DType::bf16>(src, dst, dst_dtype, count, factor);
-    case DType::f16: return accumulate_from<DType::f16>(src, dst, dst_dtype, count, factor);
-    case DType::i64: break;
+    case DType::f32:
+      return accumulate_from<DType::f32>(src, dst, dst_dtype, count, factor);
+    case DType::bf16:
+      return accumulate_from<DType::bf16>(src, dst, dst_dtype, count, factor);
+    case DType::f16:
+      return accumulate_from<DType::f16>(src, dst, dst_dtype, count, factor);
+    case DType::i64:
+      break;
   }
   not_floating(src_dtype);
 }
@@ -164,7 +173,8 @@ void fill(void* data, DType dtype, std::size_t count, float value) {
       for (std::size_t i = 0; i < count; ++i) x[i] = bits;
       return;
     }
-    case DType::i64: break;
+    case DType::i64:
+      break;
   }
   not_floating(dtype);
 }
@@ -183,7 +193,8 @@ double sum_squares(const void* data, DType dtype, std::size_t count) {
       const u16* x = static_cast<const u16*>(data);
       return sum_squares_with(count, [x](std::size_t i) { return fp16_to_float(x[i]); });
     }
-    case DType::i64: break;
+    case DType::i64:
+      break;
   }
   not_floating(dtype);
 }
@@ -210,7 +221,8 @@ bool any_nonfinite(const void* data, DType dtype, std::size_t count) {
       for (std::size_t i = 0; i < count; ++i) found |= (x[i] & mask) == mask;
       return found != 0;
     }
-    case DType::i64: break;
+    case DType::i64:
+      break;
   }
   not_floating(dtype);
 }

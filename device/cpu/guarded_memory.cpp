@@ -2,17 +2,17 @@
 // SIGSEGV. The handler reads a fixed table of windows with atomics only (async-signal-safe).
 #include "device/cpu/guarded_memory.h"
 
-#include <execinfo.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+
+#include <execinfo.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/error.h"
 
@@ -52,9 +52,10 @@ void on_fault(int signal, siginfo_t* info, void* context) {
     write_hex(address - begin);
     write_text(" bytes into a device reservation at ");
     write_hex(begin);
-    write_text(") while the engine ran. The guarded CPU device (ZERO_CPU_DEVICE=guarded) "
-               "faults where a GPU would: reach device memory through Device::copy or work "
-               "on a stream. The host stack:\n");
+    write_text(
+        ") while the engine ran. The guarded CPU device (ZERO_CPU_DEVICE=guarded) "
+        "faults where a GPU would: reach device memory through Device::copy or work "
+        "on a stream. The host stack:\n");
     void* frames[64];
     backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
     break;
@@ -135,7 +136,8 @@ void* GuardedMemory::reserve(std::size_t bytes) {
   std::lock_guard lock(mutex_);
   if (depth_ > 0) protect(region, true);
   regions_.push_back(region);
-  publish(reinterpret_cast<std::uintptr_t>(window), reinterpret_cast<std::uintptr_t>(window) + bytes);
+  publish(reinterpret_cast<std::uintptr_t>(window),
+          reinterpret_cast<std::uintptr_t>(window) + bytes);
   return window;
 }
 

@@ -5,8 +5,6 @@
 // Every public method first makes the device's GPU current on the calling thread, so a
 // device may be used from any thread. Every CUDA call is checked; a failure is a device
 // Error naming the call, the source location and the CUDA error.
-#include <cuda_runtime.h>
-
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -14,6 +12,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include "base/error.h"
@@ -26,7 +25,9 @@ namespace {
 
 // Clears the calling thread's last CUDA error, which a failed call leaves behind, so that
 // the next launch check does not report it again.
-void clear_last_error() noexcept { static_cast<void>(cudaGetLastError()); }
+void clear_last_error() noexcept {
+  static_cast<void>(cudaGetLastError());
+}
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file,
                                    int line) {
@@ -35,12 +36,12 @@ void clear_last_error() noexcept { static_cast<void>(cudaGetLastError()); }
                    cudaGetErrorName(status), cudaGetErrorString(status));
 }
 
-#define ZERO_CUDA_CHECK(call)                                                        \
-  do {                                                                               \
-    const cudaError_t zero_cuda_status_ = (call);                                    \
-    if (zero_cuda_status_ != cudaSuccess) {                                          \
-      ::zero::throw_cuda_error(zero_cuda_status_, #call, __FILE__, __LINE__);        \
-    }                                                                                \
+#define ZERO_CUDA_CHECK(call)                                                 \
+  do {                                                                        \
+    const cudaError_t zero_cuda_status_ = (call);                             \
+    if (zero_cuda_status_ != cudaSuccess) {                                   \
+      ::zero::throw_cuda_error(zero_cuda_status_, #call, __FILE__, __LINE__); \
+    }                                                                         \
   } while (0)
 
 constexpr std::size_t kReserveAlignment = 4096;
@@ -52,10 +53,14 @@ constexpr std::size_t kReserveAlignment = 4096;
 
 cuda::Format format_of(DType dtype) {
   switch (dtype) {
-    case DType::f32: return cuda::Format::f32;
-    case DType::f16: return cuda::Format::f16;
-    case DType::bf16: return cuda::Format::bf16;
-    case DType::i64: break;
+    case DType::f32:
+      return cuda::Format::f32;
+    case DType::f16:
+      return cuda::Format::f16;
+    case DType::bf16:
+      return cuda::Format::bf16;
+    case DType::i64:
+      break;
   }
   not_floating(dtype);
 }
@@ -64,8 +69,8 @@ cuda::Format format_of(DType dtype) {
 void check_element_alignment(const void* data, DType dtype, const char* what) {
   if (reinterpret_cast<std::uintptr_t>(data) % dtype_size(dtype) != 0) {
     throw make_error(ErrorCategory::usage,
-                     "device kernel {}: {} data at {} is not aligned to its {}-byte elements",
-                     what, dtype_name(dtype), data, dtype_size(dtype));
+                     "device kernel {}: {} data at {} is not aligned to its {}-byte elements", what,
+                     dtype_name(dtype), data, dtype_size(dtype));
   }
 }
 
@@ -109,8 +114,8 @@ class CudaStream final : public Stream {
 
  private:
   void allocate_partials() {
-    const cudaError_t status =
-        cudaMalloc(reinterpret_cast<void**>(&partials_), sizeof(double) * cuda::kSumSquaresPartials);
+    const cudaError_t status = cudaMalloc(reinterpret_cast<void**>(&partials_),
+                                          sizeof(double) * cuda::kSumSquaresPartials);
     if (status != cudaSuccess) {
       if (owned_) static_cast<void>(cudaStreamDestroy(stream_));
       throw_cuda_error(status, "cudaMalloc(sum-of-squares partials)", __FILE__, __LINE__);
@@ -130,8 +135,8 @@ CudaStream& cuda_stream(Stream& stream, int ordinal) {
     throw Error(ErrorCategory::usage, "the stream given to the CUDA device is not a CUDA stream");
   }
   if (cuda->ordinal() != ordinal) {
-    throw make_error(ErrorCategory::usage,
-                     "a stream of cuda:{} was given to work on cuda:{}", cuda->ordinal(), ordinal);
+    throw make_error(ErrorCategory::usage, "a stream of cuda:{} was given to work on cuda:{}",
+                     cuda->ordinal(), ordinal);
   }
   return *cuda;
 }
@@ -210,8 +215,8 @@ class CudaDevice final : public Device {
     ZERO_CUDA_CHECK(cudaGetDeviceCount(&count));
     if (ordinal < 0 || ordinal >= count) {
       throw make_error(ErrorCategory::device,
-                       "CUDA device {} does not exist: the CUDA runtime reports {} GPU(s)",
-                       ordinal, count);
+                       "CUDA device {} does not exist: the CUDA runtime reports {} GPU(s)", ordinal,
+                       count);
     }
     ZERO_CUDA_CHECK(cudaSetDevice(ordinal));
     cudaDeviceProp properties{};
@@ -243,8 +248,10 @@ class CudaDevice final : public Device {
       case Tier::pinned:
         if (bytes == 0) return nullptr;
         return reserve_cuda(tier, bytes);
-      case Tier::host: return host_memory::map(bytes, Tier::host);
-      case Tier::nvme: break;
+      case Tier::host:
+        return host_memory::map(bytes, Tier::host);
+      case Tier::nvme:
+        break;
     }
     throw Error(ErrorCategory::usage,
                 "Device::reserve: the nvme tier is file space, not memory; use an nvme arena");
@@ -273,8 +280,11 @@ class CudaDevice final : public Device {
         clear_last_error();
         return;
       }
-      case Tier::host: host_memory::unmap(base, bytes); return;
-      case Tier::nvme: return;
+      case Tier::host:
+        host_memory::unmap(base, bytes);
+        return;
+      case Tier::nvme:
+        return;
     }
   }
 
@@ -303,8 +313,8 @@ class CudaDevice final : public Device {
     if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) clear_last_error();
     if (attributes.type == cudaMemoryTypeDevice) {
       throw make_error(ErrorCategory::usage,
-                       "host_alias: {} is GPU memory of {}, which the host cannot address",
-                       pointer, description_);
+                       "host_alias: {} is GPU memory of {}, which the host cannot address", pointer,
+                       description_);
     }
     return const_cast<void*>(pointer);
   }
@@ -317,7 +327,8 @@ class CudaDevice final : public Device {
 
   std::unique_ptr<Stream> wrap_stream(void* native) override {
     // NULL: the legacy default stream, where a caller without streams of its own works.
-    const cudaStream_t handle = native != nullptr ? static_cast<cudaStream_t>(native) : cudaStreamLegacy;
+    const cudaStream_t handle =
+        native != nullptr ? static_cast<cudaStream_t>(native) : cudaStreamLegacy;
     if (native != nullptr) {
       int device = -1;
       ZERO_CUDA_CHECK(cudaStreamGetDevice(handle, &device));
@@ -369,8 +380,8 @@ class CudaDevice final : public Device {
     activate();
     if (src_dtype == dst_dtype) {
       if (src != dst) {
-        ZERO_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * dtype_size(src_dtype),
-                                        cudaMemcpyDefault, cuda.handle()));
+        ZERO_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * dtype_size(src_dtype), cudaMemcpyDefault,
+                                        cuda.handle()));
       }
       return;
     }
@@ -415,8 +426,8 @@ class CudaDevice final : public Device {
     check_element_alignment(data, dtype, "sum_squares");
     check_element_alignment(accumulator, DType::f32, "sum_squares (accumulator)");
     activate();
-    ZERO_CUDA_CHECK(cuda::launch_sum_squares(data, format, count, cuda.partials(), accumulator,
-                                             cuda.handle()));
+    ZERO_CUDA_CHECK(
+        cuda::launch_sum_squares(data, format, count, cuda.partials(), accumulator, cuda.handle()));
   }
 
   void check_finite(const void* data, DType dtype, std::size_t count, float* flag,
@@ -506,8 +517,8 @@ CudaProbe probe_cuda() noexcept {
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
       clear_last_error();
-      return CudaProbe{0, fmt::format("{}: {}", cudaGetErrorName(status),
-                                      cudaGetErrorString(status))};
+      return CudaProbe{0,
+                       fmt::format("{}: {}", cudaGetErrorName(status), cudaGetErrorString(status))};
     }
     if (count <= 0) return CudaProbe{0, "no CUDA device"};
     return CudaProbe{count, {}};

@@ -5,12 +5,12 @@
 // format involved) for the aligned body of the buffer, plus a grid-stride loop over the
 // scalar elements before and after it. Where the addresses do not allow packs (for a cast,
 // source and destination misaligned differently) every element is scalar.
-#include "device/cuda/cuda_kernels.h"
-#include "device/cuda/half.cuh"
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "device/cuda/cuda_kernels.h"
+#include "device/cuda/half.cuh"
 
 namespace zero::cuda {
 namespace {
@@ -20,7 +20,8 @@ using u32 = unsigned int;
 
 constexpr unsigned kThreads = 256;
 constexpr std::size_t kMaxBlocks = 4096;
-static_assert(kSumSquaresPartials <= kMaxBlocks, "the sum of squares caps its grid at the partials");
+static_assert(kSumSquaresPartials <= kMaxBlocks,
+              "the sum of squares caps its grid at the partials");
 
 // ---- Rounding: device/cuda/half.cuh, bit for bit as base/half.h ----
 
@@ -180,7 +181,8 @@ __global__ void __launch_bounds__(kThreads)
   for (std::size_t p = first; p < split.packs; p += stride) {
     P x = packs[p];
 #pragma unroll
-    for (int j = 0; j < N; ++j) x.v[j] = Fmt::store(multiply(Fmt::load(x.v[j]), factor, default_nan));
+    for (int j = 0; j < N; ++j)
+      x.v[j] = Fmt::store(multiply(Fmt::load(x.v[j]), factor, default_nan));
     packs[p] = x;
   }
 }
@@ -319,9 +321,15 @@ template <class Src>
 cudaError_t cast_from(const void* src, void* dst, Format dst_format, std::size_t count,
                       cudaStream_t stream) {
   switch (dst_format) {
-    case Format::f32: cast_as<Src, F32>(src, dst, count, stream); return cudaGetLastError();
-    case Format::f16: cast_as<Src, F16>(src, dst, count, stream); return cudaGetLastError();
-    case Format::bf16: cast_as<Src, BF16>(src, dst, count, stream); return cudaGetLastError();
+    case Format::f32:
+      cast_as<Src, F32>(src, dst, count, stream);
+      return cudaGetLastError();
+    case Format::f16:
+      cast_as<Src, F16>(src, dst, count, stream);
+      return cudaGetLastError();
+    case Format::bf16:
+      cast_as<Src, BF16>(src, dst, count, stream);
+      return cudaGetLastError();
   }
   return cudaErrorInvalidValue;
 }
@@ -330,9 +338,15 @@ cudaError_t cast_from(const void* src, void* dst, Format dst_format, std::size_t
 template <class Launch>
 cudaError_t dispatch(Format format, Launch launch) {
   switch (format) {
-    case Format::f32: launch(F32{}); return cudaGetLastError();
-    case Format::f16: launch(F16{}); return cudaGetLastError();
-    case Format::bf16: launch(BF16{}); return cudaGetLastError();
+    case Format::f32:
+      launch(F32{});
+      return cudaGetLastError();
+    case Format::f16:
+      launch(F16{});
+      return cudaGetLastError();
+    case Format::bf16:
+      launch(BF16{});
+      return cudaGetLastError();
   }
   return cudaErrorInvalidValue;
 }
@@ -344,9 +358,12 @@ cudaError_t launch_cast(const void* src, Format src_format, void* dst, Format ds
   if (count == 0) return cudaSuccess;
   if (src_format == dst_format) return cudaErrorInvalidValue;  // the caller copies instead
   switch (src_format) {
-    case Format::f32: return cast_from<F32>(src, dst, dst_format, count, stream);
-    case Format::f16: return cast_from<F16>(src, dst, dst_format, count, stream);
-    case Format::bf16: return cast_from<BF16>(src, dst, dst_format, count, stream);
+    case Format::f32:
+      return cast_from<F32>(src, dst, dst_format, count, stream);
+    case Format::f16:
+      return cast_from<F16>(src, dst, dst_format, count, stream);
+    case Format::bf16:
+      return cast_from<BF16>(src, dst, dst_format, count, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -374,9 +391,9 @@ cudaError_t launch_accumulate(const void* src, Format src_format, void* dst, For
     using Src = decltype(src_fmt);
     dispatch(dst_format, [&](auto dst_fmt) {
       using Dst = decltype(dst_fmt);
-      accumulate_kernel<Src, Dst><<<grid, kThreads, 0, stream>>>(
-          static_cast<const typename Src::Storage*>(src), static_cast<typename Dst::Storage*>(dst),
-          count, factor);
+      accumulate_kernel<Src, Dst>
+          <<<grid, kThreads, 0, stream>>>(static_cast<const typename Src::Storage*>(src),
+                                          static_cast<typename Dst::Storage*>(dst), count, factor);
     });
   });
 }
@@ -393,9 +410,8 @@ cudaError_t launch_fill(void* data, Format format, std::size_t count, float valu
   });
 }
 
-cudaError_t launch_sum_squares(const void* data, Format format, std::size_t count,
-                               double* partials, float* accumulator,
-                               cudaStream_t stream) noexcept {
+cudaError_t launch_sum_squares(const void* data, Format format, std::size_t count, double* partials,
+                               float* accumulator, cudaStream_t stream) noexcept {
   if (count == 0) return cudaSuccess;
   unsigned blocks = 0;
   const cudaError_t status = dispatch(format, [&](auto fmt) {

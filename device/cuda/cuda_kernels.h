@@ -46,9 +46,8 @@ cudaError_t launch_fill(void* data, Format format, std::size_t count, float valu
 // for a given count and address alignment: per-thread double partials, a fixed-order tree per
 // block into `partials` (kSumSquaresPartials doubles of device memory, used only by work on
 // `stream`), then one block summing the partials in a fixed order.
-cudaError_t launch_sum_squares(const void* data, Format format, std::size_t count,
-                               double* partials, float* accumulator,
-                               cudaStream_t stream) noexcept;
+cudaError_t launch_sum_squares(const void* data, Format format, std::size_t count, double* partials,
+                               float* accumulator, cudaStream_t stream) noexcept;
 
 // *flag = 1.0f when any element has all exponent bits set (NaN or infinity); otherwise the
 // flag is not written.

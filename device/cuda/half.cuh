@@ -49,7 +49,8 @@ __device__ __forceinline__ unsigned short float_to_fp16(float f) {
     return static_cast<unsigned short>(sign | 0x7c00u);
   }
   if (magnitude < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
-    if (magnitude < 0x33000000u) return static_cast<unsigned short>(sign);  // below 2^-25 (tie) -> 0
+    if (magnitude < 0x33000000u)
+      return static_cast<unsigned short>(sign);  // below 2^-25 (tie) -> 0
     const unsigned int exponent = magnitude >> 23;
     const unsigned int mantissa = (magnitude & 0x7fffffu) | 0x800000u;
     const unsigned int shift = 126u - exponent;  // in units of 2^-24: mantissa >> (126 - exponent)

@@ -77,7 +77,8 @@ std::string tag_problem(std::string_view tag) {
   if (tag == "." || tag == "..") return "it names a directory, not a tag";
   if (tag.front() == '.') return "it starts with '.' (hidden names are zero's own temporaries)";
   if (tag == "latest") return "\"latest\" is the pointer file itself";
-  if (tag.find('/') != std::string_view::npos) return "it holds a '/' (a tag is one name inside DIR)";
+  if (tag.find('/') != std::string_view::npos)
+    return "it holds a '/' (a tag is one name inside DIR)";
   if (tag.find('\0') != std::string_view::npos) return "it holds a NUL";
   if (tag.size() > 200) return "it is over 200 characters";
   return {};
@@ -89,9 +90,11 @@ void remove_leftovers(const std::string& dir, const std::string& keep) {
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     const auto ends_with = [&](std::string_view tail) {
-      return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+      return name.size() > tail.size() &&
+             name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
     };
-    const bool hidden_work = name.front() == '.' && (ends_with(".saving") || ends_with(".deleting"));
+    const bool hidden_work =
+        name.front() == '.' && (ends_with(".saving") || ends_with(".deleting"));
     if (name != keep && (hidden_work || name == "latest.tmp")) leftovers.push_back(name);
   }
   for (const std::string& name : leftovers) {
@@ -146,7 +149,8 @@ void replace_directory(const std::string& from, const std::string& to) {
   }
   if (errno != EEXIST) {
     // EINVAL: a file system without RENAME_NOREPLACE; a plain rename does for a new name.
-    if (errno == EINVAL && !std::filesystem::exists(to) && ::rename(from.c_str(), to.c_str()) == 0) {
+    if (errno == EINVAL && !std::filesystem::exists(to) &&
+        ::rename(from.c_str(), to.c_str()) == 0) {
       sync_directory(parent_of(to));
       return;
     }

@@ -18,7 +18,9 @@ namespace {
 
 using nlohmann::json;
 
-std::string hash_text(std::uint64_t hash) { return fmt::format("{:016x}", hash); }
+std::string hash_text(std::uint64_t hash) {
+  return fmt::format("{:016x}", hash);
+}
 
 // Reads the members of one JSON object, naming the file and the key path in every error.
 class Fields {
@@ -29,11 +31,12 @@ class Fields {
   }
 
   [[noreturn]] void fail(std::string_view key, std::string_view what) const {
-    const std::string at = key.empty() ? path_ : path_.empty() ? std::string(key)
-                                                               : fmt::format("{}.{}", path_, key);
+    const std::string at = key.empty()     ? path_
+                           : path_.empty() ? std::string(key)
+                                           : fmt::format("{}.{}", path_, key);
     throw make_error(ErrorCategory::io,
-                     "checkpoint {}: {} {}: the file is damaged or was not written by zero",
-                     where_, at.empty() ? "the document" : at, what);
+                     "checkpoint {}: {} {}: the file is damaged or was not written by zero", where_,
+                     at.empty() ? "the document" : at, what);
   }
 
   const json& at(std::string_view key) const {
@@ -84,7 +87,8 @@ class Fields {
   DType dtype(std::string_view key) const {
     const std::string name = text(key);
     const auto parsed = parse_dtype(name);
-    if (!parsed || !is_floating(*parsed)) fail(key, fmt::format("\"{}\" is not fp32, fp16 or bf16", name));
+    if (!parsed || !is_floating(*parsed))
+      fail(key, fmt::format("\"{}\" is not fp32, fp16 or bf16", name));
     return *parsed;
   }
   const json& array(std::string_view key) const {
@@ -93,12 +97,11 @@ class Fields {
     return v;
   }
   Fields child(std::string_view key) const {
-    return Fields(at(key), where_, path_.empty() ? std::string(key)
-                                                 : fmt::format("{}.{}", path_, key));
+    return Fields(at(key), where_,
+                  path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key));
   }
   Fields element(const json& value, std::string_view key, std::size_t i) const {
-    return Fields(value, where_,
-                  fmt::format("{}{}[{}]", path_.empty() ? "" : path_ + ".", key, i));
+    return Fields(value, where_, fmt::format("{}{}[{}]", path_.empty() ? "" : path_ + ".", key, i));
   }
   const std::string& where() const { return where_; }
 
@@ -124,8 +127,11 @@ json to_json(const FileEntry& f) {
     for (const std::uint64_t h : hashes) list.push_back(hash_text(h));
     sums[tensor] = std::move(list);
   }
-  return {{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes},
-          {"header_xxh3", hash_text(f.header_hash)}, {"chunk_xxh3", std::move(sums)}};
+  return {{"name", f.name},
+          {"rank", f.rank},
+          {"bytes", f.bytes},
+          {"header_xxh3", hash_text(f.header_hash)},
+          {"chunk_xxh3", std::move(sums)}};
 }
 
 namespace {
@@ -158,12 +164,16 @@ FileEntry file_entry_from_json(const json& document, const std::string& where) {
 json to_json(const Manifest& m) {
   json params = json::array();
   for (const ParamEntry& p : m.params) {
-    params.push_back({{"name", p.name}, {"shape", p.shape}, {"numel", p.numel},
-                      {"trainable", p.trainable}, {"group", p.group}});
+    params.push_back({{"name", p.name},
+                      {"shape", p.shape},
+                      {"numel", p.numel},
+                      {"trainable", p.trainable},
+                      {"group", p.group}});
   }
   json groups = json::array();
   for (const GroupEntry& g : m.groups) {
-    groups.push_back({{"name", g.name}, {"weight_decay", g.weight_decay}, {"lr_scale", g.lr_scale}});
+    groups.push_back(
+        {{"name", g.name}, {"weight_decay", g.weight_decay}, {"lr_scale", g.lr_scale}});
   }
   json files = json::array();
   for (const FileEntry& f : m.files) files.push_back(to_json(f));
@@ -177,20 +187,24 @@ json to_json(const Manifest& m) {
       {"stage", m.stage},
       {"precision", m.precision},
       {"compute_dtype", dtype_name(m.compute_dtype)},
-      {"optimizer", {{"type", m.optimizer},
-                     {"state_dtype", dtype_name(m.state_dtype)},
-                     {"states", m.state_names}}},
-      {"counters", {{"global_steps", m.global_steps},
-                    {"micro_steps", m.micro_steps},
-                    {"optimizer_steps", m.optimizer_steps}}},
-      {"loss_scaler", {{"scale", m.scaler.scale},
-                       {"hysteresis_left", m.scaler.hysteresis_left},
-                       {"iteration", m.scaler.iteration},
-                       {"last_overflow_iteration", m.scaler.last_overflow_iteration}}},
+      {"optimizer",
+       {{"type", m.optimizer},
+        {"state_dtype", dtype_name(m.state_dtype)},
+        {"states", m.state_names}}},
+      {"counters",
+       {{"global_steps", m.global_steps},
+        {"micro_steps", m.micro_steps},
+        {"optimizer_steps", m.optimizer_steps}}},
+      {"loss_scaler",
+       {{"scale", m.scaler.scale},
+        {"hysteresis_left", m.scaler.hysteresis_left},
+        {"iteration", m.scaler.iteration},
+        {"last_overflow_iteration", m.scaler.last_overflow_iteration}}},
       {"rng", {{"seed", m.seed}}},
       {"user_data_hex", to_hex(m.user_data)},
-      {"sharding", "rank r of world_size holds elements [r*s, min(numel, (r+1)*s)) of each "
-                   "tensor, s = ceil(numel / world_size)"},
+      {"sharding",
+       "rank r of world_size holds elements [r*s, min(numel, (r+1)*s)) of each "
+       "tensor, s = ceil(numel / world_size)"},
       {"checksum", {{"algorithm", "xxh3-64"}, {"chunk_bytes", m.chunk_bytes}}},
       {"groups", std::move(groups)},
       {"params", std::move(params)},
@@ -235,7 +249,8 @@ Manifest manifest_from_json(const json& document, const std::string& where) {
   const json& states = optimizer.array("states");
   if (states.size() > 2) optimizer.fail("states", "has more than 2 entries");
   for (const json& s : states) {
-    if (!s.is_string() || s.get<std::string>().empty()) optimizer.fail("states", "holds a non-name");
+    if (!s.is_string() || s.get<std::string>().empty())
+      optimizer.fail("states", "holds a non-name");
     m.state_names.push_back(s.get<std::string>());
   }
 
@@ -281,18 +296,20 @@ Manifest manifest_from_json(const json& document, const std::string& where) {
       numel *= d.get<std::uint64_t>();
     }
     entry.numel = p.unsigned_integer("numel");
-    if (entry.numel != numel) p.fail("numel", fmt::format("is {}, the shape says {}", entry.numel, numel));
+    if (entry.numel != numel)
+      p.fail("numel", fmt::format("is {}, the shape says {}", entry.numel, numel));
     entry.trainable = p.boolean("trainable");
     entry.group = static_cast<std::size_t>(
         p.integer("group", 0, static_cast<std::int64_t>(m.groups.size()) - 1));
-    if (m.find(entry.name) != nullptr) p.fail("name", fmt::format("\"{}\" appears twice", entry.name));
+    if (m.find(entry.name) != nullptr)
+      p.fail("name", fmt::format("\"{}\" appears twice", entry.name));
     m.params.push_back(std::move(entry));
   }
 
   const json& files = root.array("files");
   if (files.size() != static_cast<std::size_t>(m.world_size)) {
-    root.fail("files", fmt::format("has {} entries for a world size of {}", files.size(),
-                                   m.world_size));
+    root.fail("files",
+              fmt::format("has {} entries for a world size of {}", files.size(), m.world_size));
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
     const Fields f = root.element(files[i], "files", i);
@@ -319,9 +336,10 @@ Manifest manifest_from_json(const json& document, const std::string& where) {
     }
     m.self_verified = true;
   } else {
-    log::warn("checkpoint {}: meta.json has no {} (saved by a zero before it checksummed its own "
-              "fields): its counters and user data are taken unverified",
-              where, kManifestHashKey);
+    log::warn(
+        "checkpoint {}: meta.json has no {} (saved by a zero before it checksummed its own "
+        "fields): its counters and user data are taken unverified",
+        where, kManifestHashKey);
   }
   return m;
 }
@@ -357,8 +375,8 @@ SavedRange saved_range(std::uint64_t numel, int world, int rank) {
   if (world < 1 || rank < 0 || rank >= world) {
     throw make_error(ErrorCategory::usage, "saved_range: rank {} of a world of {}", rank, world);
   }
-  const std::uint64_t shard = (numel + static_cast<std::uint64_t>(world) - 1) /
-                              static_cast<std::uint64_t>(world);
+  const std::uint64_t shard =
+      (numel + static_cast<std::uint64_t>(world) - 1) / static_cast<std::uint64_t>(world);
   const std::uint64_t begin = std::min(numel, shard * static_cast<std::uint64_t>(rank));
   const std::uint64_t end = std::min(numel, begin + shard);
   return {begin, static_cast<std::size_t>(end - begin)};
@@ -374,8 +392,8 @@ std::vector<SavedPiece> saved_pieces(std::uint64_t numel, int world, std::uint64
   }
   std::vector<SavedPiece> pieces;
   if (count == 0) return pieces;
-  const std::uint64_t shard = (numel + static_cast<std::uint64_t>(world) - 1) /
-                              static_cast<std::uint64_t>(world);
+  const std::uint64_t shard =
+      (numel + static_cast<std::uint64_t>(world) - 1) / static_cast<std::uint64_t>(world);
   std::uint64_t at = first;
   const std::uint64_t end = first + count;
   while (at < end) {

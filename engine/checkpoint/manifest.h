@@ -52,7 +52,7 @@ struct FileEntry {
   std::string name;  // relative to the tag directory
   int rank = 0;
   std::uint64_t bytes = 0;
-  std::uint64_t header_hash = 0;  // XXH3-64 of the safetensors header
+  std::uint64_t header_hash = 0;                           // XXH3-64 of the safetensors header
   std::map<std::string, std::vector<std::uint64_t>> sums;  // tensor -> chunk hashes
 };
 
@@ -70,18 +70,18 @@ struct Manifest {
   std::string library_version;  // zero's, at save
   int world_size = 1;
   int stage = 0;
-  std::string precision;        // fp32, bf16, fp16
+  std::string precision;  // fp32, bf16, fp16
   DType compute_dtype = DType::f32;
-  std::string optimizer;        // the config's optimizer.type, lower case
+  std::string optimizer;  // the config's optimizer.type, lower case
   DType state_dtype = DType::f32;
   std::vector<std::string> state_names;  // the moments, in order
-  nlohmann::json config;        // the config the run was created with, "auto" values filled
+  nlohmann::json config;  // the config the run was created with, "auto" values filled
   std::int64_t global_steps = 0;
   std::int64_t micro_steps = 0;
   std::int64_t optimizer_steps = 0;  // steps not skipped: the schedule's and the optimizer's count
   ScalerEntry scaler;
-  std::uint64_t seed = 0;       // of stochastic rounding
-  std::string user_data;        // the caller's bytes (stored as hex)
+  std::uint64_t seed = 0;  // of stochastic rounding
+  std::string user_data;   // the caller's bytes (stored as hex)
   std::vector<GroupEntry> groups;
   std::vector<ParamEntry> params;
   std::uint64_t chunk_bytes = 0;  // the checksum chunk

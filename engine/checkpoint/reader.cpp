@@ -22,16 +22,30 @@ void convert(const void* in, DType from, void* out, DType to, std::size_t count)
   for (std::size_t i = 0; i < count; ++i) {
     float value = 0.0f;
     switch (from) {
-      case DType::f32: std::memcpy(&value, static_cast<const char*>(in) + 4 * i, 4); break;
-      case DType::bf16: value = bf16_to_float(static_cast<const std::uint16_t*>(in)[i]); break;
-      case DType::f16: value = fp16_to_float(static_cast<const std::uint16_t*>(in)[i]); break;
-      case DType::i64: break;
+      case DType::f32:
+        std::memcpy(&value, static_cast<const char*>(in) + 4 * i, 4);
+        break;
+      case DType::bf16:
+        value = bf16_to_float(static_cast<const std::uint16_t*>(in)[i]);
+        break;
+      case DType::f16:
+        value = fp16_to_float(static_cast<const std::uint16_t*>(in)[i]);
+        break;
+      case DType::i64:
+        break;
     }
     switch (to) {
-      case DType::f32: std::memcpy(static_cast<char*>(out) + 4 * i, &value, 4); break;
-      case DType::bf16: static_cast<std::uint16_t*>(out)[i] = float_to_bf16(value); break;
-      case DType::f16: static_cast<std::uint16_t*>(out)[i] = float_to_fp16(value); break;
-      case DType::i64: break;
+      case DType::f32:
+        std::memcpy(static_cast<char*>(out) + 4 * i, &value, 4);
+        break;
+      case DType::bf16:
+        static_cast<std::uint16_t*>(out)[i] = float_to_bf16(value);
+        break;
+      case DType::f16:
+        static_cast<std::uint16_t*>(out)[i] = float_to_fp16(value);
+        break;
+      case DType::i64:
+        break;
     }
   }
 }
@@ -126,8 +140,8 @@ void CheckpointReader::read(std::string_view kind, const ParamEntry& param, std:
     const ChunkSums sums{manifest_.chunk_bytes, sums_it->second};
     char* target = static_cast<char*>(out) + piece.out * dtype_size(dtype);
     if (stored == dtype) {
-      file(piece.rank).read_checked(info, piece.offset * stored_size, piece.count * stored_size,
-                                    target, sums);
+      file(piece.rank)
+          .read_checked(info, piece.offset * stored_size, piece.count * stored_size, target, sums);
       continue;
     }
     // Converted in pieces of at most 4 Mi elements.
@@ -135,8 +149,9 @@ void CheckpointReader::read(std::string_view kind, const ParamEntry& param, std:
     for (std::size_t done = 0; done < piece.count; done += kStep) {
       const std::size_t n = std::min(kStep, piece.count - done);
       scratch_.resize(n * stored_size);
-      file(piece.rank).read_checked(info, (piece.offset + done) * stored_size, n * stored_size,
-                                    scratch_.data(), sums);
+      file(piece.rank)
+          .read_checked(info, (piece.offset + done) * stored_size, n * stored_size, scratch_.data(),
+                        sums);
       convert(scratch_.data(), stored, target + done * dtype_size(dtype), dtype, n);
     }
   }
@@ -162,8 +177,9 @@ std::uint64_t CheckpointReader::verify_all() {
         const TensorInfo& info = tensor(rank, name, count, saved_dtype(kind));
         const auto sums = entry.sums.find(name);
         if (sums == entry.sums.end()) {
-          throw make_error(ErrorCategory::io, "checkpoint {}: meta.json has no checksums for {} in {}",
-                           dir_, name, entry.name);
+          throw make_error(ErrorCategory::io,
+                           "checkpoint {}: meta.json has no checksums for {} in {}", dir_, name,
+                           entry.name);
         }
         reader.verify(info, ChunkSums{manifest_.chunk_bytes, sums->second});
         bytes += info.bytes();

@@ -35,9 +35,9 @@ std::string_view safetensors_dtype(DType dtype) noexcept;
 
 struct TensorInfo {
   std::string name;
-  std::string dtype;                 // as the file spells it: "F32", "BF16", ...
-  std::vector<std::int64_t> shape;   // empty: a scalar (one element)
-  std::uint64_t begin = 0;           // byte offsets in the data section
+  std::string dtype;                // as the file spells it: "F32", "BF16", ...
+  std::vector<std::int64_t> shape;  // empty: a scalar (one element)
+  std::uint64_t begin = 0;          // byte offsets in the data section
   std::uint64_t end = 0;
   std::uint64_t numel() const noexcept;  // product of shape (1 for a scalar)
   std::uint64_t bytes() const noexcept { return end - begin; }

@@ -32,7 +32,9 @@ constexpr std::size_t kWriteBufferBytes = std::size_t{4} << 20;
 // file system's direct-I/O alignment).
 constexpr std::size_t kDirectUnit = 4096;
 
-std::size_t round_up(std::size_t n, std::size_t unit) { return (n + unit - 1) / unit * unit; }
+std::size_t round_up(std::size_t n, std::size_t unit) {
+  return (n + unit - 1) / unit * unit;
+}
 
 // The write buffer, aligned for O_DIRECT.
 class AlignedBuffer {
@@ -123,7 +125,9 @@ std::vector<TensorInfo> lay_out(const std::vector<TensorDecl>& decls, const std:
 SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> tensors,
                                      std::map<std::string, std::string> metadata,
                                      std::uint64_t chunk_bytes, unsigned mode, bool direct)
-    : path_(std::move(path)), chunk_bytes_(chunk_bytes), direct_(direct),
+    : path_(std::move(path)),
+      chunk_bytes_(chunk_bytes),
+      direct_(direct),
       state_(std::make_unique<State>()) {
   if (chunk_bytes == 0) {
     throw make_error(ErrorCategory::usage, "cannot write {}: chunk_bytes is 0", path_);

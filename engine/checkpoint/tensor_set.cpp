@@ -23,7 +23,6 @@ bool is_index(const fs::path& path) {
   return name.size() > 5 && name.substr(name.size() - 5) == ".json";
 }
 
-
 // The first difference between two readings of a model, or empty when they hold the same
 // tensors, dtypes, shapes and bytes. The bytes are compared in pieces of 4 MiB.
 std::string first_difference(const TensorSet& a, const TensorSet& b) {
@@ -35,8 +34,8 @@ std::string first_difference(const TensorSet& a, const TensorSet& b) {
     if (other == nullptr) return fmt::format("tensor {} is only in the second", name);
     if (other->info->dtype != entry.info->dtype || other->info->shape != entry.info->shape) {
       return fmt::format("tensor {} is {} {} in one and {} {} in the other", name,
-                         other->info->dtype, fmt::join(other->info->shape, "x"),
-                         entry.info->dtype, fmt::join(entry.info->shape, "x"));
+                         other->info->dtype, fmt::join(other->info->shape, "x"), entry.info->dtype,
+                         fmt::join(entry.info->shape, "x"));
     }
   }
   constexpr std::size_t kPiece = std::size_t{4} << 20;
@@ -100,7 +99,9 @@ TensorSet::TensorSet(const std::string& path) {
                      target.string());
   }
   std::ifstream in(target);
-  if (!in) throw make_error(ErrorCategory::io, "cannot open {}: {}", target.string(), std::strerror(errno));
+  if (!in)
+    throw make_error(ErrorCategory::io, "cannot open {}: {}", target.string(),
+                     std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
   nlohmann::json index;
@@ -110,8 +111,8 @@ TensorSet::TensorSet(const std::string& path) {
     throw make_error(ErrorCategory::io, "{}: not valid JSON ({})", target.string(), e.what());
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    throw make_error(ErrorCategory::io,
-                     "{}: no \"weight_map\" object: not a safetensors index", target.string());
+    throw make_error(ErrorCategory::io, "{}: no \"weight_map\" object: not a safetensors index",
+                     target.string());
   }
   // File -> the tensors the index puts there, in the order of the files' first mention.
   std::vector<std::string> order;
@@ -137,8 +138,8 @@ void TensorSet::add_file(const std::string& path, const std::vector<std::string>
   if (expected != nullptr) {
     for (const std::string& name : *expected) {
       if (reader->find(name) == nullptr) {
-        throw make_error(ErrorCategory::io, "{}: the index puts tensor {} here, but the file lacks it",
-                         path, name);
+        throw make_error(ErrorCategory::io,
+                         "{}: the index puts tensor {} here, but the file lacks it", path, name);
       }
     }
   }

@@ -32,8 +32,8 @@ std::string not_a_multiple(std::int64_t train, const std::string& divisor_text,
   return fmt::format(
       "train_batch_size {} is not a multiple of {}, so {} would be {} / {} = {:.4g}, not a "
       "whole number; make train_batch_size a multiple of {} ({}{}), or give {} instead",
-      train, divisor_text, derived, train, divisor, static_cast<double>(train) / divisor,
-      divisor, below > 0 ? fmt::format("{} or ", below) : "", above, derived);
+      train, divisor_text, derived, train, divisor, static_cast<double>(train) / divisor, divisor,
+      below > 0 ? fmt::format("{} or ", below) : "", above, derived);
 }
 
 }  // namespace
@@ -52,14 +52,17 @@ void read_batch(Section& root, Config& config) {
   const bool train_only = train && !micro && !accum;
 
   const auto derive = [&](const char* key, std::int64_t value, std::string note) {
-    if (const json* raw = root.raw(key); raw != nullptr && is_auto(*raw)) note += " (from \"auto\")";
+    if (const json* raw = root.raw(key); raw != nullptr && is_auto(*raw))
+      note += " (from \"auto\")";
     reader.record(key, value, Source::derived, std::move(note));
     return value;
   };
   // Products checked for overflow: absurd sizes must fail, not wrap into valid-looking ones.
-  const auto product = [&](std::int64_t a, std::int64_t b, std::int64_t c) -> std::optional<std::int64_t> {
+  const auto product = [&](std::int64_t a, std::int64_t b,
+                           std::int64_t c) -> std::optional<std::int64_t> {
     std::int64_t ab = 0, abc = 0;
-    if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc)) return std::nullopt;
+    if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc))
+      return std::nullopt;
     return abc;
   };
   const auto too_large = [&](std::int64_t m, std::int64_t a) {
@@ -83,8 +86,7 @@ void read_batch(Section& root, Config& config) {
                    fmt::format("= {} * {} * {} (world size)", *micro, *accum, world));
   } else if (train) {
     accum = derive(kAccum, 1, "1 when only train_batch_size is given");
-    micro = derive(kMicro, *train / world,
-                   fmt::format("= {} / {} (world size)", *train, world));
+    micro = derive(kMicro, *train / world, fmt::format("= {} / {} (world size)", *train, world));
   } else if (micro) {
     accum = derive(kAccum, 1, "1 when only the micro batch is given");
     train = derive(kTrain, *micro * world, fmt::format("= {} * {} (world size)", *micro, world));
@@ -112,20 +114,18 @@ void read_batch(Section& root, Config& config) {
           "derived), or all three consistently",
           *train, *micro, *accum, world, *micro * *accum * world));
     } else if (train_micro) {
-      reader.error(not_a_multiple(
-          *train,
-          fmt::format("train_micro_batch_size_per_gpu {} * world size {} = {}", *micro, world,
-                      *micro * world),
-          *micro * world, kAccum));
-    } else if (train_accum) {
-      reader.error(not_a_multiple(
-          *train,
-          fmt::format("world size {} * gradient_accumulation_steps {} = {}", world, *accum,
-                      world * *accum),
-          world * *accum, kMicro));
-    } else if (train_only) {
       reader.error(
-          not_a_multiple(*train, fmt::format("the world size {}", world), world, kMicro));
+          not_a_multiple(*train,
+                         fmt::format("train_micro_batch_size_per_gpu {} * world size {} = {}",
+                                     *micro, world, *micro * world),
+                         *micro * world, kAccum));
+    } else if (train_accum) {
+      reader.error(not_a_multiple(*train,
+                                  fmt::format("world size {} * gradient_accumulation_steps {} = {}",
+                                              world, *accum, world * *accum),
+                                  world * *accum, kMicro));
+    } else if (train_only) {
+      reader.error(not_a_multiple(*train, fmt::format("the world size {}", world), world, kMicro));
     }
     return;
   }

@@ -35,9 +35,10 @@ json apply_overrides(const json& document, const std::vector<Override>& override
     bool well_formed = true;
     for (const auto& part : parts) well_formed = well_formed && !part.empty();
     if (!well_formed) {
-      errors->push_back(fmt::format("override \"{}\": not a key path (write keys joined by dots, "
-                                    "like zero_optimization.stage)",
-                                    item.path));
+      errors->push_back(
+          fmt::format("override \"{}\": not a key path (write keys joined by dots, "
+                      "like zero_optimization.stage)",
+                      item.path));
       continue;
     }
     json* node = &result;
@@ -69,31 +70,44 @@ json apply_overrides(const json& document, const std::vector<Override>& override
 
 std::string_view precision_name(Precision precision) {
   switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::fp16: return "fp16";
-    case Precision::bf16: return "bf16";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::fp16:
+      return "fp16";
+    case Precision::bf16:
+      return "bf16";
   }
   return "?";
 }
 
 std::string_view offload_device_name(OffloadDevice device) {
   switch (device) {
-    case OffloadDevice::none: return "none";
-    case OffloadDevice::cpu: return "cpu";
-    case OffloadDevice::nvme: return "nvme";
+    case OffloadDevice::none:
+      return "none";
+    case OffloadDevice::cpu:
+      return "cpu";
+    case OffloadDevice::nvme:
+      return "nvme";
   }
   return "?";
 }
 
-std::string_view optimizer_name(OptimizerType type) { return optim::optimizer_type_name(type); }
+std::string_view optimizer_name(OptimizerType type) {
+  return optim::optimizer_type_name(type);
+}
 
-std::string_view scheduler_name(SchedulerType type) { return optim::schedule_type_name(type); }
+std::string_view scheduler_name(SchedulerType type) {
+  return optim::schedule_type_name(type);
+}
 
 DType Config::compute_dtype() const {
   switch (precision) {
-    case Precision::fp16: return DType::f16;
-    case Precision::bf16: return DType::bf16;
-    case Precision::fp32: break;
+    case Precision::fp16:
+      return DType::f16;
+    case Precision::bf16:
+      return DType::bf16;
+    case Precision::fp32:
+      break;
   }
   return DType::f32;
 }
@@ -128,8 +142,8 @@ Config read_config(const json& document, const ReadOptions& options) {
   }
   std::set<std::string> overridden, created;
   std::vector<std::string> override_errors;
-  const json effective = apply_overrides(document, options.overrides, &overridden, &created,
-                                         &override_errors);
+  const json effective =
+      apply_overrides(document, options.overrides, &overridden, &created, &override_errors);
 
   Config config;
   config.world_size = options.world_size;

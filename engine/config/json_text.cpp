@@ -118,7 +118,8 @@ json parse_json_text(std::string_view text, const std::string& source) {
   } catch (const json::exception& error) {
     // Number overflow (out_of_range.406) carries no position: find the number in the text.
     std::string what = error.what();
-    if (const auto colon = what.find("] "); colon != std::string::npos) what = what.substr(colon + 2);
+    if (const auto colon = what.find("] "); colon != std::string::npos)
+      what = what.substr(colon + 2);
     std::string where = source;
     if (const auto open = what.find('\''), close = what.rfind('\'');
         open != std::string::npos && close > open) {
@@ -142,8 +143,7 @@ json read_json_file(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     const int err = errno;
-    throw make_error(ErrorCategory::io, "cannot read config file {}: {}", path,
-                     std::strerror(err));
+    throw make_error(ErrorCategory::io, "cannot read config file {}: {}", path, std::strerror(err));
   }
   std::ostringstream contents;
   contents << file.rdbuf();

@@ -14,9 +14,9 @@ namespace {
 
 // Optimizers DeepSpeed or PyTorch offer that zero does not (lower case).
 constexpr std::array<std::string_view, 20> kUnsupportedOptimizers{
-    "lamb",    "onebitadam", "zerooneadam", "onebitlamb", "muadam",   "muadamw", "musgd",
-    "muon",    "rmsprop",    "adadelta",    "adamax",     "asgd",     "lbfgs",   "nadam",
-    "radam",   "rprop",      "sparseadam",  "adafactor",  "fusedadam", "cpuadam"};
+    "lamb",  "onebitadam", "zerooneadam", "onebitlamb", "muadam",    "muadamw", "musgd",
+    "muon",  "rmsprop",    "adadelta",    "adamax",     "asgd",      "lbfgs",   "nadam",
+    "radam", "rprop",      "sparseadam",  "adafactor",  "fusedadam", "cpuadam"};
 
 constexpr std::array<std::string_view, 5> kSupportedOptimizers{"Adam", "AdamW", "Adagrad", "Lion",
                                                                "SGD"};
@@ -30,8 +30,8 @@ void read_betas(Section& params, OptimizerConfig& optimizer) {
     reader.record(path, fallback, Source::default_value, value ? "from \"auto\"" : "");
     return;
   }
-  const bool shape_ok = value->is_array() && value->size() == 2 && (*value)[0].is_number() &&
-                        (*value)[1].is_number();
+  const bool shape_ok =
+      value->is_array() && value->size() == 2 && (*value)[0].is_number() && (*value)[1].is_number();
   if (shape_ok) {
     const double b1 = (*value)[0].get<double>(), b2 = (*value)[1].get<double>();
     if (b1 >= 0.0 && b1 < 1.0 && b2 >= 0.0 && b2 < 1.0) {
@@ -49,10 +49,10 @@ void read_betas(Section& params, OptimizerConfig& optimizer) {
 void reject_max_grad_norm(Section& params) {
   params.declare("max_grad_norm", KeyClass::unsupported, "use gradient_clipping");
   if (params.has("max_grad_norm")) {
-    params.reader().error(fmt::format(
-        "{}: not an optimizer parameter in DeepSpeed configs; use the top-level "
-        "\"gradient_clipping\" instead",
-        params.key_path("max_grad_norm")));
+    params.reader().error(
+        fmt::format("{}: not an optimizer parameter in DeepSpeed configs; use the top-level "
+                    "\"gradient_clipping\" instead",
+                    params.key_path("max_grad_norm")));
   }
 }
 
@@ -85,9 +85,9 @@ void read_params(Section& params, OptimizerConfig& optimizer) {
       optimizer.eps = params.real({"eps"}, 1e-10, kEps);
       optimizer.weight_decay = params.real({"weight_decay"}, 0.0, kNonNegative);
       params.unsupported_flag("amsgrad", "AMSGrad");
-      for (const auto& [key, what] : {std::pair{"lr_decay", "Adagrad lr_decay"},
-                                      std::pair{"initial_accumulator_value",
-                                                "a non-zero initial accumulator"}}) {
+      for (const auto& [key, what] :
+           {std::pair{"lr_decay", "Adagrad lr_decay"},
+            std::pair{"initial_accumulator_value", "a non-zero initial accumulator"}}) {
         params.declare(key, KeyClass::unsupported, what);
         if (const double x = params.real({key}, 0.0, {0.0, INFINITY}); x != 0.0) {
           params.reader().not_supported(params.key_path(key), what, x);
@@ -148,11 +148,16 @@ void read_optimizer(Section& root, Config& config) {
     const std::string name = type->get<std::string>();
     const std::string folded = fold_case(name);
     optimizer.name = name;
-    if (folded == "adam") optimizer.type = OptimizerType::adam;
-    else if (folded == "adamw") optimizer.type = OptimizerType::adamw;
-    else if (folded == "adagrad") optimizer.type = OptimizerType::adagrad;
-    else if (folded == "lion") optimizer.type = OptimizerType::lion;
-    else if (folded == "sgd") optimizer.type = OptimizerType::sgd;
+    if (folded == "adam")
+      optimizer.type = OptimizerType::adam;
+    else if (folded == "adamw")
+      optimizer.type = OptimizerType::adamw;
+    else if (folded == "adagrad")
+      optimizer.type = OptimizerType::adagrad;
+    else if (folded == "lion")
+      optimizer.type = OptimizerType::lion;
+    else if (folded == "sgd")
+      optimizer.type = OptimizerType::sgd;
     else if (std::find(kUnsupportedOptimizers.begin(), kUnsupportedOptimizers.end(), folded) !=
              kUnsupportedOptimizers.end()) {
       reader.error(fmt::format(

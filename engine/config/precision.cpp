@@ -48,8 +48,7 @@ void read_precision(Section& root, Config& config) {
   config.fp16.hysteresis = fp16.integer({"hysteresis"}, 2, kPositive);
   config.fp16.consecutive_hysteresis = fp16.boolean({"consecutive_hysteresis"}, false);
   config.fp16.min_loss_scale = fp16.real({"min_loss_scale"}, 1.0, {0.0, INFINITY, true});
-  fp16.unsupported_flag("fp16_master_weights_and_grads",
-                      "fp16 master weights and gradients");
+  fp16.unsupported_flag("fp16_master_weights_and_grads", "fp16 master weights and gradients");
   fp16.finish();
 
   // "bf16" and its older spelling "bfloat16".
@@ -58,19 +57,18 @@ void read_precision(Section& root, Config& config) {
     reader.error("bf16: given together with its alias bfloat16; keep one");
   }
   Section bf16 = root.has("bfloat16") && !bf16_given ? root.child("bfloat16") : root.child("bf16");
-  root.declare(bf16.path() == "bf16" ? "bfloat16" : "bf16", KeyClass::implemented,
-               "alias of bf16");
+  root.declare(bf16.path() == "bf16" ? "bfloat16" : "bf16", KeyClass::implemented, "alias of bf16");
   const bool bf16_enabled = bf16.boolean({"enabled"}, false);
   bf16.no_effect_flag("immediate_grad_update",
-                 "gradients always go straight into their bucket as each module finishes");
+                      "gradients always go straight into their bucket as each module finishes");
   config.bf16_check_grad_overflow = bf16.boolean({"check_grad_overflow"}, true);
-  bf16.unsupported_flag("bf16_master_weights_and_grads",
-                      "bf16 master weights and gradients");
+  bf16.unsupported_flag("bf16_master_weights_and_grads", "bf16 master weights and gradients");
   const bool bf16_states = bf16.boolean({"bf16_optimizer_states"}, false);
   bf16.finish();
   if (bf16_states && !bf16_enabled) {
-    reader.error("bf16.bf16_optimizer_states is true but bf16.enabled is not: bf16 optimizer "
-                 "states need bf16 training");
+    reader.error(
+        "bf16.bf16_optimizer_states is true but bf16.enabled is not: bf16 optimizer "
+        "states need bf16 training");
   }
   config.optimizer_state_dtype = bf16_states ? DType::bf16 : DType::f32;
 

@@ -11,7 +11,6 @@
 namespace zero::config {
 namespace {
 
-
 std::string join_path(const std::string& section, std::string_view key) {
   return section.empty() ? std::string(key) : section + "." + std::string(key);
 }
@@ -69,20 +68,28 @@ std::string describe_range(RealRange range) {
 
 std::string_view source_name(Source source) {
   switch (source) {
-    case Source::file: return "file";
-    case Source::override_value: return "override";
-    case Source::default_value: return "default";
-    case Source::derived: return "derived";
+    case Source::file:
+      return "file";
+    case Source::override_value:
+      return "override";
+    case Source::default_value:
+      return "default";
+    case Source::derived:
+      return "derived";
   }
   return "?";
 }
 
 std::string_view key_class_name(KeyClass key_class) {
   switch (key_class) {
-    case KeyClass::implemented: return "implemented";
-    case KeyClass::no_effect: return "no effect here";
-    case KeyClass::unsupported: return "not supported when enabled";
-    case KeyClass::deprecated: return "deprecated";
+    case KeyClass::implemented:
+      return "implemented";
+    case KeyClass::no_effect:
+      return "no effect here";
+    case KeyClass::unsupported:
+      return "not supported when enabled";
+    case KeyClass::deprecated:
+      return "deprecated";
   }
   return "?";
 }
@@ -94,9 +101,13 @@ std::string fold_case(std::string_view text) {
   return out;
 }
 
-bool is_auto(const json& value) { return value.is_string() && value.get<std::string>() == "auto"; }
+bool is_auto(const json& value) {
+  return value.is_string() && value.get<std::string>() == "auto";
+}
 
-std::string describe(const json& value) { return value.dump(); }
+std::string describe(const json& value) {
+  return value.dump();
+}
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   // Optimal string alignment: insertions, deletions, substitutions, adjacent transpositions.
@@ -131,7 +142,9 @@ Reader::Reader(const json& root, std::set<std::string> overridden,
                std::set<std::string> created_by_override)
     : root_(root), overridden_(std::move(overridden)), created_(std::move(created_by_override)) {}
 
-Section Reader::root() { return Section(*this, "", &root_); }
+Section Reader::root() {
+  return Section(*this, "", &root_);
+}
 
 void Reader::record(std::string path, json value, Source source, std::string note) {
   for (auto& entry : resolved_) {
@@ -166,10 +179,14 @@ namespace {
 // keyword arguments of the optimizer and scheduler): an unknown key there is an error. Anywhere
 // else DeepSpeed reads the keys it knows and ignores the rest, so zero warns.
 bool strict_section(const std::string& section) {
-  static const std::set<std::string> kStrict{
-      "zero_optimization", "zero_optimization.offload_optimizer", "zero_optimization.offload_param",
-      "fp16",              "bf16",                                "bfloat16",
-      "optimizer.params",  "scheduler.params"};
+  static const std::set<std::string> kStrict{"zero_optimization",
+                                             "zero_optimization.offload_optimizer",
+                                             "zero_optimization.offload_param",
+                                             "fp16",
+                                             "bf16",
+                                             "bfloat16",
+                                             "optimizer.params",
+                                             "scheduler.params"};
   return kStrict.count(section) > 0;
 }
 
@@ -206,9 +223,9 @@ void Reader::finish() {
     std::string elsewhere;
     for (const auto& known : known_) {
       const auto dot = known.path.rfind('.');
-      const std::string_view last =
-          dot == std::string::npos ? std::string_view(known.path)
-                                   : std::string_view(known.path).substr(dot + 1);
+      const std::string_view last = dot == std::string::npos
+                                        ? std::string_view(known.path)
+                                        : std::string_view(known.path).substr(dot + 1);
       if (last == key && known.path != path) {
         elsewhere = known.path;
         break;
@@ -228,7 +245,9 @@ void Reader::finish() {
 Section::Section(Reader& reader, std::string path, const json* object)
     : reader_(reader), path_(std::move(path)), object_(object) {}
 
-std::string Section::key_path(std::string_view key) const { return join_path(path_, key); }
+std::string Section::key_path(std::string_view key) const {
+  return join_path(path_, key);
+}
 
 bool Section::has(std::string_view key) const {
   return object_ != nullptr && object_->contains(std::string(key));
@@ -256,8 +275,8 @@ std::optional<std::string_view> Section::find(std::initializer_list<std::string_
         continue;
       }
       if (reader_.is_overridden(key_path(*found))) continue;
-      reader_.error(fmt::format("{}: given together with its alias {}; keep one",
-                                key_path(*found), key_path(name)));
+      reader_.error(fmt::format("{}: given together with its alias {}; keep one", key_path(*found),
+                                key_path(name)));
       continue;
     }
     found = name;
@@ -277,7 +296,7 @@ void Section::declare(std::string_view name, KeyClass key_class, std::string_vie
 }
 
 const json* Section::given(std::initializer_list<std::string_view> names, const json& fallback,
-                          std::string_view* name) {
+                           std::string_view* name) {
   const auto found = find(names);
   const json* value = found ? &object_->at(std::string(*found)) : nullptr;
   if (value == nullptr || value->is_null() || is_auto(*value)) {
@@ -303,8 +322,8 @@ bool Section::boolean(std::initializer_list<std::string_view> names, bool fallba
   return fallback;
 }
 
-std::int64_t Section::integer(std::initializer_list<std::string_view> names,
-                              std::int64_t fallback, IntRange range) {
+std::int64_t Section::integer(std::initializer_list<std::string_view> names, std::int64_t fallback,
+                              IntRange range) {
   const std::string recorded = key_path(*names.begin());
   std::string_view name;
   const json* given_value = given(names, fallback, &name);
@@ -355,8 +374,8 @@ std::string Section::choice(std::initializer_list<std::string_view> names, std::
       }
     }
   }
-  reader_.error(fmt::format("{}: expected one of {}, got {}", key_path(name),
-                            list_allowed(allowed), describe(value)));
+  reader_.error(fmt::format("{}: expected one of {}, got {}", key_path(name), list_allowed(allowed),
+                            describe(value)));
   return fallback;
 }
 
@@ -418,8 +437,8 @@ Section Section::child(std::string_view name, KeyClass key_class) {
   const json& value = object_->at(std::string(name));
   if (value.is_null()) return Section(reader_, key_path(name), nullptr);
   if (!value.is_object()) {
-    reader_.error(fmt::format("{}: expected an object {{...}}, got {}", key_path(name),
-                              describe(value)));
+    reader_.error(
+        fmt::format("{}: expected an object {{...}}, got {}", key_path(name), describe(value)));
     return Section(reader_, key_path(name), nullptr);
   }
   return Section(reader_, key_path(name), &value);
@@ -437,7 +456,8 @@ void Section::no_effect_flag(std::string_view name, std::string_view why) {
   if (!has(name)) return;
   const json& value = object_->at(std::string(name));
   if (!value.is_null() && !is_auto(value) && !as_boolean(value)) {
-    reader_.error(fmt::format("{}: expected true or false, got {}", key_path(name), describe(value)));
+    reader_.error(
+        fmt::format("{}: expected true or false, got {}", key_path(name), describe(value)));
     return;
   }
   reader_.info(fmt::format("{}: accepted, no effect here: {}", key_path(name), why));
@@ -450,7 +470,8 @@ void Section::unsupported_flag(std::string_view name, std::string_view what) {
   if (value.is_null() || is_auto(value)) return;
   const auto on = as_boolean(value);
   if (!on) {
-    reader_.error(fmt::format("{}: expected true or false, got {}", key_path(name), describe(value)));
+    reader_.error(
+        fmt::format("{}: expected true or false, got {}", key_path(name), describe(value)));
   } else if (*on) {
     reader_.error(fmt::format("{}: {} is not supported by zero (got {}); remove it or disable it",
                               key_path(name), what, describe(value)));

@@ -182,7 +182,7 @@ class Section {
 
 bool is_auto(const json& value);
 std::string fold_case(std::string_view text);  // lower case, for case-insensitive names
-std::string describe(const json& value);  // a value as it appears in messages
+std::string describe(const json& value);       // a value as it appears in messages
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
 }  // namespace zero::config

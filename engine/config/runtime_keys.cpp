@@ -45,9 +45,8 @@ bool pipeline_stages_above_one(const json& value) {
 }
 
 bool compile_on(const json& value) {
-  return value.is_object() &&
-         ((value.contains("deepcompile") && truthy(value.at("deepcompile"))) ||
-          (value.contains("enabled") && truthy(value.at("enabled"))));
+  return value.is_object() && ((value.contains("deepcompile") && truthy(value.at("deepcompile"))) ||
+                               (value.contains("enabled") && truthy(value.at("enabled"))));
 }
 
 bool tensor_parallel_on(const json& value) {
@@ -65,7 +64,9 @@ bool tensor_parallel_on(const json& value) {
   return false;
 }
 
-bool not_false(const json& value) { return !value.is_null() && value != false; }
+bool not_false(const json& value) {
+  return !value.is_null() && value != false;
+}
 
 void read_aio(Section& root, Config& config) {
   Section aio = root.child("aio");
@@ -73,9 +74,10 @@ void read_aio(Section& root, Config& config) {
   // alignment) up to 1 GiB, at most 1024 in flight per ring and 256 rings.
   config.aio.block_size = aio.integer({"block_size"}, 1'048'576, {4096, std::int64_t{1} << 30});
   if (config.aio.block_size % 4096 != 0) {
-    root.reader().error(fmt::format("aio.block_size: {} is not a multiple of 4096 (direct I/O "
-                                    "moves whole 4096-byte units); use e.g. {}",
-                                    config.aio.block_size, config.aio.block_size / 4096 * 4096));
+    root.reader().error(
+        fmt::format("aio.block_size: {} is not a multiple of 4096 (direct I/O "
+                    "moves whole 4096-byte units); use e.g. {}",
+                    config.aio.block_size, config.aio.block_size / 4096 * 4096));
   }
   config.aio.queue_depth = aio.integer({"queue_depth"}, 8, {1, 1024});
   if (aio.has("intra_op_parallelism") && aio.has("thread_count")) {
@@ -155,9 +157,9 @@ void read_runtime_keys(Section& root, Config& config) {
   config.comm_timeout_s = root.real({"comm_timeout_s"}, 1800.0, {0.0, 1e9, true});
   config.memory_breakdown = root.boolean({"memory_breakdown"}, false);
   root.no_effect_flag("zero_allow_untested_optimizer",
-                 "every optimizer zero offers is tested under every ZeRO stage");
+                      "every optimizer zero offers is tested under every ZeRO stage");
   root.no_effect_flag("zero_force_ds_cpu_optimizer",
-                 "offloaded optimizer steps always run zero's own fused CPU kernels");
+                      "offloaded optimizer steps always run zero's own fused CPU kernels");
   read_aio(root, config);
   read_checkpoint(root, config);
   read_activation_checkpointing(root, config);
@@ -166,13 +168,12 @@ void read_runtime_keys(Section& root, Config& config) {
 void declare_foreign_sections(Section& root) {
   // Switches of DeepSpeed features that change training and that zero does not implement.
   root.unsupported_section("tensorboard",
-                      "TensorBoard logging (zero-train --metrics writes JSON lines)");
+                           "TensorBoard logging (zero-train --metrics writes JSON lines)");
   root.unsupported_section("wandb",
-                      "Weights & Biases logging (zero-train --metrics writes JSON lines)");
+                           "Weights & Biases logging (zero-train --metrics writes JSON lines)");
   root.unsupported_section("csv_monitor",
-                      "the CSV monitor (zero-train --metrics writes JSON lines)");
-  root.unsupported_section("comet",
-                      "Comet logging (zero-train --metrics writes JSON lines)");
+                           "the CSV monitor (zero-train --metrics writes JSON lines)");
+  root.unsupported_section("comet", "Comet logging (zero-train --metrics writes JSON lines)");
   root.unsupported_section("flops_profiler", "the FLOPs profiler");
   root.unsupported_section("comms_logger", "the communication logger");
   root.unsupported_section("elasticity", "elastic training");
@@ -203,8 +204,8 @@ void declare_foreign_sections(Section& root) {
   root.declare("gradient_allreduce_op", KeyClass::implemented,
                "\"mean\" only: summing gradients is not supported");
   if (root.choice({"gradient_allreduce_op"}, "mean", {"mean", "sum"}, true) == "sum") {
-    root.reader().not_supported("gradient_allreduce_op",
-                                "summing instead of averaging gradients", "sum");
+    root.reader().not_supported("gradient_allreduce_op", "summing instead of averaging gradients",
+                                "sum");
   }
   root.declare("managed_gradient_accumulation", KeyClass::implemented,
                "true only: the engine keeps the accumulation boundary");

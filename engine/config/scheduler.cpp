@@ -16,15 +16,25 @@ constexpr RealRange kAnyLr{0.0, INFINITY};
 constexpr RealRange kRatio{0.0, 1.0};
 
 // PyTorch's schedulers, which DeepSpeed would accept by name and zero does not offer.
-constexpr std::array<std::string_view, 15> kTorchSchedulers{
-    "StepLR",       "MultiStepLR",       "ExponentialLR",    "CosineAnnealingLR",
-    "LambdaLR",     "MultiplicativeLR",  "ReduceLROnPlateau", "CyclicLR",
-    "OneCycleLR",   "CosineAnnealingWarmRestarts", "LinearLR", "ConstantLR",
-    "SequentialLR", "ChainedScheduler",  "PolynomialLR"};
+constexpr std::array<std::string_view, 15> kTorchSchedulers{"StepLR",
+                                                            "MultiStepLR",
+                                                            "ExponentialLR",
+                                                            "CosineAnnealingLR",
+                                                            "LambdaLR",
+                                                            "MultiplicativeLR",
+                                                            "ReduceLROnPlateau",
+                                                            "CyclicLR",
+                                                            "OneCycleLR",
+                                                            "CosineAnnealingWarmRestarts",
+                                                            "LinearLR",
+                                                            "ConstantLR",
+                                                            "SequentialLR",
+                                                            "ChainedScheduler",
+                                                            "PolynomialLR"};
 
 WarmupType read_warmup_type(Section& params) {
   return params.choice({"warmup_type"}, "log", {"log", "linear"}) == "linear" ? WarmupType::linear
-                                                                             : WarmupType::log;
+                                                                              : WarmupType::log;
 }
 
 void warn_if_short(Section& params, const SchedulerConfig& s) {
@@ -148,9 +158,9 @@ void read_scheduler(Section& root, Config& config) {
       s.cycle_max_mom = params.real({"cycle_max_mom"}, 0.9, {0.0, 1.0});
       s.decay_mom_rate = params.real({"decay_mom_rate"}, 0.0, {0.0, INFINITY});
       if (s.cycle_max_lr < s.cycle_min_lr) {
-        reader.error(fmt::format(
-            "scheduler.params.cycle_max_lr ({}) is below cycle_min_lr ({}); swap them",
-            s.cycle_max_lr, s.cycle_min_lr));
+        reader.error(
+            fmt::format("scheduler.params.cycle_max_lr ({}) is below cycle_min_lr ({}); swap them",
+                        s.cycle_max_lr, s.cycle_min_lr));
       }
       if (s.cycle_momentum && !config.optimizer.has_betas()) {
         reader.warning(fmt::format(

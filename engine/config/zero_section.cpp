@@ -14,7 +14,6 @@ OffloadDevice parse_device(const std::string& text) {
   return OffloadDevice::none;
 }
 
-
 void read_offload_optimizer(Section& zero, Config& config) {
   Section section = zero.child("offload_optimizer");
   OffloadOptimizerConfig& offload = config.zero.offload_optimizer;
@@ -99,7 +98,6 @@ void map_deprecated_offload(Section& zero, Config& config) {
                   std::string(offload_device_name(device)), Source::derived,
                   fmt::format("from deprecated {}", mapping.old_key));
   }
-
 }
 
 // cpu_offload_use_pin_memory: pins both offloads, unless their sections say otherwise.
@@ -110,9 +108,9 @@ void map_deprecated_pin_memory(Section& zero, Config& config) {
   const json* pin = zero.raw("cpu_offload_use_pin_memory");
   if (pin == nullptr || pin->is_null()) return;
   if (!pin->is_boolean()) {
-    reader.error(fmt::format(
-        "zero_optimization.cpu_offload_use_pin_memory: expected true or false, got {}",
-        describe(*pin)));
+    reader.error(
+        fmt::format("zero_optimization.cpu_offload_use_pin_memory: expected true or false, got {}",
+                    describe(*pin)));
     return;
   }
   reader.warning(
@@ -154,8 +152,9 @@ bool read_boolean_form(Section& root, Config& config) {
   root.declare("allgather_size", KeyClass::implemented,
                "the bucket size of the old \"zero_optimization\": true form");
   if (root.has("allgather_size")) {
-    reader.error("allgather_size: only read with the old \"zero_optimization\": true form; use "
-                 "zero_optimization.allgather_bucket_size");
+    reader.error(
+        "allgather_size: only read with the old \"zero_optimization\": true form; use "
+        "zero_optimization.allgather_bucket_size");
   }
   return false;
 }
@@ -183,15 +182,14 @@ void read_stage_and_buckets(Section& zero, Config& config) {
   z.sub_group_size = zero.integer({"sub_group_size"}, 1'000'000'000);
   z.prefetch_bucket_size =
       zero.integer({"stage3_prefetch_bucket_size", "prefetch_bucket_size"}, 50'000'000);
-  z.param_persistence_threshold = zero.integer(
-      {"stage3_param_persistence_threshold", "param_persistence_threshold"}, 100'000);
+  z.param_persistence_threshold =
+      zero.integer({"stage3_param_persistence_threshold", "param_persistence_threshold"}, 100'000);
   z.model_persistence_threshold = zero.integer(
       {"stage3_model_persistence_threshold", "model_persistence_threshold"}, INT64_MAX);
   z.max_live_parameters =
       zero.integer({"stage3_max_live_parameters", "max_live_parameters"}, 1'000'000'000);
   z.max_reuse_distance =
       zero.integer({"stage3_max_reuse_distance", "max_reuse_distance"}, 1'000'000'000);
-
 }
 
 // The 16-bit weights gathered on save, under its name and its deprecated fp16 name.
@@ -227,10 +225,8 @@ void read_gather_16bit(Section& zero, Config& config) {
     zero.declare("gather_16bit_weights_on_model_save", KeyClass::implemented);
   } else {
     z.gather_16bit_weights_on_model_save = zero.boolean(
-        {"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save"},
-        false);
+        {"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save"}, false);
   }
-
 }
 
 // The keys accepted without effect here, and those refused as not supported when enabled.
@@ -238,16 +234,21 @@ void declare_other_keys(Section& zero) {
   Reader& reader = zero.reader();
   // Accepted without effect: these tune DeepSpeed's Python machinery or are always true here.
   zero.no_effect_flag("contiguous_gradients",
-                 "every rank's shards are always one contiguous buffer per dtype");
-  zero.no_effect_flag("allgather_partitions",
-                 "updated shards are always all-gathered (the results are the same either way)");
-  zero.no_effect_flag("round_robin_gradients",
-                 "owned gradient shards are copied in bucket order (the results are the same)");
-  zero.no_effect_flag("use_multi_rank_bucket_allreduce", "buckets are reduced by one collective each");
-  zero.no_effect_flag("load_from_fp32_weights", "checkpoints always restore the fp32 master weights");
+                      "every rank's shards are always one contiguous buffer per dtype");
+  zero.no_effect_flag(
+      "allgather_partitions",
+      "updated shards are always all-gathered (the results are the same either way)");
+  zero.no_effect_flag(
+      "round_robin_gradients",
+      "owned gradient shards are copied in bucket order (the results are the same)");
+  zero.no_effect_flag("use_multi_rank_bucket_allreduce",
+                      "buckets are reduced by one collective each");
+  zero.no_effect_flag("load_from_fp32_weights",
+                      "checkpoints always restore the fp32 master weights");
   zero.no_effect_flag("elastic_checkpoint", "every zero checkpoint loads at any world size");
   zero.no_effect("module_granularity_threshold", "modules are the ones the caller registers");
-  zero.no_effect("stage3_module_granularity_threshold", "modules are the ones the caller registers");
+  zero.no_effect("stage3_module_granularity_threshold",
+                 "modules are the ones the caller registers");
   zero.no_effect_flag("use_all_reduce_for_fetch_params", "stage 3 gathers with all-gather");
   zero.no_effect_flag("stage3_use_all_reduce_for_fetch_params", "stage 3 gathers with all-gather");
   zero.no_effect_flag("allgather_sequential", "the gather plan is fixed ahead of the step");
@@ -256,7 +257,8 @@ void declare_other_keys(Section& zero) {
   zero.no_effect_flag("pipeline_loading_checkpoint", "a pipeline-parallel loading detail");
   zero.no_effect_flag("override_module_apply", "a PyTorch module hook detail");
   zero.no_effect_flag("log_trace_cache_warnings", "trace changes are always logged as warnings");
-  zero.no_effect_flag("enable_sanity_checks", "the schedule is always checked across ranks by hash");
+  zero.no_effect_flag("enable_sanity_checks",
+                      "the schedule is always checked across ranks by hash");
   zero.no_effect_flag("save_muon_momentum_buffer_in_memory", "zero has no Muon optimizer");
   zero.no_effect("leaf_module", "modules are the ones the caller registers");
   zero.unsupported_flag("legacy_stage1", "the legacy stage 1 implementation");
@@ -268,7 +270,7 @@ void declare_other_keys(Section& zero) {
   }
   zero.unsupported_flag("zero_quantized_weights", "ZeRO++ quantized weights (qwZ)");
   zero.unsupported_flag("zero_quantized_nontrainable_weights",
-                      "ZeRO++ quantized non-trainable weights");
+                        "ZeRO++ quantized non-trainable weights");
   zero.unsupported_flag("zero_quantized_gradients", "ZeRO++ quantized gradients (qgZ)");
   zero.unsupported_if("zeropp_loco_param", present_and_not_empty, "ZeRO++ LoCo");
   zero.declare("mics_shard_size", KeyClass::unsupported, "MiCS sharding");
@@ -308,10 +310,14 @@ void read_zero_optimization(Section& root, Config& config) {
   read_stage_and_buckets(zero, config);
   read_gather_16bit(zero, config);
   map_deprecated_offload(zero, config);
-  if (!zero.has("cpu_offload") || zero.has("offload_optimizer")) read_offload_optimizer(zero, config);
-  else zero.declare("offload_optimizer", KeyClass::implemented);
-  if (!zero.has("cpu_offload_param") || zero.has("offload_param")) read_offload_param(zero, config);
-  else zero.declare("offload_param", KeyClass::implemented);
+  if (!zero.has("cpu_offload") || zero.has("offload_optimizer"))
+    read_offload_optimizer(zero, config);
+  else
+    zero.declare("offload_optimizer", KeyClass::implemented);
+  if (!zero.has("cpu_offload_param") || zero.has("offload_param"))
+    read_offload_param(zero, config);
+  else
+    zero.declare("offload_param", KeyClass::implemented);
   map_deprecated_pin_memory(zero, config);
   declare_other_keys(zero);
   zero.finish();

@@ -31,7 +31,8 @@ extern "C" {
 #define ZERO_VERSION_MINOR 1
 #define ZERO_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
-#define ZERO_VERSION_CODE (ZERO_VERSION_MAJOR * 10000 + ZERO_VERSION_MINOR * 100 + ZERO_VERSION_PATCH)
+#define ZERO_VERSION_CODE \
+  (ZERO_VERSION_MAJOR * 10000 + ZERO_VERSION_MINOR * 100 + ZERO_VERSION_PATCH)
 
 /* Status codes. Each failure category of the library maps to one code. */
 typedef enum zero_status {
@@ -206,9 +207,9 @@ typedef struct zero_param_desc {
   const char* name;
   const long long* shape; /* ndim dims, each >= 0; ndim 0 is a scalar */
   int ndim;
-  int trainable;          /* 0: frozen (no gradient, no optimizer state) */
+  int trainable; /* 0: frozen (no gradient, no optimizer state) */
   int group;
-  const int* modules;     /* the modules that use it (a tied weight lists several) */
+  const int* modules; /* the modules that use it (a tied weight lists several) */
   int module_count;
   /* The first value, one of (or neither, for zeros):
    *   initial: numel floats read on rank 0 only (broadcast at zero_init; must stay valid
@@ -315,7 +316,8 @@ ZERO_API zero_status zero_save_checkpoint(zero_engine* engine, const char* dir, 
                                           const void* user_data, unsigned long long user_bytes);
 
 /* zero_load_checkpoint flags. */
-#define ZERO_LOAD_MODULE_ONLY 1u /* the values only: the optimizer state and counters start afresh */
+#define ZERO_LOAD_MODULE_ONLY \
+  1u /* the values only: the optimizer state and counters start afresh */
 
 /* Collective, with the same conditions as zero_save_checkpoint. Loads DIR/<tag> (tag NULL or
  * "": the tag DIR/latest names; DIR may also be a tag directory itself) into the registered
@@ -372,10 +374,19 @@ ZERO_API zero_status zero_load_pretrained(zero_engine* engine, const char* path,
 /* ---- Memory and failure ---- */
 
 /* Tiers and kinds of model state, as zero_memory_bytes reports them. */
-typedef enum zero_tier { ZERO_TIER_DEVICE = 0, ZERO_TIER_PINNED = 1, ZERO_TIER_HOST = 2,
-                         ZERO_TIER_NVME = 3 } zero_tier;
-typedef enum zero_kind { ZERO_KIND_PARAM = 0, ZERO_KIND_GRAD = 1, ZERO_KIND_MASTER = 2,
-                         ZERO_KIND_MOMENT = 3, ZERO_KIND_BUFFER = 4 } zero_kind;
+typedef enum zero_tier {
+  ZERO_TIER_DEVICE = 0,
+  ZERO_TIER_PINNED = 1,
+  ZERO_TIER_HOST = 2,
+  ZERO_TIER_NVME = 3
+} zero_tier;
+typedef enum zero_kind {
+  ZERO_KIND_PARAM = 0,
+  ZERO_KIND_GRAD = 1,
+  ZERO_KIND_MASTER = 2,
+  ZERO_KIND_MOMENT = 3,
+  ZERO_KIND_BUFFER = 4
+} zero_kind;
 
 /* Bytes of one tier and kind on this rank: live now, and the most there ever were. */
 ZERO_API zero_status zero_memory_bytes(const zero_engine* engine, zero_tier tier, zero_kind kind,

@@ -132,10 +132,10 @@ int attention_forward(Bf16* out, int ld_out, float* lse, const Bf16* q, int ldq,
                       Stream stream);
 // dq, dk, dv += the gradients (recomputing the scores tile by tile from q, k and lse); `delta`
 // is fp32 scratch [B, NH, T].
-int attention_backward(Bf16* dq, Bf16* dk, Bf16* dv, const Bf16* dout, int ld_out,
-                       const Bf16* out, const float* lse, const Bf16* q, int ldq, const Bf16* k,
-                       const Bf16* v, int ldkv, int B, int T, int NH, int NKV, int hd, int window,
-                       float* delta, Stream stream);
+int attention_backward(Bf16* dq, Bf16* dk, Bf16* dv, const Bf16* dout, int ld_out, const Bf16* out,
+                       const float* lse, const Bf16* q, int ldq, const Bf16* k, const Bf16* v,
+                       int ldkv, int B, int T, int NH, int NKV, int hd, int window, float* delta,
+                       Stream stream);
 
 // ---- Output ----
 

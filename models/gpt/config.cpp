@@ -15,7 +15,9 @@ GptConfig GptConfig::by_name(const std::string& name) {
                               "': use tiny, gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b");
 }
 
-std::int64_t GptConfig::parameters() const { return gpt::parameters(*this, 4 * std::int64_t{channels}); }
+std::int64_t GptConfig::parameters() const {
+  return gpt::parameters(*this, 4 * std::int64_t{channels});
+}
 
 std::int64_t parameters(const GptConfig& c, std::int64_t mlp) {
   const std::int64_t C = c.channels, F = mlp;

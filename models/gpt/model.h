@@ -30,8 +30,8 @@ namespace zero::gpt {
 // load_pretrained reads Hugging Face GPT-2 safetensors (load_gpt2_weights, params.h). Throws
 // std::invalid_argument for sizes that do not fit and std::runtime_error with zero_last_error()
 // when a call fails.
-std::unique_ptr<models::CausalLm> make_gpt(zero_engine* engine, const GptConfig& config,
-                                           int batch, int seq, std::uint64_t seed,
+std::unique_ptr<models::CausalLm> make_gpt(zero_engine* engine, const GptConfig& config, int batch,
+                                           int seq, std::uint64_t seed,
                                            const models::ActivationOptions& options = {});
 
 }  // namespace zero::gpt

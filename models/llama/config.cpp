@@ -48,8 +48,8 @@ RopeScaling scaling_of(const json& s, const std::string& key) {
   const std::string kind = hf::string(s, key, "rope_type", "");
   const std::string old_kind = hf::string(s, key, "type", "");
   if (!kind.empty() && !old_kind.empty() && kind != old_kind) {
-    hf::refuse(key, "says \"rope_type\": \"" + kind + "\" and \"type\": \"" + old_kind +
-                        "\"; keep one");
+    hf::refuse(key,
+               "says \"rope_type\": \"" + kind + "\" and \"type\": \"" + old_kind + "\"; keep one");
   }
   r.type = !kind.empty() ? kind : !old_kind.empty() ? old_kind : "default";
   if (r.type != "default" && r.type != "linear" && r.type != "llama3") {
@@ -62,8 +62,8 @@ RopeScaling scaling_of(const json& s, const std::string& key) {
     r.low_freq_factor = hf::positive_number(s, key, "low_freq_factor", 1.0);
     r.high_freq_factor = hf::positive_number(s, key, "high_freq_factor", 4.0);
     if (r.high_freq_factor <= r.low_freq_factor) {
-      hf::refuse(key + ".high_freq_factor", "must be greater than low_freq_factor (" +
-                                                json(r.low_freq_factor).dump() + ")");
+      hf::refuse(key + ".high_freq_factor",
+                 "must be greater than low_freq_factor (" + json(r.low_freq_factor).dump() + ")");
     }
     r.original_max_position = hf::positive_int(s, key, "original_max_position_embeddings", 8192);
   }
@@ -97,9 +97,9 @@ void read_rope(const json& c, LlamaConfig& out) {
       parameters ? scaling_of(*parameters, "rope_parameters") : RopeScaling{};
   const RopeScaling from_scaling = scaling ? scaling_of(*scaling, "rope_scaling") : RopeScaling{};
   if (parameters && scaling && !same(from_parameters, from_scaling)) {
-    hf::refuse("rope_scaling", "(\"" + from_scaling.type + "\") disagrees with \"rope_parameters\" (\"" +
-                                   from_parameters.type +
-                                   "\"); keep one of them, or make them say the same");
+    hf::refuse("rope_scaling",
+               "(\"" + from_scaling.type + "\") disagrees with \"rope_parameters\" (\"" +
+                   from_parameters.type + "\"); keep one of them, or make them say the same");
   }
   out.rope_scaling = parameters ? from_parameters : from_scaling;
 }
@@ -180,7 +180,8 @@ LlamaConfig LlamaConfig::from_hf(const json& c) {
   if (type == "qwen2") {
     out.qkv_bias = true;
     if (hf::boolean(c, "", "use_sliding_window", false)) {
-      hf::refuse("use_sliding_window", "is true: Qwen2's per-layer sliding window is not supported");
+      hf::refuse("use_sliding_window",
+                 "is true: Qwen2's per-layer sliding window is not supported");
     }
   } else {
     if (hf::boolean(c, "", "attention_bias", false)) {
@@ -263,8 +264,10 @@ void LlamaConfig::validate() const {
                                 " is odd: rotary embeddings turn pairs of channels");
   }
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) {
-    throw std::invalid_argument("the rotary base (rope theta) must be a finite number greater "
-                                "than 0, not " + nlohmann::json(rope_theta).dump());
+    throw std::invalid_argument(
+        "the rotary base (rope theta) must be a finite number greater "
+        "than 0, not " +
+        nlohmann::json(rope_theta).dump());
   }
   if (rope_scaling.type != "default" && rope_scaling.factor <= 0) {
     throw std::invalid_argument("the rotary scaling factor must be positive");
@@ -334,8 +337,8 @@ models::ActivationBytes activation_bytes(const LlamaConfig& c, int batch, int se
   a.kept = (common + L * N * C + (checkpointing ? block : L * block)) * element_bytes;
   // Backward's buffers: the MLP's three hidden gradients, q's and the attention output's, k's
   // and v's, the scores', four of C, the losses' and the logits'.
-  a.workspace = (3 * N * F + 2 * N * Q + 2 * N * KV + scores + 4 * N * C + N + N * V) *
-                element_bytes;
+  a.workspace =
+      (3 * N * F + 2 * N * Q + 2 * N * KV + scores + 4 * N * C + N + N * V) * element_bytes;
   return a;
 }
 

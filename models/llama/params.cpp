@@ -82,7 +82,8 @@ void load_llama_weights(zero_engine* engine, const LlamaConfig& config, const st
     const std::set<std::string> names = models::pretrained_tensor_names(path);
     if (!names.contains("lm_head.weight") && names.contains("model.embed_tokens.weight")) {
       throw std::runtime_error(
-          path + ": the weights hold no lm_head.weight, so the output head is tied to "
+          path +
+          ": the weights hold no lm_head.weight, so the output head is tied to "
           "model.embed_tokens.weight, but the model was made untied (config.json's "
           "tie_word_embeddings is false, or absent, which means false): set "
           "\"tie_word_embeddings\": true in config.json");

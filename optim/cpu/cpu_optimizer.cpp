@@ -2,12 +2,11 @@
 // OpenMP threads statically in cache-sized tiles, each tile handed to the kernel of the chosen
 // ISA. Results do not depend on the thread count or the slicing: kernels are elementwise and
 // stochastic rounding depends only on (seed, step, element index).
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include "base/error.h"
 #include "optim/cpu/kernels.h"
@@ -44,12 +43,18 @@ cpu::Coefficients coefficients(const OptimizerSpec& spec, const StepHyper& hyper
       const double bc2 = spec.bias_correction ? 1.0 - std::pow(hyper.beta2, t) : 1.0;
       c.step_size = static_cast<float>(lr / bc1);
       c.rbc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-      if (spec.type == OptimizerType::adam) c.l2 = static_cast<float>(wd);
-      else c.decay = static_cast<float>(1.0 - lr * wd);
+      if (spec.type == OptimizerType::adam)
+        c.l2 = static_cast<float>(wd);
+      else
+        c.decay = static_cast<float>(1.0 - lr * wd);
       break;
     }
-    case OptimizerType::adagrad: c.l2 = static_cast<float>(wd); break;
-    case OptimizerType::lion: c.decay = static_cast<float>(1.0 - lr * wd); break;
+    case OptimizerType::adagrad:
+      c.l2 = static_cast<float>(wd);
+      break;
+    case OptimizerType::lion:
+      c.decay = static_cast<float>(1.0 - lr * wd);
+      break;
     case OptimizerType::sgd:
       c.l2 = static_cast<float>(wd);
       c.momentum = static_cast<float>(spec.momentum);
@@ -77,15 +82,13 @@ class CpuOptimizer final : public Optimizer {
 
   std::string description() const override {
     const int states = spec_.state_buffers();
-    return fmt::format("{}{} on the CPU ({}, {} thread{}): {} grads, {}, {}",
-                       floor_ ? "bandwidth floor of " : "", optimizer_type_name(spec_.type),
-                       cpu_isa_name(isa_), threads_,
-                       threads_ == 1 ? "" : "s", dtype_name(formats_.grad),
-                       states == 0 ? std::string("no state")
-                                   : fmt::format("{} state", dtype_name(formats_.state)),
-                       formats_.copy_out
-                           ? fmt::format("{} copy-out", dtype_name(formats_.param_out))
-                           : std::string("no copy-out"));
+    return fmt::format(
+        "{}{} on the CPU ({}, {} thread{}): {} grads, {}, {}", floor_ ? "bandwidth floor of " : "",
+        optimizer_type_name(spec_.type), cpu_isa_name(isa_), threads_, threads_ == 1 ? "" : "s",
+        dtype_name(formats_.grad),
+        states == 0 ? std::string("no state") : fmt::format("{} state", dtype_name(formats_.state)),
+        formats_.copy_out ? fmt::format("{} copy-out", dtype_name(formats_.param_out))
+                          : std::string("no copy-out"));
   }
 
   void step(std::span<const Slice> slices, const StepHyper& hyper, Stream&) override {
@@ -98,9 +101,8 @@ class CpuOptimizer final : public Optimizer {
       check_slice(slices[i], i);
       total += slices[i].count;
     }
-    parallel(total, [&](std::size_t begin, std::size_t end) {
-      run(slices, hyper, begin, end, false);
-    });
+    parallel(total,
+             [&](std::size_t begin, std::size_t end) { run(slices, hyper, begin, end, false); });
   }
 
   void write_param_out(std::span<const Slice> slices, Stream&) override {
@@ -137,8 +139,8 @@ class CpuOptimizer final : public Optimizer {
   void check_slice(const Slice& slice, std::size_t i) const {
     if (slice.count == 0) return;
     const int states = floor_ ? 2 : spec_.state_buffers();  // the floor moves AdamW's bytes
-    const char* missing = slice.master == nullptr ? "master"
-                          : slice.grad == nullptr ? "grad"
+    const char* missing = slice.master == nullptr                    ? "master"
+                          : slice.grad == nullptr                    ? "grad"
                           : states >= 1 && slice.state[0] == nullptr ? "state[0]"
                           : states >= 2 && slice.state[1] == nullptr ? "state[1]"
                                                                      : nullptr;
@@ -165,16 +167,17 @@ class CpuOptimizer final : public Optimizer {
       const std::size_t stop = std::min(end, slice_end) - slice_begin;
       if (copy_only && slice.param_out == nullptr) continue;
       cpu::Coefficients c = coefficients(spec_, hyper, slice);
-      const cpu::Kernel kernel = copy_only                     ? copy_out_
+      const cpu::Kernel kernel = copy_only                    ? copy_out_
                                  : slice.param_out != nullptr ? kernel_out_
                                                               : kernel_;
       const void* grad = copy_only ? slice.master : slice.grad;
       const std::size_t grad_size = copy_only ? sizeof(float) : dtype_size(formats_.grad);
       for (std::size_t at = first; at < stop;) {
         const std::uint64_t index = slice.first_index + at;
-        const std::size_t count = static_cast<std::size_t>(std::min<std::uint64_t>(
-            {kTile, stop - at, kIndexBlock - (index & (kIndexBlock - 1))}));
-        c.rounding_key = rounding_key(hyper.seed, hyper.step, static_cast<std::uint32_t>(index >> 32));
+        const std::size_t count = static_cast<std::size_t>(
+            std::min<std::uint64_t>({kTile, stop - at, kIndexBlock - (index & (kIndexBlock - 1))}));
+        c.rounding_key =
+            rounding_key(hyper.seed, hyper.step, static_cast<std::uint32_t>(index >> 32));
         const cpu::Piece piece{
             slice.master + at,
             static_cast<const char*>(grad) + at * grad_size,

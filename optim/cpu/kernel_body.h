@@ -17,9 +17,13 @@
 struct NoOut {};
 
 template <class T>
-inline T* typed(void* p) { return static_cast<T*>(p); }
+inline T* typed(void* p) {
+  return static_cast<T*>(p);
+}
 template <class T>
-inline const T* typed(const void* p) { return static_cast<const T*>(p); }
+inline const T* typed(const void* p) {
+  return static_cast<const T*>(p);
+}
 
 // Calls body(master, grad, state0, state1, out, i, index_low) for i = 0, W, 2W, ..., the last
 // call on local copies when count is not a multiple of W. The body touches only the buffers
@@ -35,7 +39,8 @@ inline void for_each_vector(const Piece& piece, Body body) {
   O* out = typed<O>(piece.param_out);
   const std::size_t full = piece.count / W * W;
   for (std::size_t i = 0; i < full; i += W) {
-    body(master, grad, state0, state1, out, i, piece.first_index_low + static_cast<std::uint32_t>(i));
+    body(master, grad, state0, state1, out, i,
+         piece.first_index_low + static_cast<std::uint32_t>(i));
   }
   const std::size_t rest = piece.count - full;
   if (rest == 0) return;
@@ -89,8 +94,8 @@ void adam_kernel(const Piece& piece, const Coefficients& c) {
   const F beta1 = V::set(c.beta1), one_minus_beta1 = V::set(c.one_minus_beta1);
   const F beta2 = V::set(c.beta2), one_minus_beta2 = V::set(c.one_minus_beta2);
   const F step_size = V::set(c.step_size), rbc2 = V::set(c.rbc2), eps = V::set(c.eps);
-  for_each_vector<V, G, S, O>(piece, [=](float* master, const G* grad, S* m_buf, S* v_buf,
-                                         O* out, std::size_t i, std::uint32_t index) {
+  for_each_vector<V, G, S, O>(piece, [=](float* master, const G* grad, S* m_buf, S* v_buf, O* out,
+                                         std::size_t i, std::uint32_t index) {
     F p = V::load(master + i);
     const F g = V::fma(l2, p, V::mul(V::load(grad + i), grad_scale));
     const F m = V::fma(beta1, V::load(m_buf + i), V::mul(one_minus_beta1, g));
@@ -153,8 +158,8 @@ void sgd_kernel(const Piece& piece, const Coefficients& c) {
     F p = V::load(master + i);
     F d = V::fma(l2, p, V::mul(V::load(grad + i), grad_scale));
     if (has_momentum) {
-      const F buf = first ? d
-                          : V::fma(momentum, V::load(buf_ptr + i), V::mul(one_minus_dampening, d));
+      const F buf =
+          first ? d : V::fma(momentum, V::load(buf_ptr + i), V::mul(one_minus_dampening, d));
       store_state<V>(buf_ptr + i, buf, random_bits<V, S>(c, index), 0);
       d = nesterov ? V::fma(momentum, buf, d) : buf;
     }
@@ -169,8 +174,8 @@ void sgd_kernel(const Piece& piece, const Coefficients& c) {
 template <class V, class G, class S, class O>
 void floor_kernel(const Piece& piece, const Coefficients&) {
   using F = typename V::F;
-  for_each_vector<V, G, S, O>(piece, [=](float* master, const G* grad, S* m_buf, S* v_buf,
-                                         O* out, std::size_t i, std::uint32_t) {
+  for_each_vector<V, G, S, O>(piece, [=](float* master, const G* grad, S* m_buf, S* v_buf, O* out,
+                                         std::size_t i, std::uint32_t) {
     const F g = V::load(grad + i);
     const F p = V::add(V::load(master + i), g);
     V::store(master + i, p);
@@ -183,10 +188,9 @@ void floor_kernel(const Piece& piece, const Coefficients&) {
 // param_out = round(master): the copy-out alone (piece.grad points at the master).
 template <class V, class O>
 void copy_out_kernel(const Piece& piece, const Coefficients&) {
-  for_each_vector<V, float, float, O>(piece, [=](float* master, const float*, float*, float*,
-                                                 O* out, std::size_t i, std::uint32_t) {
-    store_out<V>(out + i, V::load(master + i));
-  });
+  for_each_vector<V, float, float, O>(
+      piece, [=](float* master, const float*, float*, float*, O* out, std::size_t i,
+                 std::uint32_t) { store_out<V>(out + i, V::load(master + i)); });
 }
 
 template <class V, class G, class S, class O>
@@ -195,10 +199,14 @@ Kernel pick_algorithm(Mode mode, OptimizerType type) {
   if (mode == Mode::copy_out) return &copy_out_kernel<V, O>;
   switch (type) {
     case OptimizerType::adam:
-    case OptimizerType::adamw: return &adam_kernel<V, G, S, O>;
-    case OptimizerType::adagrad: return &adagrad_kernel<V, G, S, O>;
-    case OptimizerType::lion: return &lion_kernel<V, G, S, O>;
-    case OptimizerType::sgd: return &sgd_kernel<V, G, S, O>;
+    case OptimizerType::adamw:
+      return &adam_kernel<V, G, S, O>;
+    case OptimizerType::adagrad:
+      return &adagrad_kernel<V, G, S, O>;
+    case OptimizerType::lion:
+      return &lion_kernel<V, G, S, O>;
+    case OptimizerType::sgd:
+      return &sgd_kernel<V, G, S, O>;
   }
   return nullptr;
 }
@@ -206,9 +214,12 @@ Kernel pick_algorithm(Mode mode, OptimizerType type) {
 template <class V, class G, class S>
 Kernel pick_out(Mode mode, OptimizerType type, int out) {
   switch (out) {
-    case 1: return pick_algorithm<V, G, S, bf16_t>(mode, type);
-    case 2: return pick_algorithm<V, G, S, f16_t>(mode, type);
-    default: return pick_algorithm<V, G, S, NoOut>(mode, type);
+    case 1:
+      return pick_algorithm<V, G, S, bf16_t>(mode, type);
+    case 2:
+      return pick_algorithm<V, G, S, f16_t>(mode, type);
+    default:
+      return pick_algorithm<V, G, S, NoOut>(mode, type);
   }
 }
 
@@ -221,8 +232,11 @@ Kernel pick_state(Mode mode, OptimizerType type, DType state, int out) {
 template <class V>
 Kernel pick_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out) {
   switch (grad) {
-    case DType::bf16: return pick_state<V, bf16_t>(mode, type, state, out);
-    case DType::f16: return pick_state<V, f16_t>(mode, type, state, out);
-    default: return pick_state<V, float>(mode, type, state, out);
+    case DType::bf16:
+      return pick_state<V, bf16_t>(mode, type, state, out);
+    case DType::f16:
+      return pick_state<V, f16_t>(mode, type, state, out);
+    default:
+      return pick_state<V, float>(mode, type, state, out);
   }
 }

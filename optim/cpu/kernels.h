@@ -15,14 +15,18 @@
 namespace zero::optim::cpu {
 
 // 16-bit storage, distinguished by type so the templates pick the right conversions.
-struct bf16_t { std::uint16_t bits; };
-struct f16_t { std::uint16_t bits; };
+struct bf16_t {
+  std::uint16_t bits;
+};
+struct f16_t {
+  std::uint16_t bits;
+};
 
 // Per-slice constants of one step, computed once in double and rounded to fp32.
 struct Coefficients {
   float grad_scale = 1.0f;
-  float l2 = 0.0f;         // added to g as l2 * p (Adam, Adagrad, SGD)
-  float decay = 1.0f;      // p *= decay before the update (AdamW, Lion)
+  float l2 = 0.0f;     // added to g as l2 * p (Adam, Adagrad, SGD)
+  float decay = 1.0f;  // p *= decay before the update (AdamW, Lion)
   float lr = 0.0f;
   float step_size = 0.0f;  // Adam: lr / bc1
   float rbc2 = 1.0f;       // Adam: 1 / sqrt(bc2)
@@ -30,8 +34,8 @@ struct Coefficients {
   float beta1 = 0.0f, one_minus_beta1 = 0.0f;
   float beta2 = 0.0f, one_minus_beta2 = 0.0f;
   float momentum = 0.0f, one_minus_dampening = 0.0f;  // SGD
-  bool first_step = false;  // SGD: buf = g
-  bool nesterov = false;    // SGD
+  bool first_step = false;                            // SGD: buf = g
+  bool nesterov = false;                              // SGD
   std::uint32_t rounding_key = 0;  // for the elements of this piece (one 2^32 block of indices)
 };
 
@@ -41,7 +45,7 @@ struct Piece {
   const void* grad;
   void* state0;
   void* state1;
-  void* param_out;   // null: no copy-out (the kernel was chosen without one)
+  void* param_out;  // null: no copy-out (the kernel was chosen without one)
   std::size_t count;
   std::uint32_t first_index_low;  // low 32 bits of master[0]'s index (same 2^32 block for all)
 };

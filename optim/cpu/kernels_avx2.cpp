@@ -1,9 +1,9 @@
 // The optimizer kernels for AVX2 + FMA + F16C: 8 fp32 lanes. Built with -mavx2 -mfma -mf16c;
 // called only when the CPU has all three.
-#include <immintrin.h>
-
 #include <cstring>
 #include <type_traits>
+
+#include <immintrin.h>
 
 #include "optim/cpu/kernels.h"
 
@@ -39,8 +39,8 @@ struct Vec {
   }
   static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
   static void store16(void* p, U words) {  // the low 16 bits of each lane (all < 2^16)
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(words),
-                                            _mm256_extracti128_si256(words, 1));
+    const __m128i packed =
+        _mm_packus_epi32(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
     _mm_storeu_si128(static_cast<__m128i*>(p), packed);
   }
   // Round to nearest even; NaN keeps its sign and top payload and becomes quiet (base/half.h).

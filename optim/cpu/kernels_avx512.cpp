@@ -55,7 +55,8 @@ struct Vec {
   static void store(bf16_t* p, F x) {
     const U bits = _mm512_castps_si512(x);
     const U odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), setu(1));
-    const U rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(setu(0x7fff), odd)), 16);
+    const U rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(setu(0x7fff), odd)), 16);
     store16(p, nan_fixed(x, bits, rounded));
   }
   static void store(f16_t* p, F x) {
@@ -76,8 +77,8 @@ struct Vec {
   }
 
   static U lanes(std::uint32_t first) {
-    return _mm512_add_epi32(setu(first),
-                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    return _mm512_add_epi32(
+        setu(first), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   }
   static U hash(U key, U index) {  // optim/rounding.h: rounding_bits, lane by lane
     U x = _mm512_xor_si512(_mm512_mullo_epi32(index, setu(0x9e3779b1u)), key);

@@ -25,12 +25,30 @@ struct Vec {
   static F fma(F a, F b, F c) { return a * b + c; }
   static F sign(F x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f; }
 
-  static F load(const float* p) { float x; std::memcpy(&x, p, sizeof x); return x; }
-  static F load(const bf16_t* p) { std::uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
-  static F load(const f16_t* p) { std::uint16_t h; std::memcpy(&h, p, 2); return fp16_to_float(h); }
+  static F load(const float* p) {
+    float x;
+    std::memcpy(&x, p, sizeof x);
+    return x;
+  }
+  static F load(const bf16_t* p) {
+    std::uint16_t h;
+    std::memcpy(&h, p, 2);
+    return bf16_to_float(h);
+  }
+  static F load(const f16_t* p) {
+    std::uint16_t h;
+    std::memcpy(&h, p, 2);
+    return fp16_to_float(h);
+  }
   static void store(float* p, F x) { std::memcpy(p, &x, sizeof x); }
-  static void store(bf16_t* p, F x) { const std::uint16_t h = float_to_bf16(x); std::memcpy(p, &h, 2); }
-  static void store(f16_t* p, F x) { const std::uint16_t h = float_to_fp16(x); std::memcpy(p, &h, 2); }
+  static void store(bf16_t* p, F x) {
+    const std::uint16_t h = float_to_bf16(x);
+    std::memcpy(p, &h, 2);
+  }
+  static void store(f16_t* p, F x) {
+    const std::uint16_t h = float_to_fp16(x);
+    std::memcpy(p, &h, 2);
+  }
   static void store_truncated(float* p, F x) { store(p, x); }
   static void store_truncated(bf16_t* p, F x) {
     const std::uint16_t h = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(x) >> 16);

@@ -3,8 +3,6 @@
 // computes the step's scalars in double once per step and enqueues the kernels on the
 // caller's stream, up to kFusedAdamMaxTensors slices per call of a launcher, from an array on
 // the stack: no allocation.
-#include <cuda_runtime.h>
-
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include "base/error.h"
@@ -24,10 +23,14 @@ namespace {
 
 std::optional<cuda::Format> kernel_format(DType dtype) {
   switch (dtype) {
-    case DType::f32: return cuda::Format::f32;
-    case DType::f16: return cuda::Format::f16;
-    case DType::bf16: return cuda::Format::bf16;
-    case DType::i64: break;
+    case DType::f32:
+      return cuda::Format::f32;
+    case DType::f16:
+      return cuda::Format::f16;
+    case DType::bf16:
+      return cuda::Format::bf16;
+    case DType::i64:
+      break;
   }
   return std::nullopt;
 }
@@ -75,8 +78,8 @@ void check_pointer(const char* caller, const void* data, DType dtype, bool requi
                    std::size_t slice, const char* name) {
   if (data == nullptr) {
     if (!required) return;
-    throw make_error(ErrorCategory::usage, "CUDA optimizer {}: slice {} has no {} buffer",
-                     caller, slice, name);
+    throw make_error(ErrorCategory::usage, "CUDA optimizer {}: slice {} has no {} buffer", caller,
+                     slice, name);
   }
   if (reinterpret_cast<std::uintptr_t>(data) % dtype_size(dtype) != 0) {
     throw make_error(ErrorCategory::usage,
@@ -133,12 +136,11 @@ class CudaAdam final : public Optimizer {
   const Formats& formats() const noexcept override { return formats_; }
 
   std::string description() const override {
-    return fmt::format("{} on CUDA (multi-tensor): {} grads, {} state, {}",
-                       optimizer_type_name(spec_.type), dtype_name(formats_.grad),
-                       dtype_name(formats_.state),
-                       formats_.copy_out
-                           ? fmt::format("{} copy-out", dtype_name(formats_.param_out))
-                           : std::string("no copy-out"));
+    return fmt::format(
+        "{} on CUDA (multi-tensor): {} grads, {} state, {}", optimizer_type_name(spec_.type),
+        dtype_name(formats_.grad), dtype_name(formats_.state),
+        formats_.copy_out ? fmt::format("{} copy-out", dtype_name(formats_.param_out))
+                          : std::string("no copy-out"));
   }
 
   void step(std::span<const Slice> slices, const StepHyper& hyper, Stream& stream) override {
@@ -159,8 +161,7 @@ class CudaAdam final : public Optimizer {
     scalars.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
     scalars.eps = static_cast<float>(spec_.eps);
     scalars.grad_scale = static_cast<float>(hyper.grad_scale);
-    scalars.inverse_sqrt_bias_correction2 =
-        static_cast<float>(1.0 / std::sqrt(bias_correction2));
+    scalars.inverse_sqrt_bias_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
     scalars.seed = hyper.seed;
     scalars.step = static_cast<std::uint64_t>(hyper.step);
 
@@ -189,9 +190,9 @@ class CudaAdam final : public Optimizer {
       const cudaError_t status =
           cuda::launch_fused_adam(kernel_formats_, scalars, tensors, count, handle);
       if (status != cudaSuccess) {
-        throw_cuda_error(status, fmt::format("the fused {} kernel (slices {} to {}, step {})",
-                                             optimizer_type_name(spec_.type), first, last,
-                                             hyper.step));
+        throw_cuda_error(status,
+                         fmt::format("the fused {} kernel (slices {} to {}, step {})",
+                                     optimizer_type_name(spec_.type), first, last, hyper.step));
       }
     };
     for_each_group(slices, describe, launch);

@@ -10,11 +10,10 @@
 // search over first_block. Inside a chunk the 256 threads stride over packs of 4 elements
 // (16-byte fp32, 8-byte bf16/fp16 accesses) where every buffer of the tensor is aligned at the
 // same element, and over single elements elsewhere.
-#include "optim/cuda/fused_adam.h"
+#include <cstdint>
 
 #include "device/cuda/half.cuh"
-
-#include <cstdint>
+#include "optim/cuda/fused_adam.h"
 
 namespace zero::optim::cuda {
 namespace {
@@ -26,8 +25,8 @@ using u64 = unsigned long long;
 constexpr unsigned kThreads = 256;
 constexpr std::size_t kMaxTensors = kFusedAdamMaxTensors;
 constexpr u64 kChunk = kFusedAdamChunk;
-constexpr int kPack = 4;               // elements per vector access
-constexpr u32 kNoPacks = kPack;        // TensorArg::pack_head when only scalar accesses fit
+constexpr int kPack = 4;         // elements per vector access
+constexpr u32 kNoPacks = kPack;  // TensorArg::pack_head when only scalar accesses fit
 constexpr u64 kMaxBlocksPerLaunch = u64{1} << 20;
 static_assert(kChunk % (kPack * kThreads) == 0, "a chunk is whole packs for every thread");
 
@@ -57,8 +56,8 @@ struct TensorArg {
   float step_size;
   float decay;
   float l2;
-  u32 first_block;   // this tensor's first block in the launch
-  u32 pack_head;     // the first element of the packed body (0..3), or kNoPacks
+  u32 first_block;  // this tensor's first block in the launch
+  u32 pack_head;    // the first element of the packed body (0..3), or kNoPacks
 };
 
 struct Batch {
@@ -141,8 +140,7 @@ struct alignas(sizeof(S) * kPack) Pack {
 
 // One element, in the order of fused_adam.h, each operation rounded on its own.
 __device__ __forceinline__ void adam_element(const StepArgs& s, float step_size, float decay,
-                                             float l2, float grad, float& p, float& m,
-                                             float& v) {
+                                             float l2, float grad, float& p, float& m, float& v) {
   const float g = __fadd_rn(__fmul_rn(l2, p), __fmul_rn(grad, s.grad_scale));
   m = __fadd_rn(__fmul_rn(s.beta1, m), __fmul_rn(s.one_minus_beta1, g));
   v = __fadd_rn(__fmul_rn(s.beta2, v), __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
@@ -279,8 +277,7 @@ __device__ __forceinline__ void for_chunk(const TensorArg& t, u32 block, Worker&
 }
 
 template <class Grad, class State, class Out>
-__global__ void __launch_bounds__(kThreads)
-    fused_adam_kernel(const __grid_constant__ Batch batch) {
+__global__ void __launch_bounds__(kThreads) fused_adam_kernel(const __grid_constant__ Batch batch) {
   const u32 block = blockIdx.x;
   const TensorArg& t = batch.tensor[tensor_of_block(batch, block)];
   Updater<Grad, State, Out> updater(batch.step, t);
@@ -312,8 +309,7 @@ class CopyOut {
 };
 
 template <class Out>
-__global__ void __launch_bounds__(kThreads)
-    param_out_kernel(const __grid_constant__ Batch batch) {
+__global__ void __launch_bounds__(kThreads) param_out_kernel(const __grid_constant__ Batch batch) {
   const u32 block = blockIdx.x;
   const TensorArg& t = batch.tensor[tensor_of_block(batch, block)];
   CopyOut<Out> copy(t);
@@ -327,9 +323,12 @@ using Kernel = void (*)(Batch);
 template <class Grad, class State>
 Kernel kernel_for(Format out) {
   switch (out) {
-    case Format::bf16: return fused_adam_kernel<Grad, State, BF16>;
-    case Format::f16: return fused_adam_kernel<Grad, State, F16>;
-    case Format::f32: break;
+    case Format::bf16:
+      return fused_adam_kernel<Grad, State, BF16>;
+    case Format::f16:
+      return fused_adam_kernel<Grad, State, F16>;
+    case Format::f32:
+      break;
   }
   return nullptr;
 }
@@ -337,9 +336,12 @@ Kernel kernel_for(Format out) {
 template <class Grad>
 Kernel kernel_for(Format state, Format out) {
   switch (state) {
-    case Format::f32: return kernel_for<Grad, F32>(out);
-    case Format::bf16: return kernel_for<Grad, BF16>(out);
-    case Format::f16: break;
+    case Format::f32:
+      return kernel_for<Grad, F32>(out);
+    case Format::bf16:
+      return kernel_for<Grad, BF16>(out);
+    case Format::f16:
+      break;
   }
   return nullptr;
 }
@@ -347,14 +349,19 @@ Kernel kernel_for(Format state, Format out) {
 // The kernel for the formats, or nullptr where it takes none.
 Kernel kernel_for(const FusedAdamFormats& formats) {
   switch (formats.grad) {
-    case Format::f32: return kernel_for<F32>(formats.state, formats.param_out);
-    case Format::f16: return kernel_for<F16>(formats.state, formats.param_out);
-    case Format::bf16: return kernel_for<BF16>(formats.state, formats.param_out);
+    case Format::f32:
+      return kernel_for<F32>(formats.state, formats.param_out);
+    case Format::f16:
+      return kernel_for<F16>(formats.state, formats.param_out);
+    case Format::bf16:
+      return kernel_for<BF16>(formats.state, formats.param_out);
   }
   return nullptr;
 }
 
-std::size_t format_size(Format format) { return format == Format::f32 ? 4 : 2; }
+std::size_t format_size(Format format) {
+  return format == Format::f32 ? 4 : 2;
+}
 
 bool aligned(const void* address, std::size_t bytes) {
   return reinterpret_cast<std::uintptr_t>(address) % bytes == 0;
@@ -471,8 +478,14 @@ cudaError_t launch_fused_adam(const FusedAdamFormats& formats, const FusedAdamSt
   for (std::size_t i = 0; i < count; ++i) {
     if (!valid_for_step(tensors[i], formats)) return cudaErrorInvalidValue;
   }
-  const StepArgs args{step.beta1, step.one_minus_beta1, step.beta2, step.one_minus_beta2,
-                      step.eps, step.grad_scale, step.inverse_sqrt_bias_correction2, step.seed,
+  const StepArgs args{step.beta1,
+                      step.one_minus_beta1,
+                      step.beta2,
+                      step.one_minus_beta2,
+                      step.eps,
+                      step.grad_scale,
+                      step.inverse_sqrt_bias_correction2,
+                      step.seed,
                       step.step};
   Launcher launcher(kernel, formats, args, stream);
   for (std::size_t i = 0; i < count; ++i) {
@@ -486,9 +499,14 @@ cudaError_t launch_param_out(Format param_out, const FusedAdamTensor* tensors, s
                              cudaStream_t stream) noexcept {
   Kernel kernel = nullptr;
   switch (param_out) {
-    case Format::bf16: kernel = param_out_kernel<BF16>; break;
-    case Format::f16: kernel = param_out_kernel<F16>; break;
-    case Format::f32: return cudaErrorInvalidValue;
+    case Format::bf16:
+      kernel = param_out_kernel<BF16>;
+      break;
+    case Format::f16:
+      kernel = param_out_kernel<F16>;
+      break;
+    case Format::f32:
+      return cudaErrorInvalidValue;
   }
   if (kernel == nullptr) return cudaErrorInvalidValue;
   for (std::size_t i = 0; i < count; ++i) {

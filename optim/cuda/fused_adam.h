@@ -25,9 +25,9 @@ enum class Format : int { f32 = 0, f16 = 1, bf16 = 2 };
 
 // What is fixed for the optimizer's life.
 struct FusedAdamFormats {
-  Format grad = Format::f32;       // f32, f16 or bf16
-  Format state = Format::f32;      // f32 or bf16
-  Format param_out = Format::bf16; // f16 or bf16, written where a tensor's param_out is set
+  Format grad = Format::f32;        // f32, f16 or bf16
+  Format state = Format::f32;       // f32 or bf16
+  Format param_out = Format::bf16;  // f16 or bf16, written where a tensor's param_out is set
 };
 
 // What is the same for every tensor of one step.
@@ -48,8 +48,8 @@ struct FusedAdamStep {
 struct FusedAdamTensor {
   float* master = nullptr;
   const void* grad = nullptr;
-  void* exp_avg = nullptr;      // m, in FusedAdamFormats::state
-  void* exp_avg_sq = nullptr;   // v, in FusedAdamFormats::state
+  void* exp_avg = nullptr;     // m, in FusedAdamFormats::state
+  void* exp_avg_sq = nullptr;  // v, in FusedAdamFormats::state
   void* param_out = nullptr;
   std::size_t count = 0;
   std::uint64_t first_index = 0;  // the index of master[0] in the flat buffer (rounding)

@@ -3,12 +3,20 @@
 
 namespace zero::test {
 
-std::unique_ptr<Device> make_test_device() { return create_cpu_device(); }
+std::unique_ptr<Device> make_test_device() {
+  return create_cpu_device();
+}
 
 DeviceBuffer::DeviceBuffer(Device& d, std::size_t bytes)
     : device(d), size(bytes), ptr(d.reserve(Tier::device, bytes)) {}
-DeviceBuffer::~DeviceBuffer() { device.unreserve(Tier::device, ptr, size); }
-void DeviceBuffer::upload(const void* host, std::size_t bytes) { device.copy(ptr, host, bytes); }
-void DeviceBuffer::download(void* host, std::size_t bytes) { device.copy(host, ptr, bytes); }
+DeviceBuffer::~DeviceBuffer() {
+  device.unreserve(Tier::device, ptr, size);
+}
+void DeviceBuffer::upload(const void* host, std::size_t bytes) {
+  device.copy(ptr, host, bytes);
+}
+void DeviceBuffer::download(void* host, std::size_t bytes) {
+  device.copy(host, ptr, bytes);
+}
 
 }  // namespace zero::test

@@ -19,16 +19,18 @@ TEST_CASE("make_error formats the message and keeps the category", "[base][error
 }
 
 TEST_CASE("every error category has a distinct name", "[base][error]") {
-  const ErrorCategory all[] = {ErrorCategory::config, ErrorCategory::usage, ErrorCategory::comm,
-                               ErrorCategory::timeout, ErrorCategory::io, ErrorCategory::device,
-                               ErrorCategory::out_of_memory, ErrorCategory::internal};
+  const ErrorCategory all[] = {
+      ErrorCategory::config,        ErrorCategory::usage,   ErrorCategory::comm,
+      ErrorCategory::timeout,       ErrorCategory::io,      ErrorCategory::device,
+      ErrorCategory::out_of_memory, ErrorCategory::internal};
   std::set<std::string_view> names;
   for (auto category : all) names.insert(category_name(category));
   REQUIRE(names.size() == 8);
   REQUIRE(category_name(ErrorCategory::out_of_memory) == "out of memory");
 }
 
-TEST_CASE("ZERO_CHECK throws an internal error naming the condition and the file", "[base][error]") {
+TEST_CASE("ZERO_CHECK throws an internal error naming the condition and the file",
+          "[base][error]") {
   try {
     const int ranks = 3;
     ZERO_CHECK(ranks == 4, "expected {} ranks", 4);
@@ -64,8 +66,8 @@ TEST_CASE("every log line carries the rank", "[base][log]") {
   logger.flush();
   logger.sinks().pop_back();
   log::set_rank(0);
-  REQUIRE_THAT(captured.str(), Catch::Contains("[zero rank 5]") &&
-                                   Catch::Contains("hello from a test"));
+  REQUIRE_THAT(captured.str(),
+               Catch::Contains("[zero rank 5]") && Catch::Contains("hello from a test"));
 }
 
 TEST_CASE("dtype names parse in our spelling and PyTorch's", "[base][dtype]") {

@@ -40,7 +40,9 @@ __attribute__((target("f16c"))) float fp16_hardware_to_float(std::uint16_t h) {
   return _cvtsh_ss(h);
 }
 
-bool have_f16c() { return __builtin_cpu_supports("f16c"); }
+bool have_f16c() {
+  return __builtin_cpu_supports("f16c");
+}
 
 std::vector<float> interesting_floats() {
   std::vector<float> values;
@@ -60,8 +62,16 @@ std::vector<float> interesting_floats() {
       }
     }
   }
-  const float specials[] = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e-8f, 5.96e-8f,
-                            2.98e-8f, 2.9802322e-8f, std::numeric_limits<float>::infinity(),
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            65504.0f,
+                            65519.99f,
+                            65520.0f,
+                            1e-8f,
+                            5.96e-8f,
+                            2.98e-8f,
+                            2.9802322e-8f,
+                            std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity(),
                             std::numeric_limits<float>::max(),
                             std::numeric_limits<float>::denorm_min()};
@@ -110,15 +120,15 @@ TEST_CASE("fp32 to fp16 matches the F16C instruction on every tested value", "[b
 
 TEST_CASE("fp32 to fp16 handles overflow, subnormals and ties explicitly", "[base][half]") {
   REQUIRE(float_to_fp16(65504.0f) == 0x7bffu);
-  REQUIRE(float_to_fp16(65519.0f) == 0x7bffu);   // below the midpoint to 65536
-  REQUIRE(float_to_fp16(65520.0f) == 0x7c00u);   // the midpoint rounds to even: infinity
+  REQUIRE(float_to_fp16(65519.0f) == 0x7bffu);  // below the midpoint to 65536
+  REQUIRE(float_to_fp16(65520.0f) == 0x7c00u);  // the midpoint rounds to even: infinity
   REQUIRE(float_to_fp16(-1e6f) == 0xfc00u);
-  REQUIRE(float_to_fp16(0x1p-24f) == 0x0001u);   // smallest subnormal
-  REQUIRE(float_to_fp16(0x1p-25f) == 0x0000u);   // tie between 0 and 2^-24: even is 0
-  REQUIRE(float_to_fp16(0x1.8p-24f) == 0x0002u); // tie between 1 and 2 ulp: even is 2
-  REQUIRE(float_to_fp16(-0x1p-26f) == 0x8000u);  // rounds to -0
-  REQUIRE(float_to_fp16(1.0f + 0x1p-11f) == 0x3c00u);  // tie: stays at 1.0 (even)
-  REQUIRE(float_to_fp16(1.0f + 0x1.8p-10f) == 0x3c02u); // tie: rounds up to even
+  REQUIRE(float_to_fp16(0x1p-24f) == 0x0001u);           // smallest subnormal
+  REQUIRE(float_to_fp16(0x1p-25f) == 0x0000u);           // tie between 0 and 2^-24: even is 0
+  REQUIRE(float_to_fp16(0x1.8p-24f) == 0x0002u);         // tie between 1 and 2 ulp: even is 2
+  REQUIRE(float_to_fp16(-0x1p-26f) == 0x8000u);          // rounds to -0
+  REQUIRE(float_to_fp16(1.0f + 0x1p-11f) == 0x3c00u);    // tie: stays at 1.0 (even)
+  REQUIRE(float_to_fp16(1.0f + 0x1.8p-10f) == 0x3c02u);  // tie: rounds up to even
 }
 
 TEST_CASE("every fp16 and bf16 value converts to fp32 and back unchanged", "[base][half]") {

@@ -14,13 +14,13 @@
 
 #define N 37
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    zero_status s_ = (call);                                                                 \
-    if (s_ != ZERO_OK) {                                                                     \
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    zero_status s_ = (call);                                                                    \
+    if (s_ != ZERO_OK) {                                                                        \
       fprintf(stderr, "%s failed: %s: %s\n", #call, zero_status_string(s_), zero_last_error()); \
-      return 1;                                                                              \
-    }                                                                                        \
+      return 1;                                                                                 \
+    }                                                                                           \
   } while (0)
 
 static float bf16_to_float(unsigned short h) {
@@ -51,7 +51,9 @@ static const char* kConfig =
     " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.05}},"
     " \"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 16}}";
 
-static float target(int i) { return 1.0f + 0.5f * (float)sin(0.3 * i); }
+static float target(int i) {
+  return 1.0f + 0.5f * (float)sin(0.3 * i);
+}
 
 int main(void) {
   zero_engine* engine = NULL;
@@ -127,8 +129,10 @@ int main(void) {
   CHECK(zero_add_param(engine, &desc, &b));
 
   /* Usage errors: a bad index, and a hook before init. */
-  if (zero_pre_forward(engine, 0, NULL) != ZERO_ERROR_USAGE || strstr(zero_last_error(), "init") == NULL) {
-    fprintf(stderr, "a hook before init was not a usage error naming init: %s\n", zero_last_error());
+  if (zero_pre_forward(engine, 0, NULL) != ZERO_ERROR_USAGE ||
+      strstr(zero_last_error(), "init") == NULL) {
+    fprintf(stderr, "a hook before init was not a usage error naming init: %s\n",
+            zero_last_error());
     return 1;
   }
   CHECK(zero_init(engine));
@@ -136,8 +140,10 @@ int main(void) {
     fprintf(stderr, "registering after init was not a usage error\n");
     return 1;
   }
-  if (zero_param_data(engine, 99, &data) != ZERO_ERROR_USAGE || strstr(zero_last_error(), "99") == NULL) {
-    fprintf(stderr, "a bad parameter index was not a usage error naming it: %s\n", zero_last_error());
+  if (zero_param_data(engine, 99, &data) != ZERO_ERROR_USAGE ||
+      strstr(zero_last_error(), "99") == NULL) {
+    fprintf(stderr, "a bad parameter index was not a usage error naming it: %s\n",
+            zero_last_error());
     return 1;
   }
   if (zero_post_backward(engine, linear, NULL) != ZERO_ERROR_USAGE) {

@@ -1,15 +1,16 @@
 /* train_memory.h on GPU 0: copies through the CUDA runtime on a non-blocking stream, the one
  * every hook is given, so what the copies read is what the hooks ordered before them. */
-#include <stdio.h>
-
 #include <cuda_runtime.h>
+#include <stdio.h>
 
 #include "train_memory.h"
 
 static cudaStream_t stream_ = NULL;
 static char reason_[256];
 
-int train_device(void) { return 2; }
+int train_device(void) {
+  return 2;
+}
 
 int train_unavailable(const char** why) {
   int count = 0;

@@ -4,14 +4,18 @@
 
 #include "train_memory.h"
 
-int train_device(void) { return 1; }
+int train_device(void) {
+  return 1;
+}
 
 int train_unavailable(const char** why) {
   (void)why;
   return 0;
 }
 
-void* train_stream(void) { return NULL; }
+void* train_stream(void) {
+  return NULL;
+}
 
 int train_to_host(void* host, const void* buffer, size_t bytes) {
   memcpy(host, buffer, bytes);

@@ -4,12 +4,12 @@
 // durable directory replacement, and `latest`.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include <unistd.h>
 
 #include "base/error.h"
 #include "engine/checkpoint/durable.h"
@@ -41,8 +41,8 @@ Manifest sample() {
   m.seed = 0xfeedfacecafebeefull;
   m.user_data = std::string("pos\0ition", 9);
   m.groups = {{"default", 0.01, 1.0}, {"no_decay", 0.0, 0.5}};
-  m.params = {{"wte", {50, 8}, 400, true, 0}, {"ln.bias", {8}, 8, true, 1},
-              {"mask", {3}, 3, false, 0}};
+  m.params = {
+      {"wte", {50, 8}, 400, true, 0}, {"ln.bias", {8}, 8, true, 1}, {"mask", {3}, 3, false, 0}};
   m.chunk_bytes = 1024;
   for (int r = 0; r < 2; ++r) {
     FileEntry f;
@@ -100,7 +100,8 @@ TEST_CASE("checkpoint: saved pieces cover a range element by element as the shar
           for (const SavedPiece& piece : saved_pieces(numel, world, first, count)) {
             CHECK(piece.out == out);
             CHECK(piece.count > 0);
-            for (std::size_t k = 0; k < piece.count; ++k) got.emplace_back(piece.rank, piece.offset + k);
+            for (std::size_t k = 0; k < piece.count; ++k)
+              got.emplace_back(piece.rank, piece.offset + k);
             out += piece.count;
           }
           REQUIRE(got == want);
@@ -161,7 +162,8 @@ TEST_CASE("checkpoint: a damaged meta.json is refused naming the key", "[checkpo
   refused([](auto& j) { j["params"][1]["name"] = "wte"; }, "appears twice");
   refused([](auto& j) { j["params"][0]["group"] = 2; }, "params[0].group");
   refused([](auto& j) { j["files"].erase(1); }, "1 entries for a world size of 2");
-  refused([](auto& j) { j["files"][1]["name"] = "rank00000-of-00002.safetensors"; }, "files[1].name");
+  refused([](auto& j) { j["files"][1]["name"] = "rank00000-of-00002.safetensors"; },
+          "files[1].name");
   refused([](auto& j) { j["files"][0]["header_xxh3"] = "12"; }, "16-digit hex");
   refused([](auto& j) { j["user_data_hex"] = "abc"; }, "user_data_hex");
   refused([](auto& j) { j["counters"]["optimizer_steps"] = 8; }, "optimizer_steps is 8");
@@ -185,7 +187,8 @@ TEST_CASE("checkpoint: hex and file names", "[checkpoint]") {
   CHECK(tensor_name("exp_avg", "h.0.attn/w") == "exp_avg/h.0.attn/w");
 }
 
-TEST_CASE("checkpoint: a directory replaces another whole, and latest is read back", "[checkpoint]") {
+TEST_CASE("checkpoint: a directory replaces another whole, and latest is read back",
+          "[checkpoint]") {
   TempDir dir;
   const fs::path tag = dir.path / "tag";
   const fs::path fresh = dir.path / ".tag.saving";
@@ -241,8 +244,8 @@ TEST_CASE("checkpoint: latest must name a tag directory inside DIR", "[checkpoin
   for (const char* bad : {"/abs/path", "../outside", ".hidden", "a/b", "latest", ".."}) {
     write_file_durably(ckpt + "/latest", std::string(bad) + "\n");
     INFO(bad);
-    CHECK_THROWS_WITH(read_latest(ckpt), Catch::Contains("not a tag directory inside") &&
-                                             Catch::Contains(bad));
+    CHECK_THROWS_WITH(read_latest(ckpt),
+                      Catch::Contains("not a tag directory inside") && Catch::Contains(bad));
   }
   write_file_durably(ckpt + "/latest", "linked\n");
   CHECK_THROWS_WITH(read_latest(ckpt), Catch::Contains("a symbolic link"));

@@ -257,8 +257,10 @@ TEST_CASE("safetensors: O_DIRECT writes give the same tensors with the header pa
           "[checkpoint]") {
   ScratchDir dir("direct");
   // Odd sizes, a tail that is not a whole 4096-byte unit, and more than one write buffer.
-  const std::vector<TensorDecl> decls = {
-      {"a", "F32", {1000, 3}}, {"b", "BF16", {4097}}, {"empty", "F16", {0}}, {"c", "U8", {(6 << 20) + 5}}};
+  const std::vector<TensorDecl> decls = {{"a", "F32", {1000, 3}},
+                                         {"b", "BF16", {4097}},
+                                         {"empty", "F16", {0}},
+                                         {"c", "U8", {(6 << 20) + 5}}};
   const Bytes data = random_bytes(data_bytes_of(decls), 11);
   const Written buffered = write_file(dir.file("buffered"), decls, data, {4099, 1 << 20}, 5000);
   const Written direct = write_file(dir.file("direct"), decls, data, {4099, 1 << 20}, 5000, true);
@@ -267,7 +269,8 @@ TEST_CASE("safetensors: O_DIRECT writes give the same tensors with the header pa
   const Bytes file = read_file(dir.file("direct"));
   CHECK(file.size() == direct.header_bytes + data.size());  // cut to its size after the padded tail
   CHECK(Bytes(file.begin() + static_cast<long>(direct.header_bytes), file.end()) == data);
-  for (std::size_t i = 0; i < decls.size(); ++i) CHECK(direct.sums[i].hashes == buffered.sums[i].hashes);
+  for (std::size_t i = 0; i < decls.size(); ++i)
+    CHECK(direct.sums[i].hashes == buffered.sums[i].hashes);
   SafetensorsReader reader(dir.file("direct"));
   CHECK(reader.header_hash() == direct.header_hash);
   REQUIRE(reader.tensors().size() == decls.size());
@@ -275,7 +278,8 @@ TEST_CASE("safetensors: O_DIRECT writes give the same tensors with the header pa
     const TensorInfo& t = reader.at(decls[i].name);
     Bytes got(t.bytes());
     reader.read_checked(t, 0, got.size(), got.data(), direct.sums[i]);
-    CHECK(got == Bytes(data.begin() + static_cast<long>(t.begin), data.begin() + static_cast<long>(t.end)));
+    CHECK(got == Bytes(data.begin() + static_cast<long>(t.begin),
+                       data.begin() + static_cast<long>(t.end)));
   }
   CHECK(reader.metadata() == kMetadata);
 }

@@ -81,8 +81,9 @@ TEST_CASE("PMI and torchrun variables are read, and ZERO_ variables win over all
 }
 
 TEST_CASE("malformed launcher variables are usage errors naming the variable") {
-  CHECK_THROWS_WITH(detect_launch(fake({{"OMPI_COMM_WORLD_RANK", "x1"}, {"OMPI_COMM_WORLD_SIZE", "2"}})),
-                    Catch::Contains("OMPI_COMM_WORLD_RANK='x1'"));
+  CHECK_THROWS_WITH(
+      detect_launch(fake({{"OMPI_COMM_WORLD_RANK", "x1"}, {"OMPI_COMM_WORLD_SIZE", "2"}})),
+      Catch::Contains("OMPI_COMM_WORLD_RANK='x1'"));
   CHECK_THROWS_WITH(detect_launch(fake({{"ZERO_RANK", "2"}, {"ZERO_WORLD_SIZE", "2"}})),
                     Catch::Contains("rank 2 (ZERO_RANK) of 2 ranks"));
   CHECK_THROWS_WITH(detect_launch(fake({{"ZERO_RANK", "0"}, {"ZERO_WORLD_SIZE", "0"}})),

@@ -25,7 +25,9 @@ class StuckWork final : public TrackedWork {
   bool poll() override { return false; }
 
  protected:
-  std::string missing_ranks() override { return "ranks that have not issued it: 2 (last issued #4)"; }
+  std::string missing_ranks() override {
+    return "ranks that have not issued it: 2 (last issued #4)";
+  }
 };
 
 }  // namespace
@@ -102,7 +104,8 @@ TEST_CASE("a wait past its timeout names the collective and poisons the communic
   }
   CHECK(health->poisoned());
   // Another work on the same communicator now fails at once, saying why.
-  Work other(std::make_shared<StuckWork>(OpInfo{"barrier", 6, 0, DType::f32, std::nullopt, -1}, health, std::chrono::hours(1)));
+  Work other(std::make_shared<StuckWork>(OpInfo{"barrier", 6, 0, DType::f32, std::nullopt, -1},
+                                         health, std::chrono::hours(1)));
   CHECK_THROWS_WITH(other.wait(), Catch::Contains("unusable after an earlier failure") &&
                                       Catch::Contains("all_reduce #5 (1000 bf16 elements"));
 }

@@ -37,7 +37,8 @@ void check_half(DType dtype, std::size_t count, std::mt19937& rng) {
 
 TEST_CASE("fp16 and bf16 sum, max and divide round each element like the reference") {
   std::mt19937 rng(7);
-  for (std::size_t count : {std::size_t{1}, std::size_t{15}, std::size_t{1023}, std::size_t{4097}}) {
+  for (std::size_t count :
+       {std::size_t{1}, std::size_t{15}, std::size_t{1023}, std::size_t{4097}}) {
     INFO("count " << count);
     check_half<fp16_to_float, float_to_fp16>(DType::f16, count, rng);
     check_half<bf16_to_float, float_to_bf16>(DType::bf16, count, rng);

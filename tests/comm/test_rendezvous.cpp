@@ -39,8 +39,9 @@ TEST_CASE("a waiting rank receives the bytes rank 0 publishes later") {
 TEST_CASE("a file left by an earlier job is refused by rank 0") {
   const std::string dir = fresh_directory("stale");
   publish_rendezvous(dir, "id", {1, 2});
-  CHECK_THROWS_WITH(publish_rendezvous(dir, "id", {3, 4}),
-                    Catch::Contains("already exists") && Catch::Contains("fresh ZERO_RENDEZVOUS_DIR"));
+  CHECK_THROWS_WITH(
+      publish_rendezvous(dir, "id", {3, 4}),
+      Catch::Contains("already exists") && Catch::Contains("fresh ZERO_RENDEZVOUS_DIR"));
   std::filesystem::remove_all(dir);
 }
 
@@ -51,7 +52,8 @@ TEST_CASE("waiting for a file that never comes is a timeout naming the path") {
     FAIL("no timeout");
   } catch (const Error& error) {
     CHECK(error.category() == ErrorCategory::timeout);
-    CHECK_THAT(error.what(), Catch::Contains(dir + "/id") && Catch::Contains("rank 0 did not publish"));
+    CHECK_THAT(error.what(),
+               Catch::Contains(dir + "/id") && Catch::Contains("rank 0 did not publish"));
   }
   std::filesystem::remove_all(dir);
 }

@@ -3,11 +3,11 @@
 // (The timeout ending a real job is tests/tools/check_zero_run.sh's start_timeout case.)
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
+
+#include <unistd.h>
 
 #include "base/error.h"
 #include "comm/start_watch.h"
@@ -48,8 +48,7 @@ TEST_CASE("start-up settings: 300 s by default, ZERO_START_TIMEOUT and ZERO_STAR
       FAIL("accepted");
     } catch (const Error& error) {
       CHECK(error.category() == ErrorCategory::usage);
-      CHECK_THAT(error.what(), Catch::Contains("ZERO_START_TIMEOUT") &&
-                                   Catch::Contains("above 0"));
+      CHECK_THAT(error.what(), Catch::Contains("ZERO_START_TIMEOUT") && Catch::Contains("above 0"));
     }
   }
 }

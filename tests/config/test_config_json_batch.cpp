@@ -1,7 +1,6 @@
 // Config text (comments, malformed JSON, duplicate keys), batch-size resolution exactly as
 // DeepSpeed does it, "auto" and overrides.
 #include "config/config_test_util.h"
-
 #include "engine/config/json_text.h"
 
 namespace zero::config {
@@ -158,16 +157,18 @@ TEST_CASE("batch: sizes must be positive integers", "[config][batch]") {
 
 TEST_CASE("batch: \"auto\" keys are derived from the others", "[config][batch]") {
   const Config config = read(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto",
-                                 "gradient_accumulation_steps": "auto"})", 8);
+                                 "gradient_accumulation_steps": "auto"})",
+                             8);
   REQUIRE(config.batch.micro_batch_per_gpu == 8);
   REQUIRE(resolved(config, "train_micro_batch_size_per_gpu").note ==
           "= 64 / 8 (world size) (from \"auto\")");
 }
 
 TEST_CASE("batch: an override fills an \"auto\" key", "[config][batch][override]") {
-  const Config config = read(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+  const Config config =
+      read(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
                                  "gradient_accumulation_steps": "auto"})",
-                             2, {"train_micro_batch_size_per_gpu=4"});
+           2, {"train_micro_batch_size_per_gpu=4"});
   REQUIRE(config.batch.micro_batch_per_gpu == 4);
   REQUIRE(config.batch.train_batch_size == 8);
   REQUIRE(resolved(config, "train_micro_batch_size_per_gpu").source == Source::override_value);
@@ -185,9 +186,9 @@ TEST_CASE("overrides: values parse as JSON, else as strings", "[config][override
 }
 
 TEST_CASE("overrides: create missing sections and replace file values", "[config][override]") {
-  const Config config = read(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1}})", 1,
-                             {"zero_optimization.stage=3",
-                              "zero_optimization.offload_optimizer.device=cpu"});
+  const Config config =
+      read(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1}})", 1,
+           {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu"});
   REQUIRE(config.zero.stage == 3);
   REQUIRE(config.zero.offload_optimizer.device == OffloadDevice::cpu);
   REQUIRE(resolved(config, "zero_optimization.stage").source == Source::override_value);
@@ -206,11 +207,12 @@ TEST_CASE("overrides: an unknown key in an override is reported like one in the 
           "zero_optimization.stag: unknown key; did you mean stage?");
 }
 
-TEST_CASE("provenance: every value says whether it came from the file, a default, an override "
-          "or a derivation",
-          "[config][provenance]") {
-  const Config config = read(R"({"train_batch_size": 16, "gradient_clipping": 0.5})", 2,
-                             {"steps_per_print=5"});
+TEST_CASE(
+    "provenance: every value says whether it came from the file, a default, an override "
+    "or a derivation",
+    "[config][provenance]") {
+  const Config config =
+      read(R"({"train_batch_size": 16, "gradient_clipping": 0.5})", 2, {"steps_per_print=5"});
   REQUIRE(resolved(config, "gradient_clipping").source == Source::file);
   REQUIRE(resolved(config, "wall_clock_breakdown").source == Source::default_value);
   REQUIRE(resolved(config, "steps_per_print").source == Source::override_value);
@@ -218,8 +220,7 @@ TEST_CASE("provenance: every value says whether it came from the file, a default
   REQUIRE(config.steps_per_print == 5);
 }
 
-TEST_CASE("comm_timeout_s: zero's own key, 1800 s by default, positive seconds",
-          "[config][comm]") {
+TEST_CASE("comm_timeout_s: zero's own key, 1800 s by default, positive seconds", "[config][comm]") {
   REQUIRE(read(R"({"train_batch_size": 8})").comm_timeout_s == 1800.0);
   REQUIRE(read(R"({"train_batch_size": 8, "comm_timeout_s": 2.5})").comm_timeout_s == 2.5);
   REQUIRE(read(R"({"train_batch_size": 8})", 1, {"comm_timeout_s=60"}).comm_timeout_s == 60.0);

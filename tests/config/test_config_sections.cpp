@@ -1,10 +1,10 @@
 // The sections: precision, optimizer, scheduler, zero_optimization and offload, aio,
 // checkpoint; the four key classes; and the configs DeepSpeed users already have.
-#include "config/config_test_util.h"
-
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+
+#include "config/config_test_util.h"
 
 namespace zero::config {
 using namespace zero::config::test;
@@ -66,7 +66,8 @@ TEST_CASE("examples: every shipped config loads on 1, 2 and 4 ranks", "[config][
       options.world_size = world;
       // A fine-tune config leaves the schedule's length to zero-train --steps.
       std::ifstream in(entry.path());
-      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
       if (text.find("\"total_num_steps\": \"auto\"") != std::string::npos) {
         options.overrides.push_back(parse_override("scheduler.params.total_num_steps=1000"));
       }
@@ -104,8 +105,8 @@ TEST_CASE("precision: both \"auto\" means fp32", "[config][precision]") {
 }
 
 TEST_CASE("precision: an override settles an \"auto\" precision", "[config][precision]") {
-  const Config config = read(with(R"("fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"})"),
-                             1, {"bf16.enabled=true"});
+  const Config config = read(with(R"("fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"})"), 1,
+                             {"bf16.enabled=true"});
   REQUIRE(config.precision == Precision::bf16);
 }
 
@@ -134,8 +135,7 @@ TEST_CASE("precision: communication and accumulation dtypes default to the compu
   REQUIRE(config.grad_accum_dtype == DType::f32);
   REQUIRE(read(with(R"("communication_data_type": "bfp16")")).communication_data_type ==
           DType::bf16);
-  REQUIRE(read(with(R"("communication_data_type": "FP32")")).communication_data_type ==
-          DType::f32);
+  REQUIRE(read(with(R"("communication_data_type": "FP32")")).communication_data_type == DType::f32);
   REQUIRE(error_of(with(R"("communication_data_type": "fp8")")) ==
           "communication_data_type: expected one of \"fp32\", \"fp16\", \"bf16\", got \"fp8\"");
 }
@@ -177,7 +177,8 @@ TEST_CASE("optimizer: \"Adam\" means AdamW unless adam_w_mode is false", "[confi
 
 TEST_CASE("optimizer: AdamW with adam_w_mode false stays AdamW and says so",
           "[config][optimizer]") {
-  const Config config = read(with(R"("optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}})"));
+  const Config config =
+      read(with(R"("optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}})"));
   REQUIRE(config.optimizer.type == OptimizerType::adamw);
   REQUIRE(config.warnings.size() == 1);
   REQUIRE_THAT(config.warnings[0], Catch::Contains("always decays weights decoupled"));
@@ -189,7 +190,8 @@ TEST_CASE("optimizer: names are case-insensitive and params take DeepSpeed's def
   REQUIRE(adagrad.optimizer.type == OptimizerType::adagrad);
   REQUIRE(adagrad.optimizer.lr == 1e-2);
   REQUIRE(adagrad.optimizer.eps == 1e-10);
-  const Config lion = read(with(R"("optimizer": {"type": "LION", "params": {"betas": [0.95, 0.98]}})"));
+  const Config lion =
+      read(with(R"("optimizer": {"type": "LION", "params": {"betas": [0.95, 0.98]}})"));
   REQUIRE(lion.optimizer.type == OptimizerType::lion);
   REQUIRE(lion.optimizer.lr == 1e-3);
   REQUIRE(lion.optimizer.beta1 == 0.95);
@@ -205,8 +207,9 @@ TEST_CASE("optimizer: no optimizer section means AdamW with DeepSpeed's defaults
   const Config config = read(with(""));
   REQUIRE(config.optimizer.type == OptimizerType::adamw);
   REQUIRE(config.optimizer.lr == 1e-3);
-  REQUIRE(has_line(config.infos, "no optimizer section: using AdamW with DeepSpeed's defaults (lr "
-                                 "1e-3); add \"optimizer\" to choose"));
+  REQUIRE(has_line(config.infos,
+                   "no optimizer section: using AdamW with DeepSpeed's defaults (lr "
+                   "1e-3); add \"optimizer\" to choose"));
 }
 
 TEST_CASE("optimizer: an unknown type suggests the nearest", "[config][optimizer]") {
@@ -236,8 +239,9 @@ TEST_CASE("optimizer: a refused type says only that, not that its own params are
 TEST_CASE("optimizer: betas must be two numbers in between 0 and 1", "[config][optimizer]") {
   REQUIRE(error_of(with(R"("optimizer": {"type": "Adam", "params": {"betas": [0.9]}})")) ==
           "optimizer.params.betas: expected two numbers in [0, 1), like [0.9, 0.999], got [0.9]");
-  REQUIRE(error_of(with(R"("optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}})")) ==
-          "optimizer.params.betas: expected two numbers in [0, 1), like [0.9, 0.999], got [0.9,1.0]");
+  REQUIRE(
+      error_of(with(R"("optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}})")) ==
+      "optimizer.params.betas: expected two numbers in [0, 1), like [0.9, 0.999], got [0.9,1.0]");
 }
 
 TEST_CASE("optimizer: max_grad_norm belongs in gradient_clipping", "[config][optimizer]") {
@@ -261,8 +265,7 @@ TEST_CASE("optimizer: a misspelt parameter suggests the right one", "[config][op
           "optimizer.params.weight_decy: unknown key; did you mean weight_decay?");
 }
 
-TEST_CASE("optimizer: \"auto\" parameters take an override or the default",
-          "[config][optimizer]") {
+TEST_CASE("optimizer: \"auto\" parameters take an override or the default", "[config][optimizer]") {
   const std::string text = with(R"("optimizer": {"type": "AdamW", "params": {"lr": "auto",
                                   "weight_decay": "auto"}})");
   const Config overridden = read(text, 1, {"optimizer.params.lr=3e-4"});
@@ -309,9 +312,11 @@ TEST_CASE("scheduler: WarmupLR warms up to the optimizer's lr unless told otherw
 
 TEST_CASE("scheduler: OneCycle needs its two lrs and mirrors the first step size",
           "[config][scheduler]") {
-  REQUIRE_THAT(error_of(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_max_lr": 0.1}})")),
-               Catch::StartsWith("scheduler.params.cycle_min_lr: required;"));
-  const Config config = read(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.01,
+  REQUIRE_THAT(
+      error_of(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_max_lr": 0.1}})")),
+      Catch::StartsWith("scheduler.params.cycle_min_lr: required;"));
+  const Config config =
+      read(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.01,
                                      "cycle_max_lr": 0.1, "cycle_first_step_size": 300}})"));
   REQUIRE(config.scheduler.cycle_second_step_size == 300);
   REQUIRE(config.scheduler.cycle_momentum);
@@ -322,8 +327,9 @@ TEST_CASE("scheduler: OneCycle turns momentum cycling off for optimizers without
   const Config config = read(with(R"("optimizer": {"type": "SGD", "params": {"lr": 0.1}},
       "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.01, "cycle_max_lr": 0.1}})"));
   REQUIRE_FALSE(config.scheduler.cycle_momentum);
-  REQUIRE(has_line(config.warnings, "scheduler.params.cycle_momentum: SGD has no betas to cycle; "
-                                    "momentum cycling is off (as in DeepSpeed)"));
+  REQUIRE(has_line(config.warnings,
+                   "scheduler.params.cycle_momentum: SGD has no betas to cycle; "
+                   "momentum cycling is off (as in DeepSpeed)"));
 }
 
 TEST_CASE("scheduler: PyTorch schedulers are refused by name, typos get a suggestion",
@@ -337,8 +343,9 @@ TEST_CASE("scheduler: PyTorch schedulers are refused by name, typos get a sugges
 }
 
 TEST_CASE("scheduler: warmup_type is log or linear", "[config][scheduler]") {
-  REQUIRE(error_of(with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}})")) ==
-          "scheduler.params.warmup_type: expected one of \"log\", \"linear\", got \"cosine\"");
+  REQUIRE(
+      error_of(with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}})")) ==
+      "scheduler.params.warmup_type: expected one of \"log\", \"linear\", got \"cosine\"");
 }
 
 TEST_CASE("scheduler: WarmupCosineLR and LRRangeTest read their parameters",
@@ -379,10 +386,12 @@ TEST_CASE("zero: a key nothing resembles points to zero-config keys", "[config][
 TEST_CASE("unknown keys: top-level ones real configs carry are warnings naming the nearest key",
           "[config]") {
   // From public projects' DeepSpeed configs (accelerate, LLaMA-Factory, FastChat, ...).
-  const Config config = read(with(R"("cuda_visible_devices": "0,1", "monitor_config": {"enabled": false},
+  const Config config =
+      read(with(R"("cuda_visible_devices": "0,1", "monitor_config": {"enabled": false},
       "comms_config": {"verbose": false}, "_comment": "tuned for 8 GPUs", "log": {"level": "info"},
       "gradient_clippin": 1.0)"));
-  for (const char* key : {"cuda_visible_devices", "monitor_config", "comms_config", "_comment", "log"}) {
+  for (const char* key :
+       {"cuda_visible_devices", "monitor_config", "comms_config", "_comment", "log"}) {
     INFO(key);
     bool warned = false;
     for (const std::string& line : config.warnings) {
@@ -391,18 +400,22 @@ TEST_CASE("unknown keys: top-level ones real configs carry are warnings naming t
     }
     CHECK(warned);
   }
-  CHECK(has_line(config.warnings, "gradient_clippin: unknown key; did you mean gradient_clipping?; "
-                                  "ignored, as DeepSpeed ignores it"));
+  CHECK(has_line(config.warnings,
+                 "gradient_clippin: unknown key; did you mean gradient_clipping?; "
+                 "ignored, as DeepSpeed ignores it"));
   // Inside the sections DeepSpeed validates strictly they stay errors.
-  for (const auto& [section, where] :
-       {std::pair{R"("fp16": {"enabled": true, "loss_scal": 0})", "fp16.loss_scal"},
-        std::pair{R"("bf16": {"enabled": true, "stray": 1})", "bf16.stray"},
-        std::pair{R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin": true}})",
-                  "zero_optimization.offload_param.pin"},
-        std::pair{R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio1": 1}})",
-                  "zero_optimization.offload_optimizer.ratio1"},
-        std::pair{R"("optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "momentum": 0.9}})",
-                  "optimizer.params.momentum"}}) {
+  for (
+      const auto& [section, where] :
+      {std::pair{R"("fp16": {"enabled": true, "loss_scal": 0})", "fp16.loss_scal"},
+       std::pair{R"("bf16": {"enabled": true, "stray": 1})", "bf16.stray"},
+       std::pair{
+           R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin": true}})",
+           "zero_optimization.offload_param.pin"},
+       std::pair{
+           R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio1": 1}})",
+           "zero_optimization.offload_optimizer.ratio1"},
+       std::pair{R"("optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "momentum": 0.9}})",
+                 "optimizer.params.momentum"}}) {
     INFO(where);
     CHECK_THAT(error_of(with(section)), Catch::StartsWith(std::string(where) + ": unknown key"));
   }
@@ -427,20 +440,21 @@ TEST_CASE("zero: sizes written as 5e8 are integers, fractions are not", "[config
 TEST_CASE("zero: overlap_comm defaults to true at stage 3 only", "[config][zero]") {
   REQUIRE(read(with(R"("zero_optimization": {"stage": 3})")).zero.overlap_comm);
   REQUIRE_FALSE(read(with(R"("zero_optimization": {"stage": 2})")).zero.overlap_comm);
-  REQUIRE_FALSE(read(with(R"("zero_optimization": {"stage": 3, "overlap_comm": false})")).zero.overlap_comm);
+  REQUIRE_FALSE(
+      read(with(R"("zero_optimization": {"stage": 3, "overlap_comm": false})")).zero.overlap_comm);
 }
 
 TEST_CASE("zero: \"zero_optimization\": true is stage 1 with DeepSpeed's deprecation warning",
           "[config][zero]") {
   const Config config = read(with(R"("zero_optimization": true)"));
   REQUIRE(config.zero.stage == 1);
-  REQUIRE(has_line(config.warnings, "\"zero_optimization\": true is deprecated; write "
-                                    "\"zero_optimization\": {\"stage\": 1}"));
+  REQUIRE(has_line(config.warnings,
+                   "\"zero_optimization\": true is deprecated; write "
+                   "\"zero_optimization\": {\"stage\": 1}"));
   REQUIRE(read(with(R"("zero_optimization": false)")).zero.stage == 0);
 }
 
-TEST_CASE("zero: stage-3 keys are accepted with and without the stage3_ prefix",
-          "[config][zero]") {
+TEST_CASE("zero: stage-3 keys are accepted with and without the stage3_ prefix", "[config][zero]") {
   const Config config = read(with(R"("zero_optimization": {"stage": 3, "prefetch_bucket_size": 1234,
                                      "stage3_max_live_parameters": 99})"));
   REQUIRE(config.zero.prefetch_bucket_size == 1234);
@@ -463,8 +477,9 @@ TEST_CASE("zero: \"auto\" sizes take DeepSpeed's defaults", "[config][zero]") {
 TEST_CASE("zero: cpu_offload maps to offload_optimizer with a warning", "[config][zero]") {
   const Config config = read(with(R"("zero_optimization": {"stage": 2, "cpu_offload": true})"));
   REQUIRE(config.zero.offload_optimizer.device == OffloadDevice::cpu);
-  REQUIRE(has_line(config.warnings, "zero_optimization.cpu_offload is deprecated; use "
-                                    "zero_optimization.offload_optimizer.device = \"cpu\" (mapped)"));
+  REQUIRE(has_line(config.warnings,
+                   "zero_optimization.cpu_offload is deprecated; use "
+                   "zero_optimization.offload_optimizer.device = \"cpu\" (mapped)"));
 }
 
 TEST_CASE("zero: a deprecated key with its replacement is refused", "[config][zero]") {
@@ -494,22 +509,26 @@ TEST_CASE("zero: the fp16 spelling of the 16-bit save key maps with a warning", 
 }
 
 TEST_CASE("zero: nvme offload needs nvme_path", "[config][zero][offload]") {
-  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}})")) ==
+  REQUIRE(error_of(with(
+              R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}})")) ==
           "zero_optimization.offload_optimizer.nvme_path: required when device is \"nvme\" (a "
           "directory on a fast local disk for the optimizer's swap files)");
-  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}})")) ==
-          "zero_optimization.offload_param.nvme_path: required when device is \"nvme\" (a "
-          "directory on a fast local disk for the parameters' swap files)");
+  REQUIRE(
+      error_of(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}})")) ==
+      "zero_optimization.offload_param.nvme_path: required when device is \"nvme\" (a "
+      "directory on a fast local disk for the parameters' swap files)");
 }
 
 TEST_CASE("zero: offload device is none, cpu or nvme", "[config][zero][offload]") {
-  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "gpu"}})")) ==
+  REQUIRE(error_of(with(
+              R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "gpu"}})")) ==
           "zero_optimization.offload_optimizer.device: expected one of \"none\", \"cpu\", "
           "\"nvme\", got \"gpu\"");
 }
 
 TEST_CASE("zero: optimizer offload needs stage 1 or above", "[config][zero][offload]") {
-  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}})")) ==
+  REQUIRE(error_of(with(
+              R"("zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}})")) ==
           "zero_optimization.offload_optimizer.device is \"cpu\" but the stage is 0; optimizer "
           "offload needs zero_optimization.stage 1, 2 or 3");
 }
@@ -519,8 +538,9 @@ TEST_CASE("zero: parameter offload below stage 3 is ignored with a warning, as i
   const Config config = read(with(R"("zero_optimization": {"stage": 2,
       "offload_param": {"device": "cpu"}})"));
   REQUIRE(config.zero.offload_param.device == OffloadDevice::none);
-  REQUIRE(has_line(config.warnings, "zero_optimization.offload_param applies at stage 3 only; "
-                                    "ignored at stage 2 (as DeepSpeed does)"));
+  REQUIRE(has_line(config.warnings,
+                   "zero_optimization.offload_param applies at stage 3 only; "
+                   "ignored at stage 2 (as DeepSpeed does)"));
 }
 
 TEST_CASE("zero: partial optimizer offload is not supported", "[config][zero][offload]") {
@@ -536,8 +556,9 @@ TEST_CASE("zero: ZeRO++ switches are refused when on and accepted when off", "[c
           "supported by zero (got true); remove it or disable it");
   const Config config = read(with(R"("zero_optimization": {"stage": 3, "zero_hpz_partition_size": 1,
                                      "zero_quantized_gradients": false})"));
-  REQUIRE(has_line(config.infos, "zero_optimization.zero_quantized_gradients: accepted because it "
-                                 "is disabled (ZeRO++ quantized gradients (qgZ) is not supported)"));
+  REQUIRE(has_line(config.infos,
+                   "zero_optimization.zero_quantized_gradients: accepted because it "
+                   "is disabled (ZeRO++ quantized gradients (qgZ) is not supported)"));
 }
 
 TEST_CASE("zero: a section given as a non-object is an error, null means absent",
@@ -579,8 +600,9 @@ TEST_CASE("aio: DeepSpeed's defaults, thread_count as the old name, GDS refused"
 TEST_CASE("checkpoint: tag_validation is case-insensitive", "[config][checkpoint]") {
   REQUIRE(read(with(R"("checkpoint": {"tag_validation": "FAIL"})")).checkpoint.tag_validation ==
           TagValidation::fail);
-  REQUIRE(error_of(with(R"("checkpoint": {"tag_validation": "strict"})")) ==
-          "checkpoint.tag_validation: expected one of \"Ignore\", \"Warn\", \"Fail\", got \"strict\"");
+  REQUIRE(
+      error_of(with(R"("checkpoint": {"tag_validation": "strict"})")) ==
+      "checkpoint.tag_validation: expected one of \"Ignore\", \"Warn\", \"Fail\", got \"strict\"");
 }
 
 TEST_CASE("runtime: clipping and printing are range-checked", "[config][runtime]") {
@@ -617,10 +639,12 @@ TEST_CASE("features: disabled switches are accepted with a note", "[config][feat
   const Config config = read(with(R"("wandb": {"enabled": false, "project": "x"},
                                      "flops_profiler": {"enabled": false},
                                      "pipeline": {"pipe_partitioned": true}, "dump_state": true)"));
-  REQUIRE(has_line(config.infos, "wandb: accepted because it is disabled (Weights & Biases "
-                                 "logging (zero-train --metrics writes JSON lines) is not supported)"));
-  REQUIRE(has_line(config.infos, "dump_state: accepted, no effect here: zero-config check prints "
-                                 "the resolved config"));
+  REQUIRE(has_line(config.infos,
+                   "wandb: accepted because it is disabled (Weights & Biases "
+                   "logging (zero-train --metrics writes JSON lines) is not supported)"));
+  REQUIRE(has_line(config.infos,
+                   "dump_state: accepted, no effect here: zero-config check prints "
+                   "the resolved config"));
 }
 
 TEST_CASE("errors: every problem of a config is reported at once", "[config][errors]") {
@@ -630,10 +654,12 @@ TEST_CASE("errors: every problem of a config is reported at once", "[config][err
       "gradient_clipping": "big"})");
   const auto lines = std::count(message.begin(), message.end(), '\n') + 1;
   REQUIRE(lines == 4);
-  REQUIRE_THAT(message, Catch::Contains("zero_optimization.stage: expected an integer from 0 to 3, got 5") &&
-                            Catch::Contains("optimizer.params.betas: expected two numbers") &&
-                            Catch::Contains("gradient_clipping: expected a number >= 0, got \"big\"") &&
-                            Catch::Contains("reduce_bucket_sise: unknown key; did you mean reduce_bucket_size?"));
+  REQUIRE_THAT(
+      message,
+      Catch::Contains("zero_optimization.stage: expected an integer from 0 to 3, got 5") &&
+          Catch::Contains("optimizer.params.betas: expected two numbers") &&
+          Catch::Contains("gradient_clipping: expected a number >= 0, got \"big\"") &&
+          Catch::Contains("reduce_bucket_sise: unknown key; did you mean reduce_bucket_size?"));
 }
 
 TEST_CASE("keys: every key is declared once with a class, and the classes all occur",
@@ -697,8 +723,10 @@ TEST_CASE("robustness: switches of unsupported features are type-checked, and \"
   REQUIRE(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
                        "offload_optimizer": {"device": "cpu", "ratio": 2}}})") ==
           "zero_optimization.offload_optimizer.ratio: expected a number >= 0 and <= 1, got 2");
-  REQUIRE(error_of(R"({"train_batch_size": 8, "zero_optimization": {"contiguous_gradients": "banana"}})") ==
-          "zero_optimization.contiguous_gradients: expected true or false, got \"banana\"");
+  REQUIRE(
+      error_of(
+          R"({"train_batch_size": 8, "zero_optimization": {"contiguous_gradients": "banana"}})") ==
+      "zero_optimization.contiguous_gradients: expected true or false, got \"banana\"");
   REQUIRE_NOTHROW(read(R"({"train_batch_size": 8, "tensorboard": {"enabled": "auto"},
       "fp16": {"fp16_master_weights_and_grads": "auto"},
       "zero_optimization": {"zero_quantized_gradients": "auto"}, "sparse_gradients": "auto"})"));
@@ -706,8 +734,9 @@ TEST_CASE("robustness: switches of unsupported features are type-checked, and \"
 
 TEST_CASE("robustness: overrides replace either spelling, create sections, and refuse bad paths",
           "[config][override]") {
-  const Config alias = read(R"({"train_batch_size": 8, "zero_optimization": {"prefetch_bucket_size": 7}})",
-                            1, {"zero_optimization.stage3_prefetch_bucket_size=9"});
+  const Config alias =
+      read(R"({"train_batch_size": 8, "zero_optimization": {"prefetch_bucket_size": 7}})", 1,
+           {"zero_optimization.stage3_prefetch_bucket_size=9"});
   REQUIRE(alias.zero.prefetch_bucket_size == 9);
   const Config created = read(R"({"train_batch_size": 8})", 1, {"optimizer.params.lr=1e-4"});
   REQUIRE(created.optimizer.type == OptimizerType::adamw);
@@ -730,7 +759,8 @@ TEST_CASE("robustness: deprecated spellings are recorded under the keys that rep
   REQUIRE(resolved(pin, "zero_optimization.offload_optimizer.pin_memory").value == true);
 }
 
-TEST_CASE("robustness: a parameter dtype equal to the precision's is accepted", "[config][precision]") {
+TEST_CASE("robustness: a parameter dtype equal to the precision's is accepted",
+          "[config][precision]") {
   REQUIRE_NOTHROW(read(R"({"train_batch_size": 8, "bf16": {"enabled": true},
                            "data_types": {"param_dtype": "bf16"}})"));
   REQUIRE_THAT(error_of(R"({"train_batch_size": 8, "data_types": {"param_dtype": "bf16"}})"),

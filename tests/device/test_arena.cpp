@@ -2,13 +2,12 @@
 // message, nvme (offset-only) arenas, and pinned memory that warns once when it cannot lock.
 #include <catch2/catch.hpp>
 
-#include <sys/mman.h>
-
 #include <cerrno>
 #include <cstring>
 #include <sstream>
 
 #include <spdlog/sinks/ostream_sink.h>
+#include <sys/mman.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -112,8 +111,7 @@ TEST_CASE("releasing a block twice is a usage error", "[device][arena]") {
   Arena arena(device.get(), Tier::host, 4096);
   const Block a = arena.allocate(MemoryKind::param, 100);
   arena.release(a);
-  REQUIRE_THROWS_MATCHES(arena.release(a), Error,
-                         Catch::Predicate<Error>([](const Error& e) {
+  REQUIRE_THROWS_MATCHES(arena.release(a), Error, Catch::Predicate<Error>([](const Error& e) {
                            return e.category() == ErrorCategory::usage &&
                                   std::string(e.what()).find("not live") != std::string::npos;
                          }));
@@ -186,8 +184,9 @@ TEST_CASE("pinned memory that cannot be locked warns once and stays usable", "[d
 
 TEST_CASE("pinned memory is locked when the system allows it", "[device][pinned]") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  WARN("skipped: AddressSanitizer and ThreadSanitizer turn mlock into a no-op, so residency "
-       "cannot be checked");
+  WARN(
+      "skipped: AddressSanitizer and ThreadSanitizer turn mlock into a no-op, so residency "
+      "cannot be checked");
   return;
 #endif
   bool locked = false;

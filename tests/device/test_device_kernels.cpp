@@ -134,16 +134,19 @@ TEST_CASE("scale multiplies in fp32 and rounds like the reference",
   }
 }
 
-TEST_CASE("accumulate adds a scaled block with one rounding, like the reference bit for bit "
-          "(NaN: as NaN)",
-          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+TEST_CASE(
+    "accumulate adds a scaled block with one rounding, like the reference bit for bit "
+    "(NaN: as NaN)",
+    ZERO_TEST_BACKEND_TAG "[device][kernels]") {
   auto device = test::make_test_device();
   for (DType from : kFloatTypes) {
     for (DType to : kFloatTypes) {
       for (std::size_t count : kSizes) {
         CAPTURE(dtype_name(from), dtype_name(to), count);
-        const auto addend = encode(random_floats(count, 11 + static_cast<std::uint32_t>(count), false), from);
-        const auto initial = encode(random_floats(count, 13 + static_cast<std::uint32_t>(count), false), to);
+        const auto addend =
+            encode(random_floats(count, 11 + static_cast<std::uint32_t>(count), false), from);
+        const auto initial =
+            encode(random_floats(count, 13 + static_cast<std::uint32_t>(count), false), to);
         auto expected = initial;
         reference::accumulate(addend.data(), from, expected.data(), to, count, 0.3f);
 
@@ -173,7 +176,8 @@ TEST_CASE("accumulate adds a scaled block with one rounding, like the reference 
         }
         // The sum really changed the destination (a kernel that did nothing would fail); a
         // single element may legitimately round back to itself in a half format.
-        if (count > 4) REQUIRE(std::memcmp(got.data(), initial.data(), count * dtype_size(to)) != 0);
+        if (count > 4)
+          REQUIRE(std::memcmp(got.data(), initial.data(), count * dtype_size(to)) != 0);
       }
     }
   }
@@ -246,10 +250,9 @@ TEST_CASE("check_finite flags NaN and infinity anywhere, including the last elem
           ZERO_TEST_BACKEND_TAG "[device][kernels]") {
   auto device = test::make_test_device();
   test::DeviceBuffer flag(*device, sizeof(float));
-  const float specials[] = {std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(),
-                            -std::numeric_limits<float>::signaling_NaN()};
+  const float specials[] = {
+      std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+      std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::signaling_NaN()};
   for (DType dtype : kFloatTypes) {
     for (std::size_t count : {1, 7, 17, 1000, 100003}) {
       for (std::size_t position : {std::size_t{0}, count / 2, count - 1}) {
@@ -328,7 +331,8 @@ TEST_CASE("asynchronous copies on two streams ordered by an event arrive intact"
   device->unreserve(Tier::host, host, count * sizeof(float));
 }
 
-TEST_CASE("timing events measure a non-negative interval", ZERO_TEST_BACKEND_TAG "[device][streams]") {
+TEST_CASE("timing events measure a non-negative interval",
+          ZERO_TEST_BACKEND_TAG "[device][streams]") {
   auto device = test::make_test_device();
   auto start = device->create_event(true);
   auto stop = device->create_event(true);
@@ -340,8 +344,9 @@ TEST_CASE("timing events measure a non-negative interval", ZERO_TEST_BACKEND_TAG
   REQUIRE(stop->elapsed_ms_since(*start) >= 0.0f);
 }
 
-TEST_CASE("reserving an impossible amount of device memory is an out-of-memory error naming the tier",
-          ZERO_TEST_BACKEND_TAG "[device][memory]") {
+TEST_CASE(
+    "reserving an impossible amount of device memory is an out-of-memory error naming the tier",
+    ZERO_TEST_BACKEND_TAG "[device][memory]") {
   auto device = test::make_test_device();
   const std::size_t huge = std::size_t{1} << 60;
   try {
@@ -354,7 +359,8 @@ TEST_CASE("reserving an impossible amount of device memory is an out-of-memory e
   }
 }
 
-TEST_CASE("kernels refuse int64 buffers with a usage error", ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+TEST_CASE("kernels refuse int64 buffers with a usage error",
+          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
   auto device = test::make_test_device();
   test::DeviceBuffer data(*device, 64);
   REQUIRE_THROWS_WITH(device->scale(data.data(), DType::i64, 4, 2.0f, device->default_stream()),

@@ -1,6 +1,7 @@
 // Agreement alone (engine/agreement.h), on one rank of the local communicator: a step that
-// throws fails with one Error saying what failed and why, in the first failure's category; text, means, comparisons and broadcasts keep one rank's values. (Several ranks:
-// the multirank tests' init, checkpoint and pretrained refusals.)
+// throws fails with one Error saying what failed and why, in the first failure's category; text,
+// means, comparisons and broadcasts keep one rank's values. (Several ranks: the multirank tests'
+// init, checkpoint and pretrained refusals.)
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -31,16 +32,14 @@ struct OneRank {
 
 }  // namespace
 
-TEST_CASE("agreement: a failed step names the rank and what failed, in its category",
-          "[engine]") {
+TEST_CASE("agreement: a failed step names the rank and what failed, in its category", "[engine]") {
   OneRank one;
   int runs = 0;
   one.agreement.agree("a step that works", [&] { ++runs; });
   CHECK(runs == 1);
   const Error error = zero::testing::error_of([&] {
-    one.agreement.agree("loading the moon", [&] {
-      throw make_error(ErrorCategory::io, "the moon file is missing");
-    });
+    one.agreement.agree("loading the moon",
+                        [&] { throw make_error(ErrorCategory::io, "the moon file is missing"); });
   });
   CHECK(error.category() == ErrorCategory::io);
   // One rank: no rank to name among several (the multirank tests check those).

@@ -13,9 +13,12 @@ namespace zero {
 TEST_CASE("guard turns each error category into its status and records the message",
           "[engine][capi]") {
   const std::pair<ErrorCategory, zero_status> cases[] = {
-      {ErrorCategory::config, ZERO_ERROR_CONFIG},   {ErrorCategory::usage, ZERO_ERROR_USAGE},
-      {ErrorCategory::comm, ZERO_ERROR_COMM},       {ErrorCategory::timeout, ZERO_ERROR_TIMEOUT},
-      {ErrorCategory::io, ZERO_ERROR_IO},           {ErrorCategory::device, ZERO_ERROR_DEVICE},
+      {ErrorCategory::config, ZERO_ERROR_CONFIG},
+      {ErrorCategory::usage, ZERO_ERROR_USAGE},
+      {ErrorCategory::comm, ZERO_ERROR_COMM},
+      {ErrorCategory::timeout, ZERO_ERROR_TIMEOUT},
+      {ErrorCategory::io, ZERO_ERROR_IO},
+      {ErrorCategory::device, ZERO_ERROR_DEVICE},
       {ErrorCategory::out_of_memory, ZERO_ERROR_OUT_OF_MEMORY},
       {ErrorCategory::internal, ZERO_ERROR_INTERNAL}};
   for (const auto& [category, status] : cases) {

@@ -19,8 +19,8 @@ using testing::EngineParts;
 std::string config(int stage, const std::string& offload) {
   return R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
              "optimizer": {"type": "AdamW"},
-             "zero_optimization": {"stage": )" + std::to_string(stage) +
-         R"(, "offload_optimizer": {"device": ")" + offload + R"("}}})";
+             "zero_optimization": {"stage": )" +
+         std::to_string(stage) + R"(, "offload_optimizer": {"device": ")" + offload + R"("}}})";
 }
 
 std::vector<float> master_of(EngineParts& parts, std::size_t p) {
@@ -44,8 +44,7 @@ void renamed(Registry& r) {
 
 }  // namespace
 
-TEST_CASE("checkpoint state: what is saved loads into other parts at another stage",
-          "[engine]") {
+TEST_CASE("checkpoint state: what is saved loads into other parts at another stage", "[engine]") {
   zero::testing::ScratchDir scratch("checkpoint-state");
   EngineParts saved(config(1, "none"));
   ArithmeticValues values;

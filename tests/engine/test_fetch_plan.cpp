@@ -69,8 +69,7 @@ TEST_CASE("fetch plan: the prefetch walk honours the window, the live limit and 
   CHECK(s.plan.prefetch(0, 100, 1'000'000, 0, p1_there).empty());
   CHECK(s.plan.prefetch(0, 101, 1'000'000, 0, p1_there) == std::vector<std::size_t>{2});
   // Each parameter once: from event 2 the walk sees m2 (backward), m1, m0; p3 is not repeated.
-  CHECK(s.plan.prefetch(2, 1'000'000, 1'000'000, 0, none) ==
-        std::vector<std::size_t>{2, 3, 1, 0});
+  CHECK(s.plan.prefetch(2, 1'000'000, 1'000'000, 0, none) == std::vector<std::size_t>{2, 3, 1, 0});
   CHECK(s.plan.prefetch(5, 1'000'000, 1'000'000, 0, none).empty());
 }
 

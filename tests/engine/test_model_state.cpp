@@ -20,13 +20,15 @@ std::string config_for(const std::string& precision, int stage, const std::strin
                        const std::string& params, const std::string& nvme) {
   return R"({"train_micro_batch_size_per_gpu": 1, )" + precision +
          R"( "optimizer": {"type": "AdamW"},
-             "zero_optimization": {"stage": )" + std::to_string(stage) +
+             "zero_optimization": {"stage": )" +
+         std::to_string(stage) +
          R"(, "reduce_bucket_size": 64, "sub_group_size": 40,
              "stage3_param_persistence_threshold": 0,
-             "offload_optimizer": {"device": ")" + optimizer + R"(", "nvme_path": ")" + nvme +
+             "offload_optimizer": {"device": ")" +
+         optimizer + R"(", "nvme_path": ")" + nvme +
          R"(", "buffer_count": 3, "max_in_cpu": 40},
-             "offload_param": {"device": ")" + params + R"(", "nvme_path": ")" + nvme +
-         R"(", "buffer_size": 200, "max_in_cpu": 40}}})";
+             "offload_param": {"device": ")" +
+         params + R"(", "nvme_path": ")" + nvme + R"(", "buffer_size": 200, "max_in_cpu": 40}}})";
 }
 
 struct Placement {
@@ -108,8 +110,7 @@ TEST_CASE("model state: assigned values come back from wherever they live", "[en
 
 TEST_CASE("model state: a swapped step group is found where the layout puts it", "[engine]") {
   zero::testing::ScratchDir scratch("model-state-groups");
-  EngineParts parts(config_for(R"("bf16": {"enabled": true},)", 3, "nvme", "none",
-                               scratch.path()));
+  EngineParts parts(config_for(R"("bf16": {"enabled": true},)", 3, "nvme", "none", scratch.path()));
   // sub_group_size 40 over 37 + 101 + 15 owned elements: several groups, the first resident
   // (max_in_cpu 40), the rest swapped.
   REQUIRE(parts.layout.step_groups.size() > 2);

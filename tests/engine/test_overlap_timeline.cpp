@@ -72,8 +72,9 @@ TEST_CASE("the overlap timeline pairs hooks and collectives from the streams' ev
   auto comm = device->create_stream();
   OverlapTimeline timeline(*device);
 
-  SECTION("a reduction inside the compute overlaps it, a copy across its end in part, a "
-          "gather after it not at all") {
+  SECTION(
+      "a reduction inside the compute overlaps it, a copy across its end in part, a "
+      "gather after it not at all") {
     timeline.start(*caller);
     timeline.compute_begin(*caller);
     tick();

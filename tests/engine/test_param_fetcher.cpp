@@ -41,8 +41,7 @@ class HostShards final : public ShardStore {
   }
   void place_shard(std::size_t param, void* place, Stream& stream) override {
     queued_copies += 1;
-    device_.copy_async(place, shards_[param].data(), shards_[param].size() * sizeof(float),
-                       stream);
+    device_.copy_async(place, shards_[param].data(), shards_[param].size() * sizeof(float), stream);
   }
   bool swapped(std::size_t) const override { return false; }
   std::size_t read_buffers() const override { return 0; }
@@ -86,8 +85,7 @@ struct Setup {
 
 }  // namespace
 
-TEST_CASE("param fetcher: a shard in host memory is copied up in the stream's order",
-          "[engine]") {
+TEST_CASE("param fetcher: a shard in host memory is copied up in the stream's order", "[engine]") {
   Setup setup;
   HostShards shards(*setup.device, setup.registry);
   ParamFetcher fetcher(setup.context());

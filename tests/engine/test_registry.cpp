@@ -126,8 +126,7 @@ TEST_CASE("group 0 is the default group with the optimizer's weight decay", "[en
   REQUIRE(Registry().group(0).weight_decay == 0.0);
 }
 
-TEST_CASE("numel is the product of the shape, 1 for a scalar and 0 with a zero dim",
-          "[engine]") {
+TEST_CASE("numel is the product of the shape, 1 for a scalar and 0 with a zero dim", "[engine]") {
   Registry r;
   r.add_module("m");
   r.add_param("matrix", {3, 5, 7}, true, 0, {0});
@@ -251,8 +250,9 @@ TEST_CASE("add_param refuses a module that does not exist", "[engine]") {
   r.add_module("a");
   r.add_module("b");
   r.add_module("c");
-  REQUIRE(usage_error([&] { r.add_param("w", {2}, true, 0, {1, 3}); }) ==
-          "add_param 'w': module index 3 does not exist (3 modules registered)");
+  REQUIRE(usage_error([&] {
+            r.add_param("w", {2}, true, 0, {1, 3});
+          }) == "add_param 'w': module index 3 does not exist (3 modules registered)");
   REQUIRE(r.param_count() == 0);
   REQUIRE(r.module(1).params.empty());  // nothing half-registered
 }
@@ -270,7 +270,9 @@ TEST_CASE("add_param refuses a module listed twice", "[engine]") {
   Registry r;
   r.add_module("wte");
   r.add_module("lm_head");
-  REQUIRE(usage_error([&] { r.add_param("wte.w", {8, 4}, true, 0, {1, 0, 1}); }) ==
+  REQUIRE(usage_error([&] {
+            r.add_param("wte.w", {8, 4}, true, 0, {1, 0, 1});
+          }) ==
           "add_param 'wte.w': module 1 'lm_head' is listed twice; list each module that uses "
           "the parameter once");
   REQUIRE(r.param_count() == 0);
@@ -282,7 +284,9 @@ TEST_CASE("add_param refuses a negative dimension", "[engine]") {
   Registry r;
   r.add_module("m");
   // Even behind a zero dim, which would make numel 0.
-  REQUIRE(usage_error([&] { r.add_param("w", {0, 3, -1}, true, 0, {0}); }) ==
+  REQUIRE(usage_error([&] {
+            r.add_param("w", {0, 3, -1}, true, 0, {0});
+          }) ==
           "add_param 'w': dimension 2 of shape [0, 3, -1] is negative; dimensions must be >= 0");
   REQUIRE(r.param_count() == 0);
 }
@@ -291,11 +295,13 @@ TEST_CASE("add_param refuses a shape of more than 2^62 elements", "[engine]") {
   Registry r;
   r.add_module("m");
   const std::int64_t big = std::int64_t{1} << 31;
-  REQUIRE(usage_error([&] { r.add_param("w", {big, big, 2}, true, 0, {0}); }) ==
-          "add_param 'w': shape [2147483648, 2147483648, 2] has more than 2^62 elements");
+  REQUIRE(usage_error([&] {
+            r.add_param("w", {big, big, 2}, true, 0, {0});
+          }) == "add_param 'w': shape [2147483648, 2147483648, 2] has more than 2^62 elements");
   // A product that wraps around 2^64 to a small number is caught too.
-  REQUIRE(usage_error([&] { r.add_param("w", {big * 2, big * 2, 4}, true, 0, {0}); }) ==
-          "add_param 'w': shape [4294967296, 4294967296, 4] has more than 2^62 elements");
+  REQUIRE(usage_error([&] {
+            r.add_param("w", {big * 2, big * 2, 4}, true, 0, {0});
+          }) == "add_param 'w': shape [4294967296, 4294967296, 4] has more than 2^62 elements");
   REQUIRE(r.param_count() == 0);
 }
 
@@ -317,8 +323,9 @@ TEST_CASE("every add after freeze says registration is closed", "[engine]") {
   REQUIRE_FALSE(r.frozen());
   r.freeze();
   REQUIRE(r.frozen());
-  const std::string closed = "': registration is closed after init; register every group, "
-                             "module and parameter before the engine's init";
+  const std::string closed =
+      "': registration is closed after init; register every group, "
+      "module and parameter before the engine's init";
   REQUIRE(usage_error([&] { r.add_group("late_group", 0.0, 1.0); }) ==
           "add_group 'late_group" + closed);
   REQUIRE(usage_error([&] { r.add_module("late_module"); }) == "add_module 'late_module" + closed);
@@ -360,13 +367,29 @@ TEST_CASE("changing one attribute changes exactly that entry's hash and the comb
     std::size_t entry;
   };
   const std::vector<Case> cases = {
-      {"parameter shape", [](Model& m) { m.param_shape = {2304, 768}; }, kParamAttnW},
-      {"parameter shape rank", [](Model& m) { m.param_shape = {768, 2304, 1}; }, kParamAttnW},
+      {"parameter shape",
+       [](Model& m) {
+         m.param_shape = {2304, 768};
+       },
+       kParamAttnW},
+      {"parameter shape rank",
+       [](Model& m) {
+         m.param_shape = {768, 2304, 1};
+       },
+       kParamAttnW},
       {"parameter name", [](Model& m) { m.param_name = "h.0.attn.W"; }, kParamAttnW},
       {"parameter trainable", [](Model& m) { m.param_trainable = false; }, kParamAttnW},
       {"parameter group", [](Model& m) { m.param_group = 0; }, kParamAttnW},
-      {"parameter module order", [](Model& m) { m.tied_modules = {3, 0}; }, kParamWte},
-      {"parameter module list", [](Model& m) { m.tied_modules = {0, 2}; }, kParamWte},
+      {"parameter module order",
+       [](Model& m) {
+         m.tied_modules = {3, 0};
+       },
+       kParamWte},
+      {"parameter module list",
+       [](Model& m) {
+         m.tied_modules = {0, 2};
+       },
+       kParamWte},
       {"group weight decay", [](Model& m) { m.group_wd = 1e-300; }, kGroupNoDecay},
       {"group lr scale", [](Model& m) { m.group_lr_scale = 0.5; }, kGroupNoDecay},
       {"group name", [](Model& m) { m.group_name = "no-decay"; }, kGroupNoDecay},
@@ -406,8 +429,7 @@ TEST_CASE("the combined hash covers the number and order of entries", "[engine]"
   REQUIRE(as_group.hash() != as_module.hash());
 }
 
-TEST_CASE("describe_entry describes groups, modules and parameters in hash order",
-          "[engine]") {
+TEST_CASE("describe_entry describes groups, modules and parameters in hash order", "[engine]") {
   Model m;
   m.group_wd = 0.0;
   m.group_lr_scale = 0.25;

@@ -105,8 +105,8 @@ TEST_CASE("stepper: the norm is the gradients', and clipping divides them by its
       EngineParts probe(sgd_config("", offload));
       const double norm = std::sqrt(set_grads(probe));
       const double max_norm = norm / 10;
-      EngineParts parts(sgd_config(R"("gradient_clipping": )" + std::to_string(max_norm) + ",",
-                                   offload));
+      EngineParts parts(
+          sgd_config(R"("gradient_clipping": )" + std::to_string(max_norm) + ",", offload));
       ArithmeticValues values;
       parts.state->assign(values);
       set_grads(parts);
@@ -117,8 +117,7 @@ TEST_CASE("stepper: the norm is the gradients', and clipping divides them by its
   }
 }
 
-TEST_CASE("stepper: a non-finite fp16 gradient skips the step and keeps the masters",
-          "[engine]") {
+TEST_CASE("stepper: a non-finite fp16 gradient skips the step and keeps the masters", "[engine]") {
   EngineParts parts(sgd_config(R"("fp16": {"enabled": true, "initial_scale_power": 4,
                                            "hysteresis": 1},)",
                                "none"));
@@ -130,8 +129,8 @@ TEST_CASE("stepper: a non-finite fp16 gradient skips the step and keeps the mast
   const StepStats stats = parts.stepper->step();
   CHECK(stats.skipped);
   CHECK(stats.loss_scale == scale);
-  CHECK(parts.stepper->global_steps() == 1);     // counted, as DeepSpeed counts it
-  CHECK(parts.stepper->optimizer_steps() == 0);  // the optimizer and the schedule held
+  CHECK(parts.stepper->global_steps() == 1);            // counted, as DeepSpeed counts it
+  CHECK(parts.stepper->optimizer_steps() == 0);         // the optimizer and the schedule held
   CHECK(parts.stepper->scaler().scale() == scale / 2);  // hysteresis 1: it drops at once
   CHECK(master_of(parts, 1) == before);
   // The gradients the optimizer reads are back to zero for the next window.

@@ -1,10 +1,10 @@
 // tests/multirank/model_memory.h's GPU side: the test models read and write the engine's GPU
 // buffers by copies on a non-blocking stream of their own, the one every hook is given, so the
 // hooks' ordering against the caller's stream is what the copies see.
-#include <cuda_runtime.h>
-
 #include <cstdio>
 #include <cstdlib>
+
+#include <cuda_runtime.h>
 
 #include "tests/multirank/model_memory.h"
 

@@ -8,13 +8,13 @@
 // so a hook that let the reduction read before the caller's writes fails here.
 //
 // Exits 77 (skipped) without a GPU, 1 on a failure.
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <cuda_runtime.h>
 
 #include "base/half.h"
 #include "tests/gpu/spin_kernel.h"
@@ -97,9 +97,10 @@ int run(int stage, void* stream) {
     if (!ok(zero_step(engine, &stats), "zero_step")) return 1;
     if (!stats.stepped || stats.skipped ||
         std::fabs(stats.grad_norm - want_norm) > 1e-3 * want_norm) {
-      std::fprintf(stderr, "FAIL stage %d step %d: stepped %d skipped %d gradient norm %.6g, the "
-                   "model wrote %.6g\n", stage, step, stats.stepped, stats.skipped,
-                   stats.grad_norm, want_norm);
+      std::fprintf(stderr,
+                   "FAIL stage %d step %d: stepped %d skipped %d gradient norm %.6g, the "
+                   "model wrote %.6g\n",
+                   stage, step, stats.stepped, stats.skipped, stats.grad_norm, want_norm);
       ++failures;
     }
   }

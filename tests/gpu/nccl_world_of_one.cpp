@@ -1,15 +1,17 @@
 // tests/multirank/model_memory.h's NCCL world of one, in the GPU programs built with NCCL.
-#include <cuda_runtime.h>
-#include <nccl.h>
-
 #include <cstdio>
 #include <cstdlib>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
 
 #include "tests/multirank/model_memory.h"
 
 namespace zero_test {
 
-bool nccl_built() { return true; }
+bool nccl_built() {
+  return true;
+}
 
 void* nccl_world_of_one(int ordinal) {
   ncclUniqueId id;

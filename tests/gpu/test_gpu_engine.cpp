@@ -3,12 +3,13 @@
 // the engine is never touched again (zero.h, "Teardown"; compute-sanitizer in gpu-check reports
 // an API call on the destroyed handle).
 #include <catch2/catch.hpp>
-#include <cuda_runtime.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <cuda_runtime.h>
 
 #include "comm/create.h"
 #include "device/device.h"

@@ -4,11 +4,11 @@
 // (zero never frees an embedder's communicator).
 #include <catch2/catch.hpp>
 
-#include <nccl.h>
-
 #include <chrono>
 #include <memory>
 #include <string>
+
+#include <nccl.h>
 
 #include "comm/create.h"
 #include "device/device.h"

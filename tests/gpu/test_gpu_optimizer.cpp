@@ -63,18 +63,32 @@ float decode(const unsigned char* p, DType dtype) {
   std::uint16_t h;
   float f;
   switch (dtype) {
-    case DType::bf16: std::memcpy(&h, p, 2); return bf16_to_float(h);
-    case DType::f16: std::memcpy(&h, p, 2); return fp16_to_float(h);
-    default: std::memcpy(&f, p, 4); return f;
+    case DType::bf16:
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h);
+    case DType::f16:
+      std::memcpy(&h, p, 2);
+      return fp16_to_float(h);
+    default:
+      std::memcpy(&f, p, 4);
+      return f;
   }
 }
 
 void encode(unsigned char* p, DType dtype, float value) {
   std::uint16_t h;
   switch (dtype) {
-    case DType::bf16: h = float_to_bf16(value); std::memcpy(p, &h, 2); return;
-    case DType::f16: h = float_to_fp16(value); std::memcpy(p, &h, 2); return;
-    default: std::memcpy(p, &value, 4); return;
+    case DType::bf16:
+      h = float_to_bf16(value);
+      std::memcpy(p, &h, 2);
+      return;
+    case DType::f16:
+      h = float_to_fp16(value);
+      std::memcpy(p, &h, 2);
+      return;
+    default:
+      std::memcpy(p, &value, 4);
+      return;
   }
 }
 
@@ -247,7 +261,7 @@ StepHyper hyper_for(int step) {
   h.lr = 1e-3 * (1.0 + 0.1 * step);
   h.beta1 = 0.9 - 0.01 * step;  // as OneCycle would cycle it
   h.beta2 = 0.999;
-  h.grad_scale = 0.3;           // unscaling and clipping; not exact in fp32
+  h.grad_scale = 0.3;  // unscaling and clipping; not exact in fp32
   h.seed = 0x5eed1234abcd0042ull;
   return h;
 }
@@ -256,8 +270,11 @@ StepHyper hyper_for(int step) {
 // v in [0, 0.01) (a run resumed mid-training), both rounded to the state dtype.
 struct Images {
   explicit Images(const Case& c)
-      : master(DType::f32, true), grad(c.formats.grad, false), m(c.formats.state, false),
-        v(c.formats.state, false), out(c.formats.param_out, false) {
+      : master(DType::f32, true),
+        grad(c.formats.grad, false),
+        m(c.formats.state, false),
+        v(c.formats.state, false),
+        out(c.formats.param_out, false) {
     for (std::size_t k = 0; k < shapes().size(); ++k) {
       for (std::size_t i = 0; i < shapes()[k].count; ++i) {
         master.set(k, i, static_cast<float>(2.0 * unit(1, k, i) - 1.0));
@@ -315,10 +332,13 @@ std::vector<Slice> make_slices(const Case& c, const Images& images, const Bases&
 // The images in device memory, and the slices over them.
 struct OnDevice {
   OnDevice(Device& device, const Case& c, const Images& images)
-      : master(device, images.master), grad(device, images.grad), m(device, images.m),
-        v(device, images.v), out(device, images.out),
-        slices(make_slices(c, images,
-                           {master.data(), grad.data(), m.data(), v.data(), out.data()})) {}
+      : master(device, images.master),
+        grad(device, images.grad),
+        m(device, images.m),
+        v(device, images.v),
+        out(device, images.out),
+        slices(
+            make_slices(c, images, {master.data(), grad.data(), m.data(), v.data(), out.data()})) {}
   // Brings back everything the optimizer may write.
   void download(Images& images) const {
     master.download(images.master);
@@ -349,9 +369,9 @@ void run_cpu_scalar(const Case& c, Images& images) {
   auto device = create_cpu_device();
   auto optimizer = create_cpu_optimizer(c.spec, c.formats, {1, CpuIsa::scalar});
   const std::vector<Slice> slices =
-      make_slices(c, images, {images.master.host.data(), images.grad.host.data(),
-                              images.m.host.data(), images.v.host.data(),
-                              images.out.host.data()});
+      make_slices(c, images,
+                  {images.master.host.data(), images.grad.host.data(), images.m.host.data(),
+                   images.v.host.data(), images.out.host.data()});
   for (int step = 1; step <= kSteps; ++step) {
     images.set_grads(step);
     optimizer->step(slices, hyper_for(step), device->default_stream());
@@ -436,8 +456,7 @@ std::size_t differing_bytes(const Image& a, const Image& b, bool outside_slices_
   return differing;
 }
 
-TEST_CASE("the CUDA optimizer matches the oracle over 10 steps in every format",
-          "[gpu][optim]") {
+TEST_CASE("the CUDA optimizer matches the oracle over 10 steps in every format", "[gpu][optim]") {
   auto device = create_cuda_device(0);
   for (const Case& c : all_cases()) {
     INFO(c.describe());
@@ -469,9 +488,9 @@ TEST_CASE("the CUDA optimizer matches the oracle over 10 steps in every format",
         }
       }
     }
-    INFO("worst: slice " << worst_slice << " element " << worst_element << ": gpu "
-                         << worst_gpu << ", oracle " << worst_oracle << ", over the bound by "
-                         << worst_excess << "; " << rare << " of " << checked
+    INFO("worst: slice " << worst_slice << " element " << worst_element << ": gpu " << worst_gpu
+                         << ", oracle " << worst_oracle << ", over the bound by " << worst_excess
+                         << "; " << rare << " of " << checked
                          << " over the fp32 bound within the bf16-state allowance");
     CHECK(failures == 0);
     CHECK(rare <= 1 + checked / 1000);
@@ -532,9 +551,18 @@ TEST_CASE("write_param_out rounds the masters to nearest even and writes nothing
   std::memcpy(&signaling_nan, &signaling_nan_bits, 4);
   // Values the roundings treat specially: a subnormal (kept by bf16, flushed by fp16), fp16's
   // overflow threshold on both sides, ties to even, signed zero, infinity and NaN.
-  const float specials[] = {1e-40f,  -0.0f,           65519.0f, 65520.0f,
-                            70000.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f,
-                            -INFINITY, signaling_nan,  NAN,      0x1p-25f};
+  const float specials[] = {1e-40f,
+                            -0.0f,
+                            65519.0f,
+                            65520.0f,
+                            70000.0f,
+                            1.0f + 0x1p-8f,
+                            1.0f + 3 * 0x1p-8f,
+                            1.0f + 0x1p-11f,
+                            -INFINITY,
+                            signaling_nan,
+                            NAN,
+                            0x1p-25f};
   for (DType out : {DType::bf16, DType::f16}) {
     INFO(dtype_name(out));
     Case c;
@@ -589,8 +617,7 @@ TEST_CASE("the CUDA optimizer refuses other algorithms with a config error namin
   }
 }
 
-TEST_CASE("the CUDA optimizer refuses formats it cannot take with a config error",
-          "[gpu][optim]") {
+TEST_CASE("the CUDA optimizer refuses formats it cannot take with a config error", "[gpu][optim]") {
   const Formats refused[] = {{DType::i64, DType::f32, DType::bf16},
                              {DType::f32, DType::f16, DType::bf16},
                              {DType::f32, DType::f32, DType::f32}};

@@ -169,10 +169,12 @@ void check_layernorm(int N, int C, bool integral_dout, std::uint64_t seed) {
   const Bits inp = random_bf16(NC, seed + 1, -1.0, 1.5);  // rows of nonzero mean
   const Bits weight = random_bf16(C, seed + 2, -1.5, 1.5);
   const Bits bias = random_bf16(C, seed + 3, -0.5, 0.5);
-  const Bits dout = integral_dout ? random_eighths(NC, seed + 4) : random_bf16(NC, seed + 4, -1.0, 1.0);
+  const Bits dout =
+      integral_dout ? random_eighths(NC, seed + 4) : random_bf16(NC, seed + 4, -1.0, 1.0);
   const Bits dinp0 = random_bf16(NC, seed + 5, -0.5, 0.5);
   const Bits dweight0 = random_bf16(C, seed + 6, -0.5, 0.5);
-  const Bits dbias0 = integral_dout ? random_eighths(C, seed + 7) : random_bf16(C, seed + 7, -0.5, 0.5);
+  const Bits dbias0 =
+      integral_dout ? random_eighths(C, seed + 7) : random_bf16(C, seed + 7, -0.5, 0.5);
   const Vec x = to_double(inp), w = to_double(weight), b = to_double(bias), g = to_double(dout);
 
   TestStream stream;

@@ -416,8 +416,9 @@ TEST_CASE("cuda layers: attention's tile ranges follow the window edges across f
   check_attention({1, 200, 4, 1, 96, 0}, 2020);
 }
 
-TEST_CASE("cuda layers: attention on packed rows moves tiles 16 bytes at a time, to the same results",
-          "[gpu]") {
+TEST_CASE(
+    "cuda layers: attention on packed rows moves tiles 16 bytes at a time, to the same results",
+    "[gpu]") {
   // Rows exactly as wide as their heads and hd a multiple of 8: the tile loads take 8 channels
   // at a time (hd 80 in the 96-wide kernels leaves two chunks of zeros); hd 36 is not a multiple
   // of 8 and keeps the one-channel loads on the same packed rows.

@@ -19,9 +19,16 @@ namespace zero::layers {
 TEST_CASE("compute copies convert as the reference scalar conversions, bit for bit",
           "[models][gpt]") {
   std::mt19937 rng(5);
-  std::vector<float> values = {0.0f, -0.0f, 1.0f, -65504.0f, 65520.0f, 1e-8f, 5.96e-8f,
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               -65504.0f,
+                               65520.0f,
+                               1e-8f,
+                               5.96e-8f,
                                std::numeric_limits<float>::infinity(),
-                               std::numeric_limits<float>::quiet_NaN(), 3.4e38f};
+                               std::numeric_limits<float>::quiet_NaN(),
+                               3.4e38f};
   std::uniform_int_distribution<std::uint32_t> bits;
   for (int i = 0; i < 20011; ++i) {
     const float f = std::bit_cast<float>(bits(rng));

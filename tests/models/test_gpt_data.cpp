@@ -123,8 +123,7 @@ TEST_CASE("gpt data: batches hold next-token targets, wrap, and tile a step at a
   CHECK_THROWS_WITH(Batcher(tiny, B, T, 256), Catch::Contains("fewer than one sequence"));
 }
 
-TEST_CASE("gpt data: a shard's header and size, damaged magics and what is not a file",
-          "[gpt]") {
+TEST_CASE("gpt data: a shard's header and size, damaged magics and what is not a file", "[gpt]") {
   // A header that counts fewer tokens than the file holds is not called truncated.
   const fs::path extra = scratch("extra.bin");
   write_shard<std::uint16_t>(extra, 20240520, {1, 2, 3, 4, 5}, 3);
@@ -150,8 +149,7 @@ TEST_CASE("gpt data: a shard's header and size, damaged magics and what is not a
   const fs::path big = scratch("big.bin");
   write_shard<std::uint32_t>(big, 20240801, {1, 0xFFFFFFFFu, 2, 3}, 4);
   const TokenStream stream = TokenStream::open(big.string());
-  CHECK_THROWS_WITH(Batcher(stream, 1, 2, 100),
-                    Catch::Contains("token 4294967295 at position 1"));
+  CHECK_THROWS_WITH(Batcher(stream, 1, 2, 100), Catch::Contains("token 4294967295 at position 1"));
   // A FIFO would wait for a writer forever: refused before it is opened.
   const fs::path fifo = scratch("fifo");
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);

@@ -16,7 +16,7 @@
 
 namespace zero::gpt {
 
-using namespace zero::test;  // gradient_check.h
+using namespace zero::test;    // gradient_check.h
 using namespace zero::layers;  // the shared layers the GPT uses (layers.h)
 
 TEST_CASE("gpt kernels: layernorm backward matches finite differences, and float matches double",
@@ -42,8 +42,8 @@ TEST_CASE("gpt kernels: layernorm backward matches finite differences, and float
   auto xf = to_float(x), wf = to_float(w), bf = to_float(b), rf = to_float(r);
   std::vector<float> of(N * C), mf(N), sf(N), dxf(N * C, 0), dwf(C, 0), dbf(C, 0);
   layernorm_forward(of.data(), mf.data(), sf.data(), xf.data(), wf.data(), bf.data(), N, C);
-  layernorm_backward(dxf.data(), dwf.data(), dbf.data(), rf.data(), xf.data(), wf.data(),
-                     mf.data(), sf.data(), N, C);
+  layernorm_backward(dxf.data(), dwf.data(), dbf.data(), rf.data(), xf.data(), wf.data(), mf.data(),
+                     sf.data(), N, C);
   check_close("out", of, out);
   check_close("dx", dxf, dx);
   check_close("dweight", dwf, dw);
@@ -94,8 +94,9 @@ TEST_CASE("gpt kernels: gelu backward matches finite differences", "[gpt]") {
   gelu_backward(dx.data(), x.data(), r.data(), n);
   check_gradient("dx", x, dx, r, forward);
   const Vec out = forward();
-  CHECK(out[0] == Approx(0.5 * x[0] * (1 + std::tanh(std::sqrt(2 / M_PI) *
-                                                     (x[0] + 0.044715 * std::pow(x[0], 3))))));
+  CHECK(out[0] ==
+        Approx(0.5 * x[0] *
+               (1 + std::tanh(std::sqrt(2 / M_PI) * (x[0] + 0.044715 * std::pow(x[0], 3))))));
 }
 
 TEST_CASE("gpt kernels: causal attention backward matches finite differences, and float matches",
@@ -113,7 +114,8 @@ TEST_CASE("gpt kernels: causal attention backward matches finite differences, an
   const Vec out = forward();
   // Causal: the first position's output is its own value vector.
   for (int h = 0; h < NH; ++h) {
-    for (int i = 0; i < C / NH; ++i) CHECK(out[h * (C / NH) + i] == Approx(qkv[2 * C + h * (C / NH) + i]));
+    for (int i = 0; i < C / NH; ++i)
+      CHECK(out[h * (C / NH) + i] == Approx(qkv[2 * C + h * (C / NH) + i]));
   }
   Vec dqkv(qkv.size(), 0.0), datt(att.size());
   attention_backward(dqkv.data(), datt.data(), r.data(), qkv.data(), att.data(), B, Tn, C, NH);
@@ -127,8 +129,9 @@ TEST_CASE("gpt kernels: causal attention backward matches finite differences, an
   check_close("dqkv", dqf, dqkv);
 }
 
-TEST_CASE("gpt kernels: cross-entropy backward matches finite differences, rows without a target too",
-          "[gpt]") {
+TEST_CASE(
+    "gpt kernels: cross-entropy backward matches finite differences, rows without a target too",
+    "[gpt]") {
   std::mt19937 rng(5);
   const int N = 6, V = 17;
   Vec logits = random_vec(N * V, rng, 3.0);

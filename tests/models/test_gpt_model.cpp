@@ -36,16 +36,19 @@ double reference_loss(const std::vector<Vec>& p, const std::vector<std::int32_t>
   const int B = kB, T = kT, C = kSmall.channels, NH = kSmall.heads, V = kSmall.vocab, N = B * T;
   Vec x(static_cast<std::size_t>(N) * C);
   encoder_forward(x.data(), tokens.data(), p[0].data(), p[1].data(), B, T, C);
-  Vec ln(x.size()), mean(N), rstd(N), qkv(3 * x.size()), att(static_cast<std::size_t>(B) * NH * T * T),
-      y(x.size()), h(4 * x.size()), g(4 * x.size()), branch(x.size());
+  Vec ln(x.size()), mean(N), rstd(N), qkv(3 * x.size()),
+      att(static_cast<std::size_t>(B) * NH * T * T), y(x.size()), h(4 * x.size()), g(4 * x.size()),
+      branch(x.size());
   for (int l = 0; l < kSmall.layers; ++l) {
     const Vec* w = &p[2 + 12 * static_cast<std::size_t>(l)];
-    layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w[0].data(), w[1].data(), N, C);
+    layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w[0].data(), w[1].data(), N,
+                      C);
     matmul_forward(qkv.data(), ln.data(), w[2].data(), w[3].data(), N, C, 3 * C);
     attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
     matmul_forward(branch.data(), y.data(), w[4].data(), w[5].data(), N, C, C);
     residual_forward(x.data(), x.data(), branch.data(), x.size());
-    layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w[6].data(), w[7].data(), N, C);
+    layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w[6].data(), w[7].data(), N,
+                      C);
     matmul_forward(h.data(), ln.data(), w[8].data(), w[9].data(), N, C, 4 * C);
     gelu_forward(g.data(), h.data(), g.size());
     matmul_forward(branch.data(), g.data(), w[10].data(), w[11].data(), N, 4 * C, C);
@@ -55,7 +58,8 @@ double reference_loss(const std::vector<Vec>& p, const std::vector<std::int32_t>
   layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), p[last].data(),
                     p[last + 1].data(), N, C);
   Vec logits(static_cast<std::size_t>(N) * V), probs(logits.size()), losses(N);
-  matmul_forward(logits.data(), ln.data(), p[0].data(), static_cast<const double*>(nullptr), N, C, V);
+  matmul_forward(logits.data(), ln.data(), p[0].data(), static_cast<const double*>(nullptr), N, C,
+                 V);
   crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
   double sum = 0;
   int counted = 0;
@@ -74,8 +78,18 @@ std::vector<std::vector<long long>> shapes(const GptConfig& g) {
   const long long C = g.channels;
   std::vector<std::vector<long long>> out{{g.vocab, C}, {g.max_seq, C}};
   for (int l = 0; l < g.layers; ++l) {
-    for (std::vector<long long> shape : std::vector<std::vector<long long>>{
-             {C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C}, {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}}) {
+    for (std::vector<long long> shape : std::vector<std::vector<long long>>{{C},
+                                                                            {C},
+                                                                            {3 * C, C},
+                                                                            {3 * C},
+                                                                            {C, C},
+                                                                            {C},
+                                                                            {C},
+                                                                            {C},
+                                                                            {4 * C, C},
+                                                                            {4 * C},
+                                                                            {C, 4 * C},
+                                                                            {C}}) {
       out.push_back(shape);
     }
   }
@@ -101,11 +115,12 @@ std::vector<std::vector<float>> read_all(zero_engine* engine, const GptConfig& g
 }
 
 // `steps` AdamW steps of the small model at `stage` with the options; the parameters after.
-std::vector<std::vector<float>> train_steps(int stage, const models::ActivationOptions& gpt_options, int steps,
-                                            models::ActivationCost* cost = nullptr) {
+std::vector<std::vector<float>> train_steps(int stage, const models::ActivationOptions& gpt_options,
+                                            int steps, models::ActivationCost* cost = nullptr) {
   const std::string config =
       R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-          "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
+          "zero_optimization": {"stage": )" +
+      std::to_string(stage) + "}}";
   zero_create_options options{};
   options.device = 1;
   zero_engine* engine = nullptr;
@@ -264,7 +279,8 @@ void write_hf(const std::string& path, const std::vector<std::vector<float>>& p,
     std::vector<std::int64_t> dims(shape[id].begin(), shape[id].end());
     std::vector<float> values = p[id];
     if (conv1d) {
-      const std::size_t rows = static_cast<std::size_t>(dims[0]), cols = static_cast<std::size_t>(dims[1]);
+      const std::size_t rows = static_cast<std::size_t>(dims[0]),
+                        cols = static_cast<std::size_t>(dims[1]);
       for (std::size_t r = 0; r < rows; ++r) {
         for (std::size_t c = 0; c < cols; ++c) values[c * rows + r] = p[id][r * cols + c];
       }
@@ -289,10 +305,10 @@ std::vector<std::string> hf_names() {
   std::vector<std::string> names{"wte.weight", "wpe.weight"};
   for (int l = 0; l < kSmall.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    for (const char* n : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
-                          "mlp.c_proj.bias"}) {
+    for (const char* n :
+         {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+          "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"}) {
       names.push_back(h + n);
     }
   }
@@ -303,8 +319,9 @@ std::vector<std::string> hf_names() {
 
 }  // namespace
 
-TEST_CASE("gpt model: Hugging Face GPT-2 weights load, Conv1D transposed, and give the reference loss",
-          "[gpt]") {
+TEST_CASE(
+    "gpt model: Hugging Face GPT-2 weights load, Conv1D transposed, and give the reference loss",
+    "[gpt]") {
   testing::ScratchDir dir("gpt-hf");
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 0.2f);
@@ -336,7 +353,8 @@ TEST_CASE("gpt model: Hugging Face GPT-2 weights load, Conv1D transposed, and gi
     for (int stage : {0, 3}) {
       const std::string config = R"({"train_micro_batch_size_per_gpu": 2,
           "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-          "zero_optimization": {"stage": )" + std::to_string(stage) + "}}";
+          "zero_optimization": {"stage": )" +
+                                 std::to_string(stage) + "}}";
       zero_create_options options{};
       options.device = 1;
       zero_engine* engine = nullptr;
@@ -377,7 +395,8 @@ TEST_CASE("gpt model: a bucket larger than the model keeps every gradient live, 
     INFO("stage " << stage);
     const std::string config = R"({"train_micro_batch_size_per_gpu": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
-        "zero_optimization": {"stage": )" + std::to_string(stage) +
+        "zero_optimization": {"stage": )" +
+                               std::to_string(stage) +
                                R"(, "reduce_bucket_size": 1e8, "overlap_comm": true}})";
     zero_create_options options{};
     options.device = 1;

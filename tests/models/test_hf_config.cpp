@@ -100,7 +100,9 @@ TEST_CASE("hf config: rope_parameters and the older rope_theta and rope_scaling 
   CHECK_THAT(llama_refusal(c), Catch::StartsWith("config.json: \"rope_parameters\" must be a "
                                                  "JSON object (or null), not [1,2]"));
   c = llama_config();
-  c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+  c["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 4.0},
                        {"high_freq_factor", 1.0}};
   CHECK_THAT(llama_refusal(c), Catch::StartsWith("config.json: \"rope_scaling.high_freq_factor\" "
                                                  "must be greater than low_freq_factor"));

@@ -116,7 +116,9 @@ TEST_CASE("llama kernels: swiglu backward matches finite differences, and float 
 }
 
 // The angle is formed in float32, as transformers forms it.
-static double angle(int t, double f) { return static_cast<float>(t) * static_cast<float>(f); }
+static double angle(int t, double f) {
+  return static_cast<float>(t) * static_cast<float>(f);
+}
 
 TEST_CASE("llama kernels: rope tables hold cos and sin of position times frequency", "[llama]") {
   const int Tn = 7, hd = 6, half = hd / 2;

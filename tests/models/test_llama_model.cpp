@@ -35,7 +35,8 @@ zero::models::ActivationCost cost_of(const zero::llama::LlamaConfig& config, int
   REQUIRE_OK(zero_create(text, &options, &engine));
   zero::models::ActivationCost cost;
   {
-    const auto model = zero::llama::make_llama(engine, config, batch, seq, 3, {checkpoint_blocks, false});
+    const auto model =
+        zero::llama::make_llama(engine, config, batch, seq, 3, {checkpoint_blocks, false});
     cost = model->activation_cost();
   }
   REQUIRE_OK(zero_destroy(engine));

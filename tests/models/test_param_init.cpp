@@ -1,12 +1,13 @@
 // The reference models' initial values (models/param_init.h): a function of (seed, parameter,
 // element) alone, whatever the thread count and however the range is cut into calls.
 #include <catch2/catch.hpp>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#include <omp.h>
 
 #include "models/param_init.h"
 

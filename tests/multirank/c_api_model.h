@@ -9,14 +9,14 @@
 // stream on a GPU.
 #pragma once
 
-#include <mpi.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <mpi.h>
 
 #include "base/half.h"
 #include "tests/multirank/c_api_check.h"
@@ -45,17 +45,19 @@ struct Param {
 
 // Modules in forward order: 0 embed, 1 block, 2 sometimes, 3 head.
 inline const std::vector<Param> kParams = {
-    {"embed.weight", {7, 5}, true, 0, {0, 3}, true},    // tied with the head
-    {"block.weight", {300}, true, 0, {1}, false},       // larger than a bucket
-    {"block.bias", {3}, true, 1, {1}, false},           // smaller than 4 ranks
-    {"block.frozen", {11}, false, 0, {1}, true},        // frozen
-    {"sometimes.weight", {13}, true, 0, {2}, false},    // used only in some steps
+    {"embed.weight", {7, 5}, true, 0, {0, 3}, true},  // tied with the head
+    {"block.weight", {300}, true, 0, {1}, false},     // larger than a bucket
+    {"block.bias", {3}, true, 1, {1}, false},         // smaller than 4 ranks
+    {"block.frozen", {11}, false, 0, {1}, true},      // frozen
+    {"sometimes.weight", {13}, true, 0, {2}, false},  // used only in some steps
     {"head.weight", {17}, true, 0, {3}, false},
 };
 inline constexpr double kModuleWeight[4] = {1.0, 0.7, 1.3, 0.5};
 inline constexpr int kModules = 4;
 
-inline bool module_runs(int module, int step) { return module != 2 || step % 3 == 1; }
+inline bool module_runs(int module, int step) {
+  return module != 2 || step % 3 == 1;
+}
 
 inline std::size_t numel(const Param& p) {
   std::size_t n = 1;
@@ -67,7 +69,8 @@ inline float initial_value(int param, std::uint64_t i) {
   return 0.5f * static_cast<float>(std::sin(0.3 * static_cast<double>(i) + param));
 }
 
-inline void initializer(void*, int param, unsigned long long offset, unsigned long long count, float* out) {
+inline void initializer(void*, int param, unsigned long long offset, unsigned long long count,
+                        float* out) {
   for (unsigned long long k = 0; k < count; ++k) out[k] = initial_value(param, offset + k);
 }
 
@@ -82,18 +85,27 @@ inline float target(int param, std::size_t i, long long batch) {
 
 inline float load(const void* data, zero_dtype dtype, std::size_t i) {
   switch (dtype) {
-    case ZERO_FP32: return static_cast<const float*>(data)[i];
-    case ZERO_BF16: return zero::bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case ZERO_FP16: return zero::fp16_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case ZERO_FP32:
+      return static_cast<const float*>(data)[i];
+    case ZERO_BF16:
+      return zero::bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case ZERO_FP16:
+      return zero::fp16_to_float(static_cast<const std::uint16_t*>(data)[i]);
   }
   return 0;
 }
 
 inline void store(void* data, zero_dtype dtype, std::size_t i, float v) {
   switch (dtype) {
-    case ZERO_FP32: static_cast<float*>(data)[i] = v; return;
-    case ZERO_BF16: static_cast<std::uint16_t*>(data)[i] = zero::float_to_bf16(v); return;
-    case ZERO_FP16: static_cast<std::uint16_t*>(data)[i] = zero::float_to_fp16(v); return;
+    case ZERO_FP32:
+      static_cast<float*>(data)[i] = v;
+      return;
+    case ZERO_BF16:
+      static_cast<std::uint16_t*>(data)[i] = zero::float_to_bf16(v);
+      return;
+    case ZERO_FP16:
+      static_cast<std::uint16_t*>(data)[i] = zero::float_to_fp16(v);
+      return;
   }
 }
 
@@ -103,7 +115,7 @@ struct Case {
   int accumulation;
   double clipping;
   bool overlap;
-  const char* offload = "none";  // offload_optimizer.device
+  const char* offload = "none";        // offload_optimizer.device
   const char* param_offload = "none";  // offload_param.device (stage 3)
 };
 
@@ -146,8 +158,9 @@ inline std::string config_for(const Case& c, int accumulation) {
     }
   })",
                 accumulation, precision.c_str(), c.clipping, c.stage, c.overlap ? "true" : "false",
-                c.stage == 0 ? "none" : c.offload, swap_dir(), c.accumulation == 3 ? "true" : "false",
-                c.stage == 3 ? c.param_offload : "none", swap_dir());
+                c.stage == 0 ? "none" : c.offload, swap_dir(),
+                c.accumulation == 3 ? "true" : "false", c.stage == 3 ? c.param_offload : "none",
+                swap_dir());
   return text;
 }
 
@@ -182,7 +195,8 @@ inline zero_engine* build(const Case& c, MPI_Comm* comm, int accumulation, std::
       CHECK_OK(zero_rank(engine, &rank));
       if (rank == 0) {
         initial[k].resize(numel(p));
-        for (std::size_t i = 0; i < numel(p); ++i) initial[k][i] = initial_value(static_cast<int>(k), i);
+        for (std::size_t i = 0; i < numel(p); ++i)
+          initial[k][i] = initial_value(static_cast<int>(k), i);
         desc.initial = initial[k].data();
       }
     } else {
@@ -227,10 +241,10 @@ inline void micro_batch(zero_engine* engine, int step, long long batch, zero_dty
       g_memory->to_host(value_buffer, value.data(), n * width);
       g_memory->to_host(grad_buffer, grad.data(), n * width);
       for (std::size_t i = 0; i < n; ++i) {
-        const double g = kModuleWeight[m] *
-                         (load(value.data(), dtype, i) -
-                          target(static_cast<int>(k) * 4 + m, i, batch)) /
-                         static_cast<double>(n);
+        const double g =
+            kModuleWeight[m] *
+            (load(value.data(), dtype, i) - target(static_cast<int>(k) * 4 + m, i, batch)) /
+            static_cast<double>(n);
         store(grad.data(), dtype, i, load(grad.data(), dtype, i) + static_cast<float>(g * factor));
       }
       g_memory->from_host(grad_buffer, grad.data(), n * width);

@@ -11,14 +11,14 @@
 // tag_in_place (the tag complete, `latest` not moved yet): latest stays "good". pruning
 // (checkpoint.keep_last 1: "bad" complete and latest, "good" taken out of the checkpoint
 // namespace but its files not all removed): latest is "bad", and no tag "good" is left to load.
-#include <mpi.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <mpi.h>
+#include <unistd.h>
 
 #include "engine_model.h"
 
@@ -41,7 +41,9 @@ void write_values(const std::string& path, const std::vector<float>& values) {
              static_cast<std::streamsize>(values.size() * 4));
 }
 
-bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+bool exists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
 
 std::vector<float> all_values(engine::Engine& e) {
   std::vector<float> out;
@@ -83,8 +85,7 @@ int check(const std::string& dir, const std::string& expected) {
   std::getline(latest, tag);
   int failures = 0;
   if (tag != expected) {
-    std::fprintf(stderr, "FAIL: latest names \"%s\", not \"%s\"\n", tag.c_str(),
-                 expected.c_str());
+    std::fprintf(stderr, "FAIL: latest names \"%s\", not \"%s\"\n", tag.c_str(), expected.c_str());
     ++failures;
   }
   if (expected == "bad" && exists(dir + "/good")) {
@@ -97,8 +98,8 @@ int check(const std::string& dir, const std::string& expected) {
   std::ifstream in(dir + "/" + expected + ".bin", std::ios::binary);
   in.read(reinterpret_cast<char*>(saved.data()), static_cast<std::streamsize>(saved.size() * 4));
   if (result.tag != expected || !in || saved != loaded) {
-    std::fprintf(stderr, "FAIL: the checkpoint loaded (%s) is not %s's state\n",
-                 result.tag.c_str(), expected.c_str());
+    std::fprintf(stderr, "FAIL: the checkpoint loaded (%s) is not %s's state\n", result.tag.c_str(),
+                 expected.c_str());
     ++failures;
   }
   micro_step(*e, kOrder, 2);  // and trains on
@@ -129,7 +130,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "checkpoint_crash: %s\n", error.what());
     status = 1;
   }
-  if (status == 2) std::fprintf(stderr, "usage: %s crash DIR POINT RANK | check DIR TAG\n", argv[0]);
+  if (status == 2)
+    std::fprintf(stderr, "usage: %s crash DIR POINT RANK | check DIR TAG\n", argv[0]);
   MPI_Finalize();
   return status;
 }

@@ -13,8 +13,6 @@
 // Each optimizer step takes a global batch of `batch` micro-batches (batch / world accumulation
 // steps per rank), the same at any world size, so runs at N and M ranks see the same data.
 // The model is in c_api_model.h. Exits non-zero when a case fails, naming it.
-#include <mpi.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +20,8 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <mpi.h>
 
 #include "tests/multirank/c_api_model.h"
 
@@ -76,8 +76,12 @@ std::vector<CheckpointCase> cases(const std::string& set) {
   return out;
 }
 
-int per_rank(const CheckpointCase& k) { return k.batch == 0 ? 1 : k.batch / g_world; }
-int global_batch(const CheckpointCase& k) { return k.batch == 0 ? g_world : k.batch; }
+int per_rank(const CheckpointCase& k) {
+  return k.batch == 0 ? 1 : k.batch / g_world;
+}
+int global_batch(const CheckpointCase& k) {
+  return k.batch == 0 ? g_world : k.batch;
+}
 
 // Optimizer steps [from, to): micro-batch s of rank r in step t is t * batch + s * world + r.
 void train(zero_engine* engine, const CheckpointCase& k, int from, int to, zero_step_stats* last) {
@@ -85,8 +89,7 @@ void train(zero_engine* engine, const CheckpointCase& k, int from, int to, zero_
   CHECK_OK(zero_compute_dtype(engine, &dtype));
   for (int step = from; step < to; ++step) {
     for (int s = 0; s < per_rank(k); ++s) {
-      const long long batch =
-          static_cast<long long>(step) * global_batch(k) + s * g_world + g_rank;
+      const long long batch = static_cast<long long>(step) * global_batch(k) + s * g_world + g_rank;
       micro_batch(engine, step, batch, dtype);
       CHECK_OK(zero_step(engine, last));
     }
@@ -169,7 +172,8 @@ void save_case(const std::string& dir, const CheckpointCase& k, bool exact) {
   const std::vector<float> want = read_all(straight);
   CHECK_OK(zero_destroy(straight));
   const bool same = std::memcmp(want.data(), continued.data(), want.size() * sizeof(float)) == 0;
-  report(k, "saving changes nothing:", same, same ? "" : "10 steps with a save differ from 10 without");
+  report(k, "saving changes nothing:", same,
+         same ? "" : "10 steps with a save differ from 10 without");
 }
 
 void resume_case(const std::string& dir, const CheckpointCase& k, bool exact) {
@@ -219,8 +223,10 @@ void resume_case(const std::string& dir, const CheckpointCase& k, bool exact) {
   if (differ > 0) {
     ok = false;
     char text[160];
-    std::snprintf(text, sizeof text, " %zu of %zu values differ from continuing without a restart "
-                  "(largest difference %.3g)", differ, got.size(), worst);
+    std::snprintf(text, sizeof text,
+                  " %zu of %zu values differ from continuing without a restart "
+                  "(largest difference %.3g)",
+                  differ, got.size(), worst);
     detail += text;
   }
   char what[96];
@@ -244,7 +250,8 @@ void write_foreign_file(const std::string& path) {
   auto add = [&](const std::string& name, const char* dtype, const std::string& shape,
                  const std::string& bytes) {
     char entry[256];
-    std::snprintf(entry, sizeof entry, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
+    std::snprintf(entry, sizeof entry,
+                  "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
                   header.size() > 1 ? "," : "", name.c_str(), dtype, shape.c_str(), data.size(),
                   data.size() + bytes.size());
     header += entry;
@@ -252,8 +259,9 @@ void write_foreign_file(const std::string& path) {
   };
   for (std::size_t p = 0; p < kParams.size(); ++p) {
     const Param& param = kParams[p];
-    const std::string name = std::string(param.name) == "head.weight" ? "lm_head.weight"
-                                                                      : std::string("model.") + param.name;
+    const std::string name = std::string(param.name) == "head.weight"
+                                 ? "lm_head.weight"
+                                 : std::string("model.") + param.name;
     std::string bytes;
     const bool transposed = std::string(param.name) == "embed.weight";
     const bool half = std::string(param.name) == "block.bias";
@@ -302,7 +310,9 @@ int import_check(const std::string& file, const std::string& expected_path) {
     CHECK_OK(zero_load_pretrained(engine, file.c_str(), nullptr));
     const std::vector<float> got = read_all(engine);
     const bool same = read_floats(expected_path, got.size()) == got;
-    if (g_rank == 0) std::printf("%s import of the export at stage %d, %d rank(s)\n", same ? "ok  " : "FAIL", stage, g_world);
+    if (g_rank == 0)
+      std::printf("%s import of the export at stage %d, %d rank(s)\n", same ? "ok  " : "FAIL",
+                  stage, g_world);
     failures += same ? 0 : 1;
 
     const std::string foreign = file + ".foreign.safetensors";
@@ -333,13 +343,16 @@ int import_check(const std::string& file, const std::string& expected_path) {
     for (std::size_t p = 0; p < kParams.size(); ++p) {
       for (std::size_t i = 0; i < numel(kParams[p]); ++i, ++at) {
         float want = import_value(p, i);
-        if (std::string(kParams[p].name) == "block.bias") want = zero::fp16_to_float(zero::float_to_fp16(want));
+        if (std::string(kParams[p].name) == "block.bias")
+          want = zero::fp16_to_float(zero::float_to_fp16(want));
         wrong += loaded[at] != want ? 1 : 0;
       }
     }
     if (g_rank == 0) {
-      std::printf("%s import of a foreign file (renamed, transposed, F16, ignored buffer) at stage %d, %d rank(s)%s\n",
-                  wrong == 0 ? "ok  " : "FAIL", stage, g_world, wrong == 0 ? "" : ": values differ");
+      std::printf(
+          "%s import of a foreign file (renamed, transposed, F16, ignored buffer) at stage %d, %d "
+          "rank(s)%s\n",
+          wrong == 0 ? "ok  " : "FAIL", stage, g_world, wrong == 0 ? "" : ": values differ");
     }
     failures += wrong == 0 ? 0 : 1;
     CHECK_OK(zero_destroy(engine));
@@ -364,7 +377,8 @@ int main(int argc, char** argv) {
   const std::vector<CheckpointCase> all = cases(set);
   if ((mode != "save" && mode != "resume") || dir.empty() || all.empty()) {
     if (g_rank == 0) {
-      std::fprintf(stderr, "usage: %s save|resume DIR exact|reshard | import FILE EXPECTED\n", argv[0]);
+      std::fprintf(stderr, "usage: %s save|resume DIR exact|reshard | import FILE EXPECTED\n",
+                   argv[0]);
     }
     MPI_Finalize();
     return 2;

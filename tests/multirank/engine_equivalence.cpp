@@ -11,16 +11,16 @@
 // one rank the engine under test runs on an NCCL world of one (the reference on MPI, staged
 // through pinned memory), at more ranks every engine shares the GPU through MPI. Exits 77 when
 // asked for a GPU and there is none.
-#include <mpi.h>
-
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <mpi.h>
 
 #include "tests/multirank/c_api_model.h"
 
@@ -46,8 +46,7 @@ void run_case(const Case& c) {
                 "%d ranks",
                 c.stage, c.precision, c.accumulation, c.clipping, c.overlap ? 1 : 0, c.offload,
                 c.param_offload, g_world);
-  const bool offloaded =
-      std::string(c.offload) != "none" || std::string(c.param_offload) != "none";
+  const bool offloaded = std::string(c.offload) != "none" || std::string(c.param_offload) != "none";
   std::vector<int> ids, ref_ids;
   MPI_Comm world = MPI_COMM_WORLD;
   MPI_Comm self = MPI_COMM_SELF;
@@ -94,9 +93,11 @@ void run_case(const Case& c) {
     if (!stats.stepped || stats.skipped ||
         std::fabs(stats.grad_norm - ref_stats.grad_norm) > norm_tol * ref_stats.grad_norm) {
       if (ok && g_rank == 0) {
-        std::fprintf(stderr, "FAIL %s: step %d: stepped %d skipped %d gradient norm %.8g, stage 0 "
-                     "on one rank gives %.8g\n", name, step, stats.stepped, stats.skipped,
-                     stats.grad_norm, ref_stats.grad_norm);
+        std::fprintf(stderr,
+                     "FAIL %s: step %d: stepped %d skipped %d gradient norm %.8g, stage 0 "
+                     "on one rank gives %.8g\n",
+                     name, step, stats.stepped, stats.skipped, stats.grad_norm,
+                     ref_stats.grad_norm);
       }
       ok = false;
     }
@@ -145,7 +146,8 @@ void run_case(const Case& c) {
       for (std::size_t i = 0; i < n; ++i) {
         const float first = initial_value(static_cast<int>(k), i);
         if (std::fabs(got[i] - first) > 4e-3 * std::fabs(first) + 1e-7) {
-          if (ok && g_rank == 0) std::fprintf(stderr, "FAIL %s: the frozen parameter changed\n", name);
+          if (ok && g_rank == 0)
+            std::fprintf(stderr, "FAIL %s: the frozen parameter changed\n", name);
           ok = false;
         }
       }
@@ -173,7 +175,8 @@ void run_case(const Case& c) {
   }
   int all_ok = ok ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (g_rank == 0) std::printf("%s %s (largest difference %.3g)\n", all_ok ? "ok  " : "FAIL", name, worst);
+  if (g_rank == 0)
+    std::printf("%s %s (largest difference %.3g)\n", all_ok ? "ok  " : "FAIL", name, worst);
   if (!all_ok) ++g_failures;
   CHECK_OK(zero_destroy(reference));
   if (plain != nullptr) CHECK_OK(zero_destroy(plain));
@@ -205,8 +208,10 @@ int main(int argc, char** argv) {
       g_nccl = g_world == 1 && nccl_built();
     } else {
       if (g_rank == 0) {
-        std::fprintf(stderr, "zero_engine_equivalence: unknown argument '%s'; the one option is "
-                     "--device cuda\n", arg.c_str());
+        std::fprintf(stderr,
+                     "zero_engine_equivalence: unknown argument '%s'; the one option is "
+                     "--device cuda\n",
+                     arg.c_str());
       }
       MPI_Finalize();
       return 2;

@@ -13,8 +13,8 @@
 //   - the fp32 masters (zero_read_param) and, at stages 0-2, the compute copies keep every bit
 //     on a skipped step and change in every element on a good one;
 //   - stats.lr follows WarmupLR (linear) at the count of good steps only: the scheduler does not
-//     step on a skipped step (which reports the lr the schedule holds); stats.grad_norm is that of this window's gradients alone, so
-//     nothing of a skipped window leaks into the next one;
+//     step on a skipped step (which reports the lr the schedule holds); stats.grad_norm is that of
+//     this window's gradients alone, so nothing of a skipped window leaks into the next one;
 //   - global_steps counts skipped steps too (zero.h), micro_steps every zero_step call.
 // Then a static scale (loss_scale 128) that never changes while overflows are still skipped,
 // and runs that overflow down to min_loss_scale and once more there: zero_step must fail with

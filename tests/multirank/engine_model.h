@@ -35,10 +35,11 @@ inline std::unique_ptr<engine::Engine> make_engine(const std::string& text,
   auto comm = comm::create_communicator(comm_options);
   config::ReadOptions read;
   read.world_size = comm->size();
-  auto engine = std::make_unique<engine::Engine>(config::read_config_text(text, read),
-                                         std::move(device), std::move(comm), std::move(options));
+  auto engine = std::make_unique<engine::Engine>(
+      config::read_config_text(text, read), std::move(device), std::move(comm), std::move(options));
   Model model;
-  for (std::size_t m = 0; m < model.modules.size(); ++m) engine->add_module("m" + std::to_string(m));
+  for (std::size_t m = 0; m < model.modules.size(); ++m)
+    engine->add_module("m" + std::to_string(m));
   for (std::size_t p = 0; p < model.sizes.size(); ++p) {
     std::vector<std::size_t> users;
     for (std::size_t m = 0; m < model.modules.size(); ++m) {
@@ -61,7 +62,8 @@ inline std::unique_ptr<engine::Engine> make_engine(const std::string& text,
 // One micro-step over `order` (module indices, forward order): forward reads every parameter,
 // backward adds a gradient that depends on the parameter, the rank and the step (fp32 compute;
 // in half precision the gradients are left zero).
-inline double micro_step(engine::Engine& e, const std::vector<std::size_t>& order, int step, bool train = true) {
+inline double micro_step(engine::Engine& e, const std::vector<std::size_t>& order, int step,
+                         bool train = true) {
   Model model;
   double checksum = 0;
   for (std::size_t m : order) {

@@ -30,8 +30,8 @@ int main(int argc, char** argv) {
   if (dladdr((void*)&MPI_Init, &info) != 0 && info.dli_fname != NULL) file = info.dli_fname;
   const int reduced = MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   const int ok = reduced == MPI_SUCCESS && sum == size;
-  printf("zero_mpi_probe: rank %d of %d: MPI %d.%d, %s, from %s; allreduce %s\n", rank, size,
-         major, minor, version, file, ok ? "ok" : "wrong");
+  printf("zero_mpi_probe: rank %d of %d: MPI %d.%d, %s, from %s; allreduce %s\n", rank, size, major,
+         minor, version, file, ok ? "ok" : "wrong");
   fflush(stdout);
   MPI_Finalize();
   return ok ? 0 : 1;

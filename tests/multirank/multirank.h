@@ -11,7 +11,7 @@
 namespace zero::testing {
 
 struct Variant {
-  std::string name;        // "mpi poll", "mpi thread", "mpi staged, ..."
+  std::string name;  // "mpi poll", "mpi thread", "mpi staged, ..."
   Communicator* comm;
 };
 

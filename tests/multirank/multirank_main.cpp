@@ -30,8 +30,12 @@ std::unique_ptr<Communicator> make(comm::Progress progress, bool staged) {
 
 }  // namespace
 
-const std::vector<Variant>& variants() { return all; }
-Communicator& side_channel() { return *side; }
+const std::vector<Variant>& variants() {
+  return all;
+}
+Communicator& side_channel() {
+  return *side;
+}
 
 }  // namespace zero::testing
 

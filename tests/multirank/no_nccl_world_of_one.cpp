@@ -3,9 +3,13 @@
 
 namespace zero_test {
 
-bool nccl_built() { return false; }
+bool nccl_built() {
+  return false;
+}
 
-void* nccl_world_of_one(int) { return nullptr; }
+void* nccl_world_of_one(int) {
+  return nullptr;
+}
 void free_nccl_world_of_one(void*) {}
 
 }  // namespace zero_test

@@ -3,11 +3,11 @@
 // before it exists or after it is gone.
 #pragma once
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <filesystem>
 #include <string>
+
+#include <unistd.h>
 
 #include "multirank.h"
 

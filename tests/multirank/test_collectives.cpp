@@ -32,19 +32,51 @@ struct Buffer {
   void set(std::size_t i, double value) {
     unsigned char* p = bytes.data() + i * dtype_size(dtype);
     switch (dtype) {
-      case DType::f32: { const float v = static_cast<float>(value); std::memcpy(p, &v, 4); break; }
-      case DType::f16: { const auto v = float_to_fp16(static_cast<float>(value)); std::memcpy(p, &v, 2); break; }
-      case DType::bf16: { const auto v = float_to_bf16(static_cast<float>(value)); std::memcpy(p, &v, 2); break; }
-      case DType::i64: { const auto v = static_cast<std::int64_t>(value); std::memcpy(p, &v, 8); break; }
+      case DType::f32: {
+        const float v = static_cast<float>(value);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case DType::f16: {
+        const auto v = float_to_fp16(static_cast<float>(value));
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case DType::bf16: {
+        const auto v = float_to_bf16(static_cast<float>(value));
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case DType::i64: {
+        const auto v = static_cast<std::int64_t>(value);
+        std::memcpy(p, &v, 8);
+        break;
+      }
     }
   }
   double get(std::size_t i) const {
     const unsigned char* p = bytes.data() + i * dtype_size(dtype);
     switch (dtype) {
-      case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
-      case DType::f16: { std::uint16_t v; std::memcpy(&v, p, 2); return fp16_to_float(v); }
-      case DType::bf16: { std::uint16_t v; std::memcpy(&v, p, 2); return bf16_to_float(v); }
-      case DType::i64: { std::int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+      case DType::f32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DType::f16: {
+        std::uint16_t v;
+        std::memcpy(&v, p, 2);
+        return fp16_to_float(v);
+      }
+      case DType::bf16: {
+        std::uint16_t v;
+        std::memcpy(&v, p, 2);
+        return bf16_to_float(v);
+      }
+      case DType::i64: {
+        std::int64_t v;
+        std::memcpy(&v, p, 8);
+        return static_cast<double>(v);
+      }
     }
     return 0;
   }
@@ -170,9 +202,11 @@ TEST_CASE("reduce_scatter gives each rank the reduction of its block, also in pl
     const int n = comm.size();
     for (DType dtype : kDtypes) {
       for (ReduceOp op : kOps) {
-        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001}}) {
+        for (std::size_t count :
+             {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001}}) {
           for (bool in_place : {false, true}) {
-            INFO(label(v, dtype, count) << " " << reduce_op_name(op) << (in_place ? " in place" : ""));
+            INFO(label(v, dtype, count)
+                 << " " << reduce_op_name(op) << (in_place ? " in place" : ""));
             // Block b of every rank's input holds element indices b * count + i.
             Buffer input(dtype, count * n);
             set_contribution(input, comm.rank(), 0, count * n);
@@ -198,7 +232,8 @@ TEST_CASE("all_gather concatenates every rank's block in rank order, also in pla
     Communicator& comm = *v.comm;
     const int n = comm.size();
     for (DType dtype : kDtypes) {
-      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1001}}) {
+      for (std::size_t count :
+           {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1001}}) {
         for (bool in_place : {false, true}) {
           INFO(label(v, dtype, count) << (in_place ? " in place" : ""));
           Buffer output(dtype, count * n);
@@ -282,7 +317,8 @@ TEST_CASE("many small collectives in flight at once complete with the right resu
     for (int c = kCalls - 1; c >= 0; --c) works[c].wait();
     std::size_t wrong = 0;
     for (const Buffer& b : buffers) {
-      for (std::size_t i = 0; i < b.count(); ++i) wrong += !matches(b, i, ReduceOp::sum, comm.size(), i);
+      for (std::size_t i = 0; i < b.count(); ++i)
+        wrong += !matches(b, i, ReduceOp::sum, comm.size(), i);
     }
     CHECK(wrong == 0);
   }
@@ -299,7 +335,8 @@ TEST_CASE("two large outstanding collectives overlap and both complete correctly
     Buffer input(DType::f32, count * n), output(DType::f32, count);
     set_contribution(input, comm.rank(), 0, count * n);
     Work first = comm.all_reduce(reduced.data(), count, DType::bf16, ReduceOp::sum);
-    Work second = comm.reduce_scatter(input.data(), output.data(), count, DType::f32, ReduceOp::max);
+    Work second =
+        comm.reduce_scatter(input.data(), output.data(), count, DType::f32, ReduceOp::max);
     second.wait();
     first.wait();
     std::size_t wrong = 0;
@@ -328,7 +365,8 @@ TEST_CASE("a group of collectives completes like the calls one by one") {
     for (Work& w : works) w.wait();
     std::size_t wrong = 0;
     for (const Buffer& b : buffers) {
-      for (std::size_t i = 0; i < b.count(); ++i) wrong += !matches(b, i, ReduceOp::sum, comm.size(), i);
+      for (std::size_t i = 0; i < b.count(); ++i)
+        wrong += !matches(b, i, ReduceOp::sum, comm.size(), i);
     }
     CHECK(wrong == 0);
     CHECK_THROWS_WITH(comm.end_group(), Catch::Contains("end_group without begin_group"));
@@ -353,8 +391,8 @@ TEST_CASE("split forms sub-communicators by color, ordered by key") {
       if (r % 2 == color) members.push_back(r);
     }
     CHECK(sub->size() == static_cast<int>(members.size()));
-    CHECK(sub->rank() ==
-          static_cast<int>(std::find(members.begin(), members.end(), comm.rank()) - members.begin()));
+    CHECK(sub->rank() == static_cast<int>(std::find(members.begin(), members.end(), comm.rank()) -
+                                          members.begin()));
     CHECK(sub->name() == comm.name() + "/split(" + std::to_string(color) + ")");
     std::int64_t value = comm.rank();
     sub->all_reduce(&value, 1, DType::i64, ReduceOp::sum).wait();

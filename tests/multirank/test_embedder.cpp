@@ -2,9 +2,9 @@
 // leaves the embedder's handle usable.
 #include <catch2/catch.hpp>
 
-#include <mpi.h>
-
 #include <cstdint>
+
+#include <mpi.h>
 
 #include "comm/create.h"
 #include "multirank.h"

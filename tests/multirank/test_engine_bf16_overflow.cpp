@@ -22,7 +22,8 @@ const std::vector<std::size_t> kOrder{0, 1, 2, 3, 4, 5};
 std::string bf16_config(int stage, const std::string& check) {
   return R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true)" + check + R"(},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-      "zero_optimization": {"stage": )" + std::to_string(stage) +
+      "zero_optimization": {"stage": )" +
+         std::to_string(stage) +
          R"(, "reduce_bucket_size": 1000, "stage3_param_persistence_threshold": 20}})";
 }
 
@@ -69,8 +70,8 @@ bool any_nan(const std::vector<std::vector<float>>& values) {
 TEST_CASE("engine bf16: a step on non-finite gradients is skipped (check_grad_overflow)",
           "[engine]") {
   for (int stage = 0; stage <= 3; ++stage) {
-    for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::infinity()}) {
+    for (const float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       INFO("stage " << stage << ", " << bad);
       auto e = make_engine(bf16_config(stage, ""));  // the default: checked
       step(*e, 0, false, 0);

@@ -5,9 +5,6 @@
 // and pretrained safetensors weights load by name with dtype conversion.
 #include <catch2/catch.hpp>
 
-#include <mpi.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,7 +13,9 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <mpi.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/half.h"
@@ -33,16 +32,19 @@ namespace fs = std::filesystem;
 
 const std::vector<std::size_t> kOrder{0, 1, 2, 3, 4, 5};
 
-void barrier() { side_channel().barrier().wait(); }
+void barrier() {
+  side_channel().barrier().wait();
+}
 
 std::string config(int stage, const std::string& extra = "", int accumulation = 1) {
   return R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": )" +
          std::to_string(accumulation) + R"(,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
-      "zero_optimization": {"stage": )" + std::to_string(stage) +
+      "zero_optimization": {"stage": )" +
+         std::to_string(stage) +
          R"(, "reduce_bucket_size": 1000, "allgather_bucket_size": 1000,
-        "stage3_param_persistence_threshold": 20}, )" + extra +
-         R"( "steps_per_print": 1000})";
+        "stage3_param_persistence_threshold": 20}, )" +
+         extra + R"( "steps_per_print": 1000})";
 }
 
 std::vector<std::vector<float>> values(engine::Engine& e) {
@@ -85,7 +87,8 @@ TEST_CASE("engine checkpoint: a load restores the saved state bit for bit", "[en
   }
 }
 
-TEST_CASE("engine checkpoint: a flipped byte in a rank file is found, naming the file", "[engine]") {
+TEST_CASE("engine checkpoint: a flipped byte in a rank file is found, naming the file",
+          "[engine]") {
   SharedDir dir("ckpt-flip");
   auto e = make_engine(config(1));
   train(*e, 0, 2);
@@ -262,7 +265,8 @@ TEST_CASE("engine pretrained: safetensors weights load by name, with dtype conve
     std::vector<checkpoint::TensorDecl> decls;
     for (std::size_t p = 0; p < model.sizes.size(); ++p) {
       if (p == 5) continue;
-      decls.push_back({p == 2 ? "renamed.two" : "p" + std::to_string(p), p == 2 ? "F16" : "F32",
+      decls.push_back({p == 2 ? "renamed.two" : "p" + std::to_string(p),
+                       p == 2 ? "F16" : "F32",
                        {model.sizes[p]}});
     }
     decls.push_back({"attn.mask", "F32", {3}});
@@ -324,7 +328,8 @@ TEST_CASE("engine pretrained: several files listed by an index JSON, found from 
   };
   // Parameters 0-4 in the first file, 5-8 in the second, as Hugging Face shards a model.
   if (side_channel().rank() == 0) {
-    nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+    nlohmann::json index = {{"metadata", {{"total_size", 0}}},
+                            {"weight_map", nlohmann::json::object()}};
     for (int part = 0; part < 2; ++part) {
       const std::string name = "model-0000" + std::to_string(part + 1) + "-of-00002.safetensors";
       std::vector<checkpoint::TensorDecl> decls;
@@ -360,7 +365,8 @@ TEST_CASE("engine pretrained: several files listed by an index JSON, found from 
   // An index naming a tensor its file lacks is refused, naming both.
   barrier();
   if (side_channel().rank() == 0) {
-    nlohmann::json index = nlohmann::json::parse(read_text(dir.path / "model.safetensors.index.json"));
+    nlohmann::json index =
+        nlohmann::json::parse(read_text(dir.path / "model.safetensors.index.json"));
     index["weight_map"]["p9"] = "model-00001-of-00002.safetensors";
     std::ofstream(dir.path / "model.safetensors.index.json") << index.dump(1);
   }
@@ -374,7 +380,8 @@ TEST_CASE("engine pretrained: several files listed by an index JSON, found from 
 namespace zero::testing {
 
 // Beside the agreements checkpoints use: the mean a trainer prints (its loss) over the ranks.
-TEST_CASE("engine agreement: mean_across_ranks gives every rank the mean of each value", "[engine]") {
+TEST_CASE("engine agreement: mean_across_ranks gives every rank the mean of each value",
+          "[engine]") {
   auto e = make_engine(config(2));
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

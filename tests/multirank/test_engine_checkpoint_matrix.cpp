@@ -68,8 +68,8 @@ std::string matrix_config(int stage, const Placement& placement, const std::stri
   if (precision == "fp16") half = R"("fp16": {"enabled": true, "initial_scale_power": 8},)";
   return R"({"train_micro_batch_size_per_gpu": 1, )" + half + R"(
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
-      "zero_optimization": {"stage": )" + std::to_string(stage) + ", " +
-         replace_all(placement.zero_keys, "NVME", nvme.string()) +
+      "zero_optimization": {"stage": )" +
+         std::to_string(stage) + ", " + replace_all(placement.zero_keys, "NVME", nvme.string()) +
          R"( "reduce_bucket_size": 1000, "allgather_bucket_size": 1000, "sub_group_size": 700,
         "stage3_param_persistence_threshold": 20},
       "steps_per_print": 1000})";
@@ -137,8 +137,8 @@ TEST_CASE("engine checkpoint: masters and moments round-trip bit for bit in ever
     for (const Placement& placement : kPlacements) {
       if (stage < placement.min_stage || stage > placement.max_stage) continue;
       for (const std::string precision : kPrecisions) {
-        const std::string what = "stage " + std::to_string(stage) + ", " + placement.name + ", " +
-                                 precision;
+        const std::string what =
+            "stage " + std::to_string(stage) + ", " + placement.name + ", " + precision;
         INFO(what);
         const fs::path dir = scratch.path / ("ckpt-" + std::to_string(cases++));
         auto e = make_engine(matrix_config(stage, placement, precision, nvme));

@@ -83,15 +83,16 @@ TEST_CASE("engine fetch: prefetch and reuse change the gathers, not the numbers"
   const std::vector<std::size_t> eval{0, 1, 2, 3, 4, 5};
   // Nothing ahead, nothing kept (distance 0 still keeps a module's parameters from its last
   // forward into its first backward: nothing is gathered in between).
-  const Run plain = train(R"(, "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0)",
-                          eval);
+  const Run plain =
+      train(R"(, "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0)", eval);
   // DeepSpeed's defaults: everything ahead, everything kept.
   const Run eager = train("", eval);
   // A small window and live limit.
   const std::size_t max_live = 8000;
-  const Run tight = train(R"(, "stage3_prefetch_bucket_size": 3000, "stage3_max_live_parameters": )" +
-                              std::to_string(max_live) + R"(, "stage3_max_reuse_distance": 7000)",
-                          eval);
+  const Run tight =
+      train(R"(, "stage3_prefetch_bucket_size": 3000, "stage3_max_live_parameters": )" +
+                std::to_string(max_live) + R"(, "stage3_max_reuse_distance": 7000)",
+            eval);
   check_same_params(plain, eager);
   check_same_params(plain, tight);
 
@@ -161,8 +162,8 @@ TEST_CASE("engine fetch: ranks that record different orders are told at the step
   e.add_param("pa", {100}, true, 0, {a});
   e.add_param("pb", {100}, true, 0, {b});
   e.init();
-  const std::vector<std::size_t> order = rank == 1 ? std::vector<std::size_t>{b, a}
-                                                   : std::vector<std::size_t>{a, b};
+  const std::vector<std::size_t> order =
+      rank == 1 ? std::vector<std::size_t>{b, a} : std::vector<std::size_t>{a, b};
   for (std::size_t m : order) {
     e.pre_forward(m);
     e.post_forward(m);

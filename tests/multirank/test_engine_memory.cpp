@@ -1,8 +1,8 @@
 // The memory model, to the byte: what each rank holds by kind after init and after a step is
 // docs/engine.md's table (docs/design.md's, per dtype) plus the documented buffers, for stages 0-3
-// in fp32, bf16, bf16 with fp32 gradient accumulation and bf16 with bf16 optimizer states, at whatever N the job has (ctest runs
-// it at 1, 2, 3 and 4 ranks). The expected bytes are computed here from the table's formulas
-// and the model's sizes, not from the engine's layout.
+// in fp32, bf16, bf16 with fp32 gradient accumulation and bf16 with bf16 optimizer states, at
+// whatever N the job has (ctest runs it at 1, 2, 3 and 4 ranks). The expected bytes are computed
+// here from the table's formulas and the model's sizes, not from the engine's layout.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -23,13 +23,13 @@ constexpr std::size_t kAllgatherBucket = 1500;  // elements; so does p5 at every
 
 struct Case {
   int stage;
-  std::string precision;  // fp32 | bf16
-  std::size_t grad_bytes; // data_types.grad_accum_dtype: 0 = the compute dtype
+  std::string precision;   // fp32 | bf16
+  std::size_t grad_bytes;  // data_types.grad_accum_dtype: 0 = the compute dtype
   bool overlap;
-  bool bf16_states = false;  // bf16.bf16_optimizer_states
-  bool offload = false;      // offload_optimizer.device cpu
-  bool pinned = true;        // and its pin_memory
-  bool nvme = false;         // offload_optimizer.device nvme (with offload true)
+  bool bf16_states = false;    // bf16.bf16_optimizer_states
+  bool offload = false;        // offload_optimizer.device cpu
+  bool pinned = true;          // and its pin_memory
+  bool nvme = false;           // offload_optimizer.device nvme (with offload true)
   bool param_offload = false;  // offload_param.device cpu (stage 3), pinned
   bool param_nvme = false;     // offload_param.device nvme (with param_offload), max_in_cpu 0
 };
@@ -39,23 +39,28 @@ constexpr std::size_t kSwapBuffers = 3;  // offload_optimizer.buffer_count
 constexpr std::size_t kSubGroup = 700;  // sub_group_size; p5's shard exceeds it at N <= 4
 
 std::string config_text(const Case& c) {
-  std::string text = R"({"train_micro_batch_size_per_gpu": 1,
+  std::string text =
+      R"({"train_micro_batch_size_per_gpu": 1,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-      "zero_optimization": {"stage": )" + std::to_string(c.stage) +
-                     R"(, "reduce_bucket_size": )" + std::to_string(kReduceBucket) +
-                     R"(, "allgather_bucket_size": )" + std::to_string(kAllgatherBucket) +
-                     R"(, "overlap_comm": )" + (c.overlap ? "true" : "false") +
-                     R"(, "stage3_param_persistence_threshold": 10,
+      "zero_optimization": {"stage": )" +
+      std::to_string(c.stage) + R"(, "reduce_bucket_size": )" + std::to_string(kReduceBucket) +
+      R"(, "allgather_bucket_size": )" + std::to_string(kAllgatherBucket) +
+      R"(, "overlap_comm": )" + (c.overlap ? "true" : "false") +
+      R"(, "stage3_param_persistence_threshold": 10,
                           "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0,
-                          "sub_group_size": )" + std::to_string(kSubGroup) +
-                     R"(, "offload_optimizer": {"device": ")" +
-                     (c.nvme ? "nvme" : c.offload ? "cpu" : "none") + R"(", "pin_memory": )" +
-                     (c.pinned ? "true" : "false") +
-                     R"(, "nvme_path": ".", "buffer_count": )" + std::to_string(kSwapBuffers) +
-                     R"(}, "offload_param": {"device": ")" +
-                     (c.param_nvme ? "nvme" : c.param_offload ? "cpu" : "none") +
-                     R"(", "pin_memory": true, "nvme_path": ".", "max_in_cpu": 0, "buffer_count": )" +
-                     std::to_string(kSwapBuffers) + "}}";
+                          "sub_group_size": )" +
+      std::to_string(kSubGroup) + R"(, "offload_optimizer": {"device": ")" +
+      (c.nvme      ? "nvme"
+       : c.offload ? "cpu"
+                   : "none") +
+      R"(", "pin_memory": )" + (c.pinned ? "true" : "false") +
+      R"(, "nvme_path": ".", "buffer_count": )" + std::to_string(kSwapBuffers) +
+      R"(}, "offload_param": {"device": ")" +
+      (c.param_nvme      ? "nvme"
+       : c.param_offload ? "cpu"
+                         : "none") +
+      R"(", "pin_memory": true, "nvme_path": ".", "max_in_cpu": 0, "buffer_count": )" +
+      std::to_string(kSwapBuffers) + "}}";
   if (c.precision == "bf16") {
     text += std::string(R"(, "bf16": {"enabled": true, "bf16_optimizer_states": )") +
             (c.bf16_states ? "true" : "false") + "}";
@@ -105,11 +110,13 @@ Bytes expected(const Case& c, int world) {
   // trainable ones are their masters, unless those are offloaded).
   // With offload_param they are in pinned memory, trainable ones included in fp32.
   // On NVMe (max_in_cpu 0) all of them are in the parameter swap file.
-  live[{c.param_nvme ? Tier::nvme : c.param_offload ? Tier::pinned : Tier::device,
+  live[{c.param_nvme      ? Tier::nvme
+        : c.param_offload ? Tier::pinned
+                          : Tier::device,
         MemoryKind::param}] =
-      c.stage <= 2 ? cb * all
-                   : cb * (frozen_shards +
-                           (mixed || c.offload || c.param_offload ? trainable_shards : 0));
+      c.stage <= 2
+          ? cb * all
+          : cb * (frozen_shards + (mixed || c.offload || c.param_offload ? trainable_shards : 0));
   // Gradients: full ones at stages 0-1; the owned shard at stages 1-3, and at stage 0 when it
   // accumulates in another dtype.
   if (c.stage <= 1) live[{Tier::device, MemoryKind::grad}] = cb * trainable;
@@ -161,7 +168,9 @@ Bytes expected(const Case& c, int world) {
   // other parameters, padded to N shards.
   if (c.stage == 3) {
     const std::size_t w = static_cast<std::size_t>(world);
-    auto padded = [&](std::int64_t numel) { return (static_cast<std::size_t>(numel) + w - 1) / w * w; };
+    auto padded = [&](std::int64_t numel) {
+      return (static_cast<std::size_t>(numel) + w - 1) / w * w;
+    };
     std::size_t largest = 0;
     for (const auto& m : model.modules) {
       std::size_t elements = 0;
@@ -215,11 +224,10 @@ TEST_CASE("engine memory: bytes by kind are the table's plus the documented buff
   }
   for (const Case& c : cases) {
     INFO("stage " << c.stage << ", " << c.precision << ", grad accum bytes " << c.grad_bytes
-                  << ", overlap " << c.overlap << ", bf16 states " << c.bf16_states
-                  << ", offload " << c.offload << ", pinned " << c.pinned << ", nvme " << c.nvme
+                  << ", overlap " << c.overlap << ", bf16 states " << c.bf16_states << ", offload "
+                  << c.offload << ", pinned " << c.pinned << ", nvme " << c.nvme
                   << ", param offload " << c.param_offload << ", param nvme " << c.param_nvme
-                  << ", "
-                  << world << " ranks");
+                  << ", " << world << " ranks");
     auto e = make_engine(config_text(c));
     const Bytes want = expected(c, world);
     check_kinds(measured(*e).live, want.live, "after init, live");

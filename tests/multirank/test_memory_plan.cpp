@@ -100,8 +100,8 @@ TEST_CASE("zero-mem: every arena's capacity and peak are the engine's own", "[en
   };
   std::vector<Model> models;
   models.push_back({"GPT 2 layers, 48 channels", mem::gpt_model({{2, 4, 48, 16, 61}, 192}, 0.1)});
-  models.push_back({"GPT 3 layers, 40 channels, MLP 100",
-                    mem::gpt_model({{3, 5, 40, 9, 37}, 100}, 0.1)});
+  models.push_back(
+      {"GPT 3 layers, 40 channels, MLP 100", mem::gpt_model({{3, 5, 40, 9, 37}, 100}, 0.1)});
   mem::ModelArgs stack;
   stack.params = 50001;
   stack.largest_layer = 7000;

@@ -30,18 +30,32 @@ float decode(const void* p, DType dtype) {
   std::uint16_t h;
   float f;
   switch (dtype) {
-    case DType::bf16: std::memcpy(&h, p, 2); return bf16_to_float(h);
-    case DType::f16: std::memcpy(&h, p, 2); return fp16_to_float(h);
-    default: std::memcpy(&f, p, 4); return f;
+    case DType::bf16:
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h);
+    case DType::f16:
+      std::memcpy(&h, p, 2);
+      return fp16_to_float(h);
+    default:
+      std::memcpy(&f, p, 4);
+      return f;
   }
 }
 
 void encode(void* p, DType dtype, float value) {
   std::uint16_t h;
   switch (dtype) {
-    case DType::bf16: h = float_to_bf16(value); std::memcpy(p, &h, 2); return;
-    case DType::f16: h = float_to_fp16(value); std::memcpy(p, &h, 2); return;
-    default: std::memcpy(p, &value, 4); return;
+    case DType::bf16:
+      h = float_to_bf16(value);
+      std::memcpy(p, &h, 2);
+      return;
+    case DType::f16:
+      h = float_to_fp16(value);
+      std::memcpy(p, &h, 2);
+      return;
+    default:
+      std::memcpy(p, &value, 4);
+      return;
   }
 }
 
@@ -81,14 +95,14 @@ struct Case {
   bool copy_out = false;
 };
 
-std::string describe(const Case& c, std::size_t count, std::size_t offset, CpuIsa isa, int threads) {
-  return fmt::format("{} grad {} state {} out {} | n={} offset={} isa={} threads={} bias={} "
-                     "nesterov={} momentum={}",
-                     optimizer_type_name(c.spec.type), dtype_name(c.formats.grad),
-                     dtype_name(c.formats.state),
-                     c.copy_out ? std::string(dtype_name(c.formats.param_out)) : "none", count,
-                     offset, cpu_isa_name(isa), threads, c.spec.bias_correction, c.spec.nesterov,
-                     c.spec.momentum);
+std::string describe(const Case& c, std::size_t count, std::size_t offset, CpuIsa isa,
+                     int threads) {
+  return fmt::format(
+      "{} grad {} state {} out {} | n={} offset={} isa={} threads={} bias={} "
+      "nesterov={} momentum={}",
+      optimizer_type_name(c.spec.type), dtype_name(c.formats.grad), dtype_name(c.formats.state),
+      c.copy_out ? std::string(dtype_name(c.formats.param_out)) : "none", count, offset,
+      cpu_isa_name(isa), threads, c.spec.bias_correction, c.spec.nesterov, c.spec.momentum);
 }
 
 StepHyper hyper_for(const Case& c, int step) {
@@ -125,7 +139,7 @@ Inputs make_inputs(const Case& c, std::size_t count, std::uint32_t seed) {
   for (std::size_t i = 0; i < count; ++i) {
     in.master[i] = uniform(rng);
     in.state0[i] = round_state(c.spec.type == OptimizerType::adagrad ? 0.01f * std::abs(normal(rng))
-                                                                      : 0.1f * uniform(rng));
+                                                                     : 0.1f * uniform(rng));
     in.state1[i] = round_state(0.01f * std::abs(normal(rng)));
   }
   in.grads.resize(kSteps);
@@ -168,8 +182,14 @@ std::vector<float> run_kernel(const Case& c, const Inputs& in, CpuIsa isa, int t
   }
   auto optimizer = create_cpu_optimizer(c.spec, c.formats, {threads, isa});
   auto device = create_cpu_device();
-  const Slice slice{static_cast<float*>(master.data()), grad.data(), {state0.data(), state1.data()},
-                    c.copy_out ? out.data() : nullptr, count, weight_decay, lr_scale, first_index};
+  const Slice slice{static_cast<float*>(master.data()),
+                    grad.data(),
+                    {state0.data(), state1.data()},
+                    c.copy_out ? out.data() : nullptr,
+                    count,
+                    weight_decay,
+                    lr_scale,
+                    first_index};
   std::size_t copy_mismatches = 0;
   for (int s = 1; s <= kSteps; ++s) {
     for (std::size_t i = 0; i < count; ++i) grad.set(i, in.grads[s - 1][i]);
@@ -206,7 +226,9 @@ std::vector<float> run_kernel(const Case& c, const Inputs& in, CpuIsa isa, int t
 //    momentum carries it on: kSteps * lr_max * 2^-5 in all.
 constexpr double kAtol = 2e-6, kRtol = 2e-6;
 
-double lr_max(const Case& c) { return hyper_for(c, kSteps).lr; }
+double lr_max(const Case& c) {
+  return hyper_for(c, kSteps).lr;
+}
 
 double rare_excess(const Case& c) {
   if (c.spec.type == OptimizerType::lion) {
@@ -228,12 +250,14 @@ void compare(const Case& c, const std::vector<float>& kernel, const std::vector<
     const double allowed = kAtol + kRtol * std::abs(expected[i]);
     if (error <= allowed) continue;
     if (!(error - allowed <= worst_excess)) worst_excess = error - allowed, worst = i;
-    if (error <= allowed + rare) ++rare_count;
-    else ++failures;
+    if (error <= allowed + rare)
+      ++rare_count;
+    else
+      ++failures;
   }
   INFO(what);
-  INFO("worst element " << worst << ": kernel " << kernel[worst] << ", oracle "
-                        << expected[worst] << ", excess " << worst_excess << " (rare ones may "
+  INFO("worst element " << worst << ": kernel " << kernel[worst] << ", oracle " << expected[worst]
+                        << ", excess " << worst_excess << " (rare ones may "
                         << "exceed by " << rare << "); " << rare_count << " rare ones");
   CHECK(failures == 0);
   const bool cancels = c.spec.type == OptimizerType::lion && c.formats.grad != DType::f32 &&

@@ -34,8 +34,14 @@ struct Buffers {
     }
   }
   Slice slice(std::size_t begin, std::size_t count, std::uint64_t first_index) {
-    return Slice{master.data() + begin, grad.data() + begin, {m.data() + begin, v.data() + begin},
-                 out.data() + begin, count, 0.01, 1.0, first_index};
+    return Slice{master.data() + begin,
+                 grad.data() + begin,
+                 {m.data() + begin, v.data() + begin},
+                 out.data() + begin,
+                 count,
+                 0.01,
+                 1.0,
+                 first_index};
   }
   std::vector<float> master;
   std::vector<std::uint16_t> grad, m, v, out;
@@ -119,7 +125,7 @@ TEST_CASE("write_param_out rounds the master to nearest even and touches nothing
     for (DType out : {DType::bf16, DType::f16}) {
       INFO(cpu_isa_name(isa) << " " << dtype_name(out));
       Buffers b(n, 3);
-      b.master[5] = 1e-40f;  // a subnormal: nearest-even keeps it (bf16) or flushes it (fp16)
+      b.master[5] = 1e-40f;    // a subnormal: nearest-even keeps it (bf16) or flushes it (fp16)
       b.master[6] = 70000.0f;  // past fp16's range: infinity
       const Buffers before = b;
       auto optimizer = create_cpu_optimizer({}, {DType::bf16, DType::bf16, out}, {2, isa});
@@ -163,8 +169,10 @@ TEST_CASE("the CPU ISA is the best the CPU has unless ZERO_CPU_ISA forces one", 
     ::setenv("ZERO_CPU_ISA", "avx512", 1);
     CHECK_THROWS_WITH(selected_cpu_isa(), Catch::Contains("cannot run the avx512 kernels"));
   }
-  if (restore.empty()) ::unsetenv("ZERO_CPU_ISA");
-  else ::setenv("ZERO_CPU_ISA", restore.c_str(), 1);
+  if (restore.empty())
+    ::unsetenv("ZERO_CPU_ISA");
+  else
+    ::setenv("ZERO_CPU_ISA", restore.c_str(), 1);
   CHECK(parse_cpu_isa("avx2") == CpuIsa::avx2);
   CHECK_FALSE(parse_cpu_isa("AVX2").has_value());
 }

@@ -15,7 +15,9 @@ using zero::optim::ScheduleType;
 using zero::optim::WarmupType;
 
 // Tight relative tolerance; an expected 0 must come out exactly 0.
-Approx near(double expected) { return Approx(expected).epsilon(1e-12); }
+Approx near(double expected) {
+  return Approx(expected).epsilon(1e-12);
+}
 
 double lr_at(const ScheduleSpec& spec, std::int64_t t, double base_lr = 0.5) {
   return schedule_at(spec, t, base_lr).lr;
@@ -88,7 +90,7 @@ TEST_CASE("no schedule keeps the optimizer's lr and sets no betas", "[optim]") {
 
 TEST_CASE("schedule_iteration maps the k-th optimizer step to last_batch_iteration + k - 1",
           "[optim]") {
-  ScheduleSpec fresh;  // last_batch_iteration = -1
+  ScheduleSpec fresh;                         // last_batch_iteration = -1
   CHECK(schedule_iteration(fresh, 1) == -1);  // first step: before any scheduler step
   CHECK(schedule_iteration(fresh, 2) == 0);
   CHECK(schedule_iteration(fresh, 11) == 9);
@@ -127,7 +129,7 @@ TEST_CASE("WarmupLR ignores base_lr", "[optim]") {
 
 TEST_CASE("WarmupLR uses at least 2 warmup steps", "[optim]") {
   auto s = warmup_spec(ScheduleType::warmup_lr, WarmupType::log);
-  s.warmup_num_steps = 1;  // W = max(2, 1) = 2
+  s.warmup_num_steps = 1;            // W = max(2, 1) = 2
   CHECK(lr_at(s, 0) == near(0.01));  // ln(1)/ln(2) = 0
   CHECK(lr_at(s, 1) == near(0.11));  // ln(2)/ln(2) = 1
   s.warmup_type = WarmupType::linear;
@@ -137,7 +139,7 @@ TEST_CASE("WarmupLR uses at least 2 warmup steps", "[optim]") {
 
 TEST_CASE("WarmupDecayLR warms up then decays linearly to min", "[optim]") {
   auto s = warmup_spec(ScheduleType::warmup_decay_lr, WarmupType::linear);
-  s.total_num_steps = 30;  // T - W = 20
+  s.total_num_steps = 30;              // T - W = 20
   CHECK(lr_at(s, -1) == near(0.01));   // construction writes warmup_min_lr
   CHECK(lr_at(s, 0) == near(0.01));    // 0/10
   CHECK(lr_at(s, 5) == near(0.06));    // 5/10 -> 0.01 + 0.05
@@ -204,22 +206,22 @@ TEST_CASE("WarmupCosineLR cosine decay", "[optim]") {
 
 TEST_CASE("WarmupCosineLR stays at cos_min_ratio past total_num_steps", "[optim]") {
   const auto s = cosine_spec(WarmupType::linear);
-  CHECK(lr_at(s, 22, 2.0) == near(0.2));     // p = 13/12 clamped to 1 -> ratio 0.1
-  CHECK(lr_at(s, 40, 2.0) == near(0.2));     // p = 31/12 -> 1 (unclamped would rise again)
+  CHECK(lr_at(s, 22, 2.0) == near(0.2));  // p = 13/12 clamped to 1 -> ratio 0.1
+  CHECK(lr_at(s, 40, 2.0) == near(0.2));  // p = 31/12 -> 1 (unclamped would rise again)
   CHECK(lr_at(s, 10000, 2.0) == near(0.2));
 }
 
 TEST_CASE("WarmupCosineLR clamps a negative ratio to 0", "[optim]") {
   auto s = cosine_spec(WarmupType::linear);
   s.cos_min_ratio = -0.5;
-  CHECK(lr_at(s, 21, 2.0) == 0.0);          // p = 1: -0.5 + 1.5 * 0 < 0 -> 0
-  CHECK(lr_at(s, 15, 2.0) == near(0.5));    // p = 0.5: -0.5 + 1.5 * 0.5 = 0.25 -> lr 0.5
+  CHECK(lr_at(s, 21, 2.0) == 0.0);        // p = 1: -0.5 + 1.5 * 0 < 0 -> 0
+  CHECK(lr_at(s, 15, 2.0) == near(0.5));  // p = 0.5: -0.5 + 1.5 * 0.5 = 0.25 -> lr 0.5
 }
 
 TEST_CASE("WarmupCosineLR uses at least 2 warmup steps", "[optim]") {
   auto s = cosine_spec(WarmupType::linear);
-  s.warmup_num_steps = 1;                  // W = 2, T - W = 20
-  CHECK(lr_at(s, 1, 2.0) == near(1.2));    // 1/2: 0.2 + 0.8*0.5 = 0.6
+  s.warmup_num_steps = 1;                // W = 2, T - W = 20
+  CHECK(lr_at(s, 1, 2.0) == near(1.2));  // 1/2: 0.2 + 0.8*0.5 = 0.6
   // t=11: p = (11 - 2 + 1)/20 = 0.5 -> ratio 0.1 + 0.9*0.5 = 0.55
   CHECK(lr_at(s, 11, 2.0) == near(1.1));
 }
@@ -237,14 +239,14 @@ TEST_CASE("OneCycle first step uses cycle_min_lr and betas cycle_min_mom 0.99", 
 TEST_CASE("OneCycle first half of the cycle", "[optim]") {
   const auto s = one_cycle_spec();
   // f = x / 0.4 with x = (t+1)/10; lr = 0.1 + 1.0 f; beta1 = 0.9 - 0.1 f
-  auto v = schedule_at(s, 0, 0.5);   // x = 0.1, f = 0.25
+  auto v = schedule_at(s, 0, 0.5);  // x = 0.1, f = 0.25
   CHECK(v.lr == near(0.35));
   CHECK(*v.beta1 == near(0.875));
   CHECK(*v.beta2 == 0.99);
-  v = schedule_at(s, 1, 0.5);        // x = 0.2, f = 0.5
+  v = schedule_at(s, 1, 0.5);  // x = 0.2, f = 0.5
   CHECK(v.lr == near(0.6));
   CHECK(*v.beta1 == near(0.85));
-  v = schedule_at(s, 3, 0.5);        // x = 0.4 = rho, f = 1: the peak
+  v = schedule_at(s, 3, 0.5);  // x = 0.4 = rho, f = 1: the peak
   CHECK(v.lr == near(1.1));
   CHECK(*v.beta1 == near(0.8));
   CHECK(*v.beta2 == 0.99);
@@ -253,13 +255,13 @@ TEST_CASE("OneCycle first half of the cycle", "[optim]") {
 TEST_CASE("OneCycle second half of the cycle", "[optim]") {
   const auto s = one_cycle_spec();
   // f = (x - 1) / (0.4 - 1)
-  auto v = schedule_at(s, 5, 0.5);   // x = 0.6, f = -0.4/-0.6 = 2/3
+  auto v = schedule_at(s, 5, 0.5);  // x = 0.6, f = -0.4/-0.6 = 2/3
   CHECK(v.lr == near(0.1 + 2.0 / 3.0));
   CHECK(*v.beta1 == near(0.9 - 0.1 * 2.0 / 3.0));
-  v = schedule_at(s, 8, 0.5);        // x = 0.9, f = -0.1/-0.6 = 1/6
+  v = schedule_at(s, 8, 0.5);  // x = 0.9, f = -0.1/-0.6 = 1/6
   CHECK(v.lr == near(0.1 + 1.0 / 6.0));
   CHECK(*v.beta1 == near(0.9 - 0.1 / 6.0));
-  v = schedule_at(s, 9, 0.5);        // (t+1)/N = 1: cycle 2, x = 0, f = 0
+  v = schedule_at(s, 9, 0.5);  // (t+1)/N = 1: cycle 2, x = 0, f = 0
   CHECK(v.lr == near(0.1));
   CHECK(*v.beta1 == near(0.9));
   CHECK(*v.beta2 == 0.99);
@@ -291,7 +293,7 @@ TEST_CASE("OneCycle decays lr after the cycle", "[optim]") {
   auto v = schedule_at(s, 10, 0.5);  // d = 1: 0.1 / 1.25
   CHECK(v.lr == near(0.08));
   CHECK(*v.beta1 == near(0.9));
-  v = schedule_at(s, 13, 0.5);       // d = 4: 0.1 / 2
+  v = schedule_at(s, 13, 0.5);  // d = 4: 0.1 / 2
   CHECK(v.lr == near(0.05));
   CHECK(*v.beta1 == near(0.9));
   CHECK(*v.beta2 == 0.99);
@@ -305,10 +307,10 @@ TEST_CASE("OneCycle decays momentum after the cycle", "[optim]") {
   auto v = schedule_at(s, 10, 0.5);  // d = 1: 0.9 * 1.05
   CHECK(v.lr == near(0.1));
   CHECK(*v.beta1 == near(0.945));
-  v = schedule_at(s, 13, 0.5);       // d = 4: 0.9 * 1.2
+  v = schedule_at(s, 13, 0.5);  // d = 4: 0.9 * 1.2
   CHECK(*v.beta1 == near(1.08));
   CHECK(*v.beta2 == 0.99);
-  s.decay_lr_rate = 0.5;             // both: d = 4 -> lr 0.1 / 2
+  s.decay_lr_rate = 0.5;  // both: d = 4 -> lr 0.1 / 2
   v = schedule_at(s, 13, 0.5);
   CHECK(v.lr == near(0.05));
   CHECK(*v.beta1 == near(1.08));
@@ -333,21 +335,21 @@ TEST_CASE("OneCycle ignores base_lr", "[optim]") {
 TEST_CASE("LRRangeTest continuous", "[optim]") {
   const auto s = range_test_spec(false);
   // lr = 0.01 (1 + 0.5 (t+1)/4)
-  CHECK(lr_at(s, -1) == near(0.01));     // interval 0: construction writes min_lr
-  CHECK(lr_at(s, 0) == near(0.01125));   // 1/4 -> 1.125
-  CHECK(lr_at(s, 2) == near(0.01375));   // 0.5 * 3/4 -> 1.375
-  CHECK(lr_at(s, 5) == near(0.0175));    // 6/4 -> 1.75
-  CHECK(lr_at(s, 7) == near(0.02));      // 8/4 -> 2
+  CHECK(lr_at(s, -1) == near(0.01));    // interval 0: construction writes min_lr
+  CHECK(lr_at(s, 0) == near(0.01125));  // 1/4 -> 1.125
+  CHECK(lr_at(s, 2) == near(0.01375));  // 0.5 * 3/4 -> 1.375
+  CHECK(lr_at(s, 5) == near(0.0175));   // 6/4 -> 1.75
+  CHECK(lr_at(s, 7) == near(0.02));     // 8/4 -> 2
 }
 
 TEST_CASE("LRRangeTest staircase", "[optim]") {
   const auto s = range_test_spec(true);
   // lr = 0.01 (1 + 0.5 floor((t+1)/4))
-  CHECK(lr_at(s, -1) == near(0.01));   // floor(0) = 0
-  CHECK(lr_at(s, 0) == near(0.01));    // floor(0.25) = 0
-  CHECK(lr_at(s, 2) == near(0.01));    // floor(0.75) = 0
-  CHECK(lr_at(s, 3) == near(0.015));   // floor(1) = 1
-  CHECK(lr_at(s, 5) == near(0.015));   // floor(1.5) = 1
-  CHECK(lr_at(s, 7) == near(0.02));    // floor(2) = 2
+  CHECK(lr_at(s, -1) == near(0.01));      // floor(0) = 0
+  CHECK(lr_at(s, 0) == near(0.01));       // floor(0.25) = 0
+  CHECK(lr_at(s, 2) == near(0.01));       // floor(0.75) = 0
+  CHECK(lr_at(s, 3) == near(0.015));      // floor(1) = 1
+  CHECK(lr_at(s, 5) == near(0.015));      // floor(1.5) = 1
+  CHECK(lr_at(s, 7) == near(0.02));       // floor(2) = 2
   CHECK(lr_at(s, 7, 9.0) == near(0.02));  // base_lr ignored
 }

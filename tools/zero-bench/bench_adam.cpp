@@ -32,7 +32,9 @@ constexpr Variant kVariants[] = {
     {"fp32", "fp32 grads, fp32 state, no copy-out", {DType::f32, DType::f32, DType::bf16}, false},
     {"bf16", "bf16 grads, fp32 state, bf16 copy-out", {DType::bf16, DType::f32, DType::bf16}, true},
     {"fp16", "fp16 grads, fp32 state, fp16 copy-out", {DType::f16, DType::f32, DType::f16}, true},
-    {"bf16-state", "bf16 grads, bf16 state, bf16 copy-out", {DType::bf16, DType::bf16, DType::bf16},
+    {"bf16-state",
+     "bf16 grads, bf16 state, bf16 copy-out",
+     {DType::bf16, DType::bf16, DType::bf16},
      true},
 };
 
@@ -40,8 +42,10 @@ const Variant& find_variant(const std::string& name) {
   for (const Variant& v : kVariants) {
     if (v.name == name) return v;
   }
-  throw make_error(ErrorCategory::usage, "--variants: unknown variant '{}'; use fp32, bf16, fp16 "
-                   "or bf16-state", name);
+  throw make_error(ErrorCategory::usage,
+                   "--variants: unknown variant '{}'; use fp32, bf16, fp16 "
+                   "or bf16-state",
+                   name);
 }
 
 optim::OptimizerType parse_type(const std::string& name) {
@@ -77,8 +81,14 @@ struct Buffers {
     for (auto* b : blocks) device.unreserve(Tier::host, b, n * 4);
   }
   optim::Slice slice(bool copy_out) const {
-    return optim::Slice{static_cast<float*>(blocks[0]), blocks[1], {blocks[2], blocks[3]},
-                        copy_out ? blocks[4] : nullptr, n, 0.01, 1.0, 0};
+    return optim::Slice{static_cast<float*>(blocks[0]),
+                        blocks[1],
+                        {blocks[2], blocks[3]},
+                        copy_out ? blocks[4] : nullptr,
+                        n,
+                        0.01,
+                        1.0,
+                        0};
   }
   Device& device;
   std::size_t n;
@@ -93,7 +103,8 @@ double median_seconds(int repeats, const F& call) {
   for (int r = 0; r < repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();
     call();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
@@ -131,9 +142,10 @@ CLI::App* add_adam_command(CLI::App& app, AdamBenchOptions& options) {
       ->capture_default_str();
   command->add_option("--isa", options.isa, "best, all, scalar, avx2 or avx512")
       ->capture_default_str();
-  command->add_option("--variants", options.variants,
-                      "fp32 (fp32 grads), bf16 (bf16 grads, bf16 copy-out), fp16 (fp16 grads, "
-                      "fp16 copy-out), bf16-state (bf16 grads, state and copy-out)")
+  command
+      ->add_option("--variants", options.variants,
+                   "fp32 (fp32 grads), bf16 (bf16 grads, bf16 copy-out), fp16 (fp16 grads, "
+                   "fp16 copy-out), bf16-state (bf16 grads, state and copy-out)")
       ->capture_default_str();
   command->add_option("--optimizer", options.optimizer, "adamw, adam, adagrad, lion or sgd")
       ->capture_default_str();
@@ -183,17 +195,24 @@ int run_adam_bench(const AdamBenchOptions& options) {
           hyper.step = ++step;
           optimizer->step({&slice, 1}, hyper, stream);
         });
-        const double t_floor =
-            median_seconds(options.repeats, [&] { floor->step({&slice, 1}, hyper, stream); });
+        const double t_floor = median_seconds(options.repeats, [&] {
+          floor->step({&slice, 1}, hyper, stream);
+        });
         const double bytes = bytes_per_element(v->formats, states, v->copy_out) * n;
         const double floor_bytes = bytes_per_element(v->formats, 2, v->copy_out) * n;
         fmt::print("{:<11} {:<7} {:>7} {:>10.2f} {:>10.2f} {:>9.1f} {:>8.2f} {:>9.3f}\n", v->name,
                    cpu_isa_name(isa), threads, t_step * 1e3, t_floor * 1e3, n / t_step / 1e6,
                    bytes / t_step / 1e9, t_floor / t_step);
-        nlohmann::json line{{"bench", "adam"}, {"optimizer", optim::optimizer_type_name(spec.type)},
-                            {"variant", v->name}, {"formats", v->what}, {"isa", cpu_isa_name(isa)},
-                            {"threads", threads}, {"elements", n}, {"step_s", t_step},
-                            {"floor_s", t_floor}, {"elements_per_s", n / t_step},
+        nlohmann::json line{{"bench", "adam"},
+                            {"optimizer", optim::optimizer_type_name(spec.type)},
+                            {"variant", v->name},
+                            {"formats", v->what},
+                            {"isa", cpu_isa_name(isa)},
+                            {"threads", threads},
+                            {"elements", n},
+                            {"step_s", t_step},
+                            {"floor_s", t_floor},
+                            {"elements_per_s", n / t_step},
                             {"step_GBps", bytes / t_step / 1e9},
                             {"floor_GBps", floor_bytes / t_floor / 1e9},
                             {"fraction_of_floor", t_floor / t_step}};
@@ -225,9 +244,13 @@ int run_adam_bench(const AdamBenchOptions& options) {
         });
         fmt::print("{:<11} {:<7} {:>7} {:>10.2f} {:>14.2f} {:>8.2f}x\n", v->name, cpu_isa_name(isa),
                    threads, t_fused * 1e3, t_separate * 1e3, t_separate / t_fused);
-        nlohmann::json line{{"bench", "adam_copy_out"}, {"variant", v->name},
-                            {"isa", cpu_isa_name(isa)}, {"threads", threads}, {"elements", n},
-                            {"fused_s", t_fused}, {"step_then_cast_s", t_separate},
+        nlohmann::json line{{"bench", "adam_copy_out"},
+                            {"variant", v->name},
+                            {"isa", cpu_isa_name(isa)},
+                            {"threads", threads},
+                            {"elements", n},
+                            {"fused_s", t_fused},
+                            {"step_then_cast_s", t_separate},
                             {"speedup", t_separate / t_fused}};
         if (json.is_open()) json << line.dump() << "\n";
       }

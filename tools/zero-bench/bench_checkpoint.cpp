@@ -1,9 +1,5 @@
 #include "tools/zero-bench/bench_checkpoint.h"
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -14,6 +10,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/bytes.h"
 #include "base/error.h"
@@ -39,7 +38,9 @@ const std::map<std::string, Shape> kModels = {
     {"gpt2-1.5b", {48, 1600, 50257, 1024}},
 };
 
-float initial_value(std::uint64_t i) { return 1e-3f * static_cast<float>(i % 977); }
+float initial_value(std::uint64_t i) {
+  return 1e-3f * static_cast<float>(i % 977);
+}
 
 // Registers GPT-2's parameters under Hugging Face's names (the Conv1D weights as the model
 // computes with them, [out, in]); one module per block. Returns the parameter count.
@@ -140,13 +141,16 @@ CLI::App* add_checkpoint_command(CLI::App& app, CheckpointBenchOptions& options)
 int run_checkpoint_bench(const CheckpointBenchOptions& options) {
   const auto model = kModels.find(options.model);
   if (model == kModels.end()) {
-    throw make_error(ErrorCategory::usage, "--model {}: use gpt2-124m, gpt2-350m, gpt2-774m or "
-                     "gpt2-1.5b", options.model);
+    throw make_error(ErrorCategory::usage,
+                     "--model {}: use gpt2-124m, gpt2-350m, gpt2-774m or "
+                     "gpt2-1.5b",
+                     options.model);
   }
   std::string zero_ckpt = options.zero_ckpt;
   if (zero_ckpt.empty()) {
-    zero_ckpt = (fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "zero-ckpt" /
-                 "zero-ckpt").string();
+    zero_ckpt =
+        (fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "zero-ckpt" / "zero-ckpt")
+            .string();
   }
   const fs::path dir = fs::path(options.path) / fmt::format("zero-bench-ckpt-{}", getpid());
   fs::create_directories(dir);
@@ -189,7 +193,8 @@ int run_checkpoint_bench(const CheckpointBenchOptions& options) {
 
   const ChildRun inspect = run_child({zero_ckpt, "inspect", (dir / "bench").string()});
   const std::string out = (dir / "model.safetensors").string();
-  const ChildRun exported = run_child({zero_ckpt, "export", (dir / "bench").string(), "--out", out});
+  const ChildRun exported =
+      run_child({zero_ckpt, "export", (dir / "bench").string(), "--out", out});
   if (inspect.status != 0 || exported.status != 0) {
     throw make_error(ErrorCategory::internal, "zero-ckpt failed (inspect {}, export {})",
                      inspect.status, exported.status);
@@ -205,20 +210,28 @@ int run_checkpoint_bench(const CheckpointBenchOptions& options) {
   std::cout << fmt::format("  init                {:8.2f} s\n", init_s);
   std::cout << fmt::format("  save                {:8.2f} s  {} checkpoint, {:.2f} GB/s\n", save_s,
                            format_bytes(bytes), gb / save_s);
-  std::cout << fmt::format("  load                {:8.2f} s  {:.2f} GB/s (the model's own memory: peak {} resident)\n",
-                           load_s, gb / load_s, format_bytes(static_cast<std::uint64_t>(engine_peak) * 1024));
-  std::cout << fmt::format("  zero-ckpt inspect   {:8.2f} s  every checksum verified, peak {} resident\n",
-                           inspect.seconds, format_bytes(static_cast<std::uint64_t>(inspect.peak_kib) * 1024));
-  std::cout << fmt::format("  zero-ckpt export    {:8.2f} s  {} fp32 model file, peak {} resident\n",
-                           exported.seconds, format_bytes(export_bytes),
-                           format_bytes(static_cast<std::uint64_t>(exported.peak_kib) * 1024));
+  std::cout << fmt::format(
+      "  load                {:8.2f} s  {:.2f} GB/s (the model's own memory: peak {} resident)\n",
+      load_s, gb / load_s, format_bytes(static_cast<std::uint64_t>(engine_peak) * 1024));
+  std::cout << fmt::format(
+      "  zero-ckpt inspect   {:8.2f} s  every checksum verified, peak {} resident\n",
+      inspect.seconds, format_bytes(static_cast<std::uint64_t>(inspect.peak_kib) * 1024));
+  std::cout << fmt::format(
+      "  zero-ckpt export    {:8.2f} s  {} fp32 model file, peak {} resident\n", exported.seconds,
+      format_bytes(export_bytes),
+      format_bytes(static_cast<std::uint64_t>(exported.peak_kib) * 1024));
   if (!options.json.empty()) {
     std::ofstream json(options.json, std::ios::app);
-    json << nlohmann::json{{"bench", "checkpoint"}, {"model", options.model},
-                           {"params", params}, {"checkpoint_bytes", bytes},
-                           {"save_s", save_s}, {"load_s", load_s},
-                           {"inspect_s", inspect.seconds}, {"inspect_peak_kib", inspect.peak_kib},
-                           {"export_s", exported.seconds}, {"export_peak_kib", exported.peak_kib},
+    json << nlohmann::json{{"bench", "checkpoint"},
+                           {"model", options.model},
+                           {"params", params},
+                           {"checkpoint_bytes", bytes},
+                           {"save_s", save_s},
+                           {"load_s", load_s},
+                           {"inspect_s", inspect.seconds},
+                           {"inspect_peak_kib", inspect.peak_kib},
+                           {"export_s", exported.seconds},
+                           {"export_peak_kib", exported.peak_kib},
                            {"export_bytes", export_bytes}}
                 .dump()
          << "\n";

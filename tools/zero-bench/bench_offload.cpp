@@ -1,7 +1,5 @@
 #include "tools/zero-bench/bench_offload.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -12,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -27,7 +26,9 @@ namespace {
 
 constexpr std::size_t kAlign = 4096;
 
-std::size_t direct(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+std::size_t direct(std::size_t bytes) {
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
 
 // What the engine gives the optimizer per sub-group beside the swapped state: bf16 gradients
 // (the owned shard, in memory) and the bf16 copy-out of the updated parameters.
@@ -65,8 +66,7 @@ CLI::App* add_offload_command(CLI::App& app, OffloadBenchOptions& options) {
   command->add_option("--backend", options.backend, "automatic, uring or threads");
   command->add_option("--queue-depth", options.queue_depth, "aio.queue_depth (default 8)");
   command->add_option("--block-size", options.block_size, "aio.block_size (default 1 MiB)");
-  command->add_option("--parallelism", options.parallelism,
-                      "aio.intra_op_parallelism (default 1)");
+  command->add_option("--parallelism", options.parallelism, "aio.intra_op_parallelism (default 1)");
   command->add_option("--json", options.json, "Append one JSON line to FILE");
   return command;
 }
@@ -111,7 +111,8 @@ int run_offload_bench(const OffloadBenchOptions& options) {
   // The first values: masters near 1, moments zero.
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const engine::GroupView view = swap.fill(g);
-    for (std::size_t i = 0; i < groups[g]; ++i) view.master[i] = 1.0f + 1e-6f * static_cast<float>(i);
+    for (std::size_t i = 0; i < groups[g]; ++i)
+      view.master[i] = 1.0f + 1e-6f * static_cast<float>(i);
     swap.commit(g);
   }
   swap.finish();
@@ -181,11 +182,15 @@ int run_offload_bench(const OffloadBenchOptions& options) {
                            best_step, ratio);
   if (!options.json.empty()) {
     std::ofstream json(options.json, std::ios::app);
-    json << nlohmann::json{{"bench", "offload"},      {"elements", total},
-                           {"sub_group", group},      {"buffers", options.buffers},
+    json << nlohmann::json{{"bench", "offload"},
+                           {"elements", total},
+                           {"sub_group", group},
+                           {"buffers", options.buffers},
                            {"backend", std::string(offload::aio_backend_name(io->backend()))},
-                           {"threads", options.threads}, {"io_s", best_io},
-                           {"adam_s", best_adam},     {"step_s", best_step},
+                           {"threads", options.threads},
+                           {"io_s", best_io},
+                           {"adam_s", best_adam},
+                           {"step_s", best_step},
                            {"ratio", ratio}}
                 .dump()
          << "\n";

@@ -13,17 +13,17 @@ class App;
 namespace zero::bench {
 
 struct OffloadBenchOptions {
-  std::string path;               // a directory on the disk to swap to
-  double elements = 50e6;         // optimizer state elements (one rank's owned shard)
-  double sub_group = 10e6;        // sub_group_size
-  int buffers = 4;                // offload_optimizer.buffer_count
-  int threads = 1;                // CPU optimizer threads
+  std::string path;         // a directory on the disk to swap to
+  double elements = 50e6;   // optimizer state elements (one rank's owned shard)
+  double sub_group = 10e6;  // sub_group_size
+  int buffers = 4;          // offload_optimizer.buffer_count
+  int threads = 1;          // CPU optimizer threads
   int repeats = 3;
   std::string backend = "automatic";  // automatic, uring, threads
-  int queue_depth = 8;            // aio.queue_depth
-  double block_size = 1048576;    // aio.block_size
-  int parallelism = 1;            // aio.intra_op_parallelism
-  std::string json;               // JSON lines file, empty: none
+  int queue_depth = 8;                // aio.queue_depth
+  double block_size = 1048576;        // aio.block_size
+  int parallelism = 1;                // aio.intra_op_parallelism
+  std::string json;                   // JSON lines file, empty: none
 };
 
 CLI::App* add_offload_command(CLI::App& app, OffloadBenchOptions& options);

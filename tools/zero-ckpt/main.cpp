@@ -173,8 +173,7 @@ std::vector<std::string> stale_weights(const fs::path& dir) {
     if (!file.is_string()) continue;
     const std::string name = file.get<std::string>();
     if (name.empty() || name.find('/') != std::string::npos || name.starts_with(".") ||
-        name == "model.safetensors" ||
-        std::find(stale.begin(), stale.end(), name) != stale.end()) {
+        name == "model.safetensors" || std::find(stale.begin(), stale.end(), name) != stale.end()) {
       continue;
     }
     stale.push_back(name);
@@ -378,9 +377,9 @@ int export_model(const std::string& path, const std::string& out_arg, const std:
   for (const ParamEntry& p : m.params) elements += p.numel;
   std::cout << fmt::format("{}: {} parameters, {} elements as {}, {} layout, {} ({:.2f} s)\n", out,
                            m.params.size(), elements, zero::dtype_name(*dtype),
-                           !hf            ? "zero's"
+                           !hf           ? "zero's"
                            : naming.gpt2 ? "Hugging Face GPT-2 (Conv1D weights [in, out])"
-                                          : "Hugging Face",
+                                         : "Hugging Face",
                            zero::format_bytes(fs::file_size(out)), timer.seconds());
   if (!removed.empty()) {
     std::cout << fmt::format("{}: removed the earlier model's {}\n", out_arg,

@@ -23,7 +23,8 @@ int check(const std::string& path, int world_size, const std::vector<std::string
           bool as_json, bool quiet) {
   zero::config::ReadOptions options;
   options.world_size = world_size;
-  for (const auto& assignment : sets) options.overrides.push_back(zero::config::parse_override(assignment));
+  for (const auto& assignment : sets)
+    options.overrides.push_back(zero::config::parse_override(assignment));
   const zero::config::Config config = zero::config::read_config_file(path, options);
 
   if (as_json) {
@@ -66,7 +67,8 @@ int keys(const std::string& only_class, bool markdown) {
     bool matches = false;
     for (auto c : {zero::config::KeyClass::implemented, zero::config::KeyClass::no_effect,
                    zero::config::KeyClass::unsupported, zero::config::KeyClass::deprecated}) {
-      matches = matches || zero::config::key_class_name(c).find(only_class) != std::string_view::npos;
+      matches =
+          matches || zero::config::key_class_name(c).find(only_class) != std::string_view::npos;
     }
     if (!matches) {
       throw zero::make_error(zero::ErrorCategory::usage,
@@ -83,10 +85,10 @@ int keys(const std::string& only_class, bool markdown) {
           R"({"type":"WarmupCosineLR","params":{"total_num_steps":10}})",
           R"({"type":"OneCycle","params":{"cycle_min_lr":0,"cycle_max_lr":1}})",
           R"({"type":"LRRangeTest"})"}) {
-      documents.push_back(fmt::format(
-          R"({{"train_batch_size":1,"optimizer":{{"type":"{}"}},"scheduler":{},)"
-          R"("zero_optimization":{{"stage":3}}}})",
-          optimizer, scheduler));
+      documents.push_back(
+          fmt::format(R"({{"train_batch_size":1,"optimizer":{{"type":"{}"}},"scheduler":{},)"
+                      R"("zero_optimization":{{"stage":3}}}})",
+                      optimizer, scheduler));
     }
   }
   std::vector<zero::config::KnownKey> all;
@@ -121,17 +123,18 @@ int main(int argc, char** argv) {
       "supported when enabled, or unknown (an error naming the nearest key)."};
   app.require_subcommand(1);
 
-  auto* check_command = app.add_subcommand(
-      "check", "Validate FILE; print every resolved value and where it came from (file, "
-               "override, default, derived). Exits 1 with every problem found.");
+  auto* check_command =
+      app.add_subcommand("check",
+                         "Validate FILE; print every resolved value and where it came from (file, "
+                         "override, default, derived). Exits 1 with every problem found.");
   std::string path;
   int world_size = 1;
   std::vector<std::string> sets;
   bool as_json = false, quiet = false;
   check_command->add_option("FILE", path, "the config (JSON; // and /* */ comments allowed)")
       ->required();
-  check_command->add_option("-w,--world-size", world_size,
-                            "data-parallel ranks, for batch-size resolution")
+  check_command
+      ->add_option("-w,--world-size", world_size, "data-parallel ranks, for batch-size resolution")
       ->check(zero::tools::at_least(1))
       ->capture_default_str();
   check_command->add_option("--set", sets,
@@ -144,7 +147,8 @@ int main(int argc, char** argv) {
       app.add_subcommand("keys", "List every config key zero knows, with its class and note.");
   std::string only_class;
   bool markdown = false;
-  keys_command->add_flag("--markdown", markdown, "print a Markdown table (the list in docs/config.md)");
+  keys_command->add_flag("--markdown", markdown,
+                         "print a Markdown table (the list in docs/config.md)");
   keys_command->add_option("--class", only_class,
                            "only keys whose class contains this text (implemented, effect, "
                            "supported, deprecated)");

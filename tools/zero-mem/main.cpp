@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
       "zero-mem: per ZeRO stage and offload mode, the memory our engine reserves per GPU, per "
       "node (pinned and pageable host memory) and on NVMe, from the engine's own sizing code; "
       "the activations of GPT- and Llama-shaped models with and without activation "
-      "checkpointing; which fit; a lower bound on the step time; and the fastest that fits, with its config keys.\n\n"
+      "checkpointing; which fit; a lower bound on the step time; and the fastest that fits, with "
+      "its config keys.\n\n"
       "Modes: none; from stage 1 'optimizer cpu', 'optimizer nvme' (max_in_cpu from the "
       "config), 'optimizer split' (NVMe with max_in_cpu filling the host memory left); at stage "
       "3 'params cpu' (offload_param and offload_optimizer cpu) and 'params nvme' (both nvme). "
@@ -83,7 +84,8 @@ int main(int argc, char** argv) {
   app.add_option("--nvme", nvme, "NVMe space per node (none: no NVMe modes)");
   app.add_option("--gpu-overhead", overhead,
                  "per GPU beyond the engine and activations: CUDA context, cuBLAS and NCCL "
-                 "buffers, fragmentation")->capture_default_str();
+                 "buffers, fragmentation")
+      ->capture_default_str();
   app.add_option("--config,--deepspeed_config", config_path,
                  "a DeepSpeed config (default: micro-batch 1, bf16, AdamW); its stage and "
                  "offload keys are replaced row by row");
@@ -131,9 +133,9 @@ int main(int argc, char** argv) {
           hw.gpus_per_node, hw.nodes));
     }
     request.hardware = hw;
-    request.config = config_path.empty()
-                         ? zero::config::parse_json_text(kDefaultConfig, "zero-mem's default config")
-                         : zero::config::read_json_file(config_path);
+    request.config = config_path.empty() ? zero::config::parse_json_text(
+                                               kDefaultConfig, "zero-mem's default config")
+                                         : zero::config::read_json_file(config_path);
     for (const std::string& assignment : sets) {
       request.overrides.push_back(zero::config::parse_override(assignment));
     }
@@ -145,8 +147,8 @@ int main(int argc, char** argv) {
     const int positions = request.model.positions();
     request.seq = seq > 0 ? seq : positions > 0 ? std::min(positions, 1024) : 2048;
     if (positions > 0 && request.seq > positions) {
-      throw std::invalid_argument(fmt::format("--seq {} is more than the model's {} positions",
-                                              request.seq, positions));
+      throw std::invalid_argument(
+          fmt::format("--seq {} is more than the model's {} positions", request.seq, positions));
     }
     request.checkpointing = checkpointing || zero::mem::given(request, "activation_checkpointing");
     if (!stages.empty()) request.stages = stages;

@@ -29,16 +29,17 @@ std::vector<std::int64_t> parse_arch(const std::string& text) {
       used = 0;
     }
     if (used != item.size() || v < 1) {
-      throw std::invalid_argument(fmt::format(
-          "--arch '{}': '{}' is not a positive whole number; expected "
-          "layers,channels,heads,vocab,positions (e.g. 80,8192,64,32000,4096)", text, item));
+      throw std::invalid_argument(
+          fmt::format("--arch '{}': '{}' is not a positive whole number; expected "
+                      "layers,channels,heads,vocab,positions (e.g. 80,8192,64,32000,4096)",
+                      text, item));
     }
     values.push_back(v);
   }
   if (values.size() != 5) {
-    throw std::invalid_argument(fmt::format(
-        "--arch '{}' has {} numbers; expected 5: layers,channels,heads,vocab,positions", text,
-        values.size()));
+    throw std::invalid_argument(
+        fmt::format("--arch '{}' has {} numbers; expected 5: layers,channels,heads,vocab,positions",
+                    text, values.size()));
   }
   return values;
 }
@@ -58,9 +59,9 @@ std::uint64_t largest_module(const engine::Registry& r) {
 void check_params(const ModelArgs& args, const ModelShape& model) {
   const auto count = static_cast<double>(model.params);
   if (args.params > 0 && std::fabs(args.params - count) > 0.01 * count) {
-    throw std::invalid_argument(fmt::format(
-        "--params {} does not match --model {} ({} parameters); leave --params out",
-        args.params, args.model, model.params));
+    throw std::invalid_argument(
+        fmt::format("--params {} does not match --model {} ({} parameters); leave --params out",
+                    args.params, args.model, model.params));
   }
 }
 
@@ -97,8 +98,12 @@ models::ActivationBytes ModelShape::activation_bytes(int batch, int seq, bool ch
 
 ModelShape gpt_model(const GptShape& s, double weight_decay) {
   const gpt::GptConfig& c = s.config;
-  ModelShape model{engine::Registry(weight_decay), s, std::nullopt,
-                   static_cast<std::uint64_t>(gpt::parameters(c, s.mlp)), 0, {}};
+  ModelShape model{engine::Registry(weight_decay),
+                   s,
+                   std::nullopt,
+                   static_cast<std::uint64_t>(gpt::parameters(c, s.mlp)),
+                   0,
+                   {}};
   engine::Registry& r = model.registry;
   const std::size_t no_decay = r.add_group("no_decay", 0.0, 1.0);
   const std::size_t embed = r.add_module("embed");
@@ -127,15 +132,19 @@ ModelShape gpt_model(const GptShape& s, double weight_decay) {
   r.add_param("ln_f.weight", {C}, true, no_decay, {head});
   r.add_param("ln_f.bias", {C}, true, no_decay, {head});
   model.largest_layer = largest_module(r);
-  model.description = fmt::format(
-      "GPT: {} layers, {} channels, {} heads, MLP {}, vocabulary {}, {} positions", c.layers,
-      c.channels, c.heads, s.mlp, c.vocab, c.max_seq);
+  model.description =
+      fmt::format("GPT: {} layers, {} channels, {} heads, MLP {}, vocabulary {}, {} positions",
+                  c.layers, c.channels, c.heads, s.mlp, c.vocab, c.max_seq);
   return model;
 }
 
 ModelShape llama_model(const llama::LlamaConfig& c, double weight_decay) {
-  ModelShape model{engine::Registry(weight_decay), std::nullopt, c,
-                   static_cast<std::uint64_t>(c.parameters()), 0, {}};
+  ModelShape model{engine::Registry(weight_decay),
+                   std::nullopt,
+                   c,
+                   static_cast<std::uint64_t>(c.parameters()),
+                   0,
+                   {}};
   engine::Registry& r = model.registry;
   const std::size_t no_decay = r.add_group("no_decay", 0.0, 1.0);
   const std::size_t embed = r.add_module("embed");
@@ -220,7 +229,8 @@ ModelShape build_model(const ModelArgs& args) {
       if (s.mlp < 1) {
         throw std::invalid_argument(fmt::format(
             "--params {} is fewer than --arch {} has without its MLP ({:.4g}); raise --params or "
-            "leave it out", args.params, args.arch, fixed));
+            "leave it out",
+            args.params, args.arch, fixed));
       }
     }
     return gpt_model(s, args.weight_decay);
@@ -238,11 +248,11 @@ ModelShape build_model(const ModelArgs& args) {
   const auto total = static_cast<std::uint64_t>(std::llround(args.params));
   const auto layer = static_cast<std::uint64_t>(std::llround(args.largest_layer));
   if (layer > total) {
-    throw std::invalid_argument(fmt::format("--largest-layer {} is more than --params {}", layer,
-                                            total));
+    throw std::invalid_argument(
+        fmt::format("--largest-layer {} is more than --params {}", layer, total));
   }
-  ModelShape model{engine::Registry(args.weight_decay), std::nullopt, std::nullopt, total, layer,
-                   {}};
+  ModelShape model{
+      engine::Registry(args.weight_decay), std::nullopt, std::nullopt, total, layer, {}};
   const std::uint64_t full = total / layer, rest = total % layer;
   for (std::uint64_t l = 0; l < full + (rest != 0); ++l) {
     const std::size_t m = model.registry.add_module(fmt::format("layer.{}", l));
@@ -250,8 +260,8 @@ ModelShape build_model(const ModelArgs& args) {
     model.registry.add_param(fmt::format("layer.{}.weight", l), {static_cast<std::int64_t>(n)},
                              true, 0, {m});
   }
-  model.description = fmt::format("{} parameters in {} layers of at most {}", total,
-                                  full + (rest != 0), layer);
+  model.description =
+      fmt::format("{} parameters in {} layers of at most {}", total, full + (rest != 0), layer);
   return model;
 }
 

@@ -33,11 +33,11 @@ struct GptShape {
 
 struct ModelShape {
   engine::Registry registry;
-  std::optional<GptShape> gpt;             // a GPT's architecture, or
+  std::optional<GptShape> gpt;              // a GPT's architecture, or
   std::optional<llama::LlamaConfig> llama;  // a Llama family model's (at most one of the two)
-  std::uint64_t params = 0;         // all parameters, the tied embedding once
-  std::uint64_t largest_layer = 0;  // the most parameters one module uses
-  std::string description;          // "gpt2-1.5b: 48 layers, 1600 channels, ..." for the report
+  std::uint64_t params = 0;                 // all parameters, the tied embedding once
+  std::uint64_t largest_layer = 0;          // the most parameters one module uses
+  std::string description;  // "gpt2-1.5b: 48 layers, 1600 channels, ..." for the report
 
   // What the architecture says, where there is one (a GPT or a Llama): its layers, positions,
   // forward FLOPs of a micro-batch and of one block, and the activations the model keeps.
@@ -51,11 +51,11 @@ struct ModelShape {
 };
 
 struct ModelArgs {
-  std::string model;             // --model (a GPT or a Llama family name)
-  std::string arch;              // --arch "L,C,H,V,S"
-  double params = 0;             // --params (0: not given)
-  double largest_layer = 0;      // --largest-layer (0: not given)
-  double weight_decay = 0.0;     // the optimizer's, for group 0 (as the engine registers it)
+  std::string model;          // --model (a GPT or a Llama family name)
+  std::string arch;           // --arch "L,C,H,V,S"
+  double params = 0;          // --params (0: not given)
+  double largest_layer = 0;   // --largest-layer (0: not given)
+  double weight_decay = 0.0;  // the optimizer's, for group 0 (as the engine registers it)
 };
 
 // Throws std::invalid_argument saying which argument is wrong and what is expected.

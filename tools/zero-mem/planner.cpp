@@ -15,7 +15,9 @@ namespace zero::mem {
 
 namespace {
 
-double gb(double gbps) { return gbps * 1e9; }
+double gb(double gbps) {
+  return gbps * 1e9;
+}
 
 config::ReadOptions read_options(const Request& request, const Mode& mode) {
   config::ReadOptions read;
@@ -80,10 +82,17 @@ StepBound bound_step(const Request& request, const config::Config& config,
   double net = 0;
   if (n > 1) {
     switch (m.stage) {
-      case 0: net = 2 * f * P * wire; break;
-      case 1: net = f * P * wire + f * P * csize; break;
-      case 2: net = accum * f * P * wire + f * P * csize; break;
-      default: net = accum * (f * P * wire + passes * f * gathered * csize) + f * persistent * csize;
+      case 0:
+        net = 2 * f * P * wire;
+        break;
+      case 1:
+        net = f * P * wire + f * P * csize;
+        break;
+      case 2:
+        net = accum * f * P * wire + f * P * csize;
+        break;
+      default:
+        net = accum * (f * P * wire + passes * f * gathered * csize) + f * persistent * csize;
     }
   }
   b.network_bytes = static_cast<std::uint64_t>(net);
@@ -119,10 +128,10 @@ StepBound bound_step(const Request& request, const config::Config& config,
   // The CPU optimizer: each node's ranks stream their shards' masters, moments (read and
   // written), gradients (read) and updated values (written) through host memory.
   if (m.optimizer_offload) {
-    const double per_element = 2 * 4.0 +
-                               2.0 * config.optimizer.state_buffers() *
-                                   dtype_size(config.optimizer_state_dtype) +
-                               dtype_size(m.accum) + (m.mixed ? csize : 0);
+    const double per_element =
+        2 * 4.0 +
+        2.0 * config.optimizer.state_buffers() * dtype_size(config.optimizer_state_dtype) +
+        dtype_size(m.accum) + (m.mixed ? csize : 0);
     b.cpu_optimizer = g * shard * per_element / gb(hw.host_mem_gbps);
   }
 
@@ -197,11 +206,11 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
     row.plan = engine::plan_memory(request.model.registry, config, layout, /*gpu=*/true);
     row.device_state = row.plan.reserved(Tier::device);
     if (request.model.has_architecture()) {
-      row.activations = request.model
-                            .activation_bytes(static_cast<int>(config.batch.micro_batch_per_gpu),
-                                              request.seq, checkpointing,
-                                              dtype_size(config.compute_dtype()))
-                            .total();
+      row.activations =
+          request.model
+              .activation_bytes(static_cast<int>(config.batch.micro_batch_per_gpu), request.seq,
+                                checkpointing, dtype_size(config.compute_dtype()))
+              .total();
     }
     row.device_total = row.device_state + row.activations + hw.gpu_overhead;
     const std::uint64_t g = static_cast<std::uint64_t>(hw.gpus_per_node);

@@ -21,18 +21,18 @@ struct Hardware {
   int gpus_per_node = 8;
   int nodes = 1;
   std::uint64_t gpu_mem = 80ull << 30;
-  std::uint64_t cpu_mem = 1ull << 40;    // per node
-  std::uint64_t nvme = 0;                // per node; 0: no NVMe
+  std::uint64_t cpu_mem = 1ull << 40;       // per node
+  std::uint64_t nvme = 0;                   // per node; 0: no NVMe
   std::uint64_t gpu_overhead = 2ull << 30;  // CUDA context, cuBLAS and NCCL buffers, fragments
   // Rates. Defaults: H100 SXM, PCIe Gen5 x16, one typical NVMe drive, NVLink 4 and 400 Gb/s
   // per GPU between nodes, a two-socket host's memory.
-  double peak_tflops = 0;           // 0: 989 for bf16/fp16, 495 (TF32) for fp32
-  double pcie_gbps = 55;            // GB/s each way per GPU
-  double nvme_read_gbps = 7;        // GB/s per node
+  double peak_tflops = 0;     // 0: 989 for bf16/fp16, 495 (TF32) for fp32
+  double pcie_gbps = 55;      // GB/s each way per GPU
+  double nvme_read_gbps = 7;  // GB/s per node
   double nvme_write_gbps = 5;
-  double intra_node_gbps = 450;     // GB/s per GPU, each way
+  double intra_node_gbps = 450;  // GB/s per GPU, each way
   double inter_node_gbps = 50;
-  double host_mem_gbps = 200;       // GB/s per node, for the CPU optimizer
+  double host_mem_gbps = 200;  // GB/s per node, for the CPU optimizer
 
   int world() const noexcept { return gpus_per_node * nodes; }
 };
@@ -40,8 +40,8 @@ struct Hardware {
 // One way of placing the state: a stage and the offload keys it sets.
 struct Mode {
   int stage = 0;
-  std::string name;  // "none", "optimizer cpu", "optimizer nvme", "optimizer split",
-                     // "params cpu", "params nvme"
+  std::string name;     // "none", "optimizer cpu", "optimizer nvme", "optimizer split",
+                        // "params cpu", "params nvme"
   nlohmann::json keys;  // the config keys this mode sets, dotted path -> value
 };
 
@@ -49,8 +49,8 @@ struct Mode {
 struct StepBound {
   double flops = 0;  // per GPU per step, with recomputation
   double compute = 0, pcie = 0, nvme = 0, network = 0, cpu_optimizer = 0;
-  double seconds = 0;          // the largest of them: perfect overlap
-  std::string bound_by;        // which one
+  double seconds = 0;    // the largest of them: perfect overlap
+  std::string bound_by;  // which one
   std::uint64_t pcie_bytes = 0, nvme_bytes = 0, network_bytes = 0;  // per GPU / node / GPU
 };
 
@@ -59,9 +59,9 @@ struct Row {
   bool checkpointing = false;  // activation checkpointing of every block
   std::string error;           // the engine would refuse this config (then nothing else is set)
   engine::MemoryPlan plan;
-  std::uint64_t device_state = 0;   // per GPU: the engine's device arenas and scratch
-  std::uint64_t activations = 0;    // per GPU, for a GPT-shaped model
-  std::uint64_t device_total = 0;   // state + activations + overhead
+  std::uint64_t device_state = 0;  // per GPU: the engine's device arenas and scratch
+  std::uint64_t activations = 0;   // per GPU, for a GPT-shaped model
+  std::uint64_t device_total = 0;  // state + activations + overhead
   std::uint64_t pinned_node = 0, host_node = 0, nvme_node = 0;  // per node
   bool fits_gpu = false, fits_host = false, fits_nvme = false;
   StepBound step;
@@ -71,10 +71,10 @@ struct Row {
 struct Request {
   ModelShape model;
   Hardware hardware;
-  config::json config;             // the user's config (or the default)
+  config::json config;                      // the user's config (or the default)
   std::vector<config::Override> overrides;  // --set, applied over it before each mode's keys
-  int seq = 0;                     // tokens per sequence (GPT: the positions unless given)
-  bool checkpointing = false;      // the config or the flag asks for it on every row
+  int seq = 0;                              // tokens per sequence (GPT: the positions unless given)
+  bool checkpointing = false;               // the config or the flag asks for it on every row
   std::vector<int> stages{0, 1, 2, 3};
 };
 
@@ -84,7 +84,7 @@ struct Plan {
   std::int64_t micro_batch = 1;
   std::int64_t accumulation = 1;
   int seq = 0;
-  std::string precision;       // fp32, bf16, fp16
+  std::string precision;  // fp32, bf16, fp16
   // GPT-shaped models: per GPU per micro-batch, without and with checkpointing every block.
   std::optional<models::ActivationBytes> activations, checkpointed_activations;
 };

@@ -38,9 +38,9 @@ json arena_json(const engine::ArenaPlan& arena) {
     kinds[memory_kind_name(kAllMemoryKinds[k])] = {{"held", arena.held[k]},
                                                    {"peak", arena.peak[k]}};
   }
-  return {{"name", arena.name},     {"tier", tier_name(arena.tier)},
-          {"capacity", arena.capacity}, {"peak", arena.peak_total()},
-          {"peak_exact", arena.peak_exact}, {"kinds", kinds}};
+  return {
+      {"name", arena.name},         {"tier", tier_name(arena.tier)},  {"capacity", arena.capacity},
+      {"peak", arena.peak_total()}, {"peak_exact", arena.peak_exact}, {"kinds", kinds}};
 }
 
 }  // namespace
@@ -63,28 +63,42 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
                   {"largest_layer", request.model.largest_layer}};
   if (request.model.gpt) {
     const GptShape& s = *request.model.gpt;
-    out["model"]["gpt"] = {{"layers", s.config.layers}, {"channels", s.config.channels},
-                           {"heads", s.config.heads},   {"vocab", s.config.vocab},
+    out["model"]["gpt"] = {{"layers", s.config.layers},     {"channels", s.config.channels},
+                           {"heads", s.config.heads},       {"vocab", s.config.vocab},
                            {"positions", s.config.max_seq}, {"mlp", s.mlp}};
   }
   if (request.model.llama) {
     const llama::LlamaConfig& c = *request.model.llama;
-    out["model"]["llama"] = {{"family", c.family},         {"layers", c.layers},
-                             {"channels", c.channels},     {"heads", c.heads},
-                             {"kv_heads", c.kv_heads},     {"head_dim", c.head_size()},
-                             {"intermediate", c.intermediate}, {"vocab", c.vocab},
-                             {"positions", c.max_seq},     {"tied", c.tied}};
+    out["model"]["llama"] = {{"family", c.family},
+                             {"layers", c.layers},
+                             {"channels", c.channels},
+                             {"heads", c.heads},
+                             {"kv_heads", c.kv_heads},
+                             {"head_dim", c.head_size()},
+                             {"intermediate", c.intermediate},
+                             {"vocab", c.vocab},
+                             {"positions", c.max_seq},
+                             {"tied", c.tied}};
   }
-  out["hardware"] = {{"gpus_per_node", hw.gpus_per_node}, {"nodes", hw.nodes},
-                     {"gpu_mem", hw.gpu_mem},             {"cpu_mem", hw.cpu_mem},
-                     {"nvme", hw.nvme},                   {"gpu_overhead", hw.gpu_overhead},
-                     {"peak_tflops", hw.peak_tflops},     {"pcie_gbps", hw.pcie_gbps},
-                     {"nvme_read_gbps", hw.nvme_read_gbps}, {"nvme_write_gbps", hw.nvme_write_gbps},
+  out["hardware"] = {{"gpus_per_node", hw.gpus_per_node},
+                     {"nodes", hw.nodes},
+                     {"gpu_mem", hw.gpu_mem},
+                     {"cpu_mem", hw.cpu_mem},
+                     {"nvme", hw.nvme},
+                     {"gpu_overhead", hw.gpu_overhead},
+                     {"peak_tflops", hw.peak_tflops},
+                     {"pcie_gbps", hw.pcie_gbps},
+                     {"nvme_read_gbps", hw.nvme_read_gbps},
+                     {"nvme_write_gbps", hw.nvme_write_gbps},
                      {"intra_node_gbps", hw.intra_node_gbps},
-                     {"inter_node_gbps", hw.inter_node_gbps}, {"host_mem_gbps", hw.host_mem_gbps}};
-  out["batch"] = {{"micro_batch", plan.micro_batch}, {"accumulation", plan.accumulation},
-                  {"seq", plan.seq}, {"precision", plan.precision},
-                  {"tokens_per_step", plan.micro_batch * plan.accumulation * plan.seq * hw.world()}};
+                     {"inter_node_gbps", hw.inter_node_gbps},
+                     {"host_mem_gbps", hw.host_mem_gbps}};
+  out["batch"] = {
+      {"micro_batch", plan.micro_batch},
+      {"accumulation", plan.accumulation},
+      {"seq", plan.seq},
+      {"precision", plan.precision},
+      {"tokens_per_step", plan.micro_batch * plan.accumulation * plan.seq * hw.world()}};
   if (plan.activations) {
     out["activations"] = {{"kept", plan.activations->kept},
                           {"workspace", plan.activations->workspace},
@@ -94,22 +108,32 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
   json rows = json::array();
   for (std::size_t r = 0; r < plan.rows.size(); ++r) {
     const Row& row = plan.rows[r];
-    json j = {{"stage", row.mode.stage}, {"offload", row.mode.name},
-              {"activation_checkpointing", row.checkpointing}, {"keys", row_keys(row, request)}};
+    json j = {{"stage", row.mode.stage},
+              {"offload", row.mode.name},
+              {"activation_checkpointing", row.checkpointing},
+              {"keys", row_keys(row, request)}};
     if (!row.error.empty()) {
       j["error"] = row.error;
       rows.push_back(j);
       continue;
     }
-    j["per_gpu"] = {{"device_state", row.device_state}, {"activations", row.activations},
-                    {"overhead", hw.gpu_overhead}, {"total", row.device_total}};
+    j["per_gpu"] = {{"device_state", row.device_state},
+                    {"activations", row.activations},
+                    {"overhead", hw.gpu_overhead},
+                    {"total", row.device_total}};
     j["per_node"] = {{"pinned", row.pinned_node}, {"host", row.host_node}, {"nvme", row.nvme_node}};
-    j["fits"] = {{"gpu", row.fits_gpu}, {"host", row.fits_host}, {"nvme", row.fits_nvme},
+    j["fits"] = {{"gpu", row.fits_gpu},
+                 {"host", row.fits_host},
+                 {"nvme", row.fits_nvme},
                  {"all", row.fits()}};
-    j["step_lower_bound"] = {{"seconds", row.step.seconds},  {"bound_by", row.step.bound_by},
-                             {"flops", row.step.flops},      {"compute", row.step.compute},
-                             {"network", row.step.network},  {"pcie", row.step.pcie},
-                             {"nvme", row.step.nvme},        {"cpu_optimizer", row.step.cpu_optimizer},
+    j["step_lower_bound"] = {{"seconds", row.step.seconds},
+                             {"bound_by", row.step.bound_by},
+                             {"flops", row.step.flops},
+                             {"compute", row.step.compute},
+                             {"network", row.step.network},
+                             {"pcie", row.step.pcie},
+                             {"nvme", row.step.nvme},
+                             {"cpu_optimizer", row.step.cpu_optimizer},
                              {"network_bytes", row.step.network_bytes},
                              {"pcie_bytes", row.step.pcie_bytes},
                              {"nvme_bytes", row.step.nvme_bytes}};
@@ -118,19 +142,22 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
       if (arena->made()) arenas.push_back(arena_json(*arena));
     }
     j["arenas"] = arenas;
-    j["scratch"] = {{"device", row.plan.device_scratch_bytes}, {"host", row.plan.host_scratch_bytes}};
+    j["scratch"] = {{"device", row.plan.device_scratch_bytes},
+                    {"host", row.plan.host_scratch_bytes}};
     rows.push_back(j);
   }
   out["rows"] = rows;
   out["recommended"] = plan.recommended ? json(*plan.recommended) : json(nullptr);
   if (options.deepspeed) {
     json ds = json::array();
-    for (const DeepSpeedRow& d : deepspeed_estimate(request.model.params,
-                                                    request.model.largest_layer,
-                                                    hw.gpus_per_node, hw.nodes)) {
-      ds.push_back({{"stage", d.stage}, {"offload_param", d.offload_param},
-                    {"offload_optimizer", d.offload_optimizer}, {"zero_init", d.zero_init},
-                    {"per_gpu", d.per_gpu}, {"per_cpu", d.per_cpu}});
+    for (const DeepSpeedRow& d : deepspeed_estimate(
+             request.model.params, request.model.largest_layer, hw.gpus_per_node, hw.nodes)) {
+      ds.push_back({{"stage", d.stage},
+                    {"offload_param", d.offload_param},
+                    {"offload_optimizer", d.offload_optimizer},
+                    {"zero_init", d.zero_init},
+                    {"per_gpu", d.per_gpu},
+                    {"per_cpu", d.per_cpu}});
     }
     out["deepspeed_estimate"] = ds;
   }
@@ -146,21 +173,23 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
   t += fmt::format("hardware: {} node(s) x {} GPU(s) of {}, {} host memory{} per node\n", hw.nodes,
                    hw.gpus_per_node, format_bytes(hw.gpu_mem), format_bytes(hw.cpu_mem),
                    hw.nvme ? fmt::format(", {} NVMe", format_bytes(hw.nvme)) : ", no NVMe");
-  t += fmt::format("batch: {} x {} tokens per GPU, {} accumulation step(s), {}; {} tokens per step\n",
-                   plan.micro_batch, plan.seq, plan.accumulation, plan.precision,
-                   plan.micro_batch * plan.accumulation * plan.seq * hw.world());
+  t += fmt::format(
+      "batch: {} x {} tokens per GPU, {} accumulation step(s), {}; {} tokens per step\n",
+      plan.micro_batch, plan.seq, plan.accumulation, plan.precision,
+      plan.micro_batch * plan.accumulation * plan.seq * hw.world());
   if (plan.activations) {
-    t += fmt::format("activations per GPU: {} kept + {} backward workspace; with activation "
-                     "checkpointing {} + {}\n",
-                     format_bytes(plan.activations->kept),
-                     format_bytes(plan.activations->workspace),
-                     format_bytes(plan.checkpointed_activations->kept),
-                     format_bytes(plan.checkpointed_activations->workspace));
+    t += fmt::format(
+        "activations per GPU: {} kept + {} backward workspace; with activation "
+        "checkpointing {} + {}\n",
+        format_bytes(plan.activations->kept), format_bytes(plan.activations->workspace),
+        format_bytes(plan.checkpointed_activations->kept),
+        format_bytes(plan.checkpointed_activations->workspace));
   } else {
     t += "activations: not counted (no architecture: give --arch or --model)\n";
   }
-  t += fmt::format("GPU column: the engine's arenas + activations + {} overhead (--gpu-overhead)\n\n",
-                   format_bytes(hw.gpu_overhead));
+  t += fmt::format(
+      "GPU column: the engine's arenas + activations + {} overhead (--gpu-overhead)\n\n",
+      format_bytes(hw.gpu_overhead));
   t += fmt::format("{:<5} {:<15} {:>9} {:>9} {:>10} {:>10} {:>10}  {:<12} {:>10}  {}\n", "stage",
                    "offload", "GPU GiB", "act GiB", "pinned/nd", "host/nd", "NVMe/nd", "fits",
                    "step >=", "bound by");
@@ -178,9 +207,10 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
     if (options.details) {
       for (const engine::ArenaPlan* arena : row.plan.arenas()) {
         if (!arena->made()) continue;
-        t += fmt::format("        {:<7} {:>12} reserved, {:>12} peak{}  {}\n", tier_name(arena->tier),
-                         format_bytes(arena->capacity), format_bytes(arena->peak_total()),
-                         arena->peak_exact ? "" : " (at most)", arena->name);
+        t += fmt::format("        {:<7} {:>12} reserved, {:>12} peak{}  {}\n",
+                         tier_name(arena->tier), format_bytes(arena->capacity),
+                         format_bytes(arena->peak_total()), arena->peak_exact ? "" : " (at most)",
+                         arena->name);
       }
     }
   }
@@ -196,24 +226,28 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
     for (auto it = keys.begin(); it != keys.end(); ++it) {
       t += fmt::format(" --set {}={}", it.key(), it.value().dump());
     }
-    if (row.checkpointing) t += "\n  and checkpoint every block's activations (zero-train: --activation-checkpointing)";
+    if (row.checkpointing)
+      t += "\n  and checkpoint every block's activations (zero-train: --activation-checkpointing)";
     t += "\n";
   } else {
-    t += "nothing fits: more GPUs or nodes, more host memory, NVMe (--nvme), a smaller micro-batch, "
-         "or activation checkpointing\n";
+    t +=
+        "nothing fits: more GPUs or nodes, more host memory, NVMe (--nvme), a smaller micro-batch, "
+        "or activation checkpointing\n";
   }
   if (options.deepspeed) {
-    t += fmt::format("\nDeepSpeed's estimate (model states only, {} parameters, largest layer {}):\n",
-                     request.model.params, request.model.largest_layer);
+    t += fmt::format(
+        "\nDeepSpeed's estimate (model states only, {} parameters, largest layer {}):\n",
+        request.model.params, request.model.largest_layer);
     t += fmt::format("  {:>10} {:>10}  options\n", "per CPU", "per GPU");
-    for (const DeepSpeedRow& d : deepspeed_estimate(request.model.params,
-                                                    request.model.largest_layer,
-                                                    hw.gpus_per_node, hw.nodes)) {
-      std::string what = d.stage == 2
-                             ? fmt::format("stage 2, offload_optimizer={}", d.offload_optimizer)
-                             : fmt::format("stage 3, offload_param={}, offload_optimizer={}, zero_init={}",
-                                           d.offload_param, d.offload_optimizer, d.zero_init);
-      t += fmt::format("  {:>10} {:>10}  {}\n", format_bytes(d.per_cpu), format_bytes(d.per_gpu), what);
+    for (const DeepSpeedRow& d : deepspeed_estimate(
+             request.model.params, request.model.largest_layer, hw.gpus_per_node, hw.nodes)) {
+      std::string what =
+          d.stage == 2
+              ? fmt::format("stage 2, offload_optimizer={}", d.offload_optimizer)
+              : fmt::format("stage 3, offload_param={}, offload_optimizer={}, zero_init={}",
+                            d.offload_param, d.offload_optimizer, d.zero_init);
+      t += fmt::format("  {:>10} {:>10}  {}\n", format_bytes(d.per_cpu), format_bytes(d.per_gpu),
+                       what);
     }
   }
   t += "\nstep >= is a lower bound: each of compute, network, PCIe, NVMe and the CPU optimizer "

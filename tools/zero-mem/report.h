@@ -1,8 +1,9 @@
 // zero-mem's output: a table for people and JSON for scripts.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "tools/zero-mem/planner.h"
 

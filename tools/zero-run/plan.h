@@ -22,8 +22,8 @@ struct Request {
   bool bind_cores = false;
   std::vector<std::string> mpi_args;  // passed to mpirun as given, after zero-run's own
   std::vector<std::string> command;   // the program each rank runs, and its arguments
-  double start_timeout = 300;  // seconds the ranks may take to start (ZERO_START_TIMEOUT)
-  std::string start_dir;       // where ranks mark their arrival (ZERO_START_DIR); empty: none
+  double start_timeout = 300;         // seconds the ranks may take to start (ZERO_START_TIMEOUT)
+  std::string start_dir;  // where ranks mark their arrival (ZERO_START_DIR); empty: none
 };
 
 struct Machine {

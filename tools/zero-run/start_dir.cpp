@@ -1,13 +1,13 @@
 // StartDir: a fresh directory per job for the ranks' arrival marks (see start_dir.h).
 #include "tools/zero-run/start_dir.h"
 
-#include <dirent.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <dirent.h>
+#include <unistd.h>
 
 #include "base/error.h"
 

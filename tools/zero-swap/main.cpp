@@ -3,8 +3,8 @@
 //
 //   zero-swap list  [NVME_PATH...] [--config ds_config.json] [--json]
 //   zero-swap clean [NVME_PATH...] [--config ds_config.json] [--dry-run] [--other-hosts]
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -46,8 +46,10 @@ std::vector<std::string> paths_of_config(const std::string& file) {
     }
   }
   if (paths.empty()) {
-    throw std::runtime_error(fmt::format("--config {}: no zero_optimization.offload_optimizer "
-                                         "or offload_param nvme_path in it", file));
+    throw std::runtime_error(
+        fmt::format("--config {}: no zero_optimization.offload_optimizer "
+                    "or offload_param nvme_path in it",
+                    file));
   }
   return paths;
 }
@@ -73,9 +75,12 @@ int list(const std::vector<std::string>& paths, bool as_json) {
     }
     for (const SwapJob& job : jobs) {
       if (as_json) {
-        out.push_back({{"path", job.path}, {"bytes", job.bytes},
-                       {"age_s", now - job.created_unix}, {"stale", job.stale(now)},
-                       {"state", job.state_text()}, {"ranks", job.owners.size()}});
+        out.push_back({{"path", job.path},
+                       {"bytes", job.bytes},
+                       {"age_s", now - job.created_unix},
+                       {"stale", job.stale(now)},
+                       {"state", job.state_text()},
+                       {"ranks", job.owners.size()}});
         continue;
       }
       std::printf("  %-12s %10s %10s  %s%s\n", job.id.c_str(),
@@ -152,8 +157,9 @@ int main(int argc, char** argv) {
   std::string config;
 
   auto* list_command = app.add_subcommand(
-      "list", "List the job directories under each NVME_PATH: size on disk, age, and whether "
-              "the job runs (on this host), has ended (stale), or ran on another host.");
+      "list",
+      "List the job directories under each NVME_PATH: size on disk, age, and whether "
+      "the job runs (on this host), has ended (stale), or ran on another host.");
   bool as_json = false;
   list_command->add_option("NVME_PATH", paths, "an nvme_path of a config");
   list_command->add_option("--config,--deepspeed_config", config,
@@ -161,9 +167,10 @@ int main(int argc, char** argv) {
   list_command->add_flag("--json", as_json, "a JSON array, an object per job directory");
 
   auto* clean_command = app.add_subcommand(
-      "clean", "Remove the stale job directories under each NVME_PATH: those whose processes "
-               "on this host have ended, and those without an owner record over a minute old. "
-               "Exits 1 when one could not be removed whole (what zero did not make is left).");
+      "clean",
+      "Remove the stale job directories under each NVME_PATH: those whose processes "
+      "on this host have ended, and those without an owner record over a minute old. "
+      "Exits 1 when one could not be removed whole (what zero did not make is left).");
   bool dry_run = false, other_hosts = false;
   clean_command->add_option("NVME_PATH", paths, "an nvme_path of a config");
   clean_command->add_option("--config,--deepspeed_config", config,

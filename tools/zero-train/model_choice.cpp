@@ -196,11 +196,11 @@ std::string ModelChoice::largest_tensor() const {
   std::vector<Tensor> tensors;
   if (gpt_) {
     const gpt::GptConfig& c = *gpt_;
-    tensors = {{"wte.weight", c.vocab, c.channels, "vocab_size", "--vocab", "n_embd", "--channels"},
-               {"wpe.weight", c.max_seq, c.channels, "n_positions", "--positions", "n_embd",
-                "--channels"},
-               {"h.<n>.mlp.c_fc.weight", c.channels, 4ll * c.channels, "n_embd", "--channels",
-                "n_embd", "--channels"}};
+    tensors = {
+        {"wte.weight", c.vocab, c.channels, "vocab_size", "--vocab", "n_embd", "--channels"},
+        {"wpe.weight", c.max_seq, c.channels, "n_positions", "--positions", "n_embd", "--channels"},
+        {"h.<n>.mlp.c_fc.weight", c.channels, 4ll * c.channels, "n_embd", "--channels", "n_embd",
+         "--channels"}};
   } else {
     const llama::LlamaConfig& c = *llama_;
     tensors = {{"model.embed_tokens.weight", c.vocab, c.channels, "vocab_size", "--vocab",
@@ -213,12 +213,13 @@ std::string ModelChoice::largest_tensor() const {
     if (t.rows * t.cols > largest->rows * largest->cols) largest = &t;
   }
   const bool from_file = init_config_.is_object();
-  return fmt::format("the model has {} parameters; its largest tensor is {} [{} x {}], sized by "
-                     "{} and {}{}",
-                     parameters(), largest->name, largest->rows, largest->cols,
-                     from_file ? largest->row_key : largest->row_flag,
-                     from_file ? largest->col_key : largest->col_flag,
-                     from_file ? fmt::format(" in {}/config.json", init_) : std::string());
+  return fmt::format(
+      "the model has {} parameters; its largest tensor is {} [{} x {}], sized by "
+      "{} and {}{}",
+      parameters(), largest->name, largest->rows, largest->cols,
+      from_file ? largest->row_key : largest->row_flag,
+      from_file ? largest->col_key : largest->col_flag,
+      from_file ? fmt::format(" in {}/config.json", init_) : std::string());
 }
 
 std::unique_ptr<models::CausalLm> ModelChoice::build(zero_engine* engine, int batch, int seq,
