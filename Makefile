@@ -65,7 +65,7 @@ gpu-check:
 	bash scripts/gpu-check.sh
 
 format:
-	git ls-files '*.h' '*.cpp' '*.cu' '*.c' | xargs clang-format -i
+	git ls-files '*.h' '*.c' '*.cpp' '*.cu' '*.cuh' | xargs clang-format -i
 
 clean:
 	rm -rf build build-asan build-tsan build-demo build-gpu build-python-env gpu-bundle gpu-results

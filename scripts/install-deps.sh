@@ -9,7 +9,7 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev catch2
   liburing-dev libxxhash-dev libopenblas-dev libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
-  fio
+  fio clang-format
   python3 python3-venv python3-pip
   gnuplot-nox
 )
