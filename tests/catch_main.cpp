@@ -1,3 +1,6 @@
-// The Catch2 main of the unit-test program.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// The main of the unit-test program: Catch2's session (compiled once, catch_session.cpp).
+#include "catch_session.h"
+
+int main(int argc, char** argv) {
+  return zero::testing::run_catch(argc, argv);
+}

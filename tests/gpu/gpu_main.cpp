@@ -1,10 +1,8 @@
 // The main of the [gpu] test program: exits 77 (ctest: skipped) with the reason when the CUDA
 // runtime reports no GPU, else runs the Catch2 session.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <cstdio>
 
+#include "catch_session.h"
 #include "device/device.h"
 
 int main(int argc, char** argv) {
@@ -13,5 +11,5 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: no GPU: %s\n", probe.reason.c_str());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return zero::testing::run_catch(argc, argv);
 }

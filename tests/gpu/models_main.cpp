@@ -1,11 +1,10 @@
 // The main of the [gpu] model tests, which use only the public API and the models: exits 77
 // (ctest: skipped) with the reason when the CUDA runtime reports no GPU, else runs Catch2.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <cstdio>
 
 #include <cuda_runtime.h>
+
+#include "catch_session.h"
 
 int main(int argc, char** argv) {
   int count = 0;
@@ -15,5 +14,5 @@ int main(int argc, char** argv) {
                 status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return zero::testing::run_catch(argc, argv);
 }

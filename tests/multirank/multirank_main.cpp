@@ -1,11 +1,9 @@
 // The multi-rank test program: run under zero-run (mpirun) with 2, 3 or 4 ranks. Each rank runs
 // every case; the program fails when any rank fails.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <memory>
 
 #include "base/log.h"
+#include "catch_session.h"
 #include "comm/create.h"
 #include "multirank.h"
 
@@ -54,9 +52,7 @@ int main(int argc, char** argv) {
     side = owned[3].get();
     log::set_rank(side->rank());
 
-    Catch::Session session;
-    if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
-    failed = session.run();
+    failed = run_catch(argc, argv);
     // Destroying communicators is collective: every rank does it here, in the same order.
     all.clear();
     owned.clear();
