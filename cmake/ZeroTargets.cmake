@@ -15,10 +15,11 @@ function(zero_add_program name)
 endfunction()
 
 # zero_precompile(NAME HEADER...): headers most of a target's sources include, compiled once for
-# the target (ZERO_PCH, on by default). Catch2 and nlohmann/json take most of a test file's or a
-# config reader's compile time. A source that must see the header first with a macro of its
-# own (CATCH_CONFIG_RUNNER) sets SKIP_PRECOMPILE_HEADERS.
-option(ZERO_PCH "precompile the heaviest headers of the test programs and JSON readers" ON)
+# the target (ZERO_PCH, on by default). Catch2, CLI11, nlohmann/json and spdlog take most of a
+# test file's, a tool's or an engine file's compile time; the header costs a few seconds once
+# per target. A source that must see the header first with a macro of its own sets
+# SKIP_PRECOMPILE_HEADERS.
+option(ZERO_PCH "precompile the heaviest headers of the test programs, tools and engine" ON)
 function(zero_precompile name)
   if(ZERO_PCH)
     target_precompile_headers(${name} PRIVATE ${ARGN})
