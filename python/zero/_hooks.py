@@ -1,0 +1,378 @@
+"""UnitHooks: zero's module hooks driven by PyTorch's forward and autograd, and the module's
+parameters as views of zero's memory.
+
+After zero_init every parameter is a view of zero's compute copy (stages 0-2: for good; stage
+3: only while a unit that uses it has a hook open, and otherwise a one-NaN placeholder of its
+shape, dtype and device), and a trainable parameter's `.grad` is a view of zero's gradient
+buffer while its units' backward runs, so that autograd adds into zero's memory directly.
+
+The hooks, per unit (see _units.py):
+  forward pre/post hook        -> zero_pre_forward / zero_post_forward
+  the first gradient reaching
+  the unit's outputs           -> zero_pre_backward (an identity autograd function on them)
+  the last of its trainable
+  parameters' gradients added  -> zero_post_backward (post-accumulate-grad hooks: a module's
+                                  backward ends before its parameters' gradients are added)
+  the end of the backward      -> zero_post_backward of every unit still open (parameters
+                                  that got no gradient this time)
+At stage 3 the tensors autograd saves that are views of a gathered parameter are saved as
+(parameter, shape, strides, offset) and rebuilt from the parameter's memory of the moment when
+backward needs them, since the memory they were made from is released after forward.
+
+Owns: the parameters' views and gradient views, the open hooks, the pass's phase and the
+recorded unit order. Calls the C API on the engine handle it is given; ZeroEngine drives it.
+"""
+
+import contextlib
+import ctypes
+
+import torch
+
+from . import _tensors
+from ._library import ZeroError, call
+
+
+class Param:
+    """One registered parameter and what the front end keeps of it."""
+
+    __slots__ = ("index", "name", "param", "shape", "trainable", "units", "holders", "view",
+                 "grad_view", "expected_ptr")
+
+    def __init__(self, index, name, param, trainable):
+        self.index = index
+        self.name = name
+        self.param = param
+        self.shape = tuple(param.shape)
+        self.trainable = trainable
+        self.units = []
+        self.holders = 0          # units with a hook open that use it (stages 0-2: +1 for good)
+        self.view = None          # the tensor over zero's memory while held
+        self.grad_view = None     # the gradient buffer while a backward unit holds it
+        self.expected_ptr = None  # what param.data points at between calls
+
+
+class _PreBackward(torch.autograd.Function):
+    """Identity on a unit's output; its backward opens the unit's backward in zero."""
+
+    @staticmethod
+    def forward(ctx, hooks, unit, tensor):
+        ctx.hooks = hooks
+        ctx.unit = unit
+        return tensor.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.hooks.open_backward(ctx.unit)
+        return None, None, grad
+
+
+def _map_tensors(value, fn):
+    """`value` with fn applied to every tensor in it (tuples, lists, dicts, ModelOutput)."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_map_tensors(v, fn) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_map_tensors(v, fn) for v in value)
+    if isinstance(value, dict):
+        for key in list(value.keys()):
+            value[key] = _map_tensors(value[key], fn)
+        return value
+    return value
+
+
+class _Saved:
+    """A saved tensor that is a view of a stage-3 parameter's gathered memory."""
+
+    __slots__ = ("index", "size", "stride", "offset")
+
+    def __init__(self, index, tensor):
+        self.index = index
+        self.size = tensor.size()
+        self.stride = tensor.stride()
+        self.offset = tensor.storage_offset()
+
+
+class UnitHooks:
+    def __init__(self, handle, units, params, stage, device, dtype):
+        self._handle = handle
+        self.units = units
+        self.params = params
+        self._stage = stage
+        self._device = device
+        self._dtype = dtype
+        self.training = True
+        self._auto_eval = False     # a no-grad pass in train mode runs as an evaluation pass
+        self._in_backward = False
+        self.backward_done = False
+        self._forward_open = 0
+        self._backward_open = {}    # unit index -> True, in opening order
+        self._pending = {}          # unit index -> trainable params still to get a gradient
+        self._order = None          # the units' pre-forward order of the first training pass
+        self._pass = []
+        self._gathered = {}         # stage 3: storage address -> param index, while held
+        self._handles = []
+        self._attach()
+
+    # ---- what ZeroEngine calls ----
+
+    def saved_tensors(self):
+        """The context forward and backward run in: at stage 3, the saved-view hooks."""
+        if self._stage == 3:
+            return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        return contextlib.nullcontext()
+
+    def run_backward(self, scaled_loss, retain_graph):
+        """scaled_loss.backward(), with every unit's backward hooks opened and closed."""
+        if not self.training:
+            raise ZeroError("engine.backward in evaluation mode: call engine.train() first")
+        if self.backward_done:
+            raise ZeroError("engine.backward called twice for one micro-batch: call "
+                            "engine.step() after each backward (it steps the optimizer only at "
+                            "the accumulation boundary)")
+        if self._forward_open:
+            raise ZeroError("engine.backward while a module's forward has not returned")
+        self._finish_pass_order()
+        self._in_backward = True
+        self._pending = {u.index: {i for i in u.params if self.params[i].trainable}
+                         for u in self.units}
+        try:
+            with self.saved_tensors():
+                scaled_loss.backward(retain_graph=retain_graph)
+            for unit in reversed(list(self._backward_open)):
+                self._close_backward(unit)
+        finally:
+            self._in_backward = False
+        self.backward_done = True
+
+    def check_step(self):
+        if self._forward_open or self._backward_open:
+            raise ZeroError("engine.step() with a module's hooks open: a forward without its "
+                            "backward through engine.backward(loss)")
+        if self._pass and not self.backward_done:
+            raise ZeroError("engine.step() after a training forward without "
+                            "engine.backward(loss): every training forward needs its backward "
+                            "before the step (run forwards that need no backward under "
+                            "torch.no_grad() or after engine.eval())")
+
+    def stepped(self):
+        self.backward_done = False
+
+    def between_passes(self, what):
+        if self._forward_open or self._backward_open or self.backward_done:
+            raise ZeroError(f"{what} in the middle of a micro-step: call it after "
+                            "engine.step()")
+
+    def set_train(self, mode):
+        if mode == self.training and not self._auto_eval:
+            return
+        self._auto_eval = False
+        call("zero_set_train", self._handle, int(mode))
+        self.training = mode
+
+    def detach(self):
+        """Removes the hooks and leaves every parameter an empty tensor (zero's memory is about
+        to go)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._gathered = {}
+        for p in self.params:
+            p.grad_view = None
+            p.view = None
+            p.param.grad = None
+            p.param.data = torch.empty(0, dtype=self._dtype, device=self._device)
+
+    # ---- the hooks ----
+
+    def _attach(self):
+        for unit in self.units:
+            self._handles.append(unit.module.register_forward_pre_hook(
+                lambda module, args, u=unit.index: self._pre_forward(u)))
+            self._handles.append(unit.module.register_forward_hook(
+                lambda module, args, output, u=unit.index: self._post_forward(u, output)))
+        for p in self.params:
+            if p.trainable:
+                self._handles.append(p.param.register_post_accumulate_grad_hook(
+                    lambda param, i=p.index: self._accumulated(i)))
+        for p in self.params:
+            if self._stage == 3:
+                self._place_placeholder(p)
+            else:
+                self._hold(p)
+
+    def _stream(self):
+        if self._device.type == "cuda":
+            return ctypes.c_void_p(torch.cuda.current_stream(self._device).cuda_stream)
+        return None
+
+    def _pre_forward(self, unit):
+        if self._in_backward:
+            # Recomputation (activation checkpointing) inside backward: the unit's parameters
+            # are those of its backward, opened here if the checkpoint's backward reached it
+            # first.
+            if unit not in self._backward_open:
+                self.open_backward(unit)
+            return
+        if self.backward_done:
+            raise ZeroError(f"module {self.units[unit].name}: forward after engine.backward "
+                            "without engine.step(): call engine.step() after each backward")
+        self._check_params(unit)
+        grad_pass = torch.is_grad_enabled() and self.training
+        if self._forward_open == 0 and not self._pass:
+            if self.training and not torch.is_grad_enabled() and not self._auto_eval:
+                call("zero_set_train", self._handle, 0)
+                self._auto_eval = True
+            elif grad_pass and self._auto_eval:
+                call("zero_set_train", self._handle, 1)
+                self._auto_eval = False
+        if grad_pass:
+            self._check_order(unit)
+        call("zero_pre_forward", self._handle, unit, self._stream())
+        self._forward_open += 1
+        for i in self.units[unit].params:
+            self._hold(self.params[i])
+
+    def _post_forward(self, unit, output):
+        if self._in_backward:
+            return output
+        call("zero_post_forward", self._handle, unit, self._stream())
+        self._forward_open -= 1
+        for i in self.units[unit].params:
+            self._release(self.params[i])
+        if torch.is_grad_enabled() and self.training:
+            output = _map_tensors(output, lambda t: _PreBackward.apply(self, unit, t)
+                                  if t.requires_grad else t)
+        return output
+
+    def open_backward(self, unit):
+        if unit in self._backward_open:
+            return
+        if not self._in_backward:
+            raise ZeroError(f"module {self.units[unit].name}: backward outside "
+                            "engine.backward(loss): call engine.backward(loss), not "
+                            "loss.backward(), so that zero scales the loss and reduces the "
+                            "gradients")
+        call("zero_pre_backward", self._handle, unit, self._stream())
+        self._backward_open[unit] = True
+        for i in self.units[unit].params:
+            p = self.params[i]
+            self._hold(p)
+            if p.trainable and p.grad_view is None:
+                address = ctypes.c_void_p()
+                call("zero_grad_buffer", self._handle, i, ctypes.byref(address))
+                p.grad_view = _tensors.view(address.value, p.shape, self._dtype, self._device)
+                p.param.grad = p.grad_view
+
+    def _accumulated(self, index):
+        p = self.params[index]
+        if not self._in_backward:
+            raise ZeroError(f"parameter {p.name} got a gradient outside engine.backward(loss): "
+                            "call engine.backward(loss), not loss.backward()")
+        if p.grad_view is None or p.param.grad is None or \
+                p.param.grad.data_ptr() != p.grad_view.data_ptr():
+            users = ", ".join(self.units[u].name for u in p.units)
+            raise ZeroError(f"parameter {p.name} got its gradient outside the backward of the "
+                            f"modules zero gave it to ({users}): a module outside them uses it. "
+                            "Name the class of the module that uses it in block_classes, or "
+                            "use it only inside its own module")
+        for u in p.units:
+            pending = self._pending.get(u)
+            if pending is not None:
+                pending.discard(index)
+                if not pending and u in self._backward_open:
+                    self._close_backward(u)
+
+    def _close_backward(self, unit):
+        del self._backward_open[unit]
+        call("zero_post_backward", self._handle, unit, self._stream())
+        for i in self.units[unit].params:
+            p = self.params[i]
+            if p.grad_view is not None and not any(u in self._backward_open for u in p.units):
+                p.param.grad = None
+                p.grad_view = None
+            self._release(p)
+
+    # ---- parameters as views ----
+
+    def _hold(self, p):
+        p.holders += 1
+        if p.view is None:
+            address = ctypes.c_void_p()
+            call("zero_param_data", self._handle, p.index, ctypes.byref(address))
+            p.view = _tensors.view(address.value, p.shape, self._dtype, self._device)
+            p.param.data = p.view
+            p.expected_ptr = p.view.data_ptr()
+            if self._stage == 3 and p.view.numel():
+                self._gathered[p.view.untyped_storage().data_ptr()] = p.index
+
+    def _release(self, p):
+        p.holders -= 1
+        if p.holders == 0 and self._stage == 3:
+            if p.view is not None and p.view.numel():
+                self._gathered.pop(p.view.untyped_storage().data_ptr(), None)
+            p.view = None
+            self._place_placeholder(p)
+
+    def _place_placeholder(self, p):
+        placeholder = _tensors.placeholder(p.shape, self._dtype, self._device)
+        p.param.data = placeholder
+        p.expected_ptr = placeholder.data_ptr()
+
+    # stage 3: saved views of gathered parameters, rebuilt from the memory of the moment
+    def _pack(self, tensor):
+        try:
+            index = self._gathered.get(tensor.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError):
+            return tensor
+        return tensor if index is None else _Saved(index, tensor)
+
+    def _unpack(self, saved):
+        if not isinstance(saved, _Saved):
+            return saved
+        p = self.params[saved.index]
+        if p.view is None:
+            raise ZeroError(f"parameter {p.name} is needed by backward outside the backward of "
+                            "the modules that use it; name the module that uses it in "
+                            "block_classes")
+        return p.view.as_strided(saved.size, saved.stride, saved.offset)
+
+    # ---- checks ----
+
+    def _check_params(self, unit):
+        for owner, attr, i in self.units[unit].slots:
+            p = self.params[i]
+            if owner._parameters.get(attr) is not p.param:
+                raise ZeroError(f"parameter {p.name} was replaced after zero.initialize (module "
+                                f"{self.units[unit].name}, attribute {attr!r}): zero owns the "
+                                "model's parameters; load new values with "
+                                "engine.load_checkpoint, or build the model before "
+                                "zero.initialize")
+            if p.param.data_ptr() != p.expected_ptr or tuple(p.param.shape) != p.shape:
+                raise ZeroError(f"parameter {p.name} was given other memory or another shape "
+                                f"after zero.initialize (now {tuple(p.param.shape)}, registered "
+                                f"{p.shape}): zero owns the model's parameters; change the "
+                                "model before zero.initialize")
+
+    def _check_order(self, unit):
+        self._pass.append(unit)
+        if self._order is None:
+            return
+        position = len(self._pass) - 1
+        if position >= len(self._order) or self._order[position] != unit:
+            expected = (self.units[self._order[position]].name if position < len(self._order)
+                        else "the end of the pass")
+            raise ZeroError(f"module {self.units[unit].name} called out of the recorded order: "
+                            f"call {position + 1} of this training pass was "
+                            f"{expected} in the first one. zero gathers and prefetches along "
+                            "the first pass's order; a model must call its modules in the same "
+                            "order in every training pass")
+
+    def _finish_pass_order(self):
+        if self._pass and self._order is None:
+            self._order = list(self._pass)
+        elif self._pass and len(self._pass) != len(self._order):
+            raise ZeroError(f"a training pass called {len(self._pass)} module hooks, the first "
+                            f"one {len(self._order)}: a model must call its modules in the same "
+                            "order in every training pass")
+        self._pass = []

@@ -1,0 +1,299 @@
+"""zero.initialize: a PyTorch module onto zero, with deepspeed.initialize's arguments."""
+
+import ctypes
+import json
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+from . import _library
+from ._library import ZeroError, call
+from ._units import choose_units
+from ._hooks import Param
+from .engine import ZeroEngine
+from .facades import LRSchedulerView, OptimizerView
+
+# Config keys that ask for something of PyTorch the front end does not do; zero's engine reads
+# and checks every other key itself.
+_FRONT_END_REFUSED = {
+    "amp": "torch.cuda.amp / apex AMP (use the bf16 or fp16 sections: zero keeps the masters)",
+    "torch_autocast": "torch.autocast inside the engine (use the bf16 or fp16 sections)",
+    "compile": "torch.compile of the engine (compile the module before zero.initialize)",
+    "sparse_gradients": "sparse gradients",
+}
+
+# torch.optim classes and how their hyperparameters name themselves in DeepSpeed's config.
+_CLIENT_OPTIMIZERS = {
+    "AdamW": ("AdamW", ("lr", "betas", "eps", "weight_decay")),
+    "Adam": ("Adam", ("lr", "betas", "eps", "weight_decay")),
+    "Adagrad": ("Adagrad", ("lr", "eps", "weight_decay")),
+    "SGD": ("SGD", ("lr", "momentum", "dampening", "weight_decay", "nesterov")),
+}
+
+
+def _read_config(args, config, config_params):
+    if config is not None and config_params is not None:
+        raise ZeroError("zero.initialize: both config and config_params given; pass one")
+    config = config if config is not None else config_params
+    if config is None and args is not None:
+        config = getattr(args, "deepspeed_config", None) or getattr(args, "zero_config", None)
+    if config is None:
+        raise ZeroError("zero.initialize: no config: pass config= (a path to a DeepSpeed JSON "
+                        "file or a dict), or args with args.deepspeed_config")
+    if isinstance(config, (str, Path)):
+        path = Path(config)
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise ZeroError(f"zero.initialize: cannot read the config {path}: "
+                            f"{error.strerror}") from None
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ZeroError(f"zero.initialize: {path}:{error.lineno}:{error.colno}: not JSON: "
+                            f"{error.msg}", 1) from None
+    if not isinstance(config, dict):
+        raise ZeroError(f"zero.initialize: config must be a path or a dict, not "
+                        f"{type(config).__name__}")
+    config = json.loads(json.dumps(config))  # our own copy, JSON-clean
+    for key, what in _FRONT_END_REFUSED.items():
+        section = config.get(key)
+        enabled = section.get("enabled", True) if isinstance(section, dict) else bool(section)
+        if section is not None and enabled:
+            raise ZeroError(f"zero.initialize: config key {key!r} asks for {what}, which the "
+                            f"zero front end does not do; remove it", 1)
+    return config
+
+
+def _client_optimizer(optimizer, config):
+    """A torch.optim optimizer given to initialize, as the config's optimizer section, and
+    its parameter groups."""
+    if optimizer is None:
+        return None
+    if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
+        raise ZeroError("zero.initialize: optimizer is a callable; zero runs its own fused "
+                        "optimizers: describe it in the config's optimizer section")
+    kind = type(optimizer).__name__
+    if kind not in _CLIENT_OPTIMIZERS or not isinstance(optimizer, torch.optim.Optimizer):
+        raise ZeroError(f"zero.initialize: zero has no optimizer {kind}; it runs AdamW, Adam, "
+                        "Adagrad, Lion and SGD, named in the config's optimizer section (or "
+                        "passed as a torch.optim AdamW, Adam, Adagrad or SGD)")
+    if "optimizer" in config:
+        raise ZeroError("zero.initialize: an optimizer both in the config and as the optimizer "
+                        "argument; keep one")
+    name, keys = _CLIENT_OPTIMIZERS[kind]
+    first = optimizer.param_groups[0]
+    if first.get("amsgrad"):
+        raise ZeroError(f"zero.initialize: {kind}(amsgrad=True): zero has no AMSGrad")
+    params = {k: (list(first[k]) if isinstance(first[k], tuple) else first[k])
+              for k in keys if k in first}
+    if kind == "Adam":
+        params["adam_w_mode"] = False  # torch's Adam decays by L2
+    if first.get("maximize"):
+        raise ZeroError(f"zero.initialize: {kind}(maximize=True): zero's optimizers minimise")
+    config["optimizer"] = {"type": name, "params": params}
+    groups = []
+    for number, group in enumerate(optimizer.param_groups):
+        for key, value in group.items():
+            if key not in ("params", "lr", "weight_decay", "initial_lr") and value != first[key]:
+                raise ZeroError(f"zero.initialize: the optimizer's parameter group {number} "
+                                f"sets {key}={value!r}, group 0 {first[key]!r}; zero's groups "
+                                "differ only in weight_decay and lr")
+        groups.append({k: group[k] for k in ("params", "lr", "weight_decay") if k in group})
+    return groups
+
+
+def _groups(model, model_parameters, base_lr, base_decay):
+    """(group specs, {id(param): group}): zero_add_group's arguments per extra group."""
+    if model_parameters is None:
+        return [], {id(p): 0 for p in model.parameters() if p.requires_grad}
+    listed = list(model_parameters)
+    if not listed:
+        raise ZeroError("zero.initialize: model_parameters is empty")
+    if all(isinstance(p, torch.Tensor) for p in listed):
+        return [], {id(p): 0 for p in listed}
+    specs, membership = [], {}
+    for number, group in enumerate(listed):
+        if not isinstance(group, dict) or "params" not in group:
+            raise ZeroError(f"zero.initialize: model_parameters[{number}] is neither a tensor "
+                            "nor a parameter group (a dict with 'params')")
+        extra = set(group) - {"params", "weight_decay", "lr", "name", "initial_lr"}
+        if extra:
+            raise ZeroError(f"zero.initialize: parameter group {number} sets "
+                            f"{sorted(extra)}; zero's groups take only weight_decay and lr "
+                            "(as a scale of the schedule's)")
+        decay = float(group.get("weight_decay", base_decay))
+        scale = float(group["lr"]) / base_lr if "lr" in group and base_lr else 1.0
+        params = group["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        if decay == base_decay and scale == 1.0:
+            index = 0
+        else:
+            specs.append((group.get("name") or f"group{number}", decay, scale))
+            index = len(specs)
+        for p in params:
+            membership[id(p)] = index
+    return specs, membership
+
+
+def _device_of(model):
+    devices = {p.device for p in model.parameters()}
+    if len(devices) > 1:
+        raise ZeroError(f"zero.initialize: the model's parameters are on several devices "
+                        f"({sorted(str(d) for d in devices)}); put it on one (model.to(device))")
+    if not devices:
+        raise ZeroError("zero.initialize: the model has no parameters")
+    device = devices.pop()
+    if device.type not in ("cpu", "cuda"):
+        raise ZeroError(f"zero.initialize: the model is on {device}; zero runs on the CPU and "
+                        "on CUDA GPUs")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def initialize(args=None, model=None, optimizer=None, model_parameters=None,
+               training_data=None, lr_scheduler=None, distributed_port=None, mpu=None,
+               dist_init_required=None, collate_fn=None, config=None, config_params=None,
+               block_classes=None, cpu_device=0):
+    """deepspeed.initialize's call on zero: returns (engine, optimizer, dataloader,
+    lr_scheduler). Collective: every rank calls it with the same model."""
+    if model is None or not isinstance(model, torch.nn.Module):
+        raise ZeroError("zero.initialize: model must be a torch.nn.Module")
+    if mpu is not None:
+        raise ZeroError("zero.initialize: mpu (model parallelism) is not supported: zero is "
+                        "data parallel only")
+    if lr_scheduler is not None and not isinstance(lr_scheduler, dict):
+        raise ZeroError("zero.initialize: zero runs its own learning-rate schedules; describe "
+                        "it in the config's scheduler section (WarmupLR, WarmupDecayLR, "
+                        "WarmupCosineLR, OneCycle, LRRangeTest) instead of passing "
+                        f"{type(lr_scheduler).__name__}")
+    if isinstance(lr_scheduler, dict):
+        config = _read_config(args, config, config_params)
+        config.setdefault("scheduler", lr_scheduler)
+    cfg = _read_config(args, config, config_params)
+    client_groups = _client_optimizer(optimizer, cfg)
+    if client_groups is not None and model_parameters is None:
+        model_parameters = client_groups
+
+    device = _device_of(model)
+    options = _library.CreateOptions()
+    options.device = 2 if device.type == "cuda" else 1
+    options.cpu_device = cpu_device
+    options.optimizer_threads = int(os.environ.get("ZERO_OPTIMIZER_THREADS",
+                                                   torch.get_num_threads()))
+    handle = ctypes.c_void_p()
+    call("zero_create", json.dumps(cfg).encode(), ctypes.byref(options), ctypes.byref(handle))
+    try:
+        return _register(handle, model, cfg, model_parameters, block_classes, device,
+                         training_data, collate_fn)
+    except BaseException:
+        _library.lib().zero_destroy(handle)
+        raise
+
+
+def _config_number(handle, key, default):
+    try:
+        return float(json.loads(_library.json_out("zero_config_value", handle, key)))
+    except (ZeroError, TypeError, ValueError):
+        return default
+
+
+def _register(handle, model, cfg, model_parameters, block_classes, device, training_data,
+              collate_fn):
+    base_lr = _config_number(handle, "optimizer.params.lr", 0.0)
+    base_decay = _config_number(handle, "optimizer.params.weight_decay", 0.0)
+    specs, membership = _groups(model, model_parameters, base_lr, base_decay)
+    group_ids = [0]
+    for name, decay, scale in specs:
+        group = ctypes.c_int()
+        call("zero_add_group", handle, name.encode(), decay, scale, ctypes.byref(group))
+        group_ids.append(group.value)
+
+    units = choose_units(model, block_classes)
+    for unit in units:
+        index = ctypes.c_int()
+        call("zero_add_module", handle, unit.name.encode(), ctypes.byref(index))
+
+    named = list(model.named_parameters())
+    params = []
+    unlisted = []
+    for index, (name, param) in enumerate(named):
+        trainable = param.requires_grad and id(param) in membership
+        if param.requires_grad and not trainable:
+            unlisted.append(name)
+            param.requires_grad_(False)
+        params.append(Param(index, name, param, trainable))
+    if unlisted:
+        warnings.warn(f"zero: {len(unlisted)} parameters that require grad are not in "
+                      f"model_parameters (first: {unlisted[0]}); they are frozen", stacklevel=3)
+    for unit in units:
+        for i in unit.params:
+            params[i].units.append(unit.index)
+
+    rank = ctypes.c_int()
+    call("zero_rank", handle, ctypes.byref(rank))
+    keep = []  # the initial values and descriptors, alive until zero_init
+    for p in params:
+        if not p.units:
+            raise ZeroError(f"zero.initialize: parameter {p.name} belongs to no module")
+        shape = (ctypes.c_longlong * max(len(p.shape), 1))(*p.shape)
+        modules = (ctypes.c_int * len(p.units))(*p.units)
+        desc = _library.ParamDesc()
+        desc.name = p.name.encode()
+        desc.shape = shape
+        desc.ndim = len(p.shape)
+        desc.trainable = int(p.trainable)
+        desc.group = group_ids[membership.get(id(p.param), 0)] if p.trainable else 0
+        desc.modules = modules
+        desc.module_count = len(p.units)
+        if rank.value == 0 and p.param.numel():
+            values = p.param.detach().to("cpu", torch.float32).contiguous()
+            desc.initial = ctypes.cast(values.data_ptr(), ctypes.POINTER(ctypes.c_float))
+            keep.append(values)
+        keep.append((shape, modules, desc))
+        out = ctypes.c_int()
+        call("zero_add_param", handle, ctypes.byref(desc), ctypes.byref(out))
+    call("zero_init", handle)
+    del keep
+
+    stage = int(_config_number(handle, "zero_optimization.stage", 0))
+    engine = ZeroEngine(handle, model, cfg, units, params, stage, device)
+    engine._lr_scales = tuple([1.0] + [scale for _, _, scale in specs])
+    _register_exit(engine)
+    optimizer_view = OptimizerView(engine, params, membership, group_ids, specs)
+    scheduler_view = LRSchedulerView(engine) if "scheduler" in cfg else None
+    dataloader = None
+    if training_data is not None:
+        dataloader = _dataloader(engine, training_data, collate_fn)
+    return engine, optimizer_view, dataloader, scheduler_view
+
+
+def _dataloader(engine, data, collate_fn):
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        data, num_replicas=engine.world_size, rank=engine.global_rank, shuffle=True)
+    return torch.utils.data.DataLoader(data, batch_size=engine.train_micro_batch_size_per_gpu(),
+                                       sampler=sampler, collate_fn=collate_fn, drop_last=True)
+
+
+_live = []
+
+
+def _register_exit(engine):
+    import atexit
+    import weakref
+    if not _live:
+        atexit.register(_destroy_all)
+    _live.append(weakref.ref(engine))
+
+
+def _destroy_all():
+    for ref in reversed(_live):
+        engine = ref()
+        if engine is not None:
+            try:
+                engine.destroy()
+            except ZeroError as error:
+                warnings.warn(f"zero: at exit: {error}")

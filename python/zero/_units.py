@@ -1,0 +1,84 @@
+"""The hook units: which modules zero's pre/post hooks wrap, and which parameters each uses.
+
+A unit is either a block (an instance of one of the block classes, with every parameter under
+it: by default the classes a Hugging Face model lists in `_no_split_modules`, as FSDP's
+auto-wrap policy reads them) or, outside the blocks, a module with parameters of its own (the
+embeddings, the final norm, the head), with just those. Units are listed in module order, which
+is the forward order of the models this targets; a parameter used by several units (a tied
+embedding and head) lists them all.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ._library import ZeroError
+
+
+@dataclass
+class Unit:
+    index: int
+    name: str
+    module: torch.nn.Module
+    # (owning module, attribute, parameter index) for every parameter the unit uses
+    slots: list = field(default_factory=list)
+
+    @property
+    def params(self):
+        seen = []
+        for _, _, index in self.slots:
+            if index not in seen:
+                seen.append(index)
+        return seen
+
+
+def _block_predicate(model, block_classes):
+    if block_classes is None:
+        block_classes = list(getattr(model, "_no_split_modules", None) or [])
+    names = {c for c in block_classes if isinstance(c, str)}
+    types = tuple(c for c in block_classes if isinstance(c, type))
+    wrong = [c for c in block_classes if not isinstance(c, (str, type))]
+    if wrong:
+        raise ZeroError(f"zero.initialize: block_classes takes class names or classes, not "
+                        f"{wrong[0]!r}")
+
+    def is_block(module):
+        return type(module).__name__ in names or (types and isinstance(module, types))
+
+    return is_block, names, types
+
+
+def choose_units(model, block_classes=None):
+    """The units of `model` in module order; each unit's slots name its parameters' owners."""
+    is_block, names, types = _block_predicate(model, block_classes)
+    found = []
+
+    def walk(module, prefix):
+        if is_block(module):
+            found.append((prefix, module, True))
+            return
+        if any(True for _ in module.parameters(recurse=False)):
+            found.append((prefix, module, False))
+        for child_name, child in module.named_children():
+            walk(child, f"{prefix}.{child_name}" if prefix else child_name)
+
+    walk(model, "")
+    if block_classes is not None and (names or types) and not any(b for _, _, b in found):
+        wanted = sorted(names) + [t.__name__ for t in types]
+        raise ZeroError(f"zero.initialize: no module of the block classes {wanted} is in the "
+                        f"model ({type(model).__name__}); name the classes of its transformer "
+                        "blocks in block_classes")
+
+    index_of = {}
+    for index, (_, param) in enumerate(model.named_parameters()):
+        index_of[id(param)] = index
+    units = []
+    for number, (name, module, recurse) in enumerate(found):
+        unit = Unit(number, name or type(module).__name__, module)
+        owners = module.named_modules() if recurse else [("", module)]
+        for _, owner in owners:
+            for attr, param in owner._parameters.items():
+                if param is not None:
+                    unit.slots.append((owner, attr, index_of[id(param)]))
+        units.append(unit)
+    return units

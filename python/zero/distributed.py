@@ -1,0 +1,67 @@
+"""zero.init_distributed: torch.distributed for the script's own use, from the launcher.
+
+zero's engine makes its own communicator (MPI on CPU ranks, NCCL on GPUs) from the launcher's
+environment; this sets up torch.distributed beside it, as deepspeed.init_distributed does, for
+code that calls torch.distributed itself (a barrier, a broadcast of a seed).
+"""
+
+import os
+from datetime import timedelta
+
+import torch
+
+from ._library import ZeroError
+
+# The launchers' variables: rank, world size, rank on the node.
+_LAUNCHERS = (
+    ("RANK", "WORLD_SIZE", "LOCAL_RANK"),                                      # torchrun
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),  # Open MPI
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),                               # MPICH, Hydra
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),                         # srun
+)
+
+
+def launcher_ranks():
+    """(rank, world size, local rank) from the launcher's environment; (0, 1, 0) without."""
+    for rank, size, local in _LAUNCHERS:
+        if rank in os.environ and size in os.environ:
+            return (int(os.environ[rank]), int(os.environ[size]),
+                    int(os.environ.get(local, 0)))
+    return 0, 1, 0
+
+
+def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_port=29500,
+                     verbose=True, timeout=timedelta(minutes=30), init_method=None,
+                     dist_init_required=None, config=None, rank=-1, world_size=-1):
+    """Initialises torch.distributed's default group from the launcher (zero-run, mpirun,
+    srun or torchrun). MASTER_ADDR defaults to 127.0.0.1 (one node) and MASTER_PORT to
+    distributed_port; set MASTER_ADDR to the first node's address across nodes. Does nothing
+    when torch.distributed is already initialised."""
+    import torch.distributed as dist
+    if dist.is_initialized():
+        return
+    found_rank, found_size, local = launcher_ranks()
+    rank = found_rank if rank < 0 else rank
+    world_size = found_size if world_size < 0 else world_size
+    if not 0 <= rank < world_size:
+        raise ZeroError(f"zero.init_distributed: rank {rank} is not in a world of {world_size}")
+    if dist_backend is None:
+        dist_backend = "nccl" if torch.cuda.is_available() else "gloo"
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(distributed_port))
+    os.environ.setdefault("LOCAL_RANK", str(local))
+    if dist_backend == "nccl":
+        torch.cuda.set_device(local)
+    dist.init_process_group(backend=dist_backend, init_method=init_method or "env://",
+                            rank=rank, world_size=world_size, timeout=timeout)
+
+
+def add_config_arguments(parser):
+    """deepspeed.add_config_arguments: --deepspeed (a flag, accepted) and --deepspeed_config
+    (the config path zero.initialize reads from args); --zero_config is zero's alias."""
+    group = parser.add_argument_group("zero", "zero (DeepSpeed-compatible) configuration")
+    group.add_argument("--deepspeed", default=False, action="store_true",
+                       help="accepted for DeepSpeed scripts; zero is always on")
+    group.add_argument("--deepspeed_config", "--zero_config", default=None, type=str,
+                       help="the DeepSpeed JSON config")
+    return parser

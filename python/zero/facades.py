@@ -1,0 +1,55 @@
+"""The optimizer and scheduler zero.initialize returns: views of zero's own, for code written
+against DeepSpeed's (reading param_groups' learning rates, calling get_last_lr). zero steps
+both inside engine.step()."""
+
+from ._library import ZeroError
+
+
+class OptimizerView:
+    """param_groups as torch shows them (params, lr, weight_decay), read from the engine."""
+
+    def __init__(self, engine, params, membership, group_ids, specs):
+        self._engine = engine
+        groups = [[] for _ in group_ids]
+        for p in params:
+            if p.trainable:
+                groups[membership.get(id(p.param), 0)].append(p.param)
+        self._groups = groups
+        self._decays = [engine._base_decay()] + [decay for _, decay, _ in specs]
+
+    @property
+    def param_groups(self):
+        lrs = self._engine.get_lr()
+        return [{"params": params, "lr": lrs[i], "weight_decay": self._decays[i]}
+                for i, params in enumerate(self._groups) if params or i == 0]
+
+    def step(self, closure=None):
+        raise ZeroError("optimizer.step(): call engine.step(), which runs zero's optimizer at "
+                        "the accumulation boundary")
+
+    def zero_grad(self, set_to_none=True):
+        """Nothing to do: zero clears its gradient buffers itself."""
+
+    def state_dict(self):
+        raise ZeroError("optimizer.state_dict(): zero keeps the optimizer state sharded; save "
+                        "it with engine.save_checkpoint")
+
+
+class LRSchedulerView:
+    """The config's schedule, as DeepSpeed's scheduler object shows it."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def get_lr(self):
+        return self._engine.get_lr()
+
+    def get_last_lr(self):
+        return self._engine.get_lr()
+
+    def step(self, *args, **kwargs):
+        """Nothing to do: engine.step() advances zero's schedule."""
+
+    @property
+    def last_epoch(self):
+        return self._engine.global_steps
