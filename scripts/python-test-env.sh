@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/python-test-env.sh ENV_DIR: creates (once) the Python environment the tests use to
-# check our files against real readers: a venv at ENV_DIR (CMake's ZERO_PYTHON_ENV, by default
-# build-python-env/ beside the build folders, so that every build shares one) with the pinned
+# check our files against real readers and to run the Python front end: a venv at ENV_DIR
+# (CMake's ZERO_PYTHON_ENV, by default build-python-env/ beside the build folders, so that
+# every build shares one) with the pinned
 # packages of scripts/python-test-requirements.txt. Running it again when they are installed at
 # those versions does nothing; builds that run it at once take turns (a lock in the venv).
 # Exits non-zero, saying what is missing, when python3, venv or pip is absent or pip fails (it
@@ -55,4 +56,4 @@ if ! "$python" -m pip install --quiet --disable-pip-version-check -r "$requireme
   echo "python-test-env: pip install -r $requirements failed (is the package index reachable?)" >&2
   exit 1
 fi
-"$python" -c "import safetensors, numpy, tokenizers; print('python-test-env: safetensors', safetensors.__version__, 'numpy', numpy.__version__, 'tokenizers', tokenizers.__version__)"
+"$python" -c "import safetensors, numpy, tokenizers, torch, transformers; print('python-test-env: safetensors', safetensors.__version__, 'numpy', numpy.__version__, 'tokenizers', tokenizers.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -1,0 +1,183 @@
+"""Bad use of the front end gets a clear error, never a silent wrong step (one rank).
+
+Each case builds a small model, makes one mistake, and requires a ZeroError whose message
+names the mistake and what to do.
+"""
+
+import sys
+
+import torch
+import zero
+from zero import ZeroError
+
+CONFIG = {
+    "train_micro_batch_size_per_gpu": 2,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    "zero_optimization": {"stage": 3},
+}
+
+
+class Tiny(torch.nn.Module):
+    """Three blocks whose order the test can change."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+        self.order = [0, 1, 2]
+
+    def forward(self, x):
+        for i in self.order:
+            x = torch.tanh(self.blocks[i](x))
+        return x.pow(2).mean()
+
+
+def engine_of(model=None, config=None, **kwargs):
+    model = model or Tiny()
+    engine, *_ = zero.initialize(model=model, config=config or dict(CONFIG), **kwargs)
+    return engine
+
+
+def one_step(engine):
+    loss = engine(torch.ones(2, 8))
+    engine.backward(loss)
+    engine.step()
+
+
+def expect(what, words, action):
+    try:
+        action()
+    except ZeroError as error:
+        missing = [w for w in words if w not in str(error)]
+        if missing:
+            print(f"FAIL {what}: message lacks {missing}: {error}")
+            return False
+        print(f"ok   {what}: {error}")
+        return True
+    print(f"FAIL {what}: no error")
+    return False
+
+
+def replaced():
+    engine = engine_of()
+    one_step(engine)
+    engine.module.blocks[1].weight = torch.nn.Parameter(torch.zeros(8, 8))
+    one_step(engine)
+
+
+def resized():
+    engine = engine_of(config={**CONFIG, "zero_optimization": {"stage": 1}})
+    one_step(engine)
+    engine.module.blocks[0].bias.data = torch.zeros(5)
+    one_step(engine)
+
+
+def out_of_order():
+    engine = engine_of()
+    one_step(engine)
+    engine.module.order = [0, 2, 1]
+    one_step(engine)
+
+
+def backward_twice():
+    engine = engine_of()
+    loss = engine(torch.ones(2, 8))
+    engine.backward(loss, retain_graph=True)
+    engine.backward(loss)
+
+
+def plain_backward():
+    engine = engine_of()
+    engine(torch.ones(2, 8)).backward()
+
+
+def no_such_optimizer():
+    model = Tiny()
+    config = {k: v for k, v in CONFIG.items() if k != "optimizer"}
+    engine_of(model, config, optimizer=torch.optim.RMSprop(model.parameters()))
+
+
+def both_optimizers():
+    model = Tiny()
+    engine_of(model, optimizer=torch.optim.AdamW(model.parameters()))
+
+
+def scheduler_object():
+    model = Tiny()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    engine_of(model, lr_scheduler=torch.optim.lr_scheduler.StepLR(optimizer, 1))
+
+
+def amp_key():
+    engine_of(config={**CONFIG, "amp": {"enabled": True}})
+
+
+def group_key():
+    model = Tiny()
+    engine_of(model, model_parameters=[{"params": list(model.parameters()), "betas": (0.9, 0.9)}])
+
+
+def unknown_block():
+    engine_of(block_classes=["NoSuchBlock"])
+
+
+def step_mid_pass():
+    engine = engine_of()
+    engine(torch.ones(2, 8))
+    engine.step()
+
+
+def client_adamw_accepted():
+    """Not a refusal: a torch.optim.AdamW becomes the config's optimizer, with its lr."""
+    model = Tiny()
+    config = {k: v for k, v in CONFIG.items() if k != "optimizer"}
+    engine = engine_of(model, config, optimizer=torch.optim.AdamW(model.parameters(), lr=3e-3))
+    one_step(engine)
+    assert engine.get_lr() == [3e-3], engine.get_lr()
+    assert engine.config_value("optimizer.type").lower() == "adamw"
+    print("ok   a torch.optim.AdamW given as optimizer= runs as the config's AdamW")
+    return True
+
+
+def shape_outside_forward():
+    """Not a refusal: at stage 3 a parameter's shape and dtype read outside forward are its own,
+    and its values read there are NaN, not silently stale."""
+    engine = engine_of()
+    one_step(engine)
+    weight = engine.module.blocks[0].weight
+    assert weight.shape == (8, 8) and weight.dtype == torch.float32, (weight.shape, weight.dtype)
+    assert torch.isnan(weight).all()
+    state = engine.consolidated_state_dict()
+    assert state["blocks.0.weight"].shape == (8, 8) and torch.isfinite(state["blocks.0.weight"]).all()
+    print("ok   stage-3 parameters keep shape and dtype outside forward; values are NaN there")
+    return True
+
+
+CASES = [
+    ("a parameter replaced after initialize", ["replaced", "blocks.1.weight"], replaced),
+    ("a parameter resized after initialize", ["another shape", "blocks.0.bias"], resized),
+    ("modules called out of the recorded order", ["out of the recorded order", "blocks"],
+     out_of_order),
+    ("backward twice", ["backward called twice", "engine.step()"], backward_twice),
+    ("loss.backward() instead of engine.backward", ["engine.backward(loss)"], plain_backward),
+    ("an optimizer zero does not have", ["no optimizer RMSprop"], no_such_optimizer),
+    ("an optimizer in the config and as an argument", ["keep one"], both_optimizers),
+    ("a torch scheduler object", ["scheduler section", "StepLR"], scheduler_object),
+    ("a config key the front end cannot honour", ["'amp'"], amp_key),
+    ("a parameter group key zero has no use for", ["betas"], group_key),
+    ("block classes the model does not have", ["NoSuchBlock"], unknown_block),
+    ("a step after a forward without backward", ["without engine.backward(loss)"],
+     step_mid_pass),
+]
+
+
+def main():
+    torch.set_num_threads(1)
+    ok = all([expect(what, words, action) for what, words, action in CASES])
+    ok = client_adamw_accepted() and ok
+    ok = shape_outside_forward() and ok
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
