@@ -53,7 +53,9 @@ def ds_config(stage, offload, gas, dtype):
                                                       "warmup_max_lr": LR_MAX,
                                                       "warmup_num_steps": WARMUP,
                                                       "warmup_type": "linear"}},
-        "zero_optimization": {"stage": stage},
+        # Every parameter gathered and released around its hooks (none kept resident for
+        # being small), so that stage 3's gathers come back at other addresses.
+        "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
     }
     if offload:
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
