@@ -61,6 +61,8 @@ def ds_config(stage, offload, gas, dtype):
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     if dtype == "bf16":
         config["bf16"] = {"enabled": True}
+    if dtype == "fp16":
+        config["fp16"] = {"enabled": True, "initial_scale_power": 8}
     return config
 
 
