@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "base/direct_io.h"
 #include "base/error.h"
 #include "device/arena.h"
 
@@ -12,13 +13,9 @@ namespace zero::engine {
 namespace {
 
 constexpr std::size_t kAlign = Arena::kDefaultAlignment;
-constexpr std::size_t kDirectAlign = 4096;  // the strictest direct-I/O alignment
 
 std::size_t align_up(std::size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
-}
-std::size_t align_direct(std::size_t bytes) {
-  return (bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
 }
 
 std::size_t& at(KindBytes& bytes, MemoryKind kind) {
@@ -180,7 +177,7 @@ std::size_t plan_param_swap(const Registry& registry, const config::Config& conf
   plan.param_nvme.capacity = std::max<std::size_t>(file, 1);
   plan.param_bounce_bytes = std::max<std::size_t>(largest, 1);
   plan.param_bounces = 3 + static_cast<std::size_t>(config.zero.offload_param.buffer_count);
-  return largest + kDirectAlign;
+  return largest + kDirectIoAlignment;
 }
 
 // The blocks, in the order the ModelState takes them: the replicated compute parameters
@@ -225,7 +222,7 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
   if (m.optimizer_nvme) {
     plan.blocks.push_back({BlockRole::optimizer_swap, owned, MemoryKind::buffer,
                            swap_region != 0 ? plan.swap_slots * swap_region : 0,
-                           plan.swap_slots * (swap_region + kDirectAlign), 0});
+                           plan.swap_slots * (swap_region + kDirectIoAlignment), 0});
   }
   if (m.stage == 3 && m.param_offload) {
     take(BlockRole::compute_shard, ArenaRole::param, MemoryKind::param,

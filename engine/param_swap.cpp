@@ -6,18 +6,10 @@
 #include <utility>
 
 #include "base/bytes.h"
+#include "base/direct_io.h"
 #include "base/log.h"
 
 namespace zero::engine {
-namespace {
-
-constexpr std::size_t kDirectAlign = 4096;  // the strictest direct-I/O alignment
-
-std::size_t align_direct(std::size_t bytes) {
-  return (bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
-}
-
-}  // namespace
 
 ParamSwap::ParamSwap(const EngineContext& context, const MemoryPlan& plan, offload::AsyncIO& io,
                      offload::SwapDirectory& directory, Arena& host_arena)
@@ -31,17 +23,18 @@ ParamSwap::ParamSwap(const EngineContext& context, const MemoryPlan& plan, offlo
     if (!swapped(p) || region_bytes(p) == 0) continue;
     const std::size_t shard = shard_shape(ctx_.registry.param(p).numel, ctx_.layout.world).shard;
     region_[p] =
-        arena_->allocate(MemoryKind::param, shard * dtype_size(compute), kDirectAlign).offset;
+        arena_->allocate(MemoryKind::param, shard * dtype_size(compute), kDirectIoAlignment).offset;
   }
   file_ = directory.create("params.swap", arena_->capacity(),
                            "zero_optimization.offload_param.nvme_path");
   const std::size_t largest = plan.param_bounce_bytes;
   for (void*& bounce : bounce_) {
-    bounce = host_arena.allocate(MemoryKind::buffer, largest, kDirectAlign).ptr;
+    bounce = host_arena.allocate(MemoryKind::buffer, largest, kDirectIoAlignment).ptr;
   }
   const auto count = static_cast<std::size_t>(ctx_.config.zero.offload_param.buffer_count);
   for (std::size_t b = 0; b < count; ++b) {
-    read_buffers_.push_back(host_arena.allocate(MemoryKind::buffer, largest, kDirectAlign).ptr);
+    read_buffers_.push_back(
+        host_arena.allocate(MemoryKind::buffer, largest, kDirectIoAlignment).ptr);
   }
   log::info("engine: {} of compute shards swapped to {}, {} elements kept in memory",
             format_bytes(arena_->capacity()), file_->path(), ctx_.layout.compute_resident_end);

@@ -10,23 +10,19 @@
 #include <unistd.h>
 
 #include "base/bytes.h"
+#include "base/direct_io.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/model_state.h"
 
 namespace zero::engine {
-namespace {
-
-constexpr std::size_t kDirectAlign = 4096;  // the strictest direct-I/O alignment
-
-}  // namespace
 
 // A swapped group's region: its masters and its moments, each aligned for direct I/O.
 void ModelState::check_swap_buffers() const {
   const config::Config& config = ctx_.config;
   const std::size_t count = plan_.swap_slots;
   const std::size_t largest = plan_.swap_slot_bytes;
-  const std::size_t bytes = count * (largest + kDirectAlign);
+  const std::size_t bytes = count * (largest + kDirectIoAlignment);
   // Refused here, before any memory is taken, with what to set.
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGE_SIZE);

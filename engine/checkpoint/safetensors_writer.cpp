@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "base/direct_io.h"
 #include "base/error.h"
 #include "engine/checkpoint/file_io.h"
 #include "engine/checkpoint/safetensors.h"
@@ -28,9 +29,6 @@ using detail::XxhState;
 
 namespace {
 constexpr std::size_t kWriteBufferBytes = std::size_t{4} << 20;
-// O_DIRECT's unit: offsets, lengths and buffer addresses in whole units of it (4096 suits every
-// file system's direct-I/O alignment).
-constexpr std::size_t kDirectUnit = 4096;
 
 std::size_t round_up(std::size_t n, std::size_t unit) {
   return (n + unit - 1) / unit * unit;
@@ -42,7 +40,8 @@ class AlignedBuffer {
   std::byte* data() const noexcept { return data_.get(); }
   std::size_t size() const noexcept { return size_; }
   void allocate(std::size_t bytes) {
-    data_.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{kDirectUnit})));
+    data_.reset(
+        static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{kDirectIoAlignment})));
     size_ = bytes;
   }
   void release() noexcept {
@@ -53,7 +52,7 @@ class AlignedBuffer {
  private:
   struct Free {
     void operator()(std::byte* p) const noexcept {
-      ::operator delete[](p, std::align_val_t{kDirectUnit});
+      ::operator delete[](p, std::align_val_t{kDirectIoAlignment});
     }
   };
   std::unique_ptr<std::byte[], Free> data_;
@@ -136,7 +135,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> t
   sums_.assign(tensors_.size(), ChunkSums{chunk_bytes, {}});
   std::string json = header_json(tensors_, metadata, path_);
   // 8 + N a multiple of 8 (aligned data), or of O_DIRECT's unit.
-  const std::size_t unit = direct_ ? kDirectUnit : 8;
+  const std::size_t unit = direct_ ? kDirectIoAlignment : 8;
   json.append(round_up(8 + json.size(), unit) - 8 - json.size(), ' ');
   if (json.size() > detail::kMaxHeaderBytes) {
     throw make_error(ErrorCategory::usage,
@@ -166,7 +165,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> t
     direct_ = fd_ >= 0;  // EINVAL: this file system takes no O_DIRECT; buffered, then
   }
   if (fd_ < 0) fd_ = detail::open_file(path_, flags, mode, "create");
-  state_->buffer.allocate(std::max(kWriteBufferBytes, round_up(header.size(), kDirectUnit)));
+  state_->buffer.allocate(std::max(kWriteBufferBytes, round_up(header.size(), kDirectIoAlignment)));
   try {
     // Through the aligned buffer: O_DIRECT reads the memory it writes from at its unit.
     std::memcpy(state_->buffer.data(), header.data(), header.size());
@@ -273,7 +272,7 @@ void SafetensorsWriter::finish() {
     std::size_t tail = state.fill;
     if (direct_) {
       // The last piece in whole units, zero-padded; the file is then cut to its size.
-      tail = round_up(state.fill, kDirectUnit);
+      tail = round_up(state.fill, kDirectIoAlignment);
       std::memset(state.buffer.data() + state.fill, 0, tail - state.fill);
     }
     pwrite_all(fd_, path_, state.buffer.data(), tail, header_bytes_ + written_ - state.fill);
