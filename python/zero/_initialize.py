@@ -170,10 +170,12 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None,
                         "it in the config's scheduler section (WarmupLR, WarmupDecayLR, "
                         "WarmupCosineLR, OneCycle, LRRangeTest) instead of passing "
                         f"{type(lr_scheduler).__name__}")
-    if isinstance(lr_scheduler, dict):
-        config = _read_config(args, config, config_params)
-        config.setdefault("scheduler", lr_scheduler)
     cfg = _read_config(args, config, config_params)
+    if isinstance(lr_scheduler, dict):
+        if "scheduler" in cfg:
+            raise ZeroError("zero.initialize: a scheduler both in the config and as the "
+                            "lr_scheduler argument; keep one")
+        cfg["scheduler"] = lr_scheduler
     client_groups = _client_optimizer(optimizer, cfg)
     if client_groups is not None and model_parameters is None:
         model_parameters = client_groups

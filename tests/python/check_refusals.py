@@ -34,7 +34,9 @@ class Tiny(torch.nn.Module):
 
 def engine_of(model=None, config=None, **kwargs):
     model = model or Tiny()
-    engine, *_ = zero.initialize(model=model, config=config or dict(CONFIG), **kwargs)
+    if "config_params" not in kwargs:
+        kwargs["config"] = config or dict(CONFIG)
+    engine, *_ = zero.initialize(model=model, **kwargs)
     return engine
 
 
@@ -108,6 +110,11 @@ def scheduler_object():
     engine_of(model, lr_scheduler=torch.optim.lr_scheduler.StepLR(optimizer, 1))
 
 
+def both_schedulers():
+    schedule = {"type": "WarmupLR", "params": {"warmup_max_lr": 1e-3}}
+    engine_of(config_params={**CONFIG, "scheduler": schedule}, lr_scheduler=schedule)
+
+
 def amp_key():
     engine_of(config={**CONFIG, "amp": {"enabled": True}})
 
@@ -139,6 +146,28 @@ def client_adamw_accepted():
     return True
 
 
+def scheduler_dict_and_restore():
+    """Not a refusal: a scheduler section given as lr_scheduler= (with config_params=) runs;
+    destroy(restore_module=True) gives the module its trained weights back as plain tensors."""
+    model = Tiny()
+    schedule = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3,
+                                               "warmup_num_steps": 4, "warmup_type": "linear"}}
+    engine, _, _, scheduler = zero.initialize(model=model, config_params=dict(CONFIG),
+                                              lr_scheduler=schedule)
+    for _ in range(3):
+        one_step(engine)
+    # The third step runs at iteration 1 of the linear warmup: 0 + (1e-3 - 0) * 1/4.
+    assert scheduler.get_last_lr() == [0.0 + (1e-3 - 0.0) * (1 / 4)], scheduler.get_last_lr()
+    state = engine.consolidated_state_dict()
+    engine.destroy(restore_module=True)
+    for name, p in model.named_parameters():
+        assert torch.equal(p.detach(), state[name]), name
+    loss = model(torch.ones(2, 8))
+    assert torch.isfinite(loss), loss
+    print("ok   lr_scheduler= as a dict runs; destroy(restore_module=True) returns the weights")
+    return True
+
+
 def shape_outside_forward():
     """Not a refusal: at stage 3 a parameter's shape and dtype read outside forward are its own,
     and its values read there are NaN, not silently stale."""
@@ -163,6 +192,8 @@ CASES = [
     ("an optimizer zero does not have", ["no optimizer RMSprop"], no_such_optimizer),
     ("an optimizer in the config and as an argument", ["keep one"], both_optimizers),
     ("a torch scheduler object", ["scheduler section", "StepLR"], scheduler_object),
+    ("a scheduler in the config and as an argument", ["keep one", "lr_scheduler"],
+     both_schedulers),
     ("a config key the front end cannot honour", ["'amp'"], amp_key),
     ("a parameter group key zero has no use for", ["betas"], group_key),
     ("block classes the model does not have", ["NoSuchBlock"], unknown_block),
@@ -176,6 +207,7 @@ def main():
     ok = all([expect(what, words, action) for what, words, action in CASES])
     ok = client_adamw_accepted() and ok
     ok = shape_outside_forward() and ok
+    ok = scheduler_dict_and_restore() and ok
     sys.exit(0 if ok else 1)
 
 
