@@ -30,11 +30,19 @@
 #              and data, bf16, 10 steps of each family at a tiny size (gpt2: tiny; llama:
 #              llama-tiny; qwen2: qwen2.5-0.5b cut to 4 layers of 128 channels), their losses
 #              side by side, step by step, within bf16's tolerance (scripts/compare-losses.py)
+#   python     the PyTorch front end (python/zero over the bundle's libzero, the machine's
+#              PyTorch and transformers): tiny seeded Hugging Face models
+#              (tests/python/make_tiny_models.py), a Llama through zero.initialize on the GPU
+#              against PyTorch on it step by step at stages 0-3 (tests/python/train_parity.py),
+#              then GPT-2 124M in bf16 through zero.initialize at stage 3 against FSDP2
+#              (fully_shard), and with the optimizer on the CPU against FSDP2's
+#              CPUOffloadPolicy (bench/frontend.py), a run an item, tokens/s side by side
 #   speed      bench/gpu.sh on the first of MODELS (default gpt2-1.5b gpt2-124m), one run an
-#              item, the PyTorch baselines first: SPEED_RUNS (default "torch-plain
-#              torch-fsdp2-offload zero-stage0 zero-stage3-optcpu", the two like-for-like pairs;
-#              "all": the seven runs bench/gpu.sh knows), STEPS timed (5) after WARMUP (2)
-# CHECKS (default "gpu-tests engine models speed") names the checks after env. The default is
+#              item, the PyTorch baseline first: SPEED_RUNS (default "torch-plain zero-stage0",
+#              the like-for-like pair; "all": the seven runs bench/gpu.sh knows, the offloaded
+#              pair torch-fsdp2-offload and zero-stage3-optcpu among them), STEPS timed (5)
+#              after WARMUP (2)
+# CHECKS (default "gpu-tests engine models python speed") names the checks after env. The default is
 # sized to the default budget; these are left out of it for their length:
 #   engine-ranks  the equivalence matrix on 2 and 4 ranks sharing the GPU through MPI
 #   llama      llama-3.2-1b through the engine (bf16, stage 0, 8 steps) and in PyTorch eager
@@ -103,13 +111,15 @@ times=${GPU_CHECK_TIMES:-bench/gpu-check-times.txt}
 read -r -a models <<<"${MODELS:-gpt2-1.5b gpt2-124m}"
 all_speed_runs=(torch-plain torch-fsdp2 torch-fsdp2-offload zero-stage0 zero-stage3
                 zero-stage3-optcpu zero-stage3-allcpu)
-read -r -a speed_runs <<<"${SPEED_RUNS:-torch-plain torch-fsdp2-offload zero-stage0 zero-stage3-optcpu}"
+read -r -a speed_runs <<<"${SPEED_RUNS:-torch-plain zero-stage0}"
 [[ ${speed_runs[*]} == all ]] && speed_runs=("${all_speed_runs[@]}")
 families=(gpt2 llama qwen2)
-known_checks=(env gpu-tests engine models speed engine-ranks llama more-models compile cpu-bench
-              largest)
+known_checks=(env gpu-tests engine models python speed engine-ranks llama more-models compile
+              cpu-bench largest)
+# The front end's runs on one GPU, each against its peer (python check)
+python_runs=(fsdp2 zero-stage3 fsdp2-offload zero-stage3-offload)
 checks=(env)
-for check in ${CHECKS:-gpu-tests engine models speed}; do
+for check in ${CHECKS:-gpu-tests engine models python speed}; do
   [[ $check == env ]] && continue
   if [[ " ${known_checks[*]} " != *" $check "* ]]; then
     echo "gpu-check: unknown check '$check' in CHECKS (known: ${known_checks[*]})" >&2
@@ -133,6 +143,7 @@ items_of() {
                     gpu-tests.memcheck-engine ;;
     engine) echo engine.c-train engine.equivalence-1 engine.overlap ;;
     models) echo models.tests; for f in "${families[@]}"; do echo "models.$f-cpu models.$f-gpu"; done ;;
+    python) echo python.models python.parity; for r in "${python_runs[@]}"; do echo "python.$r"; done ;;
     speed) for r in "${speed_runs[@]}"; do echo "speed.$r"; done ;;
     engine-ranks) echo engine-ranks.equivalence-2 engine-ranks.equivalence-4 ;;
     llama) echo llama.zero-train llama.torch-eager ;;
@@ -544,6 +555,70 @@ step_models() {
       finish "$item" "$rc" "$why"
     done
   done
+}
+
+# ---- python: the PyTorch front end (python/zero over the bundle's libzero) on the GPU
+# The machine's python3 with PyTorch and transformers, the package from this checkout, the
+# bundle's library.
+run_py() {
+  PYTHONPATH=$root/python ZERO_LIBRARY=$z/lib/libzero.so.0 HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false LD_LIBRARY_PATH=$libs \
+    tmo "$torch_python" "$@"
+}
+# python_item ITEM SCRIPT ARGS...: one front-end script, its verdict lines
+python_item() {
+  local item=$1 log=$logs/$1.log rc
+  shift
+  begin "$item" || return
+  run_py "$@" >"$log" 2>&1
+  rc=$?
+  grep '^rank .* steps \(ok\|FAILED\)\|^  rank \|^skipped' "$log" | head -8 | tee -a "$summary"
+  finish "$item" "$rc" "$( ((rc == 0)) || fail_reason "$log")"
+}
+# The model of the speed runs: GPT-2 124M (transformers' GPT2LMHeadModel, random), bf16 with
+# fp32 master weights, 8 x 1024 tokens a step, AdamW, clipping at 1.0.
+python_shape=(--device cuda --dtype bf16 --layers 12 --hidden 768 --vocab 50257 --micro 8
+              --seq 1024 --steps 5 --warmup 2)
+step_python() {
+  say ""
+  say "## python: zero.initialize on the GPU: a Hugging Face Llama against PyTorch step by" \
+      "step, then GPT-2 124M against FSDP2"
+  python_item python.models tests/python/make_tiny_models.py "$dest/hf"
+  if [[ ${outcome[python.models]} == passed ]]; then
+    python_item python.parity tests/python/train_parity.py "$dest/hf/llama" --device cuda \
+      --offload none --loss-tol 1e-5 --norm-tol 1e-4
+  else
+    skip python.parity "no tiny models: python.models did not pass"
+  fi
+  local run framework offload log rc line
+  for run in "${python_runs[@]}"; do
+    framework=${run%%-*} offload=none
+    [[ $run == *-offload ]] && offload=cpu
+    begin "python.$run" || continue
+    log=$logs/python.$run.log
+    run_py bench/frontend.py --framework "$framework" --stage 3 --offload "$offload" \
+      "${python_shape[@]}" >"$log" 2>&1
+    rc=$?
+    line=$(grep '^{' "$log" | tail -1)
+    [[ -n $line ]] && python3 -c 'import json, sys
+r = json.loads(sys.argv[1]); r["kind"] = "python"; r["run"] = sys.argv[2]
+print(json.dumps(r))' "$line" "$run" >>"$jsonl"
+    finish "python.$run" "$rc" "$( ((rc == 0)) || last_line "$log")"
+  done
+  python3 - "$jsonl" <<'PY' | tee -a "$summary"
+import json, sys
+rows = {r["run"]: r for r in map(json.loads, filter(str.strip, open(sys.argv[1])))
+        if r.get("kind") == "python"}
+print(f"{'GPT-2 124M, bf16, 8 x 1024':<28} {'tokens/s':>10} {'s/step':>8} {'loss':>7}  vs FSDP2")
+for run in ["fsdp2", "zero-stage3", "fsdp2-offload", "zero-stage3-offload"]:
+    r = rows.get(run)
+    if not r:
+        print(f"{run:<28} {'-':>10}")
+        continue
+    peer = rows.get("fsdp2-offload" if run.endswith("offload") else "fsdp2")
+    ratio = f"{r['tokens_per_s'] / peer['tokens_per_s']:.2f}x" if peer and run.startswith("zero") else ""
+    print(f"{run:<28} {r['tokens_per_s']:>10} {r['seconds_per_step']:>8} {r['loss']:>7}  {ratio}")
+PY
 }
 
 # ---- speed

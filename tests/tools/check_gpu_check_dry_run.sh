@@ -4,8 +4,9 @@
 # on the run's clock, slept at a small TIME_SCALE. Usage: check_gpu_check_dry_run.sh SOURCE_DIR
 # WORK. Asserts reached and skipped, never durations:
 #   1. at the default BUDGET and CHECKS the plan says every item fits, the checks run in the
-#      order of what they prove (env, gpu-tests, engine, models, speed), and the summary lists
-#      each of them, and each of their items, as passed: the default budget reaches every check;
+#      order of what they prove (env, gpu-tests, engine, models, python, speed), and the
+#      summary lists each of them, and each of their items, as passed: the default budget
+#      reaches every check;
 #   2. with BUDGET=250 the same assertion fails: the later items are skipped, the summary says
 #      the budget is the reason, and the run still exits 0 (a skip is not a failure);
 #   3. a stand-in that fails (GPU_CHECK_STANDIN_FAIL=gpu-tests.layers) makes its item and check
@@ -19,7 +20,7 @@ work=$2
 rm -rf "$work"
 mkdir -p "$work"
 check=$source_dir/scripts/gpu-check.sh
-expected_checks=(env gpu-tests engine models speed)
+expected_checks=(env gpu-tests engine models python speed)
 
 fail() {
   echo "FAIL: $*" >&2
