@@ -42,6 +42,7 @@ struct Run {
   std::vector<float> losses;
   double first_grad_norm = 0;
   std::vector<std::vector<float>> before, after_first;  // every parameter, fp32 masters
+  std::vector<std::string> names;                       // every parameter's name
   std::vector<float> logits;
 };
 
@@ -97,6 +98,7 @@ Run train(const Model& m, bool gpu) {
       return values;
     };
     run.before = read_all();
+    run.names = model->names();
     std::mt19937 rng(11);
     std::vector<std::int32_t> tokens(kB * kT), targets(kB * kT);
     for (int step = 0; step < kSteps; ++step) {
@@ -136,11 +138,15 @@ TEST_CASE("cuda models: GPT-2, Llama and Qwen2 train on the GPU as on the CPU, i
       INFO("step " << s);
       CHECK(gpu.losses[s] == Approx(cpu.losses[s]).epsilon(2e-2));
     }
-    // The first update's direction, per tensor (both start from the same masters).
+    // The first update's direction, per tensor (both start from the same masters). Not the key
+    // projection's bias: its gradient is zero in exact arithmetic (it adds q.b to every score of
+    // a query, which the softmax cancels), so the sign of its first Adam update is rounding
+    // noise on either device.
     REQUIRE(cpu.before.size() == gpu.before.size());
     for (std::size_t id = 0; id < cpu.before.size(); ++id) {
-      INFO("parameter " << id);
+      INFO("parameter " << id << ", " << cpu.names[id]);
       REQUIRE(cpu.before[id] == gpu.before[id]);
+      if (cpu.names[id].ends_with("k_proj.bias")) continue;
       std::size_t moved = 0, agree = 0;
       for (std::size_t i = 0; i < cpu.before[id].size(); ++i) {
         const double dc = static_cast<double>(cpu.after_first[id][i]) - cpu.before[id][i];
