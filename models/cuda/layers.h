@@ -88,8 +88,9 @@ int rope_backward(Bf16* dx, int ld, const float* cos, const float* sin, int B, i
 
 // out[N, OC] = inp[N, C] weight[OC, C]^T + bias; backward: dinp += dout weight,
 // dweight += dout^T inp, dbias += column sums of dout. bf16 operands, fp32 accumulation and
-// compute. Owns the cuBLASLt handle, its workspace and the descriptors and algorithm chosen
-// per shape, cached (a shape's first call asks cuBLASLt's heuristic once).
+// compute. Owns the cuBLASLt handle, its workspace, a 32 MiB staging buffer (the backward sums
+// each gradient out of place, a block of columns at a time) and the descriptors and algorithm
+// chosen per shape, cached (a shape's first call asks cuBLASLt's heuristic once).
 class Matmul {
  public:
   Matmul();

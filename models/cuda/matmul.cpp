@@ -9,14 +9,21 @@
 // leading dimension is its stored row count) but out and dout, whose rows may be `ld` elements
 // apart (ld >= OC: the logits' padded vocabulary): their layouts' leading dimension is ld, so
 // cuBLASLt never touches the columns OC..ld. The backward's dinp += dout W and dW += dout^T inp
-// run in place with beta = 1 (a null dinp or dweight is skipped); dbias += the column sums of
+// (a null dinp or dweight is skipped) are never run in place: with D the same buffer as C and
+// beta = 1, cuBLASLt 13.0's Hopper kernels (algorithm 66, every tile the heuristic offers) came
+// out up to a bf16 unit off, as if the product were rounded before C was added, while the same
+// algorithms with D apart were exact (bench/probes/cublaslt_accumulate.cu, an H200,
+// 2026-11-28). So each gradient is summed a block of columns at a time into a staging buffer,
+// D = A op B + C with C the gradient, and copied back: one rounding of the fp32 sum, as the CPU
+// layer. dbias += the column sums of
 // dout runs in internal::column_sums_add, on as much of `scratch` as reduction_scratch_floats
 // (N, OC) gives. A forward with C = 0 (no product to take) is refused, and so is ld < OC.
 //
-// Resources: the cuBLASLt handle and one 32 MiB device workspace, made in the constructor and
-// freed in the destructor; per product shape (kind, m, n, k, the leading dimensions, the
-// operands' alignments) one matmul descriptor, its three layouts (C and D share one: in the
-// backward they are the same buffer, accumulated in place with beta = 1) and the algorithm
+// Resources: the cuBLASLt handle, one 32 MiB device workspace and one 32 MiB staging buffer
+// (the backward's D), made in the constructor and freed in the destructor; per product shape
+// (kind, m, n, k, the leading dimensions, the operands' alignments) one matmul descriptor, its
+// four layouts (C's and D's differ in the backward: the gradient's and the staging's) and the
+// algorithm
 // cuBLASLt's heuristic picked the first time, cached in State until the destructor. The
 // heuristic may only pick split-K algorithms that reduce in fp32 in the workspace (never in bf16
 // and never "in place" in the output type), so every product sums in fp32 and a cached
@@ -33,6 +40,7 @@
 // NOT_SUPPORTED (also: the heuristic found no algorithm) -> cudaErrorNotSupported,
 // EXECUTION_FAILED -> cudaErrorLaunchFailure, anything else -> cudaErrorUnknown. A constructor
 // that failed (no handle, no workspace) leaves its error to be returned by every call.
+#include <algorithm>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +56,7 @@ namespace zero::cuda_layers {
 namespace {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+constexpr std::size_t kStagingBytes = std::size_t{32} << 20;  // the backward's D, in blocks
 
 int cuda_status(cublasStatus_t status) {
   switch (status) {
@@ -94,24 +103,25 @@ std::uint32_t alignment(const void* p) {
   return bytes;
 }
 
-// What a cached plan is for: D is m x n, the inner dimension k; the stored A's, B's and D's
-// leading dimensions; alignments in bytes.
+// What a cached plan is for: D is m x n, the inner dimension k; the stored A's, B's, C's and
+// D's leading dimensions; alignments in bytes.
 struct Key {
   Kind kind;
   int m, n, k;
-  int ld_a, ld_b, ld_d;
-  std::uint32_t align_a, align_b, align_d, align_bias;
+  int ld_a, ld_b, ld_c, ld_d;
+  std::uint32_t align_a, align_b, align_c, align_d, align_bias;
   auto operator<=>(const Key&) const = default;
 };
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;  // d is C's layout too
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
 };
 
 void destroy(Plan& plan) {
   if (plan.d != nullptr) cublasLtMatrixLayoutDestroy(plan.d);
+  if (plan.c != nullptr) cublasLtMatrixLayoutDestroy(plan.c);
   if (plan.b != nullptr) cublasLtMatrixLayoutDestroy(plan.b);
   if (plan.a != nullptr) cublasLtMatrixLayoutDestroy(plan.a);
   if (plan.desc != nullptr) cublasLtMatmulDescDestroy(plan.desc);
@@ -157,6 +167,10 @@ int make_plan(cublasLtHandle_t handle, const Key& key, const void* bias, Plan& p
     st = cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, b_rows, b_cols, key.ld_b);
   }
   if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_16BF, static_cast<std::uint64_t>(key.m),
+                                    static_cast<std::uint64_t>(key.n), key.ld_c);
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) {
     st = cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_16BF, static_cast<std::uint64_t>(key.m),
                                     static_cast<std::uint64_t>(key.n), key.ld_d);
   }
@@ -177,7 +191,7 @@ int make_plan(cublasLtHandle_t handle, const Key& key, const void* bias, Plan& p
     st = set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
   }
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
+    st = set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
   }
   if (st == CUBLAS_STATUS_SUCCESS) {
     st = set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
@@ -185,7 +199,7 @@ int make_plan(cublasLtHandle_t handle, const Key& key, const void* bias, Plan& p
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d,
+    st = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.c, plan.d,
                                         preference, 1, &result, &found);
   }
   if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
@@ -205,23 +219,27 @@ int make_plan(cublasLtHandle_t handle, const Key& key, const void* bias, Plan& p
 struct Matmul::State {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;  // kWorkspaceBytes of device memory
+  Bf16* staging = nullptr;    // kStagingBytes of device memory: the backward's D
   int failed = 0;             // the constructor's error, returned by every call
   std::map<Key, Plan> plans;
 
   State() {
     failed = cuda_status(cublasLtCreate(&handle));
     if (failed == 0) failed = static_cast<int>(cudaMalloc(&workspace, kWorkspaceBytes));
+    if (failed == 0) failed = static_cast<int>(cudaMalloc(&staging, kStagingBytes));
   }
   ~State() {
     for (auto& [key, plan] : plans) destroy(plan);
+    if (staging != nullptr) cudaFree(staging);
     if (workspace != nullptr) cudaFree(workspace);
     if (handle != nullptr) cublasLtDestroy(handle);
   }
 
-  // D = A op B (+ bias) with beta 0, or D += A op B with beta 1 (C is D), through the cached
-  // plan of the shape; lda, ldb, ldd are the stored operands' leading dimensions.
-  int run(Kind kind, int m, int n, int k, const Bf16* a, int lda, const Bf16* b, int ldb, Bf16* d,
-          int ldd, float beta, const Bf16* bias, cudaStream_t stream) {
+  // D = A op B (+ bias) + beta C through the cached plan of the shape; lda, ldb, ldc, ldd are
+  // the stored operands' leading dimensions. The forward passes beta 0 and C = D.
+  int run(Kind kind, int m, int n, int k, const Bf16* a, int lda, const Bf16* b, int ldb,
+          const Bf16* c, int ldc, Bf16* d, int ldd, float beta, const Bf16* bias,
+          cudaStream_t stream) {
     if (failed != 0) return failed;
     const Key key{kind,
                   m,
@@ -229,9 +247,11 @@ struct Matmul::State {
                   k,
                   lda,
                   ldb,
+                  ldc,
                   ldd,
                   alignment(a),
                   alignment(b),
+                  alignment(c),
                   alignment(d),
                   bias != nullptr ? alignment(bias) : 0u};
     auto at = plans.find(key);
@@ -247,9 +267,36 @@ struct Matmul::State {
       if (st != CUBLAS_STATUS_SUCCESS) return cuda_status(st);
     }
     const float alpha = 1.0f;
-    return cuda_status(cublasLtMatmul(handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d,
-                                      plan.d, d, plan.d, &plan.algo, workspace, kWorkspaceBytes,
+    return cuda_status(cublasLtMatmul(handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, c,
+                                      plan.c, d, plan.d, &plan.algo, workspace, kWorkspaceBytes,
                                       stream));
+  }
+
+  // D (m x n, leading dimension ldd) += A op B, never in place (see the top of the file): a
+  // block of D's columns at a time, staging = A op B's block + D's block, then staging copied
+  // back over D's block. B's block starts j0 columns in (j0 rows in, where op transposes it).
+  int accumulate(Kind kind, int m, int n, int k, const Bf16* a, int lda, const Bf16* b, int ldb,
+                 Bf16* d, int ldd, cudaStream_t stream) {
+    if (failed != 0) return failed;
+    const std::size_t row_bytes = static_cast<std::size_t>(m) * sizeof(Bf16);
+    const int block = static_cast<int>(
+        std::min<std::size_t>(static_cast<std::size_t>(n), kStagingBytes / row_bytes));
+    if (block == 0) return cudaErrorInvalidValue;  // a column over 32 MiB: m > 16M
+    for (int j0 = 0; j0 < n; j0 += block) {
+      const int cols = std::min(block, n - j0);
+      const Bf16* b_block = b + (transposes_b(kind) ? static_cast<std::size_t>(j0)
+                                                    : static_cast<std::size_t>(j0) * ldb);
+      Bf16* d_block = d + static_cast<std::size_t>(j0) * ldd;
+      int st = run(kind, m, cols, k, a, lda, b_block, ldb, d_block, ldd, staging, m, 1.0f, nullptr,
+                   stream);
+      if (st == 0) {
+        st = static_cast<int>(cudaMemcpy2DAsync(
+            d_block, static_cast<std::size_t>(ldd) * sizeof(Bf16), staging, row_bytes, row_bytes,
+            static_cast<std::size_t>(cols), cudaMemcpyDeviceToDevice, stream));
+      }
+      if (st != 0) return st;
+    }
+    return 0;
   }
 };
 
@@ -265,7 +312,7 @@ int Matmul::forward(Bf16* out, int ld_out, const Bf16* inp, const Bf16* weight, 
   if (N == 0 || OC == 0) return 0;
   if (C == 0) return cudaErrorInvalidValue;  // an empty inner dimension: cuBLASLt has no product
   const Kind kind = bias != nullptr ? Kind::forward_bias : Kind::forward;
-  return state_->run(kind, OC, N, C, weight, C, inp, C, out, ld_out, 0.0f, bias,
+  return state_->run(kind, OC, N, C, weight, C, inp, C, out, ld_out, out, ld_out, 0.0f, bias,
                      static_cast<cudaStream_t>(stream));
 }
 
@@ -277,13 +324,13 @@ int Matmul::backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, i
   if (N == 0 || OC == 0) return 0;  // every gradient gets += 0
   if (C > 0) {
     if (dinp != nullptr) {  // dinp^T (C x N) += W^T (C x OC) dout^T (OC x N), both as stored
-      const int st = state_->run(Kind::backward_input, C, N, OC, weight, C, dout, ld_dout, dinp, C,
-                                 1.0f, nullptr, s);
+      const int st =
+          state_->accumulate(Kind::backward_input, C, N, OC, weight, C, dout, ld_dout, dinp, C, s);
       if (st != 0) return st;
     }
     if (dweight != nullptr) {  // dW^T (C x OC) += inp^T (C x N) dout (N x OC)
-      const int st = state_->run(Kind::backward_weight, C, OC, N, inp, C, dout, ld_dout, dweight, C,
-                                 1.0f, nullptr, s);
+      const int st =
+          state_->accumulate(Kind::backward_weight, C, OC, N, inp, C, dout, ld_dout, dweight, C, s);
       if (st != 0) return st;
     }
   }

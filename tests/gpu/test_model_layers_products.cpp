@@ -146,6 +146,13 @@ TEST_CASE("cuda layers: matmul matches the CPU layer at 256 x 768 -> 3072 with b
   check_matmul(256, 768, 3072, true, 300);
 }
 
+TEST_CASE("cuda layers: matmul's backward sums a gradient larger than its staging in blocks",
+          "[gpu]") {
+  // dweight^T is 2304 x 7500 bf16, 34.6 MB: a block of 7281 columns through the 32 MiB staging
+  // buffer, then one of 219.
+  check_matmul(16, 2304, 7500, false, 600);
+}
+
 TEST_CASE("cuda layers: matmul's bias gradient sums 1000 rows in fixed chunks", "[gpu]") {
   // Four chunks of 250 rows through scratch, then their sums in order.
   check_matmul(1000, 24, 40, true, 500);
