@@ -13,7 +13,9 @@
 // Where cuBLASLt may choose, it chooses the worst the preferences allow: a product with k >= 32
 // is split in two along k, its halves reduced in bf16 (the output type) when the reduction mask
 // admits that, else in fp32 in the workspace when the workspace admits it. So a caller that
-// leaves the mask at its default gets bf16 partial sums, as it could on a GPU.
+// leaves the mask at its default gets bf16 partial sums, as it could on a GPU. And D += A op B
+// in place (C is D, beta != 0) rounds A op B to bf16 before adding C, as cuBLASLt 13.0's Hopper
+// kernels were seen to (an H200, 2026-11-28), so only a product summed out of place is exact.
 //
 // Not here: other types, compute types, epilogues and attributes (refused as NOT_SUPPORTED or
 // INVALID_VALUE), batched products, and cuBLASLt's own choice of algorithms and their order of

@@ -57,6 +57,7 @@ enum cudaError {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInitializationError = 3,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidPitchValue = 12,
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorNoKernelImageForDevice = 209,
@@ -92,6 +93,11 @@ cudaError_t cudaMalloc(T** pointer, std::size_t bytes) {
 }
 cudaError_t cudaFree(void* pointer);
 cudaError_t cudaMemcpy(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind);
+// `height` rows of `width` bytes, `to_pitch` and `from_pitch` bytes apart, each row as cudaMemcpy
+// (synchronous, as every call here; the stream must exist).
+cudaError_t cudaMemcpy2DAsync(void* to, std::size_t to_pitch, const void* from,
+                              std::size_t from_pitch, std::size_t width, std::size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream);
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);

@@ -126,6 +126,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "initialization error";
     case cudaErrorInvalidConfiguration:
       return "invalid configuration argument";
+    case cudaErrorInvalidPitchValue:
+      return "invalid pitch argument";
     case cudaErrorInvalidDevicePointer:
       return "invalid device pointer";
     case cudaErrorInvalidMemcpyDirection:
@@ -209,6 +211,20 @@ cudaError_t cudaMemcpy(void* to, const void* from, std::size_t bytes, cudaMemcpy
     return cudaErrorInvalidValue;
   }
   std::memmove(to, from, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2DAsync(void* to, std::size_t to_pitch, const void* from,
+                              std::size_t from_pitch, std::size_t width, std::size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream) {
+  if (!emu::is_stream(stream)) return cudaErrorInvalidResourceHandle;
+  if (height > 0 && (width > to_pitch || width > from_pitch)) return cudaErrorInvalidPitchValue;
+  for (std::size_t row = 0; row < height; ++row) {
+    const cudaError_t st =
+        cudaMemcpy(static_cast<char*>(to) + row * to_pitch,
+                   static_cast<const char*>(from) + row * from_pitch, width, kind);
+    if (st != cudaSuccess) return st;
+  }
   return cudaSuccess;
 }
 
