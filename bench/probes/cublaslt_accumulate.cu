@@ -10,10 +10,6 @@
 // terms' magnitudes), with each algorithm's configuration (id, tile, split-K, reduction scheme).
 //
 //   nvcc -O2 -arch=sm_90 bench/probes/cublaslt_accumulate.cu -lcublasLt -o cublaslt_accumulate
-#include <cublasLt.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -21,13 +17,17 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                               \
-  do {                                                                      \
-    auto s_ = (x);                                                          \
-    if (static_cast<int>(s_) != 0) {                                        \
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#define CK(x)                                                            \
+  do {                                                                   \
+    auto s_ = (x);                                                       \
+    if (static_cast<int>(s_) != 0) {                                     \
       std::printf("%s:%d: %s -> %d\n", __FILE__, __LINE__, #x, (int)s_); \
-      return 1;                                                             \
-    }                                                                       \
+      return 1;                                                          \
+    }                                                                    \
   } while (0)
 
 using Bits = std::vector<std::uint16_t>;
@@ -64,7 +64,8 @@ static int probe(cublasLtHandle_t handle, void* workspace, std::size_t workspace
   const int m = c.m, n = c.n, k = c.k;
   const int a_rows = c.ta ? k : m, a_cols = c.ta ? m : k;
   const int b_rows = c.tb ? n : k, b_cols = c.tb ? k : n;
-  const Bits a = random_bits(std::size_t(a_rows) * a_cols, 1), b = random_bits(std::size_t(b_rows) * b_cols, 2);
+  const Bits a = random_bits(std::size_t(a_rows) * a_cols, 1),
+             b = random_bits(std::size_t(b_rows) * b_cols, 2);
   const Bits c0 = random_bits(std::size_t(m) * n, 3);
   // The reference (column-major), and the terms' magnitudes.
   std::vector<double> ref(std::size_t(m) * n), mag(std::size_t(m) * n);
@@ -72,8 +73,10 @@ static int probe(cublasLtHandle_t handle, void* workspace, std::size_t workspace
     for (int i = 0; i < m; ++i) {
       double s = 0, t = 0;
       for (int p = 0; p < k; ++p) {
-        const double x = bf16_value(c.ta ? a[std::size_t(i) * a_rows + p] : a[std::size_t(p) * a_rows + i]);
-        const double y = bf16_value(c.tb ? b[std::size_t(p) * b_rows + j] : b[std::size_t(j) * b_rows + p]);
+        const double x =
+            bf16_value(c.ta ? a[std::size_t(i) * a_rows + p] : a[std::size_t(p) * a_rows + i]);
+        const double y =
+            bf16_value(c.tb ? b[std::size_t(p) * b_rows + j] : b[std::size_t(j) * b_rows + p]);
         s += x * y;
         t += std::fabs(x * y);
       }
@@ -83,7 +86,8 @@ static int probe(cublasLtHandle_t handle, void* workspace, std::size_t workspace
   }
   cublasLtMatmulDesc_t desc;
   CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const std::int32_t op_a = c.ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = c.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const std::int32_t op_a = c.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     op_b = c.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   cublasLtMatrixLayout_t la, lb, ld;
@@ -94,8 +98,10 @@ static int probe(cublasLtHandle_t handle, void* workspace, std::size_t workspace
   CK(cublasLtMatmulPreferenceCreate(&pref));
   const std::uint64_t ws = workspace_bytes;
   const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof reductions));
+  CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                          sizeof ws));
+  CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                          &reductions, sizeof reductions));
   cublasLtMatmulHeuristicResult_t results[16];
   int found = 0;
   CK(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, 16, results, &found));
@@ -115,11 +121,16 @@ static int probe(cublasLtHandle_t handle, void* workspace, std::size_t workspace
     int id = 0, tile = 0, splitk = 0, reduce = 0, stages = 0, custom = 0;
     std::size_t got = 0;
     cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduce, sizeof reduce, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof custom, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile,
+                                         &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                         sizeof splitk, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduce,
+                                         sizeof reduce, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                         sizeof stages, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom,
+                                         sizeof custom, &got);
     int off[3];
     for (int way = 0; way < 3; ++way) {  // in place, apart, beta 0
       const float alpha = 1.0f, beta = way == 2 ? 0.0f : 1.0f;
@@ -128,7 +139,10 @@ static int probe(cublasLtHandle_t handle, void* workspace, std::size_t workspace
       const void* cptr = way == 0 ? dd : dc;
       const auto st = cublasLtMatmul(handle, desc, &alpha, da, la, db, lb, &beta, cptr, ld, dd, ld,
                                      &algo, workspace, workspace_bytes, nullptr);
-      if (st != CUBLAS_STATUS_SUCCESS) { off[way] = -int(st); continue; }
+      if (st != CUBLAS_STATUS_SUCCESS) {
+        off[way] = -int(st);
+        continue;
+      }
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(out.data(), dd, out.size() * 2, cudaMemcpyDeviceToHost));
       off[way] = 0;
@@ -142,7 +156,10 @@ static int probe(cublasLtHandle_t handle, void* workspace, std::size_t workspace
     std::printf("  %-3d %5d %5d %6d %6d %6d %7d  %9d %9d %9d\n", r, id, tile, splitk, reduce,
                 stages, custom, off[0], off[1], off[2]);
   }
-  cudaFree(da); cudaFree(db); cudaFree(dc); cudaFree(dd);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+  cudaFree(dd);
   return 0;
 }
 
