@@ -7,8 +7,9 @@
 #      order of what they prove (env, gpu-tests, engine, models, python, speed), and the
 #      summary lists each of them, and each of their items, as passed: the default budget
 #      reaches every check;
-#   2. with BUDGET=250 the same assertion fails: the later items are skipped, the summary says
-#      the budget is the reason, and the run still exits 0 (a skip is not a failure);
+#   2. with a budget that ends with the models check the same assertion fails: the later items
+#      are skipped, the summary says the budget is the reason, and the run still exits 0 (a
+#      skip is not a failure);
 #   3. a stand-in that fails (GPU_CHECK_STANDIN_FAIL=gpu-tests.layers) makes its item and check
 #      "failed" with the first failing case as the reason, exit 1, and the next check still runs;
 #   4. every program gpu-check runs from the bundle is one scripts/gpu-bundle.sh packs (the dry
@@ -74,14 +75,18 @@ every_check_passed "$work/default" || {
   fail "the logs or bench/gpu.sh's table are missing"
 (($(find "$work/default" -type f | wc -l) <= 8)) || fail "more than the 8 files that come back"
 
-# 2. a budget too small: the assertion above fails, and the summary says why
-env -u CHECKS -u SPEED_RUNS -u MODELS BUDGET=250 TIME_SCALE=0.002 \
+# 2. a budget too small: the assertion above fails, and the summary says why. The budget ends
+# where the models check is expected to end (the plan's figures), so nothing after it fits.
+small=$(env -u BUDGET -u CHECKS -u SPEED_RUNS -u MODELS bash "$check" --plan |
+  awk '$1 ~ /^models\./ {end = $6} END {print end}')
+[[ $small =~ ^[0-9]+$ ]] || fail "the plan does not say when the models check ends"
+env -u CHECKS -u SPEED_RUNS -u MODELS BUDGET=$small TIME_SCALE=0.002 \
   bash "$check" --dry-run "$work/small" >"$work/small.log" 2>&1
 rc=$?
 [[ $rc -eq 0 ]] || fail "a dry run that skips items for the budget exits $rc, not 0"
-every_check_passed "$work/small" 2>/dev/null && fail "BUDGET=250 reaches every check too"
-grep -q 'beyond the 250 s budget' "$work/small/summary.txt" ||
-  fail "the plan does not name the items beyond BUDGET=250"
+every_check_passed "$work/small" 2>/dev/null && fail "BUDGET=$small reaches every check too"
+grep -q "beyond the $small s budget" "$work/small/summary.txt" ||
+  fail "the plan does not name the items beyond BUDGET=$small"
 grep -Eq '^speed +skipped: the budget is spent' "$work/small/summary.txt" ||
   fail "the summary does not say speed was skipped for the budget"
 
