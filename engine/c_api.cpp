@@ -535,6 +535,14 @@ zero_status zero_global_steps(const zero_engine* engine, long long* steps) {
   });
 }
 
+zero_status zero_learning_rate(const zero_engine* engine, double* lr) {
+  return zero::guard([&] {
+    const auto& e = engine_of(engine, "zero_learning_rate");
+    require(lr, "zero_learning_rate", "lr");
+    *lr = e.next_learning_rate();
+  });
+}
+
 zero_status zero_load_pretrained(zero_engine* engine, const char* path,
                                  const zero_pretrained_options* options) {
   return zero::guard([&] {

@@ -440,6 +440,11 @@ std::int64_t Engine::global_steps() const noexcept {
   return impl_->stepper ? impl_->stepper->global_steps() : 0;
 }
 
+double Engine::next_learning_rate() const {
+  const std::int64_t taken = impl_->stepper ? impl_->stepper->optimizer_steps() : 0;
+  return scheduled(impl_->config, taken + 1).lr;
+}
+
 StepStats Engine::step() {
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;

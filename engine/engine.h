@@ -201,6 +201,10 @@ class Engine {
   // Optimizer steps so far, skipped ones included (StepStats::global_steps); a checkpoint load
   // restores it.
   std::int64_t global_steps() const noexcept;
+  // The learning rate the next optimizer step uses, before any group's lr_scale: the schedule
+  // at that step's iteration (the first value before any step; after a load, the resumed
+  // schedule's). What DeepSpeed's get_lr() returns between steps.
+  double next_learning_rate() const;
 
   // Called after every micro-batch's backward (DeepSpeed's engine.step()). Finishes this
   // micro-step's gradient reductions; at the boundary, runs the optimizer step.

@@ -9,6 +9,11 @@
 #include "optim/schedule.h"
 
 namespace zero::engine {
+
+optim::ScheduleValue scheduled(const config::Config& config, std::int64_t k) {
+  return optim::schedule_at(config.scheduler, optim::schedule_iteration(config.scheduler, k),
+                            config.optimizer.lr);
+}
 namespace {
 
 float read_scalar(Device& device, const float* scalar) {
@@ -164,8 +169,7 @@ StepStats Stepper::step() {
   stats.loss_scale = scale;
   // The learning rate this step uses, or on a skipped step the one the schedule still holds.
   const std::int64_t k = optimizer_steps_ + 1;
-  const optim::ScheduleValue value = optim::schedule_at(
-      config.scheduler, optim::schedule_iteration(config.scheduler, k), config.optimizer.lr);
+  const optim::ScheduleValue value = scheduled(config, k);
   stats.lr = value.lr;
 
   // fp16 always, bf16 with check_grad_overflow: a step on non-finite gradients is skipped.

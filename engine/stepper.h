@@ -28,8 +28,13 @@
 #include "engine/model_state.h"
 #include "engine/param_fetcher.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
 
 namespace zero::engine {
+
+// The schedule's values for the k-th optimizer step of the run (k >= 1, skipped steps not
+// counted): the config's scheduler at its iteration, over the optimizer's lr.
+optim::ScheduleValue scheduled(const config::Config& config, std::int64_t k);
 
 class Stepper {
  public:

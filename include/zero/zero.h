@@ -340,6 +340,12 @@ ZERO_API zero_status zero_checkpoint_user_data(const zero_engine* engine, void* 
  * against it when it resumes. */
 ZERO_API zero_status zero_global_steps(const zero_engine* engine, long long* steps);
 
+/* The learning rate the next optimizer step will use, before any group's lr_scale: the
+ * config's schedule at that step's iteration; its first value before any step, the resumed
+ * schedule's after zero_load_checkpoint. A skipped step leaves it as it was. What DeepSpeed's
+ * engine.get_lr() returns between steps (zero_step_stats.lr is the step's own). */
+ZERO_API zero_status zero_learning_rate(const zero_engine* engine, double* lr);
+
 /* ---- Pretrained weights ---- */
 
 /* How zero_load_pretrained maps tensors onto parameters. Zero-initialise it ({0}); every list

@@ -117,6 +117,7 @@ _SIGNATURES = {
     "zero_load_checkpoint": [_P, _S, _S, ctypes.c_uint],
     "zero_checkpoint_user_data": [_P, _P, _U64, _PU64],
     "zero_global_steps": [_P, ctypes.POINTER(ctypes.c_longlong)],
+    "zero_learning_rate": [_P, ctypes.POINTER(ctypes.c_double)],
     "zero_memory_report": [_P, ctypes.c_char_p, _U64, _PU64],
 }
 _RESTYPES = {"zero_status_string": _S, "zero_last_error": _S, "zero_version": _S}

@@ -91,8 +91,12 @@ class ZeroEngine:
         return self.train(False)
 
     def get_lr(self):
-        lr = self._stats.lr if self._stepped else self._base_lr()
-        return [lr * scale for scale in self._lr_scales]
+        """The learning rate the next optimizer step uses, per group, as DeepSpeed's: its
+        scheduler has stepped after the last optimizer step (so before any step, the schedule's
+        first value)."""
+        lr = ctypes.c_double()
+        call("zero_learning_rate", self._handle, ctypes.byref(lr))
+        return [lr.value * scale for scale in self._lr_scales]
 
     def get_global_grad_norm(self):
         return self._stats.grad_norm if self._stepped else None
@@ -267,11 +271,5 @@ class ZeroEngine:
         try:
             return float(self.config_value("optimizer.params.weight_decay"))
         except (ZeroError, TypeError, ValueError):
-            return 0.0
-
-    def _base_lr(self):
-        try:
-            return float(self.config_value("optimizer.params.lr"))
-        except ZeroError:
             return 0.0
 

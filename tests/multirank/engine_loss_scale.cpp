@@ -15,6 +15,7 @@
 //   - stats.lr follows WarmupLR (linear) at the count of good steps only: the scheduler does not
 //     step on a skipped step (which reports the lr the schedule holds); stats.grad_norm is that of
 //     this window's gradients alone, so nothing of a skipped window leaks into the next one;
+//     zero_learning_rate gives the next step's lr (DeepSpeed's get_lr() between steps);
 //   - global_steps counts skipped steps too (zero.h), micro_steps every zero_step call.
 // Then a static scale (loss_scale 128) that never changes while overflows are still skipped,
 // and runs that overflow down to min_loss_scale and once more there: zero_step must fail with
@@ -393,6 +394,9 @@ void run_script(const Setting& s, const std::vector<bool>& script) {
   Oracle oracle(s);
   int good = 0;
   int overflows = 0;
+  double first = 0;
+  CHECK_OK(zero_learning_rate(engine, &first));
+  c.expect_near(-1, "zero_learning_rate before the first step", first, expected_lr(0), 1e-12);
   for (int step = 0; step < static_cast<int>(script.size()); ++step) {
     const bool overflow = script[step];
     check_scale_now(c, engine, step, s, oracle.scale());
@@ -428,6 +432,9 @@ void run_script(const Setting& s, const std::vector<bool>& script) {
                     1e-2);
       ++good;
     }
+    double next = 0;
+    CHECK_OK(zero_learning_rate(engine, &next));
+    c.expect_near(step, "zero_learning_rate (the next step's)", next, expected_lr(good), 1e-12);
   }
   c.finish();
   CHECK_OK(zero_destroy(engine));

@@ -156,8 +156,9 @@ def scheduler_dict_and_restore():
                                               lr_scheduler=schedule)
     for _ in range(3):
         one_step(engine)
-    # The third step runs at iteration 1 of the linear warmup: 0 + (1e-3 - 0) * 1/4.
-    assert scheduler.get_last_lr() == [0.0 + (1e-3 - 0.0) * (1 / 4)], scheduler.get_last_lr()
+    # After the third step DeepSpeed's scheduler stands at iteration 2 of the linear warmup
+    # (the fourth step's): 0 + (1e-3 - 0) * 2/4.
+    assert scheduler.get_last_lr() == [0.0 + (1e-3 - 0.0) * (2 / 4)], scheduler.get_last_lr()
     state = engine.consolidated_state_dict()
     engine.destroy(restore_module=True)
     for name, p in model.named_parameters():

@@ -102,6 +102,11 @@ def run(args, stage, offload):
         for name in Path(args.resume).glob("losses.rank*.json"):
             expected.update(json.loads(name.read_text()))
     failures = []
+    # DeepSpeed's get_lr() is the next optimizer step's: the schedule's first value before any
+    # step, the resumed schedule's after a load.
+    if engine.get_lr()[0] != expected_lr(first):
+        failures.append(f"before step {first}: lr {engine.get_lr()[0]!r}, expected "
+                        f"{expected_lr(first)!r}")
     saved = {}
     for step in range(first, first + args.steps):
         # plain PyTorch on every rank's micro-batches
@@ -132,8 +137,8 @@ def run(args, stage, offload):
                 failures.append(f"step {step} micro {j}: loss {value!r}, expected {want!r}")
         lr = engine.get_lr()[0]
         norm = engine.get_global_grad_norm()
-        if lr != expected_lr(step):
-            failures.append(f"step {step}: lr {lr!r}, expected {expected_lr(step)!r}")
+        if lr != expected_lr(step + 1):  # the scheduler has stepped: the next step's
+            failures.append(f"after step {step}: lr {lr!r}, expected {expected_lr(step + 1)!r}")
         if optimizer.param_groups[0]["lr"] != lr or scheduler.get_last_lr()[0] != lr:
             failures.append(f"step {step}: the optimizer's and scheduler's lr differ from {lr}")
         if not args.resume and not close(norm, ref_norm, args.norm_tol):
