@@ -7,7 +7,9 @@
 # PYTHON (default: the tests' venv) needs torch and transformers, and deepspeed for its rows
 # (pip install deepspeed py-cpuinfo ninja; without it they are skipped, saying so). The library
 # and zero-run are build/'s. MODEL_ARGS changes the model (bench/frontend.py --help; default a
-# GPT-2 of 4 layers x 512, vocabulary 8192, micro-batch 4 x 256 tokens, 12 timed steps);
+# GPT-2 of 4 layers x 512, vocabulary 8192, micro-batch 4 x 256 tokens, 12 timed steps); the
+# offloaded pairs run again on OFFLOAD_ARGS's (default 8 layers x 512, vocabulary 32000, one
+# sequence of 64 tokens a rank: small micro-batches, the engine's share of the step large);
 # REPEATS (default 3) runs of each, interleaved with its peer's, and their medians.
 # Writes bench/results/frontend_cpu.txt.
 set -euo pipefail
