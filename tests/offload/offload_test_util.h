@@ -18,6 +18,9 @@ namespace zero::offload::test {
 
 using zero::testing::ScratchDir;
 
+// The config key the swap directory's errors name.
+inline constexpr const char* kNvmePathKey = "zero_optimization.offload_optimizer.nvme_path";
+
 // Memory aligned for direct I/O (4096 covers every alignment statx reports here).
 class AlignedBuffer {
  public:

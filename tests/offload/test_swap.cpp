@@ -23,7 +23,6 @@ using test::ScratchDir;
 using zero::testing::error_of;
 
 constexpr std::uint64_t kTiB = std::uint64_t{1} << 40;
-constexpr const char* kSetting = "zero_optimization.offload_optimizer.nvme_path";
 
 unsigned mode_of(const std::string& path) {
   struct stat st {};
@@ -59,7 +58,7 @@ TEST_CASE("a swap directory is nvme_path/zero/job/rank with 0700 directories and
   CHECK(mode_of(nvme + "/zero") == 0700);
   CHECK(mode_of(nvme + "/zero/job42") == 0700);
   CHECK(mode_of(dir.path()) == 0700);
-  auto file = dir.create("moments", 3 << 20, kSetting);
+  auto file = dir.create("moments", 3 << 20, test::kNvmePathKey);
   CHECK(file->path() == dir.path() + "/moments");
   CHECK(file->size() == (3u << 20));
   CHECK(mode_of(file->path()) == 0600);
@@ -78,8 +77,8 @@ TEST_CASE("a swap directory removes its files on destruction, and the job direct
   {
     auto rank0 = std::make_unique<SwapDirectory>(scratch.path(), "job", 0);
     SwapDirectory rank1(scratch.path(), "job", 1);
-    rank0_file = rank0->create("a", 1 << 20, kSetting)->path();
-    rank1_file = rank1.create("b", 1 << 20, kSetting)->path();
+    rank0_file = rank0->create("a", 1 << 20, test::kNvmePathKey)->path();
+    rank1_file = rank1.create("b", 1 << 20, test::kNvmePathKey)->path();
     rank0.reset();
     CHECK_FALSE(exists(rank0_file));
     CHECK_FALSE(exists(scratch.file("zero/job/rank0")));
@@ -96,7 +95,7 @@ TEST_CASE("keep() leaves the swap files for inspection", "[offload]") {
   std::string path;
   {
     SwapDirectory dir(scratch.path(), "job", 0);
-    path = dir.create("a", 1 << 20, kSetting)->path();
+    path = dir.create("a", 1 << 20, test::kNvmePathKey)->path();
     dir.keep("a test asked for it");
   }
   CHECK(exists(path));
@@ -110,7 +109,7 @@ TEST_CASE("a swap directory destroyed by an exception removes its files: only ke
   std::string path;
   try {
     SwapDirectory dir(scratch.path(), "job", 0);
-    path = dir.create("a", 1 << 20, kSetting)->path();
+    path = dir.create("a", 1 << 20, test::kNvmePathKey)->path();
     throw std::runtime_error("init refused on another rank");
   } catch (const std::runtime_error&) {
   }
@@ -127,9 +126,9 @@ TEST_CASE(
   struct statvfs vfs {};
   REQUIRE(::statvfs(dir.path().c_str(), &vfs) == 0);
   const std::uint64_t free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  const Error error = error_of([&] { dir.create("moments", free + kTiB, kSetting); });
+  const Error error = error_of([&] { dir.create("moments", free + kTiB, test::kNvmePathKey); });
   CHECK(error.category() == ErrorCategory::io);
-  CHECK_THAT(error.what(), Catch::StartsWith(kSetting) && Catch::Contains(dir.path()) &&
+  CHECK_THAT(error.what(), Catch::StartsWith(test::kNvmePathKey) && Catch::Contains(dir.path()) &&
                                Catch::Contains("free") &&
                                Catch::Contains(std::to_string(free + kTiB) + " bytes"));
   CHECK_FALSE(exists(dir.path() + "/moments"));
@@ -139,12 +138,13 @@ TEST_CASE("a swap file that already exists is refused, and bad names are usage e
           "[offload]") {
   ScratchDir scratch("names");
   SwapDirectory dir(scratch.path(), "job", 0);
-  auto file = dir.create("a", 4096, kSetting);
-  const Error again = error_of([&] { dir.create("a", 4096, kSetting); });
+  auto file = dir.create("a", 4096, test::kNvmePathKey);
+  const Error again = error_of([&] { dir.create("a", 4096, test::kNvmePathKey); });
   CHECK(again.category() == ErrorCategory::io);
   CHECK_THAT(again.what(), Catch::Contains(file->path()) && Catch::Contains("already exists"));
   for (const char* name : {"", "..", "x/y"}) {
-    CHECK(error_of([&] { dir.create(name, 4096, kSetting); }).category() == ErrorCategory::usage);
+    CHECK(error_of([&] { dir.create(name, 4096, test::kNvmePathKey); }).category() ==
+          ErrorCategory::usage);
   }
   CHECK(error_of([&] { SwapDirectory(scratch.path(), "a/b", 0); }).category() ==
         ErrorCategory::usage);
@@ -156,7 +156,7 @@ TEST_CASE("regions round trip through a swap file", "[offload]") {
   ZERO_FOR_EACH_AIO_BACKEND(backend);
   ScratchDir scratch("swap-roundtrip");
   SwapDirectory dir(scratch.path(), "job", 0);
-  auto file = dir.create("state", 5 << 20, kSetting);
+  auto file = dir.create("state", 5 << 20, test::kNvmePathKey);
   AioOptions options = options_for(backend);
   options.block_size = 65536;
   options.intra_op_parallelism = 2;
@@ -185,7 +185,7 @@ TEST_CASE("a region changed behind the swap file's back fails its checksum", "[o
   ZERO_FOR_EACH_AIO_BACKEND(backend);
   ScratchDir scratch("corrupt");
   SwapDirectory dir(scratch.path(), "job", 0);
-  auto file = dir.create("state", 1 << 20, kSetting);
+  auto file = dir.create("state", 1 << 20, test::kNvmePathKey);
   auto io = AsyncIO::create(options_for(backend));
   AlignedBuffer out(1 << 20), in(1 << 20);
   out.fill_random(29);
@@ -205,7 +205,7 @@ TEST_CASE("a truncated swap file is never read as data", "[offload]") {
   ZERO_FOR_EACH_AIO_BACKEND(backend);
   ScratchDir scratch("truncated");
   SwapDirectory dir(scratch.path(), "job", 0);
-  auto file = dir.create("state", 1 << 20, kSetting);
+  auto file = dir.create("state", 1 << 20, test::kNvmePathKey);
   auto io = AsyncIO::create(options_for(backend));
   AlignedBuffer out(1 << 20), in(1 << 20);
   out.fill_random(31);
@@ -228,7 +228,7 @@ TEST_CASE("a truncated swap file is never read as data", "[offload]") {
 TEST_CASE("reading a region that was not written whole is a usage error", "[offload]") {
   ScratchDir scratch("unwritten");
   SwapDirectory dir(scratch.path(), "job", 0);
-  auto file = dir.create("state", 1 << 20, kSetting);
+  auto file = dir.create("state", 1 << 20, test::kNvmePathKey);
   bool faulty = false;
   AioOptions options = options_for(AioBackend::threads);
   options.inject = [&](bool, const std::string&, std::uint64_t, std::size_t) {

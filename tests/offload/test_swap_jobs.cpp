@@ -34,9 +34,8 @@ namespace fs = std::filesystem;
 using test::ScratchDir;
 using zero::testing::error_of;
 
-constexpr const char* kSetting = "zero_optimization.offload_optimizer.nvme_path";
-
-bool exists(const std::string& path) {
+// Whether anything is at `path`, a dangling symbolic link too (lstat, not fs::exists).
+bool exists_no_follow(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;
 }
@@ -115,7 +114,7 @@ TEST_CASE("a swap directory's owner record names its host and live process", "[o
   CHECK_THAT(jobs[0].state_text(), Catch::Contains("running"));
   CHECK_THAT(error_of([&] { remove_swap_job(jobs[0]); }).what(),
              Catch::Contains("running job") && Catch::Contains(dir.path().substr(0, 10)));
-  CHECK(exists(dir.path()));
+  CHECK(exists_no_follow(dir.path()));
 }
 
 TEST_CASE("the scan names stale swap directories with size, age and why, and removes them",
@@ -145,8 +144,8 @@ TEST_CASE("the scan names stale swap directories with size, age and why, and rem
   CHECK(removal.whole());
   CHECK(removal.files == 2);  // the swap file and the owner record
   CHECK(removal.bytes >= (3u << 20));
-  CHECK_FALSE(exists(gone));
-  CHECK(exists(scratch.path() + "/zero/elsewhere/rank0/optimizer.swap"));
+  CHECK_FALSE(exists_no_follow(gone));
+  CHECK(exists_no_follow(scratch.path() + "/zero/elsewhere/rank0/optimizer.swap"));
 }
 
 TEST_CASE("a stale directory holding links is removed but for them, and stays identifiable",
@@ -165,10 +164,10 @@ TEST_CASE("a stale directory holding links is removed but for them, and stays id
   // The swap file went and was counted; the link, what it points to and the owner record stay.
   CHECK(removal.files == 1);
   CHECK(removal.bytes >= (1u << 20));
-  CHECK_FALSE(exists(gone + "/rank0/optimizer.swap"));
-  CHECK(exists(gone + "/rank0/planted"));
+  CHECK_FALSE(exists_no_follow(gone + "/rank0/optimizer.swap"));
+  CHECK(exists_no_follow(gone + "/rank0/planted"));
   CHECK(read_text(outside) == "not zero's");
-  CHECK(exists(gone + "/rank0/owner.json"));
+  CHECK(exists_no_follow(gone + "/rank0/owner.json"));
   const auto again = find_swap_jobs(scratch.path());
   REQUIRE(again.size() == 1);
   CHECK(again[0].state == SwapJobState::gone);
@@ -179,7 +178,8 @@ TEST_CASE("the next run is told about stale directories when a swap file does no
   ScratchDir scratch("stale-full");
   const std::string gone = plant_job(scratch.path(), "dead", dead_pid(), host(), 1 << 20);
   SwapDirectory dir(scratch.path(), "job", 0);
-  const Error error = error_of([&] { dir.create("moments", std::uint64_t{1} << 60, kSetting); });
+  const Error error =
+      error_of([&] { dir.create("moments", std::uint64_t{1} << 60, test::kNvmePathKey); });
   CHECK(error.category() == ErrorCategory::io);
   CHECK_THAT(error.what(), Catch::Contains("free") && Catch::Contains(gone) &&
                                Catch::Contains("zero-swap clean"));
@@ -212,9 +212,9 @@ TEST_CASE("links planted below nvme_path are refused, never followed", "[offload
   SECTION("a swap file's name is a link") {
     SwapDirectory dir(scratch.file("nvme"), "job", 0);
     fs::create_symlink(target + "/victim", dir.path() + "/moments");
-    const Error error = error_of([&] { dir.create("moments", 4096, kSetting); });
+    const Error error = error_of([&] { dir.create("moments", 4096, test::kNvmePathKey); });
     CHECK_THAT(error.what(), Catch::Contains("symbolic link"));
-    CHECK_FALSE(exists(target + "/victim"));
+    CHECK_FALSE(exists_no_follow(target + "/victim"));
     ::unlink((dir.path() + "/moments").c_str());
   }
   // Nothing was made where the links point.
@@ -228,13 +228,13 @@ TEST_CASE("swap directories are removed when SIGTERM, SIGINT or SIGHUP ends the 
     const std::string log = scratch.file("stderr");
     const int status = in_child(log, [&] {
       auto* dir = new SwapDirectory(scratch.file("nvme"), "job", 0);
-      dir->create("optimizer.swap", 1 << 20, kSetting).release();
+      dir->create("optimizer.swap", 1 << 20, test::kNvmePathKey).release();
       ::raise(sig);
     });
     INFO("signal " << sig);
     CHECK(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == sig);
-    CHECK_FALSE(exists(scratch.file("nvme/zero/job")));
+    CHECK_FALSE(exists_no_follow(scratch.file("nvme/zero/job")));
     CHECK_THAT(read_text(log), Catch::Contains("removed swap directory"));
   }
 }
@@ -250,7 +250,7 @@ TEST_CASE("swap exit child: leaves by exit() with a swap directory", "[.swap-exi
   static std::unique_ptr<SwapDirectory> dir;
   static std::unique_ptr<SwapFile> file;
   dir = std::make_unique<SwapDirectory>(nvme, "job", 0);
-  file = dir->create("optimizer.swap", 1 << 20, kSetting);
+  file = dir->create("optimizer.swap", 1 << 20, test::kNvmePathKey);
   std::exit(3);
 }
 
@@ -279,7 +279,7 @@ TEST_CASE("exit() without destroying the swap directory removes it", "[offload]"
   ::waitpid(child, &status, 0);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 3);
-  CHECK_FALSE(exists(nvme + "/zero/job"));
+  CHECK_FALSE(exists_no_follow(nvme + "/zero/job"));
   CHECK_THAT(read_text(log), Catch::Contains("exits without destroying"));
 }
 
@@ -289,12 +289,12 @@ TEST_CASE("a kept swap directory survives SIGTERM and is named as left for inspe
   const std::string log = scratch.file("stderr");
   const int status = in_child(log, [&] {
     auto* dir = new SwapDirectory(scratch.file("nvme"), "job", 0);
-    dir->create("optimizer.swap", 1 << 20, kSetting).release();
+    dir->create("optimizer.swap", 1 << 20, test::kNvmePathKey).release();
     dir->keep("a step failed");
     ::raise(SIGTERM);
   });
   CHECK(WIFSIGNALED(status));
-  CHECK(exists(scratch.file("nvme/zero/job/rank0/optimizer.swap")));
+  CHECK(exists_no_follow(scratch.file("nvme/zero/job/rank0/optimizer.swap")));
   CHECK_THAT(read_text(log), Catch::Contains("left for inspection") &&
                                  Catch::Contains(scratch.file("nvme/zero/job/rank0")));
 }
@@ -307,9 +307,9 @@ TEST_CASE("a signal the process handles itself is left to it", "[offload]") {
     {
       SwapDirectory dir(scratch.file("nvme"), "job", 0);
       ::raise(SIGTERM);  // ignored: the process goes on and destroys the directory itself
-      if (!exists(dir.path())) ::_exit(4);
+      if (!exists_no_follow(dir.path())) ::_exit(4);
     }
-    ::_exit(exists(scratch.file("nvme/zero/job")) ? 5 : 0);
+    ::_exit(exists_no_follow(scratch.file("nvme/zero/job")) ? 5 : 0);
   });
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
@@ -321,9 +321,9 @@ TEST_CASE("remove_swap_directories_now removes what is registered, as zero_abort
   const std::string log = scratch.file("stderr");
   const int status = in_child(log, [&] {
     auto* dir = new SwapDirectory(scratch.file("nvme"), "job", 0);
-    dir->create("optimizer.swap", 1 << 20, kSetting).release();
+    dir->create("optimizer.swap", 1 << 20, test::kNvmePathKey).release();
     remove_swap_directories_now("aborting the job (test)");
-    ::_exit(exists(dir->path()) ? 1 : 0);
+    ::_exit(exists_no_follow(dir->path()) ? 1 : 0);
   });
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);

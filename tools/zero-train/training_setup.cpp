@@ -17,20 +17,21 @@
 namespace zero::train {
 namespace {
 
-using json = Training::json;
+// Not `json`: a unity build puts model_choice.cpp's `json` (nlohmann::json) beside it.
+using Json = Training::json;
 
 // The config file as JSON, for what only its text says: whether "auto" stands at a key, and
 // whether it has an activation_checkpointing section.
-json read_raw_config(const std::string& path) {
+Json read_raw_config(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(fmt::format("--config {}: cannot read it", path));
   std::stringstream text;
   text << in.rdbuf();
-  return json::parse(text.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  return Json::parse(text.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
 }
 
-bool is_auto(const json& raw, const std::string& dotted) {
-  const json* node = &raw;
+bool is_auto(const Json& raw, const std::string& dotted) {
+  const Json* node = &raw;
   std::size_t begin = 0;
   while (node->is_object()) {
     const std::size_t dot = dotted.find('.', begin);
@@ -46,7 +47,7 @@ bool is_auto(const json& raw, const std::string& dotted) {
 
 // The flags that supply config values: --micro-batch and --lr always; --steps and --lr fill the
 // scheduler's "auto" values; --set KEY=VALUE last, so it wins.
-std::vector<std::string> overrides(const TrainOptions& o, const json& raw) {
+std::vector<std::string> overrides(const TrainOptions& o, const Json& raw) {
   std::vector<std::string> out;
   if (o.micro_batch)
     out.push_back(fmt::format("train_micro_batch_size_per_gpu={}", *o.micro_batch));
@@ -154,7 +155,7 @@ Training::~Training() {
   if (engine_ != nullptr) static_cast<void>(zero_destroy(engine_));
 }
 
-json Training::config_value(const char* key) const {
+Training::json Training::config_value(const char* key) const {
   unsigned long long needed = 0;
   calls_.check(zero_config_value(engine_, key, nullptr, 0, &needed), "zero_config_value");
   std::string text(needed, '\0');
