@@ -30,6 +30,13 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_L
       -Wno-array-bounds -Wno-stringop-overflow -Wno-stringop-overread>)
 endif()
 
+# A unity build (CMAKE_UNITY_BUILD, as `make test-asan` and `make test-tsan` build) includes the
+# sources into one file per batch, so GCC takes a class of a .cpp that holds a member of a type
+# from that file's anonymous namespace for one of a header (-Wsubobject-linkage): spurious there.
+if(CMAKE_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  target_compile_options(zero_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+endif()
+
 # Sanitizers for our code and the programs linked with it.
 add_library(zero_sanitize INTERFACE)
 if(ZERO_SANITIZE)
