@@ -27,8 +27,6 @@ namespace {
 using namespace zero;
 using namespace zero::testing;
 
-const std::vector<std::size_t> kOrder{0, 1, 2, 3, 4, 5};
-
 const char* kConfig = R"({"train_micro_batch_size_per_gpu": 1,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
     "checkpoint": {"keep_last": 1},
@@ -64,11 +62,11 @@ int crash(const std::string& dir, const std::string& point, int victim) {
     }
   };
   auto e = make_engine(kConfig, options);
-  for (int step = 0; step < 2; ++step) micro_step(*e, kOrder, step);
+  for (int step = 0; step < 2; ++step) micro_step(*e, kModuleOrder, step);
   e->save_checkpoint(dir, {"good", ""});
   const std::vector<float> good = all_values(*e);
   if (e->rank() == 0) write_values(dir + "/good.bin", good);
-  micro_step(*e, kOrder, 2);
+  micro_step(*e, kModuleOrder, 2);
   const std::vector<float> bad = all_values(*e);
   if (e->rank() == 0) write_values(dir + "/bad.bin", bad);
   armed = e->rank() == victim;
@@ -102,7 +100,7 @@ int check(const std::string& dir, const std::string& expected) {
                  expected.c_str());
     ++failures;
   }
-  micro_step(*e, kOrder, 2);  // and trains on
+  micro_step(*e, kModuleOrder, 2);  // and trains on
   // The next save clears what the crash left: staging and doomed directories, latest.tmp.
   e->save_checkpoint(dir, {"next", ""});
   for (const char* left : {"/.bad.saving", "/.good.deleting", "/latest.tmp"}) {

@@ -24,6 +24,16 @@ struct Model {
 
 inline constexpr std::size_t kFrozen = 8;
 
+// The six modules in registration order: the pass order of the tests' micro-steps.
+inline const std::vector<std::size_t> kModuleOrder{0, 1, 2, 3, 4, 5};
+
+// Every parameter's full fp32 value (collective: every rank calls it).
+inline std::vector<std::vector<float>> param_values(engine::Engine& e) {
+  std::vector<std::vector<float>> out;
+  for (std::size_t p = 0; p < e.registry().param_count(); ++p) out.push_back(e.read_param(p));
+  return out;
+}
+
 // An engine over the whole job (MPI) for a config, with the model registered and initialised.
 inline std::unique_ptr<engine::Engine> make_engine(const std::string& text,
                                                    engine::EngineOptions options = {}) {

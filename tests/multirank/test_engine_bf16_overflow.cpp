@@ -17,8 +17,6 @@
 namespace zero::testing {
 namespace {
 
-const std::vector<std::size_t> kOrder{0, 1, 2, 3, 4, 5};
-
 std::string bf16_config(int stage, const std::string& check) {
   return R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true)" + check + R"(},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
@@ -30,11 +28,11 @@ std::string bf16_config(int stage, const std::string& check) {
 // One micro-step of bf16 gradients; `poison` writes `bad` into one element of p4 on rank 0.
 engine::StepStats step(engine::Engine& e, int n, bool poison, float bad) {
   const Model model;
-  for (std::size_t m : kOrder) {
+  for (std::size_t m : kModuleOrder) {
     e.pre_forward(m);
     e.post_forward(m);
   }
-  for (auto it = kOrder.rbegin(); it != kOrder.rend(); ++it) {
+  for (auto it = kModuleOrder.rbegin(); it != kModuleOrder.rend(); ++it) {
     e.pre_backward(*it);
     for (std::size_t p : model.modules[*it]) {
       if (p == kFrozen) continue;

@@ -30,8 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::size_t> kOrder{0, 1, 2, 3, 4, 5};
-
 void barrier() {
   side_channel().barrier().wait();
 }
@@ -47,14 +45,8 @@ std::string config(int stage, const std::string& extra = "", int accumulation = 
          extra + R"( "steps_per_print": 1000})";
 }
 
-std::vector<std::vector<float>> values(engine::Engine& e) {
-  std::vector<std::vector<float>> out;
-  for (std::size_t p = 0; p < e.registry().param_count(); ++p) out.push_back(e.read_param(p));
-  return out;
-}
-
 void train(engine::Engine& e, int from, int to) {
-  for (int step = from; step < to; ++step) micro_step(e, kOrder, step);
+  for (int step = from; step < to; ++step) micro_step(e, kModuleOrder, step);
 }
 
 std::string read_text(const fs::path& path) {
@@ -71,18 +63,18 @@ TEST_CASE("engine checkpoint: a load restores the saved state bit for bit", "[en
   for (int stage = 0; stage <= 3; ++stage) {
     auto e = make_engine(config(stage));
     train(*e, 0, 3);
-    const auto saved = values(*e);
+    const auto saved = param_values(*e);
     e->save_checkpoint(dir.path.string(), {"", "position 3"});
     CHECK(read_text(dir.path / "latest") == "global_step3\n");
     train(*e, 3, 5);
-    const auto later = values(*e);
+    const auto later = param_values(*e);
     const engine::LoadResult result = e->load_checkpoint(dir.path.string());
     CHECK(result.tag == "global_step3");
     CHECK(result.user_data == "position 3");
     CHECK(result.global_steps == 3);
-    CHECK(values(*e) == saved);
+    CHECK(param_values(*e) == saved);
     train(*e, 3, 5);
-    CHECK(values(*e) == later);
+    CHECK(param_values(*e) == later);
     INFO("stage " << stage);
   }
 }
@@ -120,7 +112,8 @@ TEST_CASE("engine checkpoint: a flipped byte in a rank file is found, naming the
     CHECK_THAT(error.what(), Catch::Contains("master/p1"));
   }
   // Half loaded: the engine takes no more steps.
-  CHECK_THROWS_WITH(micro_step(*e, kOrder, 2), Catch::Contains("checkpoint load failed part way"));
+  CHECK_THROWS_WITH(micro_step(*e, kModuleOrder, 2),
+                    Catch::Contains("checkpoint load failed part way"));
 }
 
 TEST_CASE("engine checkpoint: another model's checkpoint is refused before anything changes",
@@ -144,7 +137,7 @@ TEST_CASE("engine checkpoint: another model's checkpoint is refused before anyth
     barrier();
   };
   train(*e, 2, 3);
-  const auto before = values(*e);
+  const auto before = param_values(*e);
 
   edit([](nlohmann::json& m) { m["params"][3]["name"] = "renamed"; });
   CHECK_THROWS_WITH(e->load_checkpoint(dir.path.string()),
@@ -157,9 +150,9 @@ TEST_CASE("engine checkpoint: another model's checkpoint is refused before anyth
                     Catch::Contains("'p4' has shape [998] there and [999] in this model"));
   edit([](nlohmann::json& m) { m["optimizer"]["states"] = {"momentum_buffer"}; });
   CHECK_THROWS_WITH(e->load_checkpoint(dir.path.string()), Catch::Contains("module_only"));
-  CHECK(values(*e) == before);
+  CHECK(param_values(*e) == before);
   train(*e, 3, 4);  // still trains
-  CHECK(values(*e) != before);
+  CHECK(param_values(*e) != before);
 }
 
 TEST_CASE("engine checkpoint: a save that fails or dies at any point leaves the last one",
@@ -174,7 +167,7 @@ TEST_CASE("engine checkpoint: a save that fails or dies at any point leaves the 
     auto e = make_engine(config(3), options);
     train(*e, 0, 2);
     e->save_checkpoint(dir.path.string(), {"good", ""});
-    const auto good = values(*e);
+    const auto good = param_values(*e);
     train(*e, 2, 3);
     armed = point;
     CHECK_THROWS_WITH(e->save_checkpoint(dir.path.string(), {"bad", ""}),
@@ -186,7 +179,7 @@ TEST_CASE("engine checkpoint: a save that fails or dies at any point leaves the 
     // Past tag_in_place the new tag is complete; before it there is none.
     CHECK(fs::exists(dir.path / "bad" / "meta.json") == (std::string(point) == "tag_in_place"));
     e->load_checkpoint(dir.path.string());
-    CHECK(values(*e) == good);
+    CHECK(param_values(*e) == good);
     INFO("failure at " << point);
     barrier();
     if (e->rank() == 0) fs::remove_all(dir.path / "bad");
@@ -199,12 +192,12 @@ TEST_CASE("engine checkpoint: saving a tag again replaces it whole", "[engine]")
   train(*e, 0, 1);
   e->save_checkpoint(dir.path.string(), {"same", "first"});
   train(*e, 1, 2);
-  const auto second = values(*e);
+  const auto second = param_values(*e);
   e->save_checkpoint(dir.path.string(), {"same", "second"});
   train(*e, 2, 3);
   const engine::LoadResult result = e->load_checkpoint(dir.path.string(), {"same", false});
   CHECK(result.user_data == "second");
-  CHECK(values(*e) == second);
+  CHECK(param_values(*e) == second);
 }
 
 TEST_CASE("engine checkpoint: checkpoint.keep_last keeps the newest tags", "[engine]") {
@@ -227,10 +220,10 @@ TEST_CASE("engine checkpoint: checkpoint.keep_last keeps the newest tags", "[eng
 TEST_CASE("engine checkpoint: a save inside an accumulation window is refused", "[engine]") {
   SharedDir dir("ckpt-window");
   auto e = make_engine(config(1, "", 2));
-  micro_step(*e, kOrder, 0);
+  micro_step(*e, kModuleOrder, 0);
   CHECK_THROWS_WITH(e->save_checkpoint(dir.path.string()),
                     Catch::Contains("inside an accumulation window (1 of 2"));
-  micro_step(*e, kOrder, 1);
+  micro_step(*e, kModuleOrder, 1);
   e->save_checkpoint(dir.path.string());
   CHECK(fs::exists(dir.path / "global_step1" / "meta.json"));
 }
@@ -239,13 +232,13 @@ TEST_CASE("engine checkpoint: module_only takes the values and leaves the counte
   SharedDir dir("ckpt-module");
   auto e = make_engine(config(3));
   train(*e, 0, 2);
-  const auto saved = values(*e);
+  const auto saved = param_values(*e);
   e->save_checkpoint(dir.path.string());
   auto fresh = make_engine(config(1));
   const engine::LoadResult result =
       fresh->load_checkpoint(dir.path.string(), {"", /*module_only=*/true});
   CHECK(result.global_steps == 2);
-  CHECK(values(*fresh) == saved);
+  CHECK(param_values(*fresh) == saved);
   // The counters started afresh: the next step is the first.
   train(*fresh, 0, 1);
   fresh->save_checkpoint(dir.path.string());
@@ -290,7 +283,7 @@ TEST_CASE("engine pretrained: safetensors weights load by name, with dtype conve
   barrier();
   for (int stage : {1, 3}) {
     auto e = make_engine(config(stage));
-    const auto before = values(*e);
+    const auto before = param_values(*e);
     engine::PretrainedOptions options;
     options.names = {{"p2", "renamed.two"}};
     options.skip = {"p5"};
@@ -300,10 +293,10 @@ TEST_CASE("engine pretrained: safetensors weights load by name, with dtype conve
     options.skip.clear();
     CHECK_THROWS_WITH(e->load_pretrained(file.string(), options),
                       Catch::Contains("no tensor 'p5' for parameter 'p5'"));
-    CHECK(values(*e) == before);  // refused before anything changed
+    CHECK(param_values(*e) == before);  // refused before anything changed
     options.skip = {"p5"};
     e->load_pretrained(file.string(), options);
-    const auto after = values(*e);
+    const auto after = param_values(*e);
     for (std::size_t p = 0; p < model.sizes.size(); ++p) {
       for (std::size_t i = 0; i < after[p].size(); ++i) {
         float want = p == 5 ? before[p][i] : value(p, i);
@@ -352,7 +345,7 @@ TEST_CASE("engine pretrained: several files listed by an index JSON, found from 
   barrier();
   auto e = make_engine(config(3));
   e->load_pretrained(dir.path.string());
-  const auto after = values(*e);
+  const auto after = param_values(*e);
   for (std::size_t p = 0; p < model.sizes.size(); ++p) {
     for (std::size_t i = 0; i < after[p].size(); ++i) {
       const float want = bf16_to_float(float_to_bf16(value(p, i)));

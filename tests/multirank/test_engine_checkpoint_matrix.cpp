@@ -24,8 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::size_t> kOrder{0, 1, 2, 3, 4, 5};
-
 struct Placement {
   const char* name;
   int min_stage;  // the stages it applies from
@@ -80,12 +78,12 @@ std::string matrix_config(int stage, const Placement& placement, const std::stri
 void half_aware_step(engine::Engine& e, int step) {
   const Model model;
   const DType dtype = e.compute_dtype();
-  for (std::size_t m : kOrder) {
+  for (std::size_t m : kModuleOrder) {
     e.pre_forward(m);
     e.post_forward(m);
   }
   const float scale = static_cast<float>(e.loss_scale());
-  for (auto it = kOrder.rbegin(); it != kOrder.rend(); ++it) {
+  for (auto it = kModuleOrder.rbegin(); it != kModuleOrder.rend(); ++it) {
     e.pre_backward(*it);
     for (std::size_t p : model.modules[*it]) {
       if (p == kFrozen) continue;
@@ -110,14 +108,8 @@ void half_aware_step(engine::Engine& e, int step) {
   e.step();
 }
 
-void train(engine::Engine& e, int from, int to) {
+void train_half_aware(engine::Engine& e, int from, int to) {
   for (int step = from; step < to; ++step) half_aware_step(e, step);
-}
-
-std::vector<std::vector<float>> values(engine::Engine& e) {
-  std::vector<std::vector<float>> out;
-  for (std::size_t p = 0; p < e.registry().param_count(); ++p) out.push_back(e.read_param(p));
-  return out;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -142,8 +134,8 @@ TEST_CASE("engine checkpoint: masters and moments round-trip bit for bit in ever
         INFO(what);
         const fs::path dir = scratch.path / ("ckpt-" + std::to_string(cases++));
         auto e = make_engine(matrix_config(stage, placement, precision, nvme));
-        train(*e, 0, 3);
-        const auto live = values(*e);
+        train_half_aware(*e, 0, 3);
+        const auto live = param_values(*e);
         e->save_checkpoint(dir.string(), {"saved", ""});
 
         checkpoint::CheckpointReader reader((dir / "saved").string());
@@ -169,12 +161,12 @@ TEST_CASE("engine checkpoint: masters and moments round-trip bit for bit in ever
           }
         }
 
-        train(*e, 3, 5);
-        const auto later = values(*e);
+        train_half_aware(*e, 3, 5);
+        const auto later = param_values(*e);
         e->load_checkpoint(dir.string());
-        CHECK(values(*e) == live);
-        train(*e, 3, 5);
-        const auto again = values(*e);
+        CHECK(param_values(*e) == live);
+        train_half_aware(*e, 3, 5);
+        const auto again = param_values(*e);
         for (std::size_t p = 0; p < later.size(); ++p) {
           INFO("parameter p" << p << " after the load and two steps");
           CHECK(same_bits(again[p], later[p]));

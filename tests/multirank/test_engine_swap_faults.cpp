@@ -55,8 +55,6 @@ std::string nvme_config(const fs::path& dir, int buffers = 3,
          dir.string() + R"(", "buffer_count": )" + std::to_string(buffers) + "}}}";
 }
 
-const std::vector<std::size_t> kOrder{0, 1, 2, 3, 4, 5};
-
 }  // namespace
 
 TEST_CASE("engine swap: settings the pipeline cannot work with are refused at init", "[engine]") {
@@ -105,12 +103,12 @@ TEST_CASE("engine swap: a disk that fills up fails the step, naming the file, an
     return full && write ? ENOSPC : 0;
   };
   auto e = make_engine(nvme_config(dir.path), options);
-  micro_step(*e, kOrder, 0);  // a good step first
+  micro_step(*e, kModuleOrder, 0);  // a good step first
   const fs::path file = dir.swap_file(e->rank());
   REQUIRE(!file.empty());
   full = true;
   try {
-    micro_step(*e, kOrder, 1);
+    micro_step(*e, kModuleOrder, 1);
     FAIL("a step whose swap writes fail went through");
   } catch (const Error& error) {
     CHECK(error.category() == ErrorCategory::io);
@@ -120,7 +118,7 @@ TEST_CASE("engine swap: a disk that fills up fails the step, naming the file, an
   // The state may be half stepped: no further step is taken on it.
   full = false;
   try {
-    micro_step(*e, kOrder, 2);
+    micro_step(*e, kModuleOrder, 2);
     FAIL("a step after a failed one went through");
   } catch (const Error& error) {
     CHECK(error.category() == ErrorCategory::usage);
@@ -136,7 +134,7 @@ TEST_CASE("engine swap: a swap file changed or truncated behind the engine is ne
     INFO((truncate ? "truncated" : "overwritten"));
     ScratchDir dir(truncate ? "swap-truncated" : "swap-altered");
     auto e = make_engine(nvme_config(dir.path));
-    micro_step(*e, kOrder, 0);
+    micro_step(*e, kModuleOrder, 0);
     const fs::path file = dir.swap_file(e->rank());
     REQUIRE(!file.empty());
     const int fd = ::open(file.c_str(), O_WRONLY);
@@ -149,7 +147,7 @@ TEST_CASE("engine swap: a swap file changed or truncated behind the engine is ne
     }
     ::close(fd);
     try {
-      micro_step(*e, kOrder, 1);
+      micro_step(*e, kModuleOrder, 1);
       FAIL("a step read a damaged swap file without noticing");
     } catch (const Error& error) {
       CHECK(error.category() == ErrorCategory::io);
