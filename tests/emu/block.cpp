@@ -18,8 +18,9 @@
 
 #include <signal.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
+
+#include "fiber.h"
 
 namespace emu {
 namespace {
@@ -38,7 +39,7 @@ struct PendingCopy {
 };
 
 struct Fiber {
-  ucontext_t context;
+  FiberContext context;
   uint3 index;  // threadIdx
   unsigned rank;
   State state;
@@ -73,7 +74,7 @@ struct Run {
   std::vector<unsigned> ready;
   std::size_t head = 0, count = 0;
   Fiber* current = nullptr;  // null outside a kernel
-  ucontext_t host;
+  FiberContext host;
 };
 
 Run run;
@@ -121,7 +122,7 @@ void switch_to(Fiber& next) {
   Fiber& me = *run.current;
   run.current = &next;
   threadIdx = next.index;
-  swapcontext(&me.context, &next.context);
+  fiber_switch(me.context, next.context);
 }
 
 [[noreturn]] void report_deadlock() {
@@ -186,7 +187,7 @@ void thread_returns() {
   ++warp.returned;
   if (run.returned == run.threads) {  // the block is done: back to run_grid
     run.current = nullptr;
-    swapcontext(&me.context, &run.host);
+    fiber_switch(me.context, run.host);
     return;
   }
   switch_away();
@@ -199,17 +200,12 @@ void fiber_main() {
   }
 }
 
-// A fresh context for thread `rank` that starts in fiber_main. (A function of its own: getcontext
-// returns twice, which the compiler must not see in a loop.)
+// A fresh fiber for thread `rank` that starts in fiber_main.
 void make_fiber(unsigned rank, dim3 block) {
   Fiber& f = run.fibers[rank];
   f.rank = rank;
   f.index = {rank % block.x, rank / block.x % block.y, rank / (block.x * block.y)};
-  getcontext(&f.context);
-  f.context.uc_stack.ss_sp = stack_for(rank);
-  f.context.uc_stack.ss_size = kStackBytes;
-  f.context.uc_link = nullptr;
-  makecontext(&f.context, fiber_main, 0);
+  fiber_start(f.context, stack_for(rank), kStackBytes, fiber_main);
 }
 
 // ---- Faults: name the kernel, block and thread, then let the previous handler have it ----
@@ -329,7 +325,7 @@ void run_grid(const Kernel& kernel, dim3 grid, dim3 block, std::size_t shared_by
         Fiber& first = pop_ready();
         run.current = &first;
         threadIdx = first.index;
-        swapcontext(&run.host, &first.context);  // back when the block's last thread returns
+        fiber_switch(run.host, first.context);  // back when the block's last thread returns
       }
     }
   }

@@ -1,6 +1,6 @@
 // CPU emulation of CUDA (tests/emu): the threads of a block and what they meet at. A launch
 // runs its blocks one after another on the calling host thread; a block's threads are fibers
-// (ucontext, one stack each) that the scheduler switches between only where a CUDA thread
+// (fiber.h, one stack each) that the scheduler switches between only where a CUDA thread
 // would wait for others: __syncthreads, a warp shuffle, a warp's mma. Between those points a
 // thread runs alone to its next one: threads start in rank order, leave a __syncthreads in the
 // order they reached it, and a warp leaves a shuffle or mma ahead of every other warp. So a read
