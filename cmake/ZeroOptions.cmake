@@ -13,6 +13,18 @@ if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
   set(CMAKE_BUILD_TYPE RelWithDebInfo CACHE STRING "Build type" FORCE)
 endif()
 
+# ZERO_DEBUG_INFO: `full` (-g, the build type's) or `lines` (-g1: functions, files and lines,
+# which is what a backtrace, perf and a sanitizer's report use, and no variables). GCC spends
+# about 40% of the compile time of a template-heavy source (nlohmann/json, Catch2) on full
+# debug information; CI and the sanitizer builds take `lines`.
+set(ZERO_DEBUG_INFO "full" CACHE STRING "debug information: full (-g) or lines (-g1)")
+set_property(CACHE ZERO_DEBUG_INFO PROPERTY STRINGS full lines)
+if(ZERO_DEBUG_INFO STREQUAL "lines")
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX,C>:-g1>)  # after the build type's -g: it wins
+elseif(NOT ZERO_DEBUG_INFO STREQUAL "full")
+  message(FATAL_ERROR "ZERO_DEBUG_INFO='${ZERO_DEBUG_INFO}': use full or lines")
+endif()
+
 # Warnings as errors on our own code (not on third-party headers, which come in as SYSTEM).
 add_library(zero_warnings INTERFACE)
 target_compile_options(zero_warnings INTERFACE
@@ -35,6 +47,17 @@ endif()
 # from that file's anonymous namespace for one of a header (-Wsubobject-linkage): spurious there.
 if(CMAKE_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   target_compile_options(zero_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+endif()
+
+# ZERO_HOT_OPTIMIZE (say -O1): the optimization of the code whose tests loop over large arrays
+# (the CPU optimizers' kernels and their oracle test, the emulated CUDA layers: the targets and
+# sources that link zero_hot), for a build whose type does not optimize. `make test-asan` builds
+# the rest at -O0, in half the time of -O1, and these at -O1, without which their tests run
+# several times slower under the sanitizers. Empty (the default): the build type's flags.
+set(ZERO_HOT_OPTIMIZE "" CACHE STRING "optimization flag for the hot code of an -O0 build")
+add_library(zero_hot INTERFACE)
+if(ZERO_HOT_OPTIMIZE)
+  target_compile_options(zero_hot INTERFACE $<$<COMPILE_LANGUAGE:CXX,C>:${ZERO_HOT_OPTIMIZE}>)
 endif()
 
 # Sanitizers for our code and the programs linked with it.

@@ -339,7 +339,7 @@ TEST_CASE("CPU optimizers match the oracle at sizes around the vector widths", "
 // threads, with indices crossing a block of the stochastic-rounding key inside a tile. AdamW in
 // every format, the others in fp32 and in bf16 throughout.
 TEST_CASE("CPU optimizers match the oracle across tiles, threads and a rounding-key block",
-          "[optim]") {
+          "[optim][sweep]") {
   constexpr std::size_t kCount = 100003;
   std::vector<Case> cases = all_formats(algorithms()[0]);
   for (const OptimizerSpec& spec : algorithms()) {
