@@ -3,7 +3,8 @@
 #   make demo   install what is missing, build zero-train alone (no CUDA, no tests) in build-demo,
 #               and train the reference GPT on 2 ranks (scripts/demo.sh)
 #   make test-asan / make test-tsan   the unit tests under ASan + UBSan; under TSan with the
-#               asynchronous CPU device, with the 2-rank equivalence matrix
+#               asynchronous CPU device, with the 2-rank equivalence matrix (asan-build and
+#               tsan-build: their builds alone)
 #   make gpu-bundle / make gpu-check   the GPU verification: build the bundle here, run it there
 # Knobs: BUILD (build folder), BUILD_TYPE, CUDA_ARCHS ("80;90"), JOBS, CMAKE_FLAGS, GENERATOR
 # (Ninja when installed).
@@ -15,7 +16,8 @@ CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 GENERATOR ?= $(if $(shell command -v ninja),Ninja,Unix Makefiles)
 
-.PHONY: all deps configure build test test-asan test-tsan demo gpu-bundle gpu-check format clean
+.PHONY: all deps configure build test asan-build test-asan tsan-build test-tsan demo gpu-bundle \
+  gpu-check format clean
 
 all: build
 
@@ -41,18 +43,21 @@ test: build
 # sources a file): each batch parses the headers once, about half the build's time.
 ASAN_BUILD ?= build-asan
 UNITY_FLAGS ?= -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8
-test-asan: deps
+asan-build: deps
 	cmake -S . -B $(ASAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug \
 	  "-DCMAKE_CXX_FLAGS_DEBUG=-O0" "-DCMAKE_C_FLAGS_DEBUG=-O0" -DZERO_DEBUG_INFO=lines \
 	  -DZERO_HOT_OPTIMIZE=-O1 -DZERO_WITH_CUDA=OFF -DZERO_SANITIZE=address,undefined \
 	  $(UNITY_FLAGS) $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target zero_unit_programs
+test-asan: asan-build
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit -LE script $(CTEST_FLAGS)
 
 # The unit tests and the 2-rank equivalence matrix under ThreadSanitizer on the asynchronous
 # CPU device (ZERO_CPU_DEVICE=async), without CUDA: scripts/test-tsan.sh (a unity build too).
 test-tsan: deps
 	UNITY_FLAGS="$(UNITY_FLAGS)" bash scripts/test-tsan.sh build-tsan
+tsan-build: deps
+	UNITY_FLAGS="$(UNITY_FLAGS)" bash scripts/test-tsan.sh --build build-tsan
 
 DEMO_BUILD ?= build-demo
 demo: deps

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# scripts/test-tsan.sh [BUILD_DIR]: ThreadSanitizer over the asynchronous CPU device
-# (`make test-tsan`; CI runs it).
+# scripts/test-tsan.sh [--build | --run] [BUILD_DIR]: ThreadSanitizer over the asynchronous CPU
+# device (`make test-tsan`; CI runs it; `make tsan-build` is --build alone).
 #
 # Builds BUILD_DIR (default build-tsan: ZERO_SANITIZE=thread at -O1 with line tables, without
-# CUDA) with the unit tests, the equivalence program and zero-run, then runs, with
-# ZERO_CPU_DEVICE=async (every stream a worker thread, events as markers in the queues):
-#   1. every unit test in one process but the numeric sweeps ([sweep]: one kernel over every
-#      format at 100003 elements, 106 of the 154 s the unit tests took under TSan): they run on
-#      the calling thread alone here (see OpenMP below), so there is nothing in them to race;
+# CUDA) with the unit tests, the equivalence program and zero-run (--build: only that), then runs
+# (--run: only that), with ZERO_CPU_DEVICE=async (every stream a worker thread, events as
+# markers in the queues):
+#   1. every unit test but the numeric sweeps ([sweep]: one kernel over every format at 100003
+#      elements, 106 of the 154 s the unit tests took under TSan): they run on the calling
+#      thread alone here (see OpenMP below), so there is nothing in them to race. Two processes
+#      at once, one core each: the checkpoint cases ([checkpoint], the slowest group here) and
+#      the others;
 #   2. the equivalence matrix (stages 0-3, every precision, offload) on 2 ranks.
 # The races this looks for are between the engine's threads: the device's stream workers, the
 # caller, MPI's progress thread, the swap I/O. OpenMP regions run on one thread
@@ -18,17 +21,29 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+build_it=1 run_it=1
+case ${1:-} in
+  --build) run_it=0 && shift ;;
+  --run) build_it=0 && shift ;;
+  -*)
+    echo "usage: scripts/test-tsan.sh [--build | --run] [BUILD_DIR]" >&2
+    exit 2
+    ;;
+esac
 build=${1:-build-tsan}
 jobs=${JOBS:-$(nproc)}
 generator=Ninja
 command -v ninja >/dev/null || generator="Unix Makefiles"
 
-# UNITY_FLAGS (make test-tsan passes the Makefile's): a unity build, about half the time.
-read -r -a unity <<<"${UNITY_FLAGS:-}"
-cmake -S . -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -DNDEBUG" \
-  -DZERO_DEBUG_INFO=lines -DZERO_WITH_CUDA=OFF -DZERO_SANITIZE=thread "${unity[@]}" >/dev/null
-cmake --build "$build" -j "$jobs" --target zero_unit_tests zero_engine_equivalence zero-run
+if ((build_it)); then
+  # UNITY_FLAGS (make test-tsan passes the Makefile's): a unity build, about half the time.
+  read -r -a unity <<<"${UNITY_FLAGS:-}"
+  cmake -S . -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -DNDEBUG" \
+    -DZERO_DEBUG_INFO=lines -DZERO_WITH_CUDA=OFF -DZERO_SANITIZE=thread "${unity[@]}" >/dev/null
+  cmake --build "$build" -j "$jobs" --target zero_unit_tests zero_engine_equivalence zero-run
+fi
+((run_it)) || exit 0
 
 export ZERO_CPU_DEVICE=async OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1 ZERO_LOG_LEVEL=warn
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1 exitcode=66 second_deadlock_stack=1}
@@ -37,8 +52,28 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
 start=$SECONDS
-echo "test-tsan: unit tests on the asynchronous CPU device"
-(cd "$build/tests" && timeout 1200 ./zero_unit_tests '~[.]~[sweep]')
+echo "test-tsan: unit tests on the asynchronous CPU device, in two processes"
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+shards=('[checkpoint]~[.]~[sweep]' '~[checkpoint]~[.]~[sweep]')
+pids=()
+for i in "${!shards[@]}"; do
+  (cd "$build/tests" && timeout 1200 ./zero_unit_tests "${shards[$i]}") >"$logs/$i.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for i in "${!shards[@]}"; do
+  rc=0
+  wait "${pids[$i]}" || rc=$?
+  if ((rc != 0)); then
+    cat "$logs/$i.log"
+    echo "test-tsan: the unit tests '${shards[$i]}' failed (exit $rc)" >&2
+    failed=1
+  else
+    tail -n 2 "$logs/$i.log"
+  fi
+done
+((failed == 0)) || exit 1
 echo "test-tsan: the equivalence matrix on 2 ranks"
 (cd "$build/tests" && timeout 1200 ../tools/zero-run/zero-run -n 2 -- ./zero_engine_equivalence |
   tail -1)
