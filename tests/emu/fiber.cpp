@@ -29,8 +29,14 @@ void begin() {
   std::abort();  // (an entry must not return: there is nothing to return to)
 }
 
-// The calling thread's stack, for AddressSanitizer to switch back to.
+// The calling thread's stack, for AddressSanitizer to switch back to (looked up again when
+// another thread launches: pthread_getattr_np reads /proc/self/maps for the main thread).
 void own_stack(FiberContext& host) {
+  static pthread_t known{};
+  static bool any = false;
+  if (host.stack != nullptr && any && pthread_equal(known, pthread_self())) return;
+  known = pthread_self();
+  any = true;
   pthread_attr_t attributes;
   void* lowest = nullptr;
   std::size_t bytes = 0;
@@ -60,7 +66,7 @@ void fiber_switch(FiberContext& from, FiberContext& to) {
     machine::switch_to(from, to);
     return;
   }
-  if (from.stack == nullptr) own_stack(from);  // the host thread, switched from before any fiber
+  if (from.entry == nullptr) own_stack(from);  // the host thread, switching to a fiber
   __sanitizer_start_switch_fiber(&from.fake_stack, to.stack, to.bytes);
   machine::switch_to(from, to);
   __sanitizer_finish_switch_fiber(from.fake_stack, nullptr, nullptr);

@@ -13,7 +13,8 @@
 
 namespace emu {
 
-// A fiber, or the host thread (stack null: its own), while another runs.
+// A fiber, or the host thread (entry null; its stack is its own, looked up only for ASan),
+// while another runs.
 struct FiberContext {
   void* saved = nullptr;           // what the machine's switch left to resume it by
   unsigned char* stack = nullptr;  // lowest usable byte
