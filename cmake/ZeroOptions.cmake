@@ -15,8 +15,8 @@ endif()
 
 # ZERO_DEBUG_INFO: `full` (-g, the build type's) or `lines` (-g1: functions, files and lines,
 # which is what a backtrace, perf and a sanitizer's report use, and no variables). GCC spends
-# about 40% of the compile time of a template-heavy source (nlohmann/json, Catch2) on full
-# debug information; CI and the sanitizer builds take `lines`.
+# up to 40% of a template-heavy source's compile time (nlohmann/json) on full debug
+# information, about 15% of the whole build's; CI and the sanitizer builds take `lines`.
 set(ZERO_DEBUG_INFO "full" CACHE STRING "debug information: full (-g) or lines (-g1)")
 set_property(CACHE ZERO_DEBUG_INFO PROPERTY STRINGS full lines)
 if(ZERO_DEBUG_INFO STREQUAL "lines")
