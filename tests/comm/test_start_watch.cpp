@@ -11,18 +11,13 @@
 
 #include "base/error.h"
 #include "comm/start_watch.h"
+#include "tests/comm/fake_environment.h"
 #include "tests/scratch.h"
 
 namespace zero::comm {
 namespace {
 
-Environment fake(std::map<std::string, std::string> values) {
-  return [values = std::move(values)](std::string_view name) -> std::optional<std::string> {
-    const auto it = values.find(std::string(name));
-    if (it == values.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using testing::fake_environment;
 
 LaunchInfo job(int rank, int world) {
   LaunchInfo launch;
@@ -35,16 +30,16 @@ LaunchInfo job(int rank, int world) {
 }  // namespace
 
 TEST_CASE("start-up settings: 300 s by default, ZERO_START_TIMEOUT and ZERO_START_DIR") {
-  CHECK(start_settings(fake({})).timeout_seconds == 300);
-  CHECK(start_settings(fake({})).dir.empty());
+  CHECK(start_settings(fake_environment({})).timeout_seconds == 300);
+  CHECK(start_settings(fake_environment({})).dir.empty());
   const StartSettings set =
-      start_settings(fake({{"ZERO_START_TIMEOUT", "2.5"}, {"ZERO_START_DIR", "/x"}}));
+      start_settings(fake_environment({{"ZERO_START_TIMEOUT", "2.5"}, {"ZERO_START_DIR", "/x"}}));
   CHECK(set.timeout_seconds == 2.5);
   CHECK(set.dir == "/x");
   for (const char* bad : {"", "0", "-3", "ten", "5s"}) {
     INFO(bad);
     try {
-      start_settings(fake({{"ZERO_START_TIMEOUT", bad}}));
+      start_settings(fake_environment({{"ZERO_START_TIMEOUT", bad}}));
       FAIL("accepted");
     } catch (const Error& error) {
       CHECK(error.category() == ErrorCategory::usage);

@@ -109,4 +109,15 @@ class EngineParts {
   EngineOptions options_;
 };
 
+// Parameter p's fp32 master values, wherever the parts keep them, copied out through the device.
+inline std::vector<float> master_of(EngineParts& parts, std::size_t p) {
+  const std::size_t n = parts.registry.param(p).numel;
+  std::vector<float> out(n);
+  auto* on_device = static_cast<float*>(parts.device->reserve(Tier::device, n * 4));
+  parts.state->copy_master(parts.layout.params[p].flat, n, on_device);
+  parts.device->copy(out.data(), on_device, n * 4);
+  parts.device->unreserve(Tier::device, on_device, n * 4);
+  return out;
+}
+
 }  // namespace zero::engine::testing

@@ -15,22 +15,13 @@ namespace {
 
 using testing::ArithmeticValues;
 using testing::EngineParts;
+using testing::master_of;
 
 std::string config(int stage, const std::string& offload) {
   return R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
              "optimizer": {"type": "AdamW"},
              "zero_optimization": {"stage": )" +
          std::to_string(stage) + R"(, "offload_optimizer": {"device": ")" + offload + R"("}}})";
-}
-
-std::vector<float> master_of(EngineParts& parts, std::size_t p) {
-  const std::size_t n = parts.registry.param(p).numel;
-  std::vector<float> out(n);
-  auto* on_device = static_cast<float*>(parts.device->reserve(Tier::device, n * 4));
-  parts.state->copy_master(parts.layout.params[p].flat, n, on_device);
-  parts.device->copy(out.data(), on_device, n * 4);
-  parts.device->unreserve(Tier::device, on_device, n * 4);
-  return out;
 }
 
 void renamed(Registry& r) {

@@ -18,6 +18,7 @@ namespace {
 
 using testing::ArithmeticValues;
 using testing::EngineParts;
+using testing::master_of;
 
 std::string sgd_config(const std::string& extra, const std::string& offload) {
   return R"({"train_micro_batch_size_per_gpu": 1, )" + extra +
@@ -48,16 +49,6 @@ double set_grads(EngineParts& parts, float poison = 0.0f) {
            accum == DType::f16 ? static_cast<const void*>(halves.data()) : g.data(), n * size);
   }
   return squares;
-}
-
-std::vector<float> master_of(EngineParts& parts, std::size_t p) {
-  const std::size_t n = parts.registry.param(p).numel;
-  std::vector<float> out(n);
-  auto* on_device = static_cast<float*>(parts.device->reserve(Tier::device, n * 4));
-  parts.state->copy_master(parts.layout.params[p].flat, n, on_device);
-  parts.device->copy(out.data(), on_device, n * 4);
-  parts.device->unreserve(Tier::device, on_device, n * 4);
-  return out;
 }
 
 // What SGD makes of ArithmeticValues and set_grads' gradients with the gradient scaled by
