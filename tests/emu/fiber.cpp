@@ -32,11 +32,9 @@ void begin() {
 // The calling thread's stack, for AddressSanitizer to switch back to (looked up again when
 // another thread launches: pthread_getattr_np reads /proc/self/maps for the main thread).
 void own_stack(FiberContext& host) {
-  static pthread_t known{};
-  static bool any = false;
-  if (host.stack != nullptr && any && pthread_equal(known, pthread_self())) return;
+  static pthread_t known{};  // whose stack host.stack is, once it is set
+  if (host.stack != nullptr && pthread_equal(known, pthread_self())) return;
   known = pthread_self();
-  any = true;
   pthread_attr_t attributes;
   void* lowest = nullptr;
   std::size_t bytes = 0;
