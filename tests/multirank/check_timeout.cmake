@@ -1,7 +1,12 @@
 # Runs the timeout program on 3 ranks and checks what the waiting ranks report and how the job
 # ends: the timeout error names the collective, its size and sequence number and the rank that
-# never issued it; the next call is refused; abort ends every rank with exit code 3.
-execute_process(COMMAND ${RUN} -n 3 -- ${PROGRAM}
+# never issued it; the next call is refused; abort ends every rank with exit code 3. The
+# waiting ranks abort only once both have reported (--sync), or the first abort could end the
+# other before its own timeout came.
+set(sync "${CMAKE_CURRENT_BINARY_DIR}/timeout-sync")
+file(REMOVE_RECURSE "${sync}")
+file(MAKE_DIRECTORY "${sync}")
+execute_process(COMMAND ${RUN} -n 3 -- ${PROGRAM} --sync "${sync}"
   RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(all "${out}\n${err}")
 message("${all}")
