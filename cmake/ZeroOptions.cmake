@@ -50,8 +50,8 @@ if(CMAKE_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
 endif()
 
 # ZERO_HOT_OPTIMIZE (say -O1): the optimization of the code whose tests loop over large arrays
-# (the CPU optimizers' kernels and their oracle test, the emulated CUDA layers: the targets and
-# sources that link zero_hot), for a build whose type does not optimize. `make test-asan` builds
+# (the CPU optimizers' kernels and their oracle test, the emulated CUDA layers, the models' CPU
+# layers and kernels: the targets and sources that link zero_hot), for a build whose type does not optimize. `make test-asan` builds
 # the rest at -O0, in half the time of -O1, and these at -O1, without which their tests run
 # several times slower under the sanitizers. Empty (the default): the build type's flags.
 set(ZERO_HOT_OPTIMIZE "" CACHE STRING "optimization flag for the hot code of an -O0 build")
