@@ -38,8 +38,9 @@ test: build
 # only the programs they run are built (the target zero_unit_programs), and not the tests that
 # run no program of ours (label `script`: the format, the layering, gpu-check's dry run). A
 # Debug build (asserts on) at -O0 with line tables (-g1), in half the time of -O1 -g; the code
-# whose tests sweep large arrays (the CPU optimizers' kernels, the emulated CUDA layers) at -O1
-# (ZERO_HOT_OPTIMIZE), without which those tests run several times slower. A unity build (16
+# whose tests sweep large arrays (the CPU optimizers' kernels, the emulated CUDA layers, the
+# models' CPU layers) at -O1 (ZERO_HOT_OPTIMIZE), without which those tests run several times
+# slower. A unity build (16
 # sources a file): each batch parses the headers and instantiates the templates they share
 # once, about half the build's time (16 rather than 8: about 10% less again).
 ASAN_BUILD ?= build-asan
