@@ -24,7 +24,7 @@ endfunction()
 # build that is not a unity build. A source that must see the header first with a macro of its
 # own sets SKIP_PRECOMPILE_HEADERS.
 set(ZERO_PCH AUTO CACHE STRING
-    "precompile the heaviest headers of the test programs, tools and engine: AUTO (unless CMAKE_UNITY_BUILD), ON or OFF")
+    "precompile the heaviest headers: AUTO (unless CMAKE_UNITY_BUILD), ON or OFF")
 set_property(CACHE ZERO_PCH PROPERTY STRINGS AUTO ON OFF)
 if(ZERO_PCH STREQUAL "AUTO")
   if(CMAKE_UNITY_BUILD)
