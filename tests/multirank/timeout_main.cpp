@@ -15,6 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
+#include "comm/create.h"
+
 namespace {
 
 // Marks DIR for this rank and waits until ranks 0 .. waiting-1 have all marked it, or a minute.
@@ -31,9 +34,6 @@ void wait_for_the_reports(const std::filesystem::path& dir, int rank, int waitin
 }
 
 }  // namespace
-
-#include "base/error.h"
-#include "comm/create.h"
 
 int main(int argc, char** argv) {
   bool return_instead = false;
