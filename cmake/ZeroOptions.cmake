@@ -60,14 +60,17 @@ if(ZERO_HOT_OPTIMIZE)
   target_compile_options(zero_hot INTERFACE $<$<COMPILE_LANGUAGE:CXX,C>:${ZERO_HOT_OPTIMIZE}>)
 endif()
 
-# ZERO_TEST_OPTIMIZE (-Og by default): the optimization of the test programs' own code (what
-# tests/ builds, but the emulated CUDA layers of tests/emu) in a build whose type optimizes; the
-# code they test keeps the build type's. A test file is mostly Catch2 assertions, which GCC
-# compiles 2.5 times faster at -Og than at -O2 (zero_unit_tests' first batch of 16 sources: 15 s
-# against 38 s), and they run as fast; the one source that sweeps large arrays against an oracle
-# keeps the build type's flag (zero_hot_sources). Empty: the build type's flags everywhere.
-set(ZERO_TEST_OPTIMIZE "-Og" CACHE STRING
-    "optimization flag for the tests' own code in a build whose type optimizes")
+# ZERO_COLD_OPTIMIZE (-Og by default): the optimization, in a build whose type optimizes, of the
+# code whose speed does not matter: the test programs' own code (what tests/ builds, but the
+# emulated CUDA layers of tests/emu) and the tools' command lines (their main.cpp, which parses
+# the options with CLI11 once: zero_cold_sources); the code they call keeps the build type's. A
+# test file is mostly Catch2 assertions, and CLI11 is a header of inline functions: GCC compiles
+# them about twice as fast at -Og as at -O2 (zero_unit_tests' first batch of 16 sources: 15 s
+# against 38 s; zero-run's main.cpp: 6 s against 12 s). The one test source that sweeps large
+# arrays against an oracle keeps the build type's flag (zero_hot_sources). Empty: the build
+# type's flags everywhere.
+set(ZERO_COLD_OPTIMIZE "-Og" CACHE STRING
+    "optimization flag for the tests' own code and the tools' command lines in an optimized build")
 string(TOUPPER "${CMAKE_BUILD_TYPE}" zero_build_type)
 # The build type's optimization flag: the last -O of the flags every C++ source gets.
 string(REGEX MATCHALL "-O[^ ]*" zero_optimize_flags
@@ -76,19 +79,29 @@ set(zero_build_type_optimize "")
 if(zero_optimize_flags)
   list(GET zero_optimize_flags -1 zero_build_type_optimize)
 endif()
-set(zero_test_compile_options "")
-if(ZERO_TEST_OPTIMIZE AND zero_build_type_optimize AND NOT zero_build_type_optimize STREQUAL "-O0")
-  set(zero_test_compile_options "$<$<COMPILE_LANGUAGE:CXX,C>:${ZERO_TEST_OPTIMIZE}>")
+set(zero_cold_compile_options "")
+if(ZERO_COLD_OPTIMIZE AND zero_build_type_optimize AND NOT zero_build_type_optimize STREQUAL "-O0")
+  set(zero_cold_compile_options "$<$<COMPILE_LANGUAGE:CXX,C>:${ZERO_COLD_OPTIMIZE}>")
 endif()
+
+# zero_cold_sources(FILE...): sources of the current folder at ZERO_COLD_OPTIMIZE. (Such a source
+# leaves its unity batch and takes no precompiled header, which GCC takes only at the
+# optimization level it was built at.)
+function(zero_cold_sources)
+  if(zero_cold_compile_options)
+    set_source_files_properties(${ARGN} PROPERTIES COMPILE_OPTIONS "${ZERO_COLD_OPTIMIZE}"
+                                                   SKIP_PRECOMPILE_HEADERS ON)
+  endif()
+endfunction()
 
 # zero_hot_sources(FILE...): test sources that loop over large arrays, at the hot code's
 # optimization: ZERO_HOT_OPTIMIZE in an -O0 build, the build type's where the other test code is
-# at ZERO_TEST_OPTIMIZE. (Such a source leaves its unity batch, and takes no precompiled header:
+# at ZERO_COLD_OPTIMIZE. (Such a source leaves its unity batch, and takes no precompiled header:
 # GCC takes none built at another optimization level.)
 function(zero_hot_sources)
   if(ZERO_HOT_OPTIMIZE)
     set(flag ${ZERO_HOT_OPTIMIZE})
-  elseif(zero_test_compile_options)
+  elseif(zero_cold_compile_options)
     set(flag ${zero_build_type_optimize})
   else()
     return()
