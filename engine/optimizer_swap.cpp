@@ -18,12 +18,8 @@ std::size_t align_up(std::size_t bytes, std::size_t alignment) {
 OptimizerSwap::OptimizerSwap(OptimizerSwapOptions options, offload::AsyncIO& io,
                              offload::SwapDirectory& directory, Arena& pinned, Arena& nvme)
     : options_(std::move(options)), io_(io), pinned_(pinned) {
-  if (options_.buffer_count < 3) {
-    throw make_error(ErrorCategory::config,
-                     "zero_optimization.offload_optimizer.buffer_count is {}: swapping optimizer "
-                     "state needs at least 3 buffers (one read ahead, one stepping, one writing)",
-                     options_.buffer_count);
-  }
+  // One read ahead, one stepping, one writing: the config's reading refuses fewer.
+  ZERO_CHECK(options_.buffer_count >= 3, "{} swap buffers", options_.buffer_count);
   const std::size_t state_size = dtype_size(options_.state_dtype);
   // Lay the regions out with the nvme arena, at the strictest direct-I/O alignment any disk
   // asks (4096), so the file can be created before its own alignment is known.

@@ -42,6 +42,15 @@ void read_offload_optimizer(Section& zero, Config& config) {
         "zero_optimization.offload_optimizer.nvme_path: required when device is \"nvme\" (a "
         "directory on a fast local disk for the optimizer's swap files)");
   }
+  // Here rather than where the swap is made, so that zero-mem and zero-config, which read the
+  // config as the engine does, refuse it too.
+  if (offload.device == OffloadDevice::nvme && offload.buffer_count < 3) {
+    zero.reader().error(fmt::format(
+        "zero_optimization.offload_optimizer.buffer_count is {}: swapping optimizer state to "
+        "NVMe needs at least 3 buffers (one read ahead, one stepping, one writing); set 3 or "
+        "more, and lower sub_group_size to make each buffer smaller",
+        offload.buffer_count));
+  }
 }
 
 void read_offload_param(Section& zero, Config& config) {

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <fmt/format.h>
+
 #include "config/config_test_util.h"
 
 namespace zero::config {
@@ -517,6 +519,22 @@ TEST_CASE("zero: nvme offload needs nvme_path", "[config][zero][offload]") {
       error_of(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}})")) ==
       "zero_optimization.offload_param.nvme_path: required when device is \"nvme\" (a "
       "directory on a fast local disk for the parameters' swap files)");
+}
+
+TEST_CASE("zero: optimizer state on NVMe needs 3 swap buffers, at the config's reading",
+          "[config][zero][offload]") {
+  auto nvme = [](int buffers, const char* device) {
+    return with(fmt::format(R"("zero_optimization": {{"stage": 2, "offload_optimizer":
+        {{"device": "{}", "nvme_path": "/nvme", "buffer_count": {}}}}})",
+                            device, buffers));
+  };
+  REQUIRE(error_of(nvme(2, "nvme")) ==
+          "zero_optimization.offload_optimizer.buffer_count is 2: swapping optimizer state to "
+          "NVMe needs at least 3 buffers (one read ahead, one stepping, one writing); set 3 or "
+          "more, and lower sub_group_size to make each buffer smaller");
+  REQUIRE(read(nvme(3, "nvme")).zero.offload_optimizer.buffer_count == 3);
+  // Without NVMe nothing is swapped, and the count is not used.
+  REQUIRE(read(nvme(2, "cpu")).zero.offload_optimizer.buffer_count == 2);
 }
 
 TEST_CASE("zero: offload device is none, cpu or nvme", "[config][zero][offload]") {

@@ -126,6 +126,14 @@ errors)
   expect "give one of" --model tiny --arch 2,16,2,50,16
   # A config the engine refuses whatever the stage is refused with the engine's message.
   expect "train_batch_size" --model tiny --gpus-per-node 2 --set train_batch_size=3
+  # One the engine refuses only with the optimizer on NVMe: those rows say the engine's refusal,
+  # read by the same code, and the others are planned.
+  "$zmem" --model tiny --nvme 1TB --set zero_optimization.offload_optimizer.buffer_count=2 \
+    >"$work/out" 2>&1 || { cat "$work/out"; fail "zero-mem with buffer_count 2 failed"; }
+  refusal="optimizer nvme  refused: zero_optimization.offload_optimizer.buffer_count is 2"
+  refused=$(grep -c "$refusal" "$work/out" || true)
+  [ "$refused" -eq 3 ] || { cat "$work/out"; fail "not every optimizer-nvme row was refused"; }
+  grep -q "optimizer cpu .* yes" "$work/out" || { cat "$work/out"; fail "cpu rows not planned"; }
   ;;
 *)
   fail "unknown case"
