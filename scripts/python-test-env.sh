@@ -53,10 +53,10 @@ if ! "$python" -m pip --version >/dev/null 2>&1; then
 fi
 echo "python-test-env: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $env_dir"
 # --no-compile: pip would compile every module of the packages to bytecode (about 10,000
-# files, 45 s of CPU, more than the rest of the install); the tests import a sixth of them. The
-# tests write the bytecode of what they import to the venv's own cache instead, the
-# PYTHONPYCACHEPREFIX below, which tests/CMakeLists.txt gives every test, and this script's own
-# import fills it with what every test imports (7 s).
+# files, about 45 s of CPU, as much as the rest of the install); the tests import under a third
+# of them. The tests write the bytecode of what they import to the venv's own cache instead,
+# the PYTHONPYCACHEPREFIX below, which tests/CMakeLists.txt gives every test, and this script's
+# own import fills it with what every test imports (7 s).
 if ! "$python" -m pip install --quiet --disable-pip-version-check --no-compile \
     -r "$requirements"; then
   echo "python-test-env: pip install -r $requirements failed (is the package index reachable?)" >&2
