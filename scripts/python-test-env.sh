@@ -21,7 +21,9 @@ if ! command -v python3 >/dev/null; then
   exit 1
 fi
 mkdir -p "$env_dir"
-exec 9>"$env_dir/.lock"
+# Not the venv's .lock: uv takes that one while it installs, and would wait out its 300 s
+# timeout for this script's hold.
+exec 9>"$env_dir/.zero-setup.lock"
 flock 9
 
 python="$env_dir/bin/python"
@@ -52,14 +54,36 @@ if ! "$python" -m pip --version >/dev/null 2>&1; then
   exit 1
 fi
 echo "python-test-env: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $env_dir"
-# --no-compile: pip would compile every module of the packages to bytecode (about 10,000
-# files, about 45 s of CPU, as much as the rest of the install); the tests import under a third
-# of them. The tests write the bytecode of what they import to the venv's own cache instead,
-# the PYTHONPYCACHEPREFIX below, which tests/CMakeLists.txt gives every test, and this script's
-# own import fills it with what every test imports (7 s).
-if ! "$python" -m pip install --quiet --disable-pip-version-check --no-compile \
-    -r "$requirements"; then
-  echo "python-test-env: pip install -r $requirements failed (is the package index reachable?)" >&2
-  exit 1
+# With uv (pinned below, installed by pip into the venv): it unpacks the wheels (about 5 GB,
+# most of it torch's CUDA libraries) in parallel into its cache in the venv and hard-links them
+# into place, in about 30 s of CPU where pip took 83; pip is the fallback when uv cannot be had
+# or fails (uv reads pip's index, extra-index and find-links settings from PIP_INDEX_URL,
+# PIP_EXTRA_INDEX_URL and PIP_FIND_LINKS, not from pip's config files). Neither compiles the
+# packages' modules to bytecode (pip: --no-compile; it would compile all of some 10,000 files,
+# about 45 s of CPU): the tests import under a third of them and write the bytecode of what they
+# import to the venv's own cache, the PYTHONPYCACHEPREFIX below, which tests/CMakeLists.txt
+# gives every test, and this script's own import fills it with what every test imports (7 s).
+uv_pin="uv==0.13.9"
+uv="$env_dir/bin/uv"
+with_uv() {
+  if [ ! -x "$uv" ]; then
+    "$python" -m pip install --quiet --disable-pip-version-check "$uv_pin" >/dev/null 2>&1 ||
+      return 1
+  fi
+  local settings=(UV_CACHE_DIR="$env_dir/.uv-cache" UV_NO_PROGRESS=1)
+  [ -n "${PIP_INDEX_URL:-}" ] && settings+=(UV_DEFAULT_INDEX="${UV_DEFAULT_INDEX:-$PIP_INDEX_URL}")
+  [ -n "${PIP_EXTRA_INDEX_URL:-}" ] && settings+=(UV_INDEX="${UV_INDEX:-$PIP_EXTRA_INDEX_URL}")
+  [ -n "${PIP_FIND_LINKS:-}" ] && settings+=(UV_FIND_LINKS="${UV_FIND_LINKS:-$PIP_FIND_LINKS}")
+  env "${settings[@]}" "$uv" pip install --quiet --python "$python" -r "$requirements"
+}
+with_pip() {
+  "$python" -m pip install --quiet --disable-pip-version-check --no-compile -r "$requirements"
+}
+if ! with_uv; then
+  echo "python-test-env: uv ($uv_pin) could not install; pip installs instead" >&2
+  if ! with_pip; then
+    echo "python-test-env: pip install -r $requirements failed (is the package index reachable?)" >&2
+    exit 1
+  fi
 fi
 PYTHONPYCACHEPREFIX="$env_dir/pycache" PYTHONDONTWRITEBYTECODE= "$python" -c "import safetensors, numpy, tokenizers, torch, transformers; print('python-test-env: safetensors', safetensors.__version__, 'numpy', numpy.__version__, 'tokenizers', tokenizers.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
