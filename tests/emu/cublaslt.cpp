@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include <cblas.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -283,33 +284,42 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
 
   const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
   const std::uint64_t m = shape.m, n = shape.n, k = shape.k;
-  // op(A) column by column (k columns of m), so the inner loop runs over contiguous rows.
-  std::vector<float> a_op(m * k);
+  // op(A) (m x k) and op(B) (k x n) widened to fp32, column-major. The products of two bf16
+  // values are exact in fp32; the sums over k run in two halves where the algorithm splits k
+  // (low: the first `split`, high: the rest), each an fp32 GEMM (OpenBLAS: a GPU's order of
+  // summation is its own too, so the tests hold the layers to a tolerance, not to bits).
+  std::vector<float> a_op(m * k), b_op(k * n);
   for (std::uint64_t l = 0; l < k; ++l) {
     for (std::uint64_t i = 0; i < m; ++i) {
       a_op[l * m + i] = ta ? at(a, a_layout->ld, l, i) : at(a, a_layout->ld, i, l);
     }
   }
+  for (std::uint64_t j = 0; j < n; ++j) {
+    for (std::uint64_t l = 0; l < k; ++l) {
+      b_op[j * k + l] = tb ? at(b, b_layout->ld, j, l) : at(b, b_layout->ld, l, j);
+    }
+  }
   const std::uint64_t reduction = algo->data[kReduction];
   const std::uint64_t split = reduction == CUBLASLT_REDUCTION_SCHEME_NONE ? k : k / 2;
-  std::vector<float> result(m * n), low(m), high(m);
+  std::vector<float> low(m * n, 0.0f), high(m * n, 0.0f);
+  const auto gemm = [&](std::uint64_t first, std::uint64_t count, float* sum) {
+    if (count == 0 || m == 0 || n == 0) return;
+    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(count), 1.0f, a_op.data() + first * m, static_cast<int>(m),
+                b_op.data() + first, static_cast<int>(k), 0.0f, sum, static_cast<int>(m));
+  };
+  gemm(0, split, low.data());
+  gemm(split, k - split, high.data());
+  std::vector<float> result(m * n);
   for (std::uint64_t j = 0; j < n; ++j) {
-    std::fill(low.begin(), low.end(), 0.0f);
-    std::fill(high.begin(), high.end(), 0.0f);
-    for (std::uint64_t l = 0; l < k; ++l) {
-      const float bv = tb ? at(b, b_layout->ld, j, l) : at(b, b_layout->ld, l, j);
-      float* sum = l < split ? low.data() : high.data();
-      const float* column = a_op.data() + l * m;
-      for (std::uint64_t i = 0; i < m; ++i) sum[i] += column[i] * bv;  // exact products
-    }
     for (std::uint64_t i = 0; i < m; ++i) {
       float ab;
+      const float lo = low[i + j * m], hi = high[i + j * m];
       if (reduction == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE ||
           reduction == CUBLASLT_REDUCTION_SCHEME_INPLACE) {  // partials kept in bf16
-        ab = __bfloat162float(__float2bfloat16_rn(low[i])) +
-             __bfloat162float(__float2bfloat16_rn(high[i]));
+        ab = __bfloat162float(__float2bfloat16_rn(lo)) + __bfloat162float(__float2bfloat16_rn(hi));
       } else {
-        ab = low[i] + high[i];
+        ab = lo + hi;
       }
       float v = scale_ab * ab;
       // In place (C is D) with beta != 0, cuBLASLt 13.0's Hopper kernels round the product to
