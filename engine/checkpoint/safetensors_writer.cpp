@@ -133,16 +133,21 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> t
   }
   tensors_ = lay_out(tensors, path_);
   sums_.assign(tensors_.size(), ChunkSums{chunk_bytes, {}});
+  const auto too_large = [&](const char* bound, std::uint64_t bytes) {
+    return make_error(ErrorCategory::usage,
+                      "cannot write {}: its header would have {}{} bytes, more than the {} that "
+                      "safetensors readers accept; write fewer tensors or less metadata per file",
+                      path_, bound, bytes, detail::kMaxHeaderBytes);
+  };
+  // The metadata's own bytes, a lower bound of the header's: refused before it is serialized.
+  std::uint64_t metadata_bytes = 0;
+  for (const auto& [key, value] : metadata) metadata_bytes += key.size() + value.size();
+  if (metadata_bytes > detail::kMaxHeaderBytes) throw too_large("at least ", metadata_bytes);
   std::string json = header_json(tensors_, metadata, path_);
   // 8 + N a multiple of 8 (aligned data), or of O_DIRECT's unit.
   const std::size_t unit = direct_ ? kDirectIoAlignment : 8;
   json.append(round_up(8 + json.size(), unit) - 8 - json.size(), ' ');
-  if (json.size() > detail::kMaxHeaderBytes) {
-    throw make_error(ErrorCategory::usage,
-                     "cannot write {}: its header would have {} bytes, more than the {} that "
-                     "safetensors readers accept; write fewer tensors or less metadata per file",
-                     path_, json.size(), detail::kMaxHeaderBytes);
-  }
+  if (json.size() > detail::kMaxHeaderBytes) throw too_large("", json.size());
   std::string header(8, '\0');
   for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
   header += json;

@@ -3,12 +3,12 @@
 // a file laid out by hand from the spec, and every malformed file and writer misuse refused.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,14 +36,22 @@ using testing::ScratchDir;
 Bytes random_bytes(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 random(seed);
   Bytes bytes(n);
-  for (auto& b : bytes) b = static_cast<unsigned char>(random());
+  // Eight bytes a draw.
+  for (std::size_t i = 0; i < n; i += 8) {
+    const std::uint64_t word = random();
+    std::memcpy(bytes.data() + i, &word, std::min<std::size_t>(8, n - i));
+  }
   return bytes;
 }
 
 Bytes read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   REQUIRE(in);
-  return Bytes(std::istreambuf_iterator<char>(in), {});
+  Bytes bytes(static_cast<std::size_t>(in.tellg()));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(in);
+  return bytes;
 }
 
 void write_raw(const std::string& path, const Bytes& bytes) {
@@ -300,26 +308,32 @@ TEST_CASE("safetensors: read_f32 converts F16, BF16 and F64 as the scalar conver
   const Written written = write_file(path, decls, data, {}, chunk);
   SafetensorsReader reader(path);
 
-  auto reference = [&](const TensorInfo& t, std::uint64_t i) -> float {
-    const unsigned char* at = data.data() + t.begin + i * element_size(t.dtype);
-    if (t.dtype == "F64") {
-      double v;
-      std::memcpy(&v, at, 8);
-      return static_cast<float>(v);
-    }
-    if (t.dtype == "F32") {
+  // A tensor's values as the scalar conversions give them, as bits.
+  auto reference = [&](const TensorInfo& t) {
+    std::vector<std::uint32_t> bits(t.numel());
+    const unsigned char* at = data.data() + t.begin;
+    for (std::size_t i = 0; i < bits.size(); ++i) {
       float v;
-      std::memcpy(&v, at, 4);
-      return v;
+      if (t.dtype == "F64") {
+        double d;
+        std::memcpy(&d, at + 8 * i, 8);
+        v = static_cast<float>(d);
+      } else if (t.dtype == "F32") {
+        std::memcpy(&v, at + 4 * i, 4);
+      } else {
+        std::uint16_t h;
+        std::memcpy(&h, at + 2 * i, 2);
+        v = t.dtype == "F16" ? fp16_to_float(h) : bf16_to_float(h);
+      }
+      bits[i] = std::bit_cast<std::uint32_t>(v);
     }
-    std::uint16_t h;
-    std::memcpy(&h, at, 2);
-    return t.dtype == "F16" ? fp16_to_float(h) : bf16_to_float(h);
+    return bits;
   };
   std::mt19937_64 random(7);
   for (std::size_t k = 0; k < 4; ++k) {
     const TensorInfo& tensor = reader.at(decls[k].name);
     const ChunkSums& sums = written.sums[k];
+    const std::vector<std::uint32_t> expected = reference(tensor);
     for (int i = 0; i < 12; ++i) {
       const std::uint64_t first = i == 0 ? 0 : random() % tensor.numel();
       const std::size_t count = i == 0 ? tensor.numel() : random() % (tensor.numel() - first + 1);
@@ -328,7 +342,7 @@ TEST_CASE("safetensors: read_f32 converts F16, BF16 and F64 as the scalar conver
       reader.read_f32(tensor, first, count, checked.data(), &sums);
       std::size_t wrong = 0;
       for (std::size_t j = 0; j < count; ++j) {
-        const auto want = std::bit_cast<std::uint32_t>(reference(tensor, first + j));
+        const std::uint32_t want = expected[first + j];
         wrong += std::bit_cast<std::uint32_t>(plain[j]) != want;
         wrong += std::bit_cast<std::uint32_t>(checked[j]) != want;
       }
@@ -608,7 +622,11 @@ TEST_CASE("safetensors: writer misuse is refused: names, dtypes, too much or too
   const Error no_chunks = error_of([&] { SafetensorsWriter writer(path, {}, {}, 0); });
   CHECK(no_chunks.category() == ErrorCategory::usage);
   CHECK_THAT(no_chunks.what(), Catch::Contains("chunk_bytes"));
-  usage_error({{"a", "F32", {1}}}, {{"k", std::string(100'000'000, 'x')}}, "header would have");
+  // Metadata past the limit on its own is refused before it is serialized; metadata under it
+  // whose escaping takes the header past it (each '"' is written as two bytes), after.
+  usage_error({{"a", "F32", {1}}}, {{"k", std::string(100'000'001, 'x')}},
+              "header would have at least 100000002 bytes");
+  usage_error({{"a", "F32", {1}}}, {{"k", std::string(50'000'000, '"')}}, "header would have 1000");
 
   const Error no_dir = error_of([&] {
     SafetensorsWriter writer(dir.file("no/such/dir/w"), {{"a", "F32", {1}}});
