@@ -39,7 +39,8 @@ class CpuOps {
   // The losses' gradient (zero_loss_factor over the positions with a target); the gradients
   // the layers add into zeroed.
   void start_backward();
-  void flush_gradients() { copies_.flush(); }
+  // The module's gradients into the engine's buffers; its fp32 copies freed.
+  void end_module() { copies_.end_module(); }
   std::vector<float> logits() const { return logits_; }  // the last forward's
 
  protected:

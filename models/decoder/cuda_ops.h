@@ -63,7 +63,7 @@ class CudaOps {
   float mean_loss(const std::int32_t* targets);
   // Throws std::logic_error after an evaluation, which leaves no gradient in the logits.
   void start_backward() const;
-  void flush_gradients() const noexcept {}
+  void end_module() const noexcept {}
   // Throws std::logic_error unless the last forward was an evaluation.
   std::vector<float> logits() const;
 

@@ -36,8 +36,8 @@ namespace zero::decoder {
 // for its backward, default-constructed empty. Each call below runs on the hooks' stream, in
 // this order for a micro-batch: start_forward, embed_forward, block_forward per block,
 // head_forward, mean_loss; then (training) start_backward, head_backward, per block from the
-// last (after block_forward again where it is checkpointed) block_backward, embed_backward, with
-// flush_gradients at the end of each module's backward.
+// last (after block_forward again where it is checkpointed) block_backward, embed_backward; and
+// end_module at the end of each module's forward and backward, before its post hook.
 template <class Ops>
 concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
                               typename Ops::Hidden& out, const typename Ops::Hidden& x,
@@ -62,19 +62,20 @@ concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
   // Forward: the micro-batch's tokens and targets (checked; a training forward or not); the
   // embedding into `out`; block `block` from its input `x` into `kept` and `out`; the head and
   // the losses from the last block's output `x`; their mean over the positions with a target.
+  // The end of a module's forward or backward: its gradients into the engine's buffers, and what
+  // the operations made for it alone (the CPU's fp32 copies) freed.
+  ops.end_module();
   ops.start_forward(tokens, tokens, training);
   ops.embed_forward(out);
   ops.block_forward(block, x, kept, out);
   ops.head_forward(x);
   { ops.mean_loss(tokens) } -> std::same_as<float>;
   // Backward: the loss's gradient (times zero_loss_factor); the head's from the last block's
-  // output `x`; block `block`'s from its input `x` and what it kept; the embedding's; and the
-  // gradients into the engine's buffers before a module's post_backward hook.
+  // output `x`; block `block`'s from its input `x` and what it kept; the embedding's.
   ops.start_backward();
   ops.head_backward(x);
   ops.block_backward(block, x, ckept);
   ops.embed_backward();
-  ops.flush_gradients();
   // The last evaluation's logits (CausalLm::logits), the forward FLOPs of a micro-batch and of
   // one block, and the pretrained weights for the registered names (CausalLm::load_pretrained).
   { cops.logits() } -> std::same_as<std::vector<float>>;
@@ -167,6 +168,7 @@ template <class Compute>
 void Decoder<Ops>::forward_module(int module, Compute&& compute) {
   models::check(zero_pre_forward(engine_, module, ops_.stream()), "zero_pre_forward");
   compute();
+  ops_.end_module();
   models::check(zero_post_forward(engine_, module, ops_.stream()), "zero_post_forward");
 }
 
@@ -175,7 +177,7 @@ template <class Compute>
 void Decoder<Ops>::backward_module(int module, Compute&& compute) {
   models::check(zero_pre_backward(engine_, module, ops_.stream()), "zero_pre_backward");
   compute();
-  ops_.flush_gradients();
+  ops_.end_module();
   models::check(zero_post_backward(engine_, module, ops_.stream()), "zero_post_backward");
 }
 

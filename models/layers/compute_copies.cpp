@@ -74,12 +74,25 @@ float* ComputeCopies::grad(int id, void* data) {
 
 void ComputeCopies::flush() {
   for (const Pending& q : pending_) {
-    const std::vector<float>& buffer = grads_[static_cast<std::size_t>(q.id)];
+    std::vector<float>& buffer = grads_[static_cast<std::size_t>(q.id)];
     for (std::size_t i = 0; i < buffer.size(); ++i) {
       store(q.data, dtype_, i, load(q.data, dtype_, i) + buffer[i]);
     }
+    std::vector<float>().swap(buffer);
   }
   pending_.clear();
+}
+
+void ComputeCopies::end_module() {
+  flush();
+  for (std::vector<float>& copy : params_) std::vector<float>().swap(copy);
+}
+
+std::uint64_t ComputeCopies::held_bytes() const noexcept {
+  std::uint64_t n = 0;
+  for (const std::vector<float>& copy : params_) n += copy.capacity() * sizeof(float);
+  for (const std::vector<float>& buffer : grads_) n += buffer.capacity() * sizeof(float);
+  return n;
 }
 
 }  // namespace zero::layers

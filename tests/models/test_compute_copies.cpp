@@ -1,7 +1,7 @@
 // The CPU layers' fp32 view of bf16 and fp16 compute copies (models/layers/compute_copies.h): its
 // conversions give base/half.h's reference bits on random and edge values, a parameter reads
-// back widened, and gradients added in a module's backward reach the engine's half buffer once,
-// rounded once, when flushed.
+// back widened, gradients added in a module's backward reach the engine's half buffer once,
+// rounded once, when flushed, and the copies are freed when their module ends.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -89,6 +89,39 @@ TEST_CASE("compute copies widen parameters and add gradients into the half buffe
   float buffer[2] = {1, 2};
   CHECK(plain.param(0, buffer) == buffer);
   CHECK(plain.grad(0, buffer) == buffer);
+}
+
+TEST_CASE("compute copies live only while their module runs", "[models][gpt]") {
+  ComputeCopies copies;
+  copies.set_dtype(ZERO_FP16);
+  copies.add_param(1001);
+  copies.add_param(3);
+  std::vector<std::uint16_t> value(1001), grad(3, float_to_fp16(2.0f));
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    value[i] = float_to_fp16(static_cast<float>(i % 97) * 0.125f);
+  }
+  CHECK(copies.held_bytes() == 0);
+  const float* p = copies.param(0, value.data());
+  CHECK(p[1000] == fp16_to_float(value[1000]));
+  float* g = copies.grad(1, grad.data());
+  g[2] = 0.5f;
+  CHECK(copies.held_bytes() == (1001 + 3) * sizeof(float));
+  // A forward's end: no gradient waits, the copy goes.
+  copies.end_module();
+  CHECK(copies.held_bytes() == 0);
+  CHECK(grad[2] == float_to_fp16(2.5f));  // the gradient reached the engine's buffer first
+  CHECK(grad[0] == float_to_fp16(2.0f));
+  // The next module widens it again, from the engine's values as they are then.
+  value[1000] = float_to_fp16(-3.0f);
+  CHECK(copies.param(0, value.data())[1000] == -3.0f);
+  CHECK(copies.held_bytes() == 1001 * sizeof(float));
+  // A flush alone frees the gradient buffers and keeps the parameters' copies.
+  copies.grad(1, grad.data())[0] = 1.0f;
+  copies.flush();
+  CHECK(grad[0] == float_to_fp16(3.0f));
+  CHECK(copies.held_bytes() == 1001 * sizeof(float));
+  copies.end_module();
+  CHECK(copies.held_bytes() == 0);
 }
 
 }  // namespace zero::layers
