@@ -47,6 +47,17 @@ run() {
 expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1; stdout: $out; stderr: $err"; }
 expect_out() { [[ "$out" == *"$1"* ]] || fail "stdout lacks '$1': $out"; }
 expect_err() { [[ "$err" == *"$1"* ]] || fail "stderr lacks '$1': $err"; }
+# gone PGREP_ARGS...: whether no process matches within 10 s. mpirun can exit while the
+# processes it killed are still being ended (a rank's SIGTERM delivered, its exit not yet
+# reaped), so "left behind" means still there seconds after the job ended.
+gone() {
+  local i
+  for ((i = 0; i < 100; ++i)); do
+    pgrep "$@" >/dev/null || return 0
+    sleep 0.1
+  done
+  return 1
+}
 # The loss of step N in a metrics file, exactly as written.
 loss_at() {
   grep "\"kind\":\"train\",\"step\":$2," "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'
@@ -116,9 +127,9 @@ case $case_name in
     [[ $all == *"rank "[02]" of 3"*"not all started within 2 s"* ]] ||
       fail "no waiting rank reported the timeout: $all"
     [[ $all == *"rank 1 of 3 never reached start-up"* ]] || fail "rank 1 not named: $all"
-    ! pgrep -f -- "--config $work/config.json" >/dev/null ||
-      fail "a rank still runs: $(pgrep -af -- "--config $work/config.json")"
-    ! pgrep -x -f "sleep 300" >/dev/null || fail "the stalled rank still runs"
+    gone -f -- "--config $work/config.json" ||
+      fail "a rank still runs 10 s after the job: $(pgrep -af -- "--config $work/config.json")"
+    gone -x -f "sleep 300" || fail "the stalled rank still runs 10 s after the job"
     ;;
 
   trains_in_bf16_and_fp16)
