@@ -5,8 +5,9 @@
 # every build shares one) with the pinned
 # packages of scripts/python-test-requirements.txt. Running it again when they are installed at
 # those versions does nothing; builds that run it at once take turns (a lock in the venv).
-# Exits non-zero, saying what is missing, when python3, venv or pip is absent or pip fails (it
-# needs the package index, or a mirror set in pip's config).
+# Installs with uv, or with pip where uv cannot be had or fails (below). Exits non-zero, saying
+# what is missing, when python3, venv or pip is absent or both fail (they need the package
+# index, or a mirror: PIP_INDEX_URL for both, pip's config files for pip alone).
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
