@@ -62,9 +62,6 @@ concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
   // Forward: the micro-batch's tokens and targets (checked; a training forward or not); the
   // embedding into `out`; block `block` from its input `x` into `kept` and `out`; the head and
   // the losses from the last block's output `x`; their mean over the positions with a target.
-  // The end of a module's forward or backward: its gradients into the engine's buffers, and what
-  // the operations made for it alone (the CPU's fp32 copies) freed.
-  ops.end_module();
   ops.start_forward(tokens, tokens, training);
   ops.embed_forward(out);
   ops.block_forward(block, x, kept, out);
@@ -76,6 +73,9 @@ concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
   ops.head_backward(x);
   ops.block_backward(block, x, ckept);
   ops.embed_backward();
+  // The end of a module's forward or backward: its gradients into the engine's buffers, and what
+  // the operations made for it alone (the CPU's fp32 copies) freed.
+  ops.end_module();
   // The last evaluation's logits (CausalLm::logits), the forward FLOPs of a micro-batch and of
   // one block, and the pretrained weights for the registered names (CausalLm::load_pretrained).
   { cops.logits() } -> std::same_as<std::vector<float>>;
