@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -86,6 +87,16 @@ class Device {
   // the CPU tests take the engine's GPU branches (and find their ordering mistakes). False on
   // the synchronous CPU device, which is that host device itself.
   virtual bool offload_beside() const noexcept = 0;
+
+  // The memory of the device tier where it is the device's own (a GPU's): free and total bytes
+  // now, and a name for the GPU that is the same in every process on the machine. nullopt
+  // where the device tier is host memory (the CPU devices).
+  struct OwnMemory {
+    std::uint64_t free = 0;
+    std::uint64_t total = 0;
+    std::string id;
+  };
+  virtual std::optional<OwnMemory> own_memory() const { return std::nullopt; }
 
   // Whether host code may read and write memory of `tier` directly (device-tier memory is not
   // host-addressable on CUDA or on the guarded CPU device; pinned and host memory always are).

@@ -223,6 +223,14 @@ class CudaDevice final : public Device {
     ZERO_CUDA_CHECK(cudaGetDeviceProperties(&properties, ordinal));
     description_ = fmt::format("cuda:{} ({}, {:.1f} GiB)", ordinal, properties.name,
                                static_cast<double>(properties.totalGlobalMem) / (1 << 30));
+    // The UUID, as nvidia-smi prints it (GPU-xxxxxxxx-...): the same whatever
+    // CUDA_VISIBLE_DEVICES numbers it in each process.
+    const auto* u = reinterpret_cast<const unsigned char*>(properties.uuid.bytes);
+    uuid_ = fmt::format(
+        "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-"
+        "{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+        u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+        u[14], u[15]);
     default_stream_ = std::make_unique<CudaStream>(ordinal);
   }
 
@@ -239,6 +247,13 @@ class CudaDevice final : public Device {
   int ordinal() const noexcept override { return ordinal_; }
   std::string description() const override { return description_; }
   bool offload_beside() const noexcept override { return true; }
+
+  std::optional<OwnMemory> own_memory() const override {
+    ZERO_CUDA_CHECK(cudaSetDevice(ordinal_));
+    std::size_t free = 0, total = 0;
+    ZERO_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return OwnMemory{free, total, uuid_};
+  }
 
   void* reserve(Tier tier, std::size_t bytes) override {
     switch (tier) {
@@ -503,6 +518,7 @@ class CudaDevice final : public Device {
 
   int ordinal_;
   std::string description_;
+  std::string uuid_;  // "GPU-..." (own_memory)
   std::unique_ptr<CudaStream> default_stream_;
   std::mutex mutex_;
   // Aligned address -> the allocation it lies in, for reservations that needed realigning.
