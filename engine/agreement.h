@@ -22,6 +22,7 @@ class Agreement {
   Agreement() = default;
   Agreement(Communicator& comm, Device& device) : comm_(&comm), device_(&device) {}
 
+  int rank() const { return comm_->rank(); }
   // Collective: every rank's text, on every rank.
   std::vector<std::string> all_gather_text(const std::string& text);
   // Collective: runs `work` on every rank; when it threw on any, every rank throws one Error

@@ -478,6 +478,20 @@ zero_status zero_memory_reserved(const zero_engine* engine, zero_tier tier,
   });
 }
 
+zero_status zero_declare_memory(zero_engine* engine, zero_tier tier, unsigned long long bytes,
+                                const char* what) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_declare_memory");
+    if (static_cast<int>(tier) < 0 || static_cast<int>(tier) > 2) {
+      throw make_error(ErrorCategory::usage,
+                       "zero_declare_memory: tier {} is not memory (device 0, pinned 1 or host 2)",
+                       static_cast<int>(tier));
+    }
+    e.declare_memory(static_cast<zero::Tier>(tier), bytes,
+                     what != nullptr ? std::string(what) : std::string("declared memory"));
+  });
+}
+
 zero_status zero_memory_report(const zero_engine* engine, char* buffer, unsigned long long size,
                                unsigned long long* needed) {
   return zero::guard([&] {

@@ -225,6 +225,7 @@ Engine::Engine(config::Config config, std::unique_ptr<Device> device,
     : impl_(
           std::make_unique<Impl>(std::move(config), std::move(device), std::move(comm), options)) {
   impl_->scalars = static_cast<float*>(impl_->device->reserve(Tier::device, kScratchBytes));
+  impl_->fit.note_free(impl_->agreement, *impl_->device, impl_->config, impl_->modes());
 }
 
 Engine::~Engine() = default;
@@ -279,6 +280,14 @@ std::size_t Engine::add_param(std::string name, std::vector<std::int64_t> shape,
   return index;
 }
 
+void Engine::declare_memory(Tier tier, std::uint64_t bytes, std::string what) {
+  if (impl_->initialized) {
+    throw make_error(ErrorCategory::usage,
+                     "declare_memory: the engine is initialised; declare memory before init");
+  }
+  impl_->fit.declare(tier, bytes, std::move(what));
+}
+
 void Engine::init() {
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
@@ -287,6 +296,7 @@ void Engine::init() {
   e.registry.freeze();
   e.check_same_registration();
   e.lay_out();
+  e.fit.check(e.memory_plan, e.config, e.agreement);
   e.allocate();
   e.fill_initial_values();
   e.initialized = true;

@@ -162,8 +162,15 @@ class Engine {
                         std::size_t group, std::vector<std::size_t> modules,
                         InitialValue initial = {});
 
+  // Memory the program will hold beside the engine from now on (its model's activations and
+  // workspaces), in `tier` (device, pinned or host), described by `what`: init counts it in its
+  // check that the run fits the machine (memory_fit.h). Before init.
+  void declare_memory(Tier tier, std::uint64_t bytes, std::string what);
+
   // Collective. Checks that every rank registered the same thing (naming the first difference),
-  // lays out and allocates the model state, and fills in the initial values.
+  // lays out the model state, checks that it and the declared memory fit what the machine had
+  // free at creation (an out_of_memory Error naming each pool that is short and what to lower,
+  // before anything is reserved), allocates the state, and fills in the initial values.
   void init();
   bool initialized() const noexcept;
 

@@ -33,6 +33,7 @@
 #include "engine/fetch_plan.h"
 #include "engine/grad_reducer.h"
 #include "engine/loss_scaler.h"
+#include "engine/memory_fit.h"
 #include "engine/memory_plan.h"
 #include "engine/model_state.h"
 #include "engine/optimizer_swap.h"
@@ -87,6 +88,7 @@ struct Engine::Impl {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<CallerOrder> order;  // the caller's streams and the engine's (caller_order.h)
   Agreement agreement;                 // outcomes agreed across ranks (agreement.h)
+  MemoryFit fit;  // what the machine had free at creation, checked at init (memory_fit.h)
   Registry registry;
   int rank = 0;
   int world = 1;

@@ -222,8 +222,14 @@ typedef struct zero_param_desc {
 
 ZERO_API zero_status zero_add_param(zero_engine* engine, const zero_param_desc* desc, int* param);
 
-/* Collective. Checks that every rank registered the same, lays out and allocates the model
- * state, and sets the initial values. Registration is closed afterwards. */
+/* Collective. Checks that every rank registered the same, lays out the model state, checks that
+ * it fits the machine, allocates it, and sets the initial values. Registration is closed
+ * afterwards. The fit check adds up, per pool the ranks share (host memory per machine, a GPU's
+ * memory, the file system under an nvme_path), what zero_memory_reserved will report and what
+ * zero_declare_memory declared, against what was free at zero_create; when a pool is short it
+ * returns ZERO_ERROR_OUT_OF_MEMORY on every rank before reserving anything, and the last error
+ * names the pool, the figures and the config keys to lower. The environment variable
+ * ZERO_MEMORY_CHECK=warn logs the shortfall and goes on; =off skips the check. */
 ZERO_API zero_status zero_init(zero_engine* engine);
 
 /* ---- Training ---- */
@@ -402,6 +408,14 @@ ZERO_API zero_status zero_memory_bytes(const zero_engine* engine, zero_tier tier
  * file's size) and its scratch. Fixed at zero_init; `zero-mem` predicts it before launch. */
 ZERO_API zero_status zero_memory_reserved(const zero_engine* engine, zero_tier tier,
                                           unsigned long long* bytes);
+
+/* Declares memory the program will hold beside the engine from now on (its model's activations
+ * and workspaces), in `tier` (device, pinned or host: on the CPU device all three are host
+ * memory), so that zero_init's fit check counts it; `what` names it in the check's message
+ * (may be NULL). Memory the program holds already at zero_create needs no declaring: the check
+ * compares with what was free then. Before zero_init. */
+ZERO_API zero_status zero_declare_memory(zero_engine* engine, zero_tier tier,
+                                         unsigned long long bytes, const char* what);
 
 /* A text report of the same (every tier and kind in use), written into buffer (size bytes,
  * always NUL-terminated when size > 0); *needed (may be NULL) gets the full length + 1. */

@@ -119,6 +119,7 @@ _SIGNATURES = {
     "zero_global_steps": [_P, ctypes.POINTER(ctypes.c_longlong)],
     "zero_learning_rate": [_P, ctypes.POINTER(ctypes.c_double)],
     "zero_memory_report": [_P, ctypes.c_char_p, _U64, _PU64],
+    "zero_declare_memory": [_P, _I, _U64, _S],
 }
 _RESTYPES = {"zero_status_string": _S, "zero_last_error": _S, "zero_version": _S}
 

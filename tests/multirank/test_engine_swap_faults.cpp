@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -67,14 +68,26 @@ TEST_CASE("engine swap: settings the pipeline cannot work with are refused at in
     CHECK_THAT(error.what(), Catch::Contains("buffer_count is 2"));
   }
   // The test model's groups are small whatever sub_group_size says, so the buffers are made
-  // too many instead: 1e8 of them, over a terabyte, fit in no host's memory.
+  // too many instead: 1e8 of them, over a terabyte, fit in no host's memory. The check that the
+  // run fits the machine refuses them first (engine/memory_fit.h); without it, the swap's own
+  // check, against half the host's physical memory.
   try {
     make_engine(nvme_config(dir.path, 100000000, "1e12"));
     FAIL("buffers larger than the host's memory were accepted");
   } catch (const Error& error) {
-    CHECK(error.category() == ErrorCategory::config);
+    CHECK(error.category() == ErrorCategory::out_of_memory);
+    CHECK_THAT(error.what(), Catch::Contains("offloaded optimizer state"));
     CHECK_THAT(error.what(), Catch::Contains("zero_optimization.sub_group_size"));
   }
+  ::setenv("ZERO_MEMORY_CHECK", "off", 1);
+  try {
+    make_engine(nvme_config(dir.path, 100000000, "1e12"));
+    FAIL("buffers larger than the host's memory were accepted without the fit check");
+  } catch (const Error& error) {
+    CHECK(error.category() == ErrorCategory::config);
+    CHECK_THAT(error.what(), Catch::Contains("more than half of this host's"));
+  }
+  ::unsetenv("ZERO_MEMORY_CHECK");
 }
 
 TEST_CASE("engine swap: a parameter shard larger than offload_param.buffer_size is refused",
