@@ -42,6 +42,11 @@ class CausalLm {
   // Sets the weights from Hugging Face safetensors (a file, an index JSON or a directory)
   // through zero_load_pretrained, each rank reading its own ranges. Collective, after zero_init.
   virtual void load_pretrained(const std::string& path) = 0;
+  // Makes the activations' buffers and backward's workspaces. After zero_init, so that the
+  // engine's check that the run fits the machine comes first (the program declares these
+  // bytes before it: zero_declare_memory); forward and evaluate call it when it has not been.
+  virtual void allocate() = 0;
+  // What allocate made; throws std::logic_error before it.
   virtual ActivationCost activation_cost() const = 0;
   // Forward FLOPs per micro-batch (matrix products and attention; 2 per multiply-add).
   virtual double forward_flops() const = 0;

@@ -14,9 +14,12 @@ CpuOps::CpuOps(zero_engine* engine, const Shape& shape) : engine_(engine), shape
   zero_dtype dtype = ZERO_FP32;
   models::check(zero_compute_dtype(engine, &dtype), "zero_compute_dtype");
   copies_.set_dtype(dtype);
-  const std::size_t N = shape.positions(), C = static_cast<std::size_t>(shape.channels);
+}
+
+void CpuOps::allocate() {
+  const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(shape_.channels);
   normed_.resize(N * C);
-  logits_.resize(N * static_cast<std::size_t>(shape.vocab));
+  logits_.resize(N * static_cast<std::size_t>(shape_.vocab));
   probs_.resize(logits_.size());
   losses_.resize(N);
   dlosses_.resize(N), dlogits_.resize(logits_.size()), dnormed_.resize(N * C), dx_.resize(N * C);

@@ -44,8 +44,10 @@ class CpuOps {
   std::vector<float> logits() const { return logits_; }  // the last forward's
 
  protected:
-  // Reads the engine's compute dtype and makes the head's buffers.
+  // Reads the engine's compute dtype.
   CpuOps(zero_engine* engine, const Shape& shape);
+  // Makes the head's buffers and the residual stream's gradient (a family's allocate calls it).
+  void allocate();
   // Gives ComputeCopies the registered parameters' sizes.
   void add_params(const models::Registrar& registrar);
   // A parameter's values and its gradient buffer, fp32; null for id -1 (a parameter that this

@@ -32,15 +32,18 @@ CudaOps::CudaOps(zero_engine* engine, const Shape& shape, const char* model, int
     : engine_(engine),
       shape_(shape),
       model_(model),
-      batch_(static_cast<int>(shape.positions()), stream_.get()) {
+      widest_(widest),
+      batch_(static_cast<int>(shape.positions()), stream_.get()) {}
+
+void CudaOps::allocate() {
   void* const s = stream();  // every buffer is zeroed on it
-  const std::size_t N = shape.positions(), C = static_cast<std::size_t>(shape.channels);
-  const std::size_t rows_of_heads = N * static_cast<std::size_t>(shape.heads);
+  const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(shape_.channels);
+  const std::size_t rows_of_heads = N * static_cast<std::size_t>(shape_.heads);
   normed_.resize(N * C * kBf16, s);
-  logits_.resize(N * static_cast<std::size_t>(cl::padded_vocab(shape.vocab)) * kBf16, s);
+  logits_.resize(N * static_cast<std::size_t>(cl::padded_vocab(shape_.vocab)) * kBf16, s);
   dnormed_.resize(N * C * kBf16, s), dx_.resize(N * C * kBf16, s);
   delta_.resize(rows_of_heads * 4, s);
-  scratch_.resize(cl::reduction_scratch_floats(static_cast<int>(N), widest) * 4, s);
+  scratch_.resize(cl::reduction_scratch_floats(static_cast<int>(N), widest_) * 4, s);
 }
 
 CudaOps::Hidden CudaOps::hidden() const {

@@ -71,6 +71,9 @@ class CudaOps {
   // `model` names it in errors ("the CUDA GPT"); `widest` is the widest row whose parameter
   // gradients are reduced (the reduction scratch's size).
   CudaOps(zero_engine* engine, const Shape& shape, const char* model, int widest);
+  // Makes the head's buffers, the residual stream's gradient and the reduction scratch (a
+  // family's allocate calls it).
+  void allocate();
   // The engine's buffers of a parameter; null for id -1 (a parameter the model lacks).
   const Bf16* param(int id) const;
   Bf16* grad(int id) const;
@@ -91,6 +94,7 @@ class CudaOps {
   zero_engine* engine_;
   Shape shape_;
   const char* model_;
+  int widest_;  // the widest row whose parameter gradients are reduced
   cuda_layers::CudaStream stream_;
   cuda_layers::Matmul matmul_;
   cuda_layers::DeviceBatch batch_;  // tokens, targets, token groups and losses on the GPU

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,9 @@ concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
   { cops.ids().head_module } -> std::convertible_to<int>;
   { cops.ids().blocks[block].module } -> std::convertible_to<int>;
   { cops.stream() } -> std::same_as<void*>;
-  // New buffers, and their bytes (0 for empty Activations).
+  // Makes the operations' own buffers (the head's, backward's workspaces); then new buffers,
+  // and their bytes (0 for empty Activations).
+  ops.allocate();
   { ops.hidden() } -> std::same_as<typename Ops::Hidden>;
   { ops.activations() } -> std::same_as<typename Ops::Activations>;
   { Ops::bytes(x) } -> std::same_as<std::uint64_t>;
@@ -91,8 +94,9 @@ class Decoder final : public models::CausalLm {
   using Hidden = typename Ops::Hidden;
   using Activations = typename Ops::Activations;
 
-  // Registers the model with `engine` (before zero_init), initial values drawn from `seed`, and
-  // makes the buffers of `batch` sequences of `seq` positions with `options`' checkpointing.
+  // Registers the model with `engine` (before zero_init), initial values drawn from `seed`, for
+  // `batch` sequences of `seq` positions with `options`' checkpointing; allocate (after
+  // zero_init, or the first forward) makes the buffers.
   // Throws std::invalid_argument for sizes that do not fit the model and std::runtime_error
   // with zero_last_error() when a call fails.
   Decoder(zero_engine* engine, const Config& config, int batch, int seq, std::uint64_t seed,
@@ -105,6 +109,7 @@ class Decoder final : public models::CausalLm {
   }
   void backward() override;
   float evaluate(const std::int32_t* tokens, const std::int32_t* targets) override;
+  void allocate() override;
   void load_pretrained(const std::string& path) override {
     ops_.load_pretrained(engine_, registrar_.names(), path);
   }
@@ -142,7 +147,8 @@ class Decoder final : public models::CausalLm {
   Hidden embedded_;
   std::vector<Hidden> outputs_;
   std::vector<Activations> kept_;
-  Activations recompute_;  // allocated when any block is checkpointed
+  Activations recompute_;   // allocated when any block is checkpointed
+  bool allocated_ = false;  // allocate() has run
 };
 
 template <DecoderOps Ops>
@@ -154,6 +160,12 @@ Decoder<Ops>::Decoder(zero_engine* engine, const Config& config, int batch, int 
       ops_(engine, registrar_, config, batch, seq),
       options_(options) {
   if (options_.checkpoint_blocks < 0) options_.checkpoint_blocks = 0;
+}
+
+template <DecoderOps Ops>
+void Decoder<Ops>::allocate() {
+  if (allocated_) return;
+  ops_.allocate();
   const std::size_t blocks = ops_.ids().blocks.size();
   embedded_ = ops_.hidden();
   for (std::size_t l = 0; l < blocks; ++l) {
@@ -161,6 +173,7 @@ Decoder<Ops>::Decoder(zero_engine* engine, const Config& config, int batch, int 
     outputs_.push_back(ops_.hidden());
   }
   if (options_.checkpoint_blocks > 0) recompute_ = ops_.activations();
+  allocated_ = true;
 }
 
 template <DecoderOps Ops>
@@ -184,6 +197,7 @@ void Decoder<Ops>::backward_module(int module, Compute&& compute) {
 template <DecoderOps Ops>
 float Decoder<Ops>::run_forward(const std::int32_t* tokens, const std::int32_t* targets,
                                 bool training) {
+  allocate();
   ops_.start_forward(tokens, targets, training);
   const auto& ids = ops_.ids();
   forward_module(ids.embed_module, [&] { ops_.embed_forward(embedded_); });
@@ -223,6 +237,7 @@ float Decoder<Ops>::evaluate(const std::int32_t* tokens, const std::int32_t* tar
 
 template <DecoderOps Ops>
 models::ActivationCost Decoder<Ops>::activation_cost() const {
+  if (!allocated_) throw std::logic_error("activation_cost: the model has not allocated yet");
   const std::uint64_t blocks = outputs_.size();
   const std::uint64_t common = Ops::bytes(embedded_) + ops_.head_bytes();
   // A block's activations and its output: every block's when none is checkpointed, else

@@ -25,9 +25,11 @@ class GptCuda final : public decoder::CudaOps, public GptFamily {
   GptCuda(zero_engine* engine, models::Registrar& r, const Config& config, int batch, int seq)
       : CudaOps(engine, decoder_shape(config, batch, seq), kModel,
                 std::max(config.vocab, 4 * config.channels)),
-        GptFamily(r, config, batch, seq) {
+        GptFamily(r, config, batch, seq) {}
+  void allocate() {
+    CudaOps::allocate();
     void* const s = stream();  // every buffer is zeroed on it
-    const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(config.channels);
+    const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(config_.channels);
     lnf_mean_.resize(N * 4, s), lnf_rstd_.resize(N * 4, s);
     d4_.resize(4 * N * C * kBf16, s), d4b_.resize(4 * N * C * kBf16, s);
     dqkv_.resize(3 * N * C * kBf16, s), dres2_.resize(N * C * kBf16, s);

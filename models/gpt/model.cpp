@@ -23,10 +23,13 @@ class GptCpu final : public decoder::CpuOps, public GptFamily {
   GptCpu(zero_engine* engine, models::Registrar& r, const Config& config, int batch, int seq)
       : CpuOps(engine, decoder_shape(config, batch, seq)), GptFamily(r, config, batch, seq) {
     add_params(r);
-    const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(config.channels);
+  }
+  void allocate() {
+    CpuOps::allocate();
+    const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(config_.channels);
     lnf_mean_.resize(N), lnf_rstd_.resize(N);
     d4_.resize(4 * N * C), d4b_.resize(4 * N * C), dqkv_.resize(3 * N * C);
-    datt_.resize(N * config.heads * seq), dres2_.resize(N * C), dsmall_.resize(N * C);
+    datt_.resize(N * config_.heads * shape_.seq), dres2_.resize(N * C), dsmall_.resize(N * C);
   }
 
   // One block's activations, kept from forward to backward.

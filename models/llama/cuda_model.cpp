@@ -37,7 +37,10 @@ class LlamaCuda final : public decoder::CudaOps, public LlamaFamily {
     const RotaryTables rotary = rotary_tables(config, seq);
     cos_ = to_device(rotary.cos, s), sin_ = to_device(rotary.sin, s);
     stream_.synchronize();
-
+  }
+  void allocate() {
+    CudaOps::allocate();
+    void* const s = stream();  // every buffer is zeroed on it
     const std::size_t N = dims_.N, C = dims_.C, Q = dims_.Q, KV = dims_.KV, F = dims_.F;
     norm_rstd_.resize(N * 4, s);
     dF_.resize(N * F * kBf16, s), dgate_.resize(N * F * kBf16, s), dup_.resize(N * F * kBf16, s);

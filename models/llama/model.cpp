@@ -26,11 +26,14 @@ class LlamaCpu final : public decoder::CpuOps, public LlamaFamily {
         LlamaFamily(r, config, batch, seq),
         rotary_(rotary_tables(config, seq)) {
     add_params(r);
+  }
+  void allocate() {
+    CpuOps::allocate();
     const std::size_t N = dims_.N, C = dims_.C, Q = dims_.Q, KV = dims_.KV, F = dims_.F;
     norm_rstd_.resize(N);
     dF_.resize(N * F), dgate_.resize(N * F), dup_.resize(N * F);
     dq_.resize(N * Q), dk_.resize(N * KV), dv_.resize(N * KV), dy_.resize(N * Q);
-    datt_.resize(N * config.heads * seq), dres_.resize(N * C), dsmall_.resize(N * C);
+    datt_.resize(N * config_.heads * shape_.seq), dres_.resize(N * C), dsmall_.resize(N * C);
   }
 
   // One block's activations, kept from forward to backward.

@@ -37,6 +37,8 @@ zero::models::ActivationCost cost_of(const zero::llama::LlamaConfig& config, int
   {
     const auto model =
         zero::llama::make_llama(engine, config, batch, seq, 3, {checkpoint_blocks, false});
+    CHECK_THROWS_AS(model->activation_cost(), std::logic_error);  // nothing allocated yet
+    model->allocate();
     cost = model->activation_cost();
   }
   REQUIRE_OK(zero_destroy(engine));
