@@ -302,6 +302,13 @@ PY
     [ "$rc" -ne 0 ] || fail "a model of a billion positions was accepted"
     expect_err "out of memory"
     expect_err "its largest tensor is wpe.weight [1000000000 x 768], sized by n_positions and n_embd in $work/huge/config.json"
+    # Activations too large for the machine are refused at zero_init, before the model or the
+    # engine allocates anything, with the flags that size them (tiny at 100000 x 32: about
+    # 130 GB of fp32 activations).
+    run 1 --steps 1 --micro-batch 100000
+    [ "$rc" -ne 0 ] || fail "activations larger than the machine were accepted"
+    expect_err "the run does not fit this machine; nothing was reserved"
+    expect_err "the model's activations, workspaces and compute copies (--micro-batch, --seq, --activation-checkpointing) (the program's)"
     # A --seq past a pretrained GPT-2's positions gets advice that works there.
     SEQ=65 run 1 --steps 1 --init "$source_dir/tests/models/goldens/gpt2"
     [ "$rc" -ne 0 ] || fail "--seq past a pretrained GPT-2's positions was accepted"

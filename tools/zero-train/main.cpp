@@ -36,7 +36,12 @@ int main(int argc, char** argv) {
       "the GPUs' dense bf16 peak.\n\n"
       "Activation checkpointing: on when the config has an activation_checkpointing section "
       "(number_checkpoints: how many blocks, from the first; all by default; cpu_checkpointing) "
-      "or with --activation-checkpointing.",
+      "or with --activation-checkpointing.\n\n"
+      "Memory: before any of it is reserved, zero_init checks that the engine's state and the "
+      "model's activations, workspaces and compute copies fit what the machine has free (host "
+      "memory within the cgroup's limit, the GPU's, the disk under each nvme_path), and refuses "
+      "a run that does not with the figures and the keys to lower. ZERO_MEMORY_CHECK=warn runs "
+      "it anyway; =off skips the check.",
       "zero-train"};
   app.get_formatter()->column_width(34);
   app.add_option("--config,--deepspeed_config", o.config, "the DeepSpeed-style JSON config")

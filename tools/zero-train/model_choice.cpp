@@ -1,6 +1,7 @@
 // zero-train's model (model_choice.h).
 #include "tools/zero-train/model_choice.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -232,6 +233,26 @@ std::unique_ptr<models::CausalLm> ModelChoice::build(zero_engine* engine, int ba
   }
   if (gpt_) return gpt::make_gpt(engine, *gpt_, batch, seq, seed, options);
   return llama::make_llama(engine, *llama_, batch, seq, seed, options);
+}
+
+std::uint64_t ModelChoice::working_bytes(int batch, int seq,
+                                         const models::ActivationOptions& options, bool cuda,
+                                         std::size_t compute_bytes) const {
+  const bool checkpointing = options.checkpoint_blocks >= layers();
+  const std::size_t element = cuda ? 2 : 4;
+  const models::ActivationBytes activations =
+      gpt_ ? gpt::activation_bytes(*gpt_, 4 * static_cast<std::int64_t>(gpt_->channels), batch, seq,
+                                   checkpointing, element)
+           : llama::activation_bytes(*llama_, batch, seq, checkpointing, element);
+  if (cuda || compute_bytes >= 4) return activations.total();
+  // The largest module: the token table (with GPT-2's positions) or the output head, or a block.
+  const std::int64_t channels = gpt_ ? gpt_->channels : llama_->channels;
+  const std::int64_t table =
+      (static_cast<std::int64_t>(vocab()) + (gpt_ ? gpt_->max_seq : 0)) * channels;
+  const std::int64_t blocks =
+      std::max<std::int64_t>(0, parameters() - table - (llama_ && !llama_->tied ? table : 0));
+  const std::int64_t largest = std::max(table, blocks / std::max(1, layers()));
+  return activations.total() + 8 * static_cast<std::uint64_t>(largest);
 }
 
 double ModelChoice::flops_per_token(int seq) const {

@@ -48,6 +48,14 @@ class ModelChoice {
                                           std::uint64_t seed,
                                           const models::ActivationOptions& options,
                                           bool cuda) const;
+  // What the built model holds beside the engine for micro-batches of `batch` x `seq`: its
+  // activations and backward's workspaces (bf16 in the CUDA layers, fp32 in the CPU ones; with
+  // some but not all blocks checkpointed, as if none were) and, in the CPU layers with a 2-byte
+  // compute dtype, the fp32 copies of the open module's parameters and gradients: 8 bytes per
+  // parameter of the largest module. zero-train declares it before build (zero_declare_memory),
+  // so that zero_init's fit check counts it.
+  std::uint64_t working_bytes(int batch, int seq, const models::ActivationOptions& options,
+                              bool cuda, std::size_t compute_bytes) const;
   // PaLM's FLOPs per trained token at sequence length `seq` (models/gpu_info.h).
   double flops_per_token(int seq) const;
 

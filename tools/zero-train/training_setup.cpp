@@ -165,6 +165,15 @@ Training::json Training::config_value(const char* key) const {
 }
 
 void Training::build() {
+  zero_dtype compute = ZERO_FP32;
+  calls_.check(zero_compute_dtype(engine_, &compute), "zero_compute_dtype");
+  // What the model will allocate, for zero_init's check that the run fits the machine.
+  const std::uint64_t working =
+      model_.working_bytes(batch_, seq_, activation_, on_gpu_, compute == ZERO_FP32 ? 4 : 2);
+  calls_.check(zero_declare_memory(engine_, on_gpu_ ? ZERO_TIER_DEVICE : ZERO_TIER_HOST, working,
+                                   "the model's activations, workspaces and compute copies "
+                                   "(--micro-batch, --seq, --activation-checkpointing)"),
+               "zero_declare_memory");
   try {
     lm_ = model_.build(engine_, batch_, seq_, o_.seed, activation_, on_gpu_);
     train_batches_ = std::make_unique<data::Batcher>(train_stream_, batch_, seq_, model_.vocab());
@@ -184,11 +193,15 @@ void Training::build() {
                                 ? fmt::format("; {}", model_.largest_tensor())
                                 : std::string()));
   }
+  // The activations and workspaces, now that the engine has checked that they fit beside it.
+  try {
+    lm_->allocate();
+  } catch (const std::exception& e) {
+    calls_.fail(fmt::format("the model's activations: {}", e.what()));
+  }
   const std::size_t n = static_cast<std::size_t>(batch_) * seq_;
   tokens_.assign(n, 0);
   targets_.assign(n, 0);
-  zero_dtype compute = ZERO_FP32;
-  calls_.check(zero_compute_dtype(engine_, &compute), "zero_compute_dtype");
   fp16_ = compute == ZERO_FP16;
   // MFU: PaLM's FLOPs per token against the GPU's dense bf16 peak, over every rank's GPU.
   flops_per_token_ = model_.flops_per_token(seq_);
