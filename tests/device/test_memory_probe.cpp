@@ -12,7 +12,7 @@
 namespace zero {
 namespace {
 
-using testing::ScratchDir;
+using zero::testing::ScratchDir;
 
 void write(const std::filesystem::path& path, const std::string& text) {
   std::filesystem::create_directories(path.parent_path());

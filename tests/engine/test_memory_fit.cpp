@@ -227,7 +227,7 @@ TEST_CASE("zero_init counts declared memory, and ZERO_MEMORY_CHECK=warn goes on,
 TEST_CASE("zero_init refuses swap files larger than the disk under nvme_path, with the host",
           "[memory_fit]") {
   const CheckMode refuse(nullptr);
-  testing::ScratchDir dir("memory-fit");
+  zero::testing::ScratchDir dir("memory-fit");
   // 2^38 elements: 4 TiB of fp32 masters and moments to swap, more than the scratch disk has;
   // sub-groups of 2^24 elements keep the swap buffers small.
   const std::string config = R"({"train_batch_size": 1, "optimizer": {"type": "AdamW"},

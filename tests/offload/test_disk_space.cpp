@@ -10,7 +10,7 @@ namespace zero::offload {
 namespace {
 
 TEST_CASE("disk_space asks the nearest existing directory of a path not made yet", "[disk_space]") {
-  testing::ScratchDir dir("disk-space");
+  zero::testing::ScratchDir dir("disk-space");
   const auto here = disk_space(dir.path());
   REQUIRE(here);
   CHECK(here->probed == dir.path());
