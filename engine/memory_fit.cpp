@@ -218,8 +218,6 @@ void MemoryFit::declare(Tier tier, std::uint64_t bytes, std::string what) {
 
 void MemoryFit::check(const MemoryPlan& plan, const config::Config& config,
                       Agreement& agreement) const {
-  const CheckMode mode = check_mode();
-  if (mode == CheckMode::off || notes_.empty()) return;
   // This rank's need in each pool: the arenas of its tiers, the scratch, and what the program
   // declared. Without a GPU the device tier is host memory too.
   const auto in_host = [&](Tier tier) {
@@ -243,6 +241,7 @@ void MemoryFit::check(const MemoryPlan& plan, const config::Config& config,
     (in_host(d.tier) ? host : gpu).add(d.what + " (the program's)", d.bytes);
   }
   const json need = {
+      {"mode", static_cast<int>(check_mode())},
       {"host", host.to_json()},
       {"gpu", gpu.to_json()},
       {"disks", {{"optimizer", disk_optimizer.to_json()}, {"param", disk_param.to_json()}}}};
@@ -257,11 +256,16 @@ void MemoryFit::check(const MemoryPlan& plan, const config::Config& config,
         format_bytes(pinned), format_bytes(*limit));
   }
   const std::vector<std::string> needs = agreement.all_gather_text(need.dump());
+  // Rank 0's ZERO_MEMORY_CHECK holds for every rank, so that all go on or all stop.
+  const auto mode = static_cast<CheckMode>(json::parse(needs.front()).at("mode").get<int>());
+  if (mode == CheckMode::off) return;
   const std::string shortfalls = fit_shortfalls(notes_, needs);
   if (shortfalls.empty()) return;
   if (mode == CheckMode::warn) {
-    log::warn("init: the run may not fit this machine (ZERO_MEMORY_CHECK=warn: going on):{}",
-              shortfalls);
+    if (agreement.rank() == 0) {
+      log::warn("init: the run may not fit this machine (ZERO_MEMORY_CHECK=warn: going on):{}",
+                shortfalls);
+    }
     return;
   }
   throw make_error(ErrorCategory::out_of_memory,

@@ -12,7 +12,8 @@
 // system) and compared with the least free that any of them noted. Every rank reaches the same
 // verdict from the same gathered figures.
 //
-// ZERO_MEMORY_CHECK=warn logs the shortfall instead of refusing; =off skips the check.
+// ZERO_MEMORY_CHECK=warn logs the shortfall instead of refusing; =off skips the check; rank
+// 0's setting holds for every rank.
 // Internal to engine/; owns the notes and the declarations.
 #pragma once
 

@@ -229,7 +229,8 @@ ZERO_API zero_status zero_add_param(zero_engine* engine, const zero_param_desc* 
  * zero_declare_memory declared, against what was free at zero_create; when a pool is short it
  * returns ZERO_ERROR_OUT_OF_MEMORY on every rank before reserving anything, and the last error
  * names the pool, the figures and the config keys to lower. The environment variable
- * ZERO_MEMORY_CHECK=warn logs the shortfall and goes on; =off skips the check. */
+ * ZERO_MEMORY_CHECK=warn logs the shortfall and goes on; =off skips the check (rank 0's
+ * setting holds for every rank). */
 ZERO_API zero_status zero_init(zero_engine* engine);
 
 /* ---- Training ---- */

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,9 +35,11 @@ inline std::vector<std::vector<float>> param_values(engine::Engine& e) {
   return out;
 }
 
-// An engine over the whole job (MPI) for a config, with the model registered and initialised.
-inline std::unique_ptr<engine::Engine> make_engine(const std::string& text,
-                                                   engine::EngineOptions options = {}) {
+// An engine over the whole job (MPI) for a config, with the model registered and initialised
+// (`before_init`, when given, runs just before init).
+inline std::unique_ptr<engine::Engine> make_engine(
+    const std::string& text, engine::EngineOptions options = {},
+    const std::function<void(engine::Engine&)>& before_init = {}) {
   auto device = create_device({});
   comm::CommOptions comm_options;
   comm_options.backend = comm::Backend::mpi;
@@ -65,6 +68,7 @@ inline std::unique_ptr<engine::Engine> make_engine(const std::string& text,
     };
     engine->add_param("p" + std::to_string(p), {model.sizes[p]}, p != kFrozen, 0, users, initial);
   }
+  if (before_init) before_init(*engine);
   engine->init();
   return engine;
 }

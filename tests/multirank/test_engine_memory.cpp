@@ -6,10 +6,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "device/memory_probe.h"
 #include "engine_model.h"
 #include "multirank.h"
 
@@ -248,6 +251,46 @@ TEST_CASE("engine memory: bytes by kind are the table's plus the documented buff
     }
     check_kinds(peak, want.peak, "after two steps, peak");
   }
+}
+
+// The fit check (engine/memory_fit.h) over several ranks of one machine: their needs add up,
+// every rank refuses together, and rank 0's ZERO_MEMORY_CHECK holds on all of them.
+TEST_CASE("engine memory: the fit check adds up the machine's ranks and refuses on all of them",
+          "[engine]") {
+  const std::string config =
+      R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"},
+                                 "zero_optimization": {"stage": 1}})";
+  const int rank = side_channel().rank();
+  const int world = side_channel().size();
+  const auto free = memory_probe::host_available();
+  REQUIRE(free);
+  // Each rank declares a little over its share of the free memory: too much together.
+  const std::uint64_t share = free->bytes / static_cast<std::uint64_t>(world) + (1ull << 30);
+  const auto declare = [&](engine::Engine& e) {
+    e.declare_memory(Tier::host, share, "rank " + std::to_string(rank) + "'s activations");
+  };
+  const auto outcome = [&]() -> std::string {
+    try {
+      make_engine(config, {}, declare);
+      return "ok";
+    } catch (const Error& error) {
+      CHECK(error.category() == ErrorCategory::out_of_memory);
+      return error.what();
+    }
+  };
+  ::unsetenv("ZERO_MEMORY_CHECK");
+  std::string what = outcome();
+  CHECK_THAT(what, Catch::Contains("the run does not fit this machine"));
+  if (world > 1) CHECK_THAT(what, Catch::Contains(std::to_string(world) + " ranks (0, 1"));
+  CHECK_THAT(what, Catch::Contains("rank 0's activations (the program's)"));
+  // Another rank turning the check off changes nothing: rank 0's setting holds.
+  if (rank != 0) ::setenv("ZERO_MEMORY_CHECK", "off", 1);
+  what = outcome();
+  CHECK_THAT(what, Catch::Contains("the run does not fit this machine"));
+  // Rank 0's warn lets every rank go on (nothing declared is allocated).
+  if (rank == 0) ::setenv("ZERO_MEMORY_CHECK", "warn", 1);
+  CHECK(outcome() == "ok");
+  ::unsetenv("ZERO_MEMORY_CHECK");
 }
 
 }  // namespace zero::testing
