@@ -34,10 +34,10 @@ CheckMode check_mode() {
   return CheckMode::refuse;
 }
 
-json disk_note(const std::string& path) {
+std::optional<FreeNote::Disk> disk_note(const std::string& path) {
   const auto space = offload::disk_space(path);
-  if (!space) return nullptr;
-  return {{"fs", space->filesystem}, {"free", space->free}, {"path", space->probed}};
+  if (!space) return std::nullopt;
+  return FreeNote::Disk{space->filesystem, space->free, space->probed, "statvfs"};
 }
 
 // What to set to make an arena smaller, by arena.
@@ -109,9 +109,10 @@ std::string describe_ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::string fit_shortfalls(const std::vector<std::string>& notes,
-                           const std::vector<std::string>& needs) {
+std::vector<Shortfall> fit_verdict(const std::vector<std::string>& notes,
+                                   const std::vector<std::string>& needs) {
   struct Pool {
+    Shortfall::Pool kind = Shortfall::Pool::host;
     std::string label;
     std::uint64_t free = 0;
     std::string source;
@@ -127,8 +128,8 @@ std::string fit_shortfalls(const std::vector<std::string>& notes,
     const json need = json::parse(needs[r]);
     const std::string machine = note.at("machine").get<std::string>();
     const std::string host_name = machine.substr(0, machine.find(" ("));  // without the boot id
-    const auto add = [&](const std::string& key, const std::string& label, const json& free_note,
-                         const std::string& source, const json& part) {
+    const auto add = [&](Shortfall::Pool kind, const std::string& key, const std::string& label,
+                         const json& free_note, const std::string& source, const json& part) {
       if (part.at("bytes").get<std::uint64_t>() == 0) return;
       auto [it, fresh] = pools.try_emplace(key);
       Pool& pool = it->second;
@@ -136,6 +137,7 @@ std::string fit_shortfalls(const std::vector<std::string>& notes,
       const std::uint64_t free = known ? free_note.get<std::uint64_t>() : 0;
       if (fresh) {
         order.push_back(key);
+        pool.kind = kind;
         pool.label = label;
         pool.free = free;
         pool.source = source;
@@ -155,73 +157,67 @@ std::string fit_shortfalls(const std::vector<std::string>& notes,
       }
     };
     const json& host = note.at("host");
-    add("host " + machine, "host memory of " + host_name,
+    add(Shortfall::Pool::host, "host " + machine, "host memory of " + host_name,
         host.is_null() ? json(nullptr) : host.at("free"),
         host.is_null() ? std::string() : host.at("source").get<std::string>(), need.at("host"));
     const json& gpu = note.at("gpu");
     if (!gpu.is_null()) {
       const std::string id = gpu.at("id").get<std::string>();
-      add("gpu " + machine + " " + id, "memory of GPU " + id + " on " + host_name, gpu.at("free"),
-          "cudaMemGetInfo", need.at("gpu"));
+      add(Shortfall::Pool::gpu, "gpu " + machine + " " + id,
+          "memory of GPU " + id + " on " + host_name, gpu.at("free"),
+          gpu.at("source").get<std::string>(), need.at("gpu"));
     }
     for (const char* which : {"optimizer", "param"}) {
       const json& disk = note.at("disks").value(which, json(nullptr));
       if (disk.is_null()) continue;
       const std::string fs = disk.at("fs").get<std::string>();
-      add("disk " + machine + " " + fs,
+      add(Shortfall::Pool::disk, "disk " + machine + " " + fs,
           fmt::format("disk space under {} ({}) on {}", disk.at("path").get<std::string>(), fs,
                       host_name),
-          disk.at("free"), "statvfs", need.at("disks").at(which));
+          disk.at("free"), disk.at("source").get<std::string>(), need.at("disks").at(which));
     }
   }
-  std::string text;
+  std::vector<Shortfall> shortfalls;
   for (const std::string& key : order) {
     const Pool& pool = pools.at(key);
     if (!pool.known || pool.need <= pool.free) continue;
-    text +=
-        fmt::format("\n  - {}: {} need {}, {} is free ({}). Rank {}'s: {}.", pool.label,
-                    describe_ranks(pool.ranks), format_bytes(pool.need), format_bytes(pool.free),
-                    pool.source, pool.ranks.front(), describe_items(pool.first_items));
+    shortfalls.push_back(
+        {pool.kind,
+         fmt::format("{}: {} need {}, {} is free ({}). Rank {}'s: {}.", pool.label,
+                     describe_ranks(pool.ranks), format_bytes(pool.need), format_bytes(pool.free),
+                     pool.source, pool.ranks.front(), describe_items(pool.first_items))});
   }
+  return shortfalls;
+}
+
+std::string fit_shortfalls(const std::vector<std::string>& notes,
+                           const std::vector<std::string>& needs) {
+  std::string text;
+  for (const Shortfall& shortfall : fit_verdict(notes, needs)) text += "\n  - " + shortfall.text;
   return text;
 }
 
-void MemoryFit::note_free(Agreement& agreement, const Device& device, const config::Config& config,
-                          const StateModes& modes) {
-  json note;
-  note["machine"] = memory_probe::machine_id();
-  if (const auto host = memory_probe::host_available()) {
-    note["host"] = {{"free", host->bytes}, {"source", host->source}};
-  } else {
-    note["host"] = nullptr;
-  }
-  const auto own = device.own_memory();
-  own_gpu_memory_ = own.has_value();
-  note["gpu"] = own ? json{{"id", own->id}, {"free", own->free}} : json(nullptr);
-  note["disks"] = json::object();
-  if (modes.optimizer_nvme) {
-    note["disks"]["optimizer"] = disk_note(config.zero.offload_optimizer.nvme_path);
-  }
-  if (modes.param_nvme) note["disks"]["param"] = disk_note(config.zero.offload_param.nvme_path);
-  notes_ = agreement.all_gather_text(note.dump());
+std::string fit_note(const FreeNote& note) {
+  json n;
+  n["machine"] = note.machine;
+  n["host"] = note.host ? json{{"free", *note.host}, {"source", note.host_source}} : json(nullptr);
+  n["gpu"] =
+      note.gpu ? json{{"id", note.gpu->id}, {"free", note.gpu->free}, {"source", note.gpu->source}}
+               : json(nullptr);
+  n["disks"] = json::object();
+  const auto disk = [](const FreeNote::Disk& d) {
+    return json{{"fs", d.filesystem}, {"free", d.free}, {"path", d.path}, {"source", d.source}};
+  };
+  if (note.optimizer_disk) n["disks"]["optimizer"] = disk(*note.optimizer_disk);
+  if (note.param_disk) n["disks"]["param"] = disk(*note.param_disk);
+  return n.dump();
 }
 
-void MemoryFit::declare(Tier tier, std::uint64_t bytes, std::string what) {
-  if (tier == Tier::nvme) {
-    throw make_error(ErrorCategory::usage,
-                     "declare_memory: {} declared in the nvme tier; declare memory (device, "
-                     "pinned or host), not file space",
-                     what);
-  }
-  declared_.push_back({tier, bytes, std::move(what)});
-}
-
-void MemoryFit::check(const MemoryPlan& plan, const config::Config& config,
-                      Agreement& agreement) const {
-  // This rank's need in each pool: the arenas of its tiers, the scratch, and what the program
-  // declared. Without a GPU the device tier is host memory too.
+std::string fit_need(const MemoryPlan& plan, const config::Config& config,
+                     const std::vector<DeclaredMemory>& declared, bool own_gpu) {
+  // Without a GPU the device tier is host memory too.
   const auto in_host = [&](Tier tier) {
-    return tier == Tier::pinned || tier == Tier::host || (tier == Tier::device && !own_gpu_memory_);
+    return tier == Tier::pinned || tier == Tier::host || (tier == Tier::device && !own_gpu);
   };
   Need host, gpu, disk_optimizer, disk_param;
   for (const ArenaPlan* arena : plan.arenas()) {
@@ -237,14 +233,48 @@ void MemoryFit::check(const MemoryPlan& plan, const config::Config& config,
   }
   (in_host(Tier::device) ? host : gpu).add("scratch", plan.device_scratch_bytes);
   host.add("host scratch", plan.host_scratch_bytes);
-  for (const Declared& d : declared_) {
+  for (const DeclaredMemory& d : declared) {
     (in_host(d.tier) ? host : gpu).add(d.what + " (the program's)", d.bytes);
   }
   const json need = {
-      {"mode", static_cast<int>(check_mode())},
       {"host", host.to_json()},
       {"gpu", gpu.to_json()},
       {"disks", {{"optimizer", disk_optimizer.to_json()}, {"param", disk_param.to_json()}}}};
+  return need.dump();
+}
+
+void MemoryFit::note_free(Agreement& agreement, const Device& device, const config::Config& config,
+                          const StateModes& modes) {
+  FreeNote note;
+  note.machine = memory_probe::machine_id();
+  if (const auto host = memory_probe::host_available()) {
+    note.host = host->bytes;
+    note.host_source = host->source;
+  }
+  const auto own = device.own_memory();
+  own_gpu_memory_ = own.has_value();
+  if (own) note.gpu = FreeNote::Gpu{own->id, own->free, "cudaMemGetInfo"};
+  if (modes.optimizer_nvme) {
+    note.optimizer_disk = disk_note(config.zero.offload_optimizer.nvme_path);
+  }
+  if (modes.param_nvme) note.param_disk = disk_note(config.zero.offload_param.nvme_path);
+  notes_ = agreement.all_gather_text(fit_note(note));
+}
+
+void MemoryFit::declare(Tier tier, std::uint64_t bytes, std::string what) {
+  if (tier == Tier::nvme) {
+    throw make_error(ErrorCategory::usage,
+                     "declare_memory: {} declared in the nvme tier; declare memory (device, "
+                     "pinned or host), not file space",
+                     what);
+  }
+  declared_.push_back(DeclaredMemory{tier, bytes, std::move(what)});
+}
+
+void MemoryFit::check(const MemoryPlan& plan, const config::Config& config,
+                      Agreement& agreement) const {
+  json need = json::parse(fit_need(plan, config, declared_, own_gpu_memory_));
+  need["mode"] = static_cast<int>(check_mode());
   // Page-locked memory over the lock limit stays pageable (host_memory.h); say so before.
   const std::uint64_t pinned = plan.reserved(Tier::pinned);
   if (const auto limit = memory_probe::memlock_limit();

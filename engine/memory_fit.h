@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,13 @@
 #include "engine/memory_plan.h"
 
 namespace zero::engine {
+
+// Memory a program holds beside the engine (MemoryFit::declare).
+struct DeclaredMemory {
+  Tier tier;
+  std::uint64_t bytes;
+  std::string what;
+};
 
 class MemoryFit {
  public:
@@ -40,22 +48,53 @@ class MemoryFit {
   // noted free (ZERO_MEMORY_CHECK=warn: a warning instead).
   void check(const MemoryPlan& plan, const config::Config& config, Agreement& agreement) const;
 
-  struct Declared {
-    Tier tier;
-    std::uint64_t bytes;
-    std::string what;
-  };
-  const std::vector<Declared>& declared() const noexcept { return declared_; }
+  const std::vector<DeclaredMemory>& declared() const noexcept { return declared_; }
 
  private:
   std::vector<std::string> notes_;  // every rank's, as gathered (JSON text)
   bool own_gpu_memory_ = false;     // the device tier is a GPU's, not host memory
-  std::vector<Declared> declared_;
+  std::vector<DeclaredMemory> declared_;
 };
 
-// The pure part of check, for tests: from every rank's note (note_free's) and need (check's),
-// gathered in rank order, a line for each pool whose ranks need more than its least free;
-// empty when everything fits.
+// ---- The pure parts, which zero-mem calls for the machine it is asked about ----
+
+// What one rank's machine has free, as note_free gathers it (JSON text). A figure left out is
+// not known, and its pool is not judged.
+struct FreeNote {
+  std::string machine;  // ranks with the same name share its host memory and disks
+  std::optional<std::uint64_t> host;
+  std::string host_source;  // where the host figure comes from
+  struct Gpu {
+    std::string id;  // ranks with the same id share the GPU
+    std::uint64_t free = 0;
+    std::string source;
+  };
+  std::optional<Gpu> gpu;
+  struct Disk {
+    std::string filesystem;  // swap files on one file system share it
+    std::uint64_t free = 0;
+    std::string path;
+    std::string source;
+  };
+  std::optional<Disk> optimizer_disk, param_disk;  // under each nvme_path in use
+};
+std::string fit_note(const FreeNote& note);
+
+// One rank's need in each pool (JSON text): the plan's arenas by tier (the device tier in the
+// host's pool unless `own_gpu`), its scratch, and the declared memory, each part with the keys
+// that shrink it.
+std::string fit_need(const MemoryPlan& plan, const config::Config& config,
+                     const std::vector<DeclaredMemory>& declared, bool own_gpu);
+
+// A pool whose ranks need more than its least free figure, and the line that says so.
+struct Shortfall {
+  enum class Pool { host, gpu, disk } pool;
+  std::string text;
+};
+// From every rank's note and need, in rank order.
+std::vector<Shortfall> fit_verdict(const std::vector<std::string>& notes,
+                                   const std::vector<std::string>& needs);
+// The same as one text, a line per short pool; empty when everything fits.
 std::string fit_shortfalls(const std::vector<std::string>& notes,
                            const std::vector<std::string>& needs);
 

@@ -72,10 +72,11 @@ TEST_CASE("fit_shortfalls adds up the ranks of one machine against its least fre
 }
 
 TEST_CASE("fit_shortfalls keeps machines, GPUs and file systems apart", "[memory_fit]") {
-  const json gpu_a = {{"id", "GPU-a"}, {"free", 8 * kGiB}};
-  const json gpu_b = {{"id", "GPU-b"}, {"free", 8 * kGiB}};
-  const json disk = {{"optimizer", {{"fs", "device 8:1"}, {"free", 100 * kGiB}, {"path", "/d"}}},
-                     {"param", {{"fs", "device 8:1"}, {"free", 100 * kGiB}, {"path", "/d"}}}};
+  const json gpu_a = {{"id", "GPU-a"}, {"free", 8 * kGiB}, {"source", "cudaMemGetInfo"}};
+  const json gpu_b = {{"id", "GPU-b"}, {"free", 8 * kGiB}, {"source", "cudaMemGetInfo"}};
+  const json one_disk = {
+      {"fs", "device 8:1"}, {"free", 100 * kGiB}, {"path", "/d"}, {"source", "statvfs"}};
+  const json disk = {{"optimizer", one_disk}, {"param", one_disk}};
   // Two machines of one rank each, each with its own GPU: 10 GiB host each fits 12, 6 GiB of
   // GPU each fits 8; but the disk of one machine holds both swap files: 60 + 50 over 100.
   std::string text =
@@ -98,6 +99,55 @@ TEST_CASE("fit_shortfalls keeps machines, GPUs and file systems apart", "[memory
   CHECK(shortfalls({note("m1", 64 * kGiB, gpu_a), note("m1", 64 * kGiB, gpu_b)},
                    {need(kGiB, 6 * kGiB), need(kGiB, 6 * kGiB)})
             .empty());
+}
+
+TEST_CASE("fit_note and fit_need give what fit_verdict judges, pool by pool", "[memory_fit]") {
+  // A plan with one arena of each memory tier and both swap files.
+  MemoryPlan plan;
+  plan.state.name = "model state";
+  plan.state.tier = Tier::device;
+  plan.state.capacity = 6 * kGiB;
+  plan.offload.name = "offloaded optimizer state (pinned)";
+  plan.offload.tier = Tier::pinned;
+  plan.offload.capacity = 3 * kGiB;
+  plan.nvme.name = "optimizer swap file";
+  plan.nvme.tier = Tier::nvme;
+  plan.nvme.capacity = 40 * kGiB;
+  plan.param_nvme.name = "parameter swap file";
+  plan.param_nvme.tier = Tier::nvme;
+  plan.param_nvme.capacity = 20 * kGiB;
+  const config::Config config;
+  const std::vector<DeclaredMemory> activations{{Tier::device, 2 * kGiB, "activations"}};
+  FreeNote note;
+  note.machine = "node (boot)";
+  note.host = 8 * kGiB;
+  note.host_source = "--cpu-mem";
+  note.gpu = FreeNote::Gpu{"GPU 0", 7 * kGiB, "--gpu-mem"};
+  note.optimizer_disk = note.param_disk = FreeNote::Disk{"NVMe", 50 * kGiB, "the NVMe", "--nvme"};
+
+  // With a GPU: 8 GiB of state and activations on it (7 free), 3 GiB pinned (8 free), 60 GiB of
+  // swap files on one disk (50 free).
+  auto verdict = fit_verdict({fit_note(note)}, {fit_need(plan, config, activations, true)});
+  REQUIRE(verdict.size() == 2);
+  CHECK(verdict[0].pool == Shortfall::Pool::gpu);
+  CHECK_THAT(verdict[0].text,
+             Catch::StartsWith("memory of GPU GPU 0 on node: rank 0 need 8.00 GiB, 7.00 GiB is "
+                               "free (--gpu-mem). Rank 0's: model state 6.00 GiB"));
+  CHECK_THAT(verdict[0].text, Catch::Contains("activations (the program's) 2.00 GiB"));
+  CHECK(verdict[1].pool == Shortfall::Pool::disk);
+  CHECK_THAT(verdict[1].text, Catch::StartsWith("disk space under the NVMe (NVMe) on node: rank 0 "
+                                                "need 60.00 GiB, 50.00 GiB is free (--nvme)"));
+  // Without one, everything but the disks is host memory: 11 GiB against 8.
+  note.gpu.reset();
+  verdict = fit_verdict({fit_note(note)}, {fit_need(plan, config, activations, false)});
+  REQUIRE(verdict.size() == 2);
+  CHECK(verdict[0].pool == Shortfall::Pool::host);
+  CHECK_THAT(verdict[0].text, Catch::Contains("need 11.00 GiB, 8.00 GiB is free (--cpu-mem)"));
+  CHECK(verdict[1].pool == Shortfall::Pool::disk);
+  // A disk with room and a host with room: nothing is short.
+  note.host = 16 * kGiB;
+  note.optimizer_disk->free = note.param_disk->free = 60 * kGiB;
+  CHECK(fit_verdict({fit_note(note)}, {fit_need(plan, config, activations, false)}).empty());
 }
 
 TEST_CASE("fit_shortfalls does not judge a pool no rank could measure", "[memory_fit]") {
