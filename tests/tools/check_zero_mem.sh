@@ -79,6 +79,39 @@ PY
   done
   done
   ;;
+fits_as_init)
+  # A row fits exactly when the engine's check at init would pass on that node: at the row's
+  # own figures it fits, a byte less of GPU or of host memory and it does not (with activation
+  # checkpointing asked for, so that no row is planned again with it), and the line
+  # that says so is init's (engine/memory_fit.h).
+  plan() {
+    "$zmem" --model gpt2-124m --seq 64 --gpus-per-node 2 --stage 3 --activation-checkpointing \
+      --json "$@" >"$work/mem.json" ||
+      fail "zero-mem failed ($*)"
+  }
+  row() {
+    python3 - "$work/mem.json" "$1" <<'PY'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r["offload"] == "optimizer cpu"]
+r = rows[0]
+print({"gpu": r["per_gpu"]["total"], "host": r["per_node"]["pinned"] + r["per_node"]["host"],
+       "fits": r["fits"]["all"], "short": " | ".join(r["short"])}[sys.argv[2]])
+PY
+  }
+  plan
+  gpu=$(row gpu)
+  host=$(row host)
+  plan --gpu-mem "$gpu" --cpu-mem "$host"
+  [ "$(row fits)" = True ] || fail "the row does not fit at its own figures: $(row short)"
+  plan --gpu-mem $((gpu - 1)) --cpu-mem "$host"
+  [ "$(row fits)" = False ] || fail "the row fits a GPU a byte too small"
+  [[ "$(row short)" == "memory of GPU 0 on a node: rank 0 need "*"is free (--gpu-mem)."* ]] ||
+    fail "the GPU's shortfall is not init's: $(row short)"
+  plan --gpu-mem "$gpu" --cpu-mem $((host - 1))
+  [ "$(row fits)" = False ] || fail "the row fits a host a byte too small"
+  [[ "$(row short)" == "host memory of a node: 2 ranks (0, 1) need "*"is free (--cpu-mem)."* ]] ||
+    fail "the host's shortfall is not init's: $(row short)"
+  ;;
 deepspeed_estimate)
   # P = 1e9, L = 1e8 on 8 GPUs: ZeRO-3 without offload is 4L + 18P/8 per GPU; ZeRO-2 with the
   # optimizer offloaded 2P per GPU and P * max(4 * 8, 16) * 1.5 per CPU.

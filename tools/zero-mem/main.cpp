@@ -37,8 +37,9 @@ int main(int argc, char** argv) {
       "zero-mem: per ZeRO stage and offload mode, the memory our engine reserves per GPU, per "
       "node (pinned and pageable host memory) and on NVMe, from the engine's own sizing code; "
       "the activations of GPT- and Llama-shaped models with and without activation "
-      "checkpointing; which fit; a lower bound on the step time; and the fastest that fits, with "
-      "its config keys.\n\n"
+      "checkpointing; which fit (by the check zero_init makes before reserving anything, on one "
+      "node: a rank per GPU sharing --cpu-mem and --nvme); a lower bound on the step time; and "
+      "the fastest that fits, with its config keys.\n\n"
       "Modes: none; from stage 1 'optimizer cpu', 'optimizer nvme' (max_in_cpu from the "
       "config), 'optimizer split' (NVMe with max_in_cpu filling the host memory left); at stage "
       "3 'params cpu' (offload_param and offload_optimizer cpu) and 'params nvme' (both nvme). "
@@ -117,7 +118,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--deepspeed-estimate", report.deepspeed,
                "also print DeepSpeed's estimate_zero2/zero3_model_states_mem_needs rows");
-  app.add_flag("--details", report.details, "every arena of every row");
+  app.add_flag("--details", report.details,
+               "every arena of every row, and what is short where a row does not fit (as "
+               "zero_init would say it)");
   app.add_flag("--json", as_json, "JSON for scripts instead of the table");
   CLI11_PARSE(app, argc, argv);
 

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "engine/memory_fit.h"
 #include "models/gpt/config.h"
 
 namespace zero::mem {
@@ -195,6 +196,38 @@ config::Config mode_config(const Request& request, const Mode& mode) {
   return config::read_config(request.config, read_options(request, with));
 }
 
+// Whether the row fits one node, by the engine's own check at init (engine/memory_fit.h): a
+// rank per GPU, each with its activations and the GPU's overhead declared beside its state,
+// against the node's figures as given.
+void judge_fit(const Request& request, const config::Config& config, Row& row) {
+  const Hardware& hw = request.hardware;
+  const std::vector<engine::DeclaredMemory> declared{
+      {Tier::device, row.activations, "activations"},
+      {Tier::device, hw.gpu_overhead, "the GPU's overhead (--gpu-overhead)"}};
+  const std::string need = engine::fit_need(row.plan, config, declared, /*own_gpu=*/true);
+  std::vector<std::string> notes, needs;
+  for (int g = 0; g < hw.gpus_per_node; ++g) {
+    engine::FreeNote note;
+    note.machine = "a node";
+    note.host = hw.cpu_mem;
+    note.host_source = "--cpu-mem";
+    note.gpu = engine::FreeNote::Gpu{std::to_string(g), hw.gpu_mem, "--gpu-mem"};
+    note.optimizer_disk = note.param_disk =
+        engine::FreeNote::Disk{"NVMe", hw.nvme, "its NVMe", "--nvme"};
+    notes.push_back(engine::fit_note(note));
+    needs.push_back(need);
+  }
+  const std::vector<engine::Shortfall> verdict = engine::fit_verdict(notes, needs);
+  const auto fits = [&](engine::Shortfall::Pool pool) {
+    return std::none_of(verdict.begin(), verdict.end(),
+                        [&](const engine::Shortfall& s) { return s.pool == pool; });
+  };
+  row.fits_gpu = fits(engine::Shortfall::Pool::gpu);
+  row.fits_host = fits(engine::Shortfall::Pool::host);
+  row.fits_nvme = fits(engine::Shortfall::Pool::disk);
+  for (const engine::Shortfall& shortfall : verdict) row.shortfalls.push_back(shortfall.text);
+}
+
 Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
   Row row;
   row.mode = mode;
@@ -217,9 +250,7 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
     row.pinned_node = g * row.plan.reserved(Tier::pinned);
     row.host_node = g * row.plan.reserved(Tier::host);
     row.nvme_node = g * row.plan.reserved(Tier::nvme);
-    row.fits_gpu = row.device_total <= hw.gpu_mem;
-    row.fits_host = row.pinned_node + row.host_node <= hw.cpu_mem;
-    row.fits_nvme = row.nvme_node <= hw.nvme;
+    judge_fit(request, config, row);
     row.step = bound_step(request, config, layout, row.plan, checkpointing);
   } catch (const std::exception& error) {
     row.error = error.what();

@@ -63,7 +63,10 @@ struct Row {
   std::uint64_t activations = 0;   // per GPU, for a GPT-shaped model
   std::uint64_t device_total = 0;  // state + activations + overhead
   std::uint64_t pinned_node = 0, host_node = 0, nvme_node = 0;  // per node
+  // By the engine's check at init (engine/memory_fit.h) on one node of the hardware asked
+  // about; each pool that is short, as that check would say it.
   bool fits_gpu = false, fits_host = false, fits_nvme = false;
+  std::vector<std::string> shortfalls;
   StepBound step;
   bool fits() const noexcept { return error.empty() && fits_gpu && fits_host && fits_nvme; }
 };

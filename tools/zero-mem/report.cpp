@@ -126,6 +126,7 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
                  {"host", row.fits_host},
                  {"nvme", row.fits_nvme},
                  {"all", row.fits()}};
+    j["short"] = row.shortfalls;
     j["step_lower_bound"] = {{"seconds", row.step.seconds},
                              {"bound_by", row.step.bound_by},
                              {"flops", row.step.flops},
@@ -205,6 +206,9 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
                      gib(row.pinned_node), gib(row.host_node), gib(row.nvme_node), fit_text(row),
                      seconds(row.step.seconds), row.step.bound_by, mark);
     if (options.details) {
+      for (const std::string& shortfall : row.shortfalls) {
+        t += fmt::format("        short: {}\n", shortfall);
+      }
       for (const engine::ArenaPlan* arena : row.plan.arenas()) {
         if (!arena->made()) continue;
         t += fmt::format("        {:<7} {:>12} reserved, {:>12} peak{}  {}\n",
