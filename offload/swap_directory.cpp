@@ -4,12 +4,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/bytes.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "offload/disk_space.h"
 #include "offload/swap.h"
 #include "offload/swap_jobs.h"
 
@@ -189,9 +189,8 @@ std::unique_ptr<SwapFile> SwapDirectory::create(std::string_view name, std::uint
   }
   // Refused here, before fallocate: a file system fills itself up to the last block before
   // fallocate gives up, which would starve every other writer of the disk meanwhile.
-  struct statvfs vfs {};
-  if (::statvfs(path_.c_str(), &vfs) == 0) {
-    const std::uint64_t free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (const auto space = disk_space(path_)) {
+    const std::uint64_t free = space->free;
     if (bytes > free) {
       const std::string stale = describe_stale_jobs(find_swap_jobs(nvme_path_), nvme_path_);
       throw make_error(ErrorCategory::io,
