@@ -99,6 +99,7 @@ class Training {
   models::GpuInfo gpu_info_;
   int batch_ = 1, accumulation_ = 1;
   models::ActivationOptions activation_;
+  std::uint64_t model_bytes_ = 0;  // what the model holds beside the engine (declared at init)
   std::unique_ptr<Report> report_;
   std::uint64_t per_step_ = 0;  // sequences per optimizer step, all ranks
   std::int64_t tokens_per_step_ = 0;

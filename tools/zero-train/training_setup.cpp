@@ -168,12 +168,13 @@ void Training::build() {
   zero_dtype compute = ZERO_FP32;
   calls_.check(zero_compute_dtype(engine_, &compute), "zero_compute_dtype");
   // What the model will allocate, for zero_init's check that the run fits the machine.
-  const std::uint64_t working =
+  model_bytes_ =
       model_.working_bytes(batch_, seq_, activation_, on_gpu_, compute == ZERO_FP32 ? 4 : 2);
-  calls_.check(zero_declare_memory(engine_, on_gpu_ ? ZERO_TIER_DEVICE : ZERO_TIER_HOST, working,
-                                   "the model's activations, workspaces and compute copies "
-                                   "(--micro-batch, --seq, --activation-checkpointing)"),
-               "zero_declare_memory");
+  calls_.check(
+      zero_declare_memory(engine_, on_gpu_ ? ZERO_TIER_DEVICE : ZERO_TIER_HOST, model_bytes_,
+                          "the model's activations, workspaces and compute copies "
+                          "(--micro-batch, --seq, --activation-checkpointing)"),
+      "zero_declare_memory");
   try {
     lm_ = model_.build(engine_, batch_, seq_, o_.seed, activation_, on_gpu_);
     train_batches_ = std::make_unique<data::Batcher>(train_stream_, batch_, seq_, model_.vocab());
@@ -258,6 +259,17 @@ void Training::announce() {
     report.say(fmt::format("activations kept per micro-batch: {}",
                            human_bytes(static_cast<double>(cost.kept_bytes))));
   }
+  unsigned long long reserved = 0;
+  for (const zero_tier tier : {ZERO_TIER_DEVICE, ZERO_TIER_PINNED, ZERO_TIER_HOST}) {
+    unsigned long long bytes = 0;
+    calls_.check(zero_memory_reserved(engine_, tier, &bytes), "zero_memory_reserved");
+    reserved += bytes;
+  }
+  report.say(fmt::format(
+      "memory: the engine reserved {} per rank and the model holds up to {} beside it "
+      "(activations, workspaces, compute copies); zero_init checked both against what the "
+      "machine had free",
+      human_bytes(static_cast<double>(reserved)), human_bytes(static_cast<double>(model_bytes_))));
 }
 
 std::int64_t Training::start() {
