@@ -45,8 +45,15 @@ std::string lower_keys(const MemoryPlan& plan, const ArenaPlan& arena,
                        const config::Config& config) {
   const auto& zero = config.zero;
   if (&arena == &plan.state) {
-    return zero.stage < 3 ? "a higher zero_optimization.stage, or offload_optimizer"
-                          : "offload_optimizer, or more ranks";
+    // Name only what is not on yet.
+    const bool optimizer_off = zero.offload_optimizer.device == config::OffloadDevice::none;
+    if (zero.stage < 3) {
+      return optimizer_off ? "a higher zero_optimization.stage, or offload_optimizer"
+                           : "a higher zero_optimization.stage";
+    }
+    if (optimizer_off) return "offload_optimizer, or more ranks";
+    return zero.offload_param.device == config::OffloadDevice::none ? "offload_param, or more ranks"
+                                                                    : "more ranks";
   }
   if (&arena == &plan.grad) return "more ranks, or smaller modules";
   if (&arena == &plan.gather) {
