@@ -96,7 +96,7 @@ void Engine::Impl::require_initialized(const char* call) const {
   }
 }
 
-void Engine::Impl::require_quiet(const char* call) const {
+void Engine::Impl::require_running(const char* call) const {
   require_initialized(call);
   if (failed) {
     throw make_error(ErrorCategory::usage,
@@ -104,6 +104,10 @@ void Engine::Impl::require_quiet(const char* call) const {
                      "again from a checkpoint",
                      call, failure);
   }
+}
+
+void Engine::Impl::require_quiet(const char* call) const {
+  require_running(call);
   pass.require_none_open(call, "call it between passes");
   pass.require_not_backward(call, ": call step() first");
   const auto steps = config.batch.gradient_accumulation_steps;
@@ -311,7 +315,7 @@ void Engine::init() {
 void Engine::pre_forward(std::size_t module, Stream* stream) {
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
-  e.require_initialized("pre_forward");
+  e.require_running("pre_forward");
   e.require_module(module, "pre_forward");
   Stream& caller = e.stream_of(stream);
   const bool top = !e.pass.any_open();
@@ -329,7 +333,7 @@ void Engine::pre_forward(std::size_t module, Stream* stream) {
 void Engine::post_forward(std::size_t module, Stream* stream) {
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
-  e.require_initialized("post_forward");
+  e.require_running("post_forward");
   e.require_module(module, "post_forward");
   e.pass.leave_forward(module);
   if (e.timeline) e.timeline->compute_end(e.stream_of(stream));
@@ -341,7 +345,7 @@ void Engine::post_forward(std::size_t module, Stream* stream) {
 void Engine::pre_backward(std::size_t module, Stream* stream) {
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
-  e.require_initialized("pre_backward");
+  e.require_running("pre_backward");
   e.require_module(module, "pre_backward");
   if (!e.train) {
     throw make_error(ErrorCategory::usage,
@@ -371,7 +375,7 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
 void Engine::post_backward(std::size_t module, Stream* stream) {
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
-  e.require_initialized("post_backward");
+  e.require_running("post_backward");
   e.require_module(module, "post_backward");
   e.pass.leave_backward(module);
   if (e.timeline) e.timeline->compute_end(e.stream_of(stream));
@@ -482,7 +486,14 @@ StepStats Engine::step() {
     // This micro-step reduces gradients. One without a backward pass reduces zeros, so that
     // every rank issues the same collectives.
     if (phase != PassTracker::Phase::backward) e.reducer->begin_backward(e.micro_steps);
-    e.reducer->flush();
+    try {
+      e.reducer->flush();
+    } catch (...) {
+      // A reduction, or with gradient NVMe a write of the gradients, failed: this window's
+      // gradients are incomplete.
+      e.fail("reducing the gradients failed, so this window's gradients are incomplete");
+      throw;
+    }
     e.timers.reduce_wait += e.reducer->take_wait_seconds();
   }
   if (e.timeline) e.timeline->stop();  // the step's own collectives are the step's

@@ -56,6 +56,8 @@ struct Engine::Impl {
   // ---- engine.cpp ----
   void check_same_registration();
   void require_initialized(const char* call) const;
+  // Initialised and not failed: the hooks (after a failure the state may be half updated).
+  void require_running(const char* call) const;
   // Initialised, not failed, no pass open, at an accumulation boundary: checkpoints and
   // pretrained weights happen only there.
   void require_quiet(const char* call) const;
