@@ -242,16 +242,29 @@ void GradReducer::finish(std::size_t slot) {
     // epilogue's order; on the CPU it is the device itself, whose kernels queue there directly
     // (a host task waiting on the device's own streams could wait on itself).
     const bool own_device = target_.adder == &ctx_.device;
-    const auto add = [this, &bucket, r, block_start, post](Device& adder, Stream& on) {
+    const std::size_t wire_size = dtype_size(modes_.wire);
+    // Calls visit(source in the staging, owned offset, count) for each piece, cut at
+    // `resident_end`: resident (true) are the offsets before it, swapped (false) those after.
+    const auto pieces = [this, &bucket, r, block_start, wire_size](bool resident, auto visit) {
       const char* staged = static_cast<const char*>(target_.staging);
+      const std::size_t cut = target_.swap != nullptr ? target_.resident_end : kNone;
       for (const BucketPiece& piece : bucket.pieces) {
         const std::size_t p = ctx_.layout.trainable[piece.param];
-        const char* src =
-            staged + (bucket_position(bucket, piece, r) - block_start) * dtype_size(modes_.wire);
-        char* dst = static_cast<char*>(target_.grad_flat) +
-                    (ctx_.layout.params[p].flat + piece.begin) * dtype_size(target_.accum);
-        adder.accumulate(src, modes_.wire, dst, target_.accum, piece.end - piece.begin, post, on);
+        const char* src = staged + (bucket_position(bucket, piece, r) - block_start) * wire_size;
+        const std::size_t flat = ctx_.layout.params[p].flat + piece.begin;
+        const std::size_t count = piece.end - piece.begin;
+        const std::size_t before = flat >= cut ? 0 : std::min(count, cut - flat);
+        if (resident && before != 0) visit(src, flat, before);
+        if (!resident && before < count) {
+          visit(src + before * wire_size, flat + before, count - before);
+        }
       }
+    };
+    const auto add = [this, pieces, post](Device& adder, Stream& on) {
+      pieces(true, [&](const char* src, std::size_t flat, std::size_t count) {
+        char* dst = static_cast<char*>(target_.grad_flat) + flat * dtype_size(target_.accum);
+        adder.accumulate(src, modes_.wire, dst, target_.accum, count, post, on);
+      });
     };
     if (own_device) {
       add(ctx_.device, stream);
@@ -259,6 +272,15 @@ void GradReducer::finish(std::size_t slot) {
       ctx_.device.launch_host_task(stream, [add, &adder = *target_.adder] {
         add(adder, adder.default_stream());
         adder.default_stream().synchronize();
+      });
+    }
+    if (target_.swap != nullptr) {
+      // The swapped groups' part, into the gradient swap on the host in the epilogue's order
+      // (it may wait for reads and writes: never on the caller's thread).
+      ctx_.device.launch_host_task(stream, [this, pieces, post] {
+        pieces(false, [&](const char* src, std::size_t flat, std::size_t count) {
+          target_.swap->add(flat, src, modes_.wire, count, post);
+        });
       });
     }
     flight = {};
@@ -300,6 +322,7 @@ void GradReducer::flush() {
   }
   epilogue_->synchronize();
   ctx_.device.default_stream().synchronize();
+  if (target_.swap != nullptr) target_.swap->rethrow();
 }
 
 }  // namespace zero::engine

@@ -36,6 +36,7 @@
 #include "device/device.h"
 #include "engine/config/config.h"
 #include "engine/engine_context.h"
+#include "engine/grad_swap.h"
 #include "engine/memory_plan.h"
 #include "engine/overlap_timeline.h"
 #include "engine/registry.h"
@@ -48,11 +49,15 @@ class GradReducer {
   // kernels (the CPU with optimizer offload, which gets the block through `staging` first).
   // With no shard (stage 0, gradients in the compute dtype) reduced blocks go back into the
   // replicated gradients.
+  // With gradient NVMe, owned offsets from `resident_end` on go to `swap` (in a host task
+  // after the adds into grad_flat, which holds only the part before).
   struct Target {
     void* grad_flat = nullptr;
     DType accum = DType::f32;
     Device* adder = nullptr;
     void* staging = nullptr;
+    GradSwap* swap = nullptr;
+    std::size_t resident_end = 0;
   };
 
   explicit GradReducer(const EngineContext& context);
@@ -80,7 +85,7 @@ class GradReducer {
   // Issues, in plan order, every bucket whose parameters are all ready.
   void issue_ready();
   // End of a micro-step's backward: parameters not used this time reduced as they are, every
-  // bucket issued and finished.
+  // bucket issued and finished; a failure of the gradient swap's I/O is thrown here.
   void flush();
   void poll();  // lets reductions in flight progress
 

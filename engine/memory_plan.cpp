@@ -125,30 +125,43 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
 }
 
 // Optimizer NVMe: buffer_count buffers of the largest swapped group's region (masters and
-// moments, each placed at 4096), and the swap file's arena. Returns the largest region.
+// moments, each placed at 4096), and the swap file's arena; with gradient NVMe the groups'
+// gradient regions in the same file and buffer_count buffers of the largest. Returns the
+// largest region.
 std::size_t plan_optimizer_swap(const config::Config& config, const Layout& layout,
                                 MemoryPlan& plan) {
   if (!layout.modes.optimizer_nvme) return 0;
   const int state_buffers = config.optimizer.state_buffers();
   const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
+  const std::size_t grad_size = dtype_size(layout.modes.accum);
+  const bool grads = layout.modes.grad_nvme;
   const auto region = [&](std::size_t elements) {
     return align_direct(elements * 4) +
            static_cast<std::size_t>(state_buffers) * align_direct(elements * state_size);
   };
-  std::size_t largest_region = 0, file = 0;
+  std::size_t largest_region = 0, largest_grad = 0, file = 0;
   plan.nvme.name = "optimizer swap file";
   plan.nvme.tier = Tier::nvme;
   for (std::size_t g = layout.resident_groups; g < layout.step_groups.size(); ++g) {
     const std::size_t elements = layout.step_groups[g].block;
     largest_region = std::max(largest_region, region(elements));
+    if (grads) largest_grad = std::max(largest_grad, align_direct(elements * grad_size));
     if (elements == 0) continue;
     file += region(elements);
     hold(plan.nvme, MemoryKind::master, elements * 4);
     hold(plan.nvme, MemoryKind::moment, state_buffers * elements * state_size);
+    if (grads) {
+      file += align_direct(elements * grad_size);
+      hold(plan.nvme, MemoryKind::grad, elements * grad_size);
+    }
   }
   plan.nvme.capacity = std::max<std::size_t>(file, 1);
   plan.swap_slot_bytes = largest_region;
   plan.swap_slots = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
+  if (grads && largest_grad != 0) {
+    plan.grad_slot_bytes = largest_grad;
+    plan.grad_slots = plan.swap_slots;
+  }
   return largest_region;
 }
 
@@ -208,8 +221,10 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
   if (m.mixed || m.stage >= 1) {
     take(BlockRole::master, owned, MemoryKind::master, layout.resident_end * 4);
   }
-  if (m.stage >= 1 || m.accum != m.compute) {
-    take(BlockRole::grad_flat, owned, MemoryKind::grad, layout.owned.total * dtype_size(m.accum));
+  if (m.grad_shard()) {
+    // With gradient NVMe only the resident groups' part.
+    const std::size_t elements = m.grad_nvme ? layout.resident_end : layout.owned.total;
+    take(BlockRole::grad_flat, owned, MemoryKind::grad, elements * dtype_size(m.accum));
   }
   for (int k = 0; k < config.optimizer.state_buffers(); ++k) {
     take(BlockRole::moment, owned, MemoryKind::moment, layout.resident_end * state_size,
@@ -223,6 +238,11 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
     plan.blocks.push_back({BlockRole::optimizer_swap, owned, MemoryKind::buffer,
                            swap_region != 0 ? plan.swap_slots * swap_region : 0,
                            plan.swap_slots * (swap_region + kDirectIoAlignment), 0});
+  }
+  if (m.grad_nvme) {
+    plan.blocks.push_back({BlockRole::grad_swap, owned, MemoryKind::buffer,
+                           plan.grad_slots * plan.grad_slot_bytes,
+                           plan.grad_slots * (plan.grad_slot_bytes + kDirectIoAlignment), 0});
   }
   if (m.stage == 3 && m.param_offload) {
     take(BlockRole::compute_shard, ArenaRole::param, MemoryKind::param,
@@ -345,6 +365,7 @@ StateModes state_modes(const config::Config& config, int world) {
   m.mixed = m.compute != DType::f32;
   m.optimizer_offload = config.zero.offload_optimizer.device != config::OffloadDevice::none;
   m.optimizer_nvme = config.zero.offload_optimizer.device == config::OffloadDevice::nvme;
+  m.grad_nvme = m.optimizer_nvme && m.grad_shard();
   m.param_offload = m.stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
   m.param_nvme = m.param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme;
   return m;

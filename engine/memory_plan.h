@@ -36,8 +36,15 @@ struct StateModes {
   bool mixed = false;              // bf16/fp16: fp32 masters beside the compute copy
   bool optimizer_offload = false;  // offload_optimizer cpu or nvme: owned state in host memory
   bool optimizer_nvme = false;     // offload_optimizer nvme: masters and moments swapped
-  bool param_offload = false;      // offload_param (stage 3): compute shards in host memory
-  bool param_nvme = false;         // offload_param nvme: compute shards swapped
+  // offload_optimizer nvme with an owned gradient shard: the swapped groups' gradients are
+  // swapped too, beside their masters and moments (GradSwap)
+  bool grad_nvme = false;
+  bool param_offload = false;  // offload_param (stage 3): compute shards in host memory
+  bool param_nvme = false;     // offload_param nvme: compute shards swapped
+
+  // The reduced gradient goes into an owned shard (the optimizer reads it there), not back
+  // into the replicated gradients (stage 0 with the compute dtype as accumulation dtype).
+  bool grad_shard() const noexcept { return stage >= 1 || accum != compute; }
 };
 
 StateModes state_modes(const config::Config& config, int world);
@@ -113,6 +120,7 @@ enum class BlockRole {
   reduce_staging,  // optimizer offload: this rank's reduced block, coming down
   param_staging,   // offload: a step group's updated values, going up
   optimizer_swap,  // optimizer NVMe: the OptimizerSwap is set up here and takes its buffers
+  grad_swap,       // gradient NVMe: the GradSwap is set up here and takes its buffers
   compute_shard,   // stage 3: the compute shards (the resident part with offload_param)
   param_swap,      // parameter NVMe: the ParamSwap is made here and takes its buffers
   bucket,          // a reduction bucket (index: which)
@@ -144,10 +152,13 @@ struct MemoryPlan {
   std::size_t param_staging_bytes = 0;   // offload: a step group's updated values, going up
   std::size_t swap_slot_bytes = 0;       // optimizer NVMe: one buffer of the largest group's region
   std::size_t swap_slots = 0;            // offload_optimizer.buffer_count (with NVMe)
-  std::size_t param_bounce_bytes = 0;    // parameter NVMe: the largest shard's region
-  std::size_t param_bounces = 0;         // three bounce buffers and offload_param.buffer_count
-  std::size_t grad_live_peak = 0;        // stages 2-3: the walk's most gradient bytes at once
-  std::size_t gather_live_peak = 0;      // stage 3: persistent plus the largest module's others
+  std::size_t grad_slot_bytes = 0;     // gradient NVMe: one buffer of the largest group's gradient
+                                       // (aligned for direct I/O)
+  std::size_t grad_slots = 0;          // offload_optimizer.buffer_count (with gradient NVMe)
+  std::size_t param_bounce_bytes = 0;  // parameter NVMe: the largest shard's region
+  std::size_t param_bounces = 0;       // three bounce buffers and offload_param.buffer_count
+  std::size_t grad_live_peak = 0;      // stages 2-3: the walk's most gradient bytes at once
+  std::size_t gather_live_peak = 0;    // stage 3: persistent plus the largest module's others
 
   // The blocks the ModelState takes from the state, offload and param arenas, in its order: those
   // arenas' capacities and held bytes are these blocks' sums, so what is planned is what is

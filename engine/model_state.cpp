@@ -124,7 +124,11 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
         break;
       case BlockRole::grad_flat:
         grad_flat_ = take();
-        owned_device.fill(grad_flat_, modes_.accum, layout.owned.total, 0.0f, owned_stream);
+        if (grad_flat_ != nullptr) {
+          owned_device.fill(grad_flat_, modes_.accum,
+                            modes_.grad_nvme ? layout.resident_end : layout.owned.total, 0.0f,
+                            owned_stream);
+        }
         break;
       case BlockRole::moment:
         moments_[block.index] = take();
@@ -143,6 +147,9 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
         owned_stream.synchronize();
         open_swap_io(job_id);
         set_up_swap();
+        break;
+      case BlockRole::grad_swap:  // takes its buffers from the offload arena
+        set_up_grad_swap();
         break;
       case BlockRole::compute_shard:
         compute_shard_ = take();
@@ -178,6 +185,8 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
   parts.reduce_target.accum = modes_.accum;
   parts.reduce_target.adder = modes_.optimizer_offload ? &state_device() : &device;
   parts.reduce_target.staging = modes_.optimizer_offload ? reduce_staging : nullptr;
+  parts.reduce_target.swap = grad_swap_.get();
+  parts.reduce_target.resident_end = layout.resident_end;
   if (plan.gather.made()) {
     parts.gather_arena =
         std::make_unique<Arena>(&device, Tier::device, plan.gather.capacity, plan.gather.name);

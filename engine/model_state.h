@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/engine_context.h"
 #include "engine/grad_reducer.h"
+#include "engine/grad_swap.h"
 #include "engine/optimizer_swap.h"
 #include "engine/param_swap.h"
 #include "engine/shard_store.h"
@@ -62,14 +63,16 @@ class ModelState final : public ShardStore {
 
   // Stages 0-2: the replicated compute copy of a parameter.
   void* full(std::size_t param) const { return full_[param]; }
-  float* master() const noexcept { return master_; }          // owned, resident prefix (null: none)
-  void* grad_flat() const noexcept { return grad_flat_; }     // owned gradient shard, or null
-  void* moment(int m) const noexcept { return moments_[m]; }  // resident prefix, or null
+  float* master() const noexcept { return master_; }  // owned, resident prefix (null: none)
+  // The owned gradient shard (with gradient NVMe its resident groups' part), or null.
+  void* grad_flat() const noexcept { return grad_flat_; }
+  void* moment(int m) const noexcept { return moments_[m]; }       // resident prefix, or null
   void* compute_shard() const noexcept { return compute_shard_; }  // stage 3, in memory
   void* param_staging() const noexcept { return param_staging_; }  // offload: values going up
   void* gather_buffer() const noexcept { return gather_buffer_; }  // stages 1-2: all-gather
   OptimizerSwap* swap() const noexcept { return swap_.get(); }
   ParamSwap* param_swap() const noexcept { return param_swap_.get(); }
+  GradSwap* grad_swap() const noexcept { return grad_swap_.get(); }
 
   // The fp32 master shard of a trainable parameter (the compute copy itself for fp32 at stage
   // 0, which keeps no master).
@@ -125,6 +128,7 @@ class ModelState final : public ShardStore {
   void check_swap_buffers() const;
   void open_swap_io(const std::string& job_id);
   void set_up_swap();
+  void set_up_grad_swap();
 
   const EngineContext ctx_;
   const MemoryPlan& plan_;
@@ -140,6 +144,7 @@ class ModelState final : public ShardStore {
   std::unique_ptr<offload::SwapDirectory> swap_dir_;
   std::unique_ptr<Arena> nvme_arena_;
   std::unique_ptr<OptimizerSwap> swap_;    // offload_optimizer nvme
+  std::unique_ptr<GradSwap> grad_swap_;    // gradient NVMe (the swapped groups' gradients)
   std::unique_ptr<ParamSwap> param_swap_;  // offload_param nvme
   std::vector<Block> blocks_;
   std::vector<void*> full_;    // per parameter, stages 0-2

@@ -40,6 +40,12 @@ OptimizerSwap::OptimizerSwap(OptimizerSwapOptions options, offload::AsyncIO& io,
         end = moment.offset + align_up(elements * state_size, kAlign);
       }
       region.bytes = static_cast<std::size_t>(end - region.offset);
+      if (options_.grad_dtype) {
+        const std::size_t bytes = elements * dtype_size(*options_.grad_dtype);
+        const Block grad = nvme.allocate(MemoryKind::grad, bytes, kAlign);
+        blocks_.push_back(grad);
+        region.grad = {grad.offset, align_up(bytes, kAlign)};  // written whole, aligned
+      }
     }
     largest = std::max(largest, region.bytes);
     regions_.push_back(region);

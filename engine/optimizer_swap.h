@@ -4,7 +4,9 @@
 // `buffer_count` pinned buffers in order: while the optimizer runs on group i, the reads of the
 // groups after it and the write of the group before it are in flight (pipeline_read,
 // pipeline_write; without them each read or write is waited for at once). Groups within
-// offload_optimizer.max_in_cpu elements are not swapped: they stay in pinned memory.
+// offload_optimizer.max_in_cpu elements are not swapped: they stay in pinned memory. With
+// `grad_dtype` set, each group also has a gradient region in the file, after its state, which
+// the GradSwap reads and writes (grad_region); this class lays it out and never touches it.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +30,7 @@ struct OptimizerSwapOptions {
   std::size_t buffer_count = 4;  // offload_optimizer.buffer_count (at least 3)
   bool pipeline_read = false;
   bool pipeline_write = false;
+  std::optional<DType> grad_dtype;  // gradient NVMe: the groups' gradient regions, in this dtype
 };
 
 // Where a group's state is while it is in a buffer.
@@ -49,6 +52,13 @@ class OptimizerSwap {
 
   std::size_t groups() const noexcept { return regions_.size(); }
   const std::string& path() const noexcept;
+  offload::SwapFile& file() noexcept { return *file_; }
+  // Group g's gradient region in the file (bytes 0 when it has no elements, or there are none).
+  struct GradRegion {
+    std::uint64_t offset = 0;
+    std::size_t bytes = 0;
+  };
+  GradRegion grad_region(std::size_t group) const { return regions_.at(group).grad; }
 
   // The step, for g = 0, 1, ... in order: acquire(g) waits for the group's state (issuing the
   // reads ahead the pipeline allows), release(g) writes it back; finish() waits for every
@@ -73,6 +83,7 @@ class OptimizerSwap {
     std::uint64_t offset = 0;  // in the file
     std::size_t bytes = 0;
     std::size_t state_offset[2] = {0, 0};  // within the region
+    GradRegion grad;                       // in the file, written on its own
   };
   struct Slot {
     void* data = nullptr;

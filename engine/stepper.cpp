@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "device/cpu/cpu_kernels.h"
 #include "optim/schedule.h"
 
 namespace zero::engine {
@@ -42,9 +43,8 @@ Stepper::Stepper(const EngineContext& context, ModelState& state, GradReducer& r
 }
 
 void Stepper::create_optimizer(int cpu_threads) {
-  const bool has_grad_flat = modes_.stage >= 1 || modes_.accum != modes_.compute;
   optim::Formats formats;
-  formats.grad = has_grad_flat ? modes_.accum : modes_.compute;
+  formats.grad = modes_.grad_shard() ? modes_.accum : modes_.compute;
   formats.state = ctx_.config.optimizer_state_dtype;
   formats.param_out = modes_.mixed ? modes_.compute : DType::bf16;
   formats.copy_out = modes_.mixed;  // fp32: the master is the parameter, nothing is copied out
@@ -67,16 +67,22 @@ void Stepper::restore(std::int64_t global_steps, std::int64_t optimizer_steps,
   seed_ = seed;
 }
 
-// Calls `visit(data, dtype, count)` for the gradients the optimizer reads on this rank.
 template <class Visit>
 void Stepper::for_each_owned_grad(Visit visit) {
-  if (state_.grad_flat() != nullptr) {
-    visit(state_.grad_flat(), modes_.accum, ctx_.layout.owned.total);
+  if (modes_.grad_shard()) {
+    if (const std::size_t count = grad_flat_count(); count != 0) {
+      visit(state_.grad_flat(), modes_.accum, count);
+    }
     return;
   }
   for (std::size_t p : ctx_.layout.trainable) {
     visit(reducer_.grad(p), modes_.compute, ctx_.registry.param(p).numel);
   }
+}
+
+std::size_t Stepper::grad_flat_count() const {
+  if (!modes_.grad_shard()) return 0;
+  return modes_.grad_nvme ? ctx_.layout.resident_end : ctx_.layout.owned.total;
 }
 
 // A scalar the state device wrote at `slot` of its scratch, reduced over the shard group.
@@ -100,6 +106,9 @@ bool Stepper::overflow() {
   for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
     d.check_finite(data, dtype, count, flag, stream);
   });
+  if (GradSwap* swap = state_.grad_swap(); swap != nullptr && swap->any_nonfinite()) {
+    d.fill(flag, DType::f32, 1, 1.0f, stream);
+  }
   return reduce_scalar(1, ReduceOp::max) != 0.0f;
 }
 
@@ -107,10 +116,23 @@ double Stepper::grad_norm() {
   Device& d = state_.state_device();
   Stream& stream = d.default_stream();
   float* sum = state_.state_scalars(scalars_);
-  d.fill(sum, DType::f32, 1, 0.0f, stream);
-  for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
-    d.sum_squares(data, dtype, count, sum, stream);
-  });
+  if (GradSwap* swap = state_.grad_swap(); swap != nullptr) {
+    // Gradient NVMe: the state device is the CPU and the resident part is in host memory. The
+    // sums are added in double and rounded once, as the device's one sum over the whole shard
+    // is, so the norm is the one the same run without the swap computes.
+    stream.synchronize();
+    double total = 0.0;
+    for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
+      total += cpu::sum_squares(data, dtype, count);
+    });
+    total += swap->sum_squares();
+    d.fill(sum, DType::f32, 1, static_cast<float>(total), stream);
+  } else {
+    d.fill(sum, DType::f32, 1, 0.0f, stream);
+    for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
+      d.sum_squares(data, dtype, count, sum, stream);
+    });
+  }
   return std::sqrt(static_cast<double>(reduce_scalar(0, ReduceOp::sum)));
 }
 
@@ -127,10 +149,12 @@ std::vector<optim::Slice> Stepper::slices() {
     // With NVMe a swapped parameter's master and moments are found per step group.
     const bool resident = !modes_.optimizer_nvme || place.flat < layout.resident_end;
     s.master = resident ? state_.master_of(p) : nullptr;
-    s.grad = state_.grad_flat() != nullptr
-                 ? static_cast<const void*>(static_cast<const char*>(state_.grad_flat()) +
-                                            place.flat * dtype_size(modes_.accum))
-                 : reducer_.grad(p);
+    // With gradient NVMe a swapped parameter's gradient is found per step group too.
+    if (!modes_.grad_shard()) {
+      s.grad = reducer_.grad(p);
+    } else if (!modes_.grad_nvme || place.flat < layout.resident_end) {
+      s.grad = static_cast<const char*>(state_.grad_flat()) + place.flat * dtype_size(modes_.accum);
+    }
     for (int k = 0; k < 2; ++k) {
       if (state_.moment(k) != nullptr && resident) {
         s.state[k] = static_cast<char*>(state_.moment(k)) + place.flat * state_size;
@@ -154,10 +178,11 @@ std::vector<optim::Slice> Stepper::slices() {
 }
 
 void Stepper::zero_grads() {
-  if (state_.grad_flat() != nullptr) {
+  if (const std::size_t count = grad_flat_count(); count != 0) {
     Device& d = state_.state_device();
-    d.fill(state_.grad_flat(), modes_.accum, ctx_.layout.owned.total, 0.0f, d.default_stream());
+    d.fill(state_.grad_flat(), modes_.accum, count, 0.0f, d.default_stream());
   }
+  if (state_.grad_swap() != nullptr) state_.grad_swap()->zero();
   reducer_.zero_full(ctx_.device.default_stream());
 }
 
@@ -231,6 +256,8 @@ void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all
   GroupState where;
   where.swapped = group >= layout.resident_groups;
   if (where.swapped) where.view = state_.swap()->acquire(group - layout.resident_groups);
+  GradSwap* grad_swap = where.swapped ? state_.grad_swap() : nullptr;
+  if (grad_swap != nullptr) where.grad = grad_swap->acquire(group - layout.resident_groups);
   char* out = out_of(group);
 
   Stream& stream = ctx_.device.default_stream();
@@ -248,6 +275,7 @@ void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all
   if (where.swapped) {
     stream.synchronize();  // the copies above read the buffer the write takes
     state_.swap()->release(group - layout.resident_groups);
+    if (grad_swap != nullptr) grad_swap->release(group - layout.resident_groups);
   }
   if (modes_.stage == 1 || modes_.stage == 2) all_gather_group(group);
 }
@@ -271,8 +299,7 @@ std::vector<optim::Slice> Stepper::pieces(std::size_t group, const std::vector<o
   const Bucket& bucket = layout.step_groups[group];
   const std::size_t csize = dtype_size(modes_.compute);
   const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
-  const std::size_t grad_size =
-      dtype_size(state_.grad_flat() != nullptr ? modes_.accum : modes_.compute);
+  const std::size_t grad_size = dtype_size(modes_.grad_shard() ? modes_.accum : modes_.compute);
   const int r = modes_.shard_ranks == 1 ? 0 : rank_;
   const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
   std::vector<optim::Slice> pieces;
@@ -284,7 +311,8 @@ std::vector<optim::Slice> Stepper::pieces(std::size_t group, const std::vector<o
     const std::size_t at = layout.params[layout.trainable[piece.param]].flat + piece.begin;
     const std::size_t in_view = at - layout.group_lo[group];
     s.master = where.swapped ? where.view.master + in_view : whole.master + piece.begin;
-    s.grad = static_cast<const char*>(whole.grad) + piece.begin * grad_size;
+    s.grad = where.grad != nullptr ? static_cast<const char*>(where.grad) + in_view * grad_size
+                                   : static_cast<const char*>(whole.grad) + piece.begin * grad_size;
     for (int m = 0; m < ctx_.config.optimizer.state_buffers(); ++m) {
       s.state[m] = where.swapped ? static_cast<char*>(where.view.state[m]) + in_view * state_size
                                  : static_cast<char*>(whole.state[m]) + piece.begin * state_size;

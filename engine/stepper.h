@@ -70,11 +70,16 @@ class Stepper {
   struct GroupState {
     bool swapped = false;
     GroupView view;
+    const void* grad = nullptr;  // gradient NVMe: the group's gradient, from the GradSwap
   };
 
   bool overflow();
   double grad_norm();
   float reduce_scalar(std::size_t slot, ReduceOp op);
+  // The owned gradient shard's elements in memory (with gradient NVMe, the resident groups').
+  std::size_t grad_flat_count() const;
+  // Calls visit(data, dtype, count) for the gradients in memory the optimizer reads on this
+  // rank (the GradSwap's aside).
   template <class Visit>
   void for_each_owned_grad(Visit visit);
   std::vector<optim::Slice> slices();  // one per trainable parameter, over its owned shard

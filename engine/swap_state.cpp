@@ -1,5 +1,6 @@
 // ModelState's NVMe half: the optimizer's masters and moments in step-group regions of a swap
-// file (engine/optimizer_swap.h moves them), the stage-3 compute shards in per-parameter
+// file (engine/optimizer_swap.h moves them) and the groups' gradients beside them
+// (engine/grad_swap.h), the stage-3 compute shards in per-parameter
 // regions of another (engine/param_swap.h), the I/O engine and the rank's swap directory they
 // share, the shards as the ParamFetcher reads them (the ShardStore), and the masters' way out
 // for read_param wherever they live.
@@ -17,12 +18,14 @@
 
 namespace zero::engine {
 
-// A swapped group's region: its masters and its moments, each aligned for direct I/O.
+// The swap's pinned buffers: a swapped group's region (its masters and its moments, each
+// aligned for direct I/O), and with gradient NVMe its gradient's.
 void ModelState::check_swap_buffers() const {
   const config::Config& config = ctx_.config;
   const std::size_t count = plan_.swap_slots;
   const std::size_t largest = plan_.swap_slot_bytes;
-  const std::size_t bytes = count * (largest + kDirectIoAlignment);
+  const std::size_t bytes = count * (largest + kDirectIoAlignment) +
+                            plan_.grad_slots * (plan_.grad_slot_bytes + kDirectIoAlignment);
   // Refused here, before any memory is taken, with what to set.
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGE_SIZE);
@@ -31,16 +34,20 @@ void ModelState::check_swap_buffers() const {
   if (memory != 0 && bytes > memory / 2) {
     const std::size_t state_size = dtype_size(config.optimizer_state_dtype);
     const std::size_t per_element =
-        4 + static_cast<std::size_t>(config.optimizer.state_buffers()) * state_size;
+        4 + static_cast<std::size_t>(config.optimizer.state_buffers()) * state_size +
+        (modes_.grad_nvme ? dtype_size(modes_.accum) : 0);
     throw make_error(
         ErrorCategory::config,
-        "offload_optimizer: {} buffers of the largest step group's optimizer state ({} each) "
+        "offload_optimizer: {} buffers of the largest step group's optimizer state ({} each){} "
         "need {} of pinned memory, more than half of this host's {}; lower "
         "zero_optimization.sub_group_size (now {} elements; {} would make them about {} in all) "
         "or offload_optimizer.buffer_count",
-        count, format_bytes(largest), format_bytes(bytes), format_bytes(memory),
-        config.zero.sub_group_size, memory / 8 / count / std::max<std::size_t>(per_element, 1),
-        format_bytes(memory / 8));
+        count, format_bytes(largest),
+        modes_.grad_nvme
+            ? fmt::format(" and of its gradient ({} each)", format_bytes(plan_.grad_slot_bytes))
+            : std::string(),
+        format_bytes(bytes), format_bytes(memory), config.zero.sub_group_size,
+        memory / 8 / count / std::max<std::size_t>(per_element, 1), format_bytes(memory / 8));
   }
 }
 
@@ -73,11 +80,27 @@ void ModelState::set_up_swap() {
   swap_options.buffer_count = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
   swap_options.pipeline_read = config.zero.offload_optimizer.pipeline_read;
   swap_options.pipeline_write = config.zero.offload_optimizer.pipeline_write;
+  if (modes_.grad_nvme) swap_options.grad_dtype = modes_.accum;
   nvme_arena_ = std::make_unique<Arena>(nullptr, Tier::nvme, capacity, plan_.nvme.name);
   swap_ = std::make_unique<OptimizerSwap>(std::move(swap_options), *aio_, *swap_dir_,
                                           *offload_arena_, *nvme_arena_);
   log::info("engine: optimizer state of {} step groups swapped to {} ({}), {} kept in memory",
             swap_->groups(), swap_->path(), format_bytes(capacity), layout.resident_groups);
+}
+
+void ModelState::set_up_grad_swap() {
+  const Layout& layout = ctx_.layout;
+  std::vector<std::size_t> lo, elements;
+  for (std::size_t g = layout.resident_groups; g < layout.step_groups.size(); ++g) {
+    lo.push_back(layout.group_lo[g]);
+    elements.push_back(layout.step_groups[g].block);
+  }
+  grad_swap_ = std::make_unique<GradSwap>(*swap_, *aio_, *offload_arena_, modes_.accum,
+                                          plan_.grad_slots, std::move(lo), std::move(elements));
+  log::info(
+      "engine: the gradients of those {} step groups swapped beside them, through {} "
+      "buffers of {}",
+      swap_->groups(), plan_.grad_slots, format_bytes(plan_.grad_slot_bytes));
 }
 
 const void* ModelState::device_shard(std::size_t param) {

@@ -120,13 +120,13 @@ Bytes expected(const Case& c, int world) {
       c.stage <= 2
           ? cb * all
           : cb * (frozen_shards + (mixed || c.offload || c.param_offload ? trainable_shards : 0));
+  // fp32 masters (stage 0 fp32 updates the parameters themselves) and Adam's two moments; with
+  // NVMe in the swap file (the nvme tier), the gradient shard beside them.
+  const Tier state = c.nvme ? Tier::nvme : owned;
   // Gradients: full ones at stages 0-1; the owned shard at stages 1-3, and at stage 0 when it
   // accumulates in another dtype.
   if (c.stage <= 1) live[{Tier::device, MemoryKind::grad}] = cb * trainable;
-  if (c.stage >= 1 || gb != cb) live[{owned, MemoryKind::grad}] += gb * trainable_shards;
-  // fp32 masters (stage 0 fp32 updates the parameters themselves) and Adam's two moments; with
-  // NVMe in the swap file (the nvme tier), the gradient shard staying in memory.
-  const Tier state = c.nvme ? Tier::nvme : owned;
+  if (c.stage >= 1 || gb != cb) live[{state, MemoryKind::grad}] += gb * trainable_shards;
   if (c.stage >= 1 || mixed) live[{state, MemoryKind::master}] = 4 * trainable_shards;
   live[{state, MemoryKind::moment}] = (c.bf16_states ? 4 : 8) * trainable_shards;
   // Buffers: one or two reduction buckets of reduce_bucket_size elements rounded down to a
@@ -142,8 +142,8 @@ Bytes expected(const Case& c, int world) {
   // Offload: pinned staging for this rank's block of a reduction bucket, coming down, and for
   // a step group's updated compute values going up (an all-gather bucket's block at stages
   // 1-2, sub_group_size elements at stage 3).
-  // NVMe adds buffer_count buffers of the largest group's region: its masters and moments,
-  // each rounded up to 4096 bytes for direct I/O.
+  // NVMe adds buffer_count buffers of the largest group's region (its masters and moments,
+  // each rounded up to 4096 bytes for direct I/O) and as many of its gradient.
   // Parameters on NVMe: three bounce buffers and buffer_count read buffers of the largest shard
   // (rounded up to 4096 bytes) and, without optimizer offload, the staging of a step group's
   // updated values.
@@ -159,7 +159,7 @@ Bytes expected(const Case& c, int world) {
     if (c.nvme) {
       auto direct = [](std::size_t bytes) { return (bytes + 4095) / 4096 * 4096; };
       const std::size_t region = direct(group * 4) + 2 * direct(group * (c.bf16_states ? 2 : 4));
-      live[{owned, MemoryKind::buffer}] += kSwapBuffers * region;
+      live[{owned, MemoryKind::buffer}] += kSwapBuffers * (region + direct(group * gb));
     }
   }
   for (auto& [kind, bytes] : live) {

@@ -1,8 +1,8 @@
 // Optimizer state on NVMe when the disk misbehaves: a disk that fills up after init fails the
-// step with an io error naming the swap file (and the files stay for inspection), and a swap
-// file changed or truncated behind the engine's back is caught by its checksum before the
-// optimizer uses it. Every rank meets the same fault at the same point, so all of them fail
-// in the same call.
+// backward pass's gradient writes or the step with an io error naming the swap file (and the files
+// stay for inspection), and a swap file changed or truncated behind the engine's back is caught by
+// its checksum before the optimizer uses it. Every rank meets the same fault at the same point, so
+// all of them fail in the same call.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -109,36 +109,44 @@ TEST_CASE("engine swap: a parameter shard larger than offload_param.buffer_size 
 
 TEST_CASE("engine swap: a disk that fills up fails the step, naming the file, and keeps it",
           "[engine]") {
-  ScratchDir dir("swap-full");
-  std::atomic<bool> full{false};
-  engine::EngineOptions options;
-  options.aio_inject = [&](bool write, const std::string&, std::uint64_t, std::size_t) {
-    return full && write ? ENOSPC : 0;
-  };
-  auto e = make_engine(nvme_config(dir.path), options);
-  micro_step(*e, kModuleOrder, 0);  // a good step first
-  const fs::path file = dir.swap_file(e->rank());
-  REQUIRE(!file.empty());
-  full = true;
-  try {
-    micro_step(*e, kModuleOrder, 1);
-    FAIL("a step whose swap writes fail went through");
-  } catch (const Error& error) {
-    CHECK(error.category() == ErrorCategory::io);
-    CHECK_THAT(error.what(), Catch::Contains(file.string()));
-    CHECK_THAT(error.what(), Catch::Contains(std::strerror(ENOSPC)));
+  // sub_group_size 700: many groups, whose gradients are written out during the backward pass,
+  // so that the end of the pass fails; 20000: one group, whose gradient stays in a buffer, so
+  // that the step's own writes fail.
+  for (const auto& [sub_group, failed] :
+       {std::pair<std::string, std::string>{"700", "reducing the gradients failed"},
+        {"20000", "a step failed"}}) {
+    INFO("sub_group_size " << sub_group);
+    ScratchDir dir("swap-full-" + sub_group);
+    std::atomic<bool> full{false};
+    engine::EngineOptions options;
+    options.aio_inject = [&](bool write, const std::string&, std::uint64_t, std::size_t) {
+      return full && write ? ENOSPC : 0;
+    };
+    auto e = make_engine(nvme_config(dir.path, 3, sub_group), options);
+    micro_step(*e, kModuleOrder, 0);  // a good step first
+    const fs::path file = dir.swap_file(e->rank());
+    REQUIRE(!file.empty());
+    full = true;
+    try {
+      micro_step(*e, kModuleOrder, 1);
+      FAIL("a step whose swap writes fail went through");
+    } catch (const Error& error) {
+      CHECK(error.category() == ErrorCategory::io);
+      CHECK_THAT(error.what(), Catch::Contains(file.string()));
+      CHECK_THAT(error.what(), Catch::Contains(std::strerror(ENOSPC)));
+    }
+    // The window's gradients or the optimizer state are lost: no further pass is taken.
+    full = false;
+    try {
+      micro_step(*e, kModuleOrder, 2);
+      FAIL("a pass after a failed one went through");
+    } catch (const Error& error) {
+      CHECK(error.category() == ErrorCategory::usage);
+      CHECK_THAT(error.what(), Catch::Contains("pre_forward after a failure (" + failed));
+    }
+    e.reset();
+    CHECK(fs::exists(file));  // left for inspection
   }
-  // The state may be half stepped: no further step is taken on it.
-  full = false;
-  try {
-    micro_step(*e, kModuleOrder, 2);
-    FAIL("a step after a failed one went through");
-  } catch (const Error& error) {
-    CHECK(error.category() == ErrorCategory::usage);
-    CHECK_THAT(error.what(), Catch::Contains("step after a failure (a step failed"));
-  }
-  e.reset();
-  CHECK(fs::exists(file));  // left for inspection
 }
 
 TEST_CASE("engine swap: a swap file changed or truncated behind the engine is never used",
