@@ -111,13 +111,19 @@ StepBound bound_step(const Request& request, const config::Config& config,
   b.pcie_bytes = static_cast<std::uint64_t>(std::max(down, up));
   b.pcie = std::max(down, up) / gb(hw.pcie_gbps);
 
-  // NVMe, per node: each swapped optimizer group read and written once a step; swapped
-  // parameter shards read at every gather and written once a step.
+  // NVMe, per node: each swapped optimizer group read and written once a step, its gradient
+  // written at each micro-step that reduces (stage 1 only at the boundary) and read back at the
+  // next and at the step; swapped parameter shards read at every gather and written once a
+  // step.
   const double g = hw.gpus_per_node;
   double read = 0, write = 0;
   if (plan.nvme.made()) {
-    read += g * static_cast<double>(plan.nvme.held_total());
-    write += g * static_cast<double>(plan.nvme.held_total());
+    const double grads =
+        static_cast<double>(plan.nvme.held[static_cast<std::size_t>(MemoryKind::grad)]);
+    const double reductions = m.stage == 1 ? 1 : accum;
+    const double state = static_cast<double>(plan.nvme.held_total()) - grads;
+    read += g * (state + reductions * grads);
+    write += g * (state + reductions * grads);
   }
   if (plan.param_nvme.made()) {
     read += g * accum * passes * static_cast<double>(plan.param_nvme.held_total());
@@ -299,8 +305,8 @@ Plan plan_all(const Request& request) {
         }
       }
       if (mode.name == "optimizer split") {
-        // max_in_cpu: the optimizer state the host memory left over by the all-NVMe plan
-        // holds, per rank; shown only when that is some but not all of it.
+        // max_in_cpu: the optimizer state (and gradient) the host memory left over by the
+        // all-NVMe plan holds, per rank; shown only when that is some but not all of it.
         Mode all_nvme = mode;
         all_nvme.keys["zero_optimization.offload_optimizer.max_in_cpu"] = 0;
         const Row base = plan_mode(all_nvme);
@@ -308,9 +314,13 @@ Plan plan_all(const Request& request) {
         const std::uint64_t used = base.pinned_node + base.host_node;
         if (used >= request.hardware.cpu_mem) continue;
         const config::Config config = mode_config(request, all_nvme);
+        // A resident element holds its master, its moments and (gradient NVMe) its gradient.
+        const engine::StateModes modes = engine::state_modes(config, request.hardware.world());
         const std::uint64_t per_element =
-            4 + static_cast<std::uint64_t>(config.optimizer.state_buffers()) *
-                    dtype_size(config.optimizer_state_dtype);
+            4 +
+            static_cast<std::uint64_t>(config.optimizer.state_buffers()) *
+                dtype_size(config.optimizer_state_dtype) +
+            (modes.grad_nvme ? dtype_size(modes.accum) : 0);
         const std::uint64_t elements = (request.hardware.cpu_mem - used) /
                                        static_cast<std::uint64_t>(request.hardware.gpus_per_node) /
                                        per_element;
