@@ -5,17 +5,14 @@
 #include <cstring>
 #include <utility>
 
+#include "base/bytes.h"
+#include "base/direct_io.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "device/cpu/cpu_kernels.h"
 #include "offload/swap.h"
 
 namespace zero::engine {
-namespace {
-
-constexpr std::size_t kAlign = 4096;  // the strictest direct-I/O alignment, as OptimizerSwap
-
-}  // namespace
 
 GradSwap::GradSwap(OptimizerSwap& swap, offload::AsyncIO& io, Arena& pinned, DType dtype,
                    std::size_t slots, std::vector<std::size_t> group_lo,
@@ -37,7 +34,7 @@ GradSwap::GradSwap(OptimizerSwap& swap, offload::AsyncIO& io, Arena& pinned, DTy
   ZERO_CHECK(slots >= 3, "{} gradient swap buffers", slots);
   slots_.resize(slots);
   for (Slot& slot : slots_) {
-    const Block block = pinned_.allocate(MemoryKind::buffer, largest, kAlign);
+    const Block block = pinned_.allocate(MemoryKind::buffer, largest, kDirectIoAlignment);
     blocks_.push_back(block);
     slot.data = block.ptr;
   }
