@@ -239,7 +239,7 @@ std::uint64_t ModelChoice::working_bytes(int batch, int seq,
                                          const models::ActivationOptions& options, bool cuda,
                                          std::size_t compute_bytes) const {
   const bool checkpointing = options.checkpoint_blocks >= layers();
-  const std::size_t element = cuda ? 2 : 4;
+  const std::size_t element = cuda ? 2 : models::kCpuActivationElement;
   const models::ActivationBytes activations =
       gpt_ ? gpt::activation_bytes(*gpt_, 4 * static_cast<std::int64_t>(gpt_->channels), batch, seq,
                                    checkpointing, element)
@@ -252,7 +252,8 @@ std::uint64_t ModelChoice::working_bytes(int batch, int seq,
   const std::int64_t blocks =
       std::max<std::int64_t>(0, parameters() - table - (llama_ && !llama_->tied ? table : 0));
   const std::int64_t largest = std::max(table, blocks / std::max(1, layers()));
-  return activations.total() + 8 * static_cast<std::uint64_t>(largest);
+  return activations.total() +
+         models::cpu_compute_copy_bytes(static_cast<std::uint64_t>(largest), compute_bytes);
 }
 
 double ModelChoice::flops_per_token(int seq) const {
