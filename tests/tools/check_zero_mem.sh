@@ -98,19 +98,29 @@ print({"gpu": r["per_gpu"]["total"], "host": r["per_node"]["pinned"] + r["per_no
        "fits": r["fits"]["all"], "short": " | ".join(r["short"])}[sys.argv[2]])
 PY
   }
-  plan
+  plan --device gpu
   gpu=$(row gpu)
   host=$(row host)
-  plan --gpu-mem "$gpu" --cpu-mem "$host"
+  plan --device gpu --gpu-mem "$gpu" --cpu-mem "$host"
   [ "$(row fits)" = True ] || fail "the row does not fit at its own figures: $(row short)"
-  plan --gpu-mem $((gpu - 1)) --cpu-mem "$host"
+  plan --device gpu --gpu-mem $((gpu - 1)) --cpu-mem "$host"
   [ "$(row fits)" = False ] || fail "the row fits a GPU a byte too small"
   [[ "$(row short)" == "memory of GPU 0 on a node: rank 0 need "*"is free (--gpu-mem)."* ]] ||
     fail "the GPU's shortfall is not init's: $(row short)"
-  plan --gpu-mem "$gpu" --cpu-mem $((host - 1))
+  plan --device gpu --gpu-mem "$gpu" --cpu-mem $((host - 1))
   [ "$(row fits)" = False ] || fail "the row fits a host a byte too small"
   [[ "$(row short)" == "host memory of a node: 2 ranks (0, 1) need "*"is free (--cpu-mem)."* ]] ||
     fail "the host's shortfall is not init's: $(row short)"
+  # The CPU device: the ranks' device memory and activations are host memory, one pool with the
+  # offloaded state; no GPU is judged.
+  plan --device cpu
+  pool=$(( $(row gpu) * 2 + $(row host) ))
+  plan --device cpu --cpu-mem "$pool"
+  [ "$(row fits)" = True ] || fail "on the CPU device the row does not fit at its own figures: $(row short)"
+  plan --device cpu --cpu-mem $((pool - 1))
+  [ "$(row fits)" = False ] || fail "on the CPU device the row fits a host a byte too small"
+  [[ "$(row short)" == "host memory of a node: 2 ranks (0, 1) need "*"is free (--cpu-mem)."* ]] ||
+    fail "the CPU device's shortfall is not init's: $(row short)"
   ;;
 deepspeed_estimate)
   # P = 1e9, L = 1e8 on 8 GPUs: ZeRO-3 without offload is 4L + 18P/8 per GPU; ZeRO-2 with the
@@ -157,6 +167,8 @@ errors)
   expect "is more than the model's 64 positions" --model llama-tiny --seq 65
   expect "is more than the model" --model tiny --seq 65
   expect "give one of" --model tiny --arch 2,16,2,50,16
+  expect "do not apply (give the host memory with --cpu-mem)" --model tiny --device cpu --gpu-mem 8GiB
+  expect "device: tpu not in" --model tiny --device tpu
   # A config the engine refuses whatever the stage is refused with the engine's message.
   expect "train_batch_size" --model tiny --gpus-per-node 2 --set train_batch_size=3
   # One the engine refuses only with the optimizer on NVMe: those rows say the engine's refusal,

@@ -14,6 +14,7 @@
 
 #include "base/bytes.h"
 #include "base/error.h"
+#include "device/device.h"
 #include "engine/config/json_text.h"
 #include "tools/cli_checks.h"
 #include "tools/zero-mem/planner.h"
@@ -45,6 +46,10 @@ int main(int argc, char** argv) {
       "3 'params cpu' (offload_param and offload_optimizer cpu) and 'params nvme' (both nvme). "
       "NVMe modes need --nvme. A row that fits the GPU only with activation checkpointing says "
       "'yes (AC)'.\n\n"
+      "Device: GPUs, or the CPU device (--device cpu; by default when this machine has no GPU "
+      "and no GPU option is given): ranks on CPUs, whose device memory, activations and host "
+      "memory are one pool per node (--cpu-mem), with no PCIe and no GPU overhead; "
+      "--gpus-per-node (or --ranks-per-node) then counts ranks.\n\n"
       "Step lower bound: the largest of compute (the model's FLOPs at --peak-tflops), the "
       "network (ring collectives' bytes at --intra-node-gbps, or --inter-node-gbps across "
       "nodes), PCIe (--pcie-gbps each way per GPU), NVMe (--nvme-read-gbps/--nvme-write-gbps "
@@ -53,6 +58,7 @@ int main(int argc, char** argv) {
   zero::mem::ModelArgs model_args;
   zero::mem::Hardware hw;
   std::string config_path, gpu_mem = "80GiB", cpu_mem = "1TiB", nvme, overhead = "2GiB";
+  std::string device = "auto";
   std::vector<std::string> sets;
   int seq = 0;
   std::vector<int> stages;
@@ -74,19 +80,27 @@ int main(int argc, char** argv) {
                  "tokens per sequence (default: the model's positions, at most 1024, as "
                  "zero-train)")
       ->check(zero::tools::between(1, 1 << 24));
-  app.add_option("--gpus-per-node", hw.gpus_per_node, "GPUs per node")
+  app.add_option("--device", device,
+                 "gpu, cpu, or auto: cpu when this machine has no GPU and none of --gpu-mem, "
+                 "--gpu-overhead, --pcie-gbps is given, else gpu")
+      ->check(CLI::IsMember({"auto", "gpu", "cpu"}))
+      ->capture_default_str();
+  app.add_option("--gpus-per-node,--ranks-per-node", hw.gpus_per_node,
+                 "GPUs per node (on the CPU device: ranks per node)")
       ->check(zero::tools::between(1, 1024))
       ->capture_default_str();
   app.add_option("--nodes", hw.nodes, "nodes")
       ->check(zero::tools::between(1, 1 << 20))
       ->capture_default_str();
-  app.add_option("--gpu-mem", gpu_mem, "memory per GPU")->capture_default_str();
+  auto* gpu_mem_option =
+      app.add_option("--gpu-mem", gpu_mem, "memory per GPU")->capture_default_str();
   app.add_option("--cpu-mem", cpu_mem, "host memory per node")->capture_default_str();
   app.add_option("--nvme", nvme, "NVMe space per node (none: no NVMe modes)");
-  app.add_option("--gpu-overhead", overhead,
-                 "per GPU beyond the engine and activations: CUDA context, cuBLAS and NCCL "
-                 "buffers, fragmentation")
-      ->capture_default_str();
+  auto* overhead_option =
+      app.add_option("--gpu-overhead", overhead,
+                     "per GPU beyond the engine and activations: CUDA context, cuBLAS and NCCL "
+                     "buffers, fragmentation")
+          ->capture_default_str();
   app.add_option("--config,--deepspeed_config", config_path,
                  "a DeepSpeed config (default: micro-batch 1, bf16, AdamW); its stage and "
                  "offload keys are replaced row by row");
@@ -96,11 +110,14 @@ int main(int argc, char** argv) {
                "checkpoint every block on every row (also when the config has an "
                "activation_checkpointing section)");
   app.add_option("--peak-tflops", hw.peak_tflops,
-                 "the GPU's dense rate (default: H100 SXM, 989 bf16/fp16, 495 TF32 for fp32)")
+                 fmt::format("the GPU's dense rate (default: H100 SXM, 989 bf16/fp16, 495 TF32 "
+                             "for fp32); on the CPU device a rank's ({} by default)",
+                             zero::mem::kCpuTflops))
       ->check(zero::tools::above(0));
-  app.add_option("--pcie-gbps", hw.pcie_gbps, "GB/s each way per GPU (PCIe Gen5 x16)")
-      ->check(zero::tools::above(0))
-      ->capture_default_str();
+  auto* pcie_option =
+      app.add_option("--pcie-gbps", hw.pcie_gbps, "GB/s each way per GPU (PCIe Gen5 x16)")
+          ->check(zero::tools::above(0))
+          ->capture_default_str();
   app.add_option("--nvme-read-gbps", hw.nvme_read_gbps, "GB/s per node")
       ->check(zero::tools::above(0))
       ->capture_default_str();
@@ -130,6 +147,15 @@ int main(int argc, char** argv) {
     hw.cpu_mem = zero::parse_bytes(cpu_mem, "--cpu-mem");
     hw.nvme = nvme.empty() ? 0 : zero::parse_bytes(nvme, "--nvme");
     hw.gpu_overhead = zero::parse_bytes(overhead, "--gpu-overhead");
+    const bool gpu_asked =
+        gpu_mem_option->count() + overhead_option->count() + pcie_option->count() > 0;
+    if (device == "cpu" && gpu_asked) {
+      throw std::invalid_argument(
+          "--device cpu plans ranks on CPUs: --gpu-mem, --gpu-overhead and --pcie-gbps do not "
+          "apply (give the host memory with --cpu-mem)");
+    }
+    hw.cpu_device =
+        device == "cpu" || (device == "auto" && !gpu_asked && zero::probe_cuda().device_count == 0);
     if (static_cast<long long>(hw.gpus_per_node) * hw.nodes > (1 << 24)) {
       throw std::invalid_argument(fmt::format(
           "--gpus-per-node {} x --nodes {} is more than 16,777,216 GPUs: zero plans up to that",

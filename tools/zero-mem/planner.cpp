@@ -76,7 +76,7 @@ StepBound bound_step(const Request& request, const config::Config& config,
     b.flops = accum * 6.0 * P * micro * request.seq;
   }
   double peak = hw.peak_tflops;
-  if (peak <= 0) peak = m.compute == DType::f32 ? 495 : 989;
+  if (peak <= 0) peak = hw.cpu_device ? kCpuTflops : m.compute == DType::f32 ? 495 : 989;
   b.compute = b.flops / (peak * 1e12);
 
   // The network: each rank's bytes sent in ring reduce-scatters, all-gathers, all-reduces.
@@ -101,13 +101,15 @@ StepBound bound_step(const Request& request, const config::Config& config,
 
   // PCIe, each way: reduced gradient blocks down and updated values up with optimizer offload;
   // every gather's shard up with offload_param.
+  // None on the CPU device, where offload copies within host memory.
   double down = 0, up = 0;
   const double shard = P / (m.stage == 0 ? 1 : n);
-  if (m.optimizer_offload) {
+  if (m.optimizer_offload && !hw.cpu_device) {
     down += (m.stage == 1 ? 1 : accum) * shard * wire;
     if (!m.param_offload) up += shard * csize;
   }
-  if (m.param_offload) up += accum * passes * (gathered / n) * csize + (persistent / n) * csize;
+  if (m.param_offload && !hw.cpu_device)
+    up += accum * passes * (gathered / n) * csize + (persistent / n) * csize;
   b.pcie_bytes = static_cast<std::uint64_t>(std::max(down, up));
   b.pcie = std::max(down, up) / gb(hw.pcie_gbps);
 
@@ -132,9 +134,10 @@ StepBound bound_step(const Request& request, const config::Config& config,
   b.nvme_bytes = static_cast<std::uint64_t>(read + write);
   b.nvme = std::max(read / gb(hw.nvme_read_gbps), write / gb(hw.nvme_write_gbps));
 
-  // The CPU optimizer: each node's ranks stream their shards' masters, moments (read and
-  // written), gradients (read) and updated values (written) through host memory.
-  if (m.optimizer_offload) {
+  // The CPU optimizer (offloaded, or on the CPU device always): each node's ranks stream their
+  // shards' masters, moments (read and written), gradients (read) and updated values (written)
+  // through host memory.
+  if (m.optimizer_offload || hw.cpu_device) {
     const double per_element =
         2 * 4.0 +
         2.0 * config.optimizer.state_buffers() * dtype_size(config.optimizer_state_dtype) +
@@ -202,22 +205,32 @@ config::Config mode_config(const Request& request, const Mode& mode) {
   return config::read_config(request.config, read_options(request, with));
 }
 
+// An activation's bytes: the compute dtype's on a GPU, fp32 in the CPU layers.
+std::size_t activation_element(const Request& request, const config::Config& config) {
+  return request.hardware.cpu_device ? models::kCpuActivationElement
+                                     : dtype_size(config.compute_dtype());
+}
+
 // Whether the row fits one node, by the engine's own check at init (engine/memory_fit.h): a
 // rank per GPU, each with its activations and the GPU's overhead declared beside its state,
-// against the node's figures as given.
+// against the node's figures as given. On the CPU device the device tier and the activations
+// are in the host's pool, and there is no GPU.
 void judge_fit(const Request& request, const config::Config& config, Row& row) {
   const Hardware& hw = request.hardware;
-  const std::vector<engine::DeclaredMemory> declared{
-      {Tier::device, row.activations, "activations"},
-      {Tier::device, hw.gpu_overhead, "the GPU's overhead (--gpu-overhead)"}};
-  const std::string need = engine::fit_need(row.plan, config, declared, /*own_gpu=*/true);
+  std::vector<engine::DeclaredMemory> declared{{Tier::device, row.activations, "activations"}};
+  if (!hw.cpu_device) {
+    declared.push_back({Tier::device, hw.gpu_overhead, "the GPU's overhead (--gpu-overhead)"});
+  }
+  const std::string need = engine::fit_need(row.plan, config, declared, !hw.cpu_device);
   std::vector<std::string> notes, needs;
   for (int g = 0; g < hw.gpus_per_node; ++g) {
     engine::FreeNote note;
     note.machine = "a node";
     note.host = hw.cpu_mem;
     note.host_source = "--cpu-mem";
-    note.gpu = engine::FreeNote::Gpu{std::to_string(g), hw.gpu_mem, "--gpu-mem"};
+    if (!hw.cpu_device) {
+      note.gpu = engine::FreeNote::Gpu{std::to_string(g), hw.gpu_mem, "--gpu-mem"};
+    }
     note.optimizer_disk = note.param_disk =
         engine::FreeNote::Disk{"NVMe", hw.nvme, "its NVMe", "--nvme"};
     notes.push_back(engine::fit_note(note));
@@ -242,16 +255,23 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
   try {
     const config::Config config = mode_config(request, mode);
     const engine::Layout layout = engine::plan_layout(request.model.registry, config, hw.world());
-    row.plan = engine::plan_memory(request.model.registry, config, layout, /*gpu=*/true);
+    // Beside a GPU offloaded state has a host device of its own; the CPU device (sync) steps
+    // it itself.
+    row.plan = engine::plan_memory(request.model.registry, config, layout, !hw.cpu_device);
     row.device_state = row.plan.reserved(Tier::device);
     if (request.model.has_architecture()) {
       row.activations =
           request.model
               .activation_bytes(static_cast<int>(config.batch.micro_batch_per_gpu), request.seq,
-                                checkpointing, dtype_size(config.compute_dtype()))
+                                checkpointing, activation_element(request, config))
               .total();
     }
-    row.device_total = row.device_state + row.activations + hw.gpu_overhead;
+    if (hw.cpu_device) {
+      // The CPU layers' fp32 copies of the open module, as zero-train declares them.
+      row.activations += models::cpu_compute_copy_bytes(request.model.largest_layer,
+                                                        dtype_size(config.compute_dtype()));
+    }
+    row.device_total = row.device_state + row.activations + (hw.cpu_device ? 0 : hw.gpu_overhead);
     const std::uint64_t g = static_cast<std::uint64_t>(hw.gpus_per_node);
     row.pinned_node = g * row.plan.reserved(Tier::pinned);
     row.host_node = g * row.plan.reserved(Tier::host);
@@ -273,17 +293,24 @@ Plan plan_all(const Request& request) {
   plan.precision = config::precision_name(probe.precision);
   plan.seq = request.seq;
   if (request.model.has_architecture()) {
-    const std::size_t e = dtype_size(probe.compute_dtype());
+    const std::size_t e = activation_element(request, probe);
+    if (request.hardware.cpu_device) {
+      plan.compute_copies = models::cpu_compute_copy_bytes(request.model.largest_layer,
+                                                           dtype_size(probe.compute_dtype()));
+    }
     const int batch = static_cast<int>(plan.micro_batch);
     plan.activations = request.model.activation_bytes(batch, request.seq, false, e);
     plan.checkpointed_activations = request.model.activation_bytes(batch, request.seq, true, e);
   }
   const bool nvme = request.hardware.nvme > 0;
-  // A row that does not fit on the GPU is shown with activation checkpointing (GPT- and
-  // Llama-shaped models), which keeps a block's input instead of its activations.
+  // A row that does not fit on the GPU (on the CPU device, in host memory) is shown with
+  // activation checkpointing (GPT- and Llama-shaped models), which keeps a block's input
+  // instead of its activations.
   auto plan_mode = [&](const Mode& mode) {
     Row row = plan_row(request, mode, request.checkpointing);
-    if (row.error.empty() && !row.fits_gpu && !request.checkpointing &&
+    const bool short_where_activations_are =
+        request.hardware.cpu_device ? !row.fits_host : !row.fits_gpu;
+    if (row.error.empty() && short_where_activations_are && !request.checkpointing &&
         request.model.has_architecture()) {
       row = plan_row(request, mode, true);
     }

@@ -18,6 +18,10 @@
 namespace zero::mem {
 
 struct Hardware {
+  // The CPU device (--device cpu): ranks on CPUs, whose device memory is host memory, so the
+  // device tier, the activations and the host tiers are one pool per node (--cpu-mem), with
+  // no GPU, PCIe or GPU overhead; gpus_per_node counts ranks.
+  bool cpu_device = false;
   int gpus_per_node = 8;
   int nodes = 1;
   std::uint64_t gpu_mem = 80ull << 30;
@@ -26,7 +30,7 @@ struct Hardware {
   std::uint64_t gpu_overhead = 2ull << 30;  // CUDA context, cuBLAS and NCCL buffers, fragments
   // Rates. Defaults: H100 SXM, PCIe Gen5 x16, one typical NVMe drive, NVLink 4 and 400 Gb/s
   // per GPU between nodes, a two-socket host's memory.
-  double peak_tflops = 0;     // 0: 989 for bf16/fp16, 495 (TF32) for fp32
+  double peak_tflops = 0;     // 0: 989 for bf16/fp16, 495 (TF32) for fp32; CPU: kCpuTflops
   double pcie_gbps = 55;      // GB/s each way per GPU
   double nvme_read_gbps = 7;  // GB/s per node
   double nvme_write_gbps = 5;
@@ -35,7 +39,13 @@ struct Hardware {
   double host_mem_gbps = 200;  // GB/s per node, for the CPU optimizer
 
   int world() const noexcept { return gpus_per_node * nodes; }
+  // What a rank's device is called in the report: "GPU", or "rank" on the CPU device.
+  const char* unit() const noexcept { return cpu_device ? "rank" : "GPU"; }
 };
+
+// The CPU device's default rate per rank (TFLOP/s): about what the CPU layers reach on two
+// AVX-512 cores in OpenBLAS's fp32 products; give --peak-tflops for a larger machine.
+inline constexpr double kCpuTflops = 0.05;
 
 // One way of placing the state: a stage and the offload keys it sets.
 struct Mode {
@@ -59,9 +69,9 @@ struct Row {
   bool checkpointing = false;  // activation checkpointing of every block
   std::string error;           // the engine would refuse this config (then nothing else is set)
   engine::MemoryPlan plan;
-  std::uint64_t device_state = 0;  // per GPU: the engine's device arenas and scratch
-  std::uint64_t activations = 0;   // per GPU, for a GPT-shaped model
-  std::uint64_t device_total = 0;  // state + activations + overhead
+  std::uint64_t device_state = 0;  // per GPU (rank): the engine's device arenas and scratch
+  std::uint64_t activations = 0;   // per GPU (rank), for a GPT-shaped model
+  std::uint64_t device_total = 0;  // state + activations + overhead (none on the CPU device)
   std::uint64_t pinned_node = 0, host_node = 0, nvme_node = 0;  // per node
   // By the engine's check at init (engine/memory_fit.h) on one node of the hardware asked
   // about; each pool that is short, as that check would say it.
@@ -90,6 +100,9 @@ struct Plan {
   std::string precision;  // fp32, bf16, fp16
   // GPT-shaped models: per GPU per micro-batch, without and with checkpointing every block.
   std::optional<models::ActivationBytes> activations, checkpointed_activations;
+  // The CPU device: the CPU layers' fp32 copies of the largest module, in each row's
+  // activations (0 on a GPU, or with fp32 compute).
+  std::uint64_t compute_copies = 0;
 };
 
 // The stages' modes: "none" at every stage; from stage 1 the optimizer on the CPU, on NVMe,

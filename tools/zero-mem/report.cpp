@@ -80,7 +80,8 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
                              {"positions", c.max_seq},
                              {"tied", c.tied}};
   }
-  out["hardware"] = {{"gpus_per_node", hw.gpus_per_node},
+  out["hardware"] = {{"device", hw.cpu_device ? "cpu" : "gpu"},
+                     {"gpus_per_node", hw.gpus_per_node},
                      {"nodes", hw.nodes},
                      {"gpu_mem", hw.gpu_mem},
                      {"cpu_mem", hw.cpu_mem},
@@ -171,29 +172,46 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
   t += fmt::format("model: {} ({:.3f}B parameters, largest layer {:.1f}M)\n",
                    request.model.description, static_cast<double>(request.model.params) / 1e9,
                    static_cast<double>(request.model.largest_layer) / 1e6);
-  t += fmt::format("hardware: {} node(s) x {} GPU(s) of {}, {} host memory{} per node\n", hw.nodes,
-                   hw.gpus_per_node, format_bytes(hw.gpu_mem), format_bytes(hw.cpu_mem),
-                   hw.nvme ? fmt::format(", {} NVMe", format_bytes(hw.nvme)) : ", no NVMe");
-  t += fmt::format(
-      "batch: {} x {} tokens per GPU, {} accumulation step(s), {}; {} tokens per step\n",
-      plan.micro_batch, plan.seq, plan.accumulation, plan.precision,
-      plan.micro_batch * plan.accumulation * plan.seq * hw.world());
+  const std::string nvme =
+      hw.nvme ? fmt::format(", {} NVMe", format_bytes(hw.nvme)) : std::string(", no NVMe");
+  if (hw.cpu_device) {
+    t += fmt::format(
+        "hardware: {} node(s) x {} rank(s) on the CPU device, {} host memory (the device's "
+        "too){} per node\n",
+        hw.nodes, hw.gpus_per_node, format_bytes(hw.cpu_mem), nvme);
+  } else {
+    t +=
+        fmt::format("hardware: {} node(s) x {} GPU(s) of {}, {} host memory{} per node\n", hw.nodes,
+                    hw.gpus_per_node, format_bytes(hw.gpu_mem), format_bytes(hw.cpu_mem), nvme);
+  }
+  t +=
+      fmt::format("batch: {} x {} tokens per {}, {} accumulation step(s), {}; {} tokens per step\n",
+                  plan.micro_batch, plan.seq, hw.unit(), plan.accumulation, plan.precision,
+                  plan.micro_batch * plan.accumulation * plan.seq * hw.world());
   if (plan.activations) {
     t += fmt::format(
-        "activations per GPU: {} kept + {} backward workspace; with activation "
+        "activations per {}: {} kept + {} backward workspace; with activation "
         "checkpointing {} + {}\n",
-        format_bytes(plan.activations->kept), format_bytes(plan.activations->workspace),
+        hw.unit(), format_bytes(plan.activations->kept), format_bytes(plan.activations->workspace),
         format_bytes(plan.checkpointed_activations->kept),
         format_bytes(plan.checkpointed_activations->workspace));
   } else {
     t += "activations: not counted (no architecture: give --arch or --model)\n";
   }
-  t += fmt::format(
-      "GPU column: the engine's arenas + activations + {} overhead (--gpu-overhead)\n\n",
-      format_bytes(hw.gpu_overhead));
+  if (hw.cpu_device) {
+    t += fmt::format(
+        "rank column: the engine's device arenas + activations + the CPU layers' fp32 copies of "
+        "the largest module ({}), all in host memory; a row fits when the ranks' columns, pinned "
+        "and host together fit --cpu-mem\n\n",
+        format_bytes(plan.compute_copies));
+  } else {
+    t += fmt::format(
+        "GPU column: the engine's arenas + activations + {} overhead (--gpu-overhead)\n\n",
+        format_bytes(hw.gpu_overhead));
+  }
   t += fmt::format("{:<5} {:<15} {:>9} {:>9} {:>10} {:>10} {:>10}  {:<12} {:>10}  {}\n", "stage",
-                   "offload", "GPU GiB", "act GiB", "pinned/nd", "host/nd", "NVMe/nd", "fits",
-                   "step >=", "bound by");
+                   "offload", hw.cpu_device ? "rank GiB" : "GPU GiB", "act GiB", "pinned/nd",
+                   "host/nd", "NVMe/nd", "fits", "step >=", "bound by");
   for (std::size_t r = 0; r < plan.rows.size(); ++r) {
     const Row& row = plan.rows[r];
     const std::string mark = plan.recommended && *plan.recommended == r ? " <- recommended" : "";
@@ -221,10 +239,10 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
   t += "\n";
   if (plan.recommended) {
     const Row& row = plan.rows[*plan.recommended];
-    t += fmt::format("recommended: stage {}, {}{}: {} per GPU, step >= {} ({}-bound)\n",
-                     row.mode.stage, row.mode.name,
-                     row.checkpointing ? ", activation checkpointing" : "",
-                     format_bytes(row.device_total), seconds(row.step.seconds), row.step.bound_by);
+    t += fmt::format(
+        "recommended: stage {}, {}{}: {} per {}, step >= {} ({}-bound)\n", row.mode.stage,
+        row.mode.name, row.checkpointing ? ", activation checkpointing" : "",
+        format_bytes(row.device_total), hw.unit(), seconds(row.step.seconds), row.step.bound_by);
     t += "  config keys:";
     const json keys = row_keys(row, request);
     for (auto it = keys.begin(); it != keys.end(); ++it) {
