@@ -107,9 +107,9 @@ void read_rope(const json& c, LlamaConfig& out) {
 }  // namespace
 
 const std::vector<std::string>& LlamaConfig::names() {
-  static const std::vector<std::string> all{"llama-tiny",   "llama-3.2-1b",  "llama-3.1-8b",
-                                            "llama-2-13b",  "llama-3.1-70b", "mistral-7b",
-                                            "qwen2.5-0.5b", "qwen2.5-7b"};
+  static const std::vector<std::string> all{"llama-tiny",   "llama-3.2-1b", "llama-3.2-3b",
+                                            "llama-3.1-8b", "llama-2-13b",  "llama-3.1-70b",
+                                            "mistral-7b",   "qwen2.5-0.5b", "qwen2.5-7b"};
   return all;
 }
 
@@ -122,8 +122,11 @@ bool LlamaConfig::is_name(const std::string& name) {
 
 LlamaConfig LlamaConfig::by_name(const std::string& name) {
   if (name == "llama-tiny") return make("llama", 4, 4, 2, 128, 352, 64, 256, 10000.0, 1e-5, false);
-  if (name == "llama-3.2-1b") {
-    LlamaConfig c = make("llama", 16, 32, 8, 2048, 8192, 131072, 128256, 500000.0, 1e-5, true);
+  if (name == "llama-3.2-1b" || name == "llama-3.2-3b") {
+    LlamaConfig c =
+        name == "llama-3.2-1b"
+            ? make("llama", 16, 32, 8, 2048, 8192, 131072, 128256, 500000.0, 1e-5, true)
+            : make("llama", 28, 24, 8, 3072, 8192, 131072, 128256, 500000.0, 1e-5, true);
     c.rope_scaling = llama3_scaling(32.0);
     return c;
   }

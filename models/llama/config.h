@@ -44,9 +44,9 @@ struct LlamaConfig {
   int sliding_window = 0;  // Mistral's attention window; 0: none
 
   // llama-tiny (for tests and the demo: 4 layers, 4 heads over 2 key/value heads, 128
-  // channels, MLP 352, 64 positions, 256 bytes), llama-3.2-1b, llama-3.1-8b, llama-2-13b,
-  // llama-3.1-70b, mistral-7b (v0.1), qwen2.5-0.5b, qwen2.5-7b. Throws std::invalid_argument for
-  // another name.
+  // channels, MLP 352, 64 positions, 256 bytes), llama-3.2-1b, llama-3.2-3b, llama-3.1-8b,
+  // llama-2-13b, llama-3.1-70b, mistral-7b (v0.1), qwen2.5-0.5b, qwen2.5-7b. Throws
+  // std::invalid_argument for another name.
   static LlamaConfig by_name(const std::string& name);
   static bool is_name(const std::string& name);
   static const std::vector<std::string>& names();

@@ -47,13 +47,14 @@ int main(int argc, char** argv) {
   app.add_option("--config,--deepspeed_config", o.config, "the DeepSpeed-style JSON config")
       ->required()
       ->check(CLI::ExistingFile);
-  app.add_option("--model", o.model,
-                 "GPT-2: tiny (4 layers, 4 heads, 128 channels, 64 positions, vocabulary 256; the "
-                 "default without --init), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b. Llama "
-                 "family: llama-tiny (4 layers, 4 heads over 2 key/value heads, 128 channels, MLP "
-                 "352, 64 positions, vocabulary 256), llama-3.2-1b, llama-3.1-8b, llama-2-13b, "
-                 "llama-3.1-70b, mistral-7b, qwen2.5-0.5b, qwen2.5-7b. Default: --init's "
-                 "config.json");
+  app.add_option(
+      "--model", o.model,
+      "GPT-2: tiny (4 layers, 4 heads, 128 channels, 64 positions, vocabulary 256; the "
+      "default without --init), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b. Llama "
+      "family: llama-tiny (4 layers, 4 heads over 2 key/value heads, 128 channels, MLP "
+      "352, 64 positions, vocabulary 256), llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, llama-2-13b, "
+      "llama-3.1-70b, mistral-7b, qwen2.5-0.5b, qwen2.5-7b. Default: --init's "
+      "config.json");
   app.add_option("--layers", o.layers, "custom: blocks (over --model's)");
   app.add_option("--heads", o.heads, "custom: attention heads");
   app.add_option("--kv-heads", o.kv_heads, "custom: key/value heads (Llama family)");
