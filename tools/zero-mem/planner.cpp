@@ -338,7 +338,12 @@ Plan plan_all(const Request& request) {
         all_nvme.keys["zero_optimization.offload_optimizer.max_in_cpu"] = 0;
         const Row base = plan_mode(all_nvme);
         if (!base.error.empty()) continue;
-        const std::uint64_t used = base.pinned_node + base.host_node;
+        // On the CPU device the ranks' device memory and activations are host memory too.
+        const std::uint64_t used =
+            base.pinned_node + base.host_node +
+            (request.hardware.cpu_device
+                 ? base.device_total * static_cast<std::uint64_t>(request.hardware.gpus_per_node)
+                 : 0);
         if (used >= request.hardware.cpu_mem) continue;
         const config::Config config = mode_config(request, all_nvme);
         // A resident element holds its master, its moments and (gradient NVMe) its gradient.
