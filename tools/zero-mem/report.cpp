@@ -120,7 +120,7 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
     }
     j["per_gpu"] = {{"device_state", row.device_state},
                     {"activations", row.activations},
-                    {"overhead", hw.gpu_overhead},
+                    {"overhead", hw.cpu_device ? 0 : hw.gpu_overhead},
                     {"total", row.device_total}};
     j["per_node"] = {{"pinned", row.pinned_node}, {"host", row.host_node}, {"nvme", row.nvme_node}};
     j["fits"] = {{"gpu", row.fits_gpu},
