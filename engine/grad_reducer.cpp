@@ -275,8 +275,9 @@ void GradReducer::finish(std::size_t slot) {
       });
     }
     if (target_.swap != nullptr) {
-      // The swapped groups' part, into the gradient swap on the host in the epilogue's order
-      // (it may wait for reads and writes: never on the caller's thread).
+      // The swapped groups' part, into the gradient swap on the host in the epilogue's order;
+      // it may wait for reads and writes (on a GPU and on the asynchronous CPU device in a
+      // host thread, on the synchronous CPU device in place, as its host tasks run).
       ctx_.device.launch_host_task(stream, [this, pieces, post] {
         pieces(false, [&](const char* src, std::size_t flat, std::size_t count) {
           target_.swap->add(flat, src, modes_.wire, count, post);
@@ -322,7 +323,7 @@ void GradReducer::flush() {
   }
   epilogue_->synchronize();
   ctx_.device.default_stream().synchronize();
-  if (target_.swap != nullptr) target_.swap->rethrow();
+  if (target_.swap != nullptr) target_.swap->finish_adds();
 }
 
 }  // namespace zero::engine

@@ -178,6 +178,18 @@ void GradSwap::rethrow() {
   if (failure_) std::rethrow_exception(failure_);
 }
 
+void GradSwap::finish_adds() {
+  rethrow();
+  try {
+    for (Slot& slot : slots_) {
+      if (slot.busy && !slot.reading) settle(slot);
+    }
+  } catch (...) {
+    failure_ = std::current_exception();
+    throw;
+  }
+}
+
 double GradSwap::sum_squares() {
   rethrow();
   double sum = 0.0;

@@ -49,7 +49,11 @@ class GradSwap {
   // first failure is kept, later adds are dropped, and rethrow() throws it.
   void add(std::size_t flat, const void* src, DType src_dtype, std::size_t count,
            float factor) noexcept;
-  // Throws the failure an add() kept, once the adds are done (after the epilogue).
+  // Once the adds are done (after the epilogue): waits for the writes behind them, and throws
+  // the failure an add() kept or one of those writes meets, so that a failed write fails the
+  // end of the backward pass, before the step uses any of it.
+  void finish_adds();
+  // Throws the failure an add() kept.
   void rethrow();
 
   // The step's statistics of every swapped group's gradient as it is now: the sum of squares

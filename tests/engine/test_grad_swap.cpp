@@ -1,7 +1,8 @@
 // The GradSwap alone (engine/grad_swap.h): gradients added at random owned offsets, across
 // groups and over several micro-steps, through fewer buffers than groups, read back at the
 // step exactly as the same adds give in memory; the statistics are those of the bytes; a
-// released or zeroed group is zero; a failed write is kept and thrown later, never lost.
+// released or zeroed group is zero; a failed write is kept and thrown at the end of the adds,
+// before the step, never lost.
 #include <catch2/catch.hpp>
 
 #include <cerrno>
@@ -163,6 +164,27 @@ TEST_CASE("grad swap: a failed write is kept, later adds are dropped, and it is 
   // Still failed for whatever comes next: the step refuses too.
   CHECK_THROWS(rig.grads->sum_squares());
   CHECK_THROWS(rig.grads->acquire(0));
+}
+
+TEST_CASE("grad swap: a write behind the last add that fails is thrown at the end of the adds",
+          "[engine]") {
+  bool full = false;
+  Rig rig("grad-swap-last", DType::f32,
+          [&](bool write, const std::string&, std::uint64_t, std::size_t) {
+            return full && write ? ENOSPC : 0;
+          });
+  full = true;
+  std::mt19937_64 random(9);
+  // Three groups fill the three buffers: the last add starts writing the first group out, and
+  // nothing after it waits for that write.
+  for (std::size_t g : {0, 1, 3}) {
+    const std::vector<float> src = normal(random, kElements[g]);
+    rig.grads->add(rig.lo[g], src.data(), DType::f32, kElements[g], 1.0f);
+  }
+  const Error error = zero::testing::error_of([&] { rig.grads->finish_adds(); });
+  CHECK(error.category() == ErrorCategory::io);
+  CHECK_THAT(error.what(), Catch::Contains(std::strerror(ENOSPC)));
+  CHECK_THROWS(rig.grads->sum_squares());  // and the step that would follow refuses
 }
 
 }  // namespace zero::engine
