@@ -63,6 +63,12 @@ struct Rig {
   std::size_t end() const { return lo.back() + kElements.back(); }
 };
 
+// A disk that fails every write with ENOSPC (the rig writes nothing before its first add).
+offload::FaultInjector full_disk() {
+  return
+      [](bool write, const std::string&, std::uint64_t, std::size_t) { return write ? ENOSPC : 0; };
+}
+
 // `count` floats from a normal distribution.
 std::vector<float> normal(std::mt19937_64& random, std::size_t count) {
   std::normal_distribution<float> value(0.0f, 1.0f);
@@ -145,12 +151,7 @@ TEST_CASE("grad swap: a NaN is found whether its group is in a buffer or written
 
 TEST_CASE("grad swap: a failed write is kept, later adds are dropped, and it is thrown after",
           "[engine]") {
-  bool full = false;
-  Rig rig("grad-swap-full", DType::f32,
-          [&](bool write, const std::string&, std::uint64_t, std::size_t) {
-            return full && write ? ENOSPC : 0;
-          });
-  full = true;
+  Rig rig("grad-swap-full", DType::f32, full_disk());
   std::mt19937_64 random(5);
   // More groups than buffers: some are written out, and those writes fail.
   for (std::size_t g = 0; g < kElements.size(); ++g) {
@@ -168,12 +169,7 @@ TEST_CASE("grad swap: a failed write is kept, later adds are dropped, and it is 
 
 TEST_CASE("grad swap: a write behind the last add that fails is thrown at the end of the adds",
           "[engine]") {
-  bool full = false;
-  Rig rig("grad-swap-last", DType::f32,
-          [&](bool write, const std::string&, std::uint64_t, std::size_t) {
-            return full && write ? ENOSPC : 0;
-          });
-  full = true;
+  Rig rig("grad-swap-last", DType::f32, full_disk());
   std::mt19937_64 random(9);
   // Three groups fill the three buffers: the last add starts writing the first group out, and
   // nothing after it waits for that write.
