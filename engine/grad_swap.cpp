@@ -87,6 +87,14 @@ void GradSwap::write_out(Slot& slot) {
   slot.dirty = false;
 }
 
+GradSwap::Slot* GradSwap::least_recent(const Slot* except) {
+  Slot* oldest = nullptr;
+  for (Slot& slot : slots_) {
+    if (&slot != except && (oldest == nullptr || slot.used < oldest->used)) oldest = &slot;
+  }
+  return oldest;
+}
+
 GradSwap::Slot& GradSwap::free_slot() {
   for (Slot& slot : slots_) {
     if (slot.group == kNoGroup && !slot.busy) return slot;
@@ -98,10 +106,7 @@ GradSwap::Slot& GradSwap::free_slot() {
     }
   }
   // None free: the least recently used group goes out, and its write is waited for.
-  Slot* oldest = &slots_.front();
-  for (Slot& slot : slots_) {
-    if (slot.used < oldest->used) oldest = &slot;
-  }
+  Slot* oldest = least_recent(nullptr);
   write_out(*oldest);
   settle(*oldest);
   return *oldest;
@@ -161,11 +166,7 @@ void GradSwap::add(std::size_t flat, const void* src, DType src_dtype, std::size
       const bool none_free = std::none_of(slots_.begin(), slots_.end(),
                                           [](const Slot& s) { return s.group == kNoGroup; });
       if (none_free) {
-        Slot* oldest = nullptr;
-        for (Slot& s : slots_) {
-          if (&s != &slot && (oldest == nullptr || s.used < oldest->used)) oldest = &s;
-        }
-        if (oldest != nullptr) write_out(*oldest);
+        if (Slot* oldest = least_recent(&slot); oldest != nullptr) write_out(*oldest);
       }
       from += n * src_size, flat += n, count -= n;
     }

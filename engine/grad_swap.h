@@ -93,11 +93,12 @@ class GradSwap {
   };
   std::size_t group_of(std::size_t flat) const;
   std::size_t bytes_of(std::size_t group) const;
-  Slot& bring(std::size_t group);        // group g in a buffer, as it is
-  Slot& free_slot();                     // a buffer no group holds (may write one out)
-  void write_out(Slot& slot);            // starts writing a dirty group; the slot is free after
-  void settle(Slot& slot);               // waits for its I/O
-  void wait_written(std::size_t group);  // before reading a group back: its write has ended
+  Slot& bring(std::size_t group);          // group g in a buffer, as it is
+  Slot* least_recent(const Slot* except);  // the slot used longest ago, other than `except`
+  Slot& free_slot();                       // a buffer no group holds (may write one out)
+  void write_out(Slot& slot);              // starts writing a dirty group; the slot is free after
+  void settle(Slot& slot);                 // waits for its I/O
+  void wait_written(std::size_t group);    // before reading a group back: its write has ended
   void read_ahead(std::size_t after);
 
   OptimizerSwap& swap_;
