@@ -62,6 +62,8 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
 }
 
 Engine::Impl::~Impl() {
+  // The speculation's worker steps on the state and the device's streams: it ends first.
+  if (stepper) stepper->stop_speculation();
   // The device's work, once, before anything it uses goes: never through the callers' streams,
   // which their owners may have destroyed already (zero.h, "Streams"). Not when the
   // communicator is broken: its collectives may never complete.
@@ -217,6 +219,9 @@ void Engine::Impl::allocate() {
   if (parts.gather_arena) fetcher->attach(std::move(parts.gather_arena), *model_state);
 
   stepper->create_optimizer(options.optimizer_threads);
+  if (modes().speculate) {
+    reducer->set_bucket_added([s = stepper.get()](std::size_t bucket) { s->bucket_added(bucket); });
+  }
 }
 
 // ---- Engine ----
@@ -361,6 +366,8 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
     if (was == PassTracker::Phase::forward) e.timers.forward += e.phase_timer.seconds();
     e.phase_timer.restart();
     e.reducer->begin_backward(e.micro_steps);
+    // super_offload: the boundary's groups are stepped as their gradients become final.
+    if (is_accumulation_boundary()) e.stepper->arm_speculation();
   }
   e.order->after(caller);
   e.fetcher->enter(module, /*backward=*/true, e.train, top, caller);
@@ -515,6 +522,7 @@ StepStats Engine::step() {
   stats.micro_steps = e.micro_steps;
   stats.global_steps = e.stepper->global_steps();
   e.timers.optimizer += e.stepper->take_optimizer_seconds();
+  e.timers.speculation += e.stepper->take_speculation_seconds();
   e.timers.allgather += e.stepper->take_allgather_seconds();
   if (boundary && stats.global_steps % e.config.steps_per_print == 0) e.print_breakdowns();
   return stats;
@@ -568,6 +576,15 @@ void Engine::Impl::print_breakdowns() {
         stepper->global_steps(), steps, ms(timers.forward), ms(timers.backward),
         ms(timers.reduce_wait), ms(timers.gather_issue), ms(timers.gather_wait), ms(timers.step),
         ms(timers.optimizer), ms(timers.allgather));
+    if (const Speculator* speculator = stepper->speculator(); speculator != nullptr) {
+      const Speculator::Counts c = speculator->counts();
+      log::info(
+          "step {}: super_offload: optimizer stepped in backward {:.3f} ms per step | in the "
+          "run: {} steps speculated, {} rolled back (clipping or a skip), {} stepped after "
+          "backward while speculation was off | {}",
+          stepper->global_steps(), ms(timers.speculation), c.speculated, c.rolled_back, c.held_off,
+          c.on ? "speculating" : "off until a step needs no rollback");
+    }
     if (timeline) {
       // From the streams' own timing events: the part of each kind of work that ran while the
       // caller's stream was computing (between a pre hook and its post hook).

@@ -135,6 +135,7 @@ struct Engine::Impl {
     double gather_issue = 0, gather_wait = 0;  // stage 3 all-gathers: issuing, blocked on
     double step = 0;                           // the boundary step, all of it
     double optimizer = 0;                      // the optimizer kernels within it
+    double speculation = 0;                    // super_offload: the optimizer in backward
     double allgather = 0;                      // stages 1-2: the updated shards back out
     std::int64_t micro_steps = 0;
   } timers;

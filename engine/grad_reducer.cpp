@@ -284,6 +284,9 @@ void GradReducer::finish(std::size_t slot) {
         });
       });
     }
+    if (bucket_added_) {
+      ctx_.device.launch_host_task(stream, [this, b = flight.bucket] { bucket_added_(b); });
+    }
     flight = {};
     return;
   }

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -99,6 +100,11 @@ class GradReducer {
   double take_wait_seconds() { return wait_seconds_.take(); }
   // wall_clock_breakdown: the offload copies are recorded there (null: not).
   void set_timeline(OverlapTimeline* timeline) { timeline_ = timeline; }
+  // Optimizer offload: `added(bucket)` runs in a host task in the epilogue's order once the
+  // bucket's reduced block is in the owned gradient shard (super_offload's speculation).
+  void set_bucket_added(std::function<void(std::size_t)> added) {
+    bucket_added_ = std::move(added);
+  }
 
   const Arena* grad_arena() const noexcept { return grad_arena_.get(); }
   std::size_t bucket_count() const noexcept { return ctx_.layout.buckets.size(); }
@@ -135,6 +141,7 @@ class GradReducer {
   std::unique_ptr<Stream> epilogue_;                 // after the reductions (made by attach)
   std::vector<std::unique_ptr<Event>> buffer_read_;  // per bucket buffer: its epilogue's read
   OverlapTimeline* timeline_ = nullptr;
+  std::function<void(std::size_t)> bucket_added_;
   std::size_t next_slot_ = 0;
   std::size_t next_bucket_ = 0;  // the next bucket to issue, in plan order
   bool reducing_ = false;        // this micro-step reduces (stages 2-3, or the boundary)

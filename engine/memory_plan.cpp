@@ -121,6 +121,7 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
   plan.gather_bytes = largest_gather * static_cast<std::size_t>(layout.world) * csize;
   plan.reduce_staging_bytes = m.optimizer_offload ? largest_bucket * dtype_size(m.wire) : 0;
   plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
+  if (m.speculate) plan.param_staging_bytes = speculation_staging_offsets(layout).back() * csize;
   if (beside && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
 }
 
@@ -233,6 +234,16 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
   if (m.optimizer_offload) {
     take(BlockRole::reduce_staging, owned, MemoryKind::buffer, plan.reduce_staging_bytes);
     take(BlockRole::param_staging, owned, MemoryKind::buffer, plan.param_staging_bytes);
+  }
+  if (m.speculate) {
+    // The state every speculated group had before its step, for a rollback.
+    if (m.mixed || m.stage >= 1) {
+      take(BlockRole::speculation_backup, owned, MemoryKind::master, layout.owned.total * 4, 0);
+    }
+    for (int k = 0; k < config.optimizer.state_buffers(); ++k) {
+      take(BlockRole::speculation_backup, owned, MemoryKind::moment,
+           layout.owned.total * state_size, 1 + static_cast<std::size_t>(k));
+    }
   }
   if (m.optimizer_nvme) {
     plan.blocks.push_back({BlockRole::optimizer_swap, owned, MemoryKind::buffer,
@@ -368,6 +379,8 @@ StateModes state_modes(const config::Config& config, int world) {
   m.grad_nvme = m.optimizer_nvme && m.grad_shard();
   m.param_offload = m.stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
   m.param_nvme = m.param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme;
+  m.speculate =
+      m.optimizer_offload && !m.optimizer_nvme && config.zero.offload_optimizer.super_offload;
   return m;
 }
 
@@ -478,6 +491,12 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
     }
   }
   return layout;
+}
+
+std::vector<std::size_t> speculation_staging_offsets(const Layout& layout) {
+  std::vector<std::size_t> offsets{0};
+  for (const Bucket& group : layout.step_groups) offsets.push_back(offsets.back() + group.block);
+  return offsets;
 }
 
 std::size_t ArenaPlan::held_total() const noexcept {

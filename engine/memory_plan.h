@@ -41,6 +41,9 @@ struct StateModes {
   bool grad_nvme = false;
   bool param_offload = false;  // offload_param (stage 3): compute shards in host memory
   bool param_nvme = false;     // offload_param nvme: compute shards swapped
+  // offload_optimizer.super_offload (device cpu): step groups stepped speculatively during the
+  // boundary's backward (Speculator), with a backup of their state and staging for every group
+  bool speculate = false;
 
   // The reduced gradient goes into an owned shard (the optimizer reads it there), not back
   // into the replicated gradients (stage 0 with the compute dtype as accumulation dtype).
@@ -84,6 +87,11 @@ struct Layout {
   std::size_t compute_resident_end = 0;
 };
 
+// With speculation each step group's updated values have their own place in the pinned
+// staging: group g's block (in elements of the compute dtype) starts at offsets[g], and
+// offsets.back() is the whole (one entry more than there are groups).
+std::vector<std::size_t> speculation_staging_offsets(const Layout& layout);
+
 // Throws a config Error when a parameter's shard cannot be swapped (larger than
 // offload_param.buffer_size), naming it and what to set.
 Layout plan_layout(const Registry& registry, const config::Config& config, int world);
@@ -118,13 +126,15 @@ enum class BlockRole {
   grad_flat,       // the owned gradient shard
   moment,          // an optimizer moment (index: which), the resident part with NVMe
   reduce_staging,  // optimizer offload: this rank's reduced block, coming down
-  param_staging,   // offload: a step group's updated values, going up
-  optimizer_swap,  // optimizer NVMe: the OptimizerSwap is set up here and takes its buffers
-  grad_swap,       // gradient NVMe: the GradSwap is set up here and takes its buffers
-  compute_shard,   // stage 3: the compute shards (the resident part with offload_param)
-  param_swap,      // parameter NVMe: the ParamSwap is made here and takes its buffers
-  bucket,          // a reduction bucket (index: which)
-  gather_buffer,   // stages 1-2: the all-gather bucket after the step
+  param_staging,   // offload: a step group's updated values, going up (every group's with
+                   // speculation, each at its own offset)
+  speculation_backup,  // speculation: the pre-step masters (index 0) or a moment (1 + which)
+  optimizer_swap,      // optimizer NVMe: the OptimizerSwap is set up here and takes its buffers
+  grad_swap,           // gradient NVMe: the GradSwap is set up here and takes its buffers
+  compute_shard,       // stage 3: the compute shards (the resident part with offload_param)
+  param_swap,          // parameter NVMe: the ParamSwap is made here and takes its buffers
+  bucket,              // a reduction bucket (index: which)
+  gather_buffer,       // stages 1-2: the all-gather bucket after the step
 };
 
 // Which of the ModelState's arenas a block comes from.
@@ -150,6 +160,7 @@ struct MemoryPlan {
   std::size_t gather_bytes = 0;          // stages 1-2: the all-gather bucket after the step
   std::size_t reduce_staging_bytes = 0;  // offload: this rank's reduced block, coming down
   std::size_t param_staging_bytes = 0;   // offload: a step group's updated values, going up
+                                         // (with speculation, every group's, one after another)
   std::size_t swap_slot_bytes = 0;       // optimizer NVMe: one buffer of the largest group's region
   std::size_t swap_slots = 0;            // offload_optimizer.buffer_count (with NVMe)
   std::size_t grad_slot_bytes = 0;     // gradient NVMe: one buffer of the largest group's gradient

@@ -143,6 +143,9 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
       case BlockRole::param_staging:
         param_staging_ = take();
         break;
+      case BlockRole::speculation_backup:
+        backup_[block.index] = take();
+        break;
       case BlockRole::optimizer_swap:  // takes its buffers from the offload arena
         owned_stream.synchronize();
         open_swap_io(job_id);

@@ -70,6 +70,9 @@ class ModelState final : public ShardStore {
   void* compute_shard() const noexcept { return compute_shard_; }  // stage 3, in memory
   void* param_staging() const noexcept { return param_staging_; }  // offload: values going up
   void* gather_buffer() const noexcept { return gather_buffer_; }  // stages 1-2: all-gather
+  // Speculation: where the pre-step state of speculated groups is kept, laid out as the owned
+  // flat buffers (index 0 the masters, 1 + k moment k), or null.
+  void* speculation_backup(std::size_t index) const noexcept { return backup_[index]; }
   OptimizerSwap* swap() const noexcept { return swap_.get(); }
   ParamSwap* param_swap() const noexcept { return param_swap_.get(); }
   GradSwap* grad_swap() const noexcept { return grad_swap_.get(); }
@@ -154,6 +157,7 @@ class ModelState final : public ShardStore {
   void* compute_shard_ = nullptr;
   void* param_staging_ = nullptr;
   void* gather_buffer_ = nullptr;
+  void* backup_[3] = {nullptr, nullptr, nullptr};
   std::size_t filling_ = kNone;  // the swapped group being filled
 };
 

@@ -1,7 +1,9 @@
 // Stepper: the optimizer step at an accumulation boundary (see stepper.h).
 #include "engine/stepper.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -53,10 +55,91 @@ void Stepper::create_optimizer(int cpu_threads) {
   } else {
     optim::CpuOptimizerOptions cpu;
     cpu.threads = cpu_threads > 0 ? cpu_threads : 1;
+    if (modes_.speculate) {
+      // super_offload: the optimizer's share of the cores (cpuadam_cores_perc), the rest left
+      // to the backward it runs beside.
+      const double share = ctx_.config.zero.offload_optimizer.cpuadam_cores_perc;
+      cpu.threads = std::max(1, static_cast<int>(std::lround(share * cpu.threads)));
+    }
     // As work on the state device's stream: on the CPU device its streams may be threads.
     optimizer_ = optim::create_hosted_cpu_optimizer(state_.state_device(), ctx_.config.optimizer,
                                                     formats, cpu);
   }
+  if (modes_.speculate) {
+    const Layout& layout = ctx_.layout;
+    staging_offsets_ = speculation_staging_offsets(layout);
+    for (const Bucket& group : layout.step_groups) {
+      std::size_t begin = kNone, end = 0;
+      for (const BucketPiece& piece : group.pieces) {
+        const std::size_t flat = layout.params[layout.trainable[piece.param]].flat;
+        begin = std::min(begin, flat + piece.begin);
+        end = std::max(end, flat + piece.end);
+      }
+      group_ranges_.emplace_back(begin == kNone ? 0 : begin, end);
+    }
+    speculation_stream_ = state_.state_device().create_stream();
+    speculator_ = std::make_unique<Speculator>(layout);
+  }
+}
+
+void Stepper::stop_speculation() noexcept {
+  if (speculator_) speculator_->stop();
+}
+
+void Stepper::bucket_added(std::size_t bucket) noexcept {
+  if (speculator_) speculator_->bucket_added(bucket);
+}
+
+void Stepper::arm_speculation() {
+  if (!speculator_) return;
+  // The boundary's step as it will be unless the verdict says otherwise: its schedule, and the
+  // gradient scale of a step without clipping.
+  speculation_slices_ = slices();
+  speculation_hyper_ = hyper_for(optimizer_steps_ + 1, 1.0 / scaler_.scale());
+  speculator_->arm([this](std::size_t group) { speculate_group(group); });
+}
+
+void Stepper::copy_group_state(std::size_t group, bool keep) {
+  const auto [begin, end] = group_ranges_[group];
+  if (end <= begin) return;
+  const auto copy = [keep](void* state, void* backup, std::size_t offset, std::size_t bytes) {
+    if (state == nullptr || backup == nullptr) return;
+    char* s = static_cast<char*>(state) + offset;
+    char* b = static_cast<char*>(backup) + offset;
+    if (keep) {
+      std::memcpy(b, s, bytes);
+    } else {
+      std::memcpy(s, b, bytes);
+    }
+  };
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  copy(state_.master(), state_.speculation_backup(0), begin * 4, (end - begin) * 4);
+  for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
+    copy(state_.moment(k), state_.speculation_backup(1 + static_cast<std::size_t>(k)),
+         begin * state_size, (end - begin) * state_size);
+  }
+}
+
+void Stepper::speculate_group(std::size_t group) {
+  Timer timer;
+  copy_group_state(group, /*keep=*/true);
+  optimizer_->step(pieces(group, speculation_slices_, GroupState{}, out_of(group)),
+                   speculation_hyper_, *speculation_stream_);
+  speculation_stream_->synchronize();
+  speculation_seconds_.add(timer.seconds());
+}
+
+optim::StepHyper Stepper::hyper_for(std::int64_t k, double grad_scale) const {
+  const config::Config& config = ctx_.config;
+  const optim::ScheduleValue value = scheduled(config, k);
+  optim::StepHyper hyper;
+  hyper.step = k;
+  hyper.lr = value.lr;
+  hyper.beta1 = value.beta1.value_or(config.optimizer.beta1);
+  hyper.beta2 = value.beta2.value_or(config.optimizer.beta2);
+  hyper.grad_scale = grad_scale;
+  hyper.seed = seed_;
+  return hyper;
 }
 
 void Stepper::restore(std::int64_t global_steps, std::int64_t optimizer_steps,
@@ -197,11 +280,23 @@ StepStats Stepper::step() {
   const optim::ScheduleValue value = scheduled(config, k);
   stats.lr = value.lr;
 
+  // super_offload: every group stepped as speculated before the verdict; restored unless it
+  // stands.
+  const bool speculated = speculator_ != nullptr && speculator_->armed();
+  if (speculated) speculator_->finish();
+  const auto roll_back = [&] {
+    for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
+      copy_group_state(g, /*keep=*/false);
+    }
+  };
+
   // fp16 always, bf16 with check_grad_overflow: a step on non-finite gradients is skipped.
   const bool checked =
       config.precision == config::Precision::fp16 ||
       (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
   if (checked && overflow()) {
+    if (speculated) roll_back();
+    if (speculator_) speculator_->record(speculated, /*rollback=*/true);
     if (config.precision == config::Precision::fp16) {
       scaler_.update(true);  // throws at the minimum scale, before any counter moves
       global_steps_ += 1;
@@ -229,16 +324,17 @@ StepStats Stepper::step() {
     if (clip > 1.0) grad_scale /= clip;
   }
 
-  optim::StepHyper hyper;
-  hyper.step = k;
-  hyper.lr = value.lr;
-  hyper.beta1 = value.beta1.value_or(config.optimizer.beta1);
-  hyper.beta2 = value.beta2.value_or(config.optimizer.beta2);
-  hyper.grad_scale = grad_scale;
-  hyper.seed = seed_;
+  const optim::StepHyper hyper = hyper_for(k, grad_scale);
+  // The speculated steps stand when clipping left the scale as speculated (1 / loss scale).
+  const bool clipped = grad_scale != 1.0 / scale;
+  const bool stands = speculated && !clipped && hyper.lr == speculation_hyper_.lr;
+  if (speculated && !stands) roll_back();
+  if (speculator_) speculator_->record(speculated, clipped);
 
   const std::vector<optim::Slice> all = slices();
-  for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) step_group(g, all, hyper);
+  for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
+    step_group(g, all, hyper, stands);
+  }
   if (state_.swap()) state_.swap()->finish();
   if (state_.param_swap()) state_.param_swap()->finish_writes();  // the next gathers read them
   ctx_.device.default_stream().synchronize();
@@ -250,7 +346,7 @@ StepStats Stepper::step() {
 }
 
 void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all,
-                         const optim::StepHyper& hyper) {
+                         const optim::StepHyper& hyper, bool stepped) {
   const Layout& layout = ctx_.layout;
   // NVMe: the group's masters and moments come in from the swap for its step.
   GroupState where;
@@ -266,9 +362,11 @@ void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all
   Timer timer;
   // The CPU writes the staging the previous group's copies may still read on the device.
   if (modes_.optimizer_offload) staging_read_->synchronize();
-  optimizer_->step(pieces(group, all, where, out), hyper, step_stream);
-  if (ctx_.config.wall_clock_breakdown || modes_.optimizer_offload) step_stream.synchronize();
-  optimizer_seconds_.add(timer.seconds());
+  if (!stepped) {
+    optimizer_->step(pieces(group, all, where, out), hyper, step_stream);
+    if (ctx_.config.wall_clock_breakdown || modes_.optimizer_offload) step_stream.synchronize();
+    optimizer_seconds_.add(timer.seconds());
+  }
 
   place(group, all, where, out);
   if (modes_.optimizer_offload) staging_read_->record(stream);
@@ -287,6 +385,10 @@ char* Stepper::all_gather_block(std::size_t group) {
 }
 
 char* Stepper::out_of(std::size_t group) {
+  if (modes_.speculate) {  // each group its own place: the verdict comes after every step
+    return static_cast<char*>(state_.param_staging()) +
+           staging_offsets_[group] * dtype_size(modes_.compute);
+  }
   if (modes_.optimizer_offload || modes_.param_nvme)
     return static_cast<char*>(state_.param_staging());
   if (modes_.stage == 1 || modes_.stage == 2) return all_gather_block(group);

@@ -8,16 +8,25 @@
 // NVMe (stage 3), through the pinned staging when the optimizer runs on the CPU (a group's
 // CPU step waits for the copies of the previous group's values out of it).
 //
+// With super_offload (modes.speculate) the groups are stepped during the boundary's backward by
+// the Speculator's worker, each keeping its pre-step masters and moments and writing its
+// updated values to its own place in the staging; at the boundary the verdict keeps them (no
+// skip, and the clip coefficient leaves the gradient scale as speculated) or restores them and
+// steps again with the right scale (or not at all, on a skip). Either way the placement runs
+// after the verdict, so the compute copies never see a speculated value that did not stand.
+//
 // Owns: the optimizer, the loss scaler, the step counters (global steps, skipped ones
-// included; optimizer steps, not skipped) and the rounding seed. Calls: the ModelState (its
-// buffers and swaps), the GradReducer (gradients at stage 0, zeroing), the ParamFetcher (stale
-// gathered copies released), the device and the communicator. Streams: the device's default
-// stream; the CPU's default stream with optimizer offload. Internal to engine/.
+// included; optimizer steps, not skipped), the rounding seed and the Speculator. Calls: the
+// ModelState (its buffers and swaps), the GradReducer (gradients at stage 0, zeroing), the
+// ParamFetcher (stale gathered copies released), the device and the communicator. Streams: the
+// device's default stream; the CPU's default stream with optimizer offload, and a CPU stream of
+// its own for the speculated steps. Internal to engine/.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/timer.h"
@@ -27,6 +36,7 @@
 #include "engine/loss_scaler.h"
 #include "engine/model_state.h"
 #include "engine/param_fetcher.h"
+#include "engine/speculator.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 
@@ -60,9 +70,20 @@ class Stepper {
   void restore(std::int64_t global_steps, std::int64_t optimizer_steps, const LossScaler& scaler,
                std::uint64_t seed);
 
+  // super_offload: the boundary micro-step's backward begins; arms the speculation of its step
+  // (unless the policy holds it off).
+  void arm_speculation();
+  // super_offload, in the reductions' epilogue order: bucket `bucket` is in the owned gradient.
+  void bucket_added(std::size_t bucket) noexcept;
+  // Ends the speculation's worker (the engine's teardown, before the parts it uses go).
+  void stop_speculation() noexcept;
+  // super_offload: the speculation's counts (null without it).
+  const Speculator* speculator() const noexcept { return speculator_.get(); }
+
   // Seconds in the optimizer kernels and (stages 1-2) the updated shards' all-gather since the
-  // last call.
+  // last call; the speculated steps' seconds (in backward) apart.
   double take_optimizer_seconds() { return optimizer_seconds_.take(); }
+  double take_speculation_seconds() { return speculation_seconds_.take(); }
   double take_allgather_seconds() { return allgather_seconds_.take(); }
 
  private:
@@ -84,8 +105,14 @@ class Stepper {
   void for_each_owned_grad(Visit visit);
   std::vector<optim::Slice> slices();  // one per trainable parameter, over its owned shard
 
+  optim::StepHyper hyper_for(std::int64_t k, double grad_scale) const;
+  // `stepped`: speculated and standing, so only placed.
   void step_group(std::size_t group, const std::vector<optim::Slice>& all,
-                  const optim::StepHyper& hyper);
+                  const optim::StepHyper& hyper, bool stepped);
+  // On the Speculator's worker: the group's state kept, then stepped as speculated.
+  void speculate_group(std::size_t group);
+  // Copies group `group`'s masters and moments to the backup (keep) or back from it.
+  void copy_group_state(std::size_t group, bool keep);
   // This group's pieces as the optimizer takes them; `out` is where it writes half copies
   // (null: each slice's own param_out).
   std::vector<optim::Slice> pieces(std::size_t group, const std::vector<optim::Slice>& all,
@@ -119,7 +146,14 @@ class Stepper {
   std::int64_t global_steps_ = 0;
   std::int64_t optimizer_steps_ = 0;  // not skipped: the optimizer's and the schedule's count
   std::uint64_t seed_;
-  SecondsSum optimizer_seconds_, allgather_seconds_;
+  SecondsSum optimizer_seconds_, allgather_seconds_, speculation_seconds_;
+  // super_offload: what the armed boundary's speculated steps use.
+  std::vector<std::size_t> staging_offsets_;  // per group, in the staging (elements)
+  std::vector<std::pair<std::size_t, std::size_t>> group_ranges_;  // owned [begin, end)
+  std::vector<optim::Slice> speculation_slices_;
+  optim::StepHyper speculation_hyper_;
+  std::unique_ptr<Stream> speculation_stream_;
+  std::unique_ptr<Speculator> speculator_;  // last: its worker ends before the rest goes
 };
 
 }  // namespace zero::engine

@@ -66,6 +66,10 @@ struct OffloadOptimizerConfig {
   std::int64_t max_in_cpu = 0;  // nvme: elements of optimizer state kept in memory (zero's key)
   bool fast_init = false;
   double ratio = 1.0;
+  // SuperOffload: each step group is stepped as soon as its gradient is final in backward, and
+  // rolled back when the boundary's clipping or skip says so (engine/speculator.h).
+  bool super_offload = false;
+  double cpuadam_cores_perc = 0.8;  // with super_offload: the optimizer's share of the cores
 };
 
 struct OffloadParamConfig {

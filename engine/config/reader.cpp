@@ -507,14 +507,15 @@ void Section::unsupported_section(std::string_view name, std::string_view what) 
 }
 
 void Section::unsupported_if(std::string_view name, bool (*enabled_when)(const json&),
-                             std::string_view what) {
+                             std::string_view what, std::string_view instead) {
   declare(name, KeyClass::unsupported, what);
   if (!has(name)) return;
   const json& value = object_->at(std::string(name));
   if (value.is_null() || is_auto(value)) return;
   if (enabled_when(value)) {
-    reader_.error(fmt::format("{}: {} is not supported by zero (got {}); remove it or disable it",
-                              key_path(name), what, describe(value)));
+    reader_.error(fmt::format("{}: {} is not supported by zero (got {}); remove it or disable it{}",
+                              key_path(name), what, describe(value),
+                              instead.empty() ? "" : fmt::format(" ({})", instead)));
   } else {
     reader_.info(fmt::format("{}: accepted because it is disabled ({} is not supported)",
                              key_path(name), what));

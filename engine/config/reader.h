@@ -150,8 +150,9 @@ class Section {
   // Declares a switch that changes training and that we do not implement: `enabled_when`
   // decides from the value whether it is on; on is an error saying `what` is not supported.
   // null and "auto" count as off (DeepSpeed drops "auto" and takes the default, off).
+  // `instead`, when given, names what to use instead.
   void unsupported_if(std::string_view name, bool (*enabled_when)(const json&),
-                      std::string_view what);
+                      std::string_view what, std::string_view instead = {});
   // A boolean switch: true is refused; a value that is not a boolean is a type error.
   void unsupported_flag(std::string_view name, std::string_view what);
   // A section switched by its "enabled" key: enabled is refused; the section must be an

@@ -29,14 +29,35 @@ void read_offload_optimizer(Section& zero, Config& config) {
   section.no_effect_flag("fast_init", "swap files are allocated and written once at init");
   section.declare("ratio", KeyClass::unsupported, "partial optimizer offload (ratio < 1)");
   if (const double ratio = section.real({"ratio"}, 1.0, {0.0, 1.0}); ratio < 1.0) {
-    zero.reader().not_supported(section.key_path("ratio"), "partial optimizer offload (ratio < 1)",
-                                ratio);
+    zero.reader().error(fmt::format(
+        "{}: partial optimizer offload (ZeRO-Offload++'s ratio < 1, got {}) is not supported by "
+        "zero: every step group is stepped where the optimizer is offloaded. Remove ratio; to hide "
+        "the offloaded step behind backward, set offload_optimizer.super_offload to true, which "
+        "gives the same numbers as the step without offload",
+        section.key_path("ratio"), ratio));
   }
-  section.unsupported_flag("super_offload", "SuperOffload");
+  // SuperOffload's speculative step (docs/offload.md, "The overlapped step").
+  offload.super_offload = section.boolean({"super_offload"}, false);
+  offload.cpuadam_cores_perc = section.real({"cpuadam_cores_perc"}, 0.8, {0.0, 1.0});
   section.no_effect_flag("convert_grad_on_cpu", "gradients are cast where they are reduced");
-  section.no_effect("cpuadam_cores_perc",
-                    "the CPU optimizer's threads follow the cores given to each rank");
   section.finish();
+  if (offload.super_offload && offload.cpuadam_cores_perc <= 0.0) {
+    zero.reader().error(
+        "zero_optimization.offload_optimizer.cpuadam_cores_perc is 0: the optimizer needs a "
+        "share of the cores above 0 (at least one thread is used); set a fraction in (0, 1], "
+        "such as DeepSpeed's default 0.8");
+  }
+  if (offload.super_offload && offload.device == OffloadDevice::nvme) {
+    zero.reader().error(
+        "zero_optimization.offload_optimizer.super_offload with device \"nvme\": the speculative "
+        "step runs on optimizer state in memory only so far; use device \"cpu\", or remove "
+        "super_offload (the NVMe step then runs after the backward pass)");
+  }
+  if (offload.super_offload && offload.device == OffloadDevice::none) {
+    zero.reader().error(
+        "zero_optimization.offload_optimizer.super_offload needs the optimizer offloaded: set "
+        "offload_optimizer.device to \"cpu\", or remove super_offload");
+  }
   if (offload.device == OffloadDevice::nvme && offload.nvme_path.empty()) {
     zero.reader().error(
         "zero_optimization.offload_optimizer.nvme_path: required when device is \"nvme\" (a "
@@ -287,7 +308,11 @@ void declare_other_keys(Section& zero) {
     reader.not_supported(zero.key_path("mics_shard_size"), "MiCS sharding", mics);
   }
   zero.unsupported_flag("mics_hierarchical_params_gather", "MiCS hierarchical gather");
-  zero.unsupported_if("zenflow", present_and_not_empty, "ZenFlow");
+  zero.unsupported_if("zenflow", present_and_not_empty,
+                      "ZenFlow (important gradient columns stepped on the device, the rest on the "
+                      "CPU every few steps: an approximation)",
+                      "offload_optimizer.super_offload overlaps the offloaded step with backward "
+                      "and stays exact");
 }
 
 // Rules across keys: optimizer offload needs a partitioning stage, parameter offload stage 3.

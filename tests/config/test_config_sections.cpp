@@ -561,11 +561,56 @@ TEST_CASE("zero: parameter offload below stage 3 is ignored with a warning, as i
                    "ignored at stage 2 (as DeepSpeed does)"));
 }
 
-TEST_CASE("zero: partial optimizer offload is not supported", "[config][zero][offload]") {
+TEST_CASE("zero: partial optimizer offload is refused, naming super_offload",
+          "[config][zero][offload]") {
   REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3,
       "offload_optimizer": {"device": "cpu", "ratio": 0.5}})")) ==
-          "zero_optimization.offload_optimizer.ratio: partial optimizer offload (ratio < 1) is not "
-          "supported by zero (got 0.5); remove it or disable it");
+          "zero_optimization.offload_optimizer.ratio: partial optimizer offload (ZeRO-Offload++'s "
+          "ratio < 1, got 0.5) is not supported by zero: every step group is stepped where the "
+          "optimizer is offloaded. Remove ratio; to hide the offloaded step behind backward, set "
+          "offload_optimizer.super_offload to true, which gives the same numbers as the step "
+          "without offload");
+  REQUIRE(read(with(R"("zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "ratio": 1}})"))
+              .zero.offload_optimizer.device == OffloadDevice::cpu);
+}
+
+TEST_CASE("zero: super_offload and cpuadam_cores_perc as DeepSpeed spells them",
+          "[config][zero][offload]") {
+  const Config off = read(with(R"("zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu"}})"));
+  REQUIRE_FALSE(off.zero.offload_optimizer.super_offload);
+  REQUIRE(off.zero.offload_optimizer.cpuadam_cores_perc == 0.8);
+  const Config on = read(with(R"("zero_optimization": {"stage": 1,
+      "offload_optimizer": {"device": "cpu", "super_offload": true, "cpuadam_cores_perc": 0.5}})"));
+  REQUIRE(on.zero.offload_optimizer.super_offload);
+  REQUIRE(on.zero.offload_optimizer.cpuadam_cores_perc == 0.5);
+  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "super_offload": true, "cpuadam_cores_perc": 1.5}})")) ==
+          "zero_optimization.offload_optimizer.cpuadam_cores_perc: expected a number >= 0 and <= "
+          "1, got 1.5");
+  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "super_offload": true, "cpuadam_cores_perc": 0}})"))
+              .starts_with("zero_optimization.offload_optimizer.cpuadam_cores_perc is 0"));
+  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3, "offload_optimizer":
+      {"device": "nvme", "nvme_path": "/tmp", "super_offload": true}})")) ==
+          "zero_optimization.offload_optimizer.super_offload with device \"nvme\": the speculative "
+          "step runs on optimizer state in memory only so far; use device \"cpu\", or remove "
+          "super_offload (the NVMe step then runs after the backward pass)");
+  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3,
+      "offload_optimizer": {"super_offload": true}})")) ==
+          "zero_optimization.offload_optimizer.super_offload needs the optimizer offloaded: set "
+          "offload_optimizer.device to \"cpu\", or remove super_offload");
+}
+
+TEST_CASE("zero: a ZenFlow section is refused by name, with the exact alternative",
+          "[config][zero][offload]") {
+  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 2,
+      "zenflow": {"topk_ratio": 0.1}})")) ==
+          "zero_optimization.zenflow: ZenFlow (important gradient columns stepped on the device, "
+          "the rest on the CPU every few steps: an approximation) is not supported by zero (got "
+          "{\"topk_ratio\":0.1}); remove it or disable it (offload_optimizer.super_offload "
+          "overlaps the offloaded step with backward and stays exact)");
 }
 
 TEST_CASE("zero: ZeRO++ switches are refused when on and accepted when off", "[config][zero]") {

@@ -117,6 +117,7 @@ struct Case {
   bool overlap;
   const char* offload = "none";        // offload_optimizer.device
   const char* param_offload = "none";  // offload_param.device (stage 3)
+  bool super_offload = false;          // offload_optimizer.super_offload (device cpu)
 };
 
 // Where NVMe cases put their swap files: ZERO_TEST_NVME_DIR, else the working directory (ctest
@@ -152,15 +153,16 @@ inline std::string config_for(const Case& c, int accumulation) {
       "sub_group_size": 50,
       "offload_optimizer": {"device": "%s", "pin_memory": true, "nvme_path": "%s",
                             "buffer_count": 3, "pipeline_read": true, "pipeline_write": %s,
-                            "max_in_cpu": 60},
+                            "max_in_cpu": 60%s},
       "offload_param": {"device": "%s", "pin_memory": true, "nvme_path": "%s",
                         "max_in_cpu": 30, "buffer_size": 1000}
     }
   })",
                 accumulation, precision.c_str(), c.clipping, c.stage, c.overlap ? "true" : "false",
                 c.stage == 0 ? "none" : c.offload, swap_dir(),
-                c.accumulation == 3 ? "true" : "false", c.stage == 3 ? c.param_offload : "none",
-                swap_dir());
+                c.accumulation == 3 ? "true" : "false",
+                c.super_offload && c.stage != 0 ? R"(, "super_offload": true)" : "",
+                c.stage == 3 ? c.param_offload : "none", swap_dir());
   return text;
 }
 

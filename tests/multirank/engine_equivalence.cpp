@@ -6,6 +6,7 @@
 // The model is in c_api_model.h.
 //
 // Run it under mpirun (zero-run -n N); exits non-zero when a case fails, naming it.
+// `--super-offload` runs the speculative step's cases instead (offload_optimizer.super_offload).
 // `--device cuda` (the GPU program zero_engine_equivalence_gpu) runs every engine on GPU 0:
 // the model copies to and from its buffers on its own stream, which the hooks are given; at
 // one rank the engine under test runs on an NCCL world of one (the reference on MPI, staged
@@ -42,10 +43,10 @@ std::uint64_t checksum(const void* data, std::size_t bytes) {
 void run_case(const Case& c) {
   char name[160];
   std::snprintf(name, sizeof name,
-                "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s, params %s, "
-                "%d ranks",
+                "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s%s, params "
+                "%s, %d ranks",
                 c.stage, c.precision, c.accumulation, c.clipping, c.overlap ? 1 : 0, c.offload,
-                c.param_offload, g_world);
+                c.super_offload ? " (super_offload)" : "", c.param_offload, g_world);
   const bool offloaded = std::string(c.offload) != "none" || std::string(c.param_offload) != "none";
   std::vector<int> ids, ref_ids;
   MPI_Comm world = MPI_COMM_WORLD;
@@ -57,6 +58,7 @@ void run_case(const Case& c) {
   reference_case.stage = 0;
   reference_case.offload = "none";
   reference_case.param_offload = "none";
+  reference_case.super_offload = false;
   zero_engine* reference = build(reference_case, &self, c.accumulation * g_world, &ref_ids);
   // Offloaded: the same case without offload, which must give the same bits on the CPU device
   // (the same kernels run); on a GPU the step runs on the CPU with offload and on the GPU
@@ -65,6 +67,7 @@ void run_case(const Case& c) {
   Case plain_case = c;
   plain_case.offload = "none";
   plain_case.param_offload = "none";
+  plain_case.super_offload = false;
   zero_engine* plain =
       offloaded ? build(plain_case, &world, c.accumulation, &plain_ids, plain_nccl) : nullptr;
   zero_dtype dtype = ZERO_FP32;
@@ -192,9 +195,12 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_world);
   std::unique_ptr<ModelMemory> gpu_memory;
+  bool super_offload = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--device" && i + 1 < argc && std::string(argv[i + 1]) == "cuda") {
+    if (arg == "--super-offload") {
+      super_offload = true;
+    } else if (arg == "--device" && i + 1 < argc && std::string(argv[i + 1]) == "cuda") {
       ++i;
       std::string why;
       if (gpu_count(&why) == 0) {
@@ -209,8 +215,8 @@ int main(int argc, char** argv) {
     } else {
       if (g_rank == 0) {
         std::fprintf(stderr,
-                     "zero_engine_equivalence: unknown argument '%s'; the one option is "
-                     "--device cuda\n",
+                     "zero_engine_equivalence: unknown argument '%s'; the options are "
+                     "--device cuda and --super-offload\n",
                      arg.c_str());
       }
       MPI_Finalize();
@@ -221,7 +227,21 @@ int main(int argc, char** argv) {
     std::printf("device %s, %s\n", g_device == 1 ? "CPU" : "CUDA (GPU 0)",
                 g_nccl ? "the engine under test on NCCL, the reference on MPI" : "MPI");
   }
-  for (int stage = 0; stage <= 3; ++stage) {
+  // --super-offload: the speculative step (optimizer offload to the CPU) at stages 1-3, in each
+  // precision, without clipping, with clipping that never triggers and with clipping that
+  // always does (every step rolled back until the policy stops speculating), accumulating 1 and
+  // 3 micro-steps; each must give the bits of the same run without offload.
+  for (int stage = 1; super_offload && stage <= 3; ++stage) {
+    for (const char* precision : {"fp32", "bf16", "fp16"}) {
+      for (double clipping : {0.0, 1e6, 0.05}) {
+        for (int accumulation : {1, 3}) {
+          run_case(
+              {stage, precision, accumulation, clipping, accumulation == 3, "cpu", "none", true});
+        }
+      }
+    }
+  }
+  for (int stage = 0; !super_offload && stage <= 3; ++stage) {
     for (const char* precision : {"fp32", "bf16", "fp16"}) {
       for (int accumulation : {1, 3}) {
         for (double clipping : {0.0, 0.05}) {

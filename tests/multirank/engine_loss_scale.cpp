@@ -131,6 +131,7 @@ struct Setting {
   int hysteresis = 2;
   bool consecutive = false;
   double min_scale = 1.0;
+  bool super_offload = false;  // optimizer offload to the CPU, speculating (stages 1-3)
 };
 
 std::string describe(const Setting& s) {
@@ -141,9 +142,9 @@ std::string describe(const Setting& s) {
   } else {
     std::snprintf(text, sizeof text,
                   "power %d, window %d, hysteresis %d, consecutive %d, min %g, stage %d, "
-                  "accumulation %d, %d rank(s)",
+                  "accumulation %d%s, %d rank(s)",
                   s.initial_scale_power, s.window, s.hysteresis, s.consecutive ? 1 : 0, s.min_scale,
-                  s.stage, s.accumulation, g_world);
+                  s.stage, s.accumulation, s.super_offload ? ", super_offload" : "", g_world);
   }
   return text;
 }
@@ -155,7 +156,8 @@ constexpr int kWarmupSteps = 30;
 
 std::string config_for(const Setting& s) {
   char text[2048];
-  std::snprintf(text, sizeof text, R"({
+  std::snprintf(
+      text, sizeof text, R"({
     "train_micro_batch_size_per_gpu": 1,
     "gradient_accumulation_steps": %d,
     "fp16": {"enabled": true, "loss_scale": %g, "initial_scale_power": %d,
@@ -169,12 +171,14 @@ std::string config_for(const Setting& s) {
       "reduce_bucket_size": 64,
       "allgather_bucket_size": 64,
       "overlap_comm": %s,
+      %s
       "stage3_param_persistence_threshold": 10
     }
   })",
-                s.accumulation, s.static_scale, s.initial_scale_power, s.window, s.hysteresis,
-                s.consecutive ? "true" : "false", s.min_scale, kWarmupMin, kWarmupMax, kWarmupSteps,
-                s.stage, s.accumulation > 1 ? "true" : "false");
+      s.accumulation, s.static_scale, s.initial_scale_power, s.window, s.hysteresis,
+      s.consecutive ? "true" : "false", s.min_scale, kWarmupMin, kWarmupMax, kWarmupSteps, s.stage,
+      s.accumulation > 1 ? "true" : "false",
+      s.super_offload ? R"("offload_optimizer": {"device": "cpu", "super_offload": true},)" : "");
   return text;
 }
 
@@ -508,6 +512,15 @@ int main(int argc, char** argv) {
         s.hysteresis = rule.hysteresis;
         s.consecutive = rule.consecutive;
         run_script(s, kScript);
+      }
+      // SuperOffload: each skipped step's speculated update rolled back; after 3 rollbacks in 8
+      // steps speculation stops until a step goes through, then resumes.
+      if (stage >= 1) {
+        Setting speculating;
+        speculating.stage = stage;
+        speculating.accumulation = accumulation;
+        speculating.super_offload = true;
+        run_script(speculating, kScript);
       }
       Setting fixed;
       fixed.stage = stage;

@@ -1,0 +1,268 @@
+// SuperOffload's speculation: the Speculator alone (engine/speculator.h) against its contract
+// (a group is final after the last bucket holding part of it; each armed group stepped once,
+// after that bucket; finish() waits, steps what no bucket reported and rethrows a failure; the
+// policy's turning off and on), then the Stepper with it on owned gradients written into the
+// ModelState: a speculated step that stands, one rolled back by clipping and one by an fp16
+// skip give what the step without speculation gives.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "base/half.h"
+#include "tests/engine/engine_parts.h"
+
+namespace zero::engine {
+namespace {
+
+using testing::ArithmeticValues;
+using testing::EngineParts;
+using testing::master_of;
+
+// Stage `stage`, optimizer offload to the CPU with speculation; small buckets and step groups so
+// that a group spans buckets and a bucket spans groups.
+std::string speculating(int stage, const std::string& extra = "",
+                        const std::string& optimizer = "SGD") {
+  return R"({"train_micro_batch_size_per_gpu": 1, )" + extra + R"( "optimizer": {"type": ")" +
+         optimizer + R"(", "params": {"lr": 0.5}},
+             "zero_optimization": {"stage": )" +
+         std::to_string(stage) + R"(, "sub_group_size": 40, "reduce_bucket_size": 30,
+               "allgather_bucket_size": 40,
+               "offload_optimizer": {"device": "cpu", "super_offload": true}}})";
+}
+
+bool overlaps(const Layout& layout, const Bucket& a, const Bucket& b) {
+  for (const BucketPiece& x : a.pieces) {
+    for (const BucketPiece& y : b.pieces) {
+      if (x.param == y.param && x.begin < y.end && y.begin < x.end) return true;
+    }
+  }
+  (void)layout;
+  return false;
+}
+
+// Records each stepped group with the number of buckets added before it.
+struct Recorder {
+  std::mutex mutex;
+  std::size_t added = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> stepped;  // (group, buckets added then)
+  void step(std::size_t group) {
+    std::lock_guard lock(mutex);
+    stepped.emplace_back(group, added);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("speculator: a group is final after the last bucket holding part of it", "[engine]") {
+  for (int stage : {1, 2, 3}) {
+    INFO("stage " << stage);
+    EngineParts parts(speculating(stage));
+    const Layout& layout = parts.layout;
+    REQUIRE(layout.step_groups.size() >= 3);
+    REQUIRE(layout.buckets.size() >= 3);
+    Speculator speculator(layout);
+    for (std::size_t g = 0; g < layout.step_groups.size(); ++g) {
+      INFO("group " << g);
+      const std::size_t last = speculator.last_bucket(g);
+      REQUIRE(last != kNone);
+      CHECK(overlaps(layout, layout.buckets[last], layout.step_groups[g]));
+      for (std::size_t b = last + 1; b < layout.buckets.size(); ++b) {
+        CHECK_FALSE(overlaps(layout, layout.buckets[b], layout.step_groups[g]));
+      }
+    }
+  }
+}
+
+TEST_CASE("speculator: each armed group is stepped once, after its last bucket", "[engine]") {
+  EngineParts parts(speculating(3));
+  const Layout& layout = parts.layout;
+  Speculator speculator(layout);
+  Recorder recorder;
+  REQUIRE(speculator.arm([&](std::size_t g) { recorder.step(g); }));
+  CHECK(speculator.armed());
+  for (std::size_t b = 0; b < layout.buckets.size(); ++b) {
+    {
+      std::lock_guard lock(recorder.mutex);
+      recorder.added = b + 1;
+    }
+    speculator.bucket_added(b);
+  }
+  speculator.finish();
+  CHECK_FALSE(speculator.armed());
+  std::vector<std::size_t> groups;
+  for (const auto& [group, added] : recorder.stepped) {
+    INFO("group " << group);
+    CHECK(added >= speculator.last_bucket(group) + 1);
+    groups.push_back(group);
+  }
+  std::sort(groups.begin(), groups.end());
+  std::vector<std::size_t> every(layout.step_groups.size());
+  for (std::size_t g = 0; g < every.size(); ++g) every[g] = g;
+  CHECK(groups == every);
+  // Disarmed: a late report steps nothing.
+  speculator.bucket_added(0);
+  speculator.finish();
+  CHECK(recorder.stepped.size() == every.size());
+}
+
+TEST_CASE("speculator: finish steps what no bucket reported, and rethrows a failed step",
+          "[engine]") {
+  EngineParts parts(speculating(2));
+  const std::size_t groups = parts.layout.step_groups.size();
+  Speculator speculator(parts.layout);
+  Recorder recorder;
+  REQUIRE(speculator.arm([&](std::size_t g) { recorder.step(g); }));
+  speculator.finish();
+  CHECK(recorder.stepped.size() == groups);
+
+  // The first group fails: finish() throws it; the groups after it are not stepped.
+  recorder.stepped.clear();
+  REQUIRE(speculator.arm([&](std::size_t g) {
+    if (g == 0) throw std::runtime_error("disk on fire");
+    recorder.step(g);
+  }));
+  CHECK_THROWS_WITH(speculator.finish(), "disk on fire");
+  CHECK(recorder.stepped.empty());
+  // Armed again afterwards, it steps every group.
+  REQUIRE(speculator.arm([&](std::size_t g) { recorder.step(g); }));
+  speculator.finish();
+  CHECK(recorder.stepped.size() == groups);
+  // Stopped: no more arming.
+  speculator.stop();
+  CHECK_FALSE(speculator.arm([&](std::size_t g) { recorder.step(g); }));
+}
+
+TEST_CASE("speculator: rollbacks in 3 of the last 8 steps stop it until a step needs none",
+          "[engine]") {
+  EngineParts parts(speculating(1));
+  Speculator speculator(parts.layout);
+  const auto nothing = [](std::size_t) {};
+  // Rollbacks spread out: 3 in 9, never 3 in 8, keep it on.
+  for (bool rollback : {true, false, false, false, false, false, false, false, true}) {
+    speculator.record(true, rollback);
+  }
+  speculator.record(true, true);
+  CHECK(speculator.counts().on);
+  // A third within the last 8: off.
+  speculator.record(true, true);
+  Speculator::Counts counts = speculator.counts();
+  CHECK_FALSE(counts.on);
+  CHECK(counts.speculated == 11);
+  CHECK(counts.rolled_back == 4);
+  CHECK_FALSE(speculator.arm(nothing));
+  // Off while steps still clip; on again at the first that does not.
+  speculator.record(false, true);
+  speculator.record(false, true);
+  CHECK_FALSE(speculator.counts().on);
+  speculator.record(false, false);
+  counts = speculator.counts();
+  CHECK(counts.on);
+  CHECK(counts.held_off == 3);
+  CHECK(speculator.arm(nothing));
+  speculator.finish();
+  // The history starts again: one more rollback does not turn it off.
+  speculator.record(true, true);
+  CHECK(speculator.counts().on);
+}
+
+namespace {
+
+// The owned gradient shard set to g(p, i) = (p + 1) * 0.01 * (i % 7 - 3) times `scale` (the
+// loss scale), in the accumulation dtype; `poison` replaces one element of p1.
+void set_grads(EngineParts& parts, double scale = 1.0, float poison = 0.0f) {
+  const DType accum = parts.layout.modes.accum;
+  for (std::size_t p : parts.layout.trainable) {
+    const std::size_t n = parts.layout.params[p].shape.valid(0);
+    std::vector<float> g(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      g[i] = static_cast<float>(scale * (p + 1) * 0.01 * (static_cast<int>(i % 7) - 3));
+    }
+    if (poison != 0.0f && p == 1) g[5] = poison;
+    std::vector<std::uint16_t> halves(n);
+    for (std::size_t i = 0; i < n; ++i) halves[i] = float_to_fp16(g[i]);
+    const std::size_t size = dtype_size(accum);
+    Device& d = parts.state->state_device();
+    d.copy(static_cast<char*>(parts.state->grad_flat()) + parts.layout.params[p].flat * size,
+           accum == DType::f16 ? static_cast<const void*>(halves.data()) : g.data(), n * size);
+  }
+}
+
+// Every trainable parameter's masters and moments, and the steps' stats, after `steps` steps of
+// AdamW on set_grads' gradients (times 1 + step), speculated or not.
+struct Run {
+  std::vector<std::vector<float>> masters;
+  std::vector<StepStats> stats;
+  Speculator::Counts counts;
+};
+
+Run run(const std::string& config, int steps, bool speculate, int poison_step = -1) {
+  EngineParts parts(config);
+  ArithmeticValues values;
+  parts.state->assign(values);
+  Run out;
+  for (int s = 0; s < steps; ++s) {
+    if (speculate) parts.stepper->arm_speculation();
+    const double scale = parts.stepper->scaler().scale();
+    set_grads(parts, scale * (1 + s),
+              s == poison_step ? std::numeric_limits<float>::infinity() : 0.0f);
+    if (speculate) {
+      for (std::size_t b = 0; b < parts.layout.buckets.size(); ++b) {
+        parts.stepper->bucket_added(b);
+      }
+    }
+    out.stats.push_back(parts.stepper->step());
+  }
+  for (std::size_t p : parts.layout.trainable) out.masters.push_back(master_of(parts, p));
+  if (parts.stepper->speculator() != nullptr) out.counts = parts.stepper->speculator()->counts();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("stepper: speculated steps equal the plain step bit for bit, rolled back when needed",
+          "[engine]") {
+  struct Variant {
+    const char* what;
+    std::string extra;
+    int poison_step;
+    std::int64_t rolled_back;  // of 4 speculated steps
+  };
+  const std::vector<Variant> variants = {
+      {"no clipping", "", -1, 0},
+      {"clipping that never triggers", R"("gradient_clipping": 1000.0,)", -1, 0},
+      {"clipping that always triggers", R"("gradient_clipping": 0.01,)", -1, 3},
+      {"an fp16 overflow skip",
+       R"("fp16": {"enabled": true, "initial_scale_power": 4, "hysteresis": 1},)", 1, 1},
+  };
+  for (int stage : {1, 2, 3}) {
+    for (const Variant& v : variants) {
+      INFO("stage " << stage << ", " << v.what);
+      const std::string config = speculating(stage, v.extra, "AdamW");
+      const Run plain = run(config, 4, /*speculate=*/false, v.poison_step);
+      const Run speculated = run(config, 4, /*speculate=*/true, v.poison_step);
+      REQUIRE(plain.masters.size() == speculated.masters.size());
+      for (std::size_t k = 0; k < plain.masters.size(); ++k) {
+        INFO("trainable parameter " << k);
+        CHECK(std::memcmp(plain.masters[k].data(), speculated.masters[k].data(),
+                          plain.masters[k].size() * 4) == 0);
+      }
+      for (std::size_t s = 0; s < plain.stats.size(); ++s) {
+        CHECK(plain.stats[s].skipped == speculated.stats[s].skipped);
+        CHECK(plain.stats[s].grad_norm == speculated.stats[s].grad_norm);
+      }
+      // Clipping every time: off after 3 rollbacks, the fourth step after backward.
+      CHECK(speculated.counts.rolled_back == v.rolled_back);
+      CHECK(speculated.counts.speculated == (v.rolled_back == 3 ? 3 : 4));
+      CHECK(speculated.counts.on == (v.rolled_back != 3));
+    }
+  }
+}
+
+}  // namespace zero::engine
