@@ -9,9 +9,10 @@
 #   1. every unit test but the numeric sweeps ([sweep]: one kernel over every format at 100003
 #      elements, 106 of the 154 s the unit tests took under TSan): they run on the calling
 #      thread alone here (see OpenMP below), so there is nothing in them to race;
-#   2. the equivalence matrix (stages 0-3, every precision, offload) on 2 ranks;
-# in two lanes at once: the checkpoint cases ([checkpoint], the slowest group here); the other
-# unit tests, then the matrix.
+#   2. the equivalence matrix (stages 0-3, every precision, offload) on 2 ranks, and its
+#      super_offload cases (the speculation's worker thread beside the streams);
+# in two lanes at once: the checkpoint cases ([checkpoint], the slowest group here), then the
+# super_offload cases; the other unit tests, then the matrix.
 # The races this looks for are between the engine's threads: the device's stream workers, the
 # caller, MPI's progress thread, the swap I/O. OpenMP regions run on one thread
 # (OMP_NUM_THREADS=1, OMP_THREAD_LIMIT=1): libgomp is not built with TSan, so its barriers are
@@ -60,11 +61,12 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 unit() { (cd "$build/tests" && timeout 1200 ./zero_unit_tests "$1"); }
 equivalence() {
-  (cd "$build/tests" && timeout 1200 ../tools/zero-run/zero-run -n 2 -- ./zero_engine_equivalence)
+  (cd "$build/tests" &&
+    timeout 1200 ../tools/zero-run/zero-run -n 2 -- ./zero_engine_equivalence "$@")
 }
-lane0() { unit '[checkpoint]~[.]~[sweep]'; }
+lane0() { unit '[checkpoint]~[.]~[sweep]' && equivalence --super-offload; }
 lane1() { unit '~[checkpoint]~[.]~[sweep]' && equivalence; }
-lanes=("the unit tests [checkpoint]" "the other unit tests, then the equivalence matrix")
+lanes=("the unit tests [checkpoint], then the super_offload cases" "the other unit tests, then the equivalence matrix")
 pids=()
 for i in "${!lanes[@]}"; do
   "lane$i" >"$logs/$i.log" 2>&1 &
