@@ -11,8 +11,12 @@
 #                                     AdamW state (sub-groups of 10M, 4 buffers) next to the
 #                                     same I/O alone and the Adam alone, with 1 and 2 threads
 #   bench/results/offload_nvme.jsonl  the same figures, one JSON line per run
+#   bench/results/offload_speculate.txt   zero-bench speculate: the CPU-offloaded step after
+#                                     backward and with super_offload, against max(compute,
+#                                     the optimizer alone), with a timed stand-in for compute
+#   bench/results/offload_speculate.jsonl
 # with a header naming the date, the machine and the commands. Exit status: the last failing
-# zero-bench's, else 0.
+# zero-bench's, else 0. OFFLOAD_BENCH=nvme or speculate runs one of the two only.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,6 +35,29 @@ if [[ ! -x $bench ]]; then
   exit 1
 fi
 mkdir -p "$results" "$swap"
+only=${OFFLOAD_BENCH:-}
+overall=0
+if [[ -z $only || $only == speculate ]]; then
+  rm -f "$results/offload_speculate.jsonl"
+  {
+    status=0
+    echo "# zero-bench speculate, $(date -u +%Y-%m-%dT%H:%MZ)"
+    echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
+         "$(free -g | awk '/Mem:/{print $2}') GiB"
+    echo "# median of 4 steps after a warm-up; the target is step <= 1.1 x max(compute, optimizer)"
+    # compute as long as the optimizer's step alone (the default), then longer than it
+    for compute in 0 400; do
+      command=("$bench" speculate --params 50e6 --modules 8 --threads 2 --steps 5
+               --compute-ms "$compute" --json "$results/offload_speculate.jsonl")
+      echo
+      echo "# command: ${command[*]}"
+      ZERO_LOG_LEVEL=warn "${command[@]}" 2>&1 || status=$?
+    done
+    exit "$status"
+  } | tee "$results/offload_speculate.txt"
+  overall=${PIPESTATUS[0]}
+fi
+[[ -n $only && $only != nvme ]] && exit "$overall"
 rm -f "$results/offload_nvme.jsonl"
 {
   status=0
@@ -52,4 +79,5 @@ rm -f "$results/offload_nvme.jsonl"
 } | tee "$results/offload_nvme.txt"
 status=${PIPESTATUS[0]}
 rmdir "$swap" 2>/dev/null
-exit "$status"
+((status != 0)) && exit "$status"
+exit "$overall"

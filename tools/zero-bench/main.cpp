@@ -5,6 +5,7 @@
 //   zero-bench aio PATH         direct I/O read and write GB/s against fio's io_uring engine
 //   zero-bench offload PATH     the NVMe-offloaded optimizer step against its I/O and its Adam
 //   zero-bench checkpoint PATH  a GPT-2-sized checkpoint: save, load, inspect and export
+//   zero-bench speculate        super_offload's overlapped step against the step after backward
 #include <exception>
 #include <iostream>
 
@@ -16,6 +17,7 @@
 #include "tools/zero-bench/bench_checkpoint.h"
 #include "tools/zero-bench/bench_comm.h"
 #include "tools/zero-bench/bench_offload.h"
+#include "tools/zero-bench/bench_speculate.h"
 
 namespace {
 
@@ -41,6 +43,8 @@ int main(int argc, char** argv) {
   CLI::App* offload_command = zero::bench::add_offload_command(app, offload_options);
   zero::bench::CheckpointBenchOptions checkpoint_options;
   CLI::App* checkpoint_command = zero::bench::add_checkpoint_command(app, checkpoint_options);
+  zero::bench::SpeculateBenchOptions speculate_options;
+  CLI::App* speculate_command = zero::bench::add_speculate_command(app, speculate_options);
 
   try {
     app.parse(argc, argv);
@@ -54,6 +58,7 @@ int main(int argc, char** argv) {
     if (*aio_command) return zero::bench::run_aio_bench(aio_options);
     if (*offload_command) return zero::bench::run_offload_bench(offload_options);
     if (*checkpoint_command) return zero::bench::run_checkpoint_bench(checkpoint_options);
+    if (*speculate_command) return zero::bench::run_speculate_bench(speculate_options);
     return kUsage;
   } catch (const zero::Error& error) {
     std::cerr << "zero-bench: " << error.what() << "\n";
