@@ -37,18 +37,17 @@ std::string speculating(int stage, const std::string& extra = "",
                "offload_optimizer": {"device": "cpu", "super_offload": true}}})";
 }
 
-bool overlaps(const Layout& layout, const Bucket& a, const Bucket& b) {
+bool bucket_overlaps(const Bucket& a, const Bucket& b) {
   for (const BucketPiece& x : a.pieces) {
     for (const BucketPiece& y : b.pieces) {
       if (x.param == y.param && x.begin < y.end && y.begin < x.end) return true;
     }
   }
-  (void)layout;
   return false;
 }
 
 // Records each stepped group with the number of buckets added before it.
-struct Recorder {
+struct GroupRecorder {
   std::mutex mutex;
   std::size_t added = 0;
   std::vector<std::pair<std::size_t, std::size_t>> stepped;  // (group, buckets added then)
@@ -72,9 +71,9 @@ TEST_CASE("speculator: a group is final after the last bucket holding part of it
       INFO("group " << g);
       const std::size_t last = speculator.last_bucket(g);
       REQUIRE(last != kNone);
-      CHECK(overlaps(layout, layout.buckets[last], layout.step_groups[g]));
+      CHECK(bucket_overlaps(layout.buckets[last], layout.step_groups[g]));
       for (std::size_t b = last + 1; b < layout.buckets.size(); ++b) {
-        CHECK_FALSE(overlaps(layout, layout.buckets[b], layout.step_groups[g]));
+        CHECK_FALSE(bucket_overlaps(layout.buckets[b], layout.step_groups[g]));
       }
     }
   }
@@ -84,7 +83,7 @@ TEST_CASE("speculator: each armed group is stepped once, after its last bucket",
   EngineParts parts(speculating(3));
   const Layout& layout = parts.layout;
   Speculator speculator(layout);
-  Recorder recorder;
+  GroupRecorder recorder;
   REQUIRE(speculator.arm([&](std::size_t g) { recorder.step(g); }));
   CHECK(speculator.armed());
   for (std::size_t b = 0; b < layout.buckets.size(); ++b) {
@@ -117,7 +116,7 @@ TEST_CASE("speculator: finish steps what no bucket reported, and rethrows a fail
   EngineParts parts(speculating(2));
   const std::size_t groups = parts.layout.step_groups.size();
   Speculator speculator(parts.layout);
-  Recorder recorder;
+  GroupRecorder recorder;
   REQUIRE(speculator.arm([&](std::size_t g) { recorder.step(g); }));
   speculator.finish();
   CHECK(recorder.stepped.size() == groups);
@@ -176,7 +175,7 @@ namespace {
 
 // The owned gradient shard set to g(p, i) = (p + 1) * 0.01 * (i % 7 - 3) times `scale` (the
 // loss scale), in the accumulation dtype; `poison` replaces one element of p1.
-void set_grads(EngineParts& parts, double scale = 1.0, float poison = 0.0f) {
+void set_speculation_grads(EngineParts& parts, double scale = 1.0, float poison = 0.0f) {
   const DType accum = parts.layout.modes.accum;
   for (std::size_t p : parts.layout.trainable) {
     const std::size_t n = parts.layout.params[p].shape.valid(0);
@@ -195,23 +194,24 @@ void set_grads(EngineParts& parts, double scale = 1.0, float poison = 0.0f) {
 }
 
 // Every trainable parameter's masters and moments, and the steps' stats, after `steps` steps of
-// AdamW on set_grads' gradients (times 1 + step), speculated or not.
-struct Run {
+// AdamW on set_speculation_grads' gradients (times 1 + step), speculated or not.
+struct SpeculationRun {
   std::vector<std::vector<float>> masters;
   std::vector<StepStats> stats;
   Speculator::Counts counts;
 };
 
-Run run(const std::string& config, int steps, bool speculate, int poison_step = -1) {
+SpeculationRun run_steps(const std::string& config, int steps, bool speculate,
+                         int poison_step = -1) {
   EngineParts parts(config);
   ArithmeticValues values;
   parts.state->assign(values);
-  Run out;
+  SpeculationRun out;
   for (int s = 0; s < steps; ++s) {
     if (speculate) parts.stepper->arm_speculation();
     const double scale = parts.stepper->scaler().scale();
-    set_grads(parts, scale * (1 + s),
-              s == poison_step ? std::numeric_limits<float>::infinity() : 0.0f);
+    set_speculation_grads(parts, scale * (1 + s),
+                          s == poison_step ? std::numeric_limits<float>::infinity() : 0.0f);
     if (speculate) {
       for (std::size_t b = 0; b < parts.layout.buckets.size(); ++b) {
         parts.stepper->bucket_added(b);
@@ -245,8 +245,8 @@ TEST_CASE("stepper: speculated steps equal the plain step bit for bit, rolled ba
     for (const Variant& v : variants) {
       INFO("stage " << stage << ", " << v.what);
       const std::string config = speculating(stage, v.extra, "AdamW");
-      const Run plain = run(config, 4, /*speculate=*/false, v.poison_step);
-      const Run speculated = run(config, 4, /*speculate=*/true, v.poison_step);
+      const SpeculationRun plain = run_steps(config, 4, /*speculate=*/false, v.poison_step);
+      const SpeculationRun speculated = run_steps(config, 4, /*speculate=*/true, v.poison_step);
       REQUIRE(plain.masters.size() == speculated.masters.size());
       for (std::size_t k = 0; k < plain.masters.size(); ++k) {
         INFO("trainable parameter " << k);
