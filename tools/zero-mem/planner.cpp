@@ -202,6 +202,12 @@ config::Config mode_config(const Request& request, const Mode& mode) {
     const std::string key = fmt::format("zero_optimization.{}.nvme_path", section);
     if (!given(request, key)) with.keys[key] = "/local_nvme";
   }
+  // super_offload (its backup and staging counted) applies to the rows with the optimizer on
+  // the CPU; the others run without it, as the engine would refuse it there.
+  const auto device = with.keys.find("zero_optimization.offload_optimizer.device");
+  if (device != with.keys.end() && *device != "cpu") {
+    with.keys["zero_optimization.offload_optimizer.super_offload"] = false;
+  }
   return config::read_config(request.config, read_options(request, with));
 }
 
