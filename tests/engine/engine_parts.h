@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/half.h"
 #include "comm/backends.h"
 #include "device/device.h"
 #include "engine/agreement.h"
@@ -108,6 +109,18 @@ class EngineParts {
  private:
   EngineOptions options_;
 };
+
+// Writes `g` (fp32) into trainable parameter p's place in the owned gradient shard, in the
+// accumulation dtype (fp32, or fp16 for an fp16 config), through the state's device.
+inline void write_owned_grad(EngineParts& parts, std::size_t p, const std::vector<float>& g) {
+  const DType accum = parts.layout.modes.accum;
+  std::vector<std::uint16_t> halves(g.size());
+  for (std::size_t i = 0; i < g.size(); ++i) halves[i] = float_to_fp16(g[i]);
+  const std::size_t size = dtype_size(accum);
+  parts.state->state_device().copy(
+      static_cast<char*>(parts.state->grad_flat()) + parts.layout.params[p].flat * size,
+      accum == DType::f16 ? static_cast<const void*>(halves.data()) : g.data(), g.size() * size);
+}
 
 // Parameter p's fp32 master values, wherever the parts keep them, copied out through the device.
 inline std::vector<float> master_of(EngineParts& parts, std::size_t p) {

@@ -176,7 +176,6 @@ namespace {
 // The owned gradient shard set to g(p, i) = (p + 1) * 0.01 * (i % 7 - 3) times `scale` (the
 // loss scale), in the accumulation dtype; `poison` replaces one element of p1.
 void set_speculation_grads(EngineParts& parts, double scale = 1.0, float poison = 0.0f) {
-  const DType accum = parts.layout.modes.accum;
   for (std::size_t p : parts.layout.trainable) {
     const std::size_t n = parts.layout.params[p].shape.valid(0);
     std::vector<float> g(n);
@@ -184,12 +183,7 @@ void set_speculation_grads(EngineParts& parts, double scale = 1.0, float poison 
       g[i] = static_cast<float>(scale * (p + 1) * 0.01 * (static_cast<int>(i % 7) - 3));
     }
     if (poison != 0.0f && p == 1) g[5] = poison;
-    std::vector<std::uint16_t> halves(n);
-    for (std::size_t i = 0; i < n; ++i) halves[i] = float_to_fp16(g[i]);
-    const std::size_t size = dtype_size(accum);
-    Device& d = parts.state->state_device();
-    d.copy(static_cast<char*>(parts.state->grad_flat()) + parts.layout.params[p].flat * size,
-           accum == DType::f16 ? static_cast<const void*>(halves.data()) : g.data(), n * size);
+    testing::write_owned_grad(parts, p, g);
   }
 }
 

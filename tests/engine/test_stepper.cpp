@@ -32,7 +32,6 @@ std::string sgd_config(const std::string& extra, const std::string& offload) {
 // dtype (fp32, or fp16 for an fp16 config); returns the sum of squares of the fp32 values.
 double set_grads(EngineParts& parts, float poison = 0.0f) {
   double squares = 0;
-  const DType accum = parts.layout.modes.accum;
   for (std::size_t p : parts.layout.trainable) {
     const std::size_t n = parts.registry.param(p).numel;
     std::vector<float> g(n);
@@ -41,12 +40,7 @@ double set_grads(EngineParts& parts, float poison = 0.0f) {
       squares += static_cast<double>(g[i]) * g[i];
     }
     if (poison != 0.0f && p == 1) g[5] = poison;
-    std::vector<std::uint16_t> halves(n);
-    for (std::size_t i = 0; i < n; ++i) halves[i] = float_to_fp16(g[i]);
-    const std::size_t size = dtype_size(accum);
-    Device& d = parts.state->state_device();
-    d.copy(static_cast<char*>(parts.state->grad_flat()) + parts.layout.params[p].flat * size,
-           accum == DType::f16 ? static_cast<const void*>(halves.data()) : g.data(), n * size);
+    testing::write_owned_grad(parts, p, g);
   }
   return squares;
 }
