@@ -25,6 +25,7 @@
 #include "base/timer.h"
 #include "offload/aio.h"
 #include "tools/zero-bench/bench_comm.h"
+#include "tools/zero-bench/bench_stats.h"
 
 namespace zero::bench {
 namespace {
@@ -203,12 +204,6 @@ double measure(AsyncIO& io, const File& file, bool write, std::byte* buffer, std
   const Timer timer;
   io.wait(write ? io.write(file, 0, buffer, bytes) : io.read(file, 0, buffer, bytes));
   return static_cast<double>(bytes) / timer.seconds() / 1e9;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 std::string file_system_of(const std::string& path) {

@@ -29,11 +29,6 @@ struct Figures {
   double call = 0;     // the engine's step call
 };
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
 std::string config_text(const SpeculateBenchOptions& o, bool speculate, std::size_t per_module) {
   const std::string precision =
       o.precision == "fp32" ? "" : fmt::format(R"("{}": {{"enabled": true}},)", o.precision);
