@@ -18,6 +18,7 @@
 #include "device/device.h"
 #include "engine/config/config.h"
 #include "engine/engine.h"
+#include "tools/zero-bench/bench_stats.h"
 
 namespace zero::bench {
 namespace {
