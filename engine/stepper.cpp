@@ -99,32 +99,38 @@ void Stepper::arm_speculation() {
   speculator_->arm([this](std::size_t group) { speculate_group(group); });
 }
 
-void Stepper::copy_group_state(std::size_t group, bool keep) {
+void Stepper::restore_group_state(std::size_t group) {
   const auto [begin, end] = group_ranges_[group];
   if (end <= begin) return;
-  const auto copy = [keep](void* state, void* backup, std::size_t offset, std::size_t bytes) {
-    if (state == nullptr || backup == nullptr) return;
-    char* s = static_cast<char*>(state) + offset;
-    char* b = static_cast<char*>(backup) + offset;
-    if (keep) {
-      std::memcpy(b, s, bytes);
-    } else {
-      std::memcpy(s, b, bytes);
-    }
+  const auto restore = [](void* state, const void* kept, std::size_t offset, std::size_t bytes) {
+    if (state == nullptr || kept == nullptr) return;
+    std::memcpy(static_cast<char*>(state) + offset, static_cast<const char*>(kept) + offset, bytes);
   };
   const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
-  copy(state_.master(), state_.speculation_backup(0), begin * 4, (end - begin) * 4);
+  restore(state_.master(), state_.speculation_backup(0), begin * 4, (end - begin) * 4);
   for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
-    copy(state_.moment(k), state_.speculation_backup(1 + static_cast<std::size_t>(k)),
-         begin * state_size, (end - begin) * state_size);
+    restore(state_.moment(k), state_.speculation_backup(1 + static_cast<std::size_t>(k)),
+            begin * state_size, (end - begin) * state_size);
   }
 }
 
 void Stepper::speculate_group(std::size_t group) {
   Timer timer;
-  copy_group_state(group, /*keep=*/true);
-  optimizer_->step(pieces(group, speculation_slices_, GroupState{}, out_of(group)),
-                   speculation_hyper_, *speculation_stream_);
+  // The optimizer keeps each piece's masters and moments in the backup as it steps them, at
+  // the piece's place in the owned flat order (restore_group_state puts them back).
+  std::vector<optim::Slice> group_pieces =
+      pieces(group, speculation_slices_, GroupState{}, out_of(group));
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  for (optim::Slice& piece : group_pieces) {
+    const auto at = static_cast<std::size_t>(piece.master - state_.master());
+    piece.master_kept = static_cast<float*>(state_.speculation_backup(0)) + at;
+    for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
+      piece.state_kept[k] =
+          static_cast<char*>(state_.speculation_backup(1 + static_cast<std::size_t>(k))) +
+          at * state_size;
+    }
+  }
+  optimizer_->step(group_pieces, speculation_hyper_, *speculation_stream_);
   speculation_stream_->synchronize();
   speculation_seconds_.add(timer.seconds());
 }
@@ -286,7 +292,7 @@ StepStats Stepper::step() {
   if (speculated) speculator_->finish();
   const auto roll_back = [&] {
     for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
-      copy_group_state(g, /*keep=*/false);
+      restore_group_state(g);
     }
   };
 

@@ -111,8 +111,8 @@ class Stepper {
                   const optim::StepHyper& hyper, bool stepped);
   // On the Speculator's worker: the group's state kept, then stepped as speculated.
   void speculate_group(std::size_t group);
-  // Copies group `group`'s masters and moments to the backup (keep) or back from it.
-  void copy_group_state(std::size_t group, bool keep);
+  // Puts group `group`'s masters and moments back from the backup its speculated step kept.
+  void restore_group_state(std::size_t group);
   // This group's pieces as the optimizer takes them; `out` is where it writes half copies
   // (null: each slice's own param_out).
   std::vector<optim::Slice> pieces(std::size_t group, const std::vector<optim::Slice>& all,

@@ -85,6 +85,12 @@ struct Slice {
   // element's index in the model): stochastic rounding depends on it (and on seed and step)
   // only, so results do not depend on how the buffer is sliced, tiled, threaded or sharded.
   std::uint64_t first_index = 0;
+  // Optional (the CPU optimizer only): where the step keeps the master and state values it
+  // reads before it updates them, element for element, so that they can be put back
+  // (super_offload's rollback). Kept tile by tile in the same pass, while the tile is in cache.
+  // Null: nothing kept.
+  float* master_kept = nullptr;
+  void* state_kept[2] = {nullptr, nullptr};
 };
 
 // Throws a config Error naming the buffer and dtype when `formats` has a dtype the optimizers

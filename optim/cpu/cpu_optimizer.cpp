@@ -4,6 +4,7 @@
 // stochastic rounding depends only on (seed, step, element index).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -188,8 +189,23 @@ class CpuOptimizer final : public Optimizer {
             slice.param_out ? static_cast<char*>(slice.param_out) + at * out_size : nullptr,
             count,
             static_cast<std::uint32_t>(index)};
+        if (!copy_only) keep(slice, at, count, state_size);
         kernel(piece, c);
         at += count;
+      }
+    }
+  }
+
+  // The tile's values before its step, where the slice keeps them: read here, they are in
+  // cache for the kernel that follows, so keeping costs the copy's writes only.
+  void keep(const Slice& slice, std::size_t at, std::size_t count, std::size_t state_size) const {
+    if (slice.master_kept != nullptr) {
+      std::memcpy(slice.master_kept + at, slice.master + at, count * sizeof(float));
+    }
+    for (int k = 0; k < spec_.state_buffers(); ++k) {  // the buffers the algorithm updates
+      if (slice.state_kept[k] != nullptr && slice.state[k] != nullptr) {
+        std::memcpy(static_cast<char*>(slice.state_kept[k]) + at * state_size,
+                    static_cast<const char*>(slice.state[k]) + at * state_size, count * state_size);
       }
     }
   }

@@ -84,6 +84,49 @@ TEST_CASE("CPU optimizer results do not depend on threads or slicing", "[optim]"
   }
 }
 
+TEST_CASE("a step that keeps its pre-step values keeps exactly them and steps as one that does not",
+          "[optim]") {
+  // Odd sizes across tiles (4096 elements) and threads; one slice keeps, one does not.
+  constexpr std::size_t n = 20011, split = 9001;
+  const Formats formats{DType::bf16, DType::bf16, DType::bf16};
+  auto device = create_cpu_device();
+  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (!cpu_features().supports(isa)) continue;
+    for (OptimizerType type : {OptimizerType::adamw, OptimizerType::lion}) {
+      INFO(cpu_isa_name(isa) << " " << optimizer_key(type));
+      OptimizerSpec spec;
+      spec.type = type;
+      auto optimizer = create_cpu_optimizer(spec, formats, {2, isa});
+      Buffers plain(n, 5), keeping(n, 5);
+      // Step 1 first, so that the moments the second step keeps are not zeros.
+      const Slice all_plain = plain.slice(0, n, 17), all_keeping = keeping.slice(0, n, 17);
+      optimizer->step({&all_plain, 1}, hyper(1), device->default_stream());
+      optimizer->step({&all_keeping, 1}, hyper(1), device->default_stream());
+      const Buffers before = keeping;
+      std::vector<float> kept_master(n, -1.0f);
+      std::vector<std::uint16_t> kept_m(n, 0xffff), kept_v(n, 0xffff);
+      Slice parts[] = {keeping.slice(0, split, 17), keeping.slice(split, n - split, 17 + split)};
+      parts[1].master_kept = kept_master.data() + split;
+      parts[1].state_kept[0] = kept_m.data() + split;
+      parts[1].state_kept[1] = kept_v.data() + split;
+      optimizer->step({&all_plain, 1}, hyper(2), device->default_stream());
+      optimizer->step(parts, hyper(2), device->default_stream());
+      CHECK(same_bits(plain, keeping));
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const bool kept = i >= split;
+        wrong += kept ? std::memcmp(&kept_master[i], &before.master[i], 4) != 0
+                      : kept_master[i] != -1.0f;
+        wrong += kept ? kept_m[i] != before.m[i] : kept_m[i] != 0xffff;
+        // Lion has one moment: the second buffer is not kept (nor read).
+        const bool second = kept && type != OptimizerType::lion;
+        wrong += second ? kept_v[i] != before.v[i] : kept_v[i] != 0xffff;
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
 TEST_CASE("stochastic rounding is unbiased and keeps bf16 moments moving", "[optim]") {
   SECTION("the mean of many roundings is the value") {
     const float x = 1.0f + 3.0f / 1024.0f;  // 3/8 of the way from one bf16 value to the next
