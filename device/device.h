@@ -132,6 +132,15 @@ class Device {
   // overlap.
   virtual void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype,
                           std::size_t count, float factor, Stream& stream) = 0;
+  // accumulate() into a dst of zeros without reading it: dst[i] = round(0.0f + float(src[i]) *
+  // factor), the bits accumulate() gives after fill(dst, 0) (a -0 product becomes +0). The first
+  // reduction after a step writes the owned gradient shard with it instead of zeroing it first.
+  // This default does exactly that, fill then accumulate; the CPU devices write in one pass.
+  virtual void accumulate_onto_zero(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                                    std::size_t count, float factor, Stream& stream) {
+    fill(dst, dst_dtype, count, 0.0f, stream);
+    accumulate(src, src_dtype, dst, dst_dtype, count, factor, stream);
+  }
   // data[i] = round(value).
   virtual void fill(void* data, DType dtype, std::size_t count, float value, Stream& stream) = 0;
   // *accumulator += sum of float(data[i])^2, accumulated in double where the backend can.

@@ -133,6 +133,15 @@ void GradReducer::zero_full(Stream& stream) {
   }
 }
 
+void GradReducer::settle_owned(std::size_t count, Stream& stream) {
+  if (!owned_zero_pending_) return;
+  owned_zero_pending_ = false;
+  if (target_.grad_flat != nullptr && count != 0) {
+    Device& owner = target_.adder != nullptr ? *target_.adder : ctx_.device;
+    owner.fill(target_.grad_flat, target_.accum, count, 0.0f, stream);
+  }
+}
+
 void GradReducer::release(std::size_t param) {
   ParamGrad& g = grads_[param];
   if (modes_.stage < 2 || g.grad == nullptr) return;
@@ -260,10 +269,15 @@ void GradReducer::finish(std::size_t slot) {
         }
       }
     };
-    const auto add = [this, pieces, post](Device& adder, Stream& on) {
+    const auto add = [this, pieces, post, onto_zero = owned_zero_pending_](Device& adder,
+                                                                           Stream& on) {
       pieces(true, [&](const char* src, std::size_t flat, std::size_t count) {
         char* dst = static_cast<char*>(target_.grad_flat) + flat * dtype_size(target_.accum);
-        adder.accumulate(src, modes_.wire, dst, target_.accum, count, post, on);
+        if (onto_zero) {
+          adder.accumulate_onto_zero(src, modes_.wire, dst, target_.accum, count, post, on);
+        } else {
+          adder.accumulate(src, modes_.wire, dst, target_.accum, count, post, on);
+        }
       });
     };
     if (own_device) {
@@ -297,7 +311,12 @@ void GradReducer::finish(std::size_t slot) {
     if (target_.grad_flat != nullptr) {
       char* dst = static_cast<char*>(target_.grad_flat) +
                   (ctx_.layout.params[p].flat + piece.begin) * dtype_size(target_.accum);
-      ctx_.device.accumulate(src, modes_.wire, dst, target_.accum, length, post, stream);
+      if (owned_zero_pending_) {
+        ctx_.device.accumulate_onto_zero(src, modes_.wire, dst, target_.accum, length, post,
+                                         stream);
+      } else {
+        ctx_.device.accumulate(src, modes_.wire, dst, target_.accum, length, post, stream);
+      }
     } else {
       // Stage 0 without a separate accumulation dtype: back into the replicated gradient.
       char* dst = static_cast<char*>(grads_[p].grad) + piece.begin * dtype_size(modes_.compute);
@@ -326,6 +345,7 @@ void GradReducer::flush() {
   }
   epilogue_->synchronize();
   ctx_.device.default_stream().synchronize();
+  owned_zero_pending_ = false;  // every owned block of this micro-step is written
   if (target_.swap != nullptr) target_.swap->finish_adds();
 }
 

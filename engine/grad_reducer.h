@@ -96,6 +96,14 @@ class GradReducer {
   bool handed_out(std::size_t param) const;
   // Stages 0-1: every replicated gradient back to zero (after a step, or a skipped one).
   void zero_full(Stream& stream);
+  // The owned gradient shard (Target::grad_flat) back to zero without writing it: the next
+  // micro-step that reduces writes each reduced block onto zeros (Device::accumulate_onto_zero,
+  // the bits of adding into a zeroed shard) rather than adding it, which saves a pass over the
+  // shard and the read of the first add.
+  void zero_owned() noexcept { owned_zero_pending_ = true; }
+  // Before the owned gradient shard is read: writes its zeros if zero_owned() has not yet been
+  // followed by a micro-step's reduction (a no-op after one).
+  void settle_owned(std::size_t count, Stream& stream);
   // Seconds blocked on reductions since the last call.
   double take_wait_seconds() { return wait_seconds_.take(); }
   // wall_clock_breakdown: the offload copies are recorded there (null: not).
@@ -145,6 +153,9 @@ class GradReducer {
   std::size_t next_slot_ = 0;
   std::size_t next_bucket_ = 0;  // the next bucket to issue, in plan order
   bool reducing_ = false;        // this micro-step reduces (stages 2-3, or the boundary)
+  // zero_owned() since the last micro-step that reduced: that micro-step's blocks are written
+  // onto zeros (cleared when its flush ends).
+  bool owned_zero_pending_ = false;
   SecondsSum wait_seconds_;
 };
 

@@ -267,10 +267,9 @@ std::vector<optim::Slice> Stepper::slices() {
 }
 
 void Stepper::zero_grads() {
-  if (const std::size_t count = grad_flat_count(); count != 0) {
-    Device& d = state_.state_device();
-    d.fill(state_.grad_flat(), modes_.accum, count, 0.0f, d.default_stream());
-  }
+  // The owned shard lazily: the next reduction writes it onto zeros (step() settles it first
+  // should no reduction have come).
+  reducer_.zero_owned();
   if (state_.grad_swap() != nullptr) state_.grad_swap()->zero();
   reducer_.zero_full(ctx_.device.default_stream());
 }
@@ -286,6 +285,8 @@ StepStats Stepper::step() {
   const optim::ScheduleValue value = scheduled(config, k);
   stats.lr = value.lr;
 
+  // The owned gradient as zeros, should no reduction have written it since the last step.
+  reducer_.settle_owned(grad_flat_count(), state_.state_device().default_stream());
   // super_offload: every group stepped as speculated before the verdict; restored unless it
   // stands.
   const bool speculated = speculator_ != nullptr && speculator_->armed();

@@ -218,6 +218,13 @@ class AsyncCpuDevice final : public Device {
     async_stream(stream).submit(
         [=] { cpu::accumulate(from, src_dtype, to, dst_dtype, count, factor); });
   }
+  void accumulate_onto_zero(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                            std::size_t count, float factor, Stream& stream) override {
+    const void* from = at(src);
+    void* to = at(dst);
+    async_stream(stream).submit(
+        [=] { cpu::accumulate_onto_zero(from, src_dtype, to, dst_dtype, count, factor); });
+  }
   void fill(void* data, DType dtype, std::size_t count, float value, Stream& stream) override {
     void* p = at(data);
     async_stream(stream).submit([=] { cpu::fill(p, dtype, count, value); });

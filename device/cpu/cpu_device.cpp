@@ -102,6 +102,10 @@ class CpuDevice final : public Device {
                   float factor, Stream&) override {
     cpu::accumulate(src, src_dtype, dst, dst_dtype, count, factor);
   }
+  void accumulate_onto_zero(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                            std::size_t count, float factor, Stream&) override {
+    cpu::accumulate_onto_zero(src, src_dtype, dst, dst_dtype, count, factor);
+  }
   void fill(void* data, DType dtype, std::size_t count, float value, Stream&) override {
     cpu::fill(data, dtype, count, value);
   }

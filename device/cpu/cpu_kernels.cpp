@@ -117,46 +117,59 @@ void store_as(void* data, std::size_t i, float value) {
   if constexpr (D == DType::f16) static_cast<u16*>(data)[i] = float_to_fp16(value);
 }
 
-template <DType S, DType D>
+// OntoZero: dst is taken as zeros and not read (the sum still adds 0.0f, so -0 becomes +0).
+template <DType S, DType D, bool OntoZero>
 void accumulate_as(const void* src, void* dst, std::size_t count, float factor) {
 #pragma omp simd
   for (std::size_t i = 0; i < count; ++i) {
-    store_as<D>(dst, i, load_as<D>(dst, i) + load_as<S>(src, i) * factor);
+    const float before = OntoZero ? 0.0f : load_as<D>(dst, i);
+    store_as<D>(dst, i, before + load_as<S>(src, i) * factor);
   }
 }
 
-template <DType S>
+template <DType S, bool OntoZero>
 void accumulate_from(const void* src, void* dst, DType dst_dtype, std::size_t count, float factor) {
   switch (dst_dtype) {
     case DType::f32:
-      return accumulate_as<S, DType::f32>(src, dst, count, factor);
+      return accumulate_as<S, DType::f32, OntoZero>(src, dst, count, factor);
     case DType::bf16:
-      return accumulate_as<S, DType::bf16>(src, dst, count, factor);
+      return accumulate_as<S, DType::bf16, OntoZero>(src, dst, count, factor);
     case DType::f16:
-      return accumulate_as<S, DType::f16>(src, dst, count, factor);
+      return accumulate_as<S, DType::f16, OntoZero>(src, dst, count, factor);
     case DType::i64:
       break;
   }
   not_floating(dst_dtype);
 }
 
-}  // namespace
-
 // Built without -mfma and with -ffp-contract=off (CMake), so the product is rounded before
 // the sum, as in the reference.
-void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
-                float factor) {
+template <bool OntoZero>
+void accumulate_any(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+                    float factor) {
   switch (src_dtype) {
     case DType::f32:
-      return accumulate_from<DType::f32>(src, dst, dst_dtype, count, factor);
+      return accumulate_from<DType::f32, OntoZero>(src, dst, dst_dtype, count, factor);
     case DType::bf16:
-      return accumulate_from<DType::bf16>(src, dst, dst_dtype, count, factor);
+      return accumulate_from<DType::bf16, OntoZero>(src, dst, dst_dtype, count, factor);
     case DType::f16:
-      return accumulate_from<DType::f16>(src, dst, dst_dtype, count, factor);
+      return accumulate_from<DType::f16, OntoZero>(src, dst, dst_dtype, count, factor);
     case DType::i64:
       break;
   }
   not_floating(src_dtype);
+}
+
+}  // namespace
+
+void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+                float factor) {
+  accumulate_any<false>(src, src_dtype, dst, dst_dtype, count, factor);
+}
+
+void accumulate_onto_zero(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                          std::size_t count, float factor) {
+  accumulate_any<true>(src, src_dtype, dst, dst_dtype, count, factor);
 }
 
 void fill(void* data, DType dtype, std::size_t count, float value) {

@@ -15,6 +15,9 @@ void scale(void* data, DType dtype, std::size_t count, float factor);
 void fill(void* data, DType dtype, std::size_t count, float value);
 void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
                 float factor);
+// accumulate() onto zeros, dst not read: dst[i] = round(0.0f + float(src[i]) * factor).
+void accumulate_onto_zero(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                          std::size_t count, float factor);
 double sum_squares(const void* data, DType dtype, std::size_t count);
 bool any_nonfinite(const void* data, DType dtype, std::size_t count);
 

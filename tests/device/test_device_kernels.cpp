@@ -183,6 +183,43 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("accumulate_onto_zero gives accumulate's bits over zeros and never reads dst",
+          ZERO_TEST_BACKEND_TAG "[device][kernels]") {
+  auto device = test::make_test_device();
+  for (DType from : kFloatTypes) {
+    for (DType to : kFloatTypes) {
+      for (std::size_t count : kSizes) {
+        CAPTURE(dtype_name(from), dtype_name(to), count);
+        auto values = random_floats(count, 17 + static_cast<std::uint32_t>(count), true);
+        if (count > 4) values[1] = -0.0f;  // 0 + -0 is +0: a store of the product would keep -0
+        const auto addend = encode(values, from);
+        const std::vector<unsigned char> zeros(count * dtype_size(to) + 8, 0);
+        auto expected = zeros;
+        reference::accumulate(addend.data(), from, expected.data(), to, count, 0.3f);
+        // What dst held before: NaNs, which any read would carry into the result.
+        const auto garbage =
+            encode(std::vector<float>(count, std::numeric_limits<float>::quiet_NaN()), to);
+
+        Skewed src(*device, count, from, count % 3);
+        Skewed dst(*device, count, to, (count + 2) % 3);
+        src.upload(addend.data());
+        dst.upload(garbage.data());
+        device->accumulate_onto_zero(src.ptr, from, dst.ptr, to, count, 0.3f,
+                                     device->default_stream());
+        device->synchronize();
+        const auto got = dst.download();
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < count; ++i) wrong += !same_element(got, expected, i, to);
+        CHECK(wrong == 0);
+        if (count > 4) {
+          // +0, not -0: the bits accumulate() leaves after a fill with zeros.
+          CHECK(std::memcmp(&got[dtype_size(to)], &zeros[0], dtype_size(to)) == 0);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("accumulate rounds the product before the sum (no fused multiply-add)",
           ZERO_TEST_BACKEND_TAG "[device][kernels]") {
   // -1 + (1 + 2^-23)(1 - 2^-23): the exact product 1 - 2^-46 rounds to 1 in fp32, so the sum

@@ -111,9 +111,13 @@ class EngineParts {
 };
 
 // Writes `g` (fp32) into trainable parameter p's place in the owned gradient shard, in the
-// accumulation dtype (fp32, or fp16 for an fp16 config), through the state's device.
+// accumulation dtype (fp32, or fp16 for an fp16 config), through the state's device. As a
+// reduction would, after the zeros a step left pending (GradReducer::zero_owned) are written.
 inline void write_owned_grad(EngineParts& parts, std::size_t p, const std::vector<float>& g) {
   const DType accum = parts.layout.modes.accum;
+  const std::size_t owned =
+      parts.layout.modes.grad_nvme ? parts.layout.resident_end : parts.layout.owned.total;
+  parts.reducer->settle_owned(owned, parts.state->state_device().default_stream());
   std::vector<std::uint16_t> halves(g.size());
   for (std::size_t i = 0; i < g.size(); ++i) halves[i] = float_to_fp16(g[i]);
   const std::size_t size = dtype_size(accum);

@@ -2,7 +2,8 @@
 // communicator and the asynchronous CPU device: a gradient exists from its module's
 // pre_backward until its bucket is issued, a parameter used by two modules is reduced after its
 // last use only (both uses added), a module whose backward did not run is reduced as zeros, and
-// the owned shard sums the micro-steps of a window.
+// the owned shard sums the micro-steps of a window, and after zero_owned (a step) the next
+// reduction writes the shard onto zeros instead of adding.
 #include <catch2/catch.hpp>
 
 #include <vector>
@@ -79,6 +80,34 @@ TEST_CASE("grad reducer: gradients live until reduced, each use added, the windo
   CHECK(owned(parts, 0) == std::vector<float>(37, 2.0f));
   CHECK(owned(parts, 1) == std::vector<float>(101, 2.0f));
   CHECK(owned(parts, 2) == std::vector<float>(15, 40.0f));
+}
+
+TEST_CASE("grad reducer: after zero_owned the next reduction writes the shard, the one after adds",
+          "[engine]") {
+  EngineParts parts(kConfig);
+  backward(parts, 0, /*skip_a=*/false);
+  backward(parts, 1, /*skip_a=*/false);
+  CHECK(owned(parts, 1) == std::vector<float>(101, 2.0f));
+  // A step's zeroing writes nothing now: the old sums stay until the next reduction.
+  parts.reducer->zero_owned();
+  CHECK(owned(parts, 1) == std::vector<float>(101, 2.0f));
+  backward(parts, 2, /*skip_a=*/true);  // written onto zeros, not added to the 2s
+  CHECK(owned(parts, 0) == std::vector<float>(37, 0.0f));
+  CHECK(owned(parts, 1) == std::vector<float>(101, 1.0f));
+  CHECK(owned(parts, 2) == std::vector<float>(15, 10.0f));
+  backward(parts, 3, /*skip_a=*/false);  // the window's second micro-step adds again
+  CHECK(owned(parts, 0) == std::vector<float>(37, 2.0f));
+  CHECK(owned(parts, 1) == std::vector<float>(101, 2.0f));
+  CHECK(owned(parts, 2) == std::vector<float>(15, 40.0f));
+  // Settling is a no-op after a reduction, and writes the zeros when none came.
+  const std::size_t total = parts.layout.owned.total;
+  parts.reducer->settle_owned(total, parts.device->default_stream());
+  CHECK(owned(parts, 1) == std::vector<float>(101, 2.0f));
+  parts.reducer->zero_owned();
+  parts.reducer->settle_owned(total, parts.device->default_stream());
+  for (std::size_t p : {0, 1, 2}) {
+    CHECK(owned(parts, p) == std::vector<float>(parts.registry.param(p).numel, 0.0f));
+  }
 }
 
 TEST_CASE("grad reducer: a frozen parameter has no gradient, a handed-out one starts at zero",

@@ -118,7 +118,9 @@ TEST_CASE("stepper: a non-finite fp16 gradient skips the step and keeps the mast
   CHECK(parts.stepper->optimizer_steps() == 0);         // the optimizer and the schedule held
   CHECK(parts.stepper->scaler().scale() == scale / 2);  // hysteresis 1: it drops at once
   CHECK(master_of(parts, 1) == before);
-  // The gradients the optimizer reads are back to zero for the next window.
+  // The gradients the optimizer reads are back to zero for the next window: written lazily,
+  // by the next reduction or, as here where none comes, before the owned shard is read.
+  parts.reducer->settle_owned(parts.layout.owned.total, parts.device->default_stream());
   parts.device->synchronize();
   REQUIRE(parts.layout.modes.accum == DType::f16);
   const auto* flat = static_cast<const std::uint16_t*>(parts.state->grad_flat());
