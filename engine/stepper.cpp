@@ -78,6 +78,11 @@ void Stepper::create_optimizer(int cpu_threads) {
       group_ranges_.emplace_back(begin == kNone ? 0 : begin, end);
     }
     speculation_stream_ = state_.state_device().create_stream();
+    const config::Config& config = ctx_.config;
+    const bool checked =
+        config.precision == config::Precision::fp16 ||
+        (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
+    partials_ = std::make_unique<GradPartials>(group_ranges_, grad_flat_count(), checked);
     speculator_ = std::make_unique<Speculator>(layout);
   }
 }
@@ -96,6 +101,7 @@ void Stepper::arm_speculation() {
   // gradient scale of a step without clipping.
   speculation_slices_ = slices();
   speculation_hyper_ = hyper_for(optimizer_steps_ + 1, 1.0 / scaler_.scale());
+  partials_->begin();
   speculator_->arm([this](std::size_t group) { speculate_group(group); });
 }
 
@@ -132,6 +138,8 @@ void Stepper::speculate_group(std::size_t group) {
   }
   optimizer_->step(group_pieces, speculation_hyper_, *speculation_stream_);
   speculation_stream_->synchronize();
+  // The group's part of the norm and the non-finite check, while backward goes on.
+  partials_->group_final(group, owned_grad_on_host(), modes_.accum);
   speculation_seconds_.add(timer.seconds());
 }
 
@@ -169,6 +177,10 @@ void Stepper::for_each_owned_grad(Visit visit) {
   }
 }
 
+const void* Stepper::owned_grad_on_host() const {
+  return state_.state_device().host_alias(state_.grad_flat());
+}
+
 std::size_t Stepper::grad_flat_count() const {
   if (!modes_.grad_shard()) return 0;
   return modes_.grad_nvme ? ctx_.layout.resident_end : ctx_.layout.owned.total;
@@ -187,10 +199,14 @@ float Stepper::reduce_scalar(std::size_t slot, ReduceOp op) {
   return read_scalar(ctx_.device, scalars_ + slot);
 }
 
-bool Stepper::overflow() {
+bool Stepper::overflow(const GradPartials* partials) {
   Device& d = state_.state_device();
   Stream& stream = d.default_stream();
   float* flag = state_.state_scalars(scalars_) + 1;
+  if (partials != nullptr) {  // taken in backward
+    d.fill(flag, DType::f32, 1, partials->any_nonfinite() ? 1.0f : 0.0f, stream);
+    return reduce_scalar(1, ReduceOp::max) != 0.0f;
+  }
   d.fill(flag, DType::f32, 1, 0.0f, stream);
   for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
     d.check_finite(data, dtype, count, flag, stream);
@@ -201,11 +217,15 @@ bool Stepper::overflow() {
   return reduce_scalar(1, ReduceOp::max) != 0.0f;
 }
 
-double Stepper::grad_norm() {
+double Stepper::grad_norm(const GradPartials* partials) {
   Device& d = state_.state_device();
   Stream& stream = d.default_stream();
   float* sum = state_.state_scalars(scalars_);
-  if (GradSwap* swap = state_.grad_swap(); swap != nullptr) {
+  if (partials != nullptr) {
+    // Taken in backward, block by block as the device's one sum over the shard takes them, and
+    // added in the same order: the same float.
+    d.fill(sum, DType::f32, 1, static_cast<float>(partials->sum_squares()), stream);
+  } else if (GradSwap* swap = state_.grad_swap(); swap != nullptr) {
     // Gradient NVMe: the state device is the CPU and the resident part is in host memory. The
     // sums are added in double and rounded once, as the device's one sum over the whole shard
     // is, so the norm is the one the same run without the swap computes.
@@ -290,7 +310,13 @@ StepStats Stepper::step() {
   // super_offload: every group stepped as speculated before the verdict; restored unless it
   // stands.
   const bool speculated = speculator_ != nullptr && speculator_->armed();
-  if (speculated) speculator_->finish();
+  const GradPartials* partials = nullptr;
+  if (speculated) {
+    speculator_->finish();
+    // The sums and flags of the blocks the worker did not take.
+    partials_->finish(owned_grad_on_host(), modes_.accum);
+    partials = partials_.get();
+  }
   const auto roll_back = [&] {
     for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
       restore_group_state(g);
@@ -301,7 +327,7 @@ StepStats Stepper::step() {
   const bool checked =
       config.precision == config::Precision::fp16 ||
       (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
-  if (checked && overflow()) {
+  if (checked && overflow(partials)) {
     if (speculated) roll_back();
     if (speculator_) speculator_->record(speculated, /*rollback=*/true);
     if (config.precision == config::Precision::fp16) {
@@ -322,7 +348,7 @@ StepStats Stepper::step() {
   }
 
   global_steps_ += 1;
-  const double norm = grad_norm() / scale;
+  const double norm = grad_norm(partials) / scale;
   stats.grad_norm = norm;
   double grad_scale = 1.0 / scale;
   if (config.gradient_clipping > 0.0) {

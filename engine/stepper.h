@@ -10,7 +10,8 @@
 //
 // With super_offload (modes.speculate) the groups are stepped during the boundary's backward by
 // the Speculator's worker, each keeping its pre-step masters and moments and writing its
-// updated values to its own place in the staging; at the boundary the verdict keeps them (no
+// updated values to its own place in the staging, and taking its part of the gradient's sum of
+// squares and non-finite check (GradPartials); at the boundary the verdict keeps them (no
 // skip, and the clip coefficient leaves the gradient scale as speculated) or restores them and
 // steps again with the right scale (or not at all, on a skip). Either way the placement runs
 // after the verdict, so the compute copies never see a speculated value that did not stand.
@@ -32,6 +33,7 @@
 #include "base/timer.h"
 #include "engine/engine.h"
 #include "engine/engine_context.h"
+#include "engine/grad_partials.h"
 #include "engine/grad_reducer.h"
 #include "engine/loss_scaler.h"
 #include "engine/model_state.h"
@@ -94,8 +96,12 @@ class Stepper {
     const void* grad = nullptr;  // gradient NVMe: the group's gradient, from the GradSwap
   };
 
-  bool overflow();
-  double grad_norm();
+  // Over the owned gradient, or from what the speculation took in backward (partials).
+  bool overflow(const GradPartials* partials);
+  double grad_norm(const GradPartials* partials);
+  // The owned gradient shard where host code reaches it (super_offload: on the state device,
+  // the CPU).
+  const void* owned_grad_on_host() const;
   float reduce_scalar(std::size_t slot, ReduceOp op);
   // The owned gradient shard's elements in memory (with gradient NVMe, the resident groups').
   std::size_t grad_flat_count() const;
@@ -153,6 +159,7 @@ class Stepper {
   std::vector<optim::Slice> speculation_slices_;
   optim::StepHyper speculation_hyper_;
   std::unique_ptr<Stream> speculation_stream_;
+  std::unique_ptr<GradPartials> partials_;  // the norm and the non-finite check, in backward
   std::unique_ptr<Speculator> speculator_;  // last: its worker ends before the rest goes
 };
 

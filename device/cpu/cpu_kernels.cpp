@@ -2,6 +2,7 @@
 // vectorise without OpenMP threads.
 #include "device/cpu/cpu_kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -193,6 +194,17 @@ void fill(void* data, DType dtype, std::size_t count, float value) {
 }
 
 double sum_squares(const void* data, DType dtype, std::size_t count) {
+  if (!is_floating(dtype)) not_floating(dtype);
+  const std::size_t size = dtype_size(dtype);
+  double sum = 0.0;
+  for (std::size_t at = 0; at < count; at += kSquaresBlock) {
+    sum += sum_squares_block(static_cast<const char*>(data) + at * size, dtype,
+                             std::min(kSquaresBlock, count - at));
+  }
+  return sum;
+}
+
+double sum_squares_block(const void* data, DType dtype, std::size_t count) {
   switch (dtype) {
     case DType::f32: {
       const float* x = static_cast<const float*>(data);

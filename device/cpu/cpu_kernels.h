@@ -18,7 +18,14 @@ void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, st
 // accumulate() onto zeros, dst not read: dst[i] = round(0.0f + float(src[i]) * factor).
 void accumulate_onto_zero(const void* src, DType src_dtype, void* dst, DType dst_dtype,
                           std::size_t count, float factor);
+// The sum of squares is taken in blocks of kSquaresBlock elements from data[0], each block's in
+// double (sum_squares_block), the blocks' sums added in order from 0.0: so a caller that takes
+// the blocks of a span apart, at different times, and adds their sums in order gets the bits
+// sum_squares gives over the whole span (super_offload takes them as step groups become final).
+inline constexpr std::size_t kSquaresBlock = std::size_t{1} << 16;
 double sum_squares(const void* data, DType dtype, std::size_t count);
+// One block's sum (count at most kSquaresBlock; data at a block's start).
+double sum_squares_block(const void* data, DType dtype, std::size_t count);
 bool any_nonfinite(const void* data, DType dtype, std::size_t count);
 
 }  // namespace zero::cpu
