@@ -83,6 +83,10 @@ void Stepper::create_optimizer(int cpu_threads) {
         config.precision == config::Precision::fp16 ||
         (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
     partials_ = std::make_unique<GradPartials>(group_ranges_, grad_flat_count(), checked);
+    // Stage 3 places each speculated group at once: local copies, no collective whose order
+    // the ranks must agree on (stages 1-2 all-gather), and no NVMe write.
+    early_placement_ = modes_.stage == 3 && !modes_.param_nvme;
+    if (early_placement_) placement_stream_ = ctx_.device.create_stream();
     speculator_ = std::make_unique<Speculator>(layout);
   }
 }
@@ -140,6 +144,11 @@ void Stepper::speculate_group(std::size_t group) {
   speculation_stream_->synchronize();
   // The group's part of the norm and the non-finite check, while backward goes on.
   partials_->group_final(group, owned_grad_on_host(), modes_.accum);
+  // Stage 3: its updated values into the compute shard now, on a stream of their own (the
+  // group's backward is over: its gradient is final); a rollback places them again.
+  if (early_placement_) {
+    place(group, speculation_slices_, GroupState{}, out_of(group), *placement_stream_);
+  }
   speculation_seconds_.add(timer.seconds());
 }
 
@@ -316,6 +325,7 @@ StepStats Stepper::step() {
     // The sums and flags of the blocks the worker did not take.
     partials_->finish(owned_grad_on_host(), modes_.accum);
     partials = partials_.get();
+    if (early_placement_) placement_stream_->synchronize();
   }
   const auto roll_back = [&] {
     for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
@@ -329,6 +339,7 @@ StepStats Stepper::step() {
       (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
   if (checked && overflow(partials)) {
     if (speculated) roll_back();
+    if (speculated && early_placement_) place_restored();
     if (speculator_) speculator_->record(speculated, /*rollback=*/true);
     if (config.precision == config::Precision::fp16) {
       scaler_.update(true);  // throws at the minimum scale, before any counter moves
@@ -366,7 +377,7 @@ StepStats Stepper::step() {
 
   const std::vector<optim::Slice> all = slices();
   for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
-    step_group(g, all, hyper, stands);
+    step_group(g, all, hyper, stands, stands && early_placement_);
   }
   if (state_.swap()) state_.swap()->finish();
   if (state_.param_swap()) state_.param_swap()->finish_writes();  // the next gathers read them
@@ -378,8 +389,23 @@ StepStats Stepper::step() {
   return stats;
 }
 
+void Stepper::place_restored() {
+  const std::vector<optim::Slice> all = slices();
+  Stream& stream = ctx_.device.default_stream();
+  Stream& state_stream = state_.state_device().default_stream();
+  for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
+    char* out = out_of(g);
+    // The compute values are the masters rounded (mixed precision) or the masters themselves.
+    if (modes_.mixed) {
+      optimizer_->write_param_out(pieces(g, all, GroupState{}, out), state_stream);
+      state_stream.synchronize();
+    }
+    place(g, all, GroupState{}, out, stream);
+  }
+}
+
 void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all,
-                         const optim::StepHyper& hyper, bool stepped) {
+                         const optim::StepHyper& hyper, bool stepped, bool placed) {
   const Layout& layout = ctx_.layout;
   // NVMe: the group's masters and moments come in from the swap for its step.
   GroupState where;
@@ -401,7 +427,7 @@ void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all
     optimizer_seconds_.add(timer.seconds());
   }
 
-  place(group, all, where, out);
+  if (!placed) place(group, all, where, out, stream);
   if (modes_.optimizer_offload) staging_read_->record(stream);
   if (where.swapped) {
     stream.synchronize();  // the copies above read the buffer the write takes
@@ -467,14 +493,13 @@ std::vector<optim::Slice> Stepper::pieces(std::size_t group, const std::vector<o
 }
 
 void Stepper::place(std::size_t group, const std::vector<optim::Slice>& all,
-                    const GroupState& where, char* out) {
+                    const GroupState& where, char* out, Stream& stream) {
   const Layout& layout = ctx_.layout;
   const Bucket& bucket = layout.step_groups[group];
   const std::size_t csize = dtype_size(modes_.compute);
   const int r = modes_.shard_ranks == 1 ? 0 : rank_;
   const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
   const bool all_gather_after = modes_.stage == 1 || modes_.stage == 2;
-  Stream& stream = ctx_.device.default_stream();
   for (const BucketPiece& piece : bucket.pieces) {
     const std::size_t p = layout.trainable[piece.param];
     const std::size_t count = piece_valid(piece, all[piece.param].count);

@@ -112,9 +112,12 @@ class Stepper {
   std::vector<optim::Slice> slices();  // one per trainable parameter, over its owned shard
 
   optim::StepHyper hyper_for(std::int64_t k, double grad_scale) const;
-  // `stepped`: speculated and standing, so only placed.
+  // `stepped`: speculated and standing, so only placed (`placed`: not even that, done in
+  // backward).
   void step_group(std::size_t group, const std::vector<optim::Slice>& all,
-                  const optim::StepHyper& hyper, bool stepped);
+                  const optim::StepHyper& hyper, bool stepped, bool placed);
+  // A skip after early placement: every group's compute values again from the restored masters.
+  void place_restored();
   // On the Speculator's worker: the group's state kept, then stepped as speculated.
   void speculate_group(std::size_t group);
   // Puts group `group`'s masters and moments back from the backup its speculated step kept.
@@ -131,7 +134,7 @@ class Stepper {
   // The updated values the optimizer did not write in place, to where they live: one
   // function per placement.
   void place(std::size_t group, const std::vector<optim::Slice>& all, const GroupState& where,
-             char* out);
+             char* out, Stream& stream);
   void place_on_nvme(std::size_t param, const BucketPiece& piece, const void* from,
                      std::size_t count);
   // Stages 1-2: the all-gather of the updated shards, back into the replicated copies.
@@ -160,6 +163,10 @@ class Stepper {
   optim::StepHyper speculation_hyper_;
   std::unique_ptr<Stream> speculation_stream_;
   std::unique_ptr<GradPartials> partials_;  // the norm and the non-finite check, in backward
+  // Stage 3 (compute shards in memory): each speculated group placed in backward, on this
+  // device stream, waited for at the boundary.
+  bool early_placement_ = false;
+  std::unique_ptr<Stream> placement_stream_;
   std::unique_ptr<Speculator> speculator_;  // last: its worker ends before the rest goes
 };
 

@@ -10,8 +10,9 @@
 //   - stats.loss_scale is the scale the window's gradients carried (zero.h: "the scale this
 //     window's gradients carried"), i.e. DeepSpeed's cur_scale *before* update_scale, and
 //     zero_loss_scale / zero_loss_factor afterwards give cur_scale *after* it;
-//   - the fp32 masters (zero_read_param) and, at stages 0-2, the compute copies keep every bit
-//     on a skipped step and change in every element on a good one;
+//   - the fp32 masters (zero_read_param) and the compute copies (at stage 3 read in an
+//     evaluation pass) keep every bit on a skipped step, and the masters change in every element
+//     on a good one;
 //   - stats.lr follows WarmupLR (linear) at the count of good steps only: the scheduler does not
 //     step on a skipped step (which reports the lr the schedule holds); stats.grad_norm is that of
 //     this window's gradients alone, so nothing of a skipped window leaks into the next one;
@@ -262,14 +263,17 @@ double expected_lr(int good) {
   return kWarmupMin + (kWarmupMax - kWarmupMin) * fraction;
 }
 
-// Every parameter's state as it can be observed: the fp32 masters (collective) and, at stages
-// 0-2, the raw bits of the replicated fp16 compute copies.
+// Every parameter's state as it can be observed: the fp32 masters (collective) and the raw bits
+// of the fp16 compute copies: replicated at stages 0-2; at stage 3 gathered in an evaluation
+// pass (super_offload places speculated values in the compute shards during backward, so a
+// skip must put them back); not at stage 3 without `evaluate` (an engine that failed runs no
+// pass).
 struct Snapshot {
   std::vector<std::vector<float>> master;
   std::vector<std::vector<std::uint16_t>> compute;
 };
 
-Snapshot snapshot(zero_engine* engine, int stage) {
+Snapshot snapshot(zero_engine* engine, int stage, bool evaluate = true) {
   Snapshot snap;
   for (int k = 0; k < static_cast<int>(kParams.size()); ++k) {
     const std::size_t n = numel(kParams[k]);
@@ -281,6 +285,22 @@ Snapshot snapshot(zero_engine* engine, int stage) {
       const auto* bits = static_cast<const std::uint16_t*>(data);
       snap.compute.emplace_back(bits, bits + n);
     }
+  }
+  if (stage == 3 && evaluate) {
+    snap.compute.resize(kParams.size());
+    CHECK_OK(zero_set_train(engine, 0));
+    for (int m = 0; m < kModules; ++m) {
+      CHECK_OK(zero_pre_forward(engine, m, nullptr));
+      for (int k = 0; k < static_cast<int>(kParams.size()); ++k) {
+        if (kParams[k].module != m) continue;
+        void* data = nullptr;
+        CHECK_OK(zero_param_data(engine, k, &data));
+        const auto* bits = static_cast<const std::uint16_t*>(data);
+        snap.compute[static_cast<std::size_t>(k)].assign(bits, bits + numel(kParams[k]));
+      }
+      CHECK_OK(zero_post_forward(engine, m, nullptr));
+    }
+    CHECK_OK(zero_set_train(engine, 1));
   }
   return snap;
 }
@@ -451,7 +471,7 @@ void run_to_minimum(const Setting& s) {
   Checker c{"overflow at min_loss_scale fails, " + describe(s)};
   zero_engine* engine = build(s);
   Oracle oracle(s);
-  const Snapshot first = snapshot(engine, s.stage);
+  const Snapshot first = snapshot(engine, s.stage, /*evaluate=*/false);
   bool failed = false;
   for (int step = 0; step < 20 && !failed; ++step) {
     check_scale_now(c, engine, step, s, oracle.scale());
@@ -485,7 +505,9 @@ void run_to_minimum(const Setting& s) {
   }
   if (!failed) c.fail(-1, "the run never reached the minimum-scale error");
   // All ranks failed in the same zero_step, so they can still make the same collective calls.
-  if (!same_bits(first, snapshot(engine, s.stage))) c.fail(-1, "the parameters changed");
+  if (!same_bits(first, snapshot(engine, s.stage, /*evaluate=*/false))) {
+    c.fail(-1, "the parameters changed");
+  }
   c.finish();
   CHECK_OK(zero_destroy(engine));
 }
