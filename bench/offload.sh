@@ -13,7 +13,8 @@
 #   bench/results/offload_nvme.jsonl  the same figures, one JSON line per run
 #   bench/results/offload_speculate.txt   zero-bench speculate: the CPU-offloaded step after
 #                                     backward and with super_offload, against max(compute,
-#                                     the optimizer alone), with a timed stand-in for compute
+#                                     the optimizer alone) and max(forward + backward, the
+#                                     optimizer alone), with a timed stand-in for compute
 #   bench/results/offload_speculate.jsonl
 # with a header naming the date, the machine and the commands. Exit status: the last failing
 # zero-bench's, else 0. OFFLOAD_BENCH=nvme or speculate runs one of the two only.
@@ -44,14 +45,21 @@ if [[ -z $only || $only == speculate ]]; then
     echo "# zero-bench speculate, $(date -u +%Y-%m-%dT%H:%MZ)"
     echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
          "$(free -g | awk '/Mem:/{print $2}') GiB"
-    echo "# median of 4 steps after a warm-up; the target is step <= 1.1 x max(compute, optimizer)"
-    # compute as long as the optimizer's step alone (the default), then longer than it
+    echo "# median of 6 steps after a warm-up; the target is step <= 1.1 x max(compute, optimizer)"
+    # compute as long as the optimizer's step alone (the default), then longer than it; buckets
+    # and step groups of one module (6.25M elements) and of a quarter of one; the optimizer on
+    # all the threads and on half of them (cpuadam_cores_perc).
     for compute in 0 400; do
-      command=("$bench" speculate --params 50e6 --modules 8 --threads 2 --steps 5
-               --compute-ms "$compute" --json "$results/offload_speculate.jsonl")
-      echo
-      echo "# command: ${command[*]}"
-      ZERO_LOG_LEVEL=warn "${command[@]}" 2>&1 || status=$?
+      for bucket in 6250000 1562500; do
+        for cores in 1 0.5; do
+          command=("$bench" speculate --params 50e6 --modules 8 --threads 2 --steps 7
+                   --bucket "$bucket" --cores-perc "$cores" --compute-ms "$compute"
+                   --json "$results/offload_speculate.jsonl")
+          echo
+          echo "# command: ${command[*]}"
+          ZERO_LOG_LEVEL=warn "${command[@]}" 2>&1 || status=$?
+        done
+      done
     done
     exit "$status"
   } | tee "$results/offload_speculate.txt"
