@@ -194,6 +194,36 @@ errors)
   grep -q "optimizer nvme .* yes" "$work/out" || { cat "$work/out"; fail "nvme rows refused"; }
   awk -v a="$without" -v b="$with" 'BEGIN {exit !(b - a > 1.35 && b - a < 1.45)}' ||
     fail "super_offload's pinned memory: $with GiB against $without GiB without it"
+  # The step bound: an optimizer on the CPU steps after backward (compute plus its step, the
+  # NVMe state's reads plus writes where it is on the disk) unless super_offload overlaps
+  # them (the largest resource alone); a GPU optimizer is not counted after backward.
+  for super in false true; do
+    "$zmem" --model gpt2-124m --device gpu --gpus-per-node 1 --nvme 1TB --stage 3 --json \
+      --set zero_optimization.offload_optimizer.super_offload=$super >"$work/bound.json" \
+      2>"$work/out" || { cat "$work/out"; fail "zero-mem --json (super_offload $super) failed"; }
+    python3 - "$work/bound.json" "$super" <<'PY' || fail "the step bound with super_offload $super"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+speculate = sys.argv[2] == "true"
+seen = set()
+for row in rows:
+    b, mode = row["step_lower_bound"], row["offload"]
+    parts = max(b[k] for k in ("compute", "network", "pcie", "nvme", "cpu_optimizer"))
+    on_cpu = mode != "none"  # every offload row puts the optimizer on the CPU or its NVMe
+    overlapped = speculate and mode in ("optimizer cpu", "params cpu")
+    if on_cpu and not overlapped:
+        assert b["after_backward"] >= b["cpu_optimizer"] > 0, (mode, b)
+        assert b["seconds"] == max(parts, b["compute"] + b["after_backward"]), (mode, b)
+        assert b["bound_by"].startswith("compute, then "), (mode, b)
+    else:
+        assert b["after_backward"] == 0 and b["seconds"] == parts, (mode, b)
+    seen.add(mode)
+assert {"none", "optimizer cpu", "optimizer nvme"} <= seen, seen
+nvme = next(r["step_lower_bound"] for r in rows if r["offload"] == "optimizer nvme")
+assert nvme["after_backward"] > nvme["cpu_optimizer"], nvme  # the disk's reads and writes
+assert nvme["bound_by"] == "compute, then NVMe step", nvme
+PY
+  done
   ;;
 *)
   fail "unknown case"

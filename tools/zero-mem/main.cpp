@@ -53,7 +53,10 @@ int main(int argc, char** argv) {
       "Step lower bound: the largest of compute (the model's FLOPs at --peak-tflops), the "
       "network (ring collectives' bytes at --intra-node-gbps, or --inter-node-gbps across "
       "nodes), PCIe (--pcie-gbps each way per GPU), NVMe (--nvme-read-gbps/--nvme-write-gbps "
-      "per node) and the CPU optimizer (host memory traffic at --host-mem-gbps per node).",
+      "per node) and the CPU optimizer (host memory traffic at --host-mem-gbps per node); with "
+      "the optimizer on the CPU and without offload_optimizer.super_offload, at least compute "
+      "plus the optimizer's step (the CPU optimizer or its NVMe state's I/O), which waits for "
+      "backward.",
       "zero-mem"};
   zero::mem::ModelArgs model_args;
   zero::mem::Hardware hw;

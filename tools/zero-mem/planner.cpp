@@ -119,6 +119,7 @@ StepBound bound_step(const Request& request, const config::Config& config,
   // step.
   const double g = hw.gpus_per_node;
   double read = 0, write = 0;
+  double state_io = 0;  // the optimizer state's reads and writes (the step's own I/O), seconds
   if (plan.nvme.made()) {
     const double grads =
         static_cast<double>(plan.nvme.held[static_cast<std::size_t>(MemoryKind::grad)]);
@@ -126,6 +127,9 @@ StepBound bound_step(const Request& request, const config::Config& config,
     const double state = static_cast<double>(plan.nvme.held_total()) - grads;
     read += g * (state + reductions * grads);
     write += g * (state + reductions * grads);
+    // One drive (or array) both reads and writes the step's groups: the two add up, as the
+    // measured step does (docs/zero-mem.md, the CPU-device example).
+    state_io = g * state / gb(hw.nvme_read_gbps) + g * state / gb(hw.nvme_write_gbps);
   }
   if (plan.param_nvme.made()) {
     read += g * accum * passes * static_cast<double>(plan.param_nvme.held_total());
@@ -154,6 +158,18 @@ StepBound bound_step(const Request& request, const config::Config& config,
     if (seconds > b.seconds) {
       b.seconds = seconds;
       b.bound_by = name;
+    }
+  }
+  // The optimizer on the CPU (offloaded, or on the CPU device) starts when backward ends: its
+  // step (the CPU Adam, or the NVMe state it streams, whichever is longer) follows compute
+  // rather than hiding under it. super_offload steps it during backward instead, which the
+  // largest-resource bound above already models.
+  if (m.optimizer_offload || hw.cpu_device) {
+    const bool io = state_io > b.cpu_optimizer;
+    b.after_backward = m.speculate ? 0.0 : std::max(b.cpu_optimizer, state_io);
+    if (b.compute + b.after_backward > b.seconds) {
+      b.seconds = b.compute + b.after_backward;
+      b.bound_by = io ? "compute, then NVMe step" : "compute, then CPU optimizer";
     }
   }
   return b;

@@ -60,7 +60,10 @@ struct Mode {
 struct StepBound {
   double flops = 0;  // per GPU per step, with recomputation
   double compute = 0, pcie = 0, nvme = 0, network = 0, cpu_optimizer = 0;
-  double seconds = 0;    // the largest of them: perfect overlap
+  // The optimizer's step after backward, which follows compute: the CPU optimizer or its NVMe
+  // state's I/O, whichever is longer, without super_offload (0 with it, or on a GPU optimizer).
+  double after_backward = 0;
+  double seconds = 0;    // the largest of them (perfect overlap), or compute + after_backward
   std::string bound_by;  // which one
   std::uint64_t pcie_bytes = 0, nvme_bytes = 0, network_bytes = 0;  // per GPU / node / GPU
 };

@@ -136,6 +136,7 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
                              {"pcie", row.step.pcie},
                              {"nvme", row.step.nvme},
                              {"cpu_optimizer", row.step.cpu_optimizer},
+                             {"after_backward", row.step.after_backward},
                              {"network_bytes", row.step.network_bytes},
                              {"pcie_bytes", row.step.pcie_bytes},
                              {"nvme_bytes", row.step.nvme_bytes}};
@@ -240,7 +241,7 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
   if (plan.recommended) {
     const Row& row = plan.rows[*plan.recommended];
     t += fmt::format(
-        "recommended: stage {}, {}{}: {} per {}, step >= {} ({}-bound)\n", row.mode.stage,
+        "recommended: stage {}, {}{}: {} per {}, step >= {} (bound by {})\n", row.mode.stage,
         row.mode.name, row.checkpointing ? ", activation checkpointing" : "",
         format_bytes(row.device_total), hw.unit(), seconds(row.step.seconds), row.step.bound_by);
     t += "  config keys:";
@@ -273,7 +274,9 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
     }
   }
   t += "\nstep >= is a lower bound: each of compute, network, PCIe, NVMe and the CPU optimizer "
-       "alone at its rate (see --help for the rates), perfectly overlapped.\n";
+       "alone at its rate (see --help for the rates), perfectly overlapped, except that an "
+       "optimizer on the CPU steps after backward (compute, then its step) unless "
+       "offload_optimizer.super_offload overlaps them.\n";
   return t;
 }
 
