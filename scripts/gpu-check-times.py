@@ -51,7 +51,7 @@ def plan(path, budget, items):
     checks = list(dict.fromkeys(i.split(".")[0] for i in items))
     print(f"## plan: {len(items)} items in {len(checks)} checks, {total} s expected of the "
           f"{budget} s budget (expected seconds from {path})")
-    print(f"{'item':<28} {'expected':>8} {'limit':>6} {'ends by':>8}  source")
+    print(f"{'item':<31} {'expected':>8} {'limit':>6} {'ends by':>8}  source")
     end, over = 0, []
     for i in items:
         seconds, limit, source = rows[i]
@@ -60,7 +60,7 @@ def plan(path, budget, items):
             over.append(i)
         basis = source.split(":")[0]
         mark = "  <- beyond the budget" if end > budget else ""
-        print(f"{i:<28} {seconds:>6} s {limit:>4} s {end:>6} s  {basis}{mark}")
+        print(f"{i:<31} {seconds:>6} s {limit:>4} s {end:>6} s  {basis}{mark}")
     if over:
         print(f"beyond the {budget} s budget at these figures, skipped unless earlier items end "
               f"sooner: {' '.join(over)}")
@@ -96,7 +96,7 @@ def update(path, results):
                 seconds = max(1, math.ceil(measured[item]))
                 source = f"measured {day} {gpu or 'GPU'}: {measured[item]:.1f} s"
                 changed.append(f"{item}: {m[2]} -> {seconds} s")
-                line = f"{item:<28}{seconds:>6} {int(limit):>5}  {source}\n"
+                line = f"{item:<31}{seconds:>6} {int(limit):>5}  {source}\n"
             out.append(line)
     with open(path, "w") as f:
         f.writelines(out)

@@ -39,8 +39,9 @@
 #              CPUOffloadPolicy (bench/frontend.py), a run an item, tokens/s side by side
 #   speed      bench/gpu.sh on the first of MODELS (default gpt2-1.5b gpt2-124m), one run an
 #              item, the PyTorch baselines first: SPEED_RUNS (default "torch-plain
-#              torch-fsdp2-offload zero-stage0 zero-stage3-optcpu", the two like-for-like pairs;
-#              "all": the seven runs bench/gpu.sh knows), STEPS timed (5) after WARMUP (2)
+#              torch-fsdp2-offload zero-stage0 zero-stage3-optcpu zero-stage3-optcpu-super", the
+#              two like-for-like pairs and the offloaded step overlapped with backward against
+#              stage 0; "all": the eight runs bench/gpu.sh knows), STEPS timed (5) after WARMUP (2)
 # CHECKS (default "gpu-tests engine models python speed") names the checks after env. The default is
 # sized to the default budget; these are left out of it for their length:
 #   engine-ranks  the equivalence matrix on 2 and 4 ranks sharing the GPU through MPI
@@ -109,8 +110,8 @@ scale=${TIME_SCALE:-0.1}
 times=${GPU_CHECK_TIMES:-bench/gpu-check-times.txt}
 read -r -a models <<<"${MODELS:-gpt2-1.5b gpt2-124m}"
 all_speed_runs=(torch-plain torch-fsdp2 torch-fsdp2-offload zero-stage0 zero-stage3
-                zero-stage3-optcpu zero-stage3-allcpu)
-read -r -a speed_runs <<<"${SPEED_RUNS:-torch-plain torch-fsdp2-offload zero-stage0 zero-stage3-optcpu}"
+                zero-stage3-optcpu zero-stage3-optcpu-super zero-stage3-allcpu)
+read -r -a speed_runs <<<"${SPEED_RUNS:-torch-plain torch-fsdp2-offload zero-stage0 zero-stage3-optcpu zero-stage3-optcpu-super}"
 [[ ${speed_runs[*]} == all ]] && speed_runs=("${all_speed_runs[@]}")
 families=(gpt2 llama qwen2)
 known_checks=(env gpu-tests engine models python speed engine-ranks llama more-models compile
@@ -875,7 +876,7 @@ for check in "${checks[@]}"; do
   fi
   say "$(printf '%-13s %s' "$check" "$line")"
   for item in "${items[@]}"; do
-    say "$(printf '  %-28s %-8s %4s s  %s' "$item" "${outcome[$item]}" "${took[$item]}" \
+    say "$(printf '  %-31s %-8s %4s s  %s' "$item" "${outcome[$item]}" "${took[$item]}" \
       "${note[$item]}" | sed 's/ *$//')"
   done
 done
