@@ -24,8 +24,10 @@
 #   zero-stage0            zero-train --device 2 --config bench/configs/gpu_stage0.json
 #   zero-stage3            ... gpu_stage3.json
 #   zero-stage3-optcpu     ... gpu_stage3_offload_optimizer.json (offload_optimizer cpu)
-#   zero-stage3-optcpu-super ... gpu_stage3_offload_optimizer_super.json (the same, super_offload:
-#                          the CPU step overlapped with backward; docs/offload.md)
+#   zero-stage3-optcpu-super ... gpu_stage3_offload_optimizer_super.json (the same with
+#                          super_offload, the CPU step overlapped with backward, and without
+#                          clipping: a randomly initialised GPT-2's norm exceeds 1.0 at every
+#                          step, each would be rolled back, and speculation would stop after 3)
 #   zero-stage3-allcpu     ... gpu_stage3_offload_all.json (offload_optimizer and offload_param cpu)
 # The configs: bf16, AdamW (lr 3e-4, betas 0.9 0.95, weight decay 0.1), clipping 1.0; the
 # micro-batch and sequence per model below go to both sides as --micro-batch and --seq. Data:
@@ -247,7 +249,7 @@ order = ["zero-stage0", "zero-stage3", "zero-stage3-optcpu", "zero-stage3-optcpu
          "torch-plain", "torch-fsdp2", "torch-fsdp2-offload"]
 label = {"zero-stage0": "ours, stage 0", "zero-stage3": "ours, stage 3",
          "zero-stage3-optcpu": "ours, stage 3 + optimizer on CPU",
-         "zero-stage3-optcpu-super": "ours, stage 3 + optimizer on CPU, super_offload",
+         "zero-stage3-optcpu-super": "ours, stage 3 + CPU optimizer, super_offload, no clip",
          "zero-stage3-allcpu": "ours, stage 3 + optimizer + params on CPU",
          "torch-plain": "PyTorch plain", "torch-fsdp2": "PyTorch FSDP2",
          "torch-fsdp2-offload": "PyTorch FSDP2 + CPUOffloadPolicy"}
@@ -282,10 +284,10 @@ for model, dtype in dict.fromkeys((r["model"], r["dtype"]) for r in records):
     rows = [r for r in records if r["model"] == model and r["dtype"] == dtype]
     by_run = {r["run"]: r for r in rows}
     lines += ["", f"## {model} ({size(model) / 1e6:.1f}M parameters), {dtype}",
-              f"{'run':<42} {'batch x seq':>11} {'tokens/step':>11} {'tokens/s':>10} {'MFU':>6} "
+              f"{'run':<54} {'batch x seq':>11} {'tokens/step':>11} {'tokens/s':>10} {'MFU':>6} "
               f"{'alloc. peak':>11} {'GPU used':>10}"]
     for r in rows:
-        head = f"{label[r['run']]:<42} {str(r['batch']) + ' x ' + str(r['seq']):>11} " \
+        head = f"{label[r['run']]:<54} {str(r['batch']) + ' x ' + str(r['seq']):>11} " \
                f"{r['tokens_per_step']:>11}"
         if r["ok"]:
             mfu = "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"
