@@ -402,6 +402,9 @@ void Stepper::place_restored() {
     }
     place(g, all, GroupState{}, out, stream);
   }
+  // The skip returns without the step's own wait, and the next boundary's speculated steps
+  // write this staging again.
+  stream.synchronize();
 }
 
 void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all,
