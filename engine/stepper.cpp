@@ -110,24 +110,19 @@ void Stepper::arm_speculation() {
 }
 
 void Stepper::restore_group_state(std::size_t group) {
-  const auto [begin, end] = group_ranges_[group];
-  if (end <= begin) return;
-  const auto restore = [](void* state, const void* kept, std::size_t offset, std::size_t bytes) {
-    if (state == nullptr || kept == nullptr) return;
-    std::memcpy(static_cast<char*>(state) + offset, static_cast<const char*>(kept) + offset, bytes);
-  };
+  // Exactly what the speculated step kept: each piece's elements (padding is never stepped).
   const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
-  restore(state_.master(), state_.speculation_backup(0), begin * 4, (end - begin) * 4);
-  for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
-    restore(state_.moment(k), state_.speculation_backup(1 + static_cast<std::size_t>(k)),
-            begin * state_size, (end - begin) * state_size);
+  for (optim::Slice& piece : kept_pieces(group)) {
+    std::memcpy(piece.master, piece.master_kept, piece.count * sizeof(float));
+    for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
+      std::memcpy(piece.state[k], piece.state_kept[k], piece.count * state_size);
+    }
   }
 }
 
-void Stepper::speculate_group(std::size_t group) {
-  Timer timer;
-  // The optimizer keeps each piece's masters and moments in the backup as it steps them, at
-  // the piece's place in the owned flat order (restore_group_state puts them back).
+std::vector<optim::Slice> Stepper::kept_pieces(std::size_t group) {
+  // Each piece's masters and moments kept in the backup at the piece's place in the owned
+  // flat order.
   std::vector<optim::Slice> group_pieces =
       pieces(group, speculation_slices_, GroupState{}, out_of(group));
   const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
@@ -140,7 +135,14 @@ void Stepper::speculate_group(std::size_t group) {
           at * state_size;
     }
   }
-  optimizer_->step(group_pieces, speculation_hyper_, *speculation_stream_);
+  return group_pieces;
+}
+
+void Stepper::speculate_group(std::size_t group) {
+  Timer timer;
+  // The optimizer keeps each piece's masters and moments in the backup as it steps them
+  // (restore_group_state puts them back).
+  optimizer_->step(kept_pieces(group), speculation_hyper_, *speculation_stream_);
   speculation_stream_->synchronize();
   // The group's part of the norm and the non-finite check, while backward goes on.
   partials_->group_final(group, owned_grad_on_host(), modes_.accum);

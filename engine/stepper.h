@@ -122,6 +122,8 @@ class Stepper {
   void speculate_group(std::size_t group);
   // Puts group `group`'s masters and moments back from the backup its speculated step kept.
   void restore_group_state(std::size_t group);
+  // The group's pieces as speculated, each with where its pre-step values are kept.
+  std::vector<optim::Slice> kept_pieces(std::size_t group);
   // This group's pieces as the optimizer takes them; `out` is where it writes half copies
   // (null: each slice's own param_out).
   std::vector<optim::Slice> pieces(std::size_t group, const std::vector<optim::Slice>& all,
