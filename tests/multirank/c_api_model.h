@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,9 @@ struct Case {
   const char* offload = "none";        // offload_optimizer.device
   const char* param_offload = "none";  // offload_param.device (stage 3)
   bool super_offload = false;          // offload_optimizer.super_offload (device cpu)
+  // fp16: at this step one element of the first micro-batch's gradient is infinite, so the
+  // step is skipped (-1: none).
+  int overflow_step = -1;
 };
 
 // Where NVMe cases put their swap files: ZERO_TEST_NVME_DIR, else the working directory (ctest
@@ -214,7 +218,9 @@ inline zero_engine* build(const Case& c, MPI_Comm* comm, int accumulation, std::
 
 // One micro-batch: forward hooks, then backward hooks adding this batch's gradients, every hook
 // on g_memory's stream.
-inline void micro_batch(zero_engine* engine, int step, long long batch, zero_dtype dtype) {
+// `overflow`: the first gradient element written is made infinite (an fp16 overflow).
+inline void micro_batch(zero_engine* engine, int step, long long batch, zero_dtype dtype,
+                        bool overflow = false) {
   void* stream = g_memory->stream();
   for (int m = 0; m < kModules; ++m) {
     if (!module_runs(m, step)) continue;
@@ -248,6 +254,10 @@ inline void micro_batch(zero_engine* engine, int step, long long batch, zero_dty
             (load(value.data(), dtype, i) - target(static_cast<int>(k) * 4 + m, i, batch)) /
             static_cast<double>(n);
         store(grad.data(), dtype, i, load(grad.data(), dtype, i) + static_cast<float>(g * factor));
+      }
+      if (overflow) {
+        store(grad.data(), dtype, 0, std::numeric_limits<float>::infinity());
+        overflow = false;
       }
       g_memory->from_host(grad_buffer, grad.data(), n * width);
     }

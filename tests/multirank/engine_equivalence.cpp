@@ -6,7 +6,8 @@
 // The model is in c_api_model.h.
 //
 // Run it under mpirun (zero-run -n N); exits non-zero when a case fails, naming it.
-// `--super-offload` runs the speculative step's cases instead (offload_optimizer.super_offload).
+// `--super-offload` runs the speculative step's cases instead (offload_optimizer.super_offload),
+// fp16 overflow skips among them.
 // `--device cuda` (the GPU program zero_engine_equivalence_gpu) runs every engine on GPU 0:
 // the model copies to and from its buffers on its own stream, which the hooks are given; at
 // one rank the engine under test runs on an NCCL world of one (the reference on MPI, staged
@@ -41,12 +42,16 @@ std::uint64_t checksum(const void* data, std::size_t bytes) {
 }
 
 void run_case(const Case& c) {
-  char name[160];
+  char name[200];
+  char overflow[40] = "";
+  if (c.overflow_step >= 0) {
+    std::snprintf(overflow, sizeof overflow, ", overflow at step %d", c.overflow_step);
+  }
   std::snprintf(name, sizeof name,
                 "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s%s, params "
-                "%s, %d ranks",
+                "%s%s, %d ranks",
                 c.stage, c.precision, c.accumulation, c.clipping, c.overlap ? 1 : 0, c.offload,
-                c.super_offload ? " (super_offload)" : "", c.param_offload, g_world);
+                c.super_offload ? " (super_offload)" : "", c.param_offload, overflow, g_world);
   const bool offloaded = std::string(c.offload) != "none" || std::string(c.param_offload) != "none";
   std::vector<int> ids, ref_ids;
   MPI_Comm world = MPI_COMM_WORLD;
@@ -79,27 +84,32 @@ void run_case(const Case& c) {
   const double norm_tol = std::string(c.precision) == "fp32" ? 1e-4 : 1e-2;
   for (int step = 0; step < kSteps; ++step) {
     zero_step_stats stats{}, ref_stats{};
+    // The overflow goes into rank 0's first micro-batch of the step, in every engine.
+    const bool overflows = step == c.overflow_step;
     for (int s = 0; s < c.accumulation; ++s) {
       const long long base = (static_cast<long long>(step) * c.accumulation + s) * g_world;
-      micro_batch(engine, step, base + g_rank, dtype);
+      const bool poison = overflows && s == 0;
+      micro_batch(engine, step, base + g_rank, dtype, poison && g_rank == 0);
       CHECK_OK(zero_step(engine, &stats));
       if (plain != nullptr) {
         zero_step_stats plain_stats{};
-        micro_batch(plain, step, base + g_rank, dtype);
+        micro_batch(plain, step, base + g_rank, dtype, poison && g_rank == 0);
         CHECK_OK(zero_step(plain, &plain_stats));
       }
       for (int r = 0; r < g_world; ++r) {
-        micro_batch(reference, step, base + r, dtype);
+        micro_batch(reference, step, base + r, dtype, poison && r == 0);
         CHECK_OK(zero_step(reference, &ref_stats));
       }
     }
-    if (!stats.stepped || stats.skipped ||
-        std::fabs(stats.grad_norm - ref_stats.grad_norm) > norm_tol * ref_stats.grad_norm) {
+    if (!stats.stepped || stats.skipped != (overflows ? 1 : 0) ||
+        ref_stats.skipped != stats.skipped ||
+        (!overflows &&
+         std::fabs(stats.grad_norm - ref_stats.grad_norm) > norm_tol * ref_stats.grad_norm)) {
       if (ok && g_rank == 0) {
         std::fprintf(stderr,
-                     "FAIL %s: step %d: stepped %d skipped %d gradient norm %.8g, stage 0 "
-                     "on one rank gives %.8g\n",
-                     name, step, stats.stepped, stats.skipped, stats.grad_norm,
+                     "FAIL %s: step %d: stepped %d skipped %d (stage 0 on one rank %d) gradient "
+                     "norm %.8g, stage 0 on one rank gives %.8g\n",
+                     name, step, stats.stepped, stats.skipped, ref_stats.skipped, stats.grad_norm,
                      ref_stats.grad_norm);
       }
       ok = false;
@@ -238,6 +248,15 @@ int main(int argc, char** argv) {
           run_case(
               {stage, precision, accumulation, clipping, accumulation == 3, "cpu", "none", true});
         }
+      }
+    }
+    // An fp16 overflow at step 3: the speculated step rolled back and skipped (at stage 3 the
+    // compute values placed during backward put back), the scale halved, the next steps as
+    // without offload.
+    for (double clipping : {0.0, 0.05}) {
+      for (int accumulation : {1, 3}) {
+        run_case(
+            {stage, "fp16", accumulation, clipping, accumulation == 3, "cpu", "none", true, 3});
       }
     }
   }
