@@ -20,7 +20,6 @@ OptimizerSwap::OptimizerSwap(OptimizerSwapOptions options, offload::AsyncIO& io,
     : options_(std::move(options)), io_(io), pinned_(pinned) {
   // One read ahead, one stepping, one writing: the config's reading refuses fewer.
   ZERO_CHECK(options_.buffer_count >= 3, "{} swap buffers", options_.buffer_count);
-  const std::size_t state_size = dtype_size(options_.state_dtype);
   // Lay the regions out with the nvme arena, at the strictest direct-I/O alignment any disk
   // asks (4096), so the file can be created before its own alignment is known.
   constexpr std::size_t kAlign = 4096;
@@ -29,17 +28,14 @@ OptimizerSwap::OptimizerSwap(OptimizerSwapOptions options, offload::AsyncIO& io,
     Region region;
     region.elements = elements;
     if (elements != 0) {
-      const Block master = nvme.allocate(MemoryKind::master, elements * 4, kAlign);
-      blocks_.push_back(master);
-      region.offset = master.offset;
-      std::uint64_t end = master.offset + align_up(elements * 4, kAlign);
-      for (int k = 0; k < options_.state_buffers; ++k) {
-        const Block moment = nvme.allocate(MemoryKind::moment, elements * state_size, kAlign);
-        blocks_.push_back(moment);
-        region.state_offset[k] = static_cast<std::size_t>(moment.offset - region.offset);
-        end = moment.offset + align_up(elements * state_size, kAlign);
+      region.offsets[0] = place_state(region, nvme, kAlign);
+      if (options_.second_regions) {
+        const Region first = region;
+        region.offsets[1] = place_state(region, nvme, kAlign);
+        ZERO_CHECK(region.bytes == first.bytes && region.state_offset[0] == first.state_offset[0] &&
+                       region.state_offset[1] == first.state_offset[1],
+                   "a group's second state region is laid out unlike its first");
       }
-      region.bytes = static_cast<std::size_t>(end - region.offset);
       if (options_.grad_dtype) {
         const std::size_t bytes = elements * dtype_size(*options_.grad_dtype);
         const Block grad = nvme.allocate(MemoryKind::grad, bytes, kAlign);
@@ -65,6 +61,22 @@ OptimizerSwap::OptimizerSwap(OptimizerSwapOptions options, offload::AsyncIO& io,
   const bool registered = !buffers.empty() && io_.register_buffers(buffers);
   log::debug("optimizer swap: {} buffers of {}{}", buffers.size(), format_bytes(largest),
              registered ? ", registered with io_uring" : "");
+}
+
+std::uint64_t OptimizerSwap::place_state(Region& region, Arena& nvme, std::size_t alignment) {
+  const std::size_t elements = region.elements;
+  const std::size_t state_size = dtype_size(options_.state_dtype);
+  const Block master = nvme.allocate(MemoryKind::master, elements * 4, alignment);
+  blocks_.push_back(master);
+  std::uint64_t end = master.offset + align_up(elements * 4, alignment);
+  for (int k = 0; k < options_.state_buffers; ++k) {
+    const Block moment = nvme.allocate(MemoryKind::moment, elements * state_size, alignment);
+    blocks_.push_back(moment);
+    region.state_offset[k] = static_cast<std::size_t>(moment.offset - master.offset);
+    end = moment.offset + align_up(elements * state_size, alignment);
+  }
+  region.bytes = static_cast<std::size_t>(end - master.offset);
+  return master.offset;
 }
 
 OptimizerSwap::~OptimizerSwap() {
@@ -104,7 +116,7 @@ void OptimizerSwap::issue_read(std::size_t group) {
   const Region& region = regions_[group];
   slot.group = group;
   if (region.bytes == 0) return;
-  slot.ticket = file_->read(io_, region.offset, slot.data, region.bytes);
+  slot.ticket = file_->read(io_, offset(region), slot.data, region.bytes);
   slot.reading = true;
 }
 
@@ -128,7 +140,7 @@ void OptimizerSwap::release(std::size_t group) {
   Slot& slot = slot_of(group);
   const Region& region = regions_[group];
   if (region.bytes == 0) return;
-  slot.ticket = file_->write(io_, region.offset, slot.data, region.bytes);
+  slot.ticket = file_->write(io_, offset(region), slot.data, region.bytes);
   slot.writing = true;
   if (!options_.pipeline_write) settle(slot);
 }
@@ -161,6 +173,75 @@ GroupView OptimizerSwap::peek(std::size_t group) {
   Slot& slot = slot_of(group);
   settle(slot);
   return view(slot, regions_[group]);
+}
+
+void OptimizerSwap::begin_speculation(std::vector<std::size_t> order) {
+  if (!options_.second_regions) {
+    throw make_error(ErrorCategory::internal,
+                     "OptimizerSwap::begin_speculation without second regions");
+  }
+  finish();  // the slots hold nothing in flight: their order is the speculation's now
+  position_.assign(regions_.size(), kNotSpeculated);
+  for (std::size_t p = 0; p < order.size(); ++p) {
+    ZERO_CHECK(order[p] < regions_.size() && position_[order[p]] == kNotSpeculated,
+               "speculation order: group {} out of range or given twice", order[p]);
+    position_[order[p]] = p;
+  }
+  order_ = std::move(order);
+  written_other_.assign(regions_.size(), false);
+  next_speculated_read_ = 0;
+  speculating_ = true;
+}
+
+void OptimizerSwap::issue_speculated_read(std::size_t position) {
+  Slot& slot = slot_at(position);
+  settle(slot);  // the group that had this buffer is written out first
+  const std::size_t group = order_[position];
+  const Region& region = regions_[group];
+  slot.group = group;
+  if (region.bytes == 0) return;
+  slot.ticket = file_->read(io_, offset(region), slot.data, region.bytes);
+  slot.reading = true;
+}
+
+GroupView OptimizerSwap::acquire_speculated(std::size_t group) {
+  ZERO_CHECK(speculating_ && group < regions_.size() && position_[group] != kNotSpeculated,
+             "acquire_speculated({}) outside the speculation's order", group);
+  const std::size_t position = position_[group];
+  const std::size_t ahead = options_.pipeline_read ? slots_.size() - 2 : 0;
+  const std::size_t last = std::min(order_.size() - 1, position + ahead);
+  next_speculated_read_ = std::max(next_speculated_read_, position);
+  while (next_speculated_read_ <= last) issue_speculated_read(next_speculated_read_++);
+  Slot& slot = slot_at(position);
+  settle(slot);
+  return view(slot, regions_[group]);
+}
+
+void OptimizerSwap::release_speculated(std::size_t group) {
+  ZERO_CHECK(speculating_ && group < regions_.size() && position_[group] != kNotSpeculated,
+             "release_speculated({}) outside the speculation's order", group);
+  Slot& slot = slot_at(position_[group]);
+  const Region& region = regions_[group];
+  written_other_[group] = true;
+  if (region.bytes == 0) return;
+  slot.ticket = file_->write(io_, region.offsets[1 - region.current], slot.data, region.bytes);
+  slot.writing = true;
+  if (!options_.pipeline_write) settle(slot);
+}
+
+void OptimizerSwap::end_speculation(bool keep) {
+  if (!speculating_) return;
+  speculating_ = false;
+  for (Slot& slot : slots_) {
+    settle(slot);
+    slot.group.reset();  // the slots' contents are the speculation's, not the current state's
+  }
+  if (keep) {
+    for (std::size_t g = 0; g < regions_.size(); ++g) {
+      if (written_other_[g]) regions_[g].current = 1 - regions_[g].current;
+    }
+  }
+  next_read_ = 0;
 }
 
 }  // namespace zero::engine

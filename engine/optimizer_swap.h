@@ -7,6 +7,12 @@
 // offload_optimizer.max_in_cpu elements are not swapped: they stay in pinned memory. With
 // `grad_dtype` set, each group also has a gradient region in the file, after its state, which
 // the GradSwap reads and writes (grad_region); this class lays it out and never touches it.
+//
+// With `second_regions` each group's state has a second region in the file, for super_offload's
+// speculated steps (docs/offload.md): a speculated step reads the group's current region and
+// writes the other, and the verdict either makes the other region current (the step stands;
+// nothing is copied) or drops it (a rollback: the current region is the state before the step).
+// Not yet used by the engine, which refuses super_offload with the state on NVMe.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +37,7 @@ struct OptimizerSwapOptions {
   bool pipeline_read = false;
   bool pipeline_write = false;
   std::optional<DType> grad_dtype;  // gradient NVMe: the groups' gradient regions, in this dtype
+  bool second_regions = false;      // super_offload: a second state region per group
 };
 
 // Where a group's state is while it is in a buffer.
@@ -77,10 +84,23 @@ class OptimizerSwap {
   // Reads group g into a buffer and returns it, outside a step (read_param, checkpoints).
   GroupView peek(std::size_t group);
 
+  // super_offload (second_regions), a boundary's speculated steps, outside a step: the groups
+  // in `order`, the order the worker steps them, each at most once (reads go ahead along it).
+  // acquire_speculated(g) waits for g's state as it stands (its current region);
+  // release_speculated(g) writes the stepped state to g's other region, leaving the current one
+  // as it was. end_speculation(keep) waits for every write; with `keep` each group written
+  // since begin_speculation has its other region made current, else those writes are dropped.
+  // Called from one thread at a time (the worker between begin and end).
+  void begin_speculation(std::vector<std::size_t> order);
+  GroupView acquire_speculated(std::size_t group);
+  void release_speculated(std::size_t group);
+  void end_speculation(bool keep);
+
  private:
   struct Region {
     std::size_t elements = 0;
-    std::uint64_t offset = 0;  // in the file
+    std::uint64_t offsets[2] = {0, 0};  // in the file: the state's regions (the second optional)
+    int current = 0;                    // which of them holds the state
     std::size_t bytes = 0;
     std::size_t state_offset[2] = {0, 0};  // within the region
     GradRegion grad;                       // in the file, written on its own
@@ -96,6 +116,13 @@ class OptimizerSwap {
   Slot& slot_of(std::size_t group) { return slots_[group % slots_.size()]; }
   void settle(Slot& slot);  // waits for the slot's I/O in flight
   void issue_read(std::size_t group);
+  // Allocates a group's master and moments from the nvme arena; returns the region's offset
+  // and sets its bytes and state offsets (the second call must give the same layout).
+  std::uint64_t place_state(Region& region, Arena& nvme, std::size_t alignment);
+  std::uint64_t offset(const Region& region) const { return region.offsets[region.current]; }
+  // super_offload: the slot of the group at `position` in the speculation's order.
+  Slot& slot_at(std::size_t position) { return slots_[position % slots_.size()]; }
+  void issue_speculated_read(std::size_t position);
 
   OptimizerSwapOptions options_;
   offload::AsyncIO& io_;
@@ -105,6 +132,14 @@ class OptimizerSwap {
   std::vector<Block> blocks_;
   Arena& pinned_;
   std::size_t next_read_ = 0;  // the next group whose read has not been issued this step
+  // super_offload: the speculation's order, each group's position in it (kNotSpeculated: not
+  // in it), the next position to read, and the groups written to their other region.
+  static constexpr std::size_t kNotSpeculated = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> order_;
+  std::vector<std::size_t> position_;
+  std::size_t next_speculated_read_ = 0;
+  std::vector<bool> written_other_;
+  bool speculating_ = false;
 };
 
 }  // namespace zero::engine
