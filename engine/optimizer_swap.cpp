@@ -110,8 +110,7 @@ void OptimizerSwap::settle(Slot& slot) {
   file_->wait(io_, ticket);
 }
 
-void OptimizerSwap::issue_read(std::size_t group) {
-  Slot& slot = slot_of(group);
+void OptimizerSwap::read_into(Slot& slot, std::size_t group) {
   settle(slot);  // the group that had this buffer is written out first
   const Region& region = regions_[group];
   slot.group = group;
@@ -120,29 +119,35 @@ void OptimizerSwap::issue_read(std::size_t group) {
   slot.reading = true;
 }
 
+void OptimizerSwap::write_from(Slot& slot, std::uint64_t at, std::size_t bytes) {
+  if (bytes == 0) return;
+  slot.ticket = file_->write(io_, at, slot.data, bytes);
+  slot.writing = true;
+  if (!options_.pipeline_write) settle(slot);
+}
+
+std::size_t OptimizerSwap::reads_ahead() const {
+  // With pipeline_read as far as the buffers allow while one write is still in flight, else
+  // none.
+  return options_.pipeline_read ? slots_.size() - 2 : 0;
+}
+
 GroupView OptimizerSwap::acquire(std::size_t group) {
   if (group >= regions_.size()) {
     throw make_error(ErrorCategory::internal, "OptimizerSwap::acquire({}) of {} groups", group,
                      regions_.size());
   }
-  // Reads ahead: with pipeline_read as far as the buffers allow while one write is still in
-  // flight (groups up to group + buffer_count - 2), else only this group.
-  const std::size_t ahead = options_.pipeline_read ? slots_.size() - 2 : 0;
-  const std::size_t last = std::min(regions_.size() - 1, group + ahead);
+  const std::size_t last = std::min(regions_.size() - 1, group + reads_ahead());
   next_read_ = std::max(next_read_, group);
-  while (next_read_ <= last) issue_read(next_read_++);
+  for (; next_read_ <= last; ++next_read_) read_into(slot_of(next_read_), next_read_);
   Slot& slot = slot_of(group);
   settle(slot);
   return view(slot, regions_[group]);
 }
 
 void OptimizerSwap::release(std::size_t group) {
-  Slot& slot = slot_of(group);
   const Region& region = regions_[group];
-  if (region.bytes == 0) return;
-  slot.ticket = file_->write(io_, offset(region), slot.data, region.bytes);
-  slot.writing = true;
-  if (!options_.pipeline_write) settle(slot);
+  write_from(slot_of(group), offset(region), region.bytes);
 }
 
 void OptimizerSwap::finish() {
@@ -169,7 +174,7 @@ void OptimizerSwap::commit(std::size_t group) {
 
 GroupView OptimizerSwap::peek(std::size_t group) {
   finish();
-  issue_read(group);
+  read_into(slot_of(group), group);
   Slot& slot = slot_of(group);
   settle(slot);
   return view(slot, regions_[group]);
@@ -193,25 +198,15 @@ void OptimizerSwap::begin_speculation(std::vector<std::size_t> order) {
   speculating_ = true;
 }
 
-void OptimizerSwap::issue_speculated_read(std::size_t position) {
-  Slot& slot = slot_at(position);
-  settle(slot);  // the group that had this buffer is written out first
-  const std::size_t group = order_[position];
-  const Region& region = regions_[group];
-  slot.group = group;
-  if (region.bytes == 0) return;
-  slot.ticket = file_->read(io_, offset(region), slot.data, region.bytes);
-  slot.reading = true;
-}
-
 GroupView OptimizerSwap::acquire_speculated(std::size_t group) {
   ZERO_CHECK(speculating_ && group < regions_.size() && position_[group] != kNotSpeculated,
              "acquire_speculated({}) outside the speculation's order", group);
   const std::size_t position = position_[group];
-  const std::size_t ahead = options_.pipeline_read ? slots_.size() - 2 : 0;
-  const std::size_t last = std::min(order_.size() - 1, position + ahead);
+  const std::size_t last = std::min(order_.size() - 1, position + reads_ahead());
   next_speculated_read_ = std::max(next_speculated_read_, position);
-  while (next_speculated_read_ <= last) issue_speculated_read(next_speculated_read_++);
+  for (; next_speculated_read_ <= last; ++next_speculated_read_) {
+    read_into(slot_at(next_speculated_read_), order_[next_speculated_read_]);
+  }
   Slot& slot = slot_at(position);
   settle(slot);
   return view(slot, regions_[group]);
@@ -220,13 +215,9 @@ GroupView OptimizerSwap::acquire_speculated(std::size_t group) {
 void OptimizerSwap::release_speculated(std::size_t group) {
   ZERO_CHECK(speculating_ && group < regions_.size() && position_[group] != kNotSpeculated,
              "release_speculated({}) outside the speculation's order", group);
-  Slot& slot = slot_at(position_[group]);
   const Region& region = regions_[group];
   written_other_[group] = true;
-  if (region.bytes == 0) return;
-  slot.ticket = file_->write(io_, region.offsets[1 - region.current], slot.data, region.bytes);
-  slot.writing = true;
-  if (!options_.pipeline_write) settle(slot);
+  write_from(slot_at(position_[group]), region.offsets[1 - region.current], region.bytes);
 }
 
 void OptimizerSwap::end_speculation(bool keep) {

@@ -115,14 +115,17 @@ class OptimizerSwap {
   GroupView view(const Slot& slot, const Region& region) const;
   Slot& slot_of(std::size_t group) { return slots_[group % slots_.size()]; }
   void settle(Slot& slot);  // waits for the slot's I/O in flight
-  void issue_read(std::size_t group);
+  // Reads group g's current state into `slot` (its I/O in flight waited for first).
+  void read_into(Slot& slot, std::size_t group);
+  // Writes `bytes` of `slot` at `at` in the file (waited for at once without pipeline_write).
+  void write_from(Slot& slot, std::uint64_t at, std::size_t bytes);
+  std::size_t reads_ahead() const;  // groups read beyond the one acquired
   // Allocates a group's master and moments from the nvme arena; returns the region's offset
   // and sets its bytes and state offsets (the second call must give the same layout).
   std::uint64_t place_state(Region& region, Arena& nvme, std::size_t alignment);
   std::uint64_t offset(const Region& region) const { return region.offsets[region.current]; }
   // super_offload: the slot of the group at `position` in the speculation's order.
   Slot& slot_at(std::size_t position) { return slots_[position % slots_.size()]; }
-  void issue_speculated_read(std::size_t position);
 
   OptimizerSwapOptions options_;
   offload::AsyncIO& io_;
