@@ -71,11 +71,10 @@ void GradSwap::settle(Slot& slot) {
 
 void GradSwap::write_out(Slot& slot) {
   settle(slot);
+  ZERO_CHECK(!slot.held, "gradient group {} written out while held", slot.group);
   Group& group = groups_[slot.group];
   if (slot.dirty) {
-    const std::size_t n = elements_[slot.group];
-    group.sum_squares = cpu::sum_squares(slot.data, dtype_, n);
-    group.nonfinite = cpu::any_nonfinite(slot.data, dtype_, n);
+    if (!group.known) know(slot.group, slot.data);
     const OptimizerSwap::GradRegion region = swap_.grad_region(slot.group);
     slot.ticket = swap_.file().write(io_, region.offset, slot.data, region.bytes);
     slot.busy = true;
@@ -87,10 +86,18 @@ void GradSwap::write_out(Slot& slot) {
   slot.dirty = false;
 }
 
+void GradSwap::know(std::size_t group, const void* data) {
+  Group& g = groups_[group];
+  g.sum_squares = cpu::sum_squares(data, dtype_, elements_[group]);
+  g.nonfinite = cpu::any_nonfinite(data, dtype_, elements_[group]);
+  g.known = true;
+}
+
 GradSwap::Slot* GradSwap::least_recent(const Slot* except) {
   Slot* oldest = nullptr;
   for (Slot& slot : slots_) {
-    if (&slot != except && (oldest == nullptr || slot.used < oldest->used)) oldest = &slot;
+    if (&slot != except && !slot.held && (oldest == nullptr || slot.used < oldest->used))
+      oldest = &slot;
   }
   return oldest;
 }
@@ -107,6 +114,7 @@ GradSwap::Slot& GradSwap::free_slot() {
   }
   // None free: the least recently used group goes out, and its write is waited for.
   Slot* oldest = least_recent(nullptr);
+  ZERO_CHECK(oldest != nullptr, "no gradient swap buffer to free: every one is held");
   write_out(*oldest);
   settle(*oldest);
   return *oldest;
@@ -147,6 +155,7 @@ GradSwap::Slot& GradSwap::bring(std::size_t group) {
 
 void GradSwap::add(std::size_t flat, const void* src, DType src_dtype, std::size_t count,
                    float factor) noexcept {
+  std::lock_guard lock(mutex_);
   if (failure_) return;
   try {
     const char* from = static_cast<const char*>(src);
@@ -161,6 +170,7 @@ void GradSwap::add(std::size_t flat, const void* src, DType src_dtype, std::size
       cpu::accumulate(from, src_dtype, static_cast<char*>(slot.data) + at * size, dtype_, n,
                       factor);
       slot.dirty = true;
+      groups_[group].known = false;
       // Writes behind: with no buffer left free, the least recently used other group starts
       // out now, so the next group to come in finds its buffer.
       const bool none_free = std::none_of(slots_.begin(), slots_.end(),
@@ -176,11 +186,17 @@ void GradSwap::add(std::size_t flat, const void* src, DType src_dtype, std::size
 }
 
 void GradSwap::rethrow() {
+  std::lock_guard lock(mutex_);
+  rethrow_locked();
+}
+
+void GradSwap::rethrow_locked() {
   if (failure_) std::rethrow_exception(failure_);
 }
 
 void GradSwap::finish_adds() {
-  rethrow();
+  std::lock_guard lock(mutex_);
+  rethrow_locked();
   try {
     for (Slot& slot : slots_) {
       if (slot.busy && !slot.reading) settle(slot);
@@ -192,31 +208,34 @@ void GradSwap::finish_adds() {
 }
 
 double GradSwap::sum_squares() {
-  rethrow();
+  std::lock_guard lock(mutex_);
+  rethrow_locked();
   double sum = 0.0;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const Group& group = groups_[g];
-    if (group.place == Place::disk) {
-      sum += group.sum_squares;
-    } else if (group.place == Place::slot) {
+    if (group.place == Place::zero) continue;
+    if (!group.known) {  // in a buffer, added to since its statistics were taken
       Slot& slot = slots_[group.slot];
       settle(slot);
-      sum += cpu::sum_squares(slot.data, dtype_, elements_[g]);
+      know(g, slot.data);
     }
+    sum += group.sum_squares;
   }
   return sum;
 }
 
 bool GradSwap::any_nonfinite() {
-  rethrow();
+  std::lock_guard lock(mutex_);
+  rethrow_locked();
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const Group& group = groups_[g];
-    if (group.place == Place::disk && group.nonfinite) return true;
-    if (group.place == Place::slot) {
+    if (group.place == Place::zero) continue;
+    if (!group.known) {
       Slot& slot = slots_[group.slot];
       settle(slot);
-      if (cpu::any_nonfinite(slot.data, dtype_, elements_[g])) return true;
+      know(g, slot.data);
     }
+    if (group.nonfinite) return true;
   }
   return false;
 }
@@ -242,7 +261,8 @@ void GradSwap::read_ahead(std::size_t after) {
 }
 
 const void* GradSwap::acquire(std::size_t group) {
-  rethrow();
+  std::lock_guard lock(mutex_);
+  rethrow_locked();
   ZERO_CHECK(group < groups_.size(), "gradient group {} of {}", group, groups_.size());
   if (elements_[group] == 0) return nullptr;
   Slot& slot = bring(group);
@@ -251,23 +271,57 @@ const void* GradSwap::acquire(std::size_t group) {
 }
 
 void GradSwap::release(std::size_t group) {
+  std::lock_guard lock(mutex_);
   Group& g = groups_[group];
   if (g.place == Place::slot) {
     Slot& slot = slots_[g.slot];
     settle(slot);
     slot.group = kNoGroup;
     slot.dirty = false;
+    slot.held = false;
   }
   g = Group{};
 }
 
 void GradSwap::zero() {
+  std::lock_guard lock(mutex_);
   for (Slot& slot : slots_) {
     settle(slot);
     slot.group = kNoGroup;
     slot.dirty = false;
+    slot.held = false;
   }
   for (Group& group : groups_) group = Group{};
+}
+
+const void* GradSwap::hold(std::size_t group) {
+  void* data = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    rethrow_locked();
+    ZERO_CHECK(group < groups_.size(), "gradient group {} of {}", group, groups_.size());
+    if (elements_[group] == 0) return nullptr;
+    Slot& slot = bring(group);
+    slot.held = true;
+    if (groups_[group].known) return slot.data;
+    data = slot.data;
+  }
+  // Final, and in a buffer nothing else takes: its statistics without the lock, so the
+  // epilogue's adds go on meanwhile.
+  const double sum = cpu::sum_squares(data, dtype_, elements_[group]);
+  const bool nonfinite = cpu::any_nonfinite(data, dtype_, elements_[group]);
+  std::lock_guard lock(mutex_);
+  Group& g = groups_[group];
+  g.sum_squares = sum;
+  g.nonfinite = nonfinite;
+  g.known = true;
+  return data;
+}
+
+void GradSwap::unhold(std::size_t group) {
+  std::lock_guard lock(mutex_);
+  const Group& g = groups_.at(group);
+  if (g.place == Place::slot) slots_[g.slot].held = false;
 }
 
 }  // namespace zero::engine

@@ -10,19 +10,28 @@
 // groups come in increasing order (acquire, reading the next ones on disk ahead into free
 // buffers) and are dropped after it (release): a stepped gradient is zero, never written.
 //
-// Each group's sum of squares and non-finite check are taken of what is written out, and of
-// what is still in a buffer at the step, so the norm and the overflow check read nothing back.
+// Each group's sum of squares and non-finite check are taken of what is written out, of what a
+// hold() hands out, and of what is still in a buffer at the step, so the norm and the overflow
+// check read nothing back and take no group twice.
+//
+// super_offload (docs/offload.md, "The overlapped step"): once a group's gradient is final in
+// backward the speculation's worker holds it (hold: in a buffer no write-behind takes, its
+// statistics taken there) for its speculated step while add() goes on with other groups, and
+// lets it go (unhold: it stays dirty in its buffer, and may be written out later) so that a
+// rollback can step it again.
 //
 // Owns: the buffers (pinned, from the offload arena), each group's place (zero, on disk, in a
 // buffer) and statistics, the first I/O failure. Calls: the AsyncIO on the swap file, the CPU
 // kernels (device/cpu/cpu_kernels.h) on the calling thread. Threads: add() runs in a host task
-// in the reductions' epilogue order, one at a time; the rest on the engine's thread, with no
-// add() in flight (after the epilogue is synchronized). Internal to engine/.
+// in the reductions' epilogue order, one at a time; hold() and unhold() on the speculation's
+// worker beside it; the rest on the engine's thread. One mutex orders them (held through the
+// I/O they wait for; a hold's statistics are taken outside it). Internal to engine/.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <mutex>
 #include <vector>
 
 #include "base/dtype.h"
@@ -68,6 +77,12 @@ class GradSwap {
   // Every group's gradient back to zero (after a step, a skipped one, a load).
   void zero();
 
+  // super_offload, on the speculation's worker: group g's gradient, final (no add() touches it
+  // again before the step), in a buffer that stays until unhold(g); its statistics are taken
+  // here. One group held at a time.
+  const void* hold(std::size_t group);
+  void unhold(std::size_t group);
+
   std::size_t groups() const noexcept { return lo_.size(); }
 
  private:
@@ -82,24 +97,30 @@ class GradSwap {
     std::size_t io_group = kNoGroup;  // the group its I/O in flight is for
     offload::Ticket ticket = 0;
     std::uint64_t used = 0;  // when last used (least recently used goes first)
+    bool held = false;       // by the speculation's worker: not written out, not reused
   };
   struct Group {
     Place place = Place::zero;
     std::size_t slot = 0;  // with Place::slot
     bool on_disk = false;  // the file holds its gradient as of its last write out
-    // What was last written out (with Place::disk).
+    // The statistics of the group's gradient as it is (`known`): taken when it was last
+    // written out or held, and forgotten when an add() changes it.
+    bool known = false;
     double sum_squares = 0.0;
     bool nonfinite = false;
   };
   std::size_t group_of(std::size_t flat) const;
   std::size_t bytes_of(std::size_t group) const;
-  Slot& bring(std::size_t group);          // group g in a buffer, as it is
-  Slot* least_recent(const Slot* except);  // the slot used longest ago, other than `except`
-  Slot& free_slot();                       // a buffer no group holds (may write one out)
-  void write_out(Slot& slot);              // starts writing a dirty group; the slot is free after
-  void settle(Slot& slot);                 // waits for its I/O
-  void wait_written(std::size_t group);    // before reading a group back: its write has ended
+  Slot& bring(std::size_t group);  // group g in a buffer, as it is
+  // The slot used longest ago, other than `except` and a held one.
+  Slot* least_recent(const Slot* except);
+  Slot& free_slot();                     // a buffer no group holds (may write one out)
+  void write_out(Slot& slot);            // starts writing a dirty group; the slot is free after
+  void settle(Slot& slot);               // waits for its I/O
+  void wait_written(std::size_t group);  // before reading a group back: its write has ended
   void read_ahead(std::size_t after);
+  void know(std::size_t group, const void* data);  // takes the group's statistics of `data`
+  void rethrow_locked();
 
   OptimizerSwap& swap_;
   offload::AsyncIO& io_;
@@ -111,6 +132,7 @@ class GradSwap {
   Arena& pinned_;
   std::uint64_t clock_ = 0;
   std::exception_ptr failure_;
+  std::mutex mutex_;
 };
 
 }  // namespace zero::engine
