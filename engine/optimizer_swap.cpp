@@ -186,6 +186,7 @@ void OptimizerSwap::begin_speculation(std::vector<std::size_t> order) {
                      "OptimizerSwap::begin_speculation without second regions");
   }
   finish();  // the slots hold nothing in flight: their order is the speculation's now
+  for (Slot& slot : slots_) slot.group.reset();
   position_.assign(regions_.size(), kNotSpeculated);
   for (std::size_t p = 0; p < order.size(); ++p) {
     ZERO_CHECK(order[p] < regions_.size() && position_[order[p]] == kNotSpeculated,
@@ -208,6 +209,9 @@ GroupView OptimizerSwap::acquire_speculated(std::size_t group) {
     read_into(slot_at(next_speculated_read_), order_[next_speculated_read_]);
   }
   Slot& slot = slot_at(position);
+  // Groups taken out of the order given (a bucket that did not report) find their buffer
+  // holding another: read again.
+  if (slot.group != group) read_into(slot, group);
   settle(slot);
   return view(slot, regions_[group]);
 }

@@ -12,7 +12,8 @@
 // speculated steps (docs/offload.md): a speculated step reads the group's current region and
 // writes the other, and the verdict either makes the other region current (the step stands;
 // nothing is copied) or drops it (a rollback: the current region is the state before the step).
-// Not yet used by the engine, which refuses super_offload with the state on NVMe.
+// The Stepper's worker takes the groups in the order begin_speculation gave (reading ahead
+// along it), while backward runs.
 #pragma once
 
 #include <cstddef>
@@ -85,7 +86,8 @@ class OptimizerSwap {
   GroupView peek(std::size_t group);
 
   // super_offload (second_regions), a boundary's speculated steps, outside a step: the groups
-  // in `order`, the order the worker steps them, each at most once (reads go ahead along it).
+  // in `order`, the order the worker steps them, each at most once (reads go ahead along it;
+  // one taken out of that order is read when acquired).
   // acquire_speculated(g) waits for g's state as it stands (its current region);
   // release_speculated(g) writes the stepped state to g's other region, leaving the current one
   // as it was. end_speculation(keep) waits for every write; with `keep` each group written

@@ -41,6 +41,16 @@ Speculator::Speculator(const Layout& layout)
   }
 }
 
+std::vector<std::size_t> Speculator::order() const {
+  std::vector<std::size_t> out;
+  out.reserve(last_bucket_.size());
+  for (const std::vector<std::size_t>& groups : final_after_) {
+    out.insert(out.end(), groups.begin(), groups.end());
+  }
+  out.insert(out.end(), unbucketed_.begin(), unbucketed_.end());
+  return out;
+}
+
 Speculator::~Speculator() {
   stop();
 }

@@ -56,6 +56,9 @@ class Speculator {
   // For group g, the last bucket (in plan order) holding part of its owned range; kNone when no
   // bucket does (it is final when the backward ends).
   std::size_t last_bucket(std::size_t group) const { return last_bucket_[group]; }
+  // The order the worker steps the groups in when every bucket reports in plan order: the
+  // groups each bucket makes final, bucket by bucket, then those no bucket touches.
+  std::vector<std::size_t> order() const;
 
   // The boundary micro-step's backward begins: from now, each group whose gradient becomes
   // final is given to `step` on the worker, once. Nothing while the policy holds speculation
