@@ -121,7 +121,7 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
   plan.gather_bytes = largest_gather * static_cast<std::size_t>(layout.world) * csize;
   plan.reduce_staging_bytes = m.optimizer_offload ? largest_bucket * dtype_size(m.wire) : 0;
   plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
-  if (m.speculate) plan.param_staging_bytes = speculation_staging_offsets(layout).back() * csize;
+  if (m.speculate) plan.param_staging_bytes = speculation_staging_elements(layout) * csize;
   if (beside && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
 }
 
@@ -148,9 +148,11 @@ std::size_t plan_optimizer_swap(const config::Config& config, const Layout& layo
     largest_region = std::max(largest_region, region(elements));
     if (grads) largest_grad = std::max(largest_grad, align_direct(elements * grad_size));
     if (elements == 0) continue;
-    file += region(elements);
-    hold(plan.nvme, MemoryKind::master, elements * 4);
-    hold(plan.nvme, MemoryKind::moment, state_buffers * elements * state_size);
+    // super_offload: a second region, which the speculated step writes (OptimizerSwap).
+    const std::size_t regions = layout.modes.speculate ? 2 : 1;
+    file += regions * region(elements);
+    hold(plan.nvme, MemoryKind::master, regions * elements * 4);
+    hold(plan.nvme, MemoryKind::moment, regions * state_buffers * elements * state_size);
     if (grads) {
       file += align_direct(elements * grad_size);
       hold(plan.nvme, MemoryKind::grad, elements * grad_size);
@@ -161,7 +163,8 @@ std::size_t plan_optimizer_swap(const config::Config& config, const Layout& layo
   plan.swap_slots = static_cast<std::size_t>(config.zero.offload_optimizer.buffer_count);
   if (grads && largest_grad != 0) {
     plan.grad_slot_bytes = largest_grad;
-    plan.grad_slots = plan.swap_slots;
+    // super_offload: one more, which the speculated step holds while backward's adds go on.
+    plan.grad_slots = plan.swap_slots + (layout.modes.speculate ? 1 : 0);
   }
   return largest_region;
 }
@@ -236,13 +239,14 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
     take(BlockRole::param_staging, owned, MemoryKind::buffer, plan.param_staging_bytes);
   }
   if (m.speculate) {
-    // The state every speculated group had before its step, for a rollback.
+    // The state every speculated resident group had before its step, for a rollback (a
+    // swapped group's stays in its current region on NVMe).
     if (m.mixed || m.stage >= 1) {
-      take(BlockRole::speculation_backup, owned, MemoryKind::master, layout.owned.total * 4, 0);
+      take(BlockRole::speculation_backup, owned, MemoryKind::master, layout.resident_end * 4, 0);
     }
     for (int k = 0; k < config.optimizer.state_buffers(); ++k) {
       take(BlockRole::speculation_backup, owned, MemoryKind::moment,
-           layout.owned.total * state_size, 1 + static_cast<std::size_t>(k));
+           layout.resident_end * state_size, 1 + static_cast<std::size_t>(k));
     }
   }
   if (m.optimizer_nvme) {
@@ -379,8 +383,7 @@ StateModes state_modes(const config::Config& config, int world) {
   m.grad_nvme = m.optimizer_nvme && m.grad_shard();
   m.param_offload = m.stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
   m.param_nvme = m.param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme;
-  m.speculate =
-      m.optimizer_offload && !m.optimizer_nvme && config.zero.offload_optimizer.super_offload;
+  m.speculate = m.optimizer_offload && config.zero.offload_optimizer.super_offload;
   return m;
 }
 
@@ -491,6 +494,27 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
     }
   }
   return layout;
+}
+
+bool speculation_places_early(const StateModes& modes) {
+  return modes.speculate && modes.stage == 3 && !modes.param_nvme;
+}
+
+std::size_t early_staging_buffers(const Layout& layout) {
+  return std::min<std::size_t>(2, layout.step_groups.size());
+}
+
+std::size_t largest_step_group(const Layout& layout) {
+  std::size_t largest = 0;
+  for (const Bucket& group : layout.step_groups) largest = std::max(largest, group.block);
+  return largest;
+}
+
+std::size_t speculation_staging_elements(const Layout& layout) {
+  if (speculation_places_early(layout.modes)) {
+    return early_staging_buffers(layout) * largest_step_group(layout);
+  }
+  return speculation_staging_offsets(layout).back();
 }
 
 std::vector<std::size_t> speculation_staging_offsets(const Layout& layout) {

@@ -41,8 +41,10 @@ struct StateModes {
   bool grad_nvme = false;
   bool param_offload = false;  // offload_param (stage 3): compute shards in host memory
   bool param_nvme = false;     // offload_param nvme: compute shards swapped
-  // offload_optimizer.super_offload (device cpu): step groups stepped speculatively during the
-  // boundary's backward (Speculator), with a backup of their state and staging for every group
+  // offload_optimizer.super_offload (device cpu or nvme): step groups stepped speculatively
+  // during the boundary's backward (Speculator), with a backup of the resident groups' state
+  // (the swapped groups' is their current region on NVMe: the step writes the other) and
+  // staging for their updated values
   bool speculate = false;
 
   // The reduced gradient goes into an owned shard (the optimizer reads it there), not back
@@ -87,10 +89,19 @@ struct Layout {
   std::size_t compute_resident_end = 0;
 };
 
-// With speculation each step group's updated values have their own place in the pinned
-// staging: group g's block (in elements of the compute dtype) starts at offsets[g], and
-// offsets.back() is the whole (one entry more than there are groups).
+// With speculation, whether each speculated group's updated values are placed during backward
+// (stage 3 with the compute shards in memory: local copies, no collective whose order the
+// ranks must agree on, no NVMe write) rather than after the verdict.
+bool speculation_places_early(const StateModes& modes);
+// Placed early, the pinned staging is early_staging_buffers() buffers of the largest group (two,
+// or one with a single group), taken in turn by the groups in the order the worker steps them
+// (a buffer again once its copies are done). Placed after the verdict, each step group's
+// updated values have their own place: group g's block (in elements of the compute dtype)
+// starts at offsets[g], and offsets.back() is the whole (one entry more than there are groups).
+std::size_t early_staging_buffers(const Layout& layout);
 std::vector<std::size_t> speculation_staging_offsets(const Layout& layout);
+std::size_t largest_step_group(const Layout& layout);  // elements (the block) of the largest
+std::size_t speculation_staging_elements(const Layout& layout);
 
 // Throws a config Error when a parameter's shard cannot be swapped (larger than
 // offload_param.buffer_size), naming it and what to set.

@@ -85,9 +85,19 @@ void Stepper::create_optimizer(int cpu_threads) {
     partials_ = std::make_unique<GradPartials>(group_ranges_, grad_flat_count(), checked);
     // Stage 3 places each speculated group at once: local copies, no collective whose order
     // the ranks must agree on (stages 1-2 all-gather), and no NVMe write.
-    early_placement_ = modes_.stage == 3 && !modes_.param_nvme;
-    if (early_placement_) placement_stream_ = ctx_.device.create_stream();
+    early_placement_ = speculation_places_early(modes_);
+    if (early_placement_) {
+      placement_stream_ = ctx_.device.create_stream();
+      for (std::size_t b = 0; b < early_staging_buffers(layout); ++b) {
+        staging_free_.push_back(ctx_.device.create_event());
+      }
+    }
     speculator_ = std::make_unique<Speculator>(layout);
+    if (state_.swap() != nullptr) {
+      for (std::size_t g : speculator_->order()) {
+        if (g >= layout.resident_groups) swap_order_.push_back(g - layout.resident_groups);
+      }
+    }
   }
 }
 
@@ -106,13 +116,26 @@ void Stepper::arm_speculation() {
   speculation_slices_ = slices();
   speculation_hyper_ = hyper_for(optimizer_steps_ + 1, 1.0 / scaler_.scale());
   partials_->begin();
-  speculator_->arm([this](std::size_t group) { speculate_group(group); });
+  speculated_ = 0;
+  OptimizerSwap* swap = state_.swap();
+  if (swap != nullptr) swap->begin_speculation(swap_order_);
+  const bool armed = speculator_->arm([this](std::size_t group) { speculate_group(group); });
+  if (!armed && swap != nullptr) swap->end_speculation(/*keep=*/false);
+}
+
+void Stepper::roll_back() {
+  for (std::size_t g = 0; g < ctx_.layout.resident_groups; ++g) restore_group_state(g);
+  if (OptimizerSwap* swap = state_.swap(); swap != nullptr) swap->end_speculation(false);
+}
+
+void Stepper::keep_swapped() {
+  if (OptimizerSwap* swap = state_.swap(); swap != nullptr) swap->end_speculation(true);
 }
 
 void Stepper::restore_group_state(std::size_t group) {
   // Exactly what the speculated step kept: each piece's elements (padding is never stepped).
   const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
-  for (optim::Slice& piece : kept_pieces(group)) {
+  for (optim::Slice& piece : kept_pieces(group, out_of(group))) {
     std::memcpy(piece.master, piece.master_kept, piece.count * sizeof(float));
     for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
       std::memcpy(piece.state[k], piece.state_kept[k], piece.count * state_size);
@@ -120,11 +143,10 @@ void Stepper::restore_group_state(std::size_t group) {
   }
 }
 
-std::vector<optim::Slice> Stepper::kept_pieces(std::size_t group) {
+std::vector<optim::Slice> Stepper::kept_pieces(std::size_t group, char* out) {
   // Each piece's masters and moments kept in the backup at the piece's place in the owned
   // flat order.
-  std::vector<optim::Slice> group_pieces =
-      pieces(group, speculation_slices_, GroupState{}, out_of(group));
+  std::vector<optim::Slice> group_pieces = pieces(group, speculation_slices_, GroupState{}, out);
   const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
   for (optim::Slice& piece : group_pieces) {
     const auto at = static_cast<std::size_t>(piece.master - state_.master());
@@ -140,18 +162,67 @@ std::vector<optim::Slice> Stepper::kept_pieces(std::size_t group) {
 
 void Stepper::speculate_group(std::size_t group) {
   Timer timer;
-  // The optimizer keeps each piece's masters and moments in the backup as it steps them
-  // (restore_group_state puts them back).
-  optimizer_->step(kept_pieces(group), speculation_hyper_, *speculation_stream_);
-  speculation_stream_->synchronize();
-  // The group's part of the norm and the non-finite check, while backward goes on.
-  partials_->group_final(group, owned_grad_on_host(), modes_.accum);
+  // Placed early, the staging's buffers in turn, each once the copies out of it are done;
+  // otherwise the group's own place there.
+  const std::size_t buffer = staging_free_.empty() ? 0 : speculated_++ % staging_free_.size();
+  char* out = out_of(group);
+  if (early_placement_) {
+    staging_free_[buffer]->synchronize();
+    out = static_cast<char*>(state_.param_staging()) +
+          buffer * largest_step_group(ctx_.layout) * dtype_size(modes_.compute);
+  }
+  const bool swapped = group >= ctx_.layout.resident_groups;
+  if (swapped) {
+    speculate_swapped(group, out);
+  } else {
+    // The optimizer keeps each piece's masters and moments in the backup as it steps them
+    // (restore_group_state puts them back).
+    optimizer_->step(kept_pieces(group, out), speculation_hyper_, *speculation_stream_);
+    speculation_stream_->synchronize();
+    // The group's part of the norm and the non-finite check, while backward goes on.
+    partials_->group_final(group, owned_grad_on_host(), modes_.accum);
+  }
   // Stage 3: its updated values into the compute shard now, on a stream of their own (the
   // group's backward is over: its gradient is final); a rollback places them again.
   if (early_placement_) {
-    place(group, speculation_slices_, GroupState{}, out_of(group), *placement_stream_);
+    GroupState where;
+    where.staged = swapped;
+    place(group, speculation_slices_, where, out, *placement_stream_);
+    staging_free_[buffer]->record(*placement_stream_);
   }
   speculation_seconds_.add(timer.seconds());
+}
+
+void Stepper::speculate_swapped(std::size_t group, char* out) {
+  // Its state as it stands from the current region, its gradient held (the GradSwap takes its
+  // statistics there), the step written to the other region: a rollback drops that write.
+  const std::size_t swapped = group - ctx_.layout.resident_groups;
+  OptimizerSwap& swap = *state_.swap();
+  GradSwap* grad_swap = state_.grad_swap();
+  GroupState where;
+  where.swapped = true;
+  where.view = swap.acquire_speculated(swapped);
+  if (grad_swap != nullptr) where.grad = grad_swap->hold(swapped);
+  optimizer_->step(pieces(group, speculation_slices_, where, out), speculation_hyper_,
+                   *speculation_stream_);
+  speculation_stream_->synchronize();
+  if (!modes_.mixed) stage_masters(group, where, out);
+  if (grad_swap != nullptr) grad_swap->unhold(swapped);
+  swap.release_speculated(swapped);
+}
+
+void Stepper::stage_masters(std::size_t group, const GroupState& where, char* out) {
+  const Layout& layout = ctx_.layout;
+  const Bucket& bucket = layout.step_groups[group];
+  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
+  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
+  for (const BucketPiece& piece : bucket.pieces) {
+    const std::size_t count = piece_valid(piece, speculation_slices_[piece.param].count);
+    if (count == 0) continue;
+    const std::size_t at = layout.params[layout.trainable[piece.param]].flat + piece.begin;
+    std::memcpy(out + (bucket_position(bucket, piece, r) - block_start) * sizeof(float),
+                where.view.master + (at - layout.group_lo[group]), count * sizeof(float));
+  }
 }
 
 optim::StepHyper Stepper::hyper_for(std::int64_t k, double grad_scale) const {
@@ -214,8 +285,10 @@ bool Stepper::overflow(const GradPartials* partials) {
   Device& d = state_.state_device();
   Stream& stream = d.default_stream();
   float* flag = state_.state_scalars(scalars_) + 1;
-  if (partials != nullptr) {  // taken in backward
-    d.fill(flag, DType::f32, 1, partials->any_nonfinite() ? 1.0f : 0.0f, stream);
+  if (partials != nullptr) {  // taken in backward (the swapped groups' by the GradSwap)
+    GradSwap* swap = state_.grad_swap();
+    const bool any = partials->any_nonfinite() || (swap != nullptr && swap->any_nonfinite());
+    d.fill(flag, DType::f32, 1, any ? 1.0f : 0.0f, stream);
     return reduce_scalar(1, ReduceOp::max) != 0.0f;
   }
   d.fill(flag, DType::f32, 1, 0.0f, stream);
@@ -234,8 +307,11 @@ double Stepper::grad_norm(const GradPartials* partials) {
   float* sum = state_.state_scalars(scalars_);
   if (partials != nullptr) {
     // Taken in backward, block by block as the device's one sum over the shard takes them, and
-    // added in the same order: the same float.
-    d.fill(sum, DType::f32, 1, static_cast<float>(partials->sum_squares()), stream);
+    // added in the same order: the same float. With gradient NVMe the swapped groups' sums
+    // follow, in double, as below.
+    double total = partials->sum_squares();
+    if (GradSwap* swap = state_.grad_swap(); swap != nullptr) total += swap->sum_squares();
+    d.fill(sum, DType::f32, 1, static_cast<float>(total), stream);
   } else if (GradSwap* swap = state_.grad_swap(); swap != nullptr) {
     // Gradient NVMe: the state device is the CPU and the resident part is in host memory. The
     // sums are added in double and rounded once, as the device's one sum over the whole shard
@@ -329,12 +405,6 @@ StepStats Stepper::step() {
     partials = partials_.get();
     if (early_placement_) placement_stream_->synchronize();
   }
-  const auto roll_back = [&] {
-    for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
-      restore_group_state(g);
-    }
-  };
-
   // fp16 always, bf16 with check_grad_overflow: a step on non-finite gradients is skipped.
   const bool checked =
       config.precision == config::Precision::fp16 ||
@@ -375,6 +445,7 @@ StepStats Stepper::step() {
   const bool clipped = grad_scale != 1.0 / scale;
   const bool stands = speculated && !clipped && hyper.lr == speculation_hyper_.lr;
   if (speculated && !stands) roll_back();
+  if (stands) keep_swapped();
   if (speculator_) speculator_->record(speculated, clipped);
 
   const std::vector<optim::Slice> all = slices();
@@ -395,14 +466,22 @@ void Stepper::place_restored() {
   const std::vector<optim::Slice> all = slices();
   Stream& stream = ctx_.device.default_stream();
   Stream& state_stream = state_.state_device().default_stream();
-  for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
+  const Layout& layout = ctx_.layout;
+  for (std::size_t g = 0; g < layout.step_groups.size(); ++g) {
     char* out = out_of(g);
+    // A swapped group's masters are read back from its current region (the step's, dropped).
+    GroupState where;
+    where.swapped = g >= layout.resident_groups;
+    if (where.swapped) where.view = state_.swap()->peek(g - layout.resident_groups);
     // The compute values are the masters rounded (mixed precision) or the masters themselves.
     if (modes_.mixed) {
-      optimizer_->write_param_out(pieces(g, all, GroupState{}, out), state_stream);
+      staging_read_->synchronize();
+      optimizer_->write_param_out(pieces(g, all, where, out), state_stream);
       state_stream.synchronize();
     }
-    place(g, all, GroupState{}, out, stream);
+    place(g, all, where, out, stream);
+    staging_read_->record(stream);
+    if (where.swapped) stream.synchronize();  // the next peek takes the buffer
   }
   // The skip returns without the step's own wait, and the next boundary's speculated steps
   // write this staging again.
@@ -412,11 +491,14 @@ void Stepper::place_restored() {
 void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all,
                          const optim::StepHyper& hyper, bool stepped, bool placed) {
   const Layout& layout = ctx_.layout;
-  // NVMe: the group's masters and moments come in from the swap for its step.
+  // NVMe: the group's masters and moments come in from the swap for its step; a speculated
+  // step that stood has them in its region already and its values in the staging.
   GroupState where;
   where.swapped = group >= layout.resident_groups;
-  if (where.swapped) where.view = state_.swap()->acquire(group - layout.resident_groups);
-  GradSwap* grad_swap = where.swapped ? state_.grad_swap() : nullptr;
+  const bool swap_in = where.swapped && !stepped;
+  where.staged = where.swapped && stepped;
+  if (swap_in) where.view = state_.swap()->acquire(group - layout.resident_groups);
+  GradSwap* grad_swap = swap_in ? state_.grad_swap() : nullptr;
   if (grad_swap != nullptr) where.grad = grad_swap->acquire(group - layout.resident_groups);
   char* out = out_of(group);
 
@@ -434,7 +516,7 @@ void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all
 
   if (!placed) place(group, all, where, out, stream);
   if (modes_.optimizer_offload) staging_read_->record(stream);
-  if (where.swapped) {
+  if (swap_in) {
     stream.synchronize();  // the copies above read the buffer the write takes
     state_.swap()->release(group - layout.resident_groups);
     if (grad_swap != nullptr) grad_swap->release(group - layout.resident_groups);
@@ -449,7 +531,10 @@ char* Stepper::all_gather_block(std::size_t group) {
 }
 
 char* Stepper::out_of(std::size_t group) {
-  if (modes_.speculate) {  // each group its own place: the verdict comes after every step
+  // Speculating with placement after the verdict: each group its own place, since the verdict
+  // comes after every step. Placed early, the boundary's own steps (a rollback's) take the
+  // first buffer, each group after the copies out of it (staging_read_).
+  if (modes_.speculate && !early_placement_) {
     return static_cast<char*>(state_.param_staging()) +
            staging_offsets_[group] * dtype_size(modes_.compute);
   }
@@ -477,8 +562,11 @@ std::vector<optim::Slice> Stepper::pieces(std::size_t group, const std::vector<o
     const std::size_t at = layout.params[layout.trainable[piece.param]].flat + piece.begin;
     const std::size_t in_view = at - layout.group_lo[group];
     s.master = where.swapped ? where.view.master + in_view : whole.master + piece.begin;
-    s.grad = where.grad != nullptr ? static_cast<const char*>(where.grad) + in_view * grad_size
-                                   : static_cast<const char*>(whole.grad) + piece.begin * grad_size;
+    if (where.grad != nullptr) {
+      s.grad = static_cast<const char*>(where.grad) + in_view * grad_size;
+    } else if (whole.grad != nullptr) {
+      s.grad = static_cast<const char*>(whole.grad) + piece.begin * grad_size;
+    }
     for (int m = 0; m < ctx_.config.optimizer.state_buffers(); ++m) {
       s.state[m] = where.swapped ? static_cast<char*>(where.view.state[m]) + in_view * state_size
                                  : static_cast<char*>(whole.state[m]) + piece.begin * state_size;
@@ -512,7 +600,9 @@ void Stepper::place(std::size_t group, const std::vector<optim::Slice>& all,
     // The updated compute values the optimizer did not write in place: fp32 masters (the
     // master is the value), or the staging it wrote half copies to.
     const void* from = nullptr;
-    if (!modes_.mixed) {
+    if (where.staged) {
+      from = out + at_block;
+    } else if (!modes_.mixed) {
       const std::size_t at = layout.params[p].flat + piece.begin;
       from = where.swapped ? where.view.master + (at - layout.group_lo[group])
                            : all[piece.param].master + piece.begin;

@@ -9,11 +9,14 @@
 // CPU step waits for the copies of the previous group's values out of it).
 //
 // With super_offload (modes.speculate) the groups are stepped during the boundary's backward by
-// the Speculator's worker, each keeping its pre-step masters and moments and writing its
-// updated values to its own place in the staging, and taking its part of the gradient's sum of
-// squares and non-finite check (GradPartials); at the boundary the verdict keeps them (no
-// skip, and the clip coefficient leaves the gradient scale as speculated) or restores them and
-// steps again with the right scale (or not at all, on a skip). Either way the placement runs
+// the Speculator's worker, each resident group keeping its pre-step masters and moments (a
+// swapped group's step reads its current region on NVMe and writes the other, with its
+// gradient held in the GradSwap), writing its updated values to the staging and taking its
+// part of the gradient's sum of squares and non-finite check (GradPartials; the GradSwap's
+// hold for swapped groups); at the boundary the verdict keeps them (no skip, and the clip
+// coefficient leaves the gradient scale as speculated) or restores them and steps again with
+// the right scale (or not at all, on a skip). At stage 3 with the compute shards in memory each
+// group is placed in backward and placed again after a rollback; otherwise the placement runs
 // after the verdict, so the compute copies never see a speculated value that did not stand.
 //
 // Owns: the optimizer, the loss scaler, the step counters (global steps, skipped ones
@@ -94,6 +97,9 @@ class Stepper {
     bool swapped = false;
     GroupView view;
     const void* grad = nullptr;  // gradient NVMe: the group's gradient, from the GradSwap
+    // The updated compute values are in the staging (`out`), also in fp32: a swapped group's
+    // speculated step that stood, whose masters are on NVMe.
+    bool staged = false;
   };
 
   // Over the owned gradient, or from what the speculation took in backward (partials).
@@ -118,12 +124,20 @@ class Stepper {
                   const optim::StepHyper& hyper, bool stepped, bool placed);
   // A skip after early placement: every group's compute values again from the restored masters.
   void place_restored();
-  // On the Speculator's worker: the group's state kept, then stepped as speculated.
+  // On the Speculator's worker: the group's state kept (resident) or its step written to the
+  // other region (swapped), stepped as speculated; `out` is its place in the staging.
   void speculate_group(std::size_t group);
+  void speculate_swapped(std::size_t group, char* out);
+  // fp32: a swapped group's updated masters into its place in the staging.
+  void stage_masters(std::size_t group, const GroupState& where, char* out);
+  // The speculated groups restored (resident: from the backup; swapped: their other regions
+  // dropped), or the swapped ones' other regions made current.
+  void roll_back();
+  void keep_swapped();
   // Puts group `group`'s masters and moments back from the backup its speculated step kept.
   void restore_group_state(std::size_t group);
   // The group's pieces as speculated, each with where its pre-step values are kept.
-  std::vector<optim::Slice> kept_pieces(std::size_t group);
+  std::vector<optim::Slice> kept_pieces(std::size_t group, char* out);
   // This group's pieces as the optimizer takes them; `out` is where it writes half copies
   // (null: each slice's own param_out).
   std::vector<optim::Slice> pieces(std::size_t group, const std::vector<optim::Slice>& all,
@@ -166,9 +180,14 @@ class Stepper {
   std::unique_ptr<Stream> speculation_stream_;
   std::unique_ptr<GradPartials> partials_;  // the norm and the non-finite check, in backward
   // Stage 3 (compute shards in memory): each speculated group placed in backward, on this
-  // device stream, waited for at the boundary.
+  // device stream, waited for at the boundary, from the staging's buffers in turn (each free
+  // once the event recorded after its copies has passed: early_staging_buffers).
   bool early_placement_ = false;
   std::unique_ptr<Stream> placement_stream_;
+  std::vector<std::unique_ptr<Event>> staging_free_;
+  std::size_t speculated_ = 0;  // groups the worker has taken this boundary
+  // NVMe: the swapped groups (as the swap numbers them) in the order the worker takes them.
+  std::vector<std::size_t> swap_order_;
   std::unique_ptr<Speculator> speculator_;  // last: its worker ends before the rest goes
 };
 

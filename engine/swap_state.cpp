@@ -81,6 +81,7 @@ void ModelState::set_up_swap() {
   swap_options.pipeline_read = config.zero.offload_optimizer.pipeline_read;
   swap_options.pipeline_write = config.zero.offload_optimizer.pipeline_write;
   if (modes_.grad_nvme) swap_options.grad_dtype = modes_.accum;
+  swap_options.second_regions = modes_.speculate;  // super_offload's speculated steps
   nvme_arena_ = std::make_unique<Arena>(nullptr, Tier::nvme, capacity, plan_.nvme.name);
   swap_ = std::make_unique<OptimizerSwap>(std::move(swap_options), *aio_, *swap_dir_,
                                           *offload_arena_, *nvme_arena_);

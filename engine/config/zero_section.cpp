@@ -47,16 +47,10 @@ void read_offload_optimizer(Section& zero, Config& config) {
         "share of the cores above 0 (at least one thread is used); set a fraction in (0, 1], "
         "such as DeepSpeed's default 0.8");
   }
-  if (offload.super_offload && offload.device == OffloadDevice::nvme) {
-    zero.reader().error(
-        "zero_optimization.offload_optimizer.super_offload with device \"nvme\": the speculative "
-        "step runs on optimizer state in memory only so far; use device \"cpu\", or remove "
-        "super_offload (the NVMe step then runs after the backward pass)");
-  }
   if (offload.super_offload && offload.device == OffloadDevice::none) {
     zero.reader().error(
         "zero_optimization.offload_optimizer.super_offload needs the optimizer offloaded: set "
-        "offload_optimizer.device to \"cpu\", or remove super_offload");
+        "offload_optimizer.device to \"cpu\" or \"nvme\", or remove super_offload");
   }
   if (offload.device == OffloadDevice::nvme && offload.nvme_path.empty()) {
     zero.reader().error(

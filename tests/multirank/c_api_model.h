@@ -118,7 +118,7 @@ struct Case {
   bool overlap;
   const char* offload = "none";        // offload_optimizer.device
   const char* param_offload = "none";  // offload_param.device (stage 3)
-  bool super_offload = false;          // offload_optimizer.super_offload (device cpu)
+  bool super_offload = false;          // offload_optimizer.super_offload
   // fp16: at this step one element of the first micro-batch's gradient is infinite, so the
   // step is skipped (-1: none).
   int overflow_step = -1;

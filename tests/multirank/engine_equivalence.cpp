@@ -237,27 +237,44 @@ int main(int argc, char** argv) {
     std::printf("device %s, %s\n", g_device == 1 ? "CPU" : "CUDA (GPU 0)",
                 g_nccl ? "the engine under test on NCCL, the reference on MPI" : "MPI");
   }
-  // --super-offload: the speculative step (optimizer offload to the CPU) at stages 1-3, in each
-  // precision, without clipping, with clipping that never triggers and with clipping that
-  // always does (every step rolled back until the policy stops speculating), accumulating 1 and
-  // 3 micro-steps; each must give the bits of the same run without offload.
+  // --super-offload: the speculative step (optimizer offload to the CPU, and with the state on
+  // NVMe: 60 elements per rank in memory, the rest swapped, the speculated steps written to
+  // each group's second region) at stages 1-3, in each precision, without clipping, with
+  // clipping that never triggers and with clipping that always does (every step rolled back
+  // until the policy stops speculating), accumulating 1 and 3 micro-steps; each must give the
+  // bits of the same run without offload.
   for (int stage = 1; super_offload && stage <= 3; ++stage) {
-    for (const char* precision : {"fp32", "bf16", "fp16"}) {
-      for (double clipping : {0.0, 1e6, 0.05}) {
+    for (const char* offload : {"cpu", "nvme"}) {
+      for (const char* precision : {"fp32", "bf16", "fp16"}) {
+        for (double clipping : {0.0, 1e6, 0.05}) {
+          for (int accumulation : {1, 3}) {
+            run_case({stage, precision, accumulation, clipping, accumulation == 3, offload, "none",
+                      true});
+          }
+        }
+      }
+      // An fp16 overflow at step 3: the speculated step rolled back and skipped (at stage 3 the
+      // compute values placed during backward put back), the scale halved, the next steps as
+      // without offload.
+      for (double clipping : {0.0, 0.05}) {
         for (int accumulation : {1, 3}) {
           run_case(
-              {stage, precision, accumulation, clipping, accumulation == 3, "cpu", "none", true});
+              {stage, "fp16", accumulation, clipping, accumulation == 3, offload, "none", true, 3});
         }
       }
     }
-    // An fp16 overflow at step 3: the speculated step rolled back and skipped (at stage 3 the
-    // compute values placed during backward put back), the scale halved, the next steps as
-    // without offload.
-    for (double clipping : {0.0, 0.05}) {
-      for (int accumulation : {1, 3}) {
-        run_case(
-            {stage, "fp16", accumulation, clipping, accumulation == 3, "cpu", "none", true, 3});
+  }
+  // Stage 3 with the compute shards offloaded: in memory (placed during backward) and on NVMe
+  // (placed after the verdict), beside each kind of optimizer offload.
+  for (const char* params : {"cpu", "nvme"}) {
+    for (const char* optimizer : {"cpu", "nvme"}) {
+      for (const char* precision : {"fp32", "bf16", "fp16"}) {
+        for (double clipping : {0.0, 0.05}) {
+          if (!super_offload) break;
+          run_case({3, precision, 3, clipping, true, optimizer, params, true});
+        }
       }
+      if (super_offload) run_case({3, "fp16", 1, 0.0, false, optimizer, params, true, 3});
     }
   }
   for (int stage = 0; !super_offload && stage <= 3; ++stage) {

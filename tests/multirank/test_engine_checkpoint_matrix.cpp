@@ -1,6 +1,7 @@
 // Checkpoints round-trip in every placement of the state: stages 0-3 × {no offload, optimizer
 // on the CPU (stepped after backward, and speculated in it: super_offload), optimizer on NVMe with
-// max_in_cpu 0 and with part of it in memory, and at stage 3 parameters on the CPU and on NVMe} ×
+// max_in_cpu 0 and with part of it in memory (stepped after backward, and speculated), and at
+// stage 3 parameters on the CPU and on NVMe} ×
 // {fp32, bf16, fp16}, at the world size the program runs with. For each: the masters (frozen
 // parameters: the values) read back from the saved files with the checkpoint reader equal the live
 // state bit for bit, the moments in the files are the optimizer's (not zeros), and a load followed
@@ -43,6 +44,9 @@ const Placement kPlacements[] = {
      R"("offload_optimizer": {"device": "nvme", "nvme_path": "NVME", "max_in_cpu": 0},)"},
     {"optimizer nvme, part in memory", 1, 3,
      R"("offload_optimizer": {"device": "nvme", "nvme_path": "NVME", "max_in_cpu": 1500},)"},
+    {"optimizer nvme, part in memory, super_offload", 1, 3,
+     R"("offload_optimizer": {"device": "nvme", "nvme_path": "NVME", "max_in_cpu": 1500,
+        "super_offload": true},)"},
     {"params cpu", 3, 3, R"("offload_param": {"device": "cpu"},)"},
     {"params and optimizer cpu", 3, 3,
      R"("offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"},)"},

@@ -124,7 +124,9 @@ StepBound bound_step(const Request& request, const config::Config& config,
     const double grads =
         static_cast<double>(plan.nvme.held[static_cast<std::size_t>(MemoryKind::grad)]);
     const double reductions = m.stage == 1 ? 1 : accum;
-    const double state = static_cast<double>(plan.nvme.held_total()) - grads;
+    // super_offload holds two regions of each group's state, and reads one and writes the other.
+    const double state =
+        (static_cast<double>(plan.nvme.held_total()) - grads) / (m.speculate ? 2.0 : 1.0);
     read += g * (state + reductions * grads);
     write += g * (state + reductions * grads);
     // One drive (or array) both reads and writes the step's groups: the two add up, as the
@@ -218,10 +220,10 @@ config::Config mode_config(const Request& request, const Mode& mode) {
     const std::string key = fmt::format("zero_optimization.{}.nvme_path", section);
     if (!given(request, key)) with.keys[key] = "/local_nvme";
   }
-  // super_offload (its backup and staging counted) applies to the rows with the optimizer on
-  // the CPU; the others run without it, as the engine would refuse it there.
+  // super_offload (its backup, staging and second NVMe regions counted) applies to the rows with
+  // the optimizer offloaded; the others run without it, as the engine would refuse it there.
   const auto device = with.keys.find("zero_optimization.offload_optimizer.device");
-  if (device != with.keys.end() && *device != "cpu") {
+  if (device != with.keys.end() && *device == "none") {
     with.keys["zero_optimization.offload_optimizer.super_offload"] = false;
   }
   return config::read_config(request.config, read_options(request, with));
