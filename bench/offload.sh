@@ -16,8 +16,15 @@
 #                                     the optimizer alone) and max(forward + backward, the
 #                                     optimizer alone), with a timed stand-in for compute
 #   bench/results/offload_speculate.jsonl
+#   bench/results/offload_bigger.txt    bench/speculate_nvme.py: zero-train on llama-3.2-1b
+#                                     with its parameters and optimizer on NVMe (stage 3,
+#                                     bf16, one rank), the step after backward and with
+#                                     super_offload, against max(forward + backward, the step
+#                                     alone); needs zero-train in BUILD_DIR and about 40 GB of
+#                                     disk under SWAP_DIR
+#   bench/results/offload_bigger.json
 # with a header naming the date, the machine and the commands. Exit status: the last failing
-# zero-bench's, else 0. OFFLOAD_BENCH=nvme or speculate runs one of the two only.
+# zero-bench's, else 0. OFFLOAD_BENCH=nvme, speculate or bigger runs one of the three only.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -64,6 +71,10 @@ if [[ -z $only || $only == speculate ]]; then
     exit "$status"
   } | tee "$results/offload_speculate.txt"
   overall=${PIPESTATUS[0]}
+fi
+if [[ -z $only || $only == bigger ]]; then
+  python3 bench/speculate_nvme.py --build "$build" --swap "$swap" --out "$results/offload_bigger" ||
+    overall=$?
 fi
 [[ -n $only && $only != nvme ]] && exit "$overall"
 rm -f "$results/offload_nvme.jsonl"
