@@ -181,7 +181,7 @@ TEST_CASE("engine checkpoint: masters and moments round-trip bit for bit in ever
       }
     }
   }
-  CHECK(cases == 57);  // 19 placement-stage pairs, 3 precisions each
+  CHECK(cases == 66);  // 22 placement-stage pairs, 3 precisions each
 }
 
 }  // namespace zero::testing
