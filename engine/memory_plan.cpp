@@ -113,8 +113,7 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
   const std::size_t csize = dtype_size(m.compute);
   std::size_t largest_bucket = 0;
   for (const Bucket& b : layout.buckets) largest_bucket = std::max(largest_bucket, b.block);
-  std::size_t largest_group = 0;
-  for (const Bucket& b : layout.step_groups) largest_group = std::max(largest_group, b.block);
+  const std::size_t largest_group = largest_step_group(layout);
   const std::size_t largest_gather = (m.stage == 1 || m.stage == 2) ? largest_group : 0;
   plan.bucket_count = layout.buckets.empty() ? 0 : config.zero.overlap_comm ? 2 : 1;
   plan.bucket_bytes = largest_bucket * static_cast<std::size_t>(m.shard_ranks) * dtype_size(m.wire);
