@@ -10,6 +10,7 @@ packages=(
   liburing-dev libxxhash-dev libopenblas-dev libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
   fio clang-format
+  iproute2
   python3 python3-venv python3-pip
   gnuplot-nox
 )

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# tests/multinode/check_multinode.sh: one multinode case, run by tests/multinode/nodes.sh on node
+# 0 of its nodes (ctest -L multinode; tests/CMakeLists.txt names the cases).
+#
+#   nodes.sh NODES SLOTS -- check_multinode.sh CASE ZERO_RUN TESTS_DIR
+#
+# Every case starts its ranks with zero-run --hostfile over all the nodes, through Open MPI's own
+# remote start (nodes.sh's agent), ranks filling each node's slots in turn:
+#   hosts        every rank runs on the node its slot says (hostname: zn-node0, zn-node1, ...)
+#   probe        the MPI probe: every rank starts, and an all-reduce across the nodes agrees
+#   collectives  the multirank Catch program: zero's MPI communicator, the engine's memory,
+#                fetch, swap and checkpoint cases (every placement, saved and resumed)
+#   killed       the last rank (on the last node) is killed: the job ends at once, non-zero,
+#                naming the rank and its node
+set -uo pipefail
+case_name=$1 zero_run=$2 tests=$3
+
+fail() {
+  echo "FAIL (multinode $case_name): $*" >&2
+  exit 1
+}
+[[ -n ${ZERO_NODES_HOSTFILE:-} ]] || fail "run me through tests/multinode/nodes.sh"
+nodes=$(wc -l <"$ZERO_NODES_HOSTFILE")
+slots=$(awk -F'slots=' 'NR == 1 {print $2}' "$ZERO_NODES_HOSTFILE")
+ranks=$((nodes * slots))
+launch=("$zero_run" -n "$ranks" --hostfile "$ZERO_NODES_HOSTFILE" --start-timeout 120)
+while IFS= read -r arg; do launch+=("--mpi-arg=$arg"); done <<<"$ZERO_NODES_MPI_ARGS"
+out=$ZERO_NODES_WORK/out
+export ZERO_LOG_LEVEL=warn
+
+case $case_name in
+hosts)
+  "${launch[@]}" -- sh -c 'echo "rank $OMPI_COMM_WORLD_RANK on $(hostname)"' >"$out" 2>&1 ||
+    { cat "$out"; fail "zero-run exited non-zero"; }
+  for ((r = 0; r < ranks; r++)); do
+    want="rank $r on zn-node$((r / slots))"
+    grep -qx "$want" "$out" || { cat "$out"; fail "no line '$want'"; }
+  done
+  ;;
+probe)
+  "${launch[@]}" -- "$tests/zero_mpi_probe" >"$out" 2>&1 || { cat "$out"; fail "the probe failed"; }
+  oks=$(grep -c "of $ranks: .*allreduce ok" "$out")
+  [[ $oks -eq $ranks ]] || { cat "$out"; fail "$oks of $ranks ranks report the all-reduce"; }
+  ;;
+collectives)
+  (cd "$ZERO_NODES_WORK" && "${launch[@]}" -- "$tests/zero_multirank_tests") >"$out" 2>&1 ||
+    { tail -60 "$out"; fail "the multirank cases failed"; }
+  grep -q "All tests passed" "$out" || { tail -60 "$out"; fail "no 'All tests passed'"; }
+  ;;
+killed)
+  last=$((ranks - 1))
+  start=$SECONDS
+  "${launch[@]}" -- sh -c "[ \"\$OMPI_COMM_WORLD_RANK\" = $last ] && kill -9 \$\$; sleep 60" \
+    >"$out" 2>&1
+  status=$?
+  ((status != 0)) || { cat "$out"; fail "zero-run exited 0 with a rank killed"; }
+  ((SECONDS - start < 45)) || { cat "$out"; fail "the job took $((SECONDS - start)) s to end"; }
+  grep -q "rank $last .*zn-node$((nodes - 1))" "$out" ||
+    { cat "$out"; fail "the output does not name rank $last on zn-node$((nodes - 1))"; }
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "ok: multinode $case_name ($nodes nodes x $slots slots)"
