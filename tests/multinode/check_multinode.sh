@@ -10,8 +10,6 @@
 #   probe        the MPI probe: every rank starts, and an all-reduce across the nodes agrees
 #   collectives  the multirank Catch program: zero's MPI communicator, the engine's memory,
 #                fetch, swap and checkpoint cases (every placement, saved and resumed)
-#   killed       the last rank (on the last node) is killed: the job ends at once, non-zero,
-#                naming the rank and its node
 set -uo pipefail
 case_name=$1 zero_run=$2 tests=$3
 
@@ -46,17 +44,6 @@ collectives)
   (cd "$ZERO_NODES_WORK" && "${launch[@]}" -- "$tests/zero_multirank_tests") >"$out" 2>&1 ||
     { tail -60 "$out"; fail "the multirank cases failed"; }
   grep -q "All tests passed" "$out" || { tail -60 "$out"; fail "no 'All tests passed'"; }
-  ;;
-killed)
-  last=$((ranks - 1))
-  start=$SECONDS
-  "${launch[@]}" -- sh -c "[ \"\$OMPI_COMM_WORLD_RANK\" = $last ] && kill -9 \$\$; sleep 60" \
-    >"$out" 2>&1
-  status=$?
-  ((status != 0)) || { cat "$out"; fail "zero-run exited 0 with a rank killed"; }
-  ((SECONDS - start < 45)) || { cat "$out"; fail "the job took $((SECONDS - start)) s to end"; }
-  grep -q "rank $last .*zn-node$((nodes - 1))" "$out" ||
-    { cat "$out"; fail "the output does not name rank $last on zn-node$((nodes - 1))"; }
   ;;
 *)
   fail "unknown case"
