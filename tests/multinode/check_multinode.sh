@@ -10,6 +10,9 @@
 #   probe        the MPI probe: every rank starts, and an all-reduce across the nodes agrees
 #   collectives  the multirank Catch program: zero's MPI communicator, the engine's memory,
 #                fetch, swap and checkpoint cases (every placement, saved and resumed)
+#   checkpoint   a checkpoint saved by every rank of every node, resumed in a new job by one
+#                more rank than a node has on node 0 alone (2 x 2 -> 1 x 3 at the defaults),
+#                within fp32 rounding (tests/multirank/engine_checkpoint.cpp, set reshard)
 set -uo pipefail
 case_name=$1 zero_run=$2 tests=$3
 
@@ -44,6 +47,17 @@ collectives)
   (cd "$ZERO_NODES_WORK" && "${launch[@]}" -- "$tests/zero_multirank_tests") >"$out" 2>&1 ||
     { tail -60 "$out"; fail "the multirank cases failed"; }
   grep -q "All tests passed" "$out" || { tail -60 "$out"; fail "no 'All tests passed'"; }
+  ;;
+checkpoint)
+  dir=$ZERO_NODES_WORK/checkpoint
+  mkdir -p "$dir"
+  "${launch[@]}" -- "$tests/zero_engine_checkpoint" save "$dir" reshard >"$out" 2>&1 ||
+    { tail -40 "$out"; fail "saving on $nodes nodes failed"; }
+  echo "zn-node0 slots=$((slots + 1))" >"$ZERO_NODES_WORK/one-node"
+  one=("$zero_run" -n $((slots + 1)) --hostfile "$ZERO_NODES_WORK/one-node" --start-timeout 120)
+  while IFS= read -r arg; do one+=("--mpi-arg=$arg"); done <<<"$ZERO_NODES_MPI_ARGS"
+  "${one[@]}" -- "$tests/zero_engine_checkpoint" resume "$dir" reshard >"$out" 2>&1 ||
+    { tail -40 "$out"; fail "resuming on one node at $((slots + 1)) ranks failed"; }
   ;;
 *)
   fail "unknown case"
