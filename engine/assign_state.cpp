@@ -68,9 +68,10 @@ void ModelState::assign(ValueSource& source) {
         }
         continue;
       }
-      const std::size_t count = world_shape.valid(rank);
+      // Stage 3: this rank's shard over its shard group.
+      const std::size_t count = state.shape.valid(rank);
       values.assign(count, 0.0f);
-      source.values(p, world_shape.begin(rank), count, values.data());
+      source.values(p, state.shape.begin(rank), count, values.data());
       if (spec.trainable) put_state(state.flat, values.data(), moment_in, count);
       if (swapped_param(p)) {
         host_device().cast(values.data(), DType::f32, param_swap()->staging(p), modes_.compute,

@@ -128,6 +128,8 @@ zero_engine* create(const ConfigReader& read_config, const zero_create_options* 
   // The world size resolves the batch keys, and the config sets the collective timeout: read
   // it for the launcher's world, and again if the communicator turns out to differ.
   read.world_size = launch.world_size;
+  // hybrid_shard's node: the launcher's count of this node's ranks (the engine checks it).
+  read.ranks_per_node = launch.local_size;
   zero::config::Config config = read_config(read);
   auto device = zero::create_device(device_options);
   zero::comm::CommOptions comm_options;

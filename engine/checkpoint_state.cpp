@@ -107,7 +107,8 @@ void read_saved(const EngineContext& e, const CheckpointState::Parts& parts, std
   const ParamPlacement& state = e.layout.params[p];
   Device* device = &e.device;
   const DType compute = e.layout.modes.compute;
-  const int stage = e.layout.modes.stage, rank = e.comm.rank(), world = e.layout.world;
+  // A writer's rank in its shard group (the first group, under hybrid sharding).
+  const int stage = e.layout.modes.stage, rank = e.shards().rank();
   const std::size_t csize = dtype_size(compute);
   if (kind == kParam) {
     if (stage <= 2) {
@@ -116,15 +117,14 @@ void read_saved(const EngineContext& e, const CheckpointState::Parts& parts, std
       return;
     }
     // Stage 3: this rank's compute shard, wherever it lives, through device memory.
-    const ShardShape world_shape = shard_shape(e.registry.param(p).numel, world);
+    const ShardShape& shape = state.shape;
     if (cursor.shard_param != p) {
       cursor.shard.reset();
-      cursor.shard = std::make_unique<DeviceScratch>(*device, world_shape.shard * csize);
+      cursor.shard = std::make_unique<DeviceScratch>(*device, shape.shard * csize);
       parts.fetcher.copy_shard(p, cursor.shard->data());
       cursor.shard_param = p;
     }
-    device->copy(out, cursor.shard->data() + (first - world_shape.begin(rank)) * csize,
-                 count * csize);
+    device->copy(out, cursor.shard->data() + (first - shape.begin(rank)) * csize, count * csize);
     return;
   }
   const int m = kind == kMaster ? -1 : cursor.moment_index(kind);
@@ -171,11 +171,17 @@ std::vector<std::string> CheckpointState::state_names() const {
   return names;
 }
 
+int CheckpointState::saving_ranks() const noexcept {
+  return ctx_.layout.world / ctx_.layout.modes.replicas;
+}
+
 std::string CheckpointState::write_rank_file(const std::string& staging) {
   const config::Config& config = ctx_.config;
   const Registry& registry = ctx_.registry;
   const DType compute = ctx_.layout.modes.compute;
-  const int rank = ctx_.comm.rank(), world = ctx_.layout.world;
+  // The first shard group's ranks are world ranks 0..saving_ranks()-1, in the same order.
+  const int rank = ctx_.comm.rank(), world = saving_ranks();
+  if (rank >= world) return {};
   const std::string name = checkpoint::rank_file_name(rank, world);
   const std::string final_path = (fs::path(staging) / name).string();
   const std::string temporary = final_path + ".tmp";
@@ -254,7 +260,7 @@ checkpoint::Manifest CheckpointState::make_manifest(const std::string& tag,
   m.tag = tag;
   m.created = utc_now();
   m.library_version = ZERO_BUILD_VERSION_STRING;
-  m.world_size = ctx_.layout.world;
+  m.world_size = saving_ranks();
   m.stage = ctx_.layout.modes.stage;
   m.precision = std::string(config::precision_name(config.precision));
   m.compute_dtype = ctx_.layout.modes.compute;
@@ -361,7 +367,8 @@ void CheckpointState::save(const std::string& dir, const SaveOptions& save,
       record = write_rank_file(staging);
       inject("rank_file_written");
     });
-    const std::vector<std::string> records = agreement.all_gather_text(record);
+    std::vector<std::string> records = agreement.all_gather_text(record);
+    records.resize(static_cast<std::size_t>(saving_ranks()));  // the writers'
     agreement.agree(what, [&] {
       if (rank != 0) return;
       const checkpoint::Manifest manifest =
@@ -383,7 +390,7 @@ void CheckpointState::save(const std::string& dir, const SaveOptions& save,
     throw;
   }
   if (rank == 0) {
-    log::info("checkpoint {} saved: {} rank file(s), step {}, {:.2f} s", target, ctx_.layout.world,
+    log::info("checkpoint {} saved: {} rank file(s), step {}, {:.2f} s", target, saving_ranks(),
               parts_.stepper.global_steps(), timer.seconds());
   }
 }

@@ -52,7 +52,10 @@ class CheckpointState {
                        const std::function<void(std::string)>& partly);
 
  private:
-  std::vector<std::string> state_names() const;             // the optimizer's moments
+  std::vector<std::string> state_names() const;  // the optimizer's moments
+  // The ranks that write a file: the world, or with hybrid sharding the first shard group (the
+  // others hold the same state); a checkpoint's world_size is their count.
+  int saving_ranks() const noexcept;
   std::string write_rank_file(const std::string& staging);  // its FileEntry as JSON
   checkpoint::Manifest make_manifest(const std::string& tag, const std::string& user_data,
                                      const std::vector<std::string>& records,

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "engine/engine_impl.h"
+#include "engine/shard_groups.h"
 #include "engine/timed_communicator.h"
 #include "offload/swap_cleanup.h"
 
@@ -56,6 +57,14 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
   }
   layout.modes = state_modes(config, world);
   layout.world = world;
+  shard_rank = rank;
+  if (layout.modes.hybrid()) {
+    if (config.zero.hybrid_shard) check_groups_are_nodes(agreement, layout.modes.shard_ranks);
+    ShardGroups groups = split_shard_groups(*comm, layout.modes.shard_ranks);
+    shard_comm = std::move(groups.shards);
+    replica_comm = std::move(groups.replicas);
+    shard_rank = shard_comm->rank();
+  }
   if (config.precision == config::Precision::fp16) {
     initial_scaler = LossScaler::from_config(config.fp16);
   }
@@ -310,11 +319,15 @@ void Engine::init() {
   e.fill_initial_values();
   e.initialized = true;
   log::info(
-      "engine: ZeRO stage {} on {} rank{}, {} parameters of {} elements ({} trainable), {} "
+      "engine: ZeRO stage {} on {} rank{}{}, {} parameters of {} elements ({} trainable), {} "
       "compute, {} reduction buckets; {}",
-      e.modes().stage, e.world, e.world == 1 ? "" : "s", e.registry.param_count(),
-      e.registry.total_numel(), e.registry.trainable_numel(), dtype_name(e.modes().compute),
-      e.reducer->bucket_count(), e.stepper->optimizer().description());
+      e.modes().stage, e.world, e.world == 1 ? "" : "s",
+      e.modes().hybrid() ? fmt::format(" (hybrid: {} shard groups of {} ranks)", e.modes().replicas,
+                                       e.modes().shard_ranks)
+                         : std::string(),
+      e.registry.param_count(), e.registry.total_numel(), e.registry.trainable_numel(),
+      dtype_name(e.modes().compute), e.reducer->bucket_count(),
+      e.stepper->optimizer().description());
 }
 
 void Engine::pre_forward(std::size_t module, Stream* stream) {
@@ -627,7 +640,7 @@ std::vector<float> Engine::read_param(std::size_t param) {
   std::vector<float> out(spec.numel);
   if (spec.numel == 0) return out;
   Stream& stream = e.device->default_stream();
-  const ShardShape shape = shard_shape(spec.numel, e.world);
+  const ShardShape shape = shard_shape(spec.numel, e.modes().shard_ranks);
   const std::size_t bytes = shape.padded() * sizeof(float);
   float* gathered = static_cast<float*>(e.device->reserve(Tier::device, bytes));
   void* half = nullptr;
@@ -636,13 +649,13 @@ std::vector<float> Engine::read_param(std::size_t param) {
     if (spec.trainable && e.modes().optimizer_offload) {
       // The shard into this rank's place first: it is in host memory or in the swap, and the
       // communicator works in device memory.
-      float* mine = gathered + static_cast<std::size_t>(e.rank) * shape.shard;
+      float* mine = gathered + static_cast<std::size_t>(e.shard_rank) * shape.shard;
       e.model_state->copy_master(state.flat, shape.shard, mine);
-      e.comm->all_gather(mine, gathered, shape.shard, DType::f32, &stream).wait();
+      e.shards().all_gather(mine, gathered, shape.shard, DType::f32, &stream).wait();
     } else if (spec.trainable && e.model_state->master() != nullptr && e.modes().stage >= 1) {
-      e.comm
-          ->all_gather(e.model_state->master() + state.flat, gathered, shape.shard, DType::f32,
-                       &stream)
+      e.shards()
+          .all_gather(e.model_state->master() + state.flat, gathered, shape.shard, DType::f32,
+                      &stream)
           .wait();
     } else if (spec.trainable && e.model_state->master() != nullptr) {
       e.device->copy(gathered, e.model_state->master() + state.flat, spec.numel * sizeof(float));
@@ -654,12 +667,12 @@ std::vector<float> Engine::read_param(std::size_t param) {
       const void* source = e.model_state->shard_source(param);
       if (e.modes().param_offload) {
         // The shard is in host memory or on NVMe: into its place first, then gathered in place.
-        char* place = static_cast<char*>(half) + static_cast<std::size_t>(e.rank) * shape.shard *
-                                                     dtype_size(e.modes().compute);
+        char* place = static_cast<char*>(half) + static_cast<std::size_t>(e.shard_rank) *
+                                                     shape.shard * dtype_size(e.modes().compute);
         e.fetcher->copy_shard(param, place);
         source = place;
       }
-      e.comm->all_gather(source, half, shape.shard, e.modes().compute, &stream).wait();
+      e.shards().all_gather(source, half, shape.shard, e.modes().compute, &stream).wait();
       e.device->cast(half, e.modes().compute, gathered, DType::f32, spec.numel, stream);
     }
     stream.synchronize();

@@ -78,7 +78,11 @@ struct Engine::Impl {
   std::string agree_job_id();
 
   // What the parts read and call (engine_context.h).
-  EngineContext context() { return {config, registry, layout, *device, *comm}; }
+  EngineContext context() {
+    return {config, registry, layout, *device, *comm, shard_comm.get(), replica_comm.get()};
+  }
+  // The ranks the state is partitioned over (engine_context.h).
+  Communicator& shards() { return shard_comm ? *shard_comm : *comm; }
 
   config::Config config;
   EngineOptions options;
@@ -88,12 +92,17 @@ struct Engine::Impl {
   // over it. Declared before comm, which records into it.
   std::unique_ptr<OverlapTimeline> timeline;
   std::unique_ptr<Communicator> comm;
+  // Hybrid sharding: this rank's shard group and its replicas (engine_context.h), split from
+  // comm at construction; null without it.
+  std::unique_ptr<Communicator> shard_comm;
+  std::unique_ptr<Communicator> replica_comm;
   std::unique_ptr<CallerOrder> order;  // the caller's streams and the engine's (caller_order.h)
   Agreement agreement;                 // outcomes agreed across ranks (agreement.h)
   MemoryFit fit;  // what the machine had free at creation, checked at init (memory_fit.h)
   Registry registry;
   int rank = 0;
   int world = 1;
+  int shard_rank = 0;  // this rank's place in its shard group: rank without hybrid sharding
   // How the config places the state (memory_plan.h): the layout's, set from the config and the
   // world at construction, the one copy every part reads.
   const StateModes& modes() const noexcept { return layout.modes; }

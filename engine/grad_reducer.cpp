@@ -13,11 +13,12 @@ namespace zero::engine {
 GradReducer::GradReducer(const EngineContext& context)
     : ctx_(context),
       modes_(context.layout.modes),
-      rank_(context.comm.rank()),
+      rank_(context.shards().rank()),
       grads_(context.registry.param_count()),
       waiting_(context.layout.buckets.size(), 0) {
   // DeepSpeed's averaging: postscale (the default) divides by gradient_predivide_factor before
   // the sum and multiplies by predivide / N after it; prescale_gradients divides by N before.
+  // N is the world: with hybrid sharding the sum runs over the shard group, then the replicas.
   const double n = static_cast<double>(ctx_.comm.size());
   const double predivide = ctx_.config.gradient_predivide_factor;
   if (ctx_.config.prescale_gradients) {
@@ -31,7 +32,7 @@ GradReducer::GradReducer(const EngineContext& context)
 
 GradReducer::~GradReducer() {
   for (auto& slot : in_flight_) {
-    if (slot.bucket == kNone || ctx_.comm.poisoned()) continue;
+    if (slot.bucket == kNone || broken()) continue;
     try {
       slot.work.wait();
     } catch (const std::exception& error) {
@@ -39,13 +40,19 @@ GradReducer::~GradReducer() {
     }
   }
   // Its host tasks read the layout and the staging buffer.
-  if (epilogue_ != nullptr && !ctx_.comm.poisoned()) {
+  if (epilogue_ != nullptr && !broken()) {
     try {
       epilogue_->synchronize();
     } catch (const std::exception& error) {
       log::warn("engine: finishing the gradient epilogue failed at shutdown: {}", error.what());
     }
   }
+}
+
+bool GradReducer::broken() const noexcept {
+  Communicator* replicas = ctx_.replicas();
+  return ctx_.comm.poisoned() || ctx_.shards().poisoned() ||
+         (replicas != nullptr && replicas->poisoned());
 }
 
 void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucket_buffers,
@@ -213,15 +220,19 @@ void GradReducer::issue(std::size_t b) {
   }
 
   Work work;
+  bool across = false;
   if (modes_.shard_ranks == 1 || !ctx_.config.zero.reduce_scatter) {
+    // Over the world: every rank keeps its own shard's part of the whole sum.
     work = ctx_.comm.all_reduce(buffer, total, modes_.wire, ReduceOp::sum, &stream);
   } else {
-    // In place: this rank's block of the bucket receives its reduced block.
-    work = ctx_.comm.reduce_scatter(buffer,
-                                    buffer + static_cast<std::size_t>(rank_) * bucket.block * wsize,
-                                    bucket.block, modes_.wire, ReduceOp::sum, &stream);
+    // In place: this rank's block of the bucket receives its reduced block (the shard group's
+    // sum; with hybrid sharding, finish() sums it across the replicas).
+    work = ctx_.shards().reduce_scatter(
+        buffer, buffer + static_cast<std::size_t>(rank_) * bucket.block * wsize, bucket.block,
+        modes_.wire, ReduceOp::sum, &stream);
+    across = ctx_.replicas() != nullptr;
   }
-  in_flight_[slot] = {b, std::move(work)};
+  in_flight_[slot] = {b, std::move(work), across};
   if (!ctx_.config.zero.overlap_comm) finish(slot);
 }
 
@@ -233,13 +244,20 @@ void GradReducer::finish(std::size_t slot) {
   // waiting for it on MPI.
   Timer timer;
   flight.work.block(stream);
-  wait_seconds_.add(timer.seconds());
   const std::size_t wsize = dtype_size(modes_.wire);
   const int r = modes_.shard_ranks == 1 ? 0 : rank_;
-  const char* buffer = static_cast<const char*>(bucket_buffers_[slot]);
+  char* buffer = static_cast<char*>(bucket_buffers_[slot]);
   const float post = static_cast<float>(post_factor_);
   const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
-  const char* block = buffer + block_start * wsize;
+  char* block = buffer + block_start * wsize;
+  if (flight.across) {
+    // Hybrid sharding: the group's sum of this rank's block, summed over the ranks that hold
+    // the same shard in the other groups, after the reduce-scatter (ordered on the epilogue).
+    ctx_.replicas()
+        ->all_reduce(block, bucket.block, modes_.wire, ReduceOp::sum, &stream)
+        .block(stream);
+  }
+  wait_seconds_.add(timer.seconds());
   if (target_.staging != nullptr) {
     // Optimizer offload: the owned shard is in host memory. This rank's reduced block comes
     // down to pinned memory, then the CPU adds it in, both in the epilogue's order.

@@ -11,16 +11,17 @@
 // Owns: gradients (stages 0-1 for the run, from the state arena; stages 2-3 from its own
 // gradient arena, from a module's pre_backward to the bucket holding the last piece), bucket
 // buffers, in-flight reductions, the epilogue stream. Calls: the device (casts, fills, scales,
-// copies, host tasks) and the communicator. Streams: buckets are filled on the device's default
-// stream, which the engine orders after the caller's stream at post_backward (so a bucket reads
-// the gradients the caller wrote) and the caller's stream after at pre_backward (so the caller
-// adds into zeroed buffers). What follows a reduction runs on the epilogue stream: the
-// reduction is blocked onto it (an event on NCCL, the host on MPI), then the reduced block is
-// added into the owned shard there, or copied down to pinned memory and added by the CPU in a
-// host task queued there (optimizer offload). So the default stream, and through it the
-// caller's, never waits for a reduction, only a bucket buffer's refill waits for the epilogue
-// that read it (an event per buffer); flush() waits for everything on the host. Internal to
-// engine/.
+// copies, host tasks) and the communicators: the shard group's reduce-scatter and, with hybrid
+// sharding, each reduced block's all-reduce over the replicas, on the epilogue stream. Streams:
+// buckets are filled on the device's default stream, which the engine orders after the caller's
+// stream at post_backward (so a bucket reads the gradients the caller wrote) and the caller's
+// stream after at pre_backward (so the caller adds into zeroed buffers). What follows a reduction
+// runs on the epilogue stream: the reduction is blocked onto it (an event on NCCL, the host on
+// MPI), then the reduced block is added into the owned shard there, or copied down to pinned memory
+// and added by the CPU in a host task queued there (optimizer offload). So the default stream, and
+// through it the caller's, never waits for a reduction, only a bucket buffer's refill waits for the
+// epilogue that read it (an event per buffer); flush() waits for everything on the host. Internal
+// to engine/.
 #pragma once
 
 #include <cstddef>
@@ -127,16 +128,19 @@ class GradReducer {
   struct InFlight {
     std::size_t bucket = kNone;
     Work work;
+    bool across = false;  // hybrid sharding: the block still to be summed over the replicas
   };
 
   void ready(std::size_t param);
   void issue(std::size_t bucket);
   void finish(std::size_t slot);
   void release(std::size_t param);
+  // A communicator the reductions use has failed: nothing in flight can complete.
+  bool broken() const noexcept;
 
   const EngineContext ctx_;
-  const StateModes& modes_;  // the layout's
-  int rank_;
+  const StateModes& modes_;   // the layout's
+  int rank_;                  // in the shard group (EngineContext::shards)
   double pre_factor_ = 1.0;   // gradients scaled before the reduction (predivide, prescale)
   double post_factor_ = 1.0;  // and after it: together, the average over ranks
 

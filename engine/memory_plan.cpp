@@ -117,7 +117,7 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
   const std::size_t largest_gather = (m.stage == 1 || m.stage == 2) ? largest_group : 0;
   plan.bucket_count = layout.buckets.empty() ? 0 : config.zero.overlap_comm ? 2 : 1;
   plan.bucket_bytes = largest_bucket * static_cast<std::size_t>(m.shard_ranks) * dtype_size(m.wire);
-  plan.gather_bytes = largest_gather * static_cast<std::size_t>(layout.world) * csize;
+  plan.gather_bytes = largest_gather * static_cast<std::size_t>(m.shard_ranks) * csize;
   plan.reduce_staging_bytes = m.optimizer_offload ? largest_bucket * dtype_size(m.wire) : 0;
   plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
   if (m.speculate) plan.param_staging_bytes = speculation_staging_elements(layout) * csize;
@@ -180,7 +180,7 @@ std::size_t plan_param_swap(const Registry& registry, const config::Config& conf
   for (std::size_t p = 0; p < specs.size(); ++p) {
     const ParamPlacement& place = layout.params[p];
     if (place.compute_flat == kNone) continue;
-    const std::size_t shard = shard_shape(specs[p].numel, layout.world).shard;
+    const std::size_t shard = shard_shape(specs[p].numel, layout.modes.shard_ranks).shard;
     const std::size_t region = align_direct(shard * csize);
     largest = std::max(largest, region);
     if (place.compute_flat >= layout.compute_resident_end) {
@@ -372,7 +372,8 @@ void plan_gather_arena(const Registry& registry, const config::Config& config, c
 StateModes state_modes(const config::Config& config, int world) {
   StateModes m;
   m.stage = config.zero.stage;
-  m.shard_ranks = m.stage == 0 ? 1 : world;
+  m.shard_ranks = m.stage == 0 ? 1 : config.zero.shard_size > 0 ? config.zero.shard_size : world;
+  m.replicas = m.stage == 0 ? 1 : world / m.shard_ranks;
   m.compute = config.compute_dtype();
   m.accum = config.grad_accum_dtype;
   m.wire = config.communication_data_type;
@@ -418,7 +419,7 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
     global += specs[layout.trainable[t]].numel;
   }
   if (m.stage == 3) {
-    layout.compute_shards = flat_layout(compute_numels, world);
+    layout.compute_shards = flat_layout(compute_numels, m.shard_ranks);
     // Persistent: smaller than stage3_param_persistence_threshold, in registration order while
     // their total stays within stage3_model_persistence_threshold.
     const auto each_limit = static_cast<std::size_t>(config.zero.param_persistence_threshold);
@@ -442,7 +443,7 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
   const auto sub_group = static_cast<std::size_t>(config.zero.sub_group_size);
   if (m.stage == 1 || m.stage == 2) {
     per_rank = static_cast<std::size_t>(config.zero.allgather_bucket_size) /
-               static_cast<std::size_t>(world);
+               static_cast<std::size_t>(m.shard_ranks);
     if (m.optimizer_nvme) per_rank = std::min(per_rank, sub_group);
   } else if (m.optimizer_offload || m.param_nvme) {
     per_rank = sub_group;  // bounds the staging of updated compute values
@@ -476,13 +477,13 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
       for (std::size_t p = 0; p < specs.size(); ++p) {
         if (layout.params[p].compute_flat == kNone) continue;
         const std::size_t end =
-            layout.params[p].compute_flat + shard_shape(specs[p].numel, world).shard;
+            layout.params[p].compute_flat + shard_shape(specs[p].numel, m.shard_ranks).shard;
         if (end > max_in_cpu) break;
         layout.compute_resident_end = end;
       }
       const auto buffer_size = static_cast<std::size_t>(config.zero.offload_param.buffer_size);
       for (std::size_t p = 0; p < specs.size(); ++p) {
-        const std::size_t shard = shard_shape(specs[p].numel, world).shard;
+        const std::size_t shard = shard_shape(specs[p].numel, m.shard_ranks).shard;
         if (layout.params[p].compute_flat == kNone || shard <= buffer_size) continue;
         throw make_error(ErrorCategory::config,
                          "parameter '{}': its shard of {} elements is larger than "

@@ -29,7 +29,10 @@ inline constexpr std::size_t kScratchBytes = 4096;
 // How the config places the model state.
 struct StateModes {
   int stage = 0;
-  int shard_ranks = 1;  // 1 at stage 0 (nothing partitioned), the world otherwise
+  // The ranks a shard group partitions the state over: 1 at stage 0 (nothing partitioned), the
+  // world, or with hybrid sharding zero_optimization.shard_size; `replicas` groups of them.
+  int shard_ranks = 1;
+  int replicas = 1;
   DType compute = DType::f32;
   DType accum = DType::f32;        // the owned gradient shard (data_types.grad_accum_dtype)
   DType wire = DType::f32;         // communication_data_type
@@ -50,6 +53,8 @@ struct StateModes {
   // The reduced gradient goes into an owned shard (the optimizer reads it there), not back
   // into the replicated gradients (stage 0 with the compute dtype as accumulation dtype).
   bool grad_shard() const noexcept { return stage >= 1 || accum != compute; }
+  // Hybrid sharding: the state partitioned within groups and replicated across them.
+  bool hybrid() const noexcept { return replicas > 1; }
 };
 
 StateModes state_modes(const config::Config& config, int world);

@@ -18,7 +18,7 @@ ModelState::ModelState(const EngineContext& context, const MemoryPlan& plan,
       plan_(plan),
       options_(options),
       modes_(context.layout.modes),
-      rank_(context.comm.rank()),
+      rank_(context.shards().rank()),
       full_(context.registry.param_count(), nullptr) {
   if ((modes_.optimizer_offload || modes_.param_offload) && ctx_.device.offload_beside()) {
     // The owned state is in pinned memory, where a CPU device of its own computes on it

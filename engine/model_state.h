@@ -137,7 +137,7 @@ class ModelState final : public ShardStore {
   const MemoryPlan& plan_;
   const EngineOptions& options_;
   const StateModes& modes_;
-  const int rank_;
+  const int rank_;                // in the shard group (EngineContext::shards)
   std::unique_ptr<Device> host_;  // beside a GPU with offload: the CPU's kernels
   float* host_scalars_ = nullptr;
   std::unique_ptr<Arena> state_arena_;    // params, owned flat buffers, bucket buffers

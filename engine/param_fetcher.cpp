@@ -24,8 +24,7 @@ const char* pass_name(bool train) {
 ParamFetcher::ParamFetcher(const EngineContext& context)
     : ctx_(context),
       active_(context.layout.modes.stage == 3),
-      rank_(context.comm.rank()),
-      world_(context.comm.size()),
+      rank_(context.shards().rank()),
       modes_(context.layout.modes),
       params_(context.registry.param_count()),
       open_event_(context.registry.module_count(), kNone) {}
@@ -40,7 +39,7 @@ ParamFetcher::~ParamFetcher() {
     }
   }
   for (Gathered& g : params_) {
-    if (!g.in_flight || ctx_.comm.poisoned()) continue;
+    if (!g.in_flight || ctx_.shards().poisoned()) continue;
     try {
       g.gathering.wait();
     } catch (const std::exception& error) {
@@ -65,7 +64,7 @@ void ParamFetcher::attach(std::unique_ptr<Arena> gather_arena, ShardStore& shard
 }
 
 std::size_t ParamFetcher::gathered_elements(std::size_t param) const {
-  return shard_shape(ctx_.registry.param(param).numel, world_).padded();
+  return ctx_.layout.params[param].shape.padded();
 }
 
 std::string ParamFetcher::describe(const TraceEvent& event) const {
@@ -215,7 +214,7 @@ void ParamFetcher::check_plans(Agreement& agreement) {
                        "stage 3: the ranks recorded different {} module orders (rank {} has {} "
                        "hooks, hash {:016x}); every rank must call the hooks of the same modules "
                        "in the same order",
-                       pass_name(k == 0), rank_, traces_[k].plan.size(), hashes[k]);
+                       pass_name(k == 0), ctx_.comm.rank(), traces_[k].plan.size(), hashes[k]);
     }
   }
 }
@@ -237,7 +236,7 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
   if (!ctx_.layout.params[param].persistent) stats_.live_elements += gathered_elements(param);
   stats_.peak_live_elements = std::max(stats_.peak_live_elements, stats_.live_elements);
   stats_.gathers += 1;
-  const std::size_t shard = shard_shape(ctx_.registry.param(param).numel, world_).shard;
+  const std::size_t shard = ctx_.layout.params[param].shape.shard;
   if (shard == 0) return true;
   if (shards_->swapped(param)) {
     start_read(param);  // gathered when the read completes (finish_reads)
@@ -254,7 +253,7 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
     shards_->place_shard(param, place, stream);
     source = place;
   }
-  g.gathering = ctx_.comm.all_gather(source, g.full, shard, modes_.compute, &stream);
+  g.gathering = ctx_.shards().all_gather(source, g.full, shard, modes_.compute, &stream);
   issue_seconds_.add(timer.seconds());
   g.in_flight = true;
   gathers_in_flight_ += 1;
@@ -360,13 +359,13 @@ void ParamFetcher::finish_reads(std::size_t param) {
     Timer timer;
     const void* shard_data = shards_->finish_read(read.ticket, read.buffer);
     wait_seconds_.add(timer.seconds());
-    const std::size_t shard = shard_shape(ctx_.registry.param(read.param).numel, world_).shard;
+    const std::size_t shard = ctx_.layout.params[read.param].shape.shard;
     const std::size_t bytes = shard * dtype_size(modes_.compute);
     char* place = static_cast<char*>(g.full) + static_cast<std::size_t>(rank_) * bytes;
     Stream& stream = ctx_.device.default_stream();
     ctx_.device.copy_async(place, shard_data, bytes, stream);
     read_copied_[read.buffer]->record(stream);
-    g.gathering = ctx_.comm.all_gather(place, g.full, shard, modes_.compute, &stream);
+    g.gathering = ctx_.shards().all_gather(place, g.full, shard, modes_.compute, &stream);
     g.reading = false;
     g.in_flight = true;
     gathers_in_flight_ += 1;

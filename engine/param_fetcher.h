@@ -125,9 +125,8 @@ class ParamFetcher {
   std::string describe(const TraceEvent& event) const;
 
   const EngineContext ctx_;
-  bool active_;  // stage 3
-  int rank_;
-  int world_;
+  bool active_;              // stage 3
+  int rank_;                 // in the shard group (EngineContext::shards)
   const StateModes& modes_;  // the layout's
   ShardStore* shards_ = nullptr;
   std::unique_ptr<Arena> gather_arena_;

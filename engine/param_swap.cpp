@@ -21,7 +21,7 @@ ParamSwap::ParamSwap(const EngineContext& context, const MemoryPlan& plan, offlo
   region_.assign(params, kNone);
   for (std::size_t p = 0; p < params; ++p) {
     if (!swapped(p) || region_bytes(p) == 0) continue;
-    const std::size_t shard = shard_shape(ctx_.registry.param(p).numel, ctx_.layout.world).shard;
+    const std::size_t shard = ctx_.layout.params[p].shape.shard;
     region_[p] =
         arena_->allocate(MemoryKind::param, shard * dtype_size(compute), kDirectIoAlignment).offset;
   }
@@ -57,7 +57,7 @@ bool ParamSwap::swapped(std::size_t param) const {
 }
 
 std::size_t ParamSwap::region_bytes(std::size_t param) const {
-  return align_direct(shard_shape(ctx_.registry.param(param).numel, ctx_.layout.world).shard *
+  return align_direct(ctx_.layout.params[param].shape.shard *
                       dtype_size(ctx_.layout.modes.compute));
 }
 

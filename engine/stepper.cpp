@@ -36,7 +36,7 @@ Stepper::Stepper(const EngineContext& context, ModelState& state, GradReducer& r
       fetcher_(fetcher),
       scalars_(scalars),
       modes_(context.layout.modes),
-      rank_(context.comm.rank()),
+      rank_(context.shards().rank()),
       staging_read_(context.device.create_event()),
       seed_(seed) {
   if (ctx_.config.precision == config::Precision::fp16) {
@@ -276,7 +276,7 @@ float Stepper::reduce_scalar(std::size_t slot, ReduceOp op) {
   if (value != scalars_ + slot) ctx_.device.copy(scalars_ + slot, value, sizeof(float));
   Stream& stream = ctx_.device.default_stream();
   if (modes_.shard_ranks > 1) {
-    ctx_.comm.all_reduce(scalars_ + slot, 1, DType::f32, op, &stream).wait();
+    ctx_.shards().all_reduce(scalars_ + slot, 1, DType::f32, op, &stream).wait();
   }
   return read_scalar(ctx_.device, scalars_ + slot);
 }
@@ -635,7 +635,7 @@ void Stepper::place_on_nvme(std::size_t param, const BucketPiece& piece, const v
   if (count != 0 && from != nullptr) {
     ctx_.device.copy_async(shard + piece.begin * csize, from, count * csize, stream);
   }
-  if (piece.end == shard_shape(ctx_.registry.param(param).numel, ctx_.layout.world).shard) {
+  if (piece.end == ctx_.layout.params[param].shape.shard) {
     stream.synchronize();
     state_.param_swap()->write_assembled();
   }
@@ -647,7 +647,7 @@ void Stepper::all_gather_group(std::size_t group) {
   const std::size_t csize = dtype_size(modes_.compute);
   Stream& stream = ctx_.device.default_stream();
   Timer timer;
-  ctx_.comm
+  ctx_.shards()
       .all_gather(all_gather_block(group), state_.gather_buffer(), bucket.block, modes_.compute,
                   &stream)
       .wait();
@@ -656,7 +656,7 @@ void Stepper::all_gather_group(std::size_t group) {
   for (const BucketPiece& piece : bucket.pieces) {
     const std::size_t p = layout.trainable[piece.param];
     const ShardShape& shape = layout.params[p].shape;
-    for (int q = 0; q < layout.world; ++q) {
+    for (int q = 0; q < modes_.shard_ranks; ++q) {
       const std::size_t count = piece_valid(piece, shape.valid(q));
       if (count == 0) continue;
       ctx_.device.copy_async(

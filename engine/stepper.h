@@ -162,7 +162,7 @@ class Stepper {
   ParamFetcher& fetcher_;
   float* scalars_;
   const StateModes& modes_;
-  const int rank_;
+  const int rank_;  // in the shard group (EngineContext::shards)
   std::unique_ptr<optim::Optimizer> optimizer_;
   // Optimizer offload: recorded on the device's stream after the copies out of the pinned
   // staging (place()); the host waits for it before the CPU optimizer writes the staging again.

@@ -64,7 +64,7 @@ void ModelState::open_swap_io(const std::string& job_id) {
   // are set.
   const std::string& path = modes_.optimizer_nvme ? config.zero.offload_optimizer.nvme_path
                                                   : config.zero.offload_param.nvme_path;
-  swap_dir_ = std::make_unique<offload::SwapDirectory>(path, job_id, rank_);
+  swap_dir_ = std::make_unique<offload::SwapDirectory>(path, job_id, ctx_.comm.rank());
 }
 
 void ModelState::set_up_swap() {
@@ -110,16 +110,14 @@ const void* ModelState::device_shard(std::size_t param) {
 }
 
 void ModelState::copy_shard(std::size_t param, void* place) {
-  const std::size_t bytes = shard_shape(ctx_.registry.param(param).numel, ctx_.layout.world).shard *
-                            dtype_size(modes_.compute);
+  const std::size_t bytes = ctx_.layout.params[param].shape.shard * dtype_size(modes_.compute);
   if (bytes == 0) return;
   ctx_.device.copy(place, swapped_param(param) ? param_swap_->read(param) : shard_source(param),
                    bytes);
 }
 
 void ModelState::place_shard(std::size_t param, void* place, Stream& stream) {
-  const std::size_t bytes = shard_shape(ctx_.registry.param(param).numel, ctx_.layout.world).shard *
-                            dtype_size(modes_.compute);
+  const std::size_t bytes = ctx_.layout.params[param].shape.shard * dtype_size(modes_.compute);
   if (bytes == 0) return;
   ctx_.device.copy_async(place, shard_source(param), bytes, stream);
 }

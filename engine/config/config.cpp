@@ -147,6 +147,7 @@ Config read_config(const json& document, const ReadOptions& options) {
 
   Config config;
   config.world_size = options.world_size;
+  config.ranks_per_node = options.ranks_per_node;
   Reader reader(effective, overridden, created);
   for (auto& message : override_errors) reader.error(std::move(message));
   Section root = reader.root();

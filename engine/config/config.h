@@ -97,6 +97,12 @@ struct ZeroConfig {
   bool gather_16bit_weights_on_model_save = false;
   OffloadOptimizerConfig offload_optimizer;
   OffloadParamConfig offload_param;
+  // Hybrid sharding (docs/multinode.md): the model state is partitioned within groups of
+  // shard_size consecutive ranks and replicated across the groups; 0: one group, the world.
+  // From DeepSpeed's mics_shard_size, or zero's own hybrid_shard (a node's ranks, FSDP's
+  // HYBRID_SHARD). Always 0 at stage 0, where nothing is partitioned.
+  int shard_size = 0;
+  bool hybrid_shard = false;
 };
 
 struct AioConfig {
@@ -124,6 +130,7 @@ struct ActivationCheckpointingConfig {
 
 struct Config {
   int world_size = 1;
+  int ranks_per_node = 0;  // ReadOptions::ranks_per_node
   BatchConfig batch;
   Precision precision = Precision::fp32;
   Fp16Config fp16;
@@ -171,6 +178,8 @@ struct Override {
 
 struct ReadOptions {
   int world_size = 1;
+  // Ranks per node, for zero_optimization.hybrid_shard (0: unknown, which it refuses).
+  int ranks_per_node = 0;
   std::vector<Override> overrides;
   std::string source = "<string>";  // names the config in messages
 };

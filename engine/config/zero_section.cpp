@@ -1,6 +1,8 @@
 // zero_optimization: the stage, buckets, stage-3 fetch limits, offload_optimizer and
-// offload_param, DeepSpeed's deprecated spellings (mapped with a warning), and the ZeRO++ /
-// MiCS switches that zero does not implement.
+// offload_param, DeepSpeed's deprecated spellings (mapped with a warning), hybrid sharding
+// (MiCS), and the ZeRO++ switches that zero does not implement.
+#include <string>
+
 #include <fmt/format.h>
 
 #include "engine/config/sections.h"
@@ -297,16 +299,72 @@ void declare_other_keys(Section& zero) {
                         "ZeRO++ quantized non-trainable weights");
   zero.unsupported_flag("zero_quantized_gradients", "ZeRO++ quantized gradients (qgZ)");
   zero.unsupported_if("zeropp_loco_param", present_and_not_empty, "ZeRO++ LoCo");
-  zero.declare("mics_shard_size", KeyClass::unsupported, "MiCS sharding");
-  if (const auto mics = zero.integer({"mics_shard_size"}, -1, {-1, INT64_MAX}); mics > 0) {
-    reader.not_supported(zero.key_path("mics_shard_size"), "MiCS sharding", mics);
-  }
-  zero.unsupported_flag("mics_hierarchical_params_gather", "MiCS hierarchical gather");
   zero.unsupported_if("zenflow", present_and_not_empty,
                       "ZenFlow (important gradient columns stepped on the device, the rest on the "
                       "CPU every few steps: an approximation)",
                       "offload_optimizer.super_offload overlaps the offloaded step with backward "
                       "and stays exact");
+}
+
+std::string divisors_of(int world) {
+  std::string list;
+  for (int d = 1; d <= world; ++d) {
+    if (world % d == 0) list += fmt::format("{}{}", list.empty() ? "" : ", ", d);
+  }
+  return list;
+}
+
+// Hybrid sharding (docs/multinode.md): partitioned within groups of consecutive ranks,
+// replicated across them. DeepSpeed's MiCS key gives the group's size; zero's own
+// hybrid_shard makes it the ranks of a node, as FSDP's HYBRID_SHARD does.
+void read_hybrid_sharding(Section& zero, Config& config) {
+  ZeroConfig& z = config.zero;
+  Reader& reader = zero.reader();
+  const std::int64_t mics = zero.integer({"mics_shard_size"}, -1, {-1, INT64_MAX});
+  z.hybrid_shard = zero.boolean({"hybrid_shard"}, false);
+  zero.no_effect_flag("mics_hierarchical_params_gather",
+                      "a shard group's gathers are one all-gather over the group's ranks");
+  const int world = config.world_size;
+  std::int64_t size = mics > 0 ? mics : 0;
+  std::string from = fmt::format("{} = {}", zero.key_path("mics_shard_size"), size);
+  if (z.hybrid_shard) {
+    if (mics > 0) {
+      reader.error(fmt::format(
+          "{} and {} are both given; keep one: hybrid_shard makes the shard group a node's ranks, "
+          "mics_shard_size gives its size",
+          zero.key_path("hybrid_shard"), zero.key_path("mics_shard_size")));
+      return;
+    }
+    if (config.ranks_per_node <= 0) {
+      reader.error(fmt::format(
+          "{}: zero cannot tell here how many ranks share a node (start the job with zero-run, "
+          "mpirun or srun, or give zero-mem --ranks-per-node); or give the shard group's size "
+          "with mics_shard_size",
+          zero.key_path("hybrid_shard")));
+      return;
+    }
+    size = config.ranks_per_node;
+    from = fmt::format("{} (a node's {} ranks)", zero.key_path("hybrid_shard"), size);
+  }
+  if (size == 0) return;
+  if (z.stage == 0) {
+    reader.info(fmt::format(
+        "{}: no effect at stage 0, where nothing is partitioned",
+        z.hybrid_shard ? zero.key_path("hybrid_shard") : zero.key_path("mics_shard_size")));
+    return;
+  }
+  if (size > world || world % size != 0) {
+    reader.error(fmt::format(
+        "{}: shard groups of {} ranks must divide the world of {} rank{} into equal groups; "
+        "use one of {}",
+        from, size, world, world == 1 ? "" : "s", divisors_of(world)));
+    return;
+  }
+  z.shard_size = size == world ? 0 : static_cast<int>(size);
+  if (z.hybrid_shard) {
+    reader.record("zero_optimization.mics_shard_size", size, Source::derived,
+                  "hybrid_shard: the ranks of a node");
+  }
 }
 
 // Rules across keys: optimizer offload needs a partitioning stage, parameter offload stage 3.
@@ -348,6 +406,7 @@ void read_zero_optimization(Section& root, Config& config) {
     zero.declare("offload_param", KeyClass::implemented);
   map_deprecated_pin_memory(zero, config);
   declare_other_keys(zero);
+  read_hybrid_sharding(zero, config);
   zero.finish();
   check_across_keys(root.reader(), config);
 }

@@ -622,6 +622,62 @@ TEST_CASE("zero: ZeRO++ switches are refused when on and accepted when off", "[c
                    "is disabled (ZeRO++ quantized gradients (qgZ) is not supported)"));
 }
 
+TEST_CASE("zero: hybrid sharding takes MiCS's group size or a node's ranks, dividing the world",
+          "[config][zero][hybrid]") {
+  const auto at = [](const std::string& zero, int world, int per_node = 0) {
+    ReadOptions options;
+    options.world_size = world;
+    options.ranks_per_node = per_node;
+    return read_config_text(with(R"("zero_optimization": )" + zero), options);
+  };
+  const auto refused = [&](const std::string& zero, int world, int per_node = 0) {
+    try {
+      at(zero, world, per_node);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    FAIL("expected a config error for " << zero);
+    return std::string();
+  };
+  REQUIRE(at(R"({"stage": 3, "mics_shard_size": 2})", 8).zero.shard_size == 2);
+  // The whole world is one group: flat.
+  REQUIRE(at(R"({"stage": 2, "mics_shard_size": 8})", 8).zero.shard_size == 0);
+  REQUIRE(at(R"({"stage": 3, "mics_shard_size": -1})", 8).zero.shard_size == 0);
+  const Config node = at(R"({"stage": 3, "hybrid_shard": true})", 8, 4);
+  REQUIRE(node.zero.shard_size == 4);
+  REQUIRE(node.zero.hybrid_shard);
+  REQUIRE(resolved(node, "zero_optimization.mics_shard_size").value == 4);
+  const Config stage0 = at(R"({"stage": 0, "mics_shard_size": 2})", 8);
+  REQUIRE(stage0.zero.shard_size == 0);
+  REQUIRE(has_line(stage0.infos,
+                   "zero_optimization.mics_shard_size: no effect at stage 0, where nothing is "
+                   "partitioned"));
+  REQUIRE(refused(R"({"stage": 3, "mics_shard_size": 3})", 8) ==
+          "zero_optimization.mics_shard_size = 3: shard groups of 3 ranks must divide the world "
+          "of 8 ranks into equal groups; use one of 1, 2, 4, 8");
+  REQUIRE(refused(R"({"stage": 3, "mics_shard_size": 16})", 8) ==
+          "zero_optimization.mics_shard_size = 16: shard groups of 16 ranks must divide the "
+          "world of 8 ranks into equal groups; use one of 1, 2, 4, 8");
+  REQUIRE(refused(R"({"stage": 3, "hybrid_shard": true, "mics_shard_size": 2})", 8, 4) ==
+          "zero_optimization.hybrid_shard and zero_optimization.mics_shard_size are both given; "
+          "keep one: hybrid_shard makes the shard group a node's ranks, mics_shard_size gives its "
+          "size");
+  REQUIRE(refused(R"({"stage": 3, "hybrid_shard": true})", 8) ==
+          "zero_optimization.hybrid_shard: zero cannot tell here how many ranks share a node "
+          "(start the job with zero-run, mpirun or srun, or give zero-mem --ranks-per-node); or "
+          "give the shard group's size with mics_shard_size");
+  REQUIRE(refused(R"({"stage": 3, "hybrid_shard": true})", 4, 8) ==
+          "zero_optimization.hybrid_shard (a node's 8 ranks): shard groups of 8 ranks must "
+          "divide the world of 4 ranks into equal groups; use one of 1, 2, 4");
+  // The hierarchical gather changes only the gathers' route.
+  REQUIRE(has_line(at(R"({"stage": 3, "mics_shard_size": 2,
+                          "mics_hierarchical_params_gather": true})",
+                      8)
+                       .infos,
+                   "zero_optimization.mics_hierarchical_params_gather: accepted, no effect "
+                   "here: a shard group's gathers are one all-gather over the group's ranks"));
+}
+
 TEST_CASE("zero: a section given as a non-object is an error, null means absent",
           "[config][zero]") {
   REQUIRE(error_of(with(R"("zero_optimization": {"offload_optimizer": [1]})")) ==

@@ -122,6 +122,9 @@ struct Case {
   // fp16: at this step one element of the first micro-batch's gradient is infinite, so the
   // step is skipped (-1: none).
   int overflow_step = -1;
+  // zero_optimization.mics_shard_size: hybrid sharding over groups of this many ranks (0: none).
+  int shard_size = 0;
+  bool hybrid_node = false;  // zero_optimization.hybrid_shard: a node's ranks form each group
 };
 
 // Where NVMe cases put their swap files: ZERO_TEST_NVME_DIR, else the working directory (ctest
@@ -155,6 +158,8 @@ inline std::string config_for(const Case& c, int accumulation) {
       "stage3_param_persistence_threshold": 10,
       "stage3_prefetch_bucket_size": 64,
       "sub_group_size": 50,
+      "mics_shard_size": %d,
+      "hybrid_shard": %s,
       "offload_optimizer": {"device": "%s", "pin_memory": true, "nvme_path": "%s",
                             "buffer_count": 3, "pipeline_read": true, "pipeline_write": %s,
                             "max_in_cpu": 60%s},
@@ -163,6 +168,7 @@ inline std::string config_for(const Case& c, int accumulation) {
     }
   })",
                 accumulation, precision.c_str(), c.clipping, c.stage, c.overlap ? "true" : "false",
+                c.shard_size > 0 ? c.shard_size : -1, c.hybrid_node ? "true" : "false",
                 c.stage == 0 ? "none" : c.offload, swap_dir(),
                 c.accumulation == 3 ? "true" : "false",
                 c.super_offload && c.stage != 0 ? R"(, "super_offload": true)" : "",

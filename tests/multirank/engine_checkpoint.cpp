@@ -9,6 +9,8 @@
 //     checks the user data and the step counter, trains 5 more steps and compares with
 //     reference.bin: bit for bit in the exact set (M = N, same stage), within fp32 rounding of
 //     another reduction order in the reshard set (M != N, or another stage).
+//   The hybrid sets do the same with hybrid sharding (mics_shard_size 2): hybrid-exact keeps
+//   the layout (bit for bit at M = N), hybrid also goes from hybrid to flat and back.
 //
 // Each optimizer step takes a global batch of `batch` micro-batches (batch / world accumulation
 // steps per rank), the same at any world size, so runs at N and M ranks see the same data.
@@ -36,8 +38,9 @@ int g_failures = 0;
 struct CheckpointCase {
   const char* id;
   Case c;
-  int batch;         // micro-batches per optimizer step, over all ranks
-  int resume_stage;  // the stage the resumed run uses
+  int batch;              // micro-batches per optimizer step, over all ranks
+  int resume_stage;       // the stage the resumed run uses
+  int resume_shard = -1;  // the resumed run's mics_shard_size (0: flat; -1: the saving run's)
 };
 
 std::vector<CheckpointCase> cases(const std::string& set) {
@@ -62,6 +65,24 @@ std::vector<CheckpointCase> cases(const std::string& set) {
         {"s3-fp32-param-cpu", {3, "fp32", 0, 0.05, true, "cpu", "cpu"}, 12, 3},
         {"s3-fp32-param-nvme", {3, "fp32", 0, 0.05, true, "nvme", "nvme"}, 12, 3},
     };
+  } else if (set == "hybrid" || set == "hybrid-exact") {
+    // Hybrid sharding (groups of 2 at 4 and 6 ranks): saved by the first shard group, loaded
+    // by every group, and across layouts (flat to hybrid and back, another stage).
+    const auto hybrid = [](Case c) {
+      c.shard_size = 2;
+      return c;
+    };
+    out = {
+        {"h-s3-fp32", hybrid({3, "fp32", 0, 0.05, true}), 12, 3},
+        {"h-s2-bf16", hybrid({2, "bf16", 0, 0.05, true}), 12, 2},
+        {"h-s1-fp32-cpu", hybrid({1, "fp32", 0, 0.05, true, "cpu"}), 12, 1},
+        {"h-s3-fp32-param-nvme", hybrid({3, "fp32", 0, 0.05, true, "nvme", "nvme"}), 12, 3},
+    };
+    if (set == "hybrid") {
+      out.push_back({"h-s3-to-flat", hybrid({3, "fp32", 0, 0.05, true}), 12, 3, 0});
+      out.push_back({"flat-s3-to-h", {3, "fp32", 0, 0.05, true}, 12, 3, 2});
+      out.push_back({"h-s1-to-h-s3", hybrid({1, "fp32", 0, 0.05, true, "cpu"}), 12, 3});
+    }
   } else if (set == "reshard") {
     out = {
         {"s1-fp32", {1, "fp32", 0, 0.05, true}, 12, 1},
@@ -125,9 +146,10 @@ std::string user_data_for(const CheckpointCase& k) {
   return std::string("next step 5 of case ") + k.id;
 }
 
-zero_engine* engine_for(const CheckpointCase& k, int stage) {
+zero_engine* engine_for(const CheckpointCase& k, int stage, int shard_size = -1) {
   Case c = k.c;
   c.stage = stage;
+  if (shard_size >= 0) c.shard_size = shard_size;
   if (stage == 0) c.offload = "none";
   if (stage != 3) c.param_offload = "none";
   MPI_Comm world = MPI_COMM_WORLD;
@@ -178,7 +200,7 @@ void save_case(const std::string& dir, const CheckpointCase& k, bool exact) {
 
 void resume_case(const std::string& dir, const CheckpointCase& k, bool exact) {
   const std::string root = dir + "/" + k.id;
-  zero_engine* engine = engine_for(k, k.resume_stage);
+  zero_engine* engine = engine_for(k, k.resume_stage, k.resume_shard);
   CHECK_OK(zero_load_checkpoint(engine, root.c_str(), nullptr, 0));
   std::string detail;
   bool ok = true;
@@ -377,7 +399,9 @@ int main(int argc, char** argv) {
   const std::vector<CheckpointCase> all = cases(set);
   if ((mode != "save" && mode != "resume") || dir.empty() || all.empty()) {
     if (g_rank == 0) {
-      std::fprintf(stderr, "usage: %s save|resume DIR exact|reshard | import FILE EXPECTED\n",
+      std::fprintf(stderr,
+                   "usage: %s save|resume DIR exact|reshard|hybrid|hybrid-exact | import FILE "
+                   "EXPECTED\n",
                    argv[0]);
     }
     MPI_Finalize();
@@ -386,9 +410,9 @@ int main(int argc, char** argv) {
   for (const CheckpointCase& k : all) {
     if (k.batch != 0 && k.batch % g_world != 0) continue;  // 12 splits over 1, 2, 3, 4 ranks
     if (mode == "save") {
-      save_case(dir, k, set == "exact");
+      save_case(dir, k, set == "exact" || set == "hybrid-exact");
     } else {
-      resume_case(dir, k, set == "exact");
+      resume_case(dir, k, set == "exact" || set == "hybrid-exact");
     }
   }
   if (g_rank == 0) std::printf("%d case(s) failed\n", g_failures);

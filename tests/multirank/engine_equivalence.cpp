@@ -7,7 +7,8 @@
 //
 // Run it under mpirun (zero-run -n N); exits non-zero when a case fails, naming it.
 // `--super-offload` runs the speculative step's cases instead (offload_optimizer.super_offload),
-// fp16 overflow skips among them.
+// fp16 overflow skips among them; `--hybrid` the hybrid sharding cases (mics_shard_size), and
+// `--hybrid-node` the same with hybrid_shard (a group per node: run it across nodes).
 // `--device cuda` (the GPU program zero_engine_equivalence_gpu) runs every engine on GPU 0:
 // the model copies to and from its buffers on its own stream, which the hooks are given; at
 // one rank the engine under test runs on an NCCL world of one (the reference on MPI, staged
@@ -47,11 +48,18 @@ void run_case(const Case& c) {
   if (c.overflow_step >= 0) {
     std::snprintf(overflow, sizeof overflow, ", overflow at step %d", c.overflow_step);
   }
+  char hybrid[40] = "";
+  if (c.shard_size > 0) {
+    std::snprintf(hybrid, sizeof hybrid, " (%d shard groups of %d)", g_world / c.shard_size,
+                  c.shard_size);
+  }
+  if (c.hybrid_node) std::snprintf(hybrid, sizeof hybrid, " (a shard group per node)");
   std::snprintf(name, sizeof name,
                 "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s%s, params "
-                "%s%s, %d ranks",
+                "%s%s, %d ranks%s",
                 c.stage, c.precision, c.accumulation, c.clipping, c.overlap ? 1 : 0, c.offload,
-                c.super_offload ? " (super_offload)" : "", c.param_offload, overflow, g_world);
+                c.super_offload ? " (super_offload)" : "", c.param_offload, overflow, g_world,
+                hybrid);
   const bool offloaded = std::string(c.offload) != "none" || std::string(c.param_offload) != "none";
   std::vector<int> ids, ref_ids;
   MPI_Comm world = MPI_COMM_WORLD;
@@ -64,6 +72,8 @@ void run_case(const Case& c) {
   reference_case.offload = "none";
   reference_case.param_offload = "none";
   reference_case.super_offload = false;
+  reference_case.shard_size = 0;
+  reference_case.hybrid_node = false;
   zero_engine* reference = build(reference_case, &self, c.accumulation * g_world, &ref_ids);
   // Offloaded: the same case without offload, which must give the same bits on the CPU device
   // (the same kernels run); on a GPU the step runs on the CPU with offload and on the GPU
@@ -206,10 +216,16 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &g_world);
   std::unique_ptr<ModelMemory> gpu_memory;
   bool super_offload = false;
+  bool hybrid = false;
+  bool hybrid_node = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--super-offload") {
       super_offload = true;
+    } else if (arg == "--hybrid") {
+      hybrid = true;
+    } else if (arg == "--hybrid-node") {
+      hybrid = hybrid_node = true;
     } else if (arg == "--device" && i + 1 < argc && std::string(argv[i + 1]) == "cuda") {
       ++i;
       std::string why;
@@ -226,7 +242,7 @@ int main(int argc, char** argv) {
       if (g_rank == 0) {
         std::fprintf(stderr,
                      "zero_engine_equivalence: unknown argument '%s'; the options are "
-                     "--device cuda and --super-offload\n",
+                     "--device cuda, --super-offload, --hybrid and --hybrid-node\n",
                      arg.c_str());
       }
       MPI_Finalize();
@@ -237,13 +253,49 @@ int main(int argc, char** argv) {
     std::printf("device %s, %s\n", g_device == 1 ? "CPU" : "CUDA (GPU 0)",
                 g_nccl ? "the engine under test on NCCL, the reference on MPI" : "MPI");
   }
+  // --hybrid: hybrid sharding (mics_shard_size) over every group size that divides the world
+  // into several groups of several ranks, at stages 1-3, in each precision, with each kind of
+  // offload and the speculative step; each against stage 0 on one rank like the flat cases,
+  // and the offloaded ones against the same hybrid run without offload, bit for bit.
+  // --hybrid-node: the same cases once, with hybrid_shard (a node's ranks form each group).
+  std::vector<int> group_sizes;  // 0: hybrid_shard's node
+  for (int size = 2; hybrid && !hybrid_node && size < g_world; ++size) {
+    if (g_world % size == 0) group_sizes.push_back(size);
+  }
+  if (hybrid_node) group_sizes.push_back(0);
+  for (int size : group_sizes) {
+    const auto hybrid_case = [&](Case c) {
+      c.shard_size = size;
+      c.hybrid_node = size == 0;
+      return c;
+    };
+    for (int stage = 1; stage <= 3; ++stage) {
+      for (const char* precision : {"fp32", "bf16", "fp16"}) {
+        for (int accumulation : {1, 3}) {
+          run_case(hybrid_case({stage, precision, accumulation, 0.05, accumulation == 3}));
+        }
+      }
+      for (const char* offload : {"cpu", "nvme"}) {
+        for (const char* precision : {"fp32", "bf16"}) {
+          run_case(hybrid_case({stage, precision, 3, 0.05, true, offload}));
+        }
+      }
+      run_case(hybrid_case({stage, "fp16", 3, 0.0, true, "cpu", "none", true, 2}));
+      for (const char* params : {"cpu", "nvme"}) {
+        for (const char* optimizer : {"none", "cpu", "nvme"}) {
+          if (stage != 3) break;
+          run_case(hybrid_case({stage, "bf16", 3, 0.05, true, optimizer, params}));
+        }
+      }
+    }
+  }
   // --super-offload: the speculative step (optimizer offload to the CPU, and with the state on
   // NVMe: 60 elements per rank in memory, the rest swapped, the speculated steps written to
   // each group's second region) at stages 1-3, in each precision, without clipping, with
   // clipping that never triggers and with clipping that always does (every step rolled back
   // until the policy stops speculating), accumulating 1 and 3 micro-steps; each must give the
   // bits of the same run without offload.
-  for (int stage = 1; super_offload && stage <= 3; ++stage) {
+  for (int stage = 1; super_offload && !hybrid && stage <= 3; ++stage) {
     for (const char* offload : {"cpu", "nvme"}) {
       for (const char* precision : {"fp32", "bf16", "fp16"}) {
         for (double clipping : {0.0, 1e6, 0.05}) {
@@ -270,14 +322,15 @@ int main(int argc, char** argv) {
     for (const char* optimizer : {"cpu", "nvme"}) {
       for (const char* precision : {"fp32", "bf16", "fp16"}) {
         for (double clipping : {0.0, 0.05}) {
-          if (!super_offload) break;
+          if (!super_offload || hybrid) break;
           run_case({3, precision, 3, clipping, true, optimizer, params, true});
         }
       }
-      if (super_offload) run_case({3, "fp16", 1, 0.0, false, optimizer, params, true, 3});
+      if (super_offload && !hybrid)
+        run_case({3, "fp16", 1, 0.0, false, optimizer, params, true, 3});
     }
   }
-  for (int stage = 0; !super_offload && stage <= 3; ++stage) {
+  for (int stage = 0; !super_offload && !hybrid && stage <= 3; ++stage) {
     for (const char* precision : {"fp32", "bf16", "fp16"}) {
       for (int accumulation : {1, 3}) {
         for (double clipping : {0.0, 0.05}) {

@@ -23,6 +23,7 @@ double gb(double gbps) {
 config::ReadOptions read_options(const Request& request, const Mode& mode) {
   config::ReadOptions read;
   read.world_size = request.hardware.world();
+  read.ranks_per_node = request.hardware.gpus_per_node;
   read.source = "zero-mem";
   read.overrides = request.overrides;
   for (auto it = mode.keys.begin(); it != mode.keys.end(); ++it) {
