@@ -13,6 +13,10 @@
 #   checkpoint   a checkpoint saved by every rank of every node, resumed in a new job by one
 #                more rank than a node has on node 0 alone (2 x 2 -> 1 x 3 at the defaults),
 #                within fp32 rounding (tests/multirank/engine_checkpoint.cpp, set reshard)
+#   hybrid       hybrid sharding with a shard group per node (hybrid_shard): the engine's
+#                equivalence cases at stages 1-3, every offload (engine_equivalence --hybrid-node),
+#                and the engine's own line saying it made one group per node
+#   equivalence  the engine's flat equivalence matrix, stages 0-3 with and without offload
 set -uo pipefail
 case_name=$1 zero_run=$2 tests=$3
 
@@ -58,6 +62,19 @@ checkpoint)
   while IFS= read -r arg; do one+=("--mpi-arg=$arg"); done <<<"$ZERO_NODES_MPI_ARGS"
   "${one[@]}" -- "$tests/zero_engine_checkpoint" resume "$dir" reshard >"$out" 2>&1 ||
     { tail -40 "$out"; fail "resuming on one node at $((slots + 1)) ranks failed"; }
+  ;;
+hybrid)
+  (cd "$ZERO_NODES_WORK" && ZERO_LOG_LEVEL=info "${launch[@]}" -- \
+    "$tests/zero_engine_equivalence" --hybrid-node) >"$out" 2>&1 ||
+    { grep -v '^\[' "$out" | tail -40; fail "the hybrid cases failed"; }
+  grep -q "0 case(s) failed" "$out" || { tail -40 "$out"; fail "no '0 case(s) failed'"; }
+  want="on $ranks ranks (hybrid: $nodes shard groups of $slots ranks)"
+  grep -qF "$want" "$out" || { tail -40 "$out"; fail "the engine never said '$want'"; }
+  ;;
+equivalence)
+  (cd "$ZERO_NODES_WORK" && "${launch[@]}" -- "$tests/zero_engine_equivalence") >"$out" 2>&1 ||
+    { grep -v '^\[' "$out" | tail -40; fail "the equivalence cases failed"; }
+  grep -q "0 case(s) failed" "$out" || { tail -40 "$out"; fail "no '0 case(s) failed'"; }
   ;;
 *)
   fail "unknown case"
