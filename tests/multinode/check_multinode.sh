@@ -17,6 +17,10 @@
 #                equivalence cases at stages 1-3, every offload (engine_equivalence --hybrid-node),
 #                and the engine's own line saying it made one group per node
 #   equivalence  the engine's flat equivalence matrix, stages 0-3 with and without offload
+#   killed       the last rank (on the last node) is killed: the job ends at once with its
+#                status, and zero-run names the rank and its node
+#   stalled      the last node never starts (nodes.sh's `stalled`): zero-run's start-up bound
+#                ends the job with 124, naming the ranks and the node where none started
 set -uo pipefail
 case_name=$1 zero_run=$2 tests=$3
 
@@ -75,6 +79,32 @@ equivalence)
   (cd "$ZERO_NODES_WORK" && "${launch[@]}" -- "$tests/zero_engine_equivalence") >"$out" 2>&1 ||
     { grep -v '^\[' "$out" | tail -40; fail "the equivalence cases failed"; }
   grep -q "0 case(s) failed" "$out" || { tail -40 "$out"; fail "no '0 case(s) failed'"; }
+  ;;
+killed)
+  last=$((ranks - 1))
+  start=$SECONDS
+  "${launch[@]}" -- sh -c "[ \"\$OMPI_COMM_WORLD_RANK\" = $last ] && kill -9 \$\$; sleep 60" \
+    >"$out" 2>&1
+  status=$?
+  ((status == 137)) || { cat "$out"; fail "zero-run exited $status, not 137 (128 + SIGKILL)"; }
+  ((SECONDS - start < 45)) || { cat "$out"; fail "the job took $((SECONDS - start)) s to end"; }
+  want="zero-run: rank $last on zn-node$((nodes - 1)) \\(pid [0-9]+\\) was killed by signal 9"
+  grep -qE "$want" "$out" || { cat "$out"; fail "no line '$want'"; }
+  ;;
+stalled)
+  echo "zn-node$((nodes - 1))" >"$ZERO_NODES_WORK/stalled"
+  start=$SECONDS
+  stalled=("$zero_run" -n "$ranks" --hostfile "$ZERO_NODES_HOSTFILE" --start-timeout 5)
+  while IFS= read -r arg; do stalled+=("--mpi-arg=$arg"); done <<<"$ZERO_NODES_MPI_ARGS"
+  "${stalled[@]}" -- "$tests/zero_mpi_probe" >"$out" 2>&1
+  status=$?
+  rm -f "$ZERO_NODES_WORK/stalled"
+  ((status == 124)) || { cat "$out"; fail "zero-run exited $status, not 124"; }
+  ((SECONDS - start < 60)) || { cat "$out"; fail "the job took $((SECONDS - start)) s to end"; }
+  want="did not start within 5 s (--start-timeout): ranks"
+  grep -qF "$want" "$out" || { cat "$out"; fail "no '$want'"; }
+  want="; zn-node$((nodes - 1)) did not answer"
+  grep -qF "$want" "$out" || { cat "$out"; fail "no '$want'"; }
   ;;
 *)
   fail "unknown case"

@@ -17,7 +17,9 @@
 #   ZERO_NODES_HOSTFILE  a hostfile naming every node with slots=SLOTS
 #   ZERO_NODES_MPI_ARGS  the mpirun options that go with it (the agent, and TCP kept to the
 #                        nodes' network), one per line
-#   ZERO_NODES_WORK      a directory every node sees, removed at the end
+#   ZERO_NODES_WORK      a directory every node sees, removed at the end; nodes named in
+#                        its file `stalled` (one per line) never start: the agent hangs
+#                        instead of entering them, as ssh to a node that is down would
 # Everything is torn down when COMMAND ends, fails or is interrupted. COMMAND's exit status is
 # returned; 77 (ctest's skip) with the reason when this machine cannot make the nodes (not root,
 # no network namespaces, no veth or bridge devices, no iproute2).
@@ -112,6 +114,7 @@ host=\$1
 shift
 ns=\$(awk -v h="\$host" '\$1 == h || \$2 == h {print \$2}' "$work/hosts")
 [[ -n \$ns && \$ns != localhost ]] || { echo "nodes.sh rsh: no node '\$host'" >&2; exit 255; }
+if grep -qx "\$ns" "$work/stalled" 2>/dev/null; then exec sleep 86400; fi
 exec "$work/enter" "\$ns" "\$@"
 EOF
 chmod +x "$work/enter" "$work/rsh"

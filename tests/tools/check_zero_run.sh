@@ -93,7 +93,7 @@ case "$case_name" in
   dry_run_three_ranks_on_one_cpu)
     run taskset -c 0 "$tool" --mpirun "$work/bin/mpirun" --dry-run -n 3 -- sh -c 'echo a b'
     expect_rc 0
-    expect_out "$work/bin/mpirun -n 3 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX -- sh -c 'echo a b'"
+    expect_out "$work/bin/mpirun -n 3 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX -x ZERO_RUN_REPORT=HOST:PORT -- $(readlink -f "$tool") --supervise -- sh -c 'echo a b'"
     expect_out "mode=mpirun ranks=3 ranks_per_node=3 cpus=1 cores=1"
     expect_root_exports
     [ ! -e "$work/mpirun-ran" ] || fail "--dry-run ran mpirun"
@@ -107,7 +107,7 @@ case "$case_name" in
     expect_out " --bind-to none "
     # One rank through mpirun (an --mpi-arg forces mpirun) gets every CPU.
     dry -n 1 --mpi-arg=--report-bindings -- ./train
-    expect_out "-n 1 --bind-to none -x OMP_NUM_THREADS=$cpus -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX --report-bindings -- ./train"
+    expect_out "-n 1 --bind-to none -x OMP_NUM_THREADS=$cpus -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX -x ZERO_RUN_REPORT=HOST:PORT --report-bindings -- $(readlink -f "$tool") --supervise -- ./train"
     # A value the user set is kept and passed on by name.
     OMP_NUM_THREADS=3 dry -n 2 -- ./train
     expect_out "-x OMP_NUM_THREADS -x ZERO_LAUNCHER=zero-run"
@@ -215,6 +215,7 @@ case "$case_name" in
     expect_rc 0
     for word in -n,--np --hostfile --bind-cores --mpirun --mpi-arg --dry-run ZERO_MPIRUN \
       --start-timeout --start-dir ZERO_START_TIMEOUT ZERO_START_DIR "exit status 124" \
+      "--supervise" ZERO_RUN_REPORT ZERO_RUN_REPORT_HOST "was killed by signal" \
       OMPI_ALLOW_RUN_AS_ROOT --oversubscribe OMP_NUM_THREADS "--bind-to none" "PE=k" \
       ZERO_LAUNCHER SIGTERM SIGUSR2 "ends the other ranks" "srun -n N COMMAND" SLURM_PROCID; do
       expect_out "$word"
@@ -258,6 +259,21 @@ case "$case_name" in
     need_mpirun
     run "$tool" -n 3 -- sh -c 'if [ $OMPI_COMM_WORLD_RANK = 1 ]; then exit 7; fi; sleep 30'
     expect_rc 7
+    # zero-run names the rank and its host itself (the supervisors' reports), and only it:
+    # the ranks mpirun then ends are a teardown, not failures.
+    expect_err "zero-run: rank 1 on $(hostname) (pid "
+    expect_err ") exited with status 7; mpirun ends the other ranks"
+    [ "$(grep -c '^zero-run: rank' "$work/err")" -eq 1 ] || fail "more than one rank named: $err"
+    run "$tool" -n 2 -- sh -c 'if [ $OMPI_COMM_WORLD_RANK = 0 ]; then kill -KILL $$; fi; sleep 30'
+    expect_rc 137
+    expect_err "zero-run: rank 0 on $(hostname) (pid "
+    expect_err ") was killed by signal 9 (Killed)"
+    # A supervisor that cannot reach zero-run says so and runs its rank anyway.
+    ZERO_RUN_REPORT_HOST=no-such-host.invalid run "$tool" -n 2 -- sh -c 'echo ran $OMPI_COMM_WORLD_RANK'
+    expect_rc 0
+    expect_out "ran 0"
+    expect_out "ran 1"
+    expect_err "cannot reach zero-run at no-such-host.invalid:"
     ;;
 
   run_one_rank_directly)

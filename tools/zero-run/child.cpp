@@ -1,4 +1,5 @@
-// Starts the child with posix_spawn, forwards signals to it, waits (see child.h).
+// Starts the child with posix_spawn (or fork and exec, to die with this process), forwards
+// signals to it, waits (see child.h).
 //
 // The child stays in zero-run's process group, so it stays in the terminal's foreground (a
 // direct command can read the terminal) and a terminal's Ctrl-C or hang-up reaches it
@@ -14,9 +15,11 @@
 #include <cstring>
 #include <iostream>
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,13 +33,53 @@ constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2
 
 static_assert(std::atomic<pid_t>::is_always_lock_free, "read from a signal handler");
 std::atomic<pid_t> child_pid{0};
+std::atomic<bool> forwarded_any{false};
 
 void forward(int signal, siginfo_t* info, void*) {
   if (info != nullptr && info->si_code == SI_KERNEL) return;  // the terminal's: child has it
   const int saved_errno = errno;
   const pid_t pid = child_pid.load();
   if (pid > 0) kill(pid, signal);
+  forwarded_any.store(true);
   errno = saved_errno;
+}
+
+// fork and exec, for a child that must die with this process (posix_spawn cannot set
+// PR_SET_PDEATHSIG). An exec failure comes back through a close-on-exec pipe as its errno.
+int fork_exec(pid_t* pid, char* const* argv, char* const* envp, const sigset_t& mask) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return errno;
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child < 0) {
+    const int error = errno;
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return error;
+  }
+  if (child == 0) {
+    close(pipe_fds[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(kCannotRun);  // the parent is already gone
+    sigprocmask(SIG_SETMASK, &mask, nullptr);
+    execvpe(argv[0], argv, envp);
+    const int error = errno;
+    (void)!write(pipe_fds[1], &error, sizeof error);
+    _exit(kCannotRun);
+  }
+  close(pipe_fds[1]);
+  int error = 0;
+  ssize_t got = 0;
+  do {
+    got = read(pipe_fds[0], &error, sizeof error);
+  } while (got < 0 && errno == EINTR);
+  close(pipe_fds[0]);
+  if (got == sizeof error) {
+    waitpid(child, nullptr, 0);
+    return error;
+  }
+  *pid = child;
+  return 0;
 }
 
 // This process's environment with `additions` set (replacing a variable of the same name).
@@ -62,7 +105,17 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 
 }  // namespace
 
-int run_child(const std::vector<std::string>& argv, const Environment& environment) {
+void signal_child(int signal) {
+  const pid_t pid = child_pid.load();
+  if (pid > 0) kill(pid, signal);
+}
+
+bool child_signalled() {
+  return forwarded_any.load();
+}
+
+int run_child(const std::vector<std::string>& argv, const Environment& environment,
+              const ChildOptions& options) {
   std::vector<std::string> arguments = argv;
   std::vector<std::string> variables = environment_with(environment);
   std::vector<char*> argv_pointers = pointers(arguments);
@@ -85,14 +138,19 @@ int run_child(const std::vector<std::string>& argv, const Environment& environme
   }
 
   // exec resets handled signals to their default; the child gets zero-run's original mask.
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  posix_spawnattr_setsigmask(&attributes, &original);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = 0;
-  const int error = posix_spawnp(&pid, argv_pointers[0], nullptr, &attributes, argv_pointers.data(),
-                                 env_pointers.data());
-  posix_spawnattr_destroy(&attributes);
+  int error = 0;
+  if (options.die_with_parent) {
+    error = fork_exec(&pid, argv_pointers.data(), env_pointers.data(), original);
+  } else {
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    posix_spawnattr_setsigmask(&attributes, &original);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+    error = posix_spawnp(&pid, argv_pointers[0], nullptr, &attributes, argv_pointers.data(),
+                         env_pointers.data());
+    posix_spawnattr_destroy(&attributes);
+  }
   if (error != 0) {
     sigprocmask(SIG_SETMASK, &original, nullptr);
     std::cerr << fmt::format("zero-run: cannot run '{}': {}\n", argv[0], std::strerror(error));
@@ -100,6 +158,7 @@ int run_child(const std::vector<std::string>& argv, const Environment& environme
   }
   child_pid.store(pid);
   sigprocmask(SIG_SETMASK, &original, nullptr);
+  if (options.started) options.started(pid);
 
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
@@ -110,6 +169,9 @@ int run_child(const std::vector<std::string>& argv, const Environment& environme
     }
   }
   child_pid.store(0);
+  if (options.ended_by_signal != nullptr) {
+    *options.ended_by_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 
@@ -15,12 +17,14 @@ Hostfile read_hostfile(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw make_error(ErrorCategory::usage, "--hostfile {}: cannot read the file", path);
   std::map<std::string, int> slots_per_host;
+  std::vector<std::string> names;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     line = line.substr(0, line.find('#'));
     std::istringstream words(line);
     std::string host, word;
     if (!(words >> host)) continue;
+    if (!slots_per_host.contains(host)) names.push_back(host);
     int& slots = slots_per_host[host];
     while (words >> word) {
       if (!word.starts_with("slots=")) continue;
@@ -38,7 +42,7 @@ Hostfile read_hostfile(const std::string& path) {
   if (slots_per_host.empty()) {
     throw make_error(ErrorCategory::usage, "--hostfile {}: names no host", path);
   }
-  Hostfile hostfile{path, static_cast<int>(slots_per_host.size()), 0};
+  Hostfile hostfile{path, static_cast<int>(slots_per_host.size()), 0, std::move(names)};
   for (const auto& [host, slots] : slots_per_host) {
     hostfile.max_slots = std::max(hostfile.max_slots, slots);
   }

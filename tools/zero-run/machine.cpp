@@ -1,7 +1,8 @@
-// CPU counts and PATH lookup (see machine.h).
+// CPU counts, PATH lookup and zero-run's own path (see machine.h).
 #include "tools/zero-run/machine.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string_view>
@@ -62,6 +63,12 @@ std::optional<std::string> find_program(const std::string& name) {
     if (colon == std::string_view::npos) return std::nullopt;
     rest.remove_prefix(colon + 1);
   }
+}
+
+std::string own_path() {
+  std::error_code error;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::string("zero-run") : path.string();
 }
 
 }  // namespace zero::run

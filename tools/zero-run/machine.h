@@ -1,5 +1,5 @@
 // What zero-run needs to know about this machine: the CPUs it may run on, the physical cores
-// behind them, and where a program is on PATH.
+// behind them, where a program is on PATH, and where zero-run itself is.
 #pragma once
 
 #include <optional>
@@ -19,5 +19,9 @@ Cpus available_cpus();
 // `name` itself when it contains a '/', else the first executable PATH entry named `name`;
 // nothing when there is no such executable file.
 std::optional<std::string> find_program(const std::string& name);
+
+// This program's own path (/proc/self/exe), for mpirun to start it on every node; "zero-run"
+// (looked up on PATH there) when it cannot be read.
+std::string own_path();
 
 }  // namespace zero::run

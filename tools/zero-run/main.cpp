@@ -3,6 +3,7 @@
 //
 //   zero-run -n N [--hostfile FILE] [--bind-cores] [--start-timeout S] [--start-dir DIR]
 //            [--mpi-arg ARG]... [--dry-run] -- COMMAND...
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -17,14 +18,18 @@
 #include "base/error.h"
 #include "tools/cli_checks.h"
 #include "tools/zero-run/child.h"
+#include "tools/zero-run/host_probe.h"
 #include "tools/zero-run/hostfile.h"
 #include "tools/zero-run/machine.h"
 #include "tools/zero-run/plan.h"
+#include "tools/zero-run/rank_reports.h"
 #include "tools/zero-run/start_dir.h"
+#include "tools/zero-run/supervise.h"
 
 namespace {
 
 constexpr int kUsage = 2;
+constexpr int kStartTimeout = 124;  // as the ranks' own start-up bound (comm/start_watch.h)
 
 constexpr const char* kFooter = R"(
 What zero-run does:
@@ -52,15 +57,25 @@ What zero-run does:
               on to the ranks and ends the job on the others. A terminal's Ctrl-C reaches
               mpirun directly and is not sent twice; a signal zero-run inherits as ignored
               (nohup) stays ignored.
+  supervision through mpirun, each rank runs as `zero-run --supervise -- COMMAND`, which
+              reports to zero-run over TCP (ZERO_RUN_REPORT=HOST:PORT; HOST is this host's
+              name, or ZERO_RUN_REPORT_HOST) when the rank starts, with its host and pid,
+              and how it ended. zero-run prints each rank that fails on its own as it
+              happens, as in: rank 3 on node2 (pid 4242) was killed by signal 9 (Killed).
+              A supervisor that cannot reach zero-run says so and runs the rank unreported.
   start-up    ranks wait for each other in MPI_Init_thread, which has no timeout of its
               own. Every rank gets ZERO_START_TIMEOUT=T (--start-timeout, default 300 s) and,
               without --hostfile, ZERO_START_DIR (a fresh directory under $TMPDIR where each
               rank marks its arrival; removed at the end; with --hostfile give a directory
               every node sees with --start-dir). Ranks that have not all started within T end
-              the job with exit status 124, naming the ranks that never arrived.
+              the job with exit status 124, naming the ranks that never arrived. zero-run
+              keeps the same bound: when its ranks' supervisors have not all reported within
+              T (a node that never starts, whose ranks mpirun never launches), it names the
+              ranks and the hostfile's hosts where none started, ends mpirun and exits 124.
   failure     when a rank exits non-zero or is killed, mpirun ends the other ranks.
   exit status with mpirun, what it returns: the first non-zero exit code of a rank (128+S
-              for a rank killed by signal S), 1 when a signal to mpirun ended the job.
+              for a rank killed by signal S), 1 when a signal to mpirun ended the job, 124
+              when zero-run's start-up bound ended it.
               COMMAND run directly: its exit code, or 128+S when signal S killed it.
               2: usage error. 127: mpirun or COMMAND cannot be started.
 
@@ -142,6 +157,14 @@ int main(int argc, char** argv) {
                "additions, then the command line); run nothing");
 
   SplitArguments split = split_arguments(argc, argv);
+  // How mpirun starts each rank (supervise.h); not for users.
+  if (split.options.size() == 2 && std::string_view(split.options[1]) == "--supervise") {
+    if (split.command.empty()) {
+      std::cerr << "zero-run --supervise: no COMMAND after --\n";
+      return kUsage;
+    }
+    return zero::run::supervise(split.command);
+  }
   try {
     app.parse(static_cast<int>(split.options.size()), split.options.data());
   } catch (const CLI::ParseError& error) {
@@ -188,12 +211,36 @@ int main(int argc, char** argv) {
         request.start_dir = start->path();
       }
     }
+    // Supervised ranks report to zero-run, which names a failing rank and its host, and ranks
+    // and hosts that never start (rank_reports.h).
+    std::optional<zero::run::RankReports> reports;
+    if (!zero::run::runs_directly(request)) {
+      request.supervisor = zero::run::own_path();
+      if (dry_run) {
+        request.report_address = "HOST:PORT";
+      } else {
+        reports.emplace(request.ranks,
+                        request.hostfile ? request.hostfile->names : std::vector<std::string>{},
+                        hostfile, zero::run::remote_agent(request.mpi_args));
+        request.report_address = reports->address();
+      }
+    }
     const zero::run::Plan plan = zero::run::make_plan(request, machine, mpirun);
     if (dry_run) {
       std::cout << zero::run::describe(plan, request, machine);
       return 0;
     }
-    return zero::run::run_child(plan.argv, plan.environment);
+    if (reports) {
+      reports->start(
+          request.start_timeout, [] { zero::run::signal_child(SIGTERM); },
+          [] { zero::run::signal_child(SIGKILL); });
+    }
+    const int status = zero::run::run_child(plan.argv, plan.environment);
+    if (reports) {
+      reports->stop();
+      if (reports->start_timed_out()) return kStartTimeout;
+    }
+    return status;
   } catch (const zero::Error& error) {
     std::cerr << "zero-run: " << error.what() << "\n";
     return error.category() == zero::ErrorCategory::usage ? kUsage : 1;

@@ -84,8 +84,15 @@ Plan make_plan(const Request& request, const Machine& machine, const std::string
   if (!request.start_dir.empty()) {
     argv.insert(argv.end(), {"-x", "ZERO_START_DIR=" + request.start_dir});
   }
+  // Supervised ranks report their start and end to zero-run (rank_reports.h).
+  if (!request.supervisor.empty()) {
+    argv.insert(argv.end(), {"-x", "ZERO_RUN_REPORT=" + request.report_address});
+  }
   argv.insert(argv.end(), request.mpi_args.begin(), request.mpi_args.end());
   argv.push_back("--");
+  if (!request.supervisor.empty()) {
+    argv.insert(argv.end(), {request.supervisor, "--supervise", "--"});
+  }
   argv.insert(argv.end(), request.command.begin(), request.command.end());
   if (machine.root) {
     plan.environment = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};

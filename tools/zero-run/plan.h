@@ -24,6 +24,10 @@ struct Request {
   std::vector<std::string> command;   // the program each rank runs, and its arguments
   double start_timeout = 300;         // seconds the ranks may take to start (ZERO_START_TIMEOUT)
   std::string start_dir;  // where ranks mark their arrival (ZERO_START_DIR); empty: none
+  // Each rank runs under `SUPERVISOR --supervise --` reporting to REPORT (ZERO_RUN_REPORT,
+  // rank_reports.h); empty: the command alone.
+  std::string supervisor;
+  std::string report_address;
 };
 
 struct Machine {
