@@ -1,5 +1,6 @@
 // The MPI backend: MPI-3 nonblocking collectives on a duplicate of the job's (or the
-// embedder's) communicator. Device buffers go through pinned staging blocks. Progress comes
+// embedder's) communicator; the reduce-scatter is an all-to-all and a local sum. Device
+// buffers go through pinned staging blocks. Progress comes
 // from the progress thread or from the caller's test()/wait(), per CommOptions::progress.
 #include <algorithm>
 #include <atomic>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <vector>
 
 #include "base/error.h"
@@ -184,6 +186,11 @@ class MpiCommunicator final : public CommunicatorBase {
                  });
   }
 
+  // An all-to-all of the blocks, then the sum of the received ones here: each rank receives
+  // every rank's copy of its own block and adds them up in rank order, so it sends (n-1)/n of
+  // the buffer, the least any algorithm sends, and no rank relays the others' data. Open MPI's
+  // non-blocking reduce-scatter (libnbc) reduces everything to rank 0 and scatters it: about
+  // 1.25x those bytes at 4 ranks and 1.5x at 2, all of it through rank 0.
   Work reduce_scatter(const void* input, void* output, std::size_t count, DType dtype, ReduceOp op,
                       Stream* stream) override {
     const OpInfo info = begin_reduce_scatter(input, output, count, dtype, op);
@@ -193,35 +200,38 @@ class MpiCommunicator final : public CommunicatorBase {
     const std::size_t block = count * dtype_size(dtype);
     const std::size_t total = block * static_cast<std::size_t>(size());
     const MPI_Datatype type = datatype_of(dtype);
-    const MPI_Op mpi_op = op_of(dtype, op);
+    // Received blocks, then with staging the input and this rank's result.
+    StagingPool& pool = staged_ ? *staging_ : host_pool();
+    const StagingPool::Block stage = pool.acquire(total + (staged_ ? total + block : 0));
+    char* received = static_cast<char*>(stage.data);
+    const char* send = static_cast<const char*>(input);
+    char* result = static_cast<char*>(output);
     if (staged_) {
-      StagingPool::Block stage = staging_->acquire(total + block);
-      to_host(stage.data, input, total, stream);
-      char* in = static_cast<char*>(stage.data);
-      char* out = in + total;
-      return issue(info, single([=, this](MPI_Request* request) {
-                     return MPI_Ireduce_scatter_block(in, out, n, type, mpi_op, comm_, request);
-                   }),
-                   [=, this] {
-                     if (op == ReduceOp::avg) divide_by(dtype, out, count, size());
-                     from_host(output, out, block, stage);
-                   });
+      char* in = received + total;
+      to_host(in, input, total, stream);
+      send = in;
+      result = in + total;
+    } else {
+      wait_for_caller(stream);
     }
-    wait_for_caller(stream);
-    auto* in = const_cast<char*>(static_cast<const char*>(input));
-    const bool in_place = static_cast<char*>(output) == in + rank() * block;
-    return issue(
-        info, single([=, this](MPI_Request* request) {
-          // MPI's in-place form takes the whole input from the output buffer and leaves the
-          // result at its start; we move it to this rank's block afterwards.
-          return in_place
-                     ? MPI_Ireduce_scatter_block(MPI_IN_PLACE, in, n, type, mpi_op, comm_, request)
-                     : MPI_Ireduce_scatter_block(in, output, n, type, mpi_op, comm_, request);
-        }),
-        [=, this] {
-          if (in_place && rank() != 0) std::memmove(output, in, block);
-          if (op == ReduceOp::avg) divide_by(dtype, output, count, size());
-        });
+    return issue(info, single([=, this](MPI_Request* request) {
+                   return MPI_Ialltoall(send, n, type, received, n, type, comm_, request);
+                 }),
+                 [=, this, &pool] {
+                   // In place the input is this rank's block: no longer read once sent.
+                   std::memmove(result, received, block);
+                   const ReduceOp add = op == ReduceOp::max ? ReduceOp::max : ReduceOp::sum;
+                   for (int q = 1; q < size(); ++q) {
+                     reduce_into(dtype, add, received + static_cast<std::size_t>(q) * block, result,
+                                 count);
+                   }
+                   if (op == ReduceOp::avg) divide_by(dtype, result, count, size());
+                   if (staged_) {
+                     from_host(output, result, block, stage);
+                   } else {
+                     pool.release(stage);
+                   }
+                 });
   }
 
   Work all_gather(const void* input, void* output, std::size_t count, DType dtype,
@@ -353,6 +363,16 @@ class MpiCommunicator final : public CommunicatorBase {
     }
   }
 
+  // Host blocks for a host communicator's reduce-scatter (made at its first).
+  StagingPool& host_pool() {
+    std::lock_guard guard(host_pool_mutex_);
+    if (!host_pool_) {
+      pool_device_ = create_cpu_device();
+      host_pool_ = std::make_shared<StagingPool>(*pool_device_);
+    }
+    return *host_pool_;
+  }
+
   // `post` issues the collective's MPI calls, appending one request per call.
   using Post = std::function<int(std::vector<MPI_Request>&)>;
   Work issue(const OpInfo& info, const Post& post, std::function<void()> finish) {
@@ -403,6 +423,9 @@ class MpiCommunicator final : public CommunicatorBase {
   std::unique_ptr<Device> own_device_;
   std::shared_ptr<ArrivalBoard> board_;
   std::shared_ptr<StagingPool> staging_;
+  std::mutex host_pool_mutex_;
+  std::unique_ptr<Device> pool_device_;  // declared before the pool that uses it
+  std::shared_ptr<StagingPool> host_pool_;
 };
 
 }  // namespace
