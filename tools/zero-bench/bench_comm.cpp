@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -345,6 +346,29 @@ class Compute {
   volatile float sink_ = 0;
 };
 
+// Bytes this node's network devices have sent: through the loopback device (between
+// processes of the node, when MPI sends over TCP) and through the others (to other nodes).
+struct NetBytes {
+  std::int64_t loopback = 0;
+  std::int64_t network = 0;
+};
+
+NetBytes read_net_bytes() {
+  NetBytes bytes;
+  std::ifstream in("/proc/net/dev");
+  std::string line;
+  for (int number = 0; std::getline(in, line); ++number) {
+    const auto colon = line.find(':');
+    if (number < 2 || colon == std::string::npos) continue;  // two header lines
+    std::istringstream fields(line.substr(colon + 1));
+    std::int64_t value = 0, sent = 0;
+    for (int field = 0; field < 9 && fields >> value; ++field) sent = value;  // 9th: tx bytes
+    const std::size_t first = line.find_first_not_of(' ');
+    (line.substr(first, colon - first) == "lo" ? bytes.loopback : bytes.network) += sent;
+  }
+  return bytes;
+}
+
 struct Context {
   Communicator& comm;
   Device& device;
@@ -354,7 +378,8 @@ struct Context {
   ReduceOp op;
   int rank;
   int ranks;
-  Buffer scratch;  // for the benchmark's own agreements (device memory on CUDA)
+  Buffer scratch;            // for the benchmark's own agreements (device memory on CUDA)
+  bool node_leader = false;  // the node's local rank 0: it reads the node's counters
 };
 
 void settle_stream(Context& context) {
@@ -429,6 +454,9 @@ struct Row {
   double algbw;        // GB/s
   double busbw;        // GB/s
   std::int64_t wrong;  // -1: not checked
+  // --net-bytes: bytes each rank sent per call within its node and across nodes (-1: not
+  // read), and what a ring algorithm sends (size * the bus factor)
+  double within = -1, across = -1, ring = 0;
 };
 
 class CommBench {
@@ -665,7 +693,22 @@ class CommBench {
     row.count = count;
     row.bytes = total_bytes(collective, count);
     row.iters = warm_up(collective, count);
+    const NetBytes before = options_.net_bytes ? read_net_bytes() : NetBytes{};
     const double ns = timed(row.iters, [&] { issue(collective, count).wait(); });
+    if (options_.net_bytes) {
+      // Each node's counters once (by its local rank 0), summed over the nodes, per rank and
+      // call; the timing's own barrier and agreement are in them too (a few bytes).
+      const NetBytes after = read_net_bytes();
+      const bool leader = context_.node_leader;
+      const double calls = static_cast<double>(row.iters) * context_.ranks;
+      row.within = static_cast<double>(
+                       sum_over_ranks(context_, leader ? after.loopback - before.loopback : 0)) /
+                   calls;
+      row.across = static_cast<double>(
+                       sum_over_ranks(context_, leader ? after.network - before.network : 0)) /
+                   calls;
+      row.ring = static_cast<double>(row.bytes) * bus_factor(collective, context_.ranks);
+    }
     row.time_us = ns / 1000;
     row.algbw = static_cast<double>(row.bytes) / std::max(ns, 1.0);  // bytes per ns = GB/s
     row.busbw = row.algbw * bus_factor(collective, context_.ranks);
@@ -752,20 +795,34 @@ class CommBench {
                    "(all_reduce), (n-1)/n\n"
                    "#   (reduce_scatter, all_gather), 1 (broadcast). all_reduce and broadcast "
                    "run in place.\n";
+      if (options_.net_bytes) {
+        std::cout << "#   within, across: bytes each rank sent per call through its node's "
+                     "loopback device and through\n"
+                     "#   its other network devices (/proc/net/dev; MPI over TCP between ranks "
+                     "of a node uses loopback);\n"
+                     "#   ring: what a ring algorithm sends, size * the bus factor.\n";
+      }
     }
     std::cout << "#\n" << std::flush;
   }
 
   void table_header(Collective collective) {
     if (context_.rank != 0) return;
-    std::cout << fmt::format(
-                     "# {}\n"
-                     "# {:>10}  {:>10}  {:>6}  {:>5}  {:>4}  {:>6}  {:>10}  {:>8}  {:>8}  {:>6}\n"
-                     "# {:>10}  {:>10}  {:>6}  {:>5}  {:>4}  {:>6}  {:>10}  {:>8}  {:>8}  {:>6}\n",
-                     collective_name(collective), "size", "count", "type", "redop", "root", "iters",
-                     "time", "algbw", "busbw", "#wrong", "(B)", "(elements)", "", "", "", "",
-                     "(us)", "(GB/s)", "(GB/s)", "")
-              << std::flush;
+    std::cout
+        << fmt::format(
+               "# {}\n"
+               "# {:>10}  {:>10}  {:>6}  {:>5}  {:>4}  {:>6}  {:>10}  {:>8}  {:>8}  {:>6}{}\n"
+               "# {:>10}  {:>10}  {:>6}  {:>5}  {:>4}  {:>6}  {:>10}  {:>8}  {:>8}  {:>6}{}\n",
+               collective_name(collective), "size", "count", "type", "redop", "root", "iters",
+               "time", "algbw", "busbw", "#wrong",
+               options_.net_bytes
+                   ? fmt::format("  {:>12}  {:>12}  {:>12}", "within", "across", "ring")
+                   : "",
+               "(B)", "(elements)", "", "", "", "", "(us)", "(GB/s)", "(GB/s)", "",
+               options_.net_bytes
+                   ? fmt::format("  {:>12}  {:>12}  {:>12}", "(B/rank)", "(B/rank)", "(B/rank)")
+                   : "")
+        << std::flush;
   }
 
   void print_row(const Row& row) {
@@ -774,11 +831,14 @@ class CommBench {
     const std::string redop = reducing ? std::string(reduce_op_name(context_.op)) : "none";
     const int root = row.collective == Collective::broadcast ? 0 : -1;
     const std::string wrong = row.wrong < 0 ? "N/A" : std::to_string(row.wrong);
+    const std::string bytes = row.within < 0 ? std::string()
+                                             : fmt::format("  {:>12.0f}  {:>12.0f}  {:>12.0f}",
+                                                           row.within, row.across, row.ring);
     std::cout << fmt::format(
                      "  {:>10}  {:>10}  {:>6}  {:>5}  {:>4}  {:>6}  {:>10.2f}  {:>8.3f}  {:>8.3f}  "
-                     "{:>6}\n",
+                     "{:>6}{}\n",
                      row.bytes, row.count, dtype_name(context_.dtype), redop, root, row.iters,
-                     row.time_us, row.algbw, row.busbw, wrong)
+                     row.time_us, row.algbw, row.busbw, wrong, bytes)
               << std::flush;
     if (json_ != nullptr) {
       nlohmann::json line = common_json("bandwidth");
@@ -792,6 +852,11 @@ class CommBench {
                    {"algbw_gbps", row.algbw},
                    {"busbw_gbps", row.busbw}});
       if (row.wrong >= 0) line["wrong"] = row.wrong;
+      if (row.within >= 0) {
+        line.update({{"within_node_bytes_per_rank", row.within},
+                     {"across_nodes_bytes_per_rank", row.across},
+                     {"ring_bytes_per_rank", row.ring}});
+      }
       *json_ << line.dump() << "\n" << std::flush;
     }
   }
@@ -917,6 +982,9 @@ CLI::App* add_comm_command(CLI::App& app, CommBenchOptions& o) {
                    "engine's wait points; what drives progress in poll mode")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
+  command->add_flag("--net-bytes", o.net_bytes,
+                    "also the bytes each rank sent per call within its node and across nodes, "
+                    "from the node's network devices (/proc/net/dev), beside a ring's");
   command->add_option("--timeout", o.timeout_s, "seconds a collective may take before it fails")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -950,9 +1018,16 @@ int run_comm_bench(const CommBenchOptions& options) {
 
   try {
     const Tier tier = device->type() == DeviceType::cpu ? Tier::host : Tier::device;
-    Context context{*comm,        *device,        device->default_stream(),
-                    tier,         settings.dtype, settings.op,
-                    comm->rank(), comm->size(),   Buffer(*device, tier, 4096)};
+    Context context{*comm,
+                    *device,
+                    device->default_stream(),
+                    tier,
+                    settings.dtype,
+                    settings.op,
+                    comm->rank(),
+                    comm->size(),
+                    Buffer(*device, tier, 4096),
+                    launch.local_rank == 0};
     CommBench bench(options, settings, context, launch.launcher,
                     describe_progress(*comm, settings.progress), json.get());
     if (options.overlap) {

@@ -31,6 +31,9 @@ struct CommBenchOptions {
   std::vector<std::string> overlap_sizes = {"1M", "16M", "64M"};
   int poll_every = 0;  // chunks of compute between work.test() calls; 0: never
   double timeout_s = 600;
+  // Bytes each rank sent per call, read from the network devices of its node (/proc/net/dev:
+  // the loopback device within the node, the others across nodes) around the timed calls.
+  bool net_bytes = false;
 };
 
 // Adds the `comm` subcommand and its options to `app`; the parsed values land in `options`.
