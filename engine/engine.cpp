@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -64,6 +65,9 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
     shard_comm = std::move(groups.shards);
     replica_comm = std::move(groups.replicas);
     shard_rank = shard_comm->rank();
+  }
+  if (layout.modes.hpz_ranks > 1) {
+    secondary_comm = comm->split(rank / layout.modes.hpz_ranks, rank);
   }
   if (config.precision == config::Precision::fp16) {
     initial_scaler = LossScaler::from_config(config.fp16);
@@ -210,7 +214,11 @@ void Engine::Impl::lay_out() {
 }
 
 std::string Engine::Impl::agree_job_id() {
-  std::uint64_t id = rank == 0 ? (static_cast<std::uint64_t>(getpid()) << 32) ^
+  // Engines made in one process within a second (an embedder's, the tests') differ by a count
+  // above the process id.
+  static std::atomic<std::uint64_t> made{0};
+  const std::uint64_t sequence = made.fetch_add(1) & 0x3ff;
+  std::uint64_t id = rank == 0 ? (sequence << 54) ^ (static_cast<std::uint64_t>(getpid()) << 32) ^
                                      static_cast<std::uint64_t>(std::time(nullptr))
                                : 0;
   agreement.broadcast(std::span(&id, 1), 0);
@@ -324,7 +332,9 @@ void Engine::init() {
       e.modes().stage, e.world, e.world == 1 ? "" : "s",
       e.modes().hybrid() ? fmt::format(" (hybrid: {} shard groups of {} ranks)", e.modes().replicas,
                                        e.modes().shard_ranks)
-                         : std::string(),
+      : e.modes().hpz_ranks > 1
+          ? fmt::format(" (hpZ: secondary groups of {} ranks)", e.modes().hpz_ranks)
+          : std::string(),
       e.registry.param_count(), e.registry.total_numel(), e.registry.trainable_numel(),
       dtype_name(e.modes().compute), e.reducer->bucket_count(),
       e.stepper->optimizer().description());

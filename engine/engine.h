@@ -85,6 +85,7 @@ struct ArenaUsage {
 struct FetchStats {
   std::int64_t gathers = 0;            // all-gathers issued
   std::int64_t prefetches = 0;         // of them, issued ahead by the recorded order
+  std::int64_t secondary_gathers = 0;  // of them, from hpZ's secondary partition
   std::int64_t hits = 0;               // a hook's parameter already there or on its way
   std::int64_t invalidations = 0;      // recorded orders a pass did not follow
   std::size_t train_hooks = 0;         // length of the recorded training order (0: none)

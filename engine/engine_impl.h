@@ -79,7 +79,14 @@ struct Engine::Impl {
 
   // What the parts read and call (engine_context.h).
   EngineContext context() {
-    return {config, registry, layout, *device, *comm, shard_comm.get(), replica_comm.get()};
+    return {config,
+            registry,
+            layout,
+            *device,
+            *comm,
+            shard_comm.get(),
+            replica_comm.get(),
+            secondary_comm.get()};
   }
   // The ranks the state is partitioned over (engine_context.h).
   Communicator& shards() { return shard_comm ? *shard_comm : *comm; }
@@ -96,6 +103,7 @@ struct Engine::Impl {
   // comm at construction; null without it.
   std::unique_ptr<Communicator> shard_comm;
   std::unique_ptr<Communicator> replica_comm;
+  std::unique_ptr<Communicator> secondary_comm;  // hpZ's secondary group (engine_context.h)
   std::unique_ptr<CallerOrder> order;  // the caller's streams and the engine's (caller_order.h)
   Agreement agreement;                 // outcomes agreed across ranks (agreement.h)
   MemoryFit fit;  // what the machine had free at creation, checked at init (memory_fit.h)

@@ -338,14 +338,14 @@ void plan_gather_arena(const Registry& registry, const config::Config& config, c
   std::size_t persistent = 0, others = 0, largest_module = 0;
   std::size_t persistent_exact = 0, largest_others_exact = 0;
   for (std::size_t p = 0; p < specs.size(); ++p) {
-    const std::size_t padded = layout.params[p].shape.padded() * csize;
+    const std::size_t padded = layout.params[p].gathered() * csize;
     (layout.params[p].persistent ? persistent : others) += align_up(padded);
     if (layout.params[p].persistent) persistent_exact += padded;
   }
   for (const ModuleSpec& module : registry.modules()) {
     std::size_t bytes = 0, others_exact = 0;
     for (std::size_t p : module.params) {
-      const std::size_t padded = layout.params[p].shape.padded() * csize;
+      const std::size_t padded = layout.params[p].gathered() * csize;
       bytes += align_up(padded);
       if (!layout.params[p].persistent) others_exact += padded;
     }
@@ -355,12 +355,16 @@ void plan_gather_arena(const Registry& registry, const config::Config& config, c
   const std::size_t live_limit = static_cast<std::size_t>(config.zero.max_live_parameters) * csize;
   plan.gather.name = "gathered parameters (stage 3)";
   plan.gather.tier = Tier::device;
+  // hpZ: the secondary partition, one block held for the run.
+  const std::size_t secondary = layout.secondary.total * csize;
   plan.gather.capacity = std::max<std::size_t>(
-      persistent + std::min(others, 2 * largest_module + std::min(live_limit, others)) + kAlign,
+      (secondary != 0 ? align_up(secondary) : 0) + persistent +
+          std::min(others, 2 * largest_module + std::min(live_limit, others)) + kAlign,
       kAlign);
+  at(plan.gather.held, MemoryKind::param) = secondary;
   // Nothing fetched ahead or kept: every persistent parameter (gathered in forward, before
   // backward needs them) and one module's others.
-  plan.gather_live_peak = persistent_exact + largest_others_exact;
+  plan.gather_live_peak = secondary + persistent_exact + largest_others_exact;
   plan.gather.peak_exact =
       config.zero.prefetch_bucket_size == 0 && config.zero.max_reuse_distance == 0;
   at(plan.gather.peak, MemoryKind::param) =
@@ -374,6 +378,7 @@ StateModes state_modes(const config::Config& config, int world) {
   m.stage = config.zero.stage;
   m.shard_ranks = m.stage == 0 ? 1 : config.zero.shard_size > 0 ? config.zero.shard_size : world;
   m.replicas = m.stage == 0 ? 1 : world / m.shard_ranks;
+  m.hpz_ranks = m.stage == 3 ? config.zero.hpz_size : 0;
   m.compute = config.compute_dtype();
   m.accum = config.grad_accum_dtype;
   m.wire = config.communication_data_type;
@@ -430,6 +435,19 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
       if (specs[p].numel < each_limit && persistent_total + specs[p].numel <= total_limit) {
         layout.params[p].persistent = true;
         persistent_total += specs[p].numel;
+      }
+    }
+    // hpZ: every gathered parameter's shard over the secondary group, one after another.
+    if (m.hpz_ranks > 1) {
+      std::vector<std::size_t> secondary_numels(specs.size(), 0);
+      for (std::size_t p = 0; p < specs.size(); ++p) {
+        if (!layout.params[p].persistent) secondary_numels[p] = specs[p].numel;
+      }
+      layout.secondary = flat_layout(secondary_numels, m.hpz_ranks);
+      for (std::size_t p = 0; p < specs.size(); ++p) {
+        if (secondary_numels[p] == 0) continue;
+        layout.params[p].secondary = shard_shape(specs[p].numel, m.hpz_ranks);
+        layout.params[p].secondary_flat = layout.secondary.offset[p];
       }
     }
   }

@@ -7,6 +7,7 @@
 // only which elements of a shard are real depends on the rank.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +34,9 @@ struct StateModes {
   // world, or with hybrid sharding zero_optimization.shard_size; `replicas` groups of them.
   int shard_ranks = 1;
   int replicas = 1;
+  // ZeRO++ hpZ (stage 3): the gathered parameters' secondary partition over groups of this
+  // many consecutive ranks; 0: none.
+  int hpz_ranks = 0;
   DType compute = DType::f32;
   DType accum = DType::f32;        // the owned gradient shard (data_types.grad_accum_dtype)
   DType wire = DType::f32;         // communication_data_type
@@ -66,6 +70,13 @@ struct ParamPlacement {
   std::uint64_t global_first = 0;    // trainable: index of its first element among trainable ones
   std::size_t compute_flat = kNone;  // stage 3: offset in the compute-shard flat buffer
   bool persistent = false;           // stage 3: stays gathered (param_persistence_threshold)
+  // hpZ: its shard over the secondary group, and where that shard sits in the secondary flat
+  // buffer (kNone: not gathered, or persistent).
+  ShardShape secondary;
+  std::size_t secondary_flat = kNone;
+  // Elements its gathered copy takes: padded over the shard group, or over the secondary
+  // group where that is more.
+  std::size_t gathered() const noexcept { return std::max(shape.padded(), secondary.padded()); }
 };
 
 // The layout of the model state, identical on every rank.
@@ -77,6 +88,7 @@ struct Layout {
   std::vector<std::size_t> trainable_pos;  // parameter -> index in `trainable`, or kNone
   FlatLayout owned;                        // over `trainable`, shard_ranks
   FlatLayout compute_shards;               // stage 3: over all parameters (0 for fp32 masters)
+  FlatLayout secondary;                    // hpZ: the gathered parameters over hpz_ranks
   // Reduction buckets over `trainable` indices, in the order gradients become ready (modules
   // in reverse registration order), and for each trainable parameter its buckets in order.
   std::vector<Bucket> buckets;

@@ -38,8 +38,10 @@ ParamFetcher::~ParamFetcher() {
       // Nothing depends on it any more.
     }
   }
+  const bool broken =
+      ctx_.shards().poisoned() || (ctx_.secondary() != nullptr && ctx_.secondary()->poisoned());
   for (Gathered& g : params_) {
-    if (!g.in_flight || ctx_.shards().poisoned()) continue;
+    if (!g.in_flight || broken) continue;
     try {
       g.gathering.wait();
     } catch (const std::exception& error) {
@@ -61,10 +63,20 @@ void ParamFetcher::attach(std::unique_ptr<Arena> gather_arena, ShardStore& shard
     persistent_missing_ +=
         ctx_.layout.params[p].persistent && params_[p].full == nullptr && gathered_elements(p) > 0;
   }
+  secondary_valid_.assign(params_.size(), false);
+  const std::size_t secondary_bytes = ctx_.layout.secondary.total * dtype_size(modes_.compute);
+  if (ctx_.secondary() != nullptr && secondary_bytes != 0) {
+    secondary_block_ = gather_arena_->allocate(MemoryKind::param, secondary_bytes);
+    secondary_ = static_cast<char*>(secondary_block_.ptr);
+    secondary_rank_ = ctx_.secondary()->rank();
+    // Defined bytes in the shards' padding, which the secondary gathers carry along.
+    ctx_.device.fill(secondary_, modes_.compute, ctx_.layout.secondary.total, 0.0f,
+                     ctx_.device.default_stream());
+  }
 }
 
 std::size_t ParamFetcher::gathered_elements(std::size_t param) const {
-  return ctx_.layout.params[param].shape.padded();
+  return ctx_.layout.params[param].gathered();
 }
 
 std::string ParamFetcher::describe(const TraceEvent& event) const {
@@ -236,8 +248,23 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
   if (!ctx_.layout.params[param].persistent) stats_.live_elements += gathered_elements(param);
   stats_.peak_live_elements = std::max(stats_.peak_live_elements, stats_.live_elements);
   stats_.gathers += 1;
-  const std::size_t shard = ctx_.layout.params[param].shape.shard;
+  const ParamPlacement& place = ctx_.layout.params[param];
+  const std::size_t shard = place.shape.shard;
   if (shard == 0) return true;
+  if (secondary_ != nullptr && place.secondary_flat != kNone && secondary_valid_[param]) {
+    // hpZ: from the secondary partition, within the secondary group (no shard read).
+    Stream& stream = ctx_.device.default_stream();
+    Timer timer;
+    g.gathering =
+        ctx_.secondary()->all_gather(secondary_ + place.secondary_flat * dtype_size(modes_.compute),
+                                     g.full, place.secondary.shard, modes_.compute, &stream);
+    issue_seconds_.add(timer.seconds());
+    g.in_flight = true;
+    gathers_in_flight_ += 1;
+    stats_.secondary_gathers += 1;
+    return true;
+  }
+  g.fill_secondary = secondary_ != nullptr && place.secondary_flat != kNone;
   if (shards_->swapped(param)) {
     start_read(param);  // gathered when the read completes (finish_reads)
     return true;
@@ -276,13 +303,33 @@ bool ParamFetcher::fits(std::size_t bytes) const {
 void ParamFetcher::wait(std::size_t param) {
   Gathered& g = params_[param];
   if (g.reading) finish_reads(param);
-  if (!g.in_flight) return;
-  Timer timer;
-  g.gathering.wait();
-  wait_seconds_.add(timer.seconds());
-  g.in_flight = false;
-  gathers_in_flight_ -= 1;
-  g.gathering = {};
+  if (g.in_flight) {
+    Timer timer;
+    g.gathering.wait();
+    wait_seconds_.add(timer.seconds());
+    g.in_flight = false;
+    gathers_in_flight_ -= 1;
+    g.gathering = {};
+  }
+  keep_secondary(param);
+}
+
+void ParamFetcher::keep_secondary(std::size_t param) {
+  Gathered& g = params_[param];
+  if (!g.fill_secondary || g.reading) return;
+  g.fill_secondary = false;
+  Stream& stream = ctx_.device.default_stream();
+  if (g.in_flight) g.gathering.block(stream);  // the gathered copy is complete on the stream
+  const ParamPlacement& place = ctx_.layout.params[param];
+  const std::size_t csize = dtype_size(modes_.compute);
+  const std::size_t count = place.secondary.valid(secondary_rank_);
+  if (count != 0) {
+    ctx_.device.copy_async(
+        secondary_ + place.secondary_flat * csize,
+        static_cast<const char*>(g.full) + place.secondary.begin(secondary_rank_) * csize,
+        count * csize, stream);
+  }
+  secondary_valid_[param] = true;
 }
 
 // The caller's later work on `caller` comes after the parameter's gather, without the host
@@ -290,10 +337,12 @@ void ParamFetcher::wait(std::size_t param) {
 void ParamFetcher::order_before(std::size_t param, Stream& caller) {
   Gathered& g = params_[param];
   if (g.reading) finish_reads(param);
-  if (!g.in_flight) return;
-  Timer timer;
-  g.gathering.block(caller);
-  wait_seconds_.add(timer.seconds());
+  if (g.in_flight) {
+    Timer timer;
+    g.gathering.block(caller);
+    wait_seconds_.add(timer.seconds());
+  }
+  keep_secondary(param);
 }
 
 // The memory goes back to the arena; later gathers into it are queued after the caller's reads
@@ -319,6 +368,11 @@ void ParamFetcher::release_unheld(bool stale) {
     if (g.full == nullptr || g.holds > 0) continue;
     if (ctx_.layout.params[p].persistent && !stale) continue;
     release(p);
+  }
+  // The shards are changing: hpZ's secondary copies are of the old values.
+  if (stale) {
+    secondary_valid_.assign(params_.size(), false);
+    for (Gathered& g : params_) g.fill_secondary = false;
   }
 }
 

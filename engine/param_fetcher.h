@@ -5,7 +5,11 @@
 // ahead and stage3_max_live_parameters live), and at each post hook a parameter the plan uses
 // again within stage3_max_reuse_distance elements is kept. Every decision is a function of the
 // plan and the hooks so far, never of timing, so every rank issues the same gathers in the
-// same order. Small (persistent) parameters stay gathered until a step changes them.
+// same order. Small (persistent) parameters stay gathered until a step changes them. With
+// ZeRO++ hpZ, the first gather of a parameter after a step is over the shard group and leaves
+// this rank's part of it in a secondary partition over a smaller group (a node's ranks); its
+// later gathers until the next step (backward, recomputation, the next micro-steps) are over
+// that group.
 //
 // Owns: each parameter's gathered copy (from its own gather arena) and the gather in flight,
 // the traces and plans, the reads of swapped shards queued ahead of their gathers, and the
@@ -89,6 +93,8 @@ class ParamFetcher {
     Work gathering;        // the all-gather into `full`, while in_flight
     bool in_flight = false;
     bool reading = false;  // its shard is being read from NVMe; gathered after
+    // hpZ: gathered over the world; this rank's secondary shard is taken from it once complete
+    bool fill_secondary = false;
   };
   // One trace per kind of pass, [0] training micro-steps, [1] evaluation.
   struct Trace {
@@ -116,6 +122,9 @@ class ParamFetcher {
   void wait(std::size_t param);
   void order_before(std::size_t param, Stream& caller);
   void release(std::size_t param);
+  // hpZ: once `param`'s gather over the world is complete on the default stream, this rank's
+  // part of it becomes its secondary shard, gathered from then on within the secondary group.
+  void keep_secondary(std::size_t param);
   void start_read(std::size_t param);
   // Completes the pending reads in order, issuing their all-gathers, through `param` (all of
   // them for kNone).
@@ -138,6 +147,13 @@ class ParamFetcher {
   std::vector<bool> read_busy_;
   std::vector<std::unique_ptr<Event>> read_copied_;  // per read buffer: its shard copied out
   std::deque<PendingRead> reads_;
+  // hpZ (EngineContext::secondary): the secondary partition (the layout's `secondary` flat
+  // buffer, held in the gather arena), this rank's place in its group, and per parameter
+  // whether its secondary shard holds the current values (until a step or a load).
+  Block secondary_block_;
+  char* secondary_ = nullptr;
+  int secondary_rank_ = 0;
+  std::vector<bool> secondary_valid_;
   FetchStats stats_;  // live_elements: gathered, not persistent
   SecondsSum issue_seconds_, wait_seconds_;
 };

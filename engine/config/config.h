@@ -103,6 +103,9 @@ struct ZeroConfig {
   // HYBRID_SHARD). Always 0 at stage 0, where nothing is partitioned.
   int shard_size = 0;
   bool hybrid_shard = false;
+  // ZeRO++ hpZ (zero_hpz_partition_size): stage 3's secondary partition of the parameters over
+  // groups of this many consecutive ranks; 0: none.
+  int hpz_size = 0;
 };
 
 struct AioConfig {

@@ -257,7 +257,6 @@ void read_gather_16bit(Section& zero, Config& config) {
 
 // The keys accepted without effect here, and those refused as not supported when enabled.
 void declare_other_keys(Section& zero) {
-  Reader& reader = zero.reader();
   // Accepted without effect: these tune DeepSpeed's Python machinery or are always true here.
   zero.no_effect_flag("contiguous_gradients",
                       "every rank's shards are always one contiguous buffer per dtype");
@@ -288,12 +287,6 @@ void declare_other_keys(Section& zero) {
   zero.no_effect_flag("save_muon_momentum_buffer_in_memory", "zero has no Muon optimizer");
   zero.no_effect("leaf_module", "modules are the ones the caller registers");
   zero.unsupported_flag("legacy_stage1", "the legacy stage 1 implementation");
-  zero.declare("zero_hpz_partition_size", KeyClass::unsupported,
-               "ZeRO++ hierarchical partitioning (hpZ)");
-  if (const auto hpz = zero.integer({"zero_hpz_partition_size"}, 1); hpz > 1) {
-    reader.not_supported(zero.key_path("zero_hpz_partition_size"),
-                         "ZeRO++ hierarchical partitioning (hpZ)", hpz);
-  }
   zero.unsupported_flag("zero_quantized_weights", "ZeRO++ quantized weights (qwZ)");
   zero.unsupported_flag("zero_quantized_nontrainable_weights",
                         "ZeRO++ quantized non-trainable weights");
@@ -367,6 +360,48 @@ void read_hybrid_sharding(Section& zero, Config& config) {
   }
 }
 
+// ZeRO++'s hierarchical partitioning (hpZ): stage 3 keeps, beside the partition over every
+// rank, a secondary copy of the gathered parameters partitioned within groups of this many
+// consecutive ranks (a node's), from which they are gathered again until the step changes them.
+void read_hpz(Section& zero, Config& config) {
+  ZeroConfig& z = config.zero;
+  Reader& reader = zero.reader();
+  const std::int64_t hpz = zero.integer({"zero_hpz_partition_size"}, 1, {1, INT64_MAX});
+  const std::string key = zero.key_path("zero_hpz_partition_size");
+  const int world = config.world_size;
+  if (hpz <= 1) return;
+  if (z.stage != 3) {
+    reader.info(
+        fmt::format("{}: no effect at stage {}: its secondary partition serves "
+                    "stage 3's gathers",
+                    key, z.stage));
+    return;
+  }
+  if (z.shard_size > 0) {
+    reader.error(fmt::format(
+        "{} = {} and hybrid sharding (mics_shard_size or hybrid_shard) are both given; keep one: "
+        "hybrid sharding keeps gathers within a group by partitioning the whole state there, hpZ "
+        "by a second copy of the parameters alone",
+        key, hpz));
+    return;
+  }
+  if (hpz > world || world % hpz != 0) {
+    reader.error(fmt::format(
+        "{} = {}: secondary groups of {} ranks must divide the world of {} rank{} into equal "
+        "groups; use one of {}",
+        key, hpz, hpz, world, world == 1 ? "" : "s", divisors_of(world)));
+    return;
+  }
+  if (hpz == world) {
+    reader.info(
+        fmt::format("{} = {}: no effect: a secondary partition over the whole world "
+                    "is the primary one",
+                    key, hpz));
+    return;
+  }
+  z.hpz_size = static_cast<int>(hpz);
+}
+
 // Rules across keys: optimizer offload needs a partitioning stage, parameter offload stage 3.
 void check_across_keys(Reader& reader, Config& config) {
   ZeroConfig& z = config.zero;
@@ -407,6 +442,7 @@ void read_zero_optimization(Section& root, Config& config) {
   map_deprecated_pin_memory(zero, config);
   declare_other_keys(zero);
   read_hybrid_sharding(zero, config);
+  read_hpz(zero, config);
   zero.finish();
   check_across_keys(root.reader(), config);
 }

@@ -611,11 +611,34 @@ TEST_CASE("zero: a ZenFlow section is refused by name, with the exact alternativ
           "overlaps the offloaded step with backward and stays exact)");
 }
 
+TEST_CASE("zero: hpZ's secondary partition is stage 3's, within groups that divide the world",
+          "[config][zero][hybrid]") {
+  REQUIRE(read(with(R"("zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2})"), 8)
+              .zero.hpz_size == 2);
+  const Config below =
+      read(with(R"("zero_optimization": {"stage": 2, "zero_hpz_partition_size": 2})"), 8);
+  REQUIRE(below.zero.hpz_size == 0);
+  REQUIRE(has_line(below.infos,
+                   "zero_optimization.zero_hpz_partition_size: no effect at stage "
+                   "2: its secondary partition serves stage 3's gathers"));
+  const Config whole =
+      read(with(R"("zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8})"), 8);
+  REQUIRE(whole.zero.hpz_size == 0);
+  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3, "zero_hpz_partition_size": 3})"), 8) ==
+          "zero_optimization.zero_hpz_partition_size = 3: secondary groups of 3 ranks must "
+          "divide the world of 8 ranks into equal groups; use one of 1, 2, 4, 8");
+  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2,
+                                                  "mics_shard_size": 4})"),
+                   8)
+              .starts_with("zero_optimization.zero_hpz_partition_size = 2 and hybrid sharding "
+                           "(mics_shard_size or hybrid_shard) are both given; keep one"));
+}
+
 TEST_CASE("zero: ZeRO++ switches are refused when on and accepted when off", "[config][zero]") {
   REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3, "zero_quantized_weights": true})")) ==
           "zero_optimization.zero_quantized_weights: ZeRO++ quantized weights (qwZ) is not "
           "supported by zero (got true); remove it or disable it");
-  const Config config = read(with(R"("zero_optimization": {"stage": 3, "zero_hpz_partition_size": 1,
+  const Config config = read(with(R"("zero_optimization": {"stage": 3,
                                      "zero_quantized_gradients": false})"));
   REQUIRE(has_line(config.infos,
                    "zero_optimization.zero_quantized_gradients: accepted because it "

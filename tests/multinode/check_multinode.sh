@@ -16,6 +16,8 @@
 #   hybrid       hybrid sharding with a shard group per node (hybrid_shard): the engine's
 #                equivalence cases at stages 1-3, every offload (engine_equivalence --hybrid-node),
 #                and the engine's own line saying it made one group per node
+#   hpz          ZeRO++ hpZ with a secondary group per node: the same bits as flat stage 3
+#                (engine_equivalence --hpz)
 #   equivalence  the engine's flat equivalence matrix, stages 0-3 with and without offload
 #   killed       the last rank (on the last node) is killed: the job ends at once with its
 #                status, and zero-run names the rank and its node
@@ -23,6 +25,8 @@
 #                ends the job with 124, naming the ranks and the node where none started
 set -uo pipefail
 case_name=$1 zero_run=$2 tests=$3
+build=$(cd "$tests/.." && pwd)  # the build tree: its tools/ beside tests/
+source_dir=$(cd "$(dirname "$0")/../.." && pwd)
 
 fail() {
   echo "FAIL (multinode $case_name): $*" >&2
@@ -74,6 +78,11 @@ hybrid)
   grep -q "0 case(s) failed" "$out" || { tail -40 "$out"; fail "no '0 case(s) failed'"; }
   want="on $ranks ranks (hybrid: $nodes shard groups of $slots ranks)"
   grep -qF "$want" "$out" || { tail -40 "$out"; fail "the engine never said '$want'"; }
+  ;;
+hpz)
+  (cd "$ZERO_NODES_WORK" && "${launch[@]}" -- "$tests/zero_engine_equivalence" --hpz) \
+    >"$out" 2>&1 || { grep -v '^\[' "$out" | tail -40; fail "the hpZ cases failed"; }
+  grep -q "0 case(s) failed" "$out" || { tail -40 "$out"; fail "no '0 case(s) failed'"; }
   ;;
 equivalence)
   (cd "$ZERO_NODES_WORK" && "${launch[@]}" -- "$tests/zero_engine_equivalence") >"$out" 2>&1 ||

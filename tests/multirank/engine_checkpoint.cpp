@@ -9,8 +9,9 @@
 //     checks the user data and the step counter, trains 5 more steps and compares with
 //     reference.bin: bit for bit in the exact set (M = N, same stage), within fp32 rounding of
 //     another reduction order in the reshard set (M != N, or another stage).
-//   The hybrid sets do the same with hybrid sharding (mics_shard_size 2): hybrid-exact keeps
-//   the layout (bit for bit at M = N), hybrid also goes from hybrid to flat and back.
+//   The hybrid sets do the same with hybrid sharding (mics_shard_size 2) and hpZ
+//   (zero_hpz_partition_size 2): hybrid-exact keeps the layout (bit for bit at M = N), hybrid
+//   also goes from hybrid to flat and back.
 //
 // Each optimizer step takes a global batch of `batch` micro-batches (batch / world accumulation
 // steps per rank), the same at any world size, so runs at N and M ranks see the same data.
@@ -78,6 +79,10 @@ std::vector<CheckpointCase> cases(const std::string& set) {
         {"h-s1-fp32-cpu", hybrid({1, "fp32", 0, 0.05, true, "cpu"}), 12, 1},
         {"h-s3-fp32-param-nvme", hybrid({3, "fp32", 0, 0.05, true, "nvme", "nvme"}), 12, 3},
     };
+    // hpZ (groups of 2): its secondary copies are dropped at the load.
+    Case hpz{3, "fp32", 0, 0.05, true};
+    hpz.hpz = 2;
+    out.push_back({"hpz-s3-fp32", hpz, 12, 3});
     if (set == "hybrid") {
       out.push_back({"h-s3-to-flat", hybrid({3, "fp32", 0, 0.05, true}), 12, 3, 0});
       out.push_back({"flat-s3-to-h", {3, "fp32", 0, 0.05, true}, 12, 3, 2});

@@ -7,8 +7,9 @@
 //
 // Run it under mpirun (zero-run -n N); exits non-zero when a case fails, naming it.
 // `--super-offload` runs the speculative step's cases instead (offload_optimizer.super_offload),
-// fp16 overflow skips among them; `--hybrid` the hybrid sharding cases (mics_shard_size), and
-// `--hybrid-node` the same with hybrid_shard (a group per node: run it across nodes).
+// fp16 overflow skips among them; `--hybrid` the hybrid sharding cases (mics_shard_size),
+// `--hybrid-node` the same with hybrid_shard (a group per node: run it across nodes), and
+// `--hpz` ZeRO++'s secondary partition (zero_hpz_partition_size).
 // `--device cuda` (the GPU program zero_engine_equivalence_gpu) runs every engine on GPU 0:
 // the model copies to and from its buffers on its own stream, which the hooks are given; at
 // one rank the engine under test runs on an NCCL world of one (the reference on MPI, staged
@@ -54,6 +55,7 @@ void run_case(const Case& c) {
                   c.shard_size);
   }
   if (c.hybrid_node) std::snprintf(hybrid, sizeof hybrid, " (a shard group per node)");
+  if (c.hpz > 0) std::snprintf(hybrid, sizeof hybrid, " (hpZ groups of %d)", c.hpz);
   std::snprintf(name, sizeof name,
                 "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s%s, params "
                 "%s%s, %d ranks%s",
@@ -65,7 +67,7 @@ void run_case(const Case& c) {
   MPI_Comm world = MPI_COMM_WORLD;
   MPI_Comm self = MPI_COMM_SELF;
   void* nccl = g_nccl ? nccl_world_of_one(0) : nullptr;
-  void* plain_nccl = g_nccl && offloaded ? nccl_world_of_one(0) : nullptr;
+  void* plain_nccl = g_nccl && (offloaded || c.hpz > 0) ? nccl_world_of_one(0) : nullptr;
   zero_engine* engine = build(c, &world, c.accumulation, &ids, nccl);
   Case reference_case = c;
   reference_case.stage = 0;
@@ -74,17 +76,24 @@ void run_case(const Case& c) {
   reference_case.super_offload = false;
   reference_case.shard_size = 0;
   reference_case.hybrid_node = false;
+  reference_case.hpz = 0;
   zero_engine* reference = build(reference_case, &self, c.accumulation * g_world, &ref_ids);
   // Offloaded: the same case without offload, which must give the same bits on the CPU device
   // (the same kernels run); on a GPU the step runs on the CPU with offload and on the GPU
   // without, so there the two agree within the comparison's tolerance.
+  // With hpZ: the same case without it, which must give the same bits (its gathers copy).
   std::vector<int> plain_ids;
   Case plain_case = c;
-  plain_case.offload = "none";
-  plain_case.param_offload = "none";
-  plain_case.super_offload = false;
+  if (c.hpz > 0) {
+    plain_case.hpz = 0;
+  } else {
+    plain_case.offload = "none";
+    plain_case.param_offload = "none";
+    plain_case.super_offload = false;
+  }
+  const bool with_plain = offloaded || c.hpz > 0;
   zero_engine* plain =
-      offloaded ? build(plain_case, &world, c.accumulation, &plain_ids, plain_nccl) : nullptr;
+      with_plain ? build(plain_case, &world, c.accumulation, &plain_ids, plain_nccl) : nullptr;
   zero_dtype dtype = ZERO_FP32;
   CHECK_OK(zero_compute_dtype(engine, &dtype));
 
@@ -158,8 +167,8 @@ void run_case(const Case& c) {
       }
       if (differs) {
         if (ok && g_rank == 0) {
-          std::fprintf(stderr, "FAIL %s: %s differs from the same run without offload\n", name,
-                       kParams[k].name);
+          std::fprintf(stderr, "FAIL %s: %s differs from the same run without %s\n", name,
+                       kParams[k].name, c.hpz > 0 ? "hpZ" : "offload");
         }
         ok = false;
       }
@@ -218,6 +227,7 @@ int main(int argc, char** argv) {
   bool super_offload = false;
   bool hybrid = false;
   bool hybrid_node = false;
+  bool hpz = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--super-offload") {
@@ -226,6 +236,8 @@ int main(int argc, char** argv) {
       hybrid = true;
     } else if (arg == "--hybrid-node") {
       hybrid = hybrid_node = true;
+    } else if (arg == "--hpz") {
+      hpz = true;
     } else if (arg == "--device" && i + 1 < argc && std::string(argv[i + 1]) == "cuda") {
       ++i;
       std::string why;
@@ -242,7 +254,7 @@ int main(int argc, char** argv) {
       if (g_rank == 0) {
         std::fprintf(stderr,
                      "zero_engine_equivalence: unknown argument '%s'; the options are "
-                     "--device cuda, --super-offload, --hybrid and --hybrid-node\n",
+                     "--device cuda, --super-offload, --hybrid, --hybrid-node and --hpz\n",
                      arg.c_str());
       }
       MPI_Finalize();
@@ -289,6 +301,29 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // --hpz: ZeRO++'s secondary partition at stage 3 over every group size that divides the
+  // world into several groups of several ranks, in each precision, accumulating 1 and 3
+  // micro-steps (the later ones' forward gathers from the secondary partition too), with each
+  // kind of offload and the speculative step; each against stage 0 on one rank, and bit for
+  // bit against the same run without hpZ.
+  for (int size = 2; hpz && size < g_world; ++size) {
+    if (g_world % size != 0) continue;
+    const auto hpz_case = [&](Case c) {
+      c.hpz = size;
+      return c;
+    };
+    for (const char* precision : {"fp32", "bf16", "fp16"}) {
+      for (int accumulation : {1, 3}) {
+        run_case(hpz_case({3, precision, accumulation, 0.05, accumulation == 3}));
+      }
+    }
+    for (const char* offload : {"cpu", "nvme"}) {
+      run_case(hpz_case({3, "bf16", 3, 0.05, true, offload}));
+      run_case(hpz_case({3, "bf16", 3, 0.05, true, offload, offload}));
+    }
+    run_case(hpz_case({3, "fp16", 3, 0.0, true, "cpu", "none", true, 2}));
+  }
+  if (hpz) hybrid = true;  // none of the flat matrix below
   // --super-offload: the speculative step (optimizer offload to the CPU, and with the state on
   // NVMe: 60 elements per rank in memory, the rest swapped, the speculated steps written to
   // each group's second region) at stages 1-3, in each precision, without clipping, with
