@@ -21,6 +21,10 @@
 #   equivalence  the engine's flat equivalence matrix, stages 0-3 with and without offload
 #   killed       the last rank (on the last node) is killed: the job ends at once with its
 #                status, and zero-run names the rank and its node
+#   bytes        the bytes each rank sends: zero-bench comm --net-bytes against a ring's for
+#                each collective, and a step's (bench/multinode_bytes.sh) against zero-mem's
+#                model, flat and hybrid, at stages 1 and 3 (reuse distance 0 and the
+#                default), within 15%
 #   stalled      the last node never starts (nodes.sh's `stalled`): zero-run's start-up bound
 #                ends the job with 124, naming the ranks and the node where none started
 set -uo pipefail
@@ -99,6 +103,33 @@ killed)
   ((SECONDS - start < 45)) || { cat "$out"; fail "the job took $((SECONDS - start)) s to end"; }
   want="zero-run: rank $last on zn-node$((nodes - 1)) \\(pid [0-9]+\\) was killed by signal 9"
   grep -qE "$want" "$out" || { cat "$out"; fail "no line '$want'"; }
+  ;;
+bytes)
+  bench=("${launch[@]}" --mpi-arg=--mca --mpi-arg=btl --mpi-arg=tcp,self)
+  "${bench[@]}" -- "$build/tools/zero-bench/zero-bench" comm --backend mpi --dtype bf16 --min-bytes 1M \
+    --max-bytes 1M --iters 10 --ops reduce_scatter --ops all_gather --ops all_reduce \
+    --net-bytes --json "$ZERO_NODES_WORK/comm.jsonl" >"$out" 2>&1 ||
+    { tail -30 "$out"; fail "zero-bench comm --net-bytes failed"; }
+  python3 - "$ZERO_NODES_WORK/comm.jsonl" <<'PY' || { cat "$out"; fail "a collective's bytes are not a ring's"; }
+import json, sys
+bad = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    sent = r["within_node_bytes_per_rank"] + r["across_nodes_bytes_per_rank"]
+    ok = abs(sent - r["ring_bytes_per_rank"]) <= 0.05 * r["ring_bytes_per_rank"]
+    bad += not ok
+    print(f"{r['collective']:<15} {sent:10.0f} B per rank sent, a ring's {r['ring_bytes_per_rank']:10.0f}{'' if ok else '  FAIL'}")
+sys.exit(1 if bad else 0)
+PY
+  # Stage 3 twice: every parameter gathered again in backward (reuse distance 0), and the
+  # default reuse distance, which keeps this small model gathered from forward to backward.
+  for run in "1 0" "3 0" "3 1000000000"; do
+    read -r stage reuse <<<"$run"
+    bash "$source_dir/bench/multinode_bytes.sh" "$build" tiny 32 "$stage" 0.15 "$reuse" \
+      >"$out" 2>&1 ||
+      { cat "$out"; fail "stage $stage, reuse $reuse: the measured bytes differ from zero-mem's"; }
+    cat "$out"
+  done
   ;;
 stalled)
   echo "zn-node$((nodes - 1))" >"$ZERO_NODES_WORK/stalled"

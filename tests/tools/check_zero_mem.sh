@@ -5,6 +5,10 @@
 #                       zero-train measured on 2 ranks with the same config: reserved bytes
 #                       per tier, peak bytes per tier and kind, and the activations kept
 #                       (exits 77, skipped, without mpirun)
+#   hybrid_matches_zero_train  the same with hybrid sharding (mics_shard_size 2) and hpZ
+#                       (zero_hpz_partition_size 2) on 4 ranks
+#   layouts             with several nodes, each mode flat, hybrid and (stage 3) hpZ; each
+#                       collective's link and bytes per rank as the ring formulas give them
 #   deepspeed_estimate  DeepSpeed's formulas on round numbers
 #   errors              what zero-mem refuses, and how it says so
 set -euo pipefail
@@ -122,6 +126,104 @@ PY
   [[ "$(row short)" == "host memory of a node: 2 ranks (0, 1) need "*"is free (--cpu-mem)."* ]] ||
     fail "the CPU device's shortfall is not init's: $(row short)"
   ;;
+hybrid_matches_zero_train)
+  command -v mpirun >/dev/null || [ -n "${ZERO_MPIRUN:-}" ] || { echo "SKIPPED: no mpirun"; exit 77; }
+  for variant in "mics none" "mics cpu" "hpz none"; do
+    read -r layout offload <<<"$variant"
+    keys='"mics_shard_size": 2' said="hybrid: 2 shard groups of 2 ranks" want="hybrid 2x2"
+    if [ "$layout" = hpz ]; then
+      keys='"zero_hpz_partition_size": 2' said="hpZ: secondary groups of 2 ranks" want="hpz 2"
+    fi
+    cat >"$work/config.json" <<JSON
+{
+  "train_micro_batch_size_per_gpu": 2,
+  "bf16": {"enabled": true},
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "zero_optimization": {"stage": 3, $keys, "reduce_bucket_size": 1e5,
+    "stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 0,
+    "stage3_max_reuse_distance": 0, "offload_optimizer": {"device": "$offload"}}
+}
+JSON
+    ZERO_LOG_LEVEL=info "$zero_run" -n 4 -- "$train" --config "$work/config.json" --model tiny \
+      --seq 32 --steps 2 --data "$source_dir/data/fortunes.txt" --no-progress \
+      --metrics "$work/metrics.jsonl" >"$work/train.out" 2>&1 ||
+      { cat "$work/train.out"; fail "zero-train failed ($offload)"; }
+    grep -q "$said" "$work/train.out" ||
+      { cat "$work/train.out"; fail "zero-train did not say '$said'"; }
+    "$zmem" --model tiny --seq 32 --gpus-per-node 4 --device cpu --config "$work/config.json" \
+      --stage 3 --json >"$work/mem.json" || fail "zero-mem failed ($offload)"
+    python3 - "$work/metrics.jsonl" "$work/mem.json" "$offload" "$want" <<'PY' || fail "$variant: prediction differs"
+import json, sys
+summary = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+plan = json.load(open(sys.argv[2]))
+name = "none" if sys.argv[3] == "none" else "optimizer cpu"
+row = [r for r in plan["rows"] if r["offload"] == name][0]
+bad = [] if row["layout"] == sys.argv[4] else [f"layout {row['layout']}"]
+for tier in ["device", "pinned", "host", "nvme"]:
+    want = sum(a["capacity"] for a in row["arenas"] if a["tier"] == tier)
+    want += row["scratch"]["device"] if tier == "device" else 0
+    got = summary["memory_reserved_bytes"][tier]
+    if got != want: bad.append(f"reserved {tier}: zero-train {got}, zero-mem {want}")
+print("\n".join(bad) if bad else f"{sys.argv[4]}, {name}: zero-mem's prediction is what zero-train reserved")
+sys.exit(1 if bad else 0)
+PY
+  done
+  ;;
+
+layouts)
+  "$zmem" --model llama-3.1-8b --nodes 2 --gpus-per-node 8 --device gpu --stage 1 --stage 3 \
+    --json >"$work/mem.json" || fail "zero-mem failed"
+  python3 - "$work/mem.json" <<'PY' || fail "the collectives' links or bytes are wrong"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+P = plan["model"]["params"]
+N, S = 16, 8
+R = N // S
+bad = []
+layouts = {(r["stage"], r["layout"]) for r in plan["rows"]}
+for stage, layout in ((1, "flat"), (1, "hybrid 2x8"), (3, "flat"), (3, "hybrid 2x8"), (3, "hpz 8")):
+    if (stage, layout) not in layouts: bad.append(f"no stage {stage} {layout} rows")
+def close(a, b): return abs(a - b) <= 1e-6 * max(abs(b), 1)
+for r in plan["rows"]:
+    if "error" in r: continue
+    comm = {c["what"]: c for c in r["comm"]}
+    rs = comm["gradient reduce-scatter"]
+    hybrid = r["layout"].startswith("hybrid")
+    n = S if hybrid else N
+    if rs["ranks"] != n or not close(rs["bytes_per_rank"], (n - 1) / n * P * 2):
+        bad.append(f"{r['layout']} stage {r['stage']}: reduce-scatter {rs}")
+    if (rs["link"] == "inter-node") == hybrid:
+        bad.append(f"{r['layout']}: reduce-scatter on the {rs['link']} link")
+    replicas = comm.get("gradient shards' all-reduce over the replicas")
+    if r["layout"] == "hpz 8":
+        first = comm.get("stage-3 gathers, the first after a step")
+        later = comm.get("stage-3 gathers from hpZ's secondary partition")
+        if r["stage"] != 3: bad.append(f"an hpZ row at stage {r['stage']}")
+        if not first or first["ranks"] != N or first["link"] != "inter-node":
+            bad.append(f"hpZ's first gathers {first}")
+        if not later or later["ranks"] != S or later["link"] != "intra-node":
+            bad.append(f"hpZ's later gathers {later}")
+        if r["keys"].get("zero_optimization.zero_hpz_partition_size") != S:
+            bad.append("an hpZ row's keys lack zero_hpz_partition_size")
+    elif not hybrid:
+        if replicas: bad.append("flat has a replicas' all-reduce")
+        if r["step_lower_bound"]["intra_node_bytes"] != 0: bad.append("flat sends within a node")
+    else:
+        want = 2 * (R - 1) / R * (P / S) * 2
+        if not replicas or replicas["link"] != "inter-node" or not close(replicas["bytes_per_rank"], want):
+            bad.append(f"hybrid replicas' all-reduce {replicas}, want {want} across nodes")
+        if not close(r["step_lower_bound"]["inter_node_bytes"], want):
+            bad.append(f"hybrid across nodes {r['step_lower_bound']['inter_node_bytes']}, want {want}")
+    if "hybrid" in r["layout"] and r["keys"].get("zero_optimization.hybrid_shard") is not True:
+        bad.append("a hybrid row's keys lack hybrid_shard")
+print("\n".join(bad) if bad else "each collective on its link, with a ring's bytes")
+sys.exit(1 if bad else 0)
+PY
+  # One node: flat only, no layout column.
+  "$zmem" --model tiny --gpus-per-node 4 --device gpu >"$work/out" || fail "zero-mem failed"
+  if grep -q "hybrid\|hpz" "$work/out"; then cat "$work/out"; fail "a hybrid or hpZ row on one node"; fi
+  ;;
+
 deepspeed_estimate)
   # P = 1e9, L = 1e8 on 8 GPUs: ZeRO-3 without offload is 4L + 18P/8 per GPU; ZeRO-2 with the
   # optimizer offloaded 2P per GPU and P * max(4 * 8, 16) * 1.5 per CPU.

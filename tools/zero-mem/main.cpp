@@ -51,12 +51,22 @@ int main(int argc, char** argv) {
       "memory are one pool per node (--cpu-mem), with no PCIe and no GPU overhead; "
       "--gpus-per-node (or --ranks-per-node) then counts ranks.\n\n"
       "Step lower bound: the largest of compute (the model's FLOPs at --peak-tflops), the "
-      "network (ring collectives' bytes at --intra-node-gbps, or --inter-node-gbps across "
-      "nodes), PCIe (--pcie-gbps each way per GPU), NVMe (--nvme-read-gbps/--nvme-write-gbps "
+      "network (each collective's ring bytes on its link: --intra-node-gbps within a node, "
+      "--inter-node-gbps for collectives whose ranks span nodes; the slower link bounds), PCIe "
+      "(--pcie-gbps each way per GPU), NVMe (--nvme-read-gbps/--nvme-write-gbps "
       "per node) and the CPU optimizer (host memory traffic at --host-mem-gbps per node); with "
       "the optimizer on the CPU and without offload_optimizer.super_offload, at least compute "
       "plus the optimizer's step (the CPU optimizer or its NVMe state's I/O), which waits for "
-      "backward.",
+      "backward.\n\n"
+      "Layouts (--layout): flat partitions over every rank; hybrid (zero_optimization."
+      "hybrid_shard) within each node's ranks, replicated across nodes, its gradient shards "
+      "all-reduced across them; hpz (stage 3, zero_hpz_partition_size = the ranks of a node) "
+      "flat with a secondary copy of the parameters partitioned within each node, from which "
+      "they are gathered after their first gather of a step. With several nodes all three are "
+      "planned unless the config chooses (mics_shard_size, hybrid_shard or "
+      "zero_hpz_partition_size). Each row's collectives, the ranks each spans, whether "
+      "they cross nodes and the bytes each rank sends per step are printed for the recommended "
+      "row, for every row with --details, and in --json (comm).",
       "zero-mem"};
   zero::mem::ModelArgs model_args;
   zero::mem::Hardware hw;
@@ -65,6 +75,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> sets;
   int seq = 0;
   std::vector<int> stages;
+  std::string layout = "auto";
   bool as_json = false, checkpointing = false;
   zero::mem::ReportOptions report;
   app.add_option("--params", model_args.params, "total parameters (e.g. 70e9)")
@@ -109,6 +120,12 @@ int main(int argc, char** argv) {
                  "offload keys are replaced row by row");
   app.add_option("--set", sets, "KEY=VALUE: a config value, as zero-train --set");
   app.add_option("--stage", stages, "only these stages (repeatable)");
+  app.add_option("--layout", layout,
+                 "flat, hybrid (a shard group per node), hpz (a secondary partition per node), "
+                 "all, or auto: all with several nodes unless the config chooses, else the "
+                 "config's")
+      ->check(CLI::IsMember({"auto", "flat", "hybrid", "hpz", "all"}))
+      ->capture_default_str();
   app.add_flag("--activation-checkpointing", checkpointing,
                "checkpoint every block on every row (also when the config has an "
                "activation_checkpointing section)");
@@ -184,6 +201,15 @@ int main(int argc, char** argv) {
     }
     request.checkpointing = checkpointing || zero::mem::given(request, "activation_checkpointing");
     if (!stages.empty()) request.stages = stages;
+    const bool config_chooses =
+        zero::mem::given(request, "zero_optimization.mics_shard_size") ||
+        zero::mem::given(request, "zero_optimization.hybrid_shard") ||
+        zero::mem::given(request, "zero_optimization.zero_hpz_partition_size");
+    if (layout == "all" || (layout == "auto" && hw.nodes > 1 && !config_chooses)) {
+      request.layouts = {"flat", "hybrid", "hpz"};
+    } else if (layout != "auto") {
+      request.layouts = {layout};
+    }
     for (int s : request.stages) {
       if (s < 0 || s > 3) throw std::invalid_argument(fmt::format("--stage {}: 0 to 3", s));
     }

@@ -52,8 +52,6 @@ StepBound bound_step(const Request& request, const config::Config& config,
   const Hardware& hw = request.hardware;
   const engine::StateModes& m = layout.modes;
   const engine::Registry& registry = request.model.registry;
-  const double n = hw.world();
-  const double f = (n - 1) / n;  // of a buffer, what each rank sends in a ring collective
   const double accum = static_cast<double>(config.batch.gradient_accumulation_steps);
   const double micro = static_cast<double>(config.batch.micro_batch_per_gpu);
   const double csize = dtype_size(m.compute), wire = dtype_size(m.wire);
@@ -63,8 +61,27 @@ StepBound bound_step(const Request& request, const config::Config& config,
     if (layout.params[p].persistent) persistent += static_cast<double>(registry.param(p).numel);
   }
   const double gathered = P - persistent;
-  // Passes over the parameters per micro-step: forward, backward, and the recomputation.
-  const double passes = checkpointing ? 3 : 2;
+  // Stage-3 gathers per micro-step, in passes over the gathered parameters: forward gathers
+  // them all; what forward leaves gathered for backward is not gathered again. The fetcher
+  // keeps a parameter whose next use is within stage3_max_reuse_distance elements of gathers
+  // and while stage3_max_live_parameters allows: at the turn from forward to backward, the last
+  // modules, about half the reuse distance of them (their forward and backward uses lie on
+  // either side of the modules after them). Recomputation (activation checkpointing) gathers
+  // what backward would and backward reuses it, unless the reuse distance is 0.
+  // A parameter several modules use (a tied embedding, at both ends of the model) is gathered
+  // again at each later use in forward unless the reuse distance spans the model between them.
+  const auto reuse = static_cast<double>(config.zero.max_reuse_distance);
+  const double kept =
+      std::min({gathered, reuse / 2, static_cast<double>(config.zero.max_live_parameters)});
+  const double regathered = checkpointing && config.zero.max_reuse_distance == 0 ? 2.0 : 1.0;
+  double reused = 0;  // elements of later uses in forward
+  for (std::size_t p = 0; p < registry.param_count(); ++p) {
+    const std::size_t uses = registry.param(p).modules.size();
+    if (!layout.params[p].persistent && uses > 1 && reuse < gathered) {
+      reused += static_cast<double>(uses - 1) * static_cast<double>(registry.param(p).numel);
+    }
+  }
+  const double passes = gathered > 0 ? 1 + (reused + regathered * (gathered - kept)) / gathered : 0;
 
   StepBound b;
   if (request.model.has_architecture()) {
@@ -80,37 +97,60 @@ StepBound bound_step(const Request& request, const config::Config& config,
   if (peak <= 0) peak = hw.cpu_device ? kCpuTflops : m.compute == DType::f32 ? 495 : 989;
   b.compute = b.flops / (peak * 1e12);
 
-  // The network: each rank's bytes sent in ring reduce-scatters, all-gathers, all-reduces.
-  double net = 0;
-  if (n > 1) {
-    switch (m.stage) {
-      case 0:
-        net = 2 * f * P * wire;
-        break;
-      case 1:
-        net = f * P * wire + f * P * csize;
-        break;
-      case 2:
-        net = accum * f * P * wire + f * P * csize;
-        break;
-      default:
-        net = accum * (f * P * wire + passes * f * gathered * csize) + f * persistent * csize;
-    }
+  // The network: each rank's bytes sent in ring reduce-scatters, all-gathers, all-reduces,
+  // each on the link its ranks need (a shard group is consecutive ranks; the replicas of a
+  // hybrid layout are one per group, so they span nodes once the world does).
+  const auto line = [&](std::string what, int ranks, bool across, double buffer, double times) {
+    if (ranks <= 1 || buffer <= 0 || times <= 0) return;
+    const double share = static_cast<double>(ranks - 1) / ranks;
+    b.comm.push_back({std::move(what), ranks, across, times * share * buffer});
+  };
+  const int G = hw.gpus_per_node, S = m.stage == 0 ? hw.world() : m.shard_ranks;
+  const bool group_across = S > G, world_across = hw.world() > G;
+  // Reductions per step: at the boundary (stages 0-1) or at every micro-step (stages 2-3).
+  const double reductions = m.stage <= 1 ? 1 : accum;
+  if (m.stage == 0) {
+    line("gradient all-reduce", S, group_across, 2 * P * wire, 1);
+  } else {
+    line("gradient reduce-scatter", S, group_across, P * wire, reductions);
+    line("gradient shards' all-reduce over the replicas", m.replicas, world_across,
+         2 * P / S * wire, reductions);
   }
-  b.network_bytes = static_cast<std::uint64_t>(net);
-  b.network = net / gb(hw.nodes > 1 ? hw.inter_node_gbps : hw.intra_node_gbps);
+  if (m.stage == 1 || m.stage == 2)
+    line("updated parameters' all-gather", S, group_across, P * csize, 1);
+  if (m.stage == 3 && m.hpz_ranks > 1) {
+    // hpZ: a parameter's first gather after a step is over the shard group and leaves a
+    // secondary shard; its later ones (backward, later micro-steps) are within the secondary
+    // group of consecutive ranks.
+    const int H = m.hpz_ranks;
+    line("stage-3 gathers, the first after a step", S, group_across, gathered * csize, 1);
+    line("stage-3 gathers from hpZ's secondary partition", H, H > G, gathered * csize,
+         accum * passes - 1);
+    line("persistent parameters' gather", S, group_across, persistent * csize, 1);
+  } else if (m.stage == 3) {
+    line(fmt::format("stage-3 gathers ({:.3g} pass{})", passes, passes == 1 ? "" : "es"), S,
+         group_across, gathered * csize, accum * passes);
+    line("persistent parameters' gather", S, group_across, persistent * csize, 1);
+  }
+  double intra = 0, inter = 0;
+  for (const CommLine& c : b.comm) (c.across_nodes ? inter : intra) += c.bytes;
+  b.intra_node_bytes = static_cast<std::uint64_t>(intra);
+  b.inter_node_bytes = static_cast<std::uint64_t>(inter);
+  b.network_bytes = b.intra_node_bytes + b.inter_node_bytes;
+  b.network = std::max(intra / gb(hw.intra_node_gbps), inter / gb(hw.inter_node_gbps));
 
   // PCIe, each way: reduced gradient blocks down and updated values up with optimizer offload;
   // every gather's shard up with offload_param.
   // None on the CPU device, where offload copies within host memory.
   double down = 0, up = 0;
-  const double shard = P / (m.stage == 0 ? 1 : n);
+  const double shard = P / (m.stage == 0 ? 1 : m.shard_ranks);
   if (m.optimizer_offload && !hw.cpu_device) {
     down += (m.stage == 1 ? 1 : accum) * shard * wire;
     if (!m.param_offload) up += shard * csize;
   }
   if (m.param_offload && !hw.cpu_device)
-    up += accum * passes * (gathered / n) * csize + (persistent / n) * csize;
+    up +=
+        accum * passes * (gathered / m.shard_ranks) * csize + (persistent / m.shard_ranks) * csize;
   b.pcie_bytes = static_cast<std::uint64_t>(std::max(down, up));
   b.pcie = std::max(down, up) / gb(hw.pcie_gbps);
 
@@ -227,6 +267,7 @@ config::Config mode_config(const Request& request, const Mode& mode) {
   if (device != with.keys.end() && *device == "none") {
     with.keys["zero_optimization.offload_optimizer.super_offload"] = false;
   }
+
   return config::read_config(request.config, read_options(request, with));
 }
 
@@ -280,6 +321,10 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
   try {
     const config::Config config = mode_config(request, mode);
     const engine::Layout layout = engine::plan_layout(request.model.registry, config, hw.world());
+    row.layout = layout.modes.hybrid()
+                     ? fmt::format("hybrid {}x{}", layout.modes.replicas, layout.modes.shard_ranks)
+                 : layout.modes.hpz_ranks > 1 ? fmt::format("hpz {}", layout.modes.hpz_ranks)
+                                              : "flat";
     // Beside a GPU offloaded state has a host device of its own; the CPU device (sync) steps
     // it itself.
     row.plan = engine::plan_memory(request.model.registry, config, layout, !hw.cpu_device);
@@ -342,56 +387,89 @@ Plan plan_all(const Request& request) {
     return row;
   };
   // Parameters on NVMe are read through buffers of offload_param.buffer_size elements: at
-  // least the largest shard.
-  std::uint64_t largest_shard = 0;
-  for (const engine::ParamSpec& p : request.model.registry.params()) {
-    largest_shard = std::max<std::uint64_t>(
-        largest_shard, engine::shard_shape(p.numel, request.hardware.world()).shard);
-  }
+  // least the largest shard, over the layout's shard group.
+  const auto largest_shard = [&](const Mode& mode) {
+    const int ranks = mode.layout == "hybrid" ? request.hardware.gpus_per_node
+                      : mode.layout == "flat" || probe.zero.shard_size == 0
+                          ? request.hardware.world()
+                          : probe.zero.shard_size;
+    std::uint64_t largest = 0;
+    for (const engine::ParamSpec& p : request.model.registry.params()) {
+      largest = std::max<std::uint64_t>(largest, engine::shard_shape(p.numel, ranks).shard);
+    }
+    return largest;
+  };
+  std::vector<Mode> modes;
   for (int stage : request.stages) {
-    for (Mode mode : modes_for(stage, nvme)) {
-      if (mode.name == "params nvme") {
-        const auto buffer_size = static_cast<std::uint64_t>(probe.zero.offload_param.buffer_size);
-        if (largest_shard > buffer_size) {
-          mode.keys["zero_optimization.offload_param.buffer_size"] = largest_shard;
-        }
-      }
-      if (mode.name == "optimizer split") {
-        // max_in_cpu: the optimizer state (and gradient) the host memory left over by the
-        // all-NVMe plan holds, per rank; shown only when that is some but not all of it.
-        Mode all_nvme = mode;
-        all_nvme.keys["zero_optimization.offload_optimizer.max_in_cpu"] = 0;
-        const Row base = plan_mode(all_nvme);
-        if (!base.error.empty()) continue;
-        // On the CPU device the ranks' device memory and activations are host memory too.
-        const std::uint64_t used =
-            base.pinned_node + base.host_node +
-            (request.hardware.cpu_device
-                 ? base.device_total * static_cast<std::uint64_t>(request.hardware.gpus_per_node)
-                 : 0);
-        if (used >= request.hardware.cpu_mem) continue;
-        const config::Config config = mode_config(request, all_nvme);
-        // A resident element holds its master, its moments and (gradient NVMe) its gradient.
-        const engine::StateModes modes = engine::state_modes(config, request.hardware.world());
-        const std::uint64_t per_element =
-            4 +
-            static_cast<std::uint64_t>(config.optimizer.state_buffers()) *
-                dtype_size(config.optimizer_state_dtype) +
-            (modes.grad_nvme ? dtype_size(modes.accum) : 0);
-        const std::uint64_t elements = (request.hardware.cpu_mem - used) /
-                                       static_cast<std::uint64_t>(request.hardware.gpus_per_node) /
-                                       per_element;
-        mode.keys["zero_optimization.offload_optimizer.max_in_cpu"] = elements;
-        Row row = plan_mode(mode);
-        if (!row.error.empty() || !row.plan.nvme.made() || row.plan.nvme.held_total() == 0 ||
-            row.plan.nvme.held_total() == base.plan.nvme.held_total()) {
-          continue;
-        }
-        plan.rows.push_back(std::move(row));
+    for (const std::string& layout : request.layouts) {
+      // Hybrid differs from flat only where there is something to partition and several nodes,
+      // hpZ only at stage 3 and with several nodes.
+      const bool one_node = request.hardware.world() <= request.hardware.gpus_per_node;
+      if ((layout == "hybrid" && (stage == 0 || one_node)) ||
+          (layout == "hpz" && (stage != 3 || one_node))) {
         continue;
       }
-      plan.rows.push_back(plan_mode(mode));
+      for (Mode mode : modes_for(stage, nvme)) {
+        // The layout's keys: a shard group per node, or the whole world; a key of the config's
+        // that says otherwise is turned off.
+        mode.layout = layout;
+        const std::string mics = "zero_optimization.mics_shard_size";
+        const std::string node = "zero_optimization.hybrid_shard";
+        const std::string hpz = "zero_optimization.zero_hpz_partition_size";
+        if (layout == "hybrid") mode.keys[node] = true;
+        if (layout == "hpz") mode.keys[hpz] = request.hardware.gpus_per_node;
+        if (layout != "config" && layout != "hybrid" && given(request, node)) {
+          mode.keys[node] = false;
+        }
+        if (layout != "config" && given(request, mics)) mode.keys[mics] = -1;
+        if (layout != "config" && layout != "hpz" && given(request, hpz)) mode.keys[hpz] = 1;
+        modes.push_back(std::move(mode));
+      }
     }
+  }
+  for (Mode mode : modes) {
+    if (mode.name == "params nvme") {
+      const std::uint64_t largest_shard_here = largest_shard(mode);
+      const auto buffer_size = static_cast<std::uint64_t>(probe.zero.offload_param.buffer_size);
+      if (largest_shard_here > buffer_size) {
+        mode.keys["zero_optimization.offload_param.buffer_size"] = largest_shard_here;
+      }
+    }
+    if (mode.name == "optimizer split") {
+      // max_in_cpu: the optimizer state (and gradient) the host memory left over by the
+      // all-NVMe plan holds, per rank; shown only when that is some but not all of it.
+      Mode all_nvme = mode;
+      all_nvme.keys["zero_optimization.offload_optimizer.max_in_cpu"] = 0;
+      const Row base = plan_mode(all_nvme);
+      if (!base.error.empty()) continue;
+      // On the CPU device the ranks' device memory and activations are host memory too.
+      const std::uint64_t used =
+          base.pinned_node + base.host_node +
+          (request.hardware.cpu_device
+               ? base.device_total * static_cast<std::uint64_t>(request.hardware.gpus_per_node)
+               : 0);
+      if (used >= request.hardware.cpu_mem) continue;
+      const config::Config config = mode_config(request, all_nvme);
+      // A resident element holds its master, its moments and (gradient NVMe) its gradient.
+      const engine::StateModes modes = engine::state_modes(config, request.hardware.world());
+      const std::uint64_t per_element =
+          4 +
+          static_cast<std::uint64_t>(config.optimizer.state_buffers()) *
+              dtype_size(config.optimizer_state_dtype) +
+          (modes.grad_nvme ? dtype_size(modes.accum) : 0);
+      const std::uint64_t elements = (request.hardware.cpu_mem - used) /
+                                     static_cast<std::uint64_t>(request.hardware.gpus_per_node) /
+                                     per_element;
+      mode.keys["zero_optimization.offload_optimizer.max_in_cpu"] = elements;
+      Row row = plan_mode(mode);
+      if (!row.error.empty() || !row.plan.nvme.made() || row.plan.nvme.held_total() == 0 ||
+          row.plan.nvme.held_total() == base.plan.nvme.held_total()) {
+        continue;
+      }
+      plan.rows.push_back(std::move(row));
+      continue;
+    }
+    plan.rows.push_back(plan_mode(mode));
   }
   for (std::size_t r = 0; r < plan.rows.size(); ++r) {
     const Row& row = plan.rows[r];

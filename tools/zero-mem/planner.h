@@ -48,12 +48,26 @@ struct Hardware {
 // backward); give --peak-tflops for a larger machine.
 inline constexpr double kCpuTflops = 0.0125;
 
-// One way of placing the state: a stage and the offload keys it sets.
+// One way of placing the state: a stage and the offload keys it sets, in a layout.
 struct Mode {
   int stage = 0;
   std::string name;     // "none", "optimizer cpu", "optimizer nvme", "optimizer split",
                         // "params cpu", "params nvme"
   nlohmann::json keys;  // the config keys this mode sets, dotted path -> value
+  // "flat", or "hybrid": a shard group per node (zero_optimization.hybrid_shard); "config":
+  // as the config says (mics_shard_size or hybrid_shard given there)
+  std::string layout = "config";
+};
+
+// One collective of the step, for each rank: what it moves, over how many ranks, whether
+// those ranks span nodes (then it runs at the inter-node rate), and the bytes each rank sends
+// per optimizer step as a ring algorithm sends them: (n-1)/n of the buffer for a
+// reduce-scatter or an all-gather over n ranks, twice that for an all-reduce.
+struct CommLine {
+  std::string what;
+  int ranks = 1;
+  bool across_nodes = false;
+  double bytes = 0;
 };
 
 // The lower bound on one optimizer step (seconds, per GPU), each resource alone at its rate.
@@ -66,10 +80,15 @@ struct StepBound {
   double seconds = 0;    // the largest of them (perfect overlap), or compute + after_backward
   std::string bound_by;  // which one
   std::uint64_t pcie_bytes = 0, nvme_bytes = 0, network_bytes = 0;  // per GPU / node / GPU
+  // The network per rank: each collective, and the bytes within a node and across nodes
+  // (network_bytes is their sum; the two links run at once, so `network` is the slower).
+  std::vector<CommLine> comm;
+  std::uint64_t intra_node_bytes = 0, inter_node_bytes = 0;
 };
 
 struct Row {
   Mode mode;
+  std::string layout;          // as the engine lays it out: "flat", or "hybrid RxS" (R groups of S)
   bool checkpointing = false;  // activation checkpointing of every block
   std::string error;           // the engine would refuse this config (then nothing else is set)
   engine::MemoryPlan plan;
@@ -93,6 +112,9 @@ struct Request {
   int seq = 0;                              // tokens per sequence (GPT: the positions unless given)
   bool checkpointing = false;               // the config or the flag asks for it on every row
   std::vector<int> stages{0, 1, 2, 3};
+  // The layouts to plan each mode in: "config" (the config's own), or "flat" and/or "hybrid"
+  // (zero-mem --layout).
+  std::vector<std::string> layouts{"config"};
 };
 
 struct Plan {

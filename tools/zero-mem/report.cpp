@@ -1,6 +1,8 @@
 // zero-mem's table and JSON (report.h).
 #include "tools/zero-mem/report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "base/bytes.h"
@@ -44,6 +46,22 @@ json arena_json(const engine::ArenaPlan& arena) {
 }
 
 }  // namespace
+
+// A row's collectives, one line each, and the totals per link.
+std::string comm_text(const Row& row, const std::string& indent) {
+  std::string t;
+  for (const CommLine& c : row.step.comm) {
+    t += fmt::format("{}{:>12}  {:<11} {:>5} ranks  {}\n", indent,
+                     format_bytes(static_cast<std::uint64_t>(c.bytes)),
+                     c.across_nodes ? "inter-node" : "intra-node", c.ranks, c.what);
+  }
+  if (!row.step.comm.empty()) {
+    t += fmt::format("{}{:>12}  within a node, {} across nodes\n", indent,
+                     format_bytes(row.step.intra_node_bytes),
+                     format_bytes(row.step.inter_node_bytes));
+  }
+  return t;
+}
 
 json row_keys(const Row& row, const Request& request) {
   json keys = row.mode.keys;
@@ -111,6 +129,7 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
     const Row& row = plan.rows[r];
     json j = {{"stage", row.mode.stage},
               {"offload", row.mode.name},
+              {"layout", row.layout},
               {"activation_checkpointing", row.checkpointing},
               {"keys", row_keys(row, request)}};
     if (!row.error.empty()) {
@@ -138,8 +157,18 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
                              {"cpu_optimizer", row.step.cpu_optimizer},
                              {"after_backward", row.step.after_backward},
                              {"network_bytes", row.step.network_bytes},
+                             {"intra_node_bytes", row.step.intra_node_bytes},
+                             {"inter_node_bytes", row.step.inter_node_bytes},
                              {"pcie_bytes", row.step.pcie_bytes},
                              {"nvme_bytes", row.step.nvme_bytes}};
+    json comm = json::array();
+    for (const CommLine& c : row.step.comm) {
+      comm.push_back({{"what", c.what},
+                      {"ranks", c.ranks},
+                      {"link", c.across_nodes ? "inter-node" : "intra-node"},
+                      {"bytes_per_rank", c.bytes}});
+    }
+    j["comm"] = comm;
     json arenas = json::array();
     for (const engine::ArenaPlan* arena : row.plan.arenas()) {
       if (arena->made()) arenas.push_back(arena_json(*arena));
@@ -210,21 +239,32 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
         "GPU column: the engine's arenas + activations + {} overhead (--gpu-overhead)\n\n",
         format_bytes(hw.gpu_overhead));
   }
-  t += fmt::format("{:<5} {:<15} {:>9} {:>9} {:>10} {:>10} {:>10}  {:<12} {:>10}  {}\n", "stage",
-                   "offload", hw.cpu_device ? "rank GiB" : "GPU GiB", "act GiB", "pinned/nd",
-                   "host/nd", "NVMe/nd", "fits", "step >=", "bound by");
+  // The layout column, where a row is not flat.
+  const bool layouts = std::any_of(plan.rows.begin(), plan.rows.end(), [](const Row& row) {
+    return !row.layout.empty() && row.layout != "flat";
+  });
+  const auto offload = [&](const Row& row) {
+    return layouts ? fmt::format("{:<15} {:<11}", row.mode.name, row.layout)
+                   : fmt::format("{:<15}", row.mode.name);
+  };
+  t += fmt::format("{:<5} {} {:>9} {:>9} {:>10} {:>10} {:>10}  {:<12} {:>10}  {}\n", "stage",
+                   layouts ? fmt::format("{:<15} {:<11}", "offload", "layout")
+                           : fmt::format("{:<15}", "offload"),
+                   hw.cpu_device ? "rank GiB" : "GPU GiB", "act GiB", "pinned/nd", "host/nd",
+                   "NVMe/nd", "fits", "step >=", "bound by");
   for (std::size_t r = 0; r < plan.rows.size(); ++r) {
     const Row& row = plan.rows[r];
     const std::string mark = plan.recommended && *plan.recommended == r ? " <- recommended" : "";
     if (!row.error.empty()) {
-      t += fmt::format("{:<5} {:<15} refused: {}\n", row.mode.stage, row.mode.name, row.error);
+      t += fmt::format("{:<5} {} refused: {}\n", row.mode.stage, offload(row), row.error);
       continue;
     }
-    t += fmt::format("{:<5} {:<15} {:>9} {:>9} {:>10} {:>10} {:>10}  {:<12} {:>10}  {}{}\n",
-                     row.mode.stage, row.mode.name, gib(row.device_total), gib(row.activations),
+    t += fmt::format("{:<5} {} {:>9} {:>9} {:>10} {:>10} {:>10}  {:<12} {:>10}  {}{}\n",
+                     row.mode.stage, offload(row), gib(row.device_total), gib(row.activations),
                      gib(row.pinned_node), gib(row.host_node), gib(row.nvme_node), fit_text(row),
                      seconds(row.step.seconds), row.step.bound_by, mark);
     if (options.details) {
+      t += comm_text(row, "        ");
       for (const std::string& shortfall : row.shortfalls) {
         t += fmt::format("        short: {}\n", shortfall);
       }
@@ -252,6 +292,10 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
     if (row.checkpointing)
       t += "\n  and checkpoint every block's activations (zero-train: --activation-checkpointing)";
     t += "\n";
+    if (!row.step.comm.empty()) {
+      t += fmt::format("  network per {} per step ({}):\n", hw.unit(), row.layout);
+      t += comm_text(row, "    ");
+    }
   } else {
     t +=
         "nothing fits: more GPUs or nodes, more host memory, NVMe (--nvme), a smaller micro-batch, "
