@@ -29,7 +29,8 @@ namespace zero::run {
 
 namespace {
 
-constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+// SIGCONT too: a launcher ending a stopped rank continues it before its SIGTERM.
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
 
 static_assert(std::atomic<pid_t>::is_always_lock_free, "read from a signal handler");
 std::atomic<pid_t> child_pid{0};
@@ -40,7 +41,7 @@ void forward(int signal, siginfo_t* info, void*) {
   const int saved_errno = errno;
   const pid_t pid = child_pid.load();
   if (pid > 0) kill(pid, signal);
-  forwarded_any.store(true);
+  if (signal != SIGCONT) forwarded_any.store(true);
   errno = saved_errno;
 }
 

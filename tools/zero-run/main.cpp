@@ -30,6 +30,7 @@ namespace {
 
 constexpr int kUsage = 2;
 constexpr int kStartTimeout = 124;  // as the ranks' own start-up bound (comm/start_watch.h)
+constexpr double kStartGrace = 10;  // seconds zero-run's bound waits past the ranks'
 
 constexpr const char* kFooter = R"(
 What zero-run does:
@@ -69,9 +70,10 @@ What zero-run does:
               rank marks its arrival; removed at the end; with --hostfile give a directory
               every node sees with --start-dir). Ranks that have not all started within T end
               the job with exit status 124, naming the ranks that never arrived. zero-run
-              keeps the same bound: when its ranks' supervisors have not all reported within
-              T (a node that never starts, whose ranks mpirun never launches), it names the
-              ranks and the hostfile's hosts where none started, ends mpirun and exits 124.
+              keeps a bound of its own, T + 10 s: when its ranks' supervisors have not all
+              reported by then (a node that never starts, whose ranks mpirun never launches),
+              it names the ranks and the hostfile's hosts where none started, ends mpirun and
+              exits 124.
   failure     when a rank exits non-zero or is killed, mpirun ends the other ranks.
   exit status with mpirun, what it returns: the first non-zero exit code of a rank (128+S
               for a rank killed by signal S), 1 when a signal to mpirun ended the job, 124
@@ -231,8 +233,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (reports) {
+      // The ranks' own bound (ZERO_START_TIMEOUT, counted from their start) names what they
+      // see first; zero-run's, later, covers ranks mpirun never launched.
       reports->start(
-          request.start_timeout, [] { zero::run::signal_child(SIGTERM); },
+          request.start_timeout, kStartGrace, [] { zero::run::signal_child(SIGTERM); },
           [] { zero::run::signal_child(SIGKILL); });
     }
     const int status = zero::run::run_child(plan.argv, plan.environment);

@@ -113,7 +113,7 @@ std::vector<std::string> RankBook::silent_hosts() const {
   return silent;
 }
 
-std::string RankBook::start_timeout_message(double seconds, const std::string& agent,
+std::string RankBook::start_timeout_message(double seconds, double grace, const std::string& agent,
                                             const std::vector<std::string>& unanswered) const {
   std::vector<int> missing;
   std::map<std::string, std::vector<int>> started_on;
@@ -125,8 +125,10 @@ std::string RankBook::start_timeout_message(double seconds, const std::string& a
     }
   }
   std::string text = fmt::format(
-      "zero-run: {} of {} ranks did not start within {:g} s (--start-timeout): rank{} {}",
-      missing.size(), ranks_.size(), seconds, missing.size() == 1 ? "" : "s", rank_ranges(missing));
+      "zero-run: {} of {} ranks did not start within {:g} s (--start-timeout, and {:g} s more "
+      "for the ranks' own bound to act first): rank{} {}",
+      missing.size(), ranks_.size(), seconds, grace, missing.size() == 1 ? "" : "s",
+      rank_ranges(missing));
   const std::vector<std::string> silent = silent_hosts();
   if (!silent.empty()) {
     text +=
@@ -206,11 +208,11 @@ RankReports::~RankReports() {
   }
 }
 
-void RankReports::start(double start_timeout, std::function<void()> end_job,
+void RankReports::start(double start_timeout, double grace, std::function<void()> end_job,
                         std::function<void()> kill_job) {
   end_job_ = std::move(end_job);
   kill_job_ = std::move(kill_job);
-  thread_ = std::thread([this, start_timeout] { serve(start_timeout); });
+  thread_ = std::thread([this, start_timeout, grace] { serve(start_timeout, grace); });
 }
 
 void RankReports::stop() {
@@ -220,10 +222,10 @@ void RankReports::stop() {
   thread_.join();
 }
 
-void RankReports::serve(double start_timeout) {
+void RankReports::serve(double start_timeout, double grace) {
   using Clock = std::chrono::steady_clock;
   const auto begun = Clock::now();
-  const auto deadline = begun + std::chrono::duration<double>(start_timeout);
+  const auto deadline = begun + std::chrono::duration<double>(start_timeout + grace);
   Clock::time_point ended_at{};
   constexpr auto kGrace = std::chrono::seconds(15);  // after end_job, before kill_job
   constexpr double kProbeSeconds = 10;               // for the silent hosts to answer
@@ -299,7 +301,8 @@ void RankReports::serve(double start_timeout) {
       ended_at = after;
       const std::vector<std::string> unanswered =
           unanswered_hosts(agent_, book_.silent_hosts(), kProbeSeconds);
-      std::cerr << book_.start_timeout_message(start_timeout, agent_, unanswered) << "\n"
+      std::cerr << book_.start_timeout_message(start_timeout + grace, grace, agent_, unanswered)
+                << "\n"
                 << std::flush;
       if (end_job_) end_job_();
     } else if (timed_out_ && ended_at != Clock::time_point{} && after >= ended_at + kGrace) {

@@ -51,9 +51,10 @@ class RankBook {
   bool all_started() const;
   // The hostfile's hosts where no rank has started.
   std::vector<std::string> silent_hosts() const;
-  // Ranks that have not all started after `seconds`: which, where none did, and of those the
-  // hosts that did not answer the remote start `agent` at all (`unanswered`).
-  std::string start_timeout_message(double seconds, const std::string& agent,
+  // Ranks that have not all started after `seconds` (`grace` of them past --start-timeout):
+  // which, where none did, and of those the hosts that did not answer the remote start `agent`
+  // at all (`unanswered`).
+  std::string start_timeout_message(double seconds, double grace, const std::string& agent,
                                     const std::vector<std::string>& unanswered) const;
 
  private:
@@ -85,16 +86,18 @@ class RankReports {
   const std::string& address() const noexcept { return address_; }
 
   // Starts serving: prints each rank's own failure on stderr as it is reported, and when the
-  // ranks have not all started within `start_timeout` seconds, asks the hosts where none did
-  // to answer through the remote start `agent` (host_probe.h), prints which ranks and hosts
-  // did not start and which hosts did not answer, and calls `end_job` (then after a grace
-  // period `kill_job`).
-  void start(double start_timeout, std::function<void()> end_job, std::function<void()> kill_job);
+  // ranks have not all started within `start_timeout` + `grace` seconds (the ranks' own bound,
+  // counted from their start, acts first where they run), asks the hosts where none did to
+  // answer through the remote start `agent` (host_probe.h), prints which ranks and hosts did
+  // not start and which hosts did not answer, and calls `end_job` (then after a grace period
+  // `kill_job`).
+  void start(double start_timeout, double grace, std::function<void()> end_job,
+             std::function<void()> kill_job);
   void stop();
   bool start_timed_out() const noexcept { return timed_out_.load(); }
 
  private:
-  void serve(double start_timeout);
+  void serve(double start_timeout, double grace);
 
   int listener_ = -1;
   int wake_[2] = {-1, -1};  // stop() writes to wake the thread
