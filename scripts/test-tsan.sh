@@ -9,10 +9,12 @@
 #   1. every unit test but the numeric sweeps ([sweep]: one kernel over every format at 100003
 #      elements, 106 of the 154 s the unit tests took under TSan): they run on the calling
 #      thread alone here (see OpenMP below), so there is nothing in them to race;
-#   2. the equivalence matrix (stages 0-3, every precision, offload) on 2 ranks, and its
-#      super_offload cases (the speculation's worker thread beside the streams);
+#   2. the equivalence matrix (stages 0-3, every precision, offload) on 2 ranks, its
+#      super_offload cases (the speculation's worker thread beside the streams), and on 4 ranks
+#      the hybrid sharding cases (the replicas' all-reduce on the epilogue stream) and hpZ's
+#      (the secondary copies);
 # in two lanes at once: the checkpoint cases ([checkpoint], the slowest group here), then the
-# super_offload cases; the other unit tests, then the matrix.
+# super_offload, hybrid and hpZ cases; the other unit tests, then the matrix.
 # The races this looks for are between the engine's threads: the device's stream workers, the
 # caller, MPI's progress thread, the swap I/O. OpenMP regions run on one thread
 # (OMP_NUM_THREADS=1, OMP_THREAD_LIMIT=1): libgomp is not built with TSan, so its barriers are
@@ -53,20 +55,26 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
 start=$SECONDS
-# Two lanes at once, one core each, about equally long (30 s each here): the checkpoint cases
-# ([checkpoint], the slowest group under TSan); the other cases, then the equivalence matrix on
-# 2 ranks.
-echo "test-tsan: the unit tests and the 2-rank equivalence matrix, in two lanes"
+# Two lanes at once, one core each: the checkpoint cases ([checkpoint], the slowest group under
+# TSan), then the super_offload cases on 2 ranks and the hybrid and hpZ ones on 4 (about 50 s
+# here); the other cases, then the equivalence matrix on 2 ranks (about 30 s).
+echo "test-tsan: the unit tests and the equivalence matrix, in two lanes"
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 unit() { (cd "$build/tests" && timeout 1200 ./zero_unit_tests "$1"); }
 equivalence() {
+  local ranks=$1
+  shift
   (cd "$build/tests" &&
-    timeout 1200 ../tools/zero-run/zero-run -n 2 -- ./zero_engine_equivalence "$@")
+    timeout 1200 ../tools/zero-run/zero-run -n "$ranks" -- ./zero_engine_equivalence "$@")
 }
-lane0() { unit '[checkpoint]~[.]~[sweep]' && equivalence --super-offload; }
-lane1() { unit '~[checkpoint]~[.]~[sweep]' && equivalence; }
-lanes=("the unit tests [checkpoint], then the super_offload cases" "the other unit tests, then the equivalence matrix")
+lane0() {
+  unit '[checkpoint]~[.]~[sweep]' && equivalence 2 --super-offload && equivalence 4 --hybrid &&
+    equivalence 4 --hpz
+}
+lane1() { unit '~[checkpoint]~[.]~[sweep]' && equivalence 2; }
+lanes=("the unit tests [checkpoint], then the super_offload, hybrid (4 ranks) and hpZ (4 ranks) cases"
+  "the other unit tests, then the equivalence matrix")
 pids=()
 for i in "${!lanes[@]}"; do
   "lane$i" >"$logs/$i.log" 2>&1 &
