@@ -93,7 +93,7 @@ case "$case_name" in
   dry_run_three_ranks_on_one_cpu)
     run taskset -c 0 "$tool" --mpirun "$work/bin/mpirun" --dry-run -n 3 -- sh -c 'echo a b'
     expect_rc 0
-    expect_out "$work/bin/mpirun -n 3 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX -x ZERO_RUN_REPORT=HOST:PORT -- $(readlink -f "$tool") --supervise -- sh -c 'echo a b'"
+    expect_out "$work/bin/mpirun -n 3 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX -- sh -c 'echo a b'"
     expect_out "mode=mpirun ranks=3 ranks_per_node=3 cpus=1 cores=1"
     expect_root_exports
     [ ! -e "$work/mpirun-ran" ] || fail "--dry-run ran mpirun"
@@ -107,7 +107,7 @@ case "$case_name" in
     expect_out " --bind-to none "
     # One rank through mpirun (an --mpi-arg forces mpirun) gets every CPU.
     dry -n 1 --mpi-arg=--report-bindings -- ./train
-    expect_out "-n 1 --bind-to none -x OMP_NUM_THREADS=$cpus -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX -x ZERO_RUN_REPORT=HOST:PORT --report-bindings -- $(readlink -f "$tool") --supervise -- ./train"
+    expect_out "-n 1 --bind-to none -x OMP_NUM_THREADS=$cpus -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX --report-bindings -- ./train"
     # A value the user set is kept and passed on by name.
     OMP_NUM_THREADS=3 dry -n 2 -- ./train
     expect_out "-x OMP_NUM_THREADS -x ZERO_LAUNCHER=zero-run"
@@ -134,6 +134,8 @@ case "$case_name" in
     expect_no_out "--oversubscribe"
     # Other nodes do not see this one's $TMPDIR: no arrival directory unless --start-dir.
     expect_no_out "ZERO_START_DIR"
+    # Each rank runs under zero-run's supervisor, which reports to zero-run.
+    expect_out "-x ZERO_RUN_REPORT=HOST:PORT -- $(readlink -f "$tool") --supervise -- ./train"
     expect_out "-x ZERO_START_TIMEOUT=300"
     dry -n 4 --hostfile "$work/hosts" --start-dir /shared/start -- ./train
     expect_out "-x ZERO_START_DIR=/shared/start/zero-run-start.XXXXXX"
@@ -259,17 +261,24 @@ case "$case_name" in
     need_mpirun
     run "$tool" -n 3 -- sh -c 'if [ $OMPI_COMM_WORLD_RANK = 1 ]; then exit 7; fi; sleep 30'
     expect_rc 7
-    # zero-run names the rank and its host itself (the supervisors' reports), and only it:
-    # the ranks mpirun then ends are a teardown, not failures.
+    # With a hostfile (here naming this host), each rank runs under zero-run's supervisor, and
+    # zero-run names a failed rank and its host itself, and only it: the ranks mpirun then ends
+    # are a teardown, not failures.
+    printf '%s slots=4\n' "$(hostname)" >"$work/hosts"
+    run "$tool" -n 3 --hostfile "$work/hosts" -- \
+      sh -c 'if [ $OMPI_COMM_WORLD_RANK = 1 ]; then exit 7; fi; sleep 30'
+    expect_rc 7
     expect_err "zero-run: rank 1 on $(hostname) (pid "
     expect_err ") exited with status 7; mpirun ends the other ranks"
     [ "$(grep -c '^zero-run: rank' "$work/err")" -eq 1 ] || fail "more than one rank named: $err"
-    run "$tool" -n 2 -- sh -c 'if [ $OMPI_COMM_WORLD_RANK = 0 ]; then kill -KILL $$; fi; sleep 30'
+    run "$tool" -n 2 --hostfile "$work/hosts" -- \
+      sh -c 'if [ $OMPI_COMM_WORLD_RANK = 0 ]; then kill -KILL $$; fi; sleep 30'
     expect_rc 137
     expect_err "zero-run: rank 0 on $(hostname) (pid "
     expect_err ") was killed by signal 9 (Killed)"
     # A supervisor that cannot reach zero-run says so and runs its rank anyway.
-    ZERO_RUN_REPORT_HOST=no-such-host.invalid run "$tool" -n 2 -- sh -c 'echo ran $OMPI_COMM_WORLD_RANK'
+    ZERO_RUN_REPORT_HOST=no-such-host.invalid run "$tool" -n 2 --hostfile "$work/hosts" -- \
+      sh -c 'echo ran $OMPI_COMM_WORLD_RANK'
     expect_rc 0
     expect_out "ran 0"
     expect_out "ran 1"

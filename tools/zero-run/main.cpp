@@ -58,7 +58,7 @@ What zero-run does:
               on to the ranks and ends the job on the others. A terminal's Ctrl-C reaches
               mpirun directly and is not sent twice; a signal zero-run inherits as ignored
               (nohup) stays ignored.
-  supervision through mpirun, each rank runs as `zero-run --supervise -- COMMAND`, which
+  supervision with --hostfile, each rank runs as `zero-run --supervise -- COMMAND`, which
               reports to zero-run over TCP (ZERO_RUN_REPORT=HOST:PORT; HOST is this host's
               name, or ZERO_RUN_REPORT_HOST) when the rank starts, with its host and pid,
               and how it ended. zero-run prints each rank that fails on its own as it
@@ -216,7 +216,9 @@ int main(int argc, char** argv) {
     // Supervised ranks report to zero-run, which names a failing rank and its host, and ranks
     // and hosts that never start (rank_reports.h).
     std::optional<zero::run::RankReports> reports;
-    if (!zero::run::runs_directly(request)) {
+    // With a hostfile: on one node Open MPI's own reports name a failed rank, and the ranks'
+    // start-up bound names those that never arrive; across nodes neither reaches far enough.
+    if (!zero::run::runs_directly(request) && request.hostfile) {
       request.supervisor = zero::run::own_path();
       if (dry_run) {
         request.report_address = "HOST:PORT";

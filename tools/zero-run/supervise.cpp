@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -73,6 +75,24 @@ int connect_to(const std::string& address, double seconds, std::string* why) {
   return fd;
 }
 
+// Ends this process by `signal`, as the rank ended, so the launcher sees what it would have
+// seen without the supervisor: a rank killed by a signal, not one that exited non-zero (Open
+// MPI ends the others at once for that, where a signal during its own teardown is expected).
+// No core file of the supervisor's own. Returns only for a signal that does not end a process.
+void die_by(int signal) {
+  const rlimit none{0, 0};
+  setrlimit(RLIMIT_CORE, &none);
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  sigaction(signal, &action, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, signal);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  raise(signal);
+}
+
 void send_line(int fd, const std::string& line) {
   if (fd < 0) return;
   const std::string text = line + "\n";
@@ -112,6 +132,7 @@ int supervise(const std::vector<std::string>& command) {
   const int code = run_child(command, {}, options);
   send_line(fd, fmt::format("exit {} {} {} {}", rank, code, signal, child_signalled() ? 1 : 0));
   if (fd >= 0) close(fd);
+  if (signal != 0) die_by(signal);
   return code;
 }
 
