@@ -83,6 +83,10 @@ StepBound bound_step(const Request& request, const config::Config& config,
   }
   const double passes = gathered > 0 ? 1 + (reused + regathered * (gathered - kept)) / gathered : 0;
 
+  // Reads of the compute shards (from host memory or NVMe) per step: one per gather, or with
+  // hpZ only the first gather of a step's (the later ones come from the secondary partition).
+  const double shard_reads = m.hpz_ranks > 1 ? 1.0 : accum * passes;
+
   StepBound b;
   if (request.model.has_architecture()) {
     const ModelShape& s = request.model;
@@ -149,8 +153,7 @@ StepBound bound_step(const Request& request, const config::Config& config,
     if (!m.param_offload) up += shard * csize;
   }
   if (m.param_offload && !hw.cpu_device)
-    up +=
-        accum * passes * (gathered / m.shard_ranks) * csize + (persistent / m.shard_ranks) * csize;
+    up += shard_reads * (gathered / m.shard_ranks) * csize + (persistent / m.shard_ranks) * csize;
   b.pcie_bytes = static_cast<std::uint64_t>(std::max(down, up));
   b.pcie = std::max(down, up) / gb(hw.pcie_gbps);
 
@@ -175,7 +178,7 @@ StepBound bound_step(const Request& request, const config::Config& config,
     state_io = g * state / gb(hw.nvme_read_gbps) + g * state / gb(hw.nvme_write_gbps);
   }
   if (plan.param_nvme.made()) {
-    read += g * accum * passes * static_cast<double>(plan.param_nvme.held_total());
+    read += g * shard_reads * static_cast<double>(plan.param_nvme.held_total());
     write += g * static_cast<double>(plan.param_nvme.held_total());
   }
   b.nvme_bytes = static_cast<std::uint64_t>(read + write);
