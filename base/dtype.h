@@ -8,7 +8,9 @@
 
 namespace zero {
 
-enum class DType : std::uint8_t { f32, f16, bf16, i64 };
+// u8: raw bytes, for data with a layout of its own on the wire (block-quantized chunks,
+// base/block_quant.h); never reduced, never a model's or optimizer's element type.
+enum class DType : std::uint8_t { f32, f16, bf16, i64, u8 };
 
 constexpr std::size_t dtype_size(DType dtype) noexcept {
   switch (dtype) {
@@ -20,6 +22,8 @@ constexpr std::size_t dtype_size(DType dtype) noexcept {
       return 2;
     case DType::i64:
       return 8;
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
@@ -34,12 +38,14 @@ constexpr std::string_view dtype_name(DType dtype) noexcept {
       return "bf16";
     case DType::i64:
       return "int64";
+    case DType::u8:
+      return "uint8";
   }
   return "?";
 }
 
 constexpr bool is_floating(DType dtype) noexcept {
-  return dtype != DType::i64;
+  return dtype != DType::i64 && dtype != DType::u8;
 }
 
 // Accepts our names ("fp32", "fp16", "bf16", "int64") and the usual spellings

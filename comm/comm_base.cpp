@@ -91,6 +91,16 @@ void check_buffer(const void* pointer, std::size_t count, const char* call, cons
   }
 }
 
+// Bytes (u8) have no arithmetic: they are moved, never reduced.
+void check_reducible(DType dtype, const char* call) {
+  if (dtype == DType::u8) {
+    throw make_error(ErrorCategory::usage,
+                     "{}: {} cannot be reduced; reduce fp32, fp16, bf16 or int64 (bytes are "
+                     "moved by all_gather, all_to_all and broadcast)",
+                     call, dtype_name(dtype));
+  }
+}
+
 }  // namespace
 
 OpInfo CommunicatorBase::number(OpInfo op) {
@@ -102,6 +112,7 @@ OpInfo CommunicatorBase::number(OpInfo op) {
 OpInfo CommunicatorBase::begin_all_reduce(const void* data, std::size_t count, DType dtype,
                                           ReduceOp op) {
   check_buffer(data, count, "all_reduce", "data");
+  check_reducible(dtype, "all_reduce");
   return number(OpInfo{"all_reduce", 0, count, dtype, op, -1});
 }
 
@@ -109,6 +120,7 @@ OpInfo CommunicatorBase::begin_reduce_scatter(const void* input, const void* out
                                               std::size_t count, DType dtype, ReduceOp op) {
   check_buffer(input, count, "reduce_scatter", "input");
   check_buffer(output, count, "reduce_scatter", "output");
+  check_reducible(dtype, "reduce_scatter");
   const auto* in = static_cast<const char*>(input);
   const auto* out = static_cast<const char*>(output);
   const std::size_t block = count * dtype_size(dtype);

@@ -70,7 +70,10 @@ void reduce_into(DType dtype, ReduceOp op, const void* in, void* inout, std::siz
     case DType::bf16:
       reduce_half<bf16_to_float, float_to_bf16>(op, in, inout, count);
       return;
+    case DType::u8:
+      break;
   }
+  ZERO_CHECK(false, "{} is never reduced", dtype_name(dtype));
 }
 
 void divide_by(DType dtype, void* data, std::size_t count, int divisor) {
@@ -94,7 +97,10 @@ void divide_by(DType dtype, void* data, std::size_t count, int divisor) {
     case DType::bf16:
       divide_half<bf16_to_float, float_to_bf16>(data, count, divisor);
       return;
+    case DType::u8:
+      break;
   }
+  ZERO_CHECK(false, "{} is never reduced", dtype_name(dtype));
 }
 
 }  // namespace zero::comm

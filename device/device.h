@@ -149,6 +149,20 @@ class Device {
   // Sets *flag = 1.0f when any element is NaN or infinite; leaves it unchanged otherwise.
   virtual void check_finite(const void* data, DType dtype, std::size_t count, float* flag,
                             Stream& stream) = 0;
+
+  // Block int8 quantization (base/block_quant.h), ZeRO++'s weights and gradients on the wire,
+  // bit for bit as device/reference.h on every backend (NaN payloads aside). `parts` chunks of
+  // `count` values each: source chunk k at element k * count, packed chunk k at byte
+  // k * block_quant_bytes(count) (packed must be 4-byte aligned).
+  virtual void quantize(const void* src, DType dtype, std::size_t count, std::size_t parts,
+                        void* packed, Stream& stream) = 0;
+  // Destination chunk k (at element k * count) = packed chunk k dequantized.
+  virtual void dequantize(const void* packed, std::size_t count, std::size_t parts, void* dst,
+                          DType dtype, Stream& stream) = 0;
+  // dst[i] = round(the fp32 sum over chunks k = 0, 1, ... in order of packed chunk k's value i
+  // dequantized), unfused: a quantized reduce-scatter's receiving end.
+  virtual void dequantize_sum(const void* packed, std::size_t count, std::size_t parts, void* dst,
+                              DType dtype, Stream& stream) = 0;
 };
 
 // While alive, host access to the device's device-tier memory faults (guard_device_memory).

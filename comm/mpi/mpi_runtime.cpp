@@ -28,6 +28,8 @@ MPI_Datatype datatype_of(DType dtype) {
       return MPI_FLOAT;
     case DType::i64:
       return MPI_INT64_T;
+    case DType::u8:
+      return MPI_BYTE;
     // MPI has no 16-bit floats: 16-bit words with our own ops.
     case DType::f16:
     case DType::bf16:
@@ -72,6 +74,8 @@ MPI_Op op_of(DType dtype, ReduceOp op) {
       return max ? half_ops.f16_max : half_ops.f16_sum;
     case DType::bf16:
       return max ? half_ops.bf16_max : half_ops.bf16_sum;
+    case DType::u8:
+      break;
   }
   return MPI_OP_NULL;
 }

@@ -168,6 +168,8 @@ ncclDataType_t nccl_dtype(DType dtype) {
       return ncclBfloat16;
     case DType::i64:
       return ncclInt64;
+    case DType::u8:
+      return ncclUint8;
   }
   throw make_error(ErrorCategory::internal, "NCCL backend: unknown dtype {}",
                    static_cast<int>(dtype));

@@ -244,6 +244,24 @@ class AsyncCpuDevice final : public Device {
       if (cpu::any_nonfinite(p, dtype, count)) *out = 1.0f;
     });
   }
+  void quantize(const void* src, DType dtype, std::size_t count, std::size_t parts, void* packed,
+                Stream& stream) override {
+    const void* from = at(src);
+    void* to = at(packed);
+    async_stream(stream).submit([=] { cpu::quantize(from, dtype, count, parts, to); });
+  }
+  void dequantize(const void* packed, std::size_t count, std::size_t parts, void* dst, DType dtype,
+                  Stream& stream) override {
+    const void* from = at(packed);
+    void* to = at(dst);
+    async_stream(stream).submit([=] { cpu::dequantize(from, count, parts, to, dtype); });
+  }
+  void dequantize_sum(const void* packed, std::size_t count, std::size_t parts, void* dst,
+                      DType dtype, Stream& stream) override {
+    const void* from = at(packed);
+    void* to = at(dst);
+    async_stream(stream).submit([=] { cpu::dequantize_sum(from, count, parts, to, dtype); });
+  }
 
  private:
   void drain_quietly() noexcept {

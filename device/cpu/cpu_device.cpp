@@ -117,6 +117,18 @@ class CpuDevice final : public Device {
                     Stream&) override {
     if (cpu::any_nonfinite(data, dtype, count)) *flag = 1.0f;
   }
+  void quantize(const void* src, DType dtype, std::size_t count, std::size_t parts, void* packed,
+                Stream&) override {
+    cpu::quantize(src, dtype, count, parts, packed);
+  }
+  void dequantize(const void* packed, std::size_t count, std::size_t parts, void* dst, DType dtype,
+                  Stream&) override {
+    cpu::dequantize(packed, count, parts, dst, dtype);
+  }
+  void dequantize_sum(const void* packed, std::size_t count, std::size_t parts, void* dst,
+                      DType dtype, Stream&) override {
+    cpu::dequantize_sum(packed, count, parts, dst, dtype);
+  }
 
  private:
   CpuStream stream_;

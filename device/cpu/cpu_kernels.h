@@ -28,4 +28,12 @@ double sum_squares(const void* data, DType dtype, std::size_t count);
 double sum_squares_block(const void* data, DType dtype, std::size_t count);
 bool any_nonfinite(const void* data, DType dtype, std::size_t count);
 
+// Block int8 quantization (base/block_quant.h), bit for bit as device/reference.h: `parts`
+// chunks of `count` values, source chunk k at element k * count, packed chunk k at byte
+// k * block_quant_bytes(count).
+void quantize(const void* src, DType dtype, std::size_t count, std::size_t parts, void* packed);
+void dequantize(const void* packed, std::size_t count, std::size_t parts, void* dst, DType dtype);
+void dequantize_sum(const void* packed, std::size_t count, std::size_t parts, void* dst,
+                    DType dtype);
+
 }  // namespace zero::cpu

@@ -60,6 +60,7 @@ cuda::Format format_of(DType dtype) {
     case DType::bf16:
       return cuda::Format::bf16;
     case DType::i64:
+    case DType::u8:
       break;
   }
   not_floating(dtype);
@@ -456,8 +457,38 @@ class CudaDevice final : public Device {
     ZERO_CUDA_CHECK(cuda::launch_check_finite(data, format, count, flag, cuda.handle()));
   }
 
+  void quantize(const void* src, DType dtype, std::size_t count, std::size_t parts, void* packed,
+                Stream& stream) override {
+    const cuda::Format format = format_of(dtype);
+    CudaStream& cuda = cuda_stream(stream, ordinal_);
+    if (count == 0 || parts == 0) return;
+    check_element_alignment(src, dtype, "quantize");
+    check_element_alignment(packed, DType::f32, "quantize (packed scales)");
+    activate();
+    ZERO_CUDA_CHECK(cuda::launch_quantize(src, format, count, parts, packed, cuda.handle()));
+  }
+  void dequantize(const void* packed, std::size_t count, std::size_t parts, void* dst, DType dtype,
+                  Stream& stream) override {
+    launch_dequantize(packed, count, parts, dst, dtype, /*sum=*/false, stream);
+  }
+  void dequantize_sum(const void* packed, std::size_t count, std::size_t parts, void* dst,
+                      DType dtype, Stream& stream) override {
+    launch_dequantize(packed, count, parts, dst, dtype, /*sum=*/true, stream);
+  }
+
  private:
   void activate() const { ZERO_CUDA_CHECK(cudaSetDevice(ordinal_)); }
+
+  void launch_dequantize(const void* packed, std::size_t count, std::size_t parts, void* dst,
+                         DType dtype, bool sum, Stream& stream) {
+    const cuda::Format format = format_of(dtype);
+    CudaStream& cuda = cuda_stream(stream, ordinal_);
+    if (count == 0 || (parts == 0 && !sum)) return;
+    check_element_alignment(dst, dtype, sum ? "dequantize_sum" : "dequantize");
+    check_element_alignment(packed, DType::f32, "dequantize (packed scales)");
+    activate();
+    ZERO_CUDA_CHECK(cuda::launch_dequantize(packed, count, parts, dst, format, sum, cuda.handle()));
+  }
 
   // One cudaMalloc or cudaHostAlloc; nullptr with *status set when it fails.
   void* allocate(Tier tier, std::size_t bytes, cudaError_t* status) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/block_quant.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/half.cuh"
 
@@ -334,6 +335,92 @@ cudaError_t cast_from(const void* src, void* dst, Format dst_format, std::size_t
   return cudaErrorInvalidValue;
 }
 
+// ---- Block int8 quantization ----
+
+static_assert(kQuantBlock == kThreads, "one thread per value of a quantization block");
+
+// A packed chunk's layout (base/block_quant.h), computed on the host.
+struct QuantShape {
+  std::size_t blocks;       // scales, at the chunk's start
+  std::size_t chunk_bytes;  // from one chunk to the next
+};
+
+QuantShape quant_shape(std::size_t count) {
+  return {block_quant_blocks(count), block_quant_bytes(count)};
+}
+
+template <class Fmt>
+__global__ void __launch_bounds__(kThreads)
+    quantize_kernel(const typename Fmt::Storage* __restrict__ src, std::size_t count,
+                    std::size_t parts, QuantShape shape, unsigned char* __restrict__ packed) {
+  __shared__ float warp_max[kThreads / 32];
+  const std::size_t blocks = shape.blocks;
+  const std::size_t chunk_bytes = shape.chunk_bytes;
+  for (std::size_t job = blockIdx.x; job < parts * blocks; job += gridDim.x) {
+    const std::size_t k = job / blocks;
+    const std::size_t b = job % blocks;
+    const std::size_t i = b * kQuantBlock + threadIdx.x;
+    const bool in = i < count;
+    const float x = in ? Fmt::load(src[k * count + i]) : 0.0f;
+    const bool bad = in && (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
+    float a = fabsf(x);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, offset));
+    }
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = a;
+    const int any_bad = __syncthreads_or(bad ? 1 : 0);  // also publishes warp_max
+    float amax = warp_max[0];
+#pragma unroll
+    for (unsigned w = 1; w < kThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+    const float scale = any_bad ? __uint_as_float(0x7fc00000u) : __fdiv_rn(amax, 127.0f);
+    unsigned char* chunk = packed + k * chunk_bytes;
+    if (threadIdx.x == 0) reinterpret_cast<float*>(chunk)[b] = scale;
+    signed char* values = reinterpret_cast<signed char*>(chunk + 4 * blocks);
+    if (in) {
+      float q = 0.0f;
+      if (!any_bad && scale != 0.0f) q = fminf(fmaxf(rintf(__fdiv_rn(x, scale)), -127.0f), 127.0f);
+      values[i] = static_cast<signed char>(static_cast<int>(q));
+    }
+    // The padding to 4 bytes after the last value.
+    const std::size_t padded = (count + 3) / 4 * 4;
+    if (b == blocks - 1 && count + threadIdx.x < padded) values[count + threadIdx.x] = 0;
+    __syncthreads();  // warp_max is read before the next job writes it
+  }
+}
+
+__device__ __forceinline__ float dequantized(const unsigned char* __restrict__ chunk,
+                                             QuantShape shape, std::size_t i) {
+  const float scale = reinterpret_cast<const float*>(chunk)[i / kQuantBlock];
+  const signed char q = reinterpret_cast<const signed char*>(chunk + 4 * shape.blocks)[i];
+  return __fmul_rn(static_cast<float>(q), scale);
+}
+
+template <class Fmt>
+__global__ void __launch_bounds__(kThreads)
+    dequantize_kernel(const unsigned char* __restrict__ packed, std::size_t count,
+                      std::size_t parts, QuantShape shape,
+                      typename Fmt::Storage* __restrict__ dst) {
+  for (std::size_t e = thread_index(); e < count * parts; e += thread_count()) {
+    const std::size_t k = e / count;
+    dst[e] = Fmt::store(dequantized(packed + k * shape.chunk_bytes, shape, e - k * count));
+  }
+}
+
+template <class Fmt>
+__global__ void __launch_bounds__(kThreads)
+    dequantize_sum_kernel(const unsigned char* __restrict__ packed, std::size_t count,
+                          std::size_t parts, QuantShape shape,
+                          typename Fmt::Storage* __restrict__ dst) {
+  for (std::size_t i = thread_index(); i < count; i += thread_count()) {
+    float sum = 0.0f;
+    for (std::size_t k = 0; k < parts; ++k) {
+      sum = __fadd_rn(sum, dequantized(packed + k * shape.chunk_bytes, shape, i));
+    }
+    dst[i] = Fmt::store(sum);
+  }
+}
+
 // Calls `launch.template operator()<Fmt>()` for the format; returns the launch status.
 template <class Launch>
 cudaError_t dispatch(Format format, Launch launch) {
@@ -425,6 +512,40 @@ cudaError_t launch_sum_squares(const void* data, Format format, std::size_t coun
   if (status != cudaSuccess) return status;
   sum_partials_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, accumulator);
   return cudaGetLastError();
+}
+
+cudaError_t launch_quantize(const void* src, Format format, std::size_t count, std::size_t parts,
+                            void* packed, cudaStream_t stream) noexcept {
+  const std::size_t jobs = block_quant_blocks(count) * parts;
+  if (jobs == 0) return cudaSuccess;
+  const unsigned grid = static_cast<unsigned>(jobs < kMaxBlocks ? jobs : kMaxBlocks);
+  return dispatch(format, [&](auto fmt) {
+    using Fmt = decltype(fmt);
+    quantize_kernel<Fmt><<<grid, kThreads, 0, stream>>>(
+        static_cast<const typename Fmt::Storage*>(src), count, parts, quant_shape(count),
+        static_cast<unsigned char*>(packed));
+  });
+}
+
+cudaError_t launch_dequantize(const void* packed, std::size_t count, std::size_t parts, void* dst,
+                              Format format, bool sum, cudaStream_t stream) noexcept {
+  const std::size_t elements = sum ? count : count * parts;
+  if (elements == 0) return cudaSuccess;
+  std::size_t blocks = (elements + kThreads - 1) / kThreads;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  const unsigned grid = static_cast<unsigned>(blocks);
+  return dispatch(format, [&](auto fmt) {
+    using Fmt = decltype(fmt);
+    const auto* in = static_cast<const unsigned char*>(packed);
+    auto* out = static_cast<typename Fmt::Storage*>(dst);
+    if (sum) {
+      dequantize_sum_kernel<Fmt>
+          <<<grid, kThreads, 0, stream>>>(in, count, parts, quant_shape(count), out);
+    } else {
+      dequantize_kernel<Fmt>
+          <<<grid, kThreads, 0, stream>>>(in, count, parts, quant_shape(count), out);
+    }
+  });
 }
 
 cudaError_t launch_check_finite(const void* data, Format format, std::size_t count, float* flag,

@@ -54,4 +54,16 @@ cudaError_t launch_sum_squares(const void* data, Format format, std::size_t coun
 cudaError_t launch_check_finite(const void* data, Format format, std::size_t count, float* flag,
                                 cudaStream_t stream) noexcept;
 
+// Block int8 quantization (base/block_quant.h), bit for bit as device/reference.h (NaN
+// payloads aside): `parts` chunks of `count` values, source chunk k at element k * count,
+// packed chunk k at byte k * block_quant_bytes(count); packed is 4-byte aligned. One thread
+// block of kQuantBlock threads per quantization block: the largest magnitude by warp shuffles,
+// the scale by __fdiv_rn, each value by __fdiv_rn and rintf.
+cudaError_t launch_quantize(const void* src, Format format, std::size_t count, std::size_t parts,
+                            void* packed, cudaStream_t stream) noexcept;
+// sum false: destination chunk k = packed chunk k dequantized (__fmul_rn). sum true: dst[i] =
+// the fp32 sum in chunk order of each chunk's value i dequantized (__fmul_rn, __fadd_rn).
+cudaError_t launch_dequantize(const void* packed, std::size_t count, std::size_t parts, void* dst,
+                              Format format, bool sum, cudaStream_t stream) noexcept;
+
 }  // namespace zero::cuda

@@ -32,6 +32,7 @@ void convert(const void* in, DType from, void* out, DType to, std::size_t count)
         value = fp16_to_float(static_cast<const std::uint16_t*>(in)[i]);
         break;
       case DType::i64:
+      case DType::u8:
         break;
     }
     switch (to) {
@@ -45,6 +46,7 @@ void convert(const void* in, DType from, void* out, DType to, std::size_t count)
         static_cast<std::uint16_t*>(out)[i] = float_to_fp16(value);
         break;
       case DType::i64:
+      case DType::u8:
         break;
     }
   }

@@ -212,6 +212,8 @@ std::string_view safetensors_dtype(DType dtype) noexcept {
       return "BF16";
     case DType::i64:
       return "I64";
+    case DType::u8:
+      return "U8";
   }
   return "?";
 }

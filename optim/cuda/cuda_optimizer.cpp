@@ -30,6 +30,7 @@ std::optional<cuda::Format> kernel_format(DType dtype) {
     case DType::bf16:
       return cuda::Format::bf16;
     case DType::i64:
+    case DType::u8:
       break;
   }
   return std::nullopt;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/test_backend.h"
+#include "base/block_quant.h"
 #include "base/error.h"
 #include "base/half.h"
 #include "device/reference.h"
@@ -394,6 +395,145 @@ TEST_CASE(
     REQUIRE(error.category() == ErrorCategory::out_of_memory);
     REQUIRE_THAT(error.what(), Catch::Contains("device") && Catch::Contains("1152921504606846976"));
   }
+}
+
+TEST_CASE("quantize packs blocks of int8 and scales like the reference bit for bit",
+          ZERO_TEST_BACKEND_TAG "[device][kernels][quant]") {
+  auto device = test::make_test_device();
+  for (DType dtype : kFloatTypes) {
+    for (std::size_t count : kSizes) {
+      for (std::size_t parts : {1, 3}) {
+        CAPTURE(dtype_name(dtype), count, parts);
+        const auto values = random_floats(count * parts, 11 + static_cast<std::uint32_t>(count),
+                                          /*specials=*/count > 200);
+        const auto input = encode(values, dtype);
+        const std::size_t bytes = block_quant_bytes(count) * parts;
+        std::vector<unsigned char> expected(bytes + 8, 0xab);
+        reference::quantize(input.data(), dtype, count, parts, expected.data());
+
+        Skewed src(*device, count * parts, dtype, count % 3);
+        src.upload(input.data());
+        test::DeviceBuffer packed(*device, bytes + 8);
+        std::vector<unsigned char> poison(bytes + 8, 0xcd);
+        packed.upload(poison.data(), poison.size());
+        device->quantize(src.ptr, dtype, count, parts, packed.data(), device->default_stream());
+        device->synchronize();
+        std::vector<unsigned char> got(bytes + 8);
+        packed.download(got.data(), got.size());
+        // The scales: the same bits, or both NaN (a block with a non-finite value).
+        for (std::size_t k = 0; k < parts; ++k) {
+          const std::size_t at = k * block_quant_bytes(count);
+          for (std::size_t b = 0; b < block_quant_blocks(count); ++b) {
+            float want = 0, have = 0;
+            std::memcpy(&want, &expected[at + 4 * b], 4);
+            std::memcpy(&have, &got[at + 4 * b], 4);
+            CAPTURE(k, b, want, have);
+            REQUIRE((std::memcmp(&want, &have, 4) == 0 || (std::isnan(want) && std::isnan(have))));
+          }
+          const std::size_t values_at = at + 4 * block_quant_blocks(count);
+          REQUIRE(std::memcmp(&got[values_at], &expected[values_at],
+                              block_quant_bytes(count) - 4 * block_quant_blocks(count)) == 0);
+        }
+        // Nothing past the chunks is written.
+        REQUIRE(std::memcmp(&got[bytes], &poison[bytes], 8) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("dequantize and dequantize_sum give the reference's values (NaN: as NaN)",
+          ZERO_TEST_BACKEND_TAG "[device][kernels][quant]") {
+  auto device = test::make_test_device();
+  for (DType dtype : kFloatTypes) {
+    for (std::size_t count : kSizes) {
+      for (std::size_t parts : {1, 2, 5}) {
+        CAPTURE(dtype_name(dtype), count, parts);
+        const auto values =
+            random_floats(count * parts, 23 + static_cast<std::uint32_t>(count), count > 200);
+        const auto input = encode(values, DType::f32);
+        const std::size_t bytes = block_quant_bytes(count) * parts;
+        std::vector<unsigned char> packed_host(bytes + 8);
+        reference::quantize(input.data(), DType::f32, count, parts, packed_host.data());
+        test::DeviceBuffer packed(*device, bytes + 8);
+        packed.upload(packed_host.data(), bytes + 8);
+
+        std::vector<unsigned char> expected(count * parts * dtype_size(dtype) + 8);
+        reference::dequantize(packed_host.data(), count, parts, expected.data(), dtype);
+        Skewed all(*device, count * parts, dtype, (count + 1) % 3);
+        device->dequantize(packed.data(), count, parts, all.ptr, dtype, device->default_stream());
+        device->synchronize();
+        const auto got = all.download();
+        for (std::size_t i = 0; i < count * parts; ++i) {
+          CAPTURE(i);
+          REQUIRE(same_element(got, expected, i, dtype));
+        }
+
+        std::vector<unsigned char> sum_expected(count * dtype_size(dtype) + 8);
+        reference::dequantize_sum(packed_host.data(), count, parts, sum_expected.data(), dtype);
+        Skewed sum(*device, count, dtype, count % 3);
+        device->dequantize_sum(packed.data(), count, parts, sum.ptr, dtype,
+                               device->default_stream());
+        device->synchronize();
+        const auto sum_got = sum.download();
+        for (std::size_t i = 0; i < count; ++i) {
+          CAPTURE(i);
+          REQUIRE(same_element(sum_got, sum_expected, i, dtype));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a quantized round trip is within a block's largest value / 254, a bad block NaN",
+          ZERO_TEST_BACKEND_TAG "[device][kernels][quant]") {
+  auto device = test::make_test_device();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const std::size_t count = 3 * kQuantBlock + 41;
+  std::vector<float> values(count);
+  for (float& v : values) v = normal(rng);
+  values[5] = 0.9f;  // an outlier: its block's step is coarse, the others' are not
+  for (std::size_t i = kQuantBlock; i < 2 * kQuantBlock; ++i) values[i] = 0.0f;  // all zeros
+  test::DeviceBuffer src(*device, count * 4);
+  src.upload(values.data(), count * 4);
+  test::DeviceBuffer packed(*device, block_quant_bytes(count));
+  test::DeviceBuffer out(*device, count * 4);
+  device->quantize(src.data(), DType::f32, count, 1, packed.data(), device->default_stream());
+  device->dequantize(packed.data(), count, 1, out.data(), DType::f32, device->default_stream());
+  device->synchronize();
+  std::vector<float> back(count);
+  out.download(back.data(), count * 4);
+  double error = 0, norm = 0;
+  for (std::size_t b = 0; b < block_quant_blocks(count); ++b) {
+    float amax = 0;
+    const std::size_t end = std::min(count, (b + 1) * kQuantBlock);
+    for (std::size_t i = b * kQuantBlock; i < end; ++i) amax = std::max(amax, std::fabs(values[i]));
+    for (std::size_t i = b * kQuantBlock; i < end; ++i) {
+      CAPTURE(b, i, values[i], back[i]);
+      REQUIRE(std::fabs(back[i] - values[i]) <= amax / 254.0f * 1.0001f);
+      if (b != 0) {
+        error += (back[i] - values[i]) * (back[i] - values[i]);
+        norm += values[i] * values[i];
+      }
+    }
+  }
+  REQUIRE(back[kQuantBlock + 3] == 0.0f);  // the zero block stays exactly zero
+  REQUIRE(back[5] == 0.9f);                // a block's largest value comes back exactly
+  // Normal values without outliers: about 1% relative error in norm.
+  REQUIRE(std::sqrt(error / norm) < 0.02);
+  REQUIRE(std::sqrt(error / norm) > 0.001);
+
+  // An infinity makes its block NaN after the round trip, and only its block.
+  values[kQuantBlock * 2 + 7] = std::numeric_limits<float>::infinity();
+  src.upload(values.data(), count * 4);
+  device->quantize(src.data(), DType::f32, count, 1, packed.data(), device->default_stream());
+  device->dequantize(packed.data(), count, 1, out.data(), DType::f32, device->default_stream());
+  device->synchronize();
+  out.download(back.data(), count * 4);
+  REQUIRE(std::isnan(back[2 * kQuantBlock]));
+  REQUIRE(std::isnan(back[3 * kQuantBlock - 1]));
+  REQUIRE(std::isfinite(back[3 * kQuantBlock]));
+  REQUIRE(std::isfinite(back[2 * kQuantBlock - 1]));
 }
 
 TEST_CASE("kernels refuse int64 buffers with a usage error",

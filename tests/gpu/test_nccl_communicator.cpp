@@ -62,6 +62,9 @@ std::vector<unsigned char> host_values(std::size_t count, DType dtype, int seed)
         std::memcpy(out, &integer, sizeof integer);
         break;
       }
+      case DType::u8:
+        *out = static_cast<unsigned char>(whole + 30);
+        break;
     }
   }
   return bytes;

@@ -52,6 +52,9 @@ struct Buffer {
         std::memcpy(p, &v, 8);
         break;
       }
+      case DType::u8:
+        *p = static_cast<unsigned char>(value);
+        break;
     }
   }
   double get(std::size_t i) const {
@@ -77,6 +80,8 @@ struct Buffer {
         std::memcpy(&v, p, 8);
         return static_cast<double>(v);
       }
+      case DType::u8:
+        return *p;
     }
     return 0;
   }

@@ -266,6 +266,9 @@ void put(DType dtype, void* base, std::size_t index, double value) {
     case DType::i64:
       static_cast<std::int64_t*>(base)[index] = static_cast<std::int64_t>(value);
       return;
+    case DType::u8:
+      static_cast<std::uint8_t*>(base)[index] = static_cast<std::uint8_t>(value);
+      return;
   }
 }
 
@@ -279,6 +282,8 @@ double get(DType dtype, const void* base, std::size_t index) {
       return bf16_to_float(static_cast<const std::uint16_t*>(base)[index]);
     case DType::i64:
       return static_cast<double>(static_cast<const std::int64_t*>(base)[index]);
+    case DType::u8:
+      return static_cast<const std::uint8_t*>(base)[index];
   }
   return 0;
 }
@@ -293,6 +298,7 @@ double in_dtype(DType dtype, double value) {
     case DType::bf16:
       return bf16_to_float(float_to_bf16(static_cast<float>(value)));
     case DType::i64:
+    case DType::u8:
       return std::trunc(value);
   }
   return value;
