@@ -147,6 +147,20 @@ OpInfo CommunicatorBase::begin_all_gather(const void* input, const void* output,
   return number(OpInfo{"all_gather", 0, count, dtype, std::nullopt, -1});
 }
 
+OpInfo CommunicatorBase::begin_all_to_all(const void* input, const void* output, std::size_t count,
+                                          DType dtype) {
+  check_buffer(input, count, "all_to_all", "input");
+  check_buffer(output, count, "all_to_all", "output");
+  const auto* in = static_cast<const char*>(input);
+  const auto* out = static_cast<const char*>(output);
+  const std::size_t total = count * static_cast<std::size_t>(size_) * dtype_size(dtype);
+  if (count > 0 && in < out + total && out < in + total) {
+    throw make_error(ErrorCategory::usage,
+                     "all_to_all: the input and the output overlap; all_to_all is never in place");
+  }
+  return number(OpInfo{"all_to_all", 0, count, dtype, std::nullopt, -1});
+}
+
 OpInfo CommunicatorBase::begin_broadcast(const void* data, std::size_t count, DType dtype,
                                          int root) {
   check_buffer(data, count, "broadcast", "data");

@@ -102,6 +102,7 @@ class CommunicatorBase : public Communicator {
   OpInfo begin_reduce_scatter(const void* input, const void* output, std::size_t count, DType dtype,
                               ReduceOp op);
   OpInfo begin_all_gather(const void* input, const void* output, std::size_t count, DType dtype);
+  OpInfo begin_all_to_all(const void* input, const void* output, std::size_t count, DType dtype);
   OpInfo begin_broadcast(const void* data, std::size_t count, DType dtype, int root);
   OpInfo begin_barrier();
 

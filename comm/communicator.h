@@ -17,7 +17,7 @@
 //   size() * count elements, block r belonging to rank r. In place is allowed where NCCL allows
 //   it: all_gather with input == output + rank * count, reduce_scatter with
 //   output == input + rank * count (the input's other blocks are unspecified afterwards),
-//   all_reduce and broadcast always.
+//   all_reduce and broadcast always. all_to_all is never in place.
 // - Creating (split) and destroying a communicator are collective too: every rank of it, in
 //   the same order. A poisoned communicator is the exception: its destruction frees only
 //   local state, since the other ranks may never get there.
@@ -66,6 +66,10 @@ class Communicator {
                               ReduceOp op, Stream* stream = nullptr) = 0;
   // output[r * count, (r + 1) * count) on every rank = input[0, count) of rank r.
   virtual Work all_gather(const void* input, void* output, std::size_t count, DType dtype,
+                          Stream* stream = nullptr) = 0;
+  // output[q * count, (q + 1) * count) on rank r = input[r * count, (r + 1) * count) of rank
+  // q: each rank's block r goes to rank r. Input and output must not overlap.
+  virtual Work all_to_all(const void* input, void* output, std::size_t count, DType dtype,
                           Stream* stream = nullptr) = 0;
   // data[0, count) of `root` copied to every rank.
   virtual Work broadcast(void* data, std::size_t count, DType dtype, int root,

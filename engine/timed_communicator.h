@@ -52,6 +52,13 @@ class TimedCommunicator final : public Communicator {
     end();
     return work;
   }
+  Work all_to_all(const void* input, void* output, std::size_t count, DType dtype,
+                  Stream* stream) override {
+    begin(OverlapTimeline::Kind::reduction, stream);
+    Work work = inner_->all_to_all(input, output, count, dtype, stream);
+    end();
+    return work;
+  }
   Work broadcast(void* data, std::size_t count, DType dtype, int root, Stream* stream) override {
     begin(OverlapTimeline::Kind::gather, stream);
     Work work = inner_->broadcast(data, count, dtype, root, stream);

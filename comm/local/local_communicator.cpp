@@ -50,6 +50,11 @@ class LocalCommunicator final : public CommunicatorBase {
     return copy(begin_all_gather(input, output, count, dtype), input, output, stream);
   }
 
+  Work all_to_all(const void* input, void* output, std::size_t count, DType dtype,
+                  Stream* stream) override {
+    return copy(begin_all_to_all(input, output, count, dtype), input, output, stream);
+  }
+
   Work broadcast(void* data, std::size_t count, DType dtype, int root, Stream* stream) override {
     return after_caller(begin_broadcast(data, count, dtype, root), stream);
   }

@@ -264,6 +264,31 @@ class MpiCommunicator final : public CommunicatorBase {
         {});
   }
 
+  Work all_to_all(const void* input, void* output, std::size_t count, DType dtype,
+                  Stream* stream) override {
+    const OpInfo info = begin_all_to_all(input, output, count, dtype);
+    if (count == 0) return complete(info);
+    const int n = int_count(count, info);
+    int_count(count * static_cast<std::size_t>(size()), info);
+    const std::size_t total = count * dtype_size(dtype) * static_cast<std::size_t>(size());
+    const MPI_Datatype type = datatype_of(dtype);
+    if (staged_) {
+      StagingPool::Block stage = staging_->acquire(2 * total);
+      char* in = static_cast<char*>(stage.data);
+      char* out = in + total;
+      to_host(in, input, total, stream);
+      return issue(info, single([=, this](MPI_Request* request) {
+                     return MPI_Ialltoall(in, n, type, out, n, type, comm_, request);
+                   }),
+                   [=, this] { from_host(output, out, total, stage); });
+    }
+    wait_for_caller(stream);
+    return issue(info, single([=, this](MPI_Request* request) {
+                   return MPI_Ialltoall(input, n, type, output, n, type, comm_, request);
+                 }),
+                 {});
+  }
+
   Work broadcast(void* data, std::size_t count, DType dtype, int root, Stream* stream) override {
     const OpInfo info = begin_broadcast(data, count, dtype, root);
     if (count == 0) return complete(info);

@@ -575,6 +575,28 @@ class NcclCommunicator final : public CommunicatorBase {
     });
   }
 
+  // A group of sends and receives, one pair per rank (NCCL has no all-to-all of its own).
+  Work all_to_all(const void* input, void* output, std::size_t count, DType dtype,
+                  Stream* stream) override {
+    const OpInfo info = begin_all_to_all(input, output, count, dtype);
+    if (count == 0) return complete(info);
+    const ncclDataType_t type = nccl_dtype(dtype);
+    const std::size_t block = count * dtype_size(dtype);
+    const int ranks = size();
+    return issue(info, stream, "ncclSend/ncclRecv", [&](ncclComm_t comm, cudaStream_t s) {
+      ncclResult_t result = ncclGroupStart();
+      for (int r = 0; r < ranks && result == ncclSuccess; ++r) {
+        const std::size_t at = static_cast<std::size_t>(r) * block;
+        result = ncclSend(static_cast<const char*>(input) + at, count, type, r, comm, s);
+        if (result == ncclSuccess) {
+          result = ncclRecv(static_cast<char*>(output) + at, count, type, r, comm, s);
+        }
+      }
+      const ncclResult_t ended = ncclGroupEnd();
+      return result != ncclSuccess ? result : ended;
+    });
+  }
+
   Work broadcast(void* data, std::size_t count, DType dtype, int root, Stream* stream) override {
     const OpInfo info = begin_broadcast(data, count, dtype, root);
     if (count == 0) return complete(info);

@@ -156,6 +156,25 @@ TEST_CASE("NCCL: reduce_scatter and all_gather copy a world of one's single bloc
   }
 }
 
+TEST_CASE("NCCL: all_to_all copies a world of one's single block, bytes too", "[gpu][comm][nccl]") {
+  auto device = create_cuda_device(0);
+  auto comm = make_world_of_one(*device);
+  constexpr std::size_t kCount = 4099;
+  for (DType dtype : {DType::u8, DType::f32, DType::bf16}) {
+    INFO(dtype_name(dtype));
+    const std::size_t bytes = kCount * dtype_size(dtype);
+    const auto input = host_values(kCount, dtype, 5);
+    const auto stale = host_values(kCount, dtype, 6);
+    test::DeviceBuffer in(*device, bytes);
+    test::DeviceBuffer out(*device, bytes);
+    in.upload(input.data(), bytes);
+    out.upload(stale.data(), bytes);
+    comm->all_to_all(in.data(), out.data(), kCount, dtype).wait();
+    CHECK(download(out, bytes) == input);
+  }
+  CHECK_FALSE(comm->poisoned());
+}
+
 TEST_CASE("NCCL: broadcast from rank 0 keeps the data; a root outside the world is refused",
           "[gpu][comm][nccl]") {
   auto device = create_cuda_device(0);

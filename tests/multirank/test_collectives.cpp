@@ -263,6 +263,42 @@ TEST_CASE("all_gather concatenates every rank's block in rank order, also in pla
   }
 }
 
+TEST_CASE("all_to_all sends block r of every rank to rank r, in rank order, bytes too") {
+  // Byte b of the block rank `from` sends to rank `to`.
+  const auto byte = [](int from, int to, std::size_t b) {
+    return static_cast<unsigned char>((from * 53 + to * 29 + static_cast<int>(b * 7)) % 251);
+  };
+  for (const Variant& v : variants()) {
+    Communicator& comm = *v.comm;
+    const int n = comm.size();
+    for (DType dtype : {DType::u8, DType::f32, DType::bf16}) {
+      for (std::size_t count :
+           {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{4099}}) {
+        INFO(label(v, dtype, count));
+        const std::size_t block = count * dtype_size(dtype);
+        std::vector<unsigned char> input(block * n), output(block * n, 0);
+        for (int to = 0; to < n; ++to) {
+          for (std::size_t b = 0; b < block; ++b) input[to * block + b] = byte(comm.rank(), to, b);
+        }
+        comm.all_to_all(input.data(), output.data(), count, dtype).wait();
+        std::size_t wrong = 0;
+        for (int from = 0; from < n; ++from) {
+          for (std::size_t b = 0; b < block; ++b) {
+            wrong += output[from * block + b] != byte(from, comm.rank(), b);
+          }
+        }
+        CHECK(wrong == 0);
+      }
+    }
+    // Bytes are moved, never reduced; and all_to_all is never in place.
+    std::vector<unsigned char> bytes(16 * n);
+    CHECK_THROWS_WITH(comm.all_reduce(bytes.data(), 16, DType::u8, ReduceOp::sum),
+                      Catch::Contains("uint8 cannot be reduced"));
+    CHECK_THROWS_WITH(comm.all_to_all(bytes.data(), bytes.data(), 16, DType::u8),
+                      Catch::Contains("never in place"));
+  }
+}
+
 TEST_CASE("broadcast copies the root's buffer to every rank, from every root") {
   for (const Variant& v : variants()) {
     Communicator& comm = *v.comm;
