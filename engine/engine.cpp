@@ -328,7 +328,7 @@ void Engine::init() {
   e.initialized = true;
   log::info(
       "engine: ZeRO stage {} on {} rank{}{}, {} parameters of {} elements ({} trainable), {} "
-      "compute, {} reduction buckets; {}",
+      "compute, {} reduction buckets{}; {}",
       e.modes().stage, e.world, e.world == 1 ? "" : "s",
       e.modes().hybrid() ? fmt::format(" (hybrid: {} shard groups of {} ranks)", e.modes().replicas,
                                        e.modes().shard_ranks)
@@ -337,6 +337,11 @@ void Engine::init() {
           : std::string(),
       e.registry.param_count(), e.registry.total_numel(), e.registry.trainable_numel(),
       dtype_name(e.modes().compute), e.reducer->bucket_count(),
+      e.modes().quantized_weights || e.modes().quantized_gradients
+          ? fmt::format(" (ZeRO++ int8: {}{}{})", e.modes().quantized_weights ? "gathers" : "",
+                        e.modes().quantized_weights && e.modes().quantized_gradients ? ", " : "",
+                        e.modes().quantized_gradients ? "reduce-scatter" : "")
+          : std::string(),
       e.stepper->optimizer().description());
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "base/block_quant.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
@@ -14,6 +15,7 @@ GradReducer::GradReducer(const EngineContext& context)
     : ctx_(context),
       modes_(context.layout.modes),
       rank_(context.shards().rank()),
+      quantized_(context.layout.modes.quantized_gradients),
       grads_(context.registry.param_count()),
       waiting_(context.layout.buckets.size(), 0) {
   // DeepSpeed's averaging: postscale (the default) divides by gradient_predivide_factor before
@@ -224,6 +226,15 @@ void GradReducer::issue(std::size_t b) {
   if (modes_.shard_ranks == 1 || !ctx_.config.zero.reduce_scatter) {
     // Over the world: every rank keeps its own shard's part of the whole sum.
     work = ctx_.comm.all_reduce(buffer, total, modes_.wire, ReduceOp::sum, &stream);
+  } else if (quantized_) {
+    // qgZ: block r of every rank goes to rank r as packed chunks; finish() sums them here.
+    const std::size_t chunk = block_quant_bytes(bucket.block);
+    char* send = buffer + quantized_bucket_offset(modes_, bucket.block);
+    char* received = send + static_cast<std::size_t>(modes_.shard_ranks) * chunk;
+    ctx_.device.quantize(buffer, modes_.wire, bucket.block,
+                         static_cast<std::size_t>(modes_.shard_ranks), send, stream);
+    work = ctx_.shards().all_to_all(send, received, chunk, DType::u8, &stream);
+    across = ctx_.replicas() != nullptr;
   } else {
     // In place: this rank's block of the bucket receives its reduced block (the shard group's
     // sum; with hybrid sharding, finish() sums it across the replicas).
@@ -250,6 +261,13 @@ void GradReducer::finish(std::size_t slot) {
   const float post = static_cast<float>(post_factor_);
   const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
   char* block = buffer + block_start * wsize;
+  if (quantized_) {
+    // qgZ: every rank's chunk of this rank's block, dequantized and summed in rank order.
+    const std::size_t ranks = static_cast<std::size_t>(modes_.shard_ranks);
+    const char* received = buffer + quantized_bucket_offset(modes_, bucket.block) +
+                           ranks * block_quant_bytes(bucket.block);
+    ctx_.device.dequantize_sum(received, bucket.block, ranks, block, modes_.wire, stream);
+  }
   if (flight.across) {
     // Hybrid sharding: the group's sum of this rank's block, summed over the ranks that hold
     // the same shard in the other groups, after the reduce-scatter (ordered on the epilogue).

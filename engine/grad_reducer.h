@@ -12,7 +12,11 @@
 // gradient arena, from a module's pre_backward to the bucket holding the last piece), bucket
 // buffers, in-flight reductions, the epilogue stream. Calls: the device (casts, fills, scales,
 // copies, host tasks) and the communicators: the shard group's reduce-scatter and, with hybrid
-// sharding, each reduced block's all-reduce over the replicas, on the epilogue stream. Streams:
+// sharding, each reduced block's all-reduce over the replicas, on the epilogue stream. With
+// ZeRO++ qgZ the reduce-scatter is a quantize (base/block_quant.h) of the bucket's blocks into
+// packed chunks behind the bucket buffer, an all-to-all of the chunks over the shard group, and
+// on the epilogue stream the received chunks dequantized and summed in fp32 in rank order into
+// this rank's block: what follows (replicas, the adds) is unchanged. Streams:
 // buckets are filled on the device's default stream, which the engine orders after the caller's
 // stream at post_backward (so a bucket reads the gradients the caller wrote) and the caller's
 // stream after at pre_backward (so the caller adds into zeroed buffers). What follows a reduction
@@ -143,6 +147,7 @@ class GradReducer {
   int rank_;                  // in the shard group (EngineContext::shards)
   double pre_factor_ = 1.0;   // gradients scaled before the reduction (predivide, prescale)
   double post_factor_ = 1.0;  // and after it: together, the average over ranks
+  bool quantized_ = false;    // qgZ: the reduce-scatter moves packed int8 chunks
 
   std::vector<ParamGrad> grads_;       // per parameter
   std::vector<std::size_t> waiting_;   // per bucket: its parameters not yet ready

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "base/block_quant.h"
 #include "base/direct_io.h"
 #include "base/error.h"
 #include "device/arena.h"
@@ -13,6 +14,13 @@ namespace zero::engine {
 namespace {
 
 constexpr std::size_t kAlign = Arena::kDefaultAlignment;
+
+// Packed chunks (base/block_quant.h) start at a multiple of this beside the data they carry.
+constexpr std::size_t kPackedAlign = 16;
+
+std::size_t align_packed(std::size_t bytes) {
+  return (bytes + kPackedAlign - 1) / kPackedAlign * kPackedAlign;
+}
 
 std::size_t align_up(std::size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
@@ -116,7 +124,7 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
   const std::size_t largest_group = largest_step_group(layout);
   const std::size_t largest_gather = (m.stage == 1 || m.stage == 2) ? largest_group : 0;
   plan.bucket_count = layout.buckets.empty() ? 0 : config.zero.overlap_comm ? 2 : 1;
-  plan.bucket_bytes = largest_bucket * static_cast<std::size_t>(m.shard_ranks) * dtype_size(m.wire);
+  plan.bucket_bytes = bucket_buffer_bytes(m, largest_bucket);
   plan.gather_bytes = largest_gather * static_cast<std::size_t>(m.shard_ranks) * csize;
   plan.reduce_staging_bytes = m.optimizer_offload ? largest_bucket * dtype_size(m.wire) : 0;
   plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
@@ -338,14 +346,14 @@ void plan_gather_arena(const Registry& registry, const config::Config& config, c
   std::size_t persistent = 0, others = 0, largest_module = 0;
   std::size_t persistent_exact = 0, largest_others_exact = 0;
   for (std::size_t p = 0; p < specs.size(); ++p) {
-    const std::size_t padded = layout.params[p].gathered() * csize;
+    const std::size_t padded = gather_block_bytes(layout, p);
     (layout.params[p].persistent ? persistent : others) += align_up(padded);
     if (layout.params[p].persistent) persistent_exact += padded;
   }
   for (const ModuleSpec& module : registry.modules()) {
     std::size_t bytes = 0, others_exact = 0;
     for (std::size_t p : module.params) {
-      const std::size_t padded = layout.params[p].gathered() * csize;
+      const std::size_t padded = gather_block_bytes(layout, p);
       bytes += align_up(padded);
       if (!layout.params[p].persistent) others_exact += padded;
     }
@@ -373,12 +381,39 @@ void plan_gather_arena(const Registry& registry, const config::Config& config, c
 
 }  // namespace
 
+std::size_t quantized_gather_offset(const Layout& layout, std::size_t param) {
+  return align_packed(layout.params[param].gathered() * dtype_size(layout.modes.compute));
+}
+
+std::size_t gather_block_bytes(const Layout& layout, std::size_t param) {
+  const ParamPlacement& place = layout.params[param];
+  const std::size_t copy = place.gathered() * dtype_size(layout.modes.compute);
+  if (!layout.modes.quantized_weights || place.shape.shard == 0) return copy;
+  return quantized_gather_offset(layout, param) +
+         static_cast<std::size_t>(layout.modes.shard_ranks) * block_quant_bytes(place.shape.shard);
+}
+
+std::size_t quantized_bucket_offset(const StateModes& modes, std::size_t block) {
+  return align_packed(block * static_cast<std::size_t>(modes.shard_ranks) * dtype_size(modes.wire));
+}
+
+std::size_t bucket_buffer_bytes(const StateModes& modes, std::size_t block) {
+  const std::size_t gradients =
+      block * static_cast<std::size_t>(modes.shard_ranks) * dtype_size(modes.wire);
+  if (!modes.quantized_gradients || block == 0) return gradients;
+  return quantized_bucket_offset(modes, block) +
+         2 * static_cast<std::size_t>(modes.shard_ranks) * block_quant_bytes(block);
+}
+
 StateModes state_modes(const config::Config& config, int world) {
   StateModes m;
   m.stage = config.zero.stage;
   m.shard_ranks = m.stage == 0 ? 1 : config.zero.shard_size > 0 ? config.zero.shard_size : world;
   m.replicas = m.stage == 0 ? 1 : world / m.shard_ranks;
   m.hpz_ranks = m.stage == 3 ? config.zero.hpz_size : 0;
+  m.quantized_weights = m.stage == 3 && m.shard_ranks > 1 && config.zero.quantized_weights;
+  m.quantized_gradients = m.stage >= 1 && m.shard_ranks > 1 && config.zero.quantized_gradients &&
+                          config.zero.reduce_scatter;
   m.compute = config.compute_dtype();
   m.accum = config.grad_accum_dtype;
   m.wire = config.communication_data_type;

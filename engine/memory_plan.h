@@ -37,6 +37,11 @@ struct StateModes {
   // ZeRO++ hpZ (stage 3): the gathered parameters' secondary partition over groups of this
   // many consecutive ranks; 0: none.
   int hpz_ranks = 0;
+  // ZeRO++ qwZ: stage 3's gathers over the shard group move block int8 chunks, packed beside
+  // each gathered parameter; qgZ: the reduce-scatter is an all-to-all of block int8 chunks,
+  // packed beside each bucket buffer. Only where the shard group has more than one rank.
+  bool quantized_weights = false;
+  bool quantized_gradients = false;
   DType compute = DType::f32;
   DType accum = DType::f32;        // the owned gradient shard (data_types.grad_accum_dtype)
   DType wire = DType::f32;         // communication_data_type
@@ -105,6 +110,17 @@ struct Layout {
   // NVMe, those within offload_param.max_in_cpu; without it, all).
   std::size_t compute_resident_end = 0;
 };
+
+// Stage 3: a gathered parameter's block in the gather arena: its gathered copy (compute
+// dtype), and with qwZ after it, at quantized_gather_offset, the shard group's packed chunks
+// of its shards (shard_ranks of block_quant_bytes(shard)), which the gather moves.
+std::size_t quantized_gather_offset(const Layout& layout, std::size_t param);
+std::size_t gather_block_bytes(const Layout& layout, std::size_t param);
+// A bucket buffer of `block` elements per rank: the gradients rank-major (wire dtype), and with
+// qgZ after them, at quantized_bucket_offset, the packed chunks sent (shard_ranks of
+// block_quant_bytes(block)) and then those received.
+std::size_t quantized_bucket_offset(const StateModes& modes, std::size_t block);
+std::size_t bucket_buffer_bytes(const StateModes& modes, std::size_t block);
 
 // With speculation, whether each speculated group's updated values are placed during backward
 // (stage 3 with the compute shards in memory: local copies, no collective whose order the

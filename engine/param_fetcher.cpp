@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 
+#include "base/block_quant.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
@@ -64,6 +65,7 @@ void ParamFetcher::attach(std::unique_ptr<Arena> gather_arena, ShardStore& shard
         ctx_.layout.params[p].persistent && params_[p].full == nullptr && gathered_elements(p) > 0;
   }
   secondary_valid_.assign(params_.size(), false);
+  if (modes_.quantized_weights) dequantized_ = ctx_.device.create_event();
   const std::size_t secondary_bytes = ctx_.layout.secondary.total * dtype_size(modes_.compute);
   if (ctx_.secondary() != nullptr && secondary_bytes != 0) {
     secondary_block_ = gather_arena_->allocate(MemoryKind::param, secondary_bytes);
@@ -237,7 +239,7 @@ void ParamFetcher::check_plans(Agreement& agreement) {
 bool ParamFetcher::gather(std::size_t param, bool own) {
   Gathered& g = params_[param];
   if (g.full != nullptr) return true;
-  const std::size_t bytes = gathered_elements(param) * dtype_size(modes_.compute);
+  const std::size_t bytes = gather_block_bytes(ctx_.layout, param);
   if (!fits(bytes)) {
     if (!own) return false;
     release_unheld(/*stale=*/false);  // what was kept or fetched ahead makes room
@@ -280,11 +282,38 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
     shards_->place_shard(param, place, stream);
     source = place;
   }
-  g.gathering = ctx_.shards().all_gather(source, g.full, shard, modes_.compute, &stream);
+  g.gathering = gather_shards(param, source);
   issue_seconds_.add(timer.seconds());
   g.in_flight = true;
   gathers_in_flight_ += 1;
   return true;
+}
+
+Work ParamFetcher::gather_shards(std::size_t param, const void* source) {
+  Gathered& g = params_[param];
+  Stream& stream = ctx_.device.default_stream();
+  const std::size_t shard = ctx_.layout.params[param].shape.shard;
+  if (!modes_.quantized_weights) {
+    return ctx_.shards().all_gather(source, g.full, shard, modes_.compute, &stream);
+  }
+  const std::size_t chunk = block_quant_bytes(shard);
+  char* packed = static_cast<char*>(g.full) + quantized_gather_offset(ctx_.layout, param);
+  char* mine = packed + static_cast<std::size_t>(rank_) * chunk;
+  ctx_.device.quantize(source, modes_.compute, shard, 1, mine, stream);
+  g.packed = true;
+  return ctx_.shards().all_gather(mine, packed, chunk, DType::u8, &stream);
+}
+
+void ParamFetcher::dequantize(std::size_t param) {
+  Gathered& g = params_[param];
+  if (!g.packed || g.reading) return;
+  g.packed = false;
+  Stream& stream = ctx_.device.default_stream();
+  if (g.in_flight) g.gathering.block(stream);
+  const std::size_t shard = ctx_.layout.params[param].shape.shard;
+  ctx_.device.dequantize(
+      static_cast<const char*>(g.full) + quantized_gather_offset(ctx_.layout, param), shard,
+      static_cast<std::size_t>(modes_.shard_ranks), g.full, modes_.compute, stream);
 }
 
 void ParamFetcher::gather_persistent() {
@@ -311,6 +340,7 @@ void ParamFetcher::wait(std::size_t param) {
     gathers_in_flight_ -= 1;
     g.gathering = {};
   }
+  dequantize(param);
   keep_secondary(param);
 }
 
@@ -337,7 +367,14 @@ void ParamFetcher::keep_secondary(std::size_t param) {
 void ParamFetcher::order_before(std::size_t param, Stream& caller) {
   Gathered& g = params_[param];
   if (g.reading) finish_reads(param);
-  if (g.in_flight) {
+  if (g.packed) {
+    // qwZ: the caller reads what the default stream dequantizes.
+    Timer timer;
+    dequantize(param);
+    dequantized_->record(ctx_.device.default_stream());
+    dequantized_->block(caller);
+    wait_seconds_.add(timer.seconds());
+  } else if (g.in_flight) {
     Timer timer;
     g.gathering.block(caller);
     wait_seconds_.add(timer.seconds());
@@ -419,7 +456,7 @@ void ParamFetcher::finish_reads(std::size_t param) {
     Stream& stream = ctx_.device.default_stream();
     ctx_.device.copy_async(place, shard_data, bytes, stream);
     read_copied_[read.buffer]->record(stream);
-    g.gathering = ctx_.shards().all_gather(place, g.full, shard, modes_.compute, &stream);
+    g.gathering = gather_shards(read.param, place);
     g.reading = false;
     g.in_flight = true;
     gathers_in_flight_ += 1;

@@ -9,7 +9,11 @@
 // ZeRO++ hpZ, the first gather of a parameter after a step is over the shard group and leaves
 // this rank's part of it in a secondary partition over a smaller group (a node's ranks); its
 // later gathers until the next step (backward, recomputation, the next micro-steps) are over
-// that group.
+// that group. With ZeRO++ qwZ, the gathers over the shard group move each rank's shard as
+// block int8 chunks (base/block_quant.h), packed behind the gathered copy in its arena block,
+// and dequantized into the copy on the default stream before anything reads it; every rank
+// computes with the same dequantized values, its own part included. hpZ's secondary gathers
+// stay exact.
 //
 // Owns: each parameter's gathered copy (from its own gather arena) and the gather in flight,
 // the traces and plans, the reads of swapped shards queued ahead of their gathers, and the
@@ -95,6 +99,8 @@ class ParamFetcher {
     bool reading = false;  // its shard is being read from NVMe; gathered after
     // hpZ: gathered over the world; this rank's secondary shard is taken from it once complete
     bool fill_secondary = false;
+    // qwZ: the gather moves packed chunks, still to be dequantized into `full`
+    bool packed = false;
   };
   // One trace per kind of pass, [0] training micro-steps, [1] evaluation.
   struct Trace {
@@ -125,6 +131,13 @@ class ParamFetcher {
   // hpZ: once `param`'s gather over the world is complete on the default stream, this rank's
   // part of it becomes its secondary shard, gathered from then on within the secondary group.
   void keep_secondary(std::size_t param);
+  // The gather of `param` over the shard group from this rank's shard at `source` (device
+  // memory, complete in the default stream's order), issued on the default stream: with qwZ
+  // the shard is quantized into this rank's packed chunk and the chunks are gathered.
+  Work gather_shards(std::size_t param, const void* source);
+  // qwZ: once the packed chunks are gathered (on the default stream), dequantized into the
+  // gathered copy there. Does nothing for a parameter without packed chunks in flight.
+  void dequantize(std::size_t param);
   void start_read(std::size_t param);
   // Completes the pending reads in order, issuing their all-gathers, through `param` (all of
   // them for kNone).
@@ -154,7 +167,8 @@ class ParamFetcher {
   char* secondary_ = nullptr;
   int secondary_rank_ = 0;
   std::vector<bool> secondary_valid_;
-  FetchStats stats_;  // live_elements: gathered, not persistent
+  std::unique_ptr<Event> dequantized_;  // qwZ: recorded after a dequantization, for the caller
+  FetchStats stats_;                    // live_elements: gathered, not persistent
   SecondsSum issue_seconds_, wait_seconds_;
 };
 

@@ -12,9 +12,11 @@
 #   2. the equivalence matrix (stages 0-3, every precision, offload) on 2 ranks, its
 #      super_offload cases (the speculation's worker thread beside the streams), and on 4 ranks
 #      the hybrid sharding cases (the replicas' all-reduce on the epilogue stream) and hpZ's
-#      (the secondary copies);
+#      (the secondary copies), and ZeRO++'s quantized cases on 2 ranks (dequantization on the
+#      default and epilogue streams);
 # in two lanes at once: the checkpoint cases ([checkpoint], the slowest group here), then the
-# super_offload, hybrid and hpZ cases; the other unit tests, then the matrix.
+# super_offload, hybrid and hpZ cases; the other unit tests, then the matrix and the quantized
+# cases.
 # The races this looks for are between the engine's threads: the device's stream workers, the
 # caller, MPI's progress thread, the swap I/O. OpenMP regions run on one thread
 # (OMP_NUM_THREADS=1, OMP_THREAD_LIMIT=1): libgomp is not built with TSan, so its barriers are
@@ -72,9 +74,9 @@ lane0() {
   unit '[checkpoint]~[.]~[sweep]' && equivalence 2 --super-offload && equivalence 4 --hybrid &&
     equivalence 4 --hpz
 }
-lane1() { unit '~[checkpoint]~[.]~[sweep]' && equivalence 2; }
+lane1() { unit '~[checkpoint]~[.]~[sweep]' && equivalence 2 && equivalence 2 --quantized; }
 lanes=("the unit tests [checkpoint], then the super_offload, hybrid (4 ranks) and hpZ (4 ranks) cases"
-  "the other unit tests, then the equivalence matrix")
+  "the other unit tests, then the equivalence matrix and the quantized cases")
 pids=()
 for i in "${!lanes[@]}"; do
   "lane$i" >"$logs/$i.log" 2>&1 &

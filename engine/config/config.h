@@ -106,6 +106,12 @@ struct ZeroConfig {
   // ZeRO++ hpZ (zero_hpz_partition_size): stage 3's secondary partition of the parameters over
   // groups of this many consecutive ranks; 0: none.
   int hpz_size = 0;
+  // ZeRO++ qwZ (zero_quantized_weights): stage 3's gathers over the shard group move block
+  // int8 values and scales (base/block_quant.h) instead of the compute dtype. Approximate.
+  bool quantized_weights = false;
+  // ZeRO++ qgZ (zero_quantized_gradients): the gradients' reduce-scatter moves block int8
+  // values as an all-to-all and sums them dequantized, in fp32. Approximate.
+  bool quantized_gradients = false;
 };
 
 struct AioConfig {

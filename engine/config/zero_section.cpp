@@ -287,10 +287,8 @@ void declare_other_keys(Section& zero) {
   zero.no_effect_flag("save_muon_momentum_buffer_in_memory", "zero has no Muon optimizer");
   zero.no_effect("leaf_module", "modules are the ones the caller registers");
   zero.unsupported_flag("legacy_stage1", "the legacy stage 1 implementation");
-  zero.unsupported_flag("zero_quantized_weights", "ZeRO++ quantized weights (qwZ)");
   zero.unsupported_flag("zero_quantized_nontrainable_weights",
                         "ZeRO++ quantized non-trainable weights");
-  zero.unsupported_flag("zero_quantized_gradients", "ZeRO++ quantized gradients (qgZ)");
   zero.unsupported_if("zeropp_loco_param", present_and_not_empty, "ZeRO++ LoCo");
   zero.unsupported_if("zenflow", present_and_not_empty,
                       "ZenFlow (important gradient columns stepped on the device, the rest on the "
@@ -402,6 +400,35 @@ void read_hpz(Section& zero, Config& config) {
   z.hpz_size = static_cast<int>(hpz);
 }
 
+// ZeRO++'s quantized communication: qwZ for stage 3's parameter gathers, qgZ for the gradients'
+// reduce-scatter (stages 1-3). Both trade exactness for about half the bytes (a quarter from
+// fp32); docs/multinode.md gives the error they add.
+void read_quantized_communication(Section& zero, Config& config) {
+  ZeroConfig& z = config.zero;
+  Reader& reader = zero.reader();
+  const bool weights = zero.boolean({"zero_quantized_weights"}, false);
+  const bool gradients = zero.boolean({"zero_quantized_gradients"}, false);
+  if (weights && z.stage != 3) {
+    reader.info(fmt::format("{}: no effect at stage {}: it quantizes stage 3's parameter gathers",
+                            zero.key_path("zero_quantized_weights"), z.stage));
+  } else {
+    z.quantized_weights = weights;
+  }
+  if (gradients && z.stage == 0) {
+    reader.info(fmt::format(
+        "{}: no effect at stage 0: it quantizes the gradients' reduce-scatter, and stage 0 "
+        "all-reduces them",
+        zero.key_path("zero_quantized_gradients")));
+  } else if (gradients && !z.reduce_scatter) {
+    reader.info(fmt::format(
+        "{}: no effect with {} false: it quantizes the reduce-scatter, and the gradients are "
+        "all-reduced exactly",
+        zero.key_path("zero_quantized_gradients"), zero.key_path("reduce_scatter")));
+  } else {
+    z.quantized_gradients = gradients;
+  }
+}
+
 // Rules across keys: optimizer offload needs a partitioning stage, parameter offload stage 3.
 void check_across_keys(Reader& reader, Config& config) {
   ZeroConfig& z = config.zero;
@@ -443,6 +470,7 @@ void read_zero_optimization(Section& root, Config& config) {
   declare_other_keys(zero);
   read_hybrid_sharding(zero, config);
   read_hpz(zero, config);
+  read_quantized_communication(zero, config);
   zero.finish();
   check_across_keys(root.reader(), config);
 }

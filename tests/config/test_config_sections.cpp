@@ -634,15 +634,41 @@ TEST_CASE("zero: hpZ's secondary partition is stage 3's, within groups that divi
                            "(mics_shard_size or hybrid_shard) are both given; keep one"));
 }
 
-TEST_CASE("zero: ZeRO++ switches are refused when on and accepted when off", "[config][zero]") {
-  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3, "zero_quantized_weights": true})")) ==
-          "zero_optimization.zero_quantized_weights: ZeRO++ quantized weights (qwZ) is not "
-          "supported by zero (got true); remove it or disable it");
-  const Config config = read(with(R"("zero_optimization": {"stage": 3,
-                                     "zero_quantized_gradients": false})"));
-  REQUIRE(has_line(config.infos,
-                   "zero_optimization.zero_quantized_gradients: accepted because it "
-                   "is disabled (ZeRO++ quantized gradients (qgZ) is not supported)"));
+TEST_CASE("zero: ZeRO++ quantizes stage 3's gathers and the reduce-scatter where they exist",
+          "[config][zero]") {
+  const Config both = read(with(R"("zero_optimization": {"stage": 3,
+      "zero_quantized_weights": true, "zero_quantized_gradients": true})"));
+  REQUIRE(both.zero.quantized_weights);
+  REQUIRE(both.zero.quantized_gradients);
+  const Config off = read(with(R"("zero_optimization": {"stage": 3})"));
+  REQUIRE_FALSE(off.zero.quantized_weights);
+  REQUIRE_FALSE(off.zero.quantized_gradients);
+  // Gradients from stage 1 on; weights at stage 3 only.
+  const Config stage2 = read(with(R"("zero_optimization": {"stage": 2,
+      "zero_quantized_weights": true, "zero_quantized_gradients": true})"));
+  REQUIRE(stage2.zero.quantized_gradients);
+  REQUIRE_FALSE(stage2.zero.quantized_weights);
+  REQUIRE(has_line(stage2.infos,
+                   "zero_optimization.zero_quantized_weights: no effect at stage 2: it "
+                   "quantizes stage 3's parameter gathers"));
+  const Config stage0 =
+      read(with(R"("zero_optimization": {"stage": 0, "zero_quantized_gradients": true})"));
+  REQUIRE_FALSE(stage0.zero.quantized_gradients);
+  REQUIRE(has_line(stage0.infos,
+                   "zero_optimization.zero_quantized_gradients: no effect at stage 0: it "
+                   "quantizes the gradients' reduce-scatter, and stage 0 all-reduces them"));
+  const Config all_reduce = read(with(R"("zero_optimization": {"stage": 2,
+      "reduce_scatter": false, "zero_quantized_gradients": true})"));
+  REQUIRE_FALSE(all_reduce.zero.quantized_gradients);
+  REQUIRE(has_line(all_reduce.infos,
+                   "zero_optimization.zero_quantized_gradients: no effect with "
+                   "zero_optimization.reduce_scatter false: it quantizes the reduce-scatter, and "
+                   "the gradients are all-reduced exactly"));
+  // ZeRO++'s int8 storage of frozen weights is another matter, still refused.
+  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3,
+      "zero_quantized_nontrainable_weights": true})")) ==
+          "zero_optimization.zero_quantized_nontrainable_weights: ZeRO++ quantized non-trainable "
+          "weights is not supported by zero (got true); remove it or disable it");
 }
 
 TEST_CASE("zero: hybrid sharding takes MiCS's group size or a node's ranks, dividing the world",

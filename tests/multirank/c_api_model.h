@@ -124,8 +124,10 @@ struct Case {
   int overflow_step = -1;
   // zero_optimization.mics_shard_size: hybrid sharding over groups of this many ranks (0: none).
   int shard_size = 0;
-  bool hybrid_node = false;  // zero_optimization.hybrid_shard: a node's ranks form each group
-  int hpz = 0;               // zero_optimization.zero_hpz_partition_size (0: none)
+  bool hybrid_node = false;        // zero_optimization.hybrid_shard: a node's ranks form each group
+  int hpz = 0;                     // zero_optimization.zero_hpz_partition_size (0: none)
+  bool quantized_weights = false;  // zero_optimization.zero_quantized_weights (ZeRO++ qwZ)
+  bool quantized_gradients = false;  // zero_optimization.zero_quantized_gradients (qgZ)
 };
 
 // Where NVMe cases put their swap files: ZERO_TEST_NVME_DIR, else the working directory (ctest
@@ -162,6 +164,8 @@ inline std::string config_for(const Case& c, int accumulation) {
       "mics_shard_size": %d,
       "hybrid_shard": %s,
       "zero_hpz_partition_size": %d,
+      "zero_quantized_weights": %s,
+      "zero_quantized_gradients": %s,
       "offload_optimizer": {"device": "%s", "pin_memory": true, "nvme_path": "%s",
                             "buffer_count": 3, "pipeline_read": true, "pipeline_write": %s,
                             "max_in_cpu": 60%s},
@@ -171,8 +175,9 @@ inline std::string config_for(const Case& c, int accumulation) {
   })",
                 accumulation, precision.c_str(), c.clipping, c.stage, c.overlap ? "true" : "false",
                 c.shard_size > 0 ? c.shard_size : -1, c.hybrid_node ? "true" : "false",
-                c.hpz > 0 ? c.hpz : 1, c.stage == 0 ? "none" : c.offload, swap_dir(),
-                c.accumulation == 3 ? "true" : "false",
+                c.hpz > 0 ? c.hpz : 1, c.quantized_weights ? "true" : "false",
+                c.quantized_gradients ? "true" : "false", c.stage == 0 ? "none" : c.offload,
+                swap_dir(), c.accumulation == 3 ? "true" : "false",
                 c.super_offload && c.stage != 0 ? R"(, "super_offload": true)" : "",
                 c.stage == 3 ? c.param_offload : "none", swap_dir());
   return text;

@@ -9,7 +9,10 @@
 // `--super-offload` runs the speculative step's cases instead (offload_optimizer.super_offload),
 // fp16 overflow skips among them; `--hybrid` the hybrid sharding cases (mics_shard_size),
 // `--hybrid-node` the same with hybrid_shard (a group per node: run it across nodes), and
-// `--hpz` ZeRO++'s secondary partition (zero_hpz_partition_size).
+// `--hpz` ZeRO++'s secondary partition (zero_hpz_partition_size), `--quantized` ZeRO++'s
+// quantized weights and gradients (zero_quantized_weights, zero_quantized_gradients): those
+// are approximate, so each case is compared with the same run without them within the error
+// that int8 blocks allow, must differ from it, and with stage 0 on one rank within that too.
 // `--device cuda` (the GPU program zero_engine_equivalence_gpu) runs every engine on GPU 0:
 // the model copies to and from its buffers on its own stream, which the hooks are given; at
 // one rank the engine under test runs on an NCCL world of one (the reference on MPI, staged
@@ -33,6 +36,10 @@ namespace {
 using namespace zero_test;
 
 constexpr int kSteps = 10;
+// Quantized cases against exact runs: 10 AdamW steps at lr 0.01 move a weight by 0.1 at most;
+// an update from a gradient that quantization changed differs by a fraction of that.
+constexpr double kQuantizedAbs = 1e-2;
+constexpr double kQuantizedRel = 1e-2;
 int g_failures = 0;
 bool g_nccl = false;  // the engine under test on an NCCL world of one
 
@@ -44,7 +51,7 @@ std::uint64_t checksum(const void* data, std::size_t bytes) {
 }
 
 void run_case(const Case& c) {
-  char name[200];
+  char name[320];
   char overflow[40] = "";
   if (c.overflow_step >= 0) {
     std::snprintf(overflow, sizeof overflow, ", overflow at step %d", c.overflow_step);
@@ -56,18 +63,25 @@ void run_case(const Case& c) {
   }
   if (c.hybrid_node) std::snprintf(hybrid, sizeof hybrid, " (a shard group per node)");
   if (c.hpz > 0) std::snprintf(hybrid, sizeof hybrid, " (hpZ groups of %d)", c.hpz);
+  const bool quantized = c.quantized_weights || c.quantized_gradients;
+  char quant[60] = "";
+  if (quantized) {
+    std::snprintf(quant, sizeof quant, ", quantized%s%s", c.quantized_weights ? " weights" : "",
+                  c.quantized_gradients ? " gradients" : "");
+  }
   std::snprintf(name, sizeof name,
                 "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s%s, params "
-                "%s%s, %d ranks%s",
+                "%s%s, %d ranks%s%s",
                 c.stage, c.precision, c.accumulation, c.clipping, c.overlap ? 1 : 0, c.offload,
                 c.super_offload ? " (super_offload)" : "", c.param_offload, overflow, g_world,
-                hybrid);
+                hybrid, quant);
   const bool offloaded = std::string(c.offload) != "none" || std::string(c.param_offload) != "none";
   std::vector<int> ids, ref_ids;
   MPI_Comm world = MPI_COMM_WORLD;
   MPI_Comm self = MPI_COMM_SELF;
   void* nccl = g_nccl ? nccl_world_of_one(0) : nullptr;
-  void* plain_nccl = g_nccl && (offloaded || c.hpz > 0) ? nccl_world_of_one(0) : nullptr;
+  void* plain_nccl =
+      g_nccl && (offloaded || c.hpz > 0 || quantized) ? nccl_world_of_one(0) : nullptr;
   zero_engine* engine = build(c, &world, c.accumulation, &ids, nccl);
   Case reference_case = c;
   reference_case.stage = 0;
@@ -77,21 +91,25 @@ void run_case(const Case& c) {
   reference_case.shard_size = 0;
   reference_case.hybrid_node = false;
   reference_case.hpz = 0;
+  reference_case.quantized_weights = reference_case.quantized_gradients = false;
   zero_engine* reference = build(reference_case, &self, c.accumulation * g_world, &ref_ids);
   // Offloaded: the same case without offload, which must give the same bits on the CPU device
   // (the same kernels run); on a GPU the step runs on the CPU with offload and on the GPU
   // without, so there the two agree within the comparison's tolerance.
   // With hpZ: the same case without it, which must give the same bits (its gathers copy).
+  // Quantized: the same case exact, which it must approach but not equal.
   std::vector<int> plain_ids;
   Case plain_case = c;
-  if (c.hpz > 0) {
+  if (quantized) {
+    plain_case.quantized_weights = plain_case.quantized_gradients = false;
+  } else if (c.hpz > 0) {
     plain_case.hpz = 0;
   } else {
     plain_case.offload = "none";
     plain_case.param_offload = "none";
     plain_case.super_offload = false;
   }
-  const bool with_plain = offloaded || c.hpz > 0;
+  const bool with_plain = offloaded || c.hpz > 0 || quantized;
   zero_engine* plain =
       with_plain ? build(plain_case, &world, c.accumulation, &plain_ids, plain_nccl) : nullptr;
   zero_dtype dtype = ZERO_FP32;
@@ -100,7 +118,9 @@ void run_case(const Case& c) {
   // Adam is blind to a gradient's scale, so the norms (before clipping) are compared too:
   // within 1e-4 in fp32, and within the rounding of half-precision gradients otherwise.
   bool ok = true;
-  const double norm_tol = std::string(c.precision) == "fp32" ? 1e-4 : 1e-2;
+  // Quantized: int8 blocks move each weight or gradient by up to 1/254 of its block's largest
+  // value; the norm differs by about 1% at most.
+  const double norm_tol = quantized ? 3e-2 : std::string(c.precision) == "fp32" ? 1e-4 : 1e-2;
   for (int step = 0; step < kSteps; ++step) {
     zero_step_stats stats{}, ref_stats{};
     // The overflow goes into rank 0's first micro-batch of the step, in every engine.
@@ -136,8 +156,13 @@ void run_case(const Case& c) {
   }
 
   double worst = 0;
-  const double abs_tol = std::string(c.precision) == "fp32" ? 2e-5 : 1e-3;
-  const double rel_tol = std::string(c.precision) == "fp32" ? 1e-4 : 2e-3;
+  const double abs_tol = quantized                            ? kQuantizedAbs
+                         : std::string(c.precision) == "fp32" ? 2e-5
+                                                              : 1e-3;
+  const double rel_tol = quantized                            ? kQuantizedRel
+                         : std::string(c.precision) == "fp32" ? 1e-4
+                                                              : 2e-3;
+  bool any_difference = false;  // quantized: from the exact run
   const auto close = [&](float got, float want) {
     return std::fabs(static_cast<double>(got) - want) <= abs_tol + rel_tol * std::fabs(want) &&
            !std::isnan(got);
@@ -162,13 +187,21 @@ void run_case(const Case& c) {
       CHECK_OK(zero_read_param(plain, plain_ids[k], same.data(), n));
       bool differs = false;
       for (std::size_t i = 0; i < n; ++i) {
+        if (quantized) {
+          differs |= !close(got[i], same[i]);
+          any_difference |= got[i] != same[i];
+          continue;
+        }
         differs |= g_device == 1 ? std::memcmp(&same[i], &got[i], sizeof(float)) != 0
                                  : !close(got[i], same[i]);
       }
       if (differs) {
         if (ok && g_rank == 0) {
           std::fprintf(stderr, "FAIL %s: %s differs from the same run without %s\n", name,
-                       kParams[k].name, c.hpz > 0 ? "hpZ" : "offload");
+                       kParams[k].name,
+                       quantized   ? "quantization beyond its error"
+                       : c.hpz > 0 ? "hpZ"
+                                   : "offload");
         }
         ok = false;
       }
@@ -184,6 +217,13 @@ void run_case(const Case& c) {
         }
       }
     }
+  }
+  if (quantized && !any_difference) {
+    if (ok && g_rank == 0) {
+      std::fprintf(stderr, "FAIL %s: the same bits as the exact run: nothing was quantized\n",
+                   name);
+    }
+    ok = false;
   }
   // The replicated compute copies are the same bits on every rank.
   if (c.stage <= 2) {
@@ -228,6 +268,7 @@ int main(int argc, char** argv) {
   bool hybrid = false;
   bool hybrid_node = false;
   bool hpz = false;
+  bool quantized = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--super-offload") {
@@ -238,6 +279,8 @@ int main(int argc, char** argv) {
       hybrid = hybrid_node = true;
     } else if (arg == "--hpz") {
       hpz = true;
+    } else if (arg == "--quantized") {
+      quantized = true;
     } else if (arg == "--device" && i + 1 < argc && std::string(argv[i + 1]) == "cuda") {
       ++i;
       std::string why;
@@ -254,7 +297,8 @@ int main(int argc, char** argv) {
       if (g_rank == 0) {
         std::fprintf(stderr,
                      "zero_engine_equivalence: unknown argument '%s'; the options are "
-                     "--device cuda, --super-offload, --hybrid, --hybrid-node and --hpz\n",
+                     "--device cuda, --super-offload, --hybrid, --hybrid-node, --hpz and "
+                     "--quantized\n",
                      arg.c_str());
       }
       MPI_Finalize();
@@ -322,6 +366,40 @@ int main(int argc, char** argv) {
       run_case(hpz_case({3, "bf16", 3, 0.05, true, offload, offload}));
     }
     run_case(hpz_case({3, "fp16", 3, 0.0, true, "cpu", "none", true, 2}));
+  }
+  // --quantized: ZeRO++'s qwZ (stage 3) and qgZ (stages 1-3), each alone and together, in each
+  // precision, accumulating 1 and 3 micro-steps, with optimizer and parameter offload, with
+  // hpZ and hybrid sharding where the world has groups, and fp16's overflow skip (a NaN block).
+  if (quantized) {
+    const auto q = [](Case c, bool weights, bool gradients) {
+      c.quantized_weights = weights;
+      c.quantized_gradients = gradients;
+      return c;
+    };
+    for (const char* precision : {"fp32", "bf16", "fp16"}) {
+      for (int accumulation : {1, 3}) {
+        const Case base{3, precision, accumulation, 0.05, accumulation == 3};
+        run_case(q(base, true, false));
+        run_case(q(base, false, true));
+        run_case(q(base, true, true));
+      }
+    }
+    for (int stage = 1; stage <= 2; ++stage) {
+      run_case(q({stage, "bf16", 3, 0.05, true}, false, true));
+    }
+    run_case(q({2, "bf16", 3, 0.05, true, "cpu"}, false, true));
+    run_case(q({3, "bf16", 3, 0.05, true, "cpu", "cpu"}, true, true));
+    run_case(q({3, "bf16", 3, 0.05, true, "nvme", "nvme"}, true, true));
+    run_case(q({3, "fp16", 3, 0.0, true, "cpu", "none", false, 2}, true, true));
+    if (g_world % 2 == 0 && g_world > 2) {
+      Case hpz_case = q({3, "bf16", 3, 0.05, true}, true, true);
+      hpz_case.hpz = 2;
+      run_case(hpz_case);
+      Case hybrid_case = q({3, "bf16", 3, 0.05, true}, true, true);
+      hybrid_case.shard_size = 2;
+      run_case(hybrid_case);
+    }
+    hybrid = true;  // none of the flat matrix below
   }
   if (hpz) hybrid = true;  // none of the flat matrix below
   // --super-offload: the speculative step (optimizer offload to the CPU, and with the state on

@@ -224,6 +224,47 @@ PY
   if grep -q "hybrid\|hpz" "$work/out"; then cat "$work/out"; fail "a hybrid or hpZ row on one node"; fi
   ;;
 
+quantized)
+  # ZeRO++ qwZ and qgZ: an int8 and a 256th of an fp32 scale per element on the wire in place
+  # of bf16, for the reduce-scatter and stage 3's gathers; the gather arena and the buckets
+  # hold the packed chunks beside the values.
+  run() {
+    "$zmem" --model llama-3.1-8b --nodes 2 --gpus-per-node 8 --device gpu --stage 2 --stage 3 \
+      --layout flat --json "$@"
+  }
+  run >"$work/exact.json" || fail "zero-mem failed"
+  run --set zero_optimization.zero_quantized_weights=true \
+    --set zero_optimization.zero_quantized_gradients=true >"$work/quant.json" ||
+    fail "zero-mem failed with quantization"
+  python3 - "$work/exact.json" "$work/quant.json" <<'PY' || fail "the quantized bytes are wrong"
+import json, sys
+exact, quant = (json.load(open(f)) for f in sys.argv[1:3])
+ratio = (1 + 4 / 256) / 2
+bad = []
+def rows(plan): return {(r["stage"], r["offload"]): r for r in plan["rows"] if "error" not in r}
+for key, q in rows(quant).items():
+    e = rows(exact)[key]
+    ec = {c["what"].split(" (")[0]: c for c in e["comm"]}
+    qc = {c["what"].split(" (")[0]: c for c in q["comm"]}
+    for what, c in qc.items():
+        # Stage 1-2's all-gather of the updated parameters stays exact.
+        packed = "qgZ" in c["what"] or "qwZ" in c["what"] or what.startswith("persistent")
+        want = ec[what]["bytes_per_rank"] * (ratio if packed else 1)
+        if abs(c["bytes_per_rank"] - want) > 1e-6 * want:
+            bad.append(f"stage {key[0]} {key[1]}: {what}: {c['bytes_per_rank']}, want {want}")
+    names = [c["what"] for c in q["comm"]]
+    if not any("qgZ" in n for n in names): bad.append(f"{key}: no qgZ reduce-scatter in {names}")
+    if key[0] == 3 and not any("qwZ" in n for n in names): bad.append(f"{key}: no qwZ gathers")
+    if key[0] == 2 and any("qwZ" in n for n in names): bad.append(f"{key}: qwZ at stage 2")
+    def arena(r, name):
+        return sum(a["capacity"] for a in r["arenas"] if name in a["name"])
+    if key[0] == 3 and not arena(q, "gathered") > arena(e, "gathered"):
+        bad.append(f"{key}: the gather arena did not grow for the packed chunks")
+print("\n".join(bad) if bad else "quantized collectives send (1 + 1/64) / 2 of bf16's bytes")
+sys.exit(1 if bad else 0)
+PY
+  ;;
+
 deepspeed_estimate)
   # P = 1e9, L = 1e8 on 8 GPUs: ZeRO-3 without offload is 4L + 18P/8 per GPU; ZeRO-2 with the
   # optimizer offloaded 2P per GPU and P * max(4 * 8, 16) * 1.5 per CPU.

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "base/block_quant.h"
 #include "base/error.h"
 #include "engine/memory_fit.h"
 #include "models/gpt/config.h"
@@ -109,6 +110,11 @@ StepBound bound_step(const Request& request, const config::Config& config,
     const double share = static_cast<double>(ranks - 1) / ranks;
     b.comm.push_back({std::move(what), ranks, across, times * share * buffer});
   };
+  // ZeRO++ qwZ and qgZ move an int8 and a 256th of an fp32 scale per element (the padding of
+  // each chunk to 4 bytes aside) in place of the compute and communication dtypes.
+  const double packed = 1.0 + 4.0 / static_cast<double>(kQuantBlock);
+  const double gather_size = m.quantized_weights ? packed : csize;
+  const double reduce_size = m.quantized_gradients ? packed : wire;
   const int G = hw.gpus_per_node, S = m.stage == 0 ? hw.world() : m.shard_ranks;
   const bool group_across = S > G, world_across = hw.world() > G;
   // Reductions per step: at the boundary (stages 0-1) or at every micro-step (stages 2-3).
@@ -116,7 +122,9 @@ StepBound bound_step(const Request& request, const config::Config& config,
   if (m.stage == 0) {
     line("gradient all-reduce", S, group_across, 2 * P * wire, 1);
   } else {
-    line("gradient reduce-scatter", S, group_across, P * wire, reductions);
+    line(m.quantized_gradients ? "gradient reduce-scatter (qgZ: int8 all-to-all)"
+                               : "gradient reduce-scatter",
+         S, group_across, P * reduce_size, reductions);
     line("gradient shards' all-reduce over the replicas", m.replicas, world_across,
          2 * P / S * wire, reductions);
   }
@@ -127,14 +135,17 @@ StepBound bound_step(const Request& request, const config::Config& config,
     // secondary shard; its later ones (backward, later micro-steps) are within the secondary
     // group of consecutive ranks.
     const int H = m.hpz_ranks;
-    line("stage-3 gathers, the first after a step", S, group_across, gathered * csize, 1);
+    line(fmt::format("stage-3 gathers, the first after a step{}",
+                     m.quantized_weights ? " (qwZ: int8)" : ""),
+         S, group_across, gathered * gather_size, 1);
     line("stage-3 gathers from hpZ's secondary partition", H, H > G, gathered * csize,
          accum * passes - 1);
-    line("persistent parameters' gather", S, group_across, persistent * csize, 1);
+    line("persistent parameters' gather", S, group_across, persistent * gather_size, 1);
   } else if (m.stage == 3) {
-    line(fmt::format("stage-3 gathers ({:.3g} pass{})", passes, passes == 1 ? "" : "es"), S,
-         group_across, gathered * csize, accum * passes);
-    line("persistent parameters' gather", S, group_across, persistent * csize, 1);
+    line(fmt::format("stage-3 gathers ({:.3g} pass{}{})", passes, passes == 1 ? "" : "es",
+                     m.quantized_weights ? ", qwZ: int8" : ""),
+         S, group_across, gathered * gather_size, accum * passes);
+    line("persistent parameters' gather", S, group_across, persistent * gather_size, 1);
   }
   double intra = 0, inter = 0;
   for (const CommLine& c : b.comm) (c.across_nodes ? inter : intra) += c.bytes;
