@@ -559,6 +559,15 @@ zero_status zero_learning_rate(const zero_engine* engine, double* lr) {
   });
 }
 
+zero_status zero_quantization_error(const zero_engine* engine, double* weights, double* gradients) {
+  return zero::guard([&] {
+    const auto& e = engine_of(engine, "zero_quantization_error");
+    const auto last = e.last_quantization_error();
+    if (weights != nullptr) *weights = last[0];
+    if (gradients != nullptr) *gradients = last[1];
+  });
+}
+
 zero_status zero_load_pretrained(zero_engine* engine, const char* path,
                                  const zero_pretrained_options* options) {
   return zero::guard([&] {

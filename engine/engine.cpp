@@ -234,11 +234,30 @@ void Engine::Impl::allocate() {
   reducer->attach(std::move(parts.full_grads), std::move(parts.bucket_buffers),
                   std::move(parts.grad_arena), parts.reduce_target);
   if (parts.gather_arena) fetcher->attach(std::move(parts.gather_arena), *model_state);
+  if (config.zero.quantized_error_check) attach_quantization_error();
 
   stepper->create_optimizer(options.optimizer_threads);
   if (modes().speculate) {
     reducer->set_bucket_added([s = stepper.get()](std::size_t bucket) { s->bucket_added(bucket); });
   }
+}
+
+// zero_quantized_error_check: the round trip of the largest shard a gather quantizes, and an
+// exact reduce-scatter's block of the largest bucket per bucket buffer.
+void Engine::Impl::attach_quantization_error() {
+  std::size_t shard = 0, block = 0;
+  if (modes().quantized_weights) {
+    for (const ParamPlacement& place : layout.params) shard = std::max(shard, place.shape.shard);
+  }
+  if (modes().quantized_gradients) {
+    for (const Bucket& bucket : layout.buckets) block = std::max(block, bucket.block);
+  }
+  const std::size_t buffers = block != 0 ? memory_plan.bucket_count : 0;
+  quantization_error = std::make_unique<QuantizationError>(
+      *device, shard * dtype_size(modes().compute), buffers, block * dtype_size(modes().wire));
+  if (shard != 0) fetcher->set_error(quantization_error.get());
+  if (buffers != 0)
+    reducer->set_error(quantization_error.get(), quantization_error->exact_buffers());
 }
 
 // ---- Engine ----
@@ -489,6 +508,10 @@ std::int64_t Engine::global_steps() const noexcept {
   return impl_->stepper ? impl_->stepper->global_steps() : 0;
 }
 
+std::array<double, 2> Engine::last_quantization_error() const noexcept {
+  return impl_->last_quantization_error;
+}
+
 double Engine::next_learning_rate() const {
   const std::int64_t taken = impl_->stepper ? impl_->stepper->optimizer_steps() : 0;
   return scheduled(impl_->config, taken + 1).lr;
@@ -543,6 +566,12 @@ StepStats Engine::step() {
       throw;
     }
     e.timers.step += timer.seconds();
+    if (e.quantization_error) {
+      const auto relative = e.quantization_error->take(e.agreement);
+      stats.quantization_error_weights = relative[QuantizationError::weights];
+      stats.quantization_error_gradients = relative[QuantizationError::gradients];
+      e.last_quantization_error = relative;
+    }
   }
   if (e.timeline) e.timeline->collect();
   e.micro_steps += 1;

@@ -61,6 +61,10 @@ struct StepStats {
                             // skipped, the one the schedule still holds
   std::int64_t global_steps = 0;  // optimizer steps taken so far, skipped ones included
   std::int64_t micro_steps = 0;   // step() calls so far
+  // zero_quantized_error_check, at a boundary: the relative L2 error of this window's quantized
+  // stage-3 gathers and reduced gradients against exact ones, over every rank (-1: not measured)
+  double quantization_error_weights = -1;
+  double quantization_error_gradients = -1;
 };
 
 // Bytes this rank holds, by tier and kind: live now and the most there ever were.
@@ -213,6 +217,8 @@ class Engine {
   // at that step's iteration (the first value before any step; after a load, the resumed
   // schedule's). What DeepSpeed's get_lr() returns between steps.
   double next_learning_rate() const;
+  // The last boundary's StepStats::quantization_error_weights and _gradients (-1: none).
+  std::array<double, 2> last_quantization_error() const noexcept;
 
   // Called after every micro-batch's backward (DeepSpeed's engine.step()). Finishes this
   // micro-step's gradient reductions; at the boundary, runs the optimizer step.

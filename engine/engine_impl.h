@@ -41,6 +41,7 @@
 #include "engine/param_fetcher.h"
 #include "engine/partition.h"
 #include "engine/pass_tracker.h"
+#include "engine/quantization_error.h"
 #include "engine/registry.h"
 #include "engine/stepper.h"
 #include "engine/value_source.h"
@@ -73,6 +74,7 @@ struct Engine::Impl {
   // ---- engine.cpp: init ----
   void lay_out();
   void allocate();
+  void attach_quantization_error();
   void fill_initial_values();
   // A job id every rank shares, for the swap directory: rank 0's process id and clock.
   std::string agree_job_id();
@@ -135,6 +137,11 @@ struct Engine::Impl {
   // Marks the engine failed (`what` failed): no more steps, and the NVMe swap files, whose
   // state may be half updated, are kept for inspection on every way the process ends.
   void fail(std::string what);
+
+  // zero_quantized_error_check: ZeRO++'s error measured (quantization_error.h); made by
+  // allocate. Declared before the reducer and the fetcher, which add to it until they are gone.
+  std::unique_ptr<QuantizationError> quantization_error;
+  std::array<double, 2> last_quantization_error{-1.0, -1.0};  // weights, gradients
 
   // Gradients, buckets and their reductions (grad_reducer.h); made by lay_out. Declared after
   // the arenas its buffers come from, so it is gone (its reductions finished) before them.

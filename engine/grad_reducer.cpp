@@ -36,6 +36,7 @@ GradReducer::~GradReducer() {
   for (auto& slot : in_flight_) {
     if (slot.bucket == kNone || broken()) continue;
     try {
+      slot.exact.wait();
       slot.work.wait();
     } catch (const std::exception& error) {
       log::warn("engine: an outstanding gradient reduction failed at shutdown: {}", error.what());
@@ -221,7 +222,7 @@ void GradReducer::issue(std::size_t b) {
       release(ctx_.layout.trainable[piece.param]);
   }
 
-  Work work;
+  Work work, exact;
   bool across = false;
   if (modes_.shard_ranks == 1 || !ctx_.config.zero.reduce_scatter) {
     // Over the world: every rank keeps its own shard's part of the whole sum.
@@ -231,6 +232,10 @@ void GradReducer::issue(std::size_t b) {
     const std::size_t chunk = block_quant_bytes(bucket.block);
     char* send = buffer + quantized_bucket_offset(modes_, bucket.block);
     char* received = send + static_cast<std::size_t>(modes_.shard_ranks) * chunk;
+    if (error_ != nullptr) {
+      exact = ctx_.shards().reduce_scatter(buffer, exact_[slot], bucket.block, modes_.wire,
+                                           ReduceOp::sum, &stream);
+    }
     ctx_.device.quantize(buffer, modes_.wire, bucket.block,
                          static_cast<std::size_t>(modes_.shard_ranks), send, stream);
     work = ctx_.shards().all_to_all(send, received, chunk, DType::u8, &stream);
@@ -243,7 +248,7 @@ void GradReducer::issue(std::size_t b) {
         modes_.wire, ReduceOp::sum, &stream);
     across = ctx_.replicas() != nullptr;
   }
-  in_flight_[slot] = {b, std::move(work), across};
+  in_flight_[slot] = {b, std::move(work), std::move(exact), across};
   if (!ctx_.config.zero.overlap_comm) finish(slot);
 }
 
@@ -267,6 +272,11 @@ void GradReducer::finish(std::size_t slot) {
     const char* received = buffer + quantized_bucket_offset(modes_, bucket.block) +
                            ranks * block_quant_bytes(bucket.block);
     ctx_.device.dequantize_sum(received, bucket.block, ranks, block, modes_.wire, stream);
+    if (error_ != nullptr) {
+      flight.exact.block(stream);
+      error_->add(QuantizationError::gradients, exact_[slot], block, modes_.wire, bucket.block,
+                  stream);
+    }
   }
   if (flight.across) {
     // Hybrid sharding: the group's sum of this rank's block, summed over the ranks that hold

@@ -45,6 +45,7 @@
 #include "engine/grad_swap.h"
 #include "engine/memory_plan.h"
 #include "engine/overlap_timeline.h"
+#include "engine/quantization_error.h"
 #include "engine/registry.h"
 
 namespace zero::engine {
@@ -119,6 +120,14 @@ class GradReducer {
     bucket_added_ = std::move(added);
   }
 
+  // qgZ with zero_quantized_error_check: every bucket also reduce-scattered exactly into
+  // `exact` (one block of the largest bucket per bucket buffer, wire dtype) and each reduced
+  // block measured against it there.
+  void set_error(QuantizationError* error, std::vector<void*> exact) {
+    error_ = error;
+    exact_ = std::move(exact);
+  }
+
   const Arena* grad_arena() const noexcept { return grad_arena_.get(); }
   std::size_t bucket_count() const noexcept { return ctx_.layout.buckets.size(); }
 
@@ -132,6 +141,7 @@ class GradReducer {
   struct InFlight {
     std::size_t bucket = kNone;
     Work work;
+    Work exact;           // zero_quantized_error_check: the exact reduce-scatter beside it
     bool across = false;  // hybrid sharding: the block still to be summed over the replicas
   };
 
@@ -148,6 +158,8 @@ class GradReducer {
   double pre_factor_ = 1.0;   // gradients scaled before the reduction (predivide, prescale)
   double post_factor_ = 1.0;  // and after it: together, the average over ranks
   bool quantized_ = false;    // qgZ: the reduce-scatter moves packed int8 chunks
+  QuantizationError* error_ = nullptr;
+  std::vector<void*> exact_;  // per bucket buffer, with error_
 
   std::vector<ParamGrad> grads_;       // per parameter
   std::vector<std::size_t> waiting_;   // per bucket: its parameters not yet ready

@@ -300,6 +300,12 @@ Work ParamFetcher::gather_shards(std::size_t param, const void* source) {
   char* packed = static_cast<char*>(g.full) + quantized_gather_offset(ctx_.layout, param);
   char* mine = packed + static_cast<std::size_t>(rank_) * chunk;
   ctx_.device.quantize(source, modes_.compute, shard, 1, mine, stream);
+  if (error_ != nullptr) {
+    // This rank's part of every rank's gathered copy is its chunk's round trip.
+    ctx_.device.dequantize(mine, shard, 1, error_->round_trip(), modes_.compute, stream);
+    error_->add(QuantizationError::weights, source, error_->round_trip(), modes_.compute, shard,
+                stream);
+  }
   g.packed = true;
   return ctx_.shards().all_gather(mine, packed, chunk, DType::u8, &stream);
 }

@@ -44,6 +44,7 @@
 #include "engine/engine_context.h"
 #include "engine/fetch_plan.h"
 #include "engine/memory_plan.h"
+#include "engine/quantization_error.h"
 #include "engine/registry.h"
 #include "engine/shard_store.h"
 
@@ -60,6 +61,8 @@ class ParamFetcher {
 
   // At init (stage 3): the gather arena, and where the shards are.
   void attach(std::unique_ptr<Arena> gather_arena, ShardStore& shards);
+  // qwZ with zero_quantized_error_check: each gather's quantization measured there.
+  void set_error(QuantizationError* error) noexcept { error_ = error; }
 
   // A pre hook: where the pass is in its plan, the module's own gathers (the caller's later
   // work on `caller` ordered after them), and the prefetch the plan allows from here. `top`:
@@ -168,7 +171,8 @@ class ParamFetcher {
   int secondary_rank_ = 0;
   std::vector<bool> secondary_valid_;
   std::unique_ptr<Event> dequantized_;  // qwZ: recorded after a dequantization, for the caller
-  FetchStats stats_;                    // live_elements: gathered, not persistent
+  QuantizationError* error_ = nullptr;
+  FetchStats stats_;  // live_elements: gathered, not persistent
   SecondsSum issue_seconds_, wait_seconds_;
 };
 

@@ -112,6 +112,9 @@ struct ZeroConfig {
   // ZeRO++ qgZ (zero_quantized_gradients): the gradients' reduce-scatter moves block int8
   // values as an all-to-all and sums them dequantized, in fp32. Approximate.
   bool quantized_gradients = false;
+  // zero's own zero_quantized_error_check: measure, per optimizer step, the quantized
+  // collectives' relative error against exact ones (engine/quantization_error.h).
+  bool quantized_error_check = false;
 };
 
 struct AioConfig {

@@ -427,6 +427,13 @@ void read_quantized_communication(Section& zero, Config& config) {
   } else {
     z.quantized_gradients = gradients;
   }
+  const bool check = zero.boolean({"zero_quantized_error_check"}, false);
+  if (check && !z.quantized_weights && !z.quantized_gradients) {
+    reader.info(fmt::format("{}: no effect: nothing is quantized",
+                            zero.key_path("zero_quantized_error_check")));
+  } else {
+    z.quantized_error_check = check;
+  }
 }
 
 // Rules across keys: optimizer offload needs a partitioning stage, parameter offload stage 3.

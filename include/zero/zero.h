@@ -353,6 +353,15 @@ ZERO_API zero_status zero_global_steps(const zero_engine* engine, long long* ste
  * engine.get_lr() returns between steps (zero_step_stats.lr is the step's own). */
 ZERO_API zero_status zero_learning_rate(const zero_engine* engine, double* lr);
 
+/* With zero_optimization.zero_quantized_error_check (and ZeRO++'s zero_quantized_weights or
+ * zero_quantized_gradients): the last optimizer step's relative L2 error, over every rank, of
+ * the quantized stage-3 gathers (*weights) and of the quantized reduce-scatter's results
+ * (*gradients) against exact ones: sqrt(sum |quantized - exact|^2 / sum |exact|^2) over the
+ * accumulation window. -1 where nothing was measured (not quantized, no check, no step yet).
+ * Either pointer may be NULL. */
+ZERO_API zero_status zero_quantization_error(const zero_engine* engine, double* weights,
+                                             double* gradients);
+
 /* ---- Pretrained weights ---- */
 
 /* How zero_load_pretrained maps tensors onto parameters. Zero-initialise it ({0}); every list

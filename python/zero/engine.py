@@ -101,6 +101,16 @@ class ZeroEngine:
     def get_global_grad_norm(self):
         return self._stats.grad_norm if self._stepped else None
 
+    def get_quantization_error(self):
+        """ZeRO++ with zero_optimization.zero_quantized_error_check: the last optimizer step's
+        relative L2 error of the quantized stage-3 gathers and reduce-scatter against exact ones,
+        as {"weights": ..., "gradients": ...}; None for a kind not measured."""
+        weights, gradients = ctypes.c_double(), ctypes.c_double()
+        call("zero_quantization_error", self._handle, ctypes.byref(weights),
+             ctypes.byref(gradients))
+        return {"weights": weights.value if weights.value >= 0 else None,
+                "gradients": gradients.value if gradients.value >= 0 else None}
+
     def zero_optimization_stage(self):
         return self._stage
 

@@ -664,6 +664,16 @@ TEST_CASE("zero: ZeRO++ quantizes stage 3's gathers and the reduce-scatter where
                    "zero_optimization.zero_quantized_gradients: no effect with "
                    "zero_optimization.reduce_scatter false: it quantizes the reduce-scatter, and "
                    "the gradients are all-reduced exactly"));
+  // The error check measures what is quantized, and says so when nothing is.
+  REQUIRE(read(with(R"("zero_optimization": {"stage": 2, "zero_quantized_gradients": true,
+      "zero_quantized_error_check": true})"))
+              .zero.quantized_error_check);
+  const Config unchecked =
+      read(with(R"("zero_optimization": {"stage": 2, "zero_quantized_error_check": true})"));
+  REQUIRE_FALSE(unchecked.zero.quantized_error_check);
+  REQUIRE(has_line(unchecked.infos,
+                   "zero_optimization.zero_quantized_error_check: no effect: nothing is "
+                   "quantized"));
   // ZeRO++'s int8 storage of frozen weights is another matter, still refused.
   REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3,
       "zero_quantized_nontrainable_weights": true})")) ==

@@ -147,7 +147,8 @@ inline std::string config_for(const Case& c, int accumulation) {
     precision = R"("fp16": {"enabled": true, "initial_scale_power": 8},)";
   }
   char text[2048];
-  std::snprintf(text, sizeof text, R"({
+  std::snprintf(
+      text, sizeof text, R"({
     "train_micro_batch_size_per_gpu": 1,
     "gradient_accumulation_steps": %d,
     %s
@@ -166,6 +167,7 @@ inline std::string config_for(const Case& c, int accumulation) {
       "zero_hpz_partition_size": %d,
       "zero_quantized_weights": %s,
       "zero_quantized_gradients": %s,
+      "zero_quantized_error_check": %s,
       "offload_optimizer": {"device": "%s", "pin_memory": true, "nvme_path": "%s",
                             "buffer_count": 3, "pipeline_read": true, "pipeline_write": %s,
                             "max_in_cpu": 60%s},
@@ -173,13 +175,13 @@ inline std::string config_for(const Case& c, int accumulation) {
                         "max_in_cpu": 30, "buffer_size": 1000}
     }
   })",
-                accumulation, precision.c_str(), c.clipping, c.stage, c.overlap ? "true" : "false",
-                c.shard_size > 0 ? c.shard_size : -1, c.hybrid_node ? "true" : "false",
-                c.hpz > 0 ? c.hpz : 1, c.quantized_weights ? "true" : "false",
-                c.quantized_gradients ? "true" : "false", c.stage == 0 ? "none" : c.offload,
-                swap_dir(), c.accumulation == 3 ? "true" : "false",
-                c.super_offload && c.stage != 0 ? R"(, "super_offload": true)" : "",
-                c.stage == 3 ? c.param_offload : "none", swap_dir());
+      accumulation, precision.c_str(), c.clipping, c.stage, c.overlap ? "true" : "false",
+      c.shard_size > 0 ? c.shard_size : -1, c.hybrid_node ? "true" : "false", c.hpz > 0 ? c.hpz : 1,
+      c.quantized_weights ? "true" : "false", c.quantized_gradients ? "true" : "false",
+      c.quantized_weights || c.quantized_gradients ? "true" : "false",
+      c.stage == 0 ? "none" : c.offload, swap_dir(), c.accumulation == 3 ? "true" : "false",
+      c.super_offload && c.stage != 0 ? R"(, "super_offload": true)" : "",
+      c.stage == 3 ? c.param_offload : "none", swap_dir());
   return text;
 }
 

@@ -130,6 +130,26 @@ void run_case(const Case& c) {
       const bool poison = overflows && s == 0;
       micro_batch(engine, step, base + g_rank, dtype, poison && g_rank == 0);
       CHECK_OK(zero_step(engine, &stats));
+      if (quantized && stats.stepped) {
+        // zero_quantized_error_check: each quantized kind's error measured, and small; the
+        // other not measured. A skipped step's gradients hold a NaN block: not checked.
+        double weights = 0, gradients = 0;
+        CHECK_OK(zero_quantization_error(engine, &weights, &gradients));
+        const auto measured = [](bool on, double error, bool skipped) {
+          if (!on) return error == -1.0;
+          return skipped ? error != -1.0 : error > 1e-4 && error < 2e-2;
+        };
+        if (!measured(c.quantized_weights, weights, false) ||
+            !measured(c.quantized_gradients, gradients, stats.skipped != 0)) {
+          if (ok && g_rank == 0) {
+            std::fprintf(stderr,
+                         "FAIL %s: step %d: measured quantization error %.3g (weights), %.3g "
+                         "(gradients)\n",
+                         name, step, weights, gradients);
+          }
+          ok = false;
+        }
+      }
       if (plain != nullptr) {
         zero_step_stats plain_stats{};
         micro_batch(plain, step, base + g_rank, dtype, poison && g_rank == 0);

@@ -90,6 +90,10 @@ void Report::step(const StepRecord& r) {
                                 {"tokens", r.tokens},
                                 {"elapsed_s", r.elapsed_s}};
     if (r.mfu >= 0) line["mfu"] = r.mfu;
+    if (r.quant_error_weights >= 0) line["quantization_error_weights"] = r.quant_error_weights;
+    if (r.quant_error_gradients >= 0) {
+      line["quantization_error_gradients"] = r.quant_error_gradients;
+    }
     metrics(line);
   }
   if (r.step == total_steps_) {  // the bar's last state stays on its own line
@@ -106,6 +110,12 @@ void Report::step(const StepRecord& r) {
         r.grad_norm, r.skipped ? " (skipped)" : "", r.tokens_per_s,
         r.mfu >= 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : std::string(),
         1e3 * r.step_time_s);
+    if (r.quant_error_weights >= 0) {
+      line += fmt::format(" | qwZ error {:.3f}%", 100 * r.quant_error_weights);
+    }
+    if (r.quant_error_gradients >= 0) {
+      line += fmt::format(" | qgZ error {:.3f}%", 100 * r.quant_error_gradients);
+    }
     if (breakdown_) {
       line += fmt::format(" (forward {:.1f} | backward {:.1f} | engine step {:.1f})",
                           1e3 * r.forward_s, 1e3 * r.backward_s, 1e3 * r.engine_step_s);

@@ -19,6 +19,8 @@ struct StepRecord {
   bool skipped = false;
   double step_time_s = 0, tokens_per_s = 0;
   double mfu = -1;  // model FLOPs utilisation on GPUs (-1: not reported)
+  // zero_quantized_error_check: ZeRO++'s relative error of the step (-1: not measured)
+  double quant_error_weights = -1, quant_error_gradients = -1;
   double forward_s = 0, backward_s = 0, engine_step_s = 0;  // of this step, summed over micro-steps
   std::int64_t tokens = 0;                                  // trained so far
   double elapsed_s = 0;

@@ -71,6 +71,8 @@ bool Training::train_step(std::int64_t step) {
   r.lr = stats.lr;
   r.loss_scale = stats.loss_scale;
   r.grad_norm = stats.grad_norm;
+  calls_.check(zero_quantization_error(engine_, &r.quant_error_weights, &r.quant_error_gradients),
+               "zero_quantization_error");
   r.skipped = stats.skipped != 0;
   r.step_time_s = seconds_since(step_began);
   r.tokens_per_s = static_cast<double>(tokens_per_step_) / r.step_time_s;
