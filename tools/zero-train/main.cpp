@@ -41,7 +41,11 @@ int main(int argc, char** argv) {
       "model's activations, workspaces and compute copies fit what the machine has free (host "
       "memory within the cgroup's limit, the GPU's, the disk under each nvme_path), and refuses "
       "a run that does not with the figures and the keys to lower. ZERO_MEMORY_CHECK=warn runs "
-      "it anyway; =off skips the check.",
+      "it anyway; =off skips the check.\n\n"
+      "ZeRO++'s quantized communication (zero_optimization.zero_quantized_weights, "
+      "zero_quantized_gradients) is approximate; with zero_quantized_error_check the step line "
+      "and --metrics give each step's relative error of the quantized gathers (qwZ error) and "
+      "reduce-scatter (qgZ error) against exact ones.",
       "zero-train"};
   app.get_formatter()->column_width(34);
   app.add_option("--config,--deepspeed_config", o.config, "the DeepSpeed-style JSON config")
