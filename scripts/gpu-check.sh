@@ -23,7 +23,8 @@
 #   engine     the engine on GPU 0 through zero.h at one rank: the C training test, the
 #              equivalence matrix (stages 0-3, fp32/bf16/fp16, offload, accumulation, clipping;
 #              the engine under test on NCCL), the overlap of communication with compute from
-#              CUDA events (wall_clock_breakdown)
+#              CUDA events (wall_clock_breakdown), ZeRO++'s quantized gathers and gradients on
+#              2 ranks sharing the GPU (the CUDA quantization kernels in the engine)
 #   models     the CUDA models beside the CPU models: zero_gpu_model_tests (GPT-2, Llama and
 #              Qwen2 through the engine: loss, gradient norm, update directions, logits), then
 #              zero-train on the CPU (--device 1) and on the GPU (--device 2) from the same seed
@@ -141,7 +142,7 @@ items_of() {
     env) echo env env.mpi ;;
     gpu-tests) echo gpu-tests.unit gpu-tests.layers gpu-tests.memcheck-layers \
                     gpu-tests.memcheck-engine ;;
-    engine) echo engine.c-train engine.equivalence-1 engine.overlap ;;
+    engine) echo engine.c-train engine.equivalence-1 engine.overlap engine.quantized-2 ;;
     models) echo models.tests; for f in "${families[@]}"; do echo "models.$f-cpu models.$f-gpu"; done ;;
     python) echo python.models python.parity; for r in "${python_runs[@]}"; do echo "python.$r"; done ;;
     speed) for r in "${speed_runs[@]}"; do echo "speed.$r"; done ;;
@@ -491,6 +492,14 @@ step_engine() {
   engine_item engine.equivalence-1 "$z/bin/zero-run" -n 1 -- \
     "$z/bin/zero_engine_equivalence_gpu" --device cuda
   engine_item engine.overlap "$z/bin/zero_engine_overlap_gpu"
+  # ZeRO++'s quantized gathers and gradients: the CUDA quantization kernels in the engine, on 2
+  # ranks sharing the GPU through MPI (an all-to-all staged through pinned memory).
+  if [[ -z $mpi_ranks ]]; then
+    skip engine.quantized-2 "MPI did not start 2 ranks in env.mpi: ${note[env.mpi]:-not probed}"
+  else
+    engine_item engine.quantized-2 "$z/bin/zero-run" -n 2 -- \
+      "$z/bin/zero_engine_equivalence_gpu" --device cuda --quantized
+  fi
   rm -rf "$dest/swap"
 }
 step_engine_ranks() {
