@@ -4,12 +4,14 @@
 # while zero-train runs, for the flat, hybrid and hpZ layouts. Run it through
 # tests/multinode/nodes.sh, which makes the nodes (root):
 #
-#   tests/multinode/nodes.sh 2 2 -- bench/multinode_bytes.sh BUILD [MODEL [SEQ [STAGE [TOL [REUSE]]]]]
+#   tests/multinode/nodes.sh 2 2 -- bench/multinode_bytes.sh BUILD [MODEL [SEQ [STAGE [TOL [REUSE [QUANT]]]]]]
 #
 # BUILD is the build directory (zero-run, zero-train, zero-mem); MODEL a zero-train model (tiny),
 # SEQ its tokens per sequence (32), STAGE the ZeRO stage (3), TOL the relative difference
 # allowed (0.15), REUSE stage3_max_reuse_distance (0: backward gathers every parameter again;
-# larger keeps the last modules of forward gathered for backward). Open MPI sends over TCP alone (btl tcp,self), so a rank's bytes to a rank on
+# larger keeps the last modules of forward gathered for backward), QUANT 1 for ZeRO++'s
+# quantized gathers and gradients (zero_quantized_weights, zero_quantized_gradients; 0 by
+# default). Open MPI sends over TCP alone (btl tcp,self), so a rank's bytes to a rank on
 # its node go through its node's loopback device and to another node through its veth. zero's
 # MPI collectives send what zero-mem's ring model counts (a ring all-reduce and all-gather, and
 # a reduce-scatter as an all-to-all: (n-1)/n of the buffer). Each layout trains 1 and then 3
@@ -23,7 +25,9 @@
 # collectives each run within a node or with one rank per node, so its split does not depend
 # on the algorithm; a collective over the world's sends some of its bytes within the node).
 set -euo pipefail
-build=$1 model=${2:-tiny} seq=${3:-32} stage=${4:-3} tol=${5:-0.15} reuse=${6:-0}
+build=$1 model=${2:-tiny} seq=${3:-32} stage=${4:-3} tol=${5:-0.15} reuse=${6:-0} quant=${7:-0}
+quantized=false
+[[ $quant == 1 ]] && quantized=true
 [[ -n ${ZERO_NODES_HOSTFILE:-} ]] || {
   echo "bench/multinode_bytes.sh: run me through tests/multinode/nodes.sh" >&2
   exit 2
@@ -66,7 +70,8 @@ for layout in $layouts; do
   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
   "zero_optimization": {"stage": $stage, "hybrid_shard": $hybrid, "zero_hpz_partition_size": $hpz,
     "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": $reuse,
-    "stage3_prefetch_bucket_size": 0}
+    "stage3_prefetch_bucket_size": 0,
+    "zero_quantized_weights": $quantized, "zero_quantized_gradients": $quantized}
 }
 JSON
   declare -A before

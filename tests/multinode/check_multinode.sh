@@ -122,12 +122,13 @@ for line in open(sys.argv[1]):
 sys.exit(1 if bad else 0)
 PY
   # Stage 3 twice: every parameter gathered again in backward (reuse distance 0), and the
-  # default reuse distance, which keeps this small model gathered from forward to backward.
-  for run in "1 0" "3 0" "3 1000000000"; do
-    read -r stage reuse <<<"$run"
-    bash "$source_dir/bench/multinode_bytes.sh" "$build" tiny 32 "$stage" 0.15 "$reuse" \
+  # default reuse distance, which keeps this small model gathered from forward to backward;
+  # then ZeRO++'s quantized gathers and gradients (int8 chunks, about half of bf16's bytes).
+  for run in "1 0 0" "3 0 0" "3 1000000000 0" "3 0 1"; do
+    read -r stage reuse quant <<<"$run"
+    bash "$source_dir/bench/multinode_bytes.sh" "$build" tiny 32 "$stage" 0.15 "$reuse" "$quant" \
       >"$out" 2>&1 ||
-      { cat "$out"; fail "stage $stage, reuse $reuse: the measured bytes differ from zero-mem's"; }
+      { cat "$out"; fail "stage $stage, reuse $reuse, quantized $quant: the measured bytes differ from zero-mem's"; }
     cat "$out"
   done
   ;;
