@@ -388,7 +388,8 @@ int main(int argc, char** argv) {
     run_case(hpz_case({3, "fp16", 3, 0.0, true, "cpu", "none", true, 2}));
   }
   // --quantized: ZeRO++'s qwZ (stage 3) and qgZ (stages 1-3), each alone and together, in each
-  // precision, accumulating 1 and 3 micro-steps, with optimizer and parameter offload, with
+  // precision, accumulating 1 and 3 micro-steps, with optimizer and parameter offload and the
+  // speculative step, with
   // hpZ and hybrid sharding where the world has groups, and fp16's overflow skip (a NaN block).
   if (quantized) {
     const auto q = [](Case c, bool weights, bool gradients) {
@@ -410,6 +411,7 @@ int main(int argc, char** argv) {
     run_case(q({2, "bf16", 3, 0.05, true, "cpu"}, false, true));
     run_case(q({3, "bf16", 3, 0.05, true, "cpu", "cpu"}, true, true));
     run_case(q({3, "bf16", 3, 0.05, true, "nvme", "nvme"}, true, true));
+    run_case(q({3, "bf16", 3, 0.05, true, "cpu", "none", true}, true, true));  // super_offload
     run_case(q({3, "fp16", 3, 0.0, true, "cpu", "none", false, 2}, true, true));
     if (g_world % 2 == 0 && g_world > 2) {
       Case hpz_case = q({3, "bf16", 3, 0.05, true}, true, true);
