@@ -584,16 +584,18 @@ class NcclCommunicator final : public CommunicatorBase {
     const std::size_t block = count * dtype_size(dtype);
     const int ranks = size();
     return issue(info, stream, "ncclSend/ncclRecv", [&](ncclComm_t comm, cudaStream_t s) {
+      // In non-blocking mode a call may answer ncclInProgress: queued, not failed.
+      const auto queued = [](ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; };
       ncclResult_t result = ncclGroupStart();
-      for (int r = 0; r < ranks && result == ncclSuccess; ++r) {
+      for (int r = 0; r < ranks && queued(result); ++r) {
         const std::size_t at = static_cast<std::size_t>(r) * block;
         result = ncclSend(static_cast<const char*>(input) + at, count, type, r, comm, s);
-        if (result == ncclSuccess) {
+        if (queued(result)) {
           result = ncclRecv(static_cast<char*>(output) + at, count, type, r, comm, s);
         }
       }
       const ncclResult_t ended = ncclGroupEnd();
-      return result != ncclSuccess ? result : ended;
+      return queued(result) ? ended : result;
     });
   }
 
