@@ -356,8 +356,9 @@ ZERO_API zero_status zero_learning_rate(const zero_engine* engine, double* lr);
 /* With zero_optimization.zero_quantized_error_check (and ZeRO++'s zero_quantized_weights or
  * zero_quantized_gradients): the last optimizer step's relative L2 error, over every rank, of
  * the quantized stage-3 gathers (*weights) and of the quantized reduce-scatter's results
- * (*gradients) against exact ones: sqrt(sum |quantized - exact|^2 / sum |exact|^2) over the
- * accumulation window. -1 where nothing was measured (not quantized, no check, no step yet).
+ * (*gradients) against exact ones: sqrt(sum |quantized - exact|^2 / sum |exact|^2) over what
+ * was gathered and reduced since the step before it (evaluation passes' gathers included). -1
+ * where nothing was measured (not quantized, no check, no step yet).
  * Either pointer may be NULL. */
 ZERO_API zero_status zero_quantization_error(const zero_engine* engine, double* weights,
                                              double* gradients);
