@@ -13,22 +13,31 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 # second pool whose threads contend with OpenMP's spinning ones for the cores: on 2 cores
 # zero-train's gpt2-124m went from 105 to 120 tokens/s with a second thread on the pthreads
 # build and to 188 on the OpenMP one. Debian keeps each build's openblas.pc in its own folder.
+# The CPU layers do not link it: models/blas loads it at run time, after choosing its kernels
+# (models/blas/openblas.h), from the file found here (the cache variable ZERO_OPENBLAS_LIBRARY,
+# which names another: a newer OpenBLAS, say), else by its soname.
 set(ZERO_OPENBLAS_OPENMP_PC "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp/pkgconfig")
 if(EXISTS "${ZERO_OPENBLAS_OPENMP_PC}/openblas.pc")
   set(ZERO_SAVED_PKG_CONFIG_PATH "$ENV{PKG_CONFIG_PATH}")
   set(ENV{PKG_CONFIG_PATH} "${ZERO_OPENBLAS_OPENMP_PC}:$ENV{PKG_CONFIG_PATH}")
-  pkg_check_modules(OPENBLAS_OPENMP REQUIRED IMPORTED_TARGET openblas)
+  pkg_check_modules(OPENBLAS_OPENMP REQUIRED openblas)
   set(ENV{PKG_CONFIG_PATH} "${ZERO_SAVED_PKG_CONFIG_PATH}")
   set(ZERO_OPENBLAS_THREADING openmp)
-  set(ZERO_OPENBLAS PkgConfig::OPENBLAS_OPENMP)
+  set(ZERO_OPENBLAS_LIBRARY_DIR "${OPENBLAS_OPENMP_LIBRARY_DIRS}")
 else()
-  pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)  # libopenblas-dev
+  pkg_check_modules(OPENBLAS REQUIRED openblas)  # libopenblas-dev
   set(ZERO_OPENBLAS_THREADING "not openmp")
-  set(ZERO_OPENBLAS PkgConfig::OPENBLAS)
+  set(ZERO_OPENBLAS_LIBRARY_DIR "${OPENBLAS_LIBRARY_DIRS}")
   message(WARNING "OpenBLAS is not its OpenMP build (${OPENBLAS_LIBRARY_DIRS}): the CPU layers "
                   "gain little from a second thread with it. Install libopenblas-openmp-dev "
                   "(scripts/install-deps.sh does) and configure again.")
 endif()
+set(zero_openblas_found "libopenblas.so.0")
+if(ZERO_OPENBLAS_LIBRARY_DIR AND EXISTS "${ZERO_OPENBLAS_LIBRARY_DIR}/libopenblas.so.0")
+  cmake_path(SET zero_openblas_found NORMALIZE "${ZERO_OPENBLAS_LIBRARY_DIR}/libopenblas.so.0")
+endif()
+set(ZERO_OPENBLAS_LIBRARY "${zero_openblas_found}" CACHE FILEPATH
+    "the OpenBLAS the CPU layers load at run time (models/blas/openblas.h): a path, or a soname")
 
 function(zero_resolve_option option found)
   if(${option} STREQUAL "ON" AND NOT ${found})

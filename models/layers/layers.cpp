@@ -1,12 +1,12 @@
 // The CPU layers both model families use (layers.h): plain loops under OpenMP, matrix
-// products through OpenBLAS.
+// products through OpenBLAS (models/blas/openblas.h).
 #include "models/layers/layers.h"
 
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 
-#include <cblas.h>
+#include "models/blas/openblas.h"
 
 namespace zero::layers {
 namespace {
@@ -15,12 +15,12 @@ namespace {
 template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda,
           const T* Bm, int ldb, T beta, T* Cm, int ldc) {
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+  const blas::Trans ta = trans_a ? blas::Trans::yes : blas::Trans::no;
+  const blas::Trans tb = trans_b ? blas::Trans::yes : blas::Trans::no;
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+    blas::sgemm(blas::Order::row_major, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
   } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+    blas::dgemm(blas::Order::row_major, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
   }
 }
 

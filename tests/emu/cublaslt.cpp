@@ -7,9 +7,10 @@
 #include <set>
 #include <vector>
 
-#include <cblas.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+
+#include "models/blas/openblas.h"
 
 struct cublasLtContext {
   int unused;
@@ -304,9 +305,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   std::vector<float> low(m * n, 0.0f), high(m * n, 0.0f);
   const auto gemm = [&](std::uint64_t first, std::uint64_t count, float* sum) {
     if (count == 0 || m == 0 || n == 0) return;
-    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(count), 1.0f, a_op.data() + first * m, static_cast<int>(m),
-                b_op.data() + first, static_cast<int>(k), 0.0f, sum, static_cast<int>(m));
+    zero::blas::sgemm(zero::blas::Order::column_major, zero::blas::Trans::no, zero::blas::Trans::no,
+                      static_cast<int>(m), static_cast<int>(n), static_cast<int>(count), 1.0f,
+                      a_op.data() + first * m, static_cast<int>(m), b_op.data() + first,
+                      static_cast<int>(k), 0.0f, sum, static_cast<int>(m));
   };
   gemm(0, split, low.data());
   gemm(split, k - split, high.data());
