@@ -6,6 +6,8 @@
 //   zero-bench offload PATH     the NVMe-offloaded optimizer step against its I/O and its Adam
 //   zero-bench checkpoint PATH  a GPT-2-sized checkpoint: save, load, inspect and export
 //   zero-bench speculate        super_offload's overlapped step against the step after backward
+//   zero-bench blas             the CPU layers' BLAS: what runs, and GFLOP/s of a GPT-2 block's
+//                               products
 #include <exception>
 #include <iostream>
 
@@ -14,6 +16,7 @@
 #include "base/error.h"
 #include "tools/zero-bench/bench_adam.h"
 #include "tools/zero-bench/bench_aio.h"
+#include "tools/zero-bench/bench_blas.h"
 #include "tools/zero-bench/bench_checkpoint.h"
 #include "tools/zero-bench/bench_comm.h"
 #include "tools/zero-bench/bench_offload.h"
@@ -45,6 +48,8 @@ int main(int argc, char** argv) {
   CLI::App* checkpoint_command = zero::bench::add_checkpoint_command(app, checkpoint_options);
   zero::bench::SpeculateBenchOptions speculate_options;
   CLI::App* speculate_command = zero::bench::add_speculate_command(app, speculate_options);
+  zero::bench::BlasBenchOptions blas_options;
+  CLI::App* blas_command = zero::bench::add_blas_command(app, blas_options);
 
   try {
     app.parse(argc, argv);
@@ -59,6 +64,7 @@ int main(int argc, char** argv) {
     if (*offload_command) return zero::bench::run_offload_bench(offload_options);
     if (*checkpoint_command) return zero::bench::run_checkpoint_bench(checkpoint_options);
     if (*speculate_command) return zero::bench::run_speculate_bench(speculate_options);
+    if (*blas_command) return zero::bench::run_blas_bench(blas_options);
     return kUsage;
   } catch (const zero::Error& error) {
     std::cerr << "zero-bench: " << error.what() << "\n";

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "models/blas/openblas.h"
 #include "tools/cli_checks.h"
 #include "tools/zero-train/options.h"
 
@@ -122,6 +123,13 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  // The CPU layers' BLAS chooses its kernels as it loads, through the environment: now, before
+  // MPI and the engine start threads. A failure is reported where the CPU layers first need it
+  // (a run on a GPU does not).
+  try {
+    zero::blas::load();
+  } catch (const std::exception&) {
   }
   try {
     return zero::train::run(o);

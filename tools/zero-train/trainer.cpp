@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/blas/openblas.h"
 #include "tools/zero-train/training.h"
 
 namespace zero::train {
@@ -213,6 +214,14 @@ void Training::summary() {
                {"activation_bytes", lm_->activation_cost().kept_bytes},
                {"memory_peak_bytes", memory},
                {"memory_reserved_bytes", reserved}};
+  if (!on_gpu_) {  // what ran the CPU layers' products, for the benchmarks' records
+    const blas::Info& blas = blas::load();
+    summary["cpu"] = blas.cpu;
+    summary["blas"] = {
+        {"library", blas.library},     {"config", blas.config},
+        {"core", blas.core},           {"kernel_set", blas::kernel_set_name(blas.core_set)},
+        {"chosen_by", blas.chosen_by}, {"threading", blas.threading}};
+  }
   report_->metrics(summary);
 }
 

@@ -12,6 +12,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include "models/blas/openblas.h"
 #include "tools/zero-train/training.h"
 
 namespace zero::train {
@@ -216,6 +217,11 @@ void Training::announce() {
                          on_gpu_
                              ? fmt::format("GPU {} ({}), CUDA layers in bf16", gpu_, gpu_info_.name)
                              : std::string("CPU layers")));
+  if (!on_gpu_) {
+    const blas::Info& blas = blas::load();
+    report.say(fmt::format("matrix products: {} on {}", blas.line(), blas.cpu));
+    if (const auto warning = blas.warning()) report.say(fmt::format("warning: {}", *warning));
+  }
   if (on_gpu_) {
     report.say(
         peak_flops_ > 0
