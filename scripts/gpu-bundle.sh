@@ -6,8 +6,8 @@
 # Configures BUILD_DIR as a Release CUDA build for sm_90 (Hopper: H100, H200; CUDA_ARCHS
 # overrides), builds only what runs on the GPU machine (the [gpu] test programs, the MPI probe,
 # zero-train, zero-run, zero-bench, zero-mem), strips it, and packs it with the shared
-# libraries a bare machine with only the CUDA toolkit and PyTorch lacks (spdlog, fmt, OpenBLAS,
-# liburing, xxHash, the OpenMP runtime) into gpu-bundle/zero-gpu.tar.gz. NCCL (218 MB) does not
+# libraries a bare machine with only the CUDA toolkit and PyTorch lacks (spdlog, fmt, OpenBLAS
+# and its Fortran runtime, liburing, xxHash, the OpenMP runtime) into gpu-bundle/zero-gpu.tar.gz. NCCL (218 MB) does not
 # travel: the check uses the GPU machine's own libnccl.so.2 (PyTorch's). The C library,
 # libstdc++ and the CUDA driver are the machine's own; libstdc++ travels as a fallback in
 # lib/fallback/ in case the machine's is older than the one we built against.
@@ -60,6 +60,12 @@ for p in "${programs[@]}"; do
   cp "$p" "$stage/zero-gpu/bin/"
 done
 cp -L "$build/engine/libzero.so.0" "$stage/zero-gpu/lib/"
+# OpenBLAS is loaded at run time by the CPU layers (models/blas), so ldd does not list it: the
+# file the build found travels as lib/libopenblas.so.0 (found there by its soname, on
+# LD_LIBRARY_PATH), and its own libraries (libgfortran, libquadmath) with the others below.
+openblas=$(sed -n 's/^ZERO_OPENBLAS_LIBRARY:[A-Z]*=//p' "$build/CMakeCache.txt")
+[[ -z $openblas || $openblas != /* ]] && openblas=$(ldconfig -p | awk '$1 == "libopenblas.so.0" {print $NF; exit}')
+cp -L "$openblas" "$stage/zero-gpu/lib/libopenblas.so.0"
 
 # Every library the programs load, but the machine's own: the C library and its parts, the
 # CUDA driver, NCCL and cuBLAS/cuBLASLt (the machine's CUDA toolkit's or PyTorch's: 500 MB),
@@ -68,7 +74,7 @@ cp -L "$build/engine/libzero.so.0" "$stage/zero-gpu/lib/"
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread\.|libdl\.|librt\.|libcuda\.|libnccl\.|libcublas|libzero\.)'
 fallback='^(libstdc\+\+|libgcc_s)\.'
 mpi='^(libmpi|libopen-pal|libopen-rte|libpmix|libhwloc|libevent|libudev)'
-ldd "${programs[@]}" "$build/engine/libzero.so.0" 2>/dev/null |
+ldd "${programs[@]}" "$build/engine/libzero.so.0" "$openblas" 2>/dev/null |
   awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
   while read -r name path; do
     if [[ $name =~ $skip ]]; then continue; fi

@@ -49,7 +49,8 @@
 #   llama      llama-3.2-1b through the engine (bf16, stage 0, 8 steps) and in PyTorch eager
 #   more-models the other MODELS: ours at stage 0 against plain PyTorch
 #   compile    torch.compile for the first model and the Llama
-#   cpu-bench  zero-bench adam (this machine's cores) and aio (its disk)
+#   cpu-bench  zero-bench adam (this machine's cores), aio (its disk) and blas (the CPU layers'
+#              products with zero's choice of OpenBLAS kernels, and with the SSE fallback)
 #   largest    the largest Llama that trains on this one GPU with the optimizer state between
 #              host memory and NVMe (LARGEST, default llama-2-13b; NVME_DIR, default
 #              /tmp/zero-largest): zero-mem's plan for this machine, zero-train for 3 steps with
@@ -150,7 +151,7 @@ items_of() {
     llama) echo llama.zero-train llama.torch-eager ;;
     more-models) for m in "${models[@]:1}"; do echo "more-models.$m"; done ;;
     compile) echo compile.gpt compile.llama ;;
-    cpu-bench) echo cpu-bench.adam cpu-bench.aio ;;
+    cpu-bench) echo cpu-bench.adam cpu-bench.aio cpu-bench.blas ;;
     largest) echo largest.plan largest.train ;;
   esac
 }
@@ -369,6 +370,7 @@ step_env() {
     {
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
       echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+      echo "cpu layers' blas: $(run_z "$z/bin/zero-bench" blas --info 2>&1 | grep -v '^  library:' | tr -s '\n ' ' ')"
       echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB; disk: $(df -h /tmp | awk 'NR == 2 {print $4}') free in /tmp"
       echo "glibc: $(ldd --version | head -1)"
       echo "nvcc: $(nvcc --version 2>/dev/null | tail -2 | head -1)"
@@ -736,7 +738,7 @@ step_compile() {
 # ---- cpu-bench
 step_cpu_bench() {
   say ""
-  say "## cpu-bench: zero-bench adam and aio on this machine"
+  say "## cpu-bench: zero-bench adam, aio and blas on this machine"
   local cores rc
   cores=$(nproc)
   if begin cpu-bench.adam; then
@@ -755,6 +757,18 @@ step_cpu_bench() {
     tail -8 "$logs/cpu-bench.aio.log" | tee -a "$summary"
     finish cpu-bench.aio "$rc" "$( ((rc == 0)) || last_line "$logs/cpu-bench.aio.log")"
     rm -rf "$dest/aio"
+  fi
+  # The CPU layers' products with zero's choice of OpenBLAS kernels and with the SSE fallback
+  # OpenBLAS 0.3.21 picks by itself on CPUs it does not recognise (Sapphire Rapids among them).
+  if begin cpu-bench.blas; then
+    {
+      run_z tmo "$z/bin/zero-bench" blas --threads 1 "$cores" --vocab 8192 --repeats 3 --json "$jsonl" &&
+        OPENBLAS_CORETYPE=Prescott run_z tmo "$z/bin/zero-bench" blas --threads 1 "$cores" \
+          --vocab 8192 --repeats 3 --json "$jsonl"
+    } >"$logs/cpu-bench.blas.log" 2>&1
+    rc=$?
+    grep -E '^zero-bench blas|^  CPU|^warning|^all of the above' "$logs/cpu-bench.blas.log" | tee -a "$summary"
+    finish cpu-bench.blas "$rc" "$( ((rc == 0)) || last_line "$logs/cpu-bench.blas.log")"
   fi
 }
 
