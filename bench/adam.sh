@@ -33,8 +33,7 @@ command=("$bench" adam --isa all --threads 1 2 --elements 100e6 --repeats 7
          --json "$results/adam_cpu.jsonl" "${extra[@]}")
 {
   echo "# zero-bench adam, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-       "$(free -g | awk '/Mem:/{print $2}') GiB"
+  bash bench/machine.sh "$bench"
   echo "# command: OMP_PROC_BIND=close ${command[*]}"
   echo "# step ms and floor ms are medians; 'of floor' = floor time / step time (1.0 = at the"
   echo "# memory-bandwidth limit); GB/s counts the bytes the step must read and write."

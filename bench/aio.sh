@@ -34,8 +34,8 @@ rm -f "$results/aio.jsonl"
 command=("$bench" aio "$dir" --repeats 5 --json "$results/aio.jsonl" "${extra[@]}")
 {
   echo "# zero-bench aio, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-       "$(free -g | awk '/Mem:/{print $2}') GiB, kernel $(uname -r)"
+  bash bench/machine.sh "$bench"
+  echo "# kernel $(uname -r)"
   echo "# disk: $(findmnt -n -o SOURCE,FSTYPE -T "$dir" | xargs)"
   echo "# command: ${command[*]}"
   echo "# GB/s are medians; ratio = ours / fio's (same file, block size and depth)."

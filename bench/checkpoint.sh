@@ -19,8 +19,8 @@ mkdir -p "$results"
 rm -f "$results/checkpoint.jsonl"
 {
   echo "# zero-bench checkpoint, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-       "$(free -g | awk '/Mem:/{print $2}') GiB; checkpoint on $(findmnt -n -o SOURCE,FSTYPE -T "$dir" | xargs)"
+  bash bench/machine.sh "$bench"
+  echo "# checkpoint on $(findmnt -n -o SOURCE,FSTYPE -T "$dir" | xargs)"
   status=0
   for model in gpt2-124m gpt2-774m; do
     command=("$bench" checkpoint "$dir" --model "$model" --json "$results/checkpoint.jsonl")

@@ -53,6 +53,7 @@ header() {  # FILE TITLE
     echo "# date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "# machine: $(hostname), nproc $(nproc), CPU $cpu," \
          "$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+    echo "# BLAS:    none used (collectives only)"
     echo "# MPI:     $(mpirun --version 2>/dev/null | head -n 1)"
     echo "# load:    $(cut -d' ' -f1-3 /proc/loadavg) (load average over 1, 5, 15 min, before the runs)"
     echo "# zero:    $(git describe --always --dirty 2>/dev/null || echo unknown)"

@@ -6,8 +6,9 @@
 #
 #   bench/cpu_vs_torch.sh [BUILD_DIR] [PYTHON]   (default: build-cpu, python3; PYTHON needs torch
 #                                                  and transformers)
-# Writes bench/results/cpu_vs_torch.txt (a table with the machine and the commands) and
-# bench/results/cpu_vs_torch.jsonl (every run's summary).
+# Writes bench/results/cpu_vs_torch.txt (a table with the machine, the BLAS core zero-train's
+# products ran on and the commands) and bench/results/cpu_vs_torch.jsonl (every run's summary,
+# zero-train's with its "cpu" and "blas").
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,9 +39,10 @@ models=(
 
 {
   echo "# zero-train against PyTorch eager on the CPU, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-       "$(free -g | awk '/Mem:/{print $2}') GiB; torch $("$python" -c 'import torch; print(torch.__version__)')," \
+  bash bench/machine.sh "$build/tools/zero-bench/zero-bench"
+  echo "# torch $("$python" -c 'import torch; print(torch.__version__)')," \
        "transformers $("$python" -c 'import transformers; print(transformers.__version__)')"
+  echo "# torch's matrix products: $("$python" -c 'import torch; c = torch.__config__.show(); print("MKL" if "USE_MKL=ON" in c else "its own BLAS")' 2>/dev/null)"
   echo "# fp32, one rank, AdamW (weight decay on matrices), clipping 1.0; tokens/s: mean step time after"
   echo "# the first step (zero-train's summary; torch: 1 untimed step, then steps - 1 timed)."
   echo "#   zero: OMP_NUM_THREADS=N $train --config CFG MODEL --data data/fortunes.txt --micro-batch B --seq T --steps S"
@@ -67,7 +69,7 @@ JSON
       torch=$(sed 's/.*"tokens_per_s": \([^,]*\),.*/\1/' <<<"$torch_line")
       ratio=$(awk -v a="$zero" -v b="$torch" 'BEGIN { printf "%.2f", a / b }')
       printf '%-11s %-9s %-7s %14.0f %14.0f %7sx\n' "$name" "${batch}x$seq" "$threads" "$zero" "$torch" "$ratio"
-      echo "{\"model\":\"$name\",\"threads\":$threads,\"batch\":$batch,\"seq\":$seq,\"zero_tokens_per_s\":$zero,\"torch\":$torch_line}" \
+      echo "{\"model\":\"$name\",\"threads\":$threads,\"batch\":$batch,\"seq\":$seq,\"zero_tokens_per_s\":$zero,\"zero\":$(grep '"kind":"summary"' "$work/m.jsonl"),\"torch\":$torch_line}" \
         >>"$results/cpu_vs_torch.jsonl"
     done
   done

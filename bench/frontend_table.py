@@ -68,8 +68,10 @@ def main():
                 if l.startswith("model name")), "?")
     print(f"# zero.initialize against plain PyTorch and deepspeed.initialize on CPU ranks, "
           f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%MZ}")
-    print(f"# machine: {cores} cores, {cpu}; torch {torch.__version__}, deepspeed "
-          f"{deepspeed_version or 'absent'}")
+    blas = "MKL" if "USE_MKL=ON" in torch.__config__.show() else "its own BLAS"
+    print(f"# machine: {cores} cores, {cpu}; torch {torch.__version__} (matrix products: {blas}), "
+          f"deepspeed {deepspeed_version or 'absent'}; the models run on torch, zero's CPU "
+          "layers and their OpenBLAS are not used")
     print(f"# command: bench/frontend.sh; OMP threads = cores / ranks; median of {repeats} runs "
           "each, interleaved; ratio = zero.initialize / the row above it")
     header = (f"{'framework':<22} {'stage':>5} {'offload':<8} {'ranks':>6} {'tokens/s':>12} "

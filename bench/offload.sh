@@ -50,8 +50,7 @@ if [[ -z $only || $only == speculate ]]; then
   {
     status=0
     echo "# zero-bench speculate, $(date -u +%Y-%m-%dT%H:%MZ)"
-    echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-         "$(free -g | awk '/Mem:/{print $2}') GiB"
+    bash bench/machine.sh "$bench"
     echo "# median of 6 steps after a warm-up; the target is step <= 1.1 x max(compute, optimizer)"
     # compute as long as the optimizer's step alone (the default), then longer than it; buckets
     # and step groups of one module (6.25M elements) and of a quarter of one; the optimizer on
@@ -81,9 +80,8 @@ rm -f "$results/offload_nvme.jsonl"
 {
   status=0
   echo "# zero-bench offload, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-       "$(free -g | awk '/Mem:/{print $2}') GiB; swap directory on" \
-       "$(findmnt -n -o SOURCE,FSTYPE -T "$swap" | xargs)"
+  bash bench/machine.sh "$bench"
+  echo "# swap directory on $(findmnt -n -o SOURCE,FSTYPE -T "$swap" | xargs)"
   echo "# each figure is the best of 3 runs; the target is step <= 1.15 x max(I/O, Adam)"
   for elements in 50e6 100e6; do
     for threads in 1 2; do

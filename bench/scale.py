@@ -60,6 +60,13 @@ def run(cmd, **kw):
     return subprocess.run([str(c) for c in cmd], check=True, text=True, **kw)
 
 
+def machine_lines(build):
+    """bench/machine.sh's header lines: the machine, and the kernels of the CPU layers' BLAS."""
+    bench = Path(build) / "tools/zero-bench/zero-bench"
+    return subprocess.run(["bash", str(Path(__file__).parent / "machine.sh"), str(bench)],
+                          capture_output=True, text=True).stdout.splitlines()
+
+
 def disk_rates(bench, swap, size):
     """zero-bench aio's median read and write GB/s at 1 MiB x 8 (the engine's defaults)."""
     out = swap / "aio.jsonl"
@@ -233,7 +240,8 @@ def main():
 
     g = lambda b: f"{b / GIB:.2f} GiB"
     text = [f"# bench/scale.sh, {result['date']}",
-            f"# machine: {os.cpu_count()} cores, {g(meminfo('MemTotal'))} "
+            *machine_lines(build),
+            f"# memory: {g(meminfo('MemTotal'))} "
             f"({g(cpu_mem)} available at the start, beyond a {g(a.memory_margin)} margin), {g(free_disk)} free disk under the swap "
             f"directory; zero-bench aio (1 MiB x 8): {rates[0]:.2f} GB/s read, "
             f"{rates[1]:.2f} GB/s write",

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from scale import disk_rates, proc_field
+from scale import disk_rates, machine_lines, proc_field
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,7 +117,8 @@ def main():
     bound = max(compute, alone)
     cores = os.cpu_count()
     text = [f"# bench/speculate_nvme.py, {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}",
-            f"# machine: {cores} cores; swap directory {args.swap}",
+            *machine_lines(args.build),
+            f"# swap directory {args.swap}",
             f"# model {args.model}, stage 3, bf16, "
             f"{'parameters and optimizer' if args.params == 'nvme' else 'optimizer'} on NVMe, "
             f"step groups of {args.sub_group:.3g} elements, 1 rank, "

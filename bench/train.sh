@@ -47,8 +47,7 @@ settings() {
 {
   status=0
   echo "# zero-train CPU throughput, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-       "$(free -g | awk '/Mem:/{print $2}') GiB"
+  bash bench/machine.sh "$build/tools/zero-bench/zero-bench"
   echo "# fp32, AdamW, no offload; tokens/s = tokens per step / step time, mean after the first step"
   for model in "${models[@]}"; do
     read -r batch seq steps <<<"$(settings "$model")"

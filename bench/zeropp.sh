@@ -91,7 +91,7 @@ else
   status=1
 fi
 
-python3 - "$work" "$ranks" "$results/zeropp.txt" "$results/zeropp.jsonl" <<'PY' || status=1
+ZEROPP_BUILD=$build python3 - "$work" "$ranks" "$results/zeropp.txt" "$results/zeropp.jsonl" <<'PY' || status=1
 import json, os, platform, subprocess, sys
 work, ranks, text_out, json_out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 
@@ -119,6 +119,9 @@ lines, records = [], []
 rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 lines.append(f"bench/zeropp.sh on {platform.node()} ({os.cpu_count()} cores), {ranks} ranks, "
              f"commit {rev}: ZeRO++ quantized communication against exact runs")
+lines += subprocess.run(["bash", "bench/machine.sh",
+                        os.path.join(os.environ["ZEROPP_BUILD"], "tools/zero-bench/zero-bench")],
+                       capture_output=True, text=True).stdout.splitlines()
 lines.append("errors: relative L2 error of each step's quantized collectives against exact ones "
              "(zero_quantized_error_check), mean / largest over the steps")
 for name in ("demo", "finetune"):
