@@ -11,21 +11,14 @@ namespace zero::decoder {
 
 namespace cl = zero::cuda_layers;
 
-void use_engine_gpu(zero_engine* engine, const char* model) {
-  zero_memory_kind kind = ZERO_MEMORY_HOST;
-  int ordinal = -1;
-  models::check(zero_data_location(engine, &kind, &ordinal), "zero_data_location");
+void check_bf16_compute(zero_engine* engine) {
   zero_dtype dtype = ZERO_FP32;
   models::check(zero_compute_dtype(engine, &dtype), "zero_compute_dtype");
-  if (kind != ZERO_MEMORY_CUDA) {
-    throw std::runtime_error(std::string(model) + " needs the engine's parameters on a GPU");
-  }
   if (dtype != ZERO_BF16) {
     throw std::runtime_error(
         "the CUDA layers compute in bf16, and the engine's compute copies are not bf16: enable "
         "the config's bf16 section (\"bf16\": {\"enabled\": true})");
   }
-  cl::set_device(ordinal);
 }
 
 CudaOps::CudaOps(zero_engine* engine, const Shape& shape, const char* model, int widest)

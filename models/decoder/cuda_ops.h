@@ -25,7 +25,13 @@ namespace zero::decoder {
 
 // Checks that the engine's parameters are bf16 on a GPU and makes that GPU the calling thread's
 // current device; else throws std::runtime_error saying what `model` ("the CUDA GPT") needs.
+// (engine_gpu.cpp; the CPU emulation of CUDA links tests/emu/engine_gpu.cpp in its place.)
 void use_engine_gpu(zero_engine* engine, const char* model);
+// Whether the engine's hooks take the model's stream: true for an engine on a GPU (the
+// emulation's CPU engine takes none, and the emulated kernels run on the default stream).
+bool engine_takes_streams();
+// Throws std::runtime_error, saying what to enable, unless the engine's compute copies are bf16.
+void check_bf16_compute(zero_engine* engine);
 
 // A CUDA model's factory: the decoder over `Ops` (a CudaOps named Ops::kModel) on the engine's
 // GPU, once use_engine_gpu allows it.
@@ -53,7 +59,9 @@ class CudaOps {
     for (const cuda_layers::DeviceBuffer* buffer : buffers) n += buffer->bytes();
     return n;
   }
-  void* stream() const noexcept { return stream_.get(); }
+  // The stream the layers run on and the hooks are given; null where the engine takes none
+  // (engine_takes_streams).
+  void* stream() const noexcept { return hook_streams_ ? stream_.get() : nullptr; }
   Hidden hidden() const;
 
   // Checks the tokens and targets (models::count_targets), queues their copies, and reads the
@@ -64,6 +72,7 @@ class CudaOps {
   // Throws std::logic_error after an evaluation, which leaves no gradient in the logits.
   void start_backward() const;
   void end_module() const noexcept {}
+  void wait() const { stream_.synchronize(); }
   // Throws std::logic_error unless the last forward was an evaluation.
   std::vector<float> logits() const;
 
@@ -96,6 +105,7 @@ class CudaOps {
   const char* model_;
   int widest_;  // the widest row whose parameter gradients are reduced
   cuda_layers::CudaStream stream_;
+  bool hook_streams_ = engine_takes_streams();
   cuda_layers::Matmul matmul_;
   cuda_layers::DeviceBatch batch_;  // tokens, targets, token groups and losses on the GPU
   int counted_ = 0;                 // positions with a target

@@ -58,6 +58,7 @@ enum cudaError {
   cudaErrorInitializationError = 3,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidPitchValue = 12,
+  cudaErrorInvalidDevice = 101,
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorNoKernelImageForDevice = 209,
@@ -99,10 +100,40 @@ cudaError_t cudaMemcpy2DAsync(void* to, std::size_t to_pitch, const void* from,
                               std::size_t from_pitch, std::size_t width, std::size_t height,
                               cudaMemcpyKind kind, cudaStream_t stream);
 
+// As cudaMemcpy (synchronous, as every call here; the stream must exist).
+cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+// `bytes` of device memory set to the byte `value`; the range must be device memory.
+cudaError_t cudaMemset(void* pointer, int value, std::size_t bytes);
+cudaError_t cudaMemsetAsync(void* pointer, int value, std::size_t bytes,
+                            cudaStream_t stream = nullptr);
+
+constexpr unsigned cudaStreamDefault = 0x00;
+constexpr unsigned cudaStreamNonBlocking = 0x01;
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize();
+
+// One device, 0: cudaSetDevice accepts it alone; its properties name it "emulated sm_80".
+struct cudaDeviceProp {
+  char name[256];
+  std::size_t totalGlobalMem;
+  int major, minor;
+  int multiProcessorCount;
+};
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device);
+
+namespace emu {
+// Host memory that stands for device memory: a CPU engine's buffers, which the CUDA models read
+// and write as a GPU engine's (tests/emu/cuda_side_emulated.cpp). A pointer in no device
+// allocation passes the checks device memory passes (kernel arguments, copies, the fake
+// cuBLASLt) when `judge` says that [pointer, pointer + bytes) is such memory now; null ends it.
+using HostMemoryJudge = bool (*)(const void* pointer, std::size_t bytes, void* context);
+void accept_host_memory(HostMemoryJudge judge, void* context);
+}  // namespace emu
 
 namespace emu {
 cudaError_t set_function_attribute(const void* kernel, cudaFuncAttribute attribute, int value);

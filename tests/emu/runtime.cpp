@@ -38,6 +38,8 @@ std::map<std::uintptr_t, Allocation> allocations;  // by first byte
 std::set<cudaStream_t> streams;
 std::map<const void*, int> max_dynamic_shared;  // per kernel, once set
 cudaError_t last_error = cudaSuccess;
+HostMemoryJudge host_memory_judge = nullptr;  // accept_host_memory's
+void* host_memory_context = nullptr;
 
 // The allocation holding [p, p + bytes), or null.
 const Allocation* allocation_of(const void* p, std::size_t bytes) {
@@ -52,14 +54,20 @@ const Allocation* allocation_of(const void* p, std::size_t bytes) {
   return &at->second;
 }
 
+// Host memory that a test lets stand for device memory (accept_host_memory).
+bool accepted_host_memory(const void* p, std::size_t bytes) {
+  return host_memory_judge != nullptr && host_memory_judge(p, bytes, host_memory_context);
+}
+
 bool is_device(const void* p) {
-  return p != nullptr && allocation_of(p, 1) != nullptr;
+  return p != nullptr && (allocation_of(p, 1) != nullptr || accepted_host_memory(p, 1));
 }
 
 }  // namespace
 
 bool is_device_range(const void* pointer, std::size_t bytes) {
-  return pointer != nullptr && allocation_of(pointer, bytes) != nullptr;
+  return pointer != nullptr &&
+         (allocation_of(pointer, bytes) != nullptr || accepted_host_memory(pointer, bytes));
 }
 
 bool is_stream(cudaStream_t stream) {
@@ -130,6 +138,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid pitch argument";
     case cudaErrorInvalidDevicePointer:
       return "invalid device pointer";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
     case cudaErrorInvalidMemcpyDirection:
       return "invalid copy direction for memcpy";
     case cudaErrorNoKernelImageForDevice:
@@ -226,6 +236,49 @@ cudaError_t cudaMemcpy2DAsync(void* to, std::size_t to_pitch, const void* from,
     if (st != cudaSuccess) return st;
   }
   return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  if (!emu::is_stream(stream)) return cudaErrorInvalidResourceHandle;
+  return cudaMemcpy(to, from, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* pointer, int value, std::size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (!emu::is_device_range(pointer, bytes)) return cudaErrorInvalidValue;
+  std::memset(pointer, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* pointer, int value, std::size_t bytes, cudaStream_t stream) {
+  if (!emu::is_stream(stream)) return cudaErrorInvalidResourceHandle;
+  return cudaMemset(pointer, value, bytes);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  if (flags != cudaStreamDefault && flags != cudaStreamNonBlocking) return cudaErrorInvalidValue;
+  return cudaStreamCreate(stream);
+}
+
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
+  if (properties == nullptr) return cudaErrorInvalidValue;
+  if (device != 0) return cudaErrorInvalidDevice;
+  *properties = {};
+  std::snprintf(properties->name, sizeof properties->name, "emulated sm_80");
+  properties->totalGlobalMem = std::size_t{80} << 30;
+  properties->major = 8;
+  properties->multiProcessorCount = 1;
+  return cudaSuccess;
+}
+
+void emu::accept_host_memory(HostMemoryJudge judge, void* context) {
+  host_memory_judge = judge;
+  host_memory_context = context;
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {

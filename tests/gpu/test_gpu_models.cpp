@@ -1,4 +1,5 @@
-// The CUDA models against the CPU models, whole ([gpu]): the same small GPT-2, Llama (grouped
+// The CUDA models against the CPU models, whole ([gpu]; and under the CPU emulation of CUDA, in
+// every build: tests/gpu/cuda_side.h): the same small GPT-2, Llama (grouped
 // key/value heads) and Qwen2-shaped model (q/k/v biases, tied head), registered with the same
 // seed, trained through the engine in bf16 on the CPU (the CPU layers compute in fp32 from bf16
 // compute copies) and on GPU 0 (the CUDA layers, bf16 with fp32 accumulation), one rank, AdamW.
@@ -28,7 +29,7 @@
 #include "models/gpt/model.h"
 #include "models/llama/cuda_model.h"
 #include "models/llama/model.h"
-#include "tests/multirank/model_memory.h"
+#include "tests/gpu/cuda_side.h"
 #include "zero/zero.h"
 
 namespace {
@@ -70,9 +71,9 @@ Run train(const Model& m, bool gpu) {
       "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.0}},
       "zero_optimization": {"stage": 0}})";
   zero_create_options options{};
-  options.device = gpu ? 2 : 1;
-  void* nccl = gpu ? zero_test::nccl_world_of_one(0) : nullptr;
-  options.nccl_comm = nccl;
+  options.device = 1;
+  zero_test::CudaSide side;
+  if (gpu) side.fill(options);
   zero_engine* engine = nullptr;
   REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
   Run run;
@@ -87,6 +88,7 @@ Run train(const Model& m, bool gpu) {
                   : zero::gpt::make_gpt(engine, m.gpt, kB, kT, 5);
     }
     REQUIRE_OK(zero_init(engine));
+    if (gpu) side.reach(engine, model->numels());
     const int vocab = m.llama ? m.llama_config.vocab : m.gpt.vocab;
     auto read_all = [&] {
       std::vector<std::vector<float>> values;
@@ -120,7 +122,6 @@ Run train(const Model& m, bool gpu) {
     run.logits = model->logits();
   }
   REQUIRE_OK(zero_destroy(engine));
-  if (nccl != nullptr) zero_test::free_nccl_world_of_one(nccl);
   return run;
 }
 
