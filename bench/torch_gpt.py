@@ -27,6 +27,11 @@
 #                  torchrun, or this one process with an env:// rendezvous on 127.0.0.1
 #   fsdp2-offload  as fsdp2 with CPUOffloadPolicy(pin_memory=True): sharded parameters, gradients
 #                  and the optimizer (so AdamW itself) on the CPU
+#   deepspeed      deepspeed.initialize with --deepspeed-config FILE, the config zero-train runs
+#                  (its micro-batch set to --micro-batch, bf16 to --dtype): ZeRO's stage, offload,
+#                  clipping and AdamW as DeepSpeed does them (FusedAdam, or DeepSpeedCPUAdam with
+#                  offload_optimizer, each built by its JIT on first use); the same weight-decay
+#                  groups; the world from a launcher, or this one process on 127.0.0.1
 # (On the CPU device the process group is gloo; a torch whose FSDP2 refuses the CPU or gloo makes
 # this script stop with that error and exit 2, not run something else.)
 #
@@ -47,9 +52,15 @@
 # rate whatever --dtype is: H100 SXM 989, H100 PCIe 756, H100 NVL 835, H200 989, A100 312 TFLOP/s
 # (--peak-tflops overrides; unknown GPUs and the CPU report mfu null).
 #
+# Weights: --save-init DIR writes the initial weights as a Hugging Face GPT-2 directory (in --dtype)
+# and stops;
+# --init DIR starts from one (zero-train --init DIR too), so that the two trainers start from the
+# same numbers (bench/gpt_vs_torch.py compares their losses step by step).
+#
 # Output: a line per phase and the result; with --json instead one JSON line (rank 0): model,
 # params, mode, dtype, batch, seq, tokens_per_step, step_time_s, tokens_per_s, mfu,
-# peak_mem_bytes (torch.cuda.max_memory_allocated; null on the CPU), device, and the settings.
+# peak_mem_bytes (torch.cuda.max_memory_allocated; null on the CPU), device, every step's loss
+# (losses, the warm-up's first), and the settings.
 # Exit status: 0; 1 for a bad argument or a failed run; 2 when the mode cannot run here.
 import argparse
 import json
@@ -114,7 +125,11 @@ def parse_args(argv):
                    help="named size (GptConfig::by_name); --layers ... --vocab override parts")
     for flag in ("layers", "heads", "channels", "positions", "vocab"):
         p.add_argument("--" + flag, type=int, help="custom: " + flag)
-    p.add_argument("--mode", default="plain", choices=["plain", "fsdp2", "fsdp2-offload"])
+    p.add_argument("--mode", default="plain",
+                   choices=["plain", "fsdp2", "fsdp2-offload", "deepspeed"])
+    p.add_argument("--deepspeed-config", metavar="FILE",
+                   help="--mode deepspeed: the DeepSpeed config (zero-train's own file; its "
+                   "micro-batch becomes --micro-batch)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--device", default=None, choices=["cuda", "cpu"],
                    help="default: cuda when there is one")
@@ -135,6 +150,12 @@ def parse_args(argv):
     p.add_argument("--data", help="token shard or any file as bytes (default: random tokens)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--peak-tflops", type=float, help="the device's peak for MFU (TFLOP/s)")
+    p.add_argument("--init", metavar="DIR",
+                   help="start from a Hugging Face GPT-2 directory's weights (config.json's "
+                   "shape must be the model's; zero-train --init DIR starts from the same)")
+    p.add_argument("--save-init", metavar="DIR",
+                   help="write the initial weights as a Hugging Face GPT-2 directory "
+                   "(config.json, model.safetensors) and train nothing")
     p.add_argument("--json", action="store_true", help="one JSON line as the only output")
     p.add_argument("--describe", action="store_true",
                    help="print the sizes, parameters, FLOPs per token and the device's peak as "
@@ -154,6 +175,8 @@ def parse_args(argv):
         problems.append(f"channels {a.channels} do not split over {a.heads} heads")
     if not 1 <= a.seq <= a.positions:
         problems.append(f"--seq {a.seq} is outside the model's 1..{a.positions} positions")
+    if (a.mode == "deepspeed") != (a.deepspeed_config is not None):
+        problems.append("--mode deepspeed and --deepspeed-config go together")
     if a.micro_batch < 1 or a.steps < 1 or a.warmup_steps < 0:
         problems.append("--micro-batch and --steps must be at least 1, --warmup-steps at least 0")
     if problems:
@@ -266,9 +289,25 @@ def main(argv):
         print("torch_gpt.py: --device cuda but torch sees no GPU "
               f"(torch {torch.__version__}, CUDA {torch.version.cuda})", file=sys.stderr)
         return 1
-    distributed = a.mode.startswith("fsdp2")
+    distributed = a.mode != "plain"
     rank, world, local_rank = 0, 1, 0
-    if distributed:
+    if a.mode == "deepspeed":
+        try:
+            import deepspeed
+        except ImportError:
+            raise Unsupported(f"{sys.executable} has no deepspeed (pip install deepspeed)")
+        if "RANK" not in os.environ:  # not under a launcher: one process
+            os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if rank != 0:
+            out = lambda *_: None  # noqa: E731
+        if device_type == "cuda":
+            torch.cuda.set_device(local_rank)
+        deepspeed.init_distributed(dist_backend="nccl" if device_type == "cuda" else "gloo")
+    elif distributed:
         import torch.distributed as dist
         try:
             from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy,
@@ -316,6 +355,15 @@ def main(argv):
         print(f"torch_gpt.py: the model has {params} parameters, GptConfig::parameters() says "
               f"{expected}: the architectures differ", file=sys.stderr)
         return 1
+    if a.save_init:
+        save_hf(model, a, a.save_init)
+        out(f"torch_gpt.py: wrote the initial weights to {a.save_init}")
+        return 0
+    if a.init:
+        problem = load_hf(model, a, a.init, torch)
+        if problem:
+            print(f"torch_gpt.py: --init {a.init}: {problem}", file=sys.stderr)
+            return 1
     out(f"torch_gpt.py: {a.model} ({params / 1e6:.2f}M parameters, as zero-train counts them: "
         f"{a.layers} layers, {a.heads} heads, {a.channels} channels, {a.positions} positions, "
         f"vocabulary {a.vocab}); {a.mode}, {a.dtype}, {world} rank(s) on {device_name}; "
@@ -324,7 +372,24 @@ def main(argv):
     no_decay = [p for p in model.parameters() if p.dim() < 2]
 
     bf16 = a.dtype == "bf16"
-    if a.mode == "plain":
+    engine = None
+    if a.mode == "deepspeed":
+        with open(a.deepspeed_config) as f:
+            ds_config = json.load(f)
+        ds_config.update({"train_micro_batch_size_per_gpu": a.micro_batch,
+                          "gradient_accumulation_steps": 1,
+                          "train_batch_size": a.micro_batch * world})
+        ds_config.setdefault("bf16", {})["enabled"] = bf16
+        groups = [{"params": decay, "weight_decay": a.weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        try:
+            engine, _, _, _ = deepspeed.initialize(model=model.to(device), model_parameters=groups,
+                                                   config=ds_config)
+        except Exception as e:  # noqa: BLE001: a JIT build that fails says so here
+            raise Unsupported(f"deepspeed.initialize: {type(e).__name__}: {e}")
+        model = engine
+        autocast = torch.autocast(device_type, enabled=False)
+    elif a.mode == "plain":
         model.to(device)
         if a.compile:
             model = torch.compile(model)
@@ -356,7 +421,9 @@ def main(argv):
         return torch.optim.AdamW(groups, lr=a.lr, betas=tuple(a.betas), eps=a.eps, **kwargs)
 
     adam_impl = "fused" if a.adam_impl == "auto" else a.adam_impl
-    optimizer = make_optimizer(adam_impl)
+    optimizer = make_optimizer(adam_impl) if engine is None else None
+    if engine is not None:
+        adam_impl = f"deepspeed: {type(engine.optimizer).__name__}"
 
     # --- data -------------------------------------------------------------------------------------
     total_steps = a.warmup_steps + a.steps
@@ -397,6 +464,11 @@ def main(argv):
 
     def train_step(step):
         tokens, targets = data[step, :, :-1], data[step, :, 1:]
+        if engine is not None:  # DeepSpeed: bf16, clipping and the optimizer from its config
+            loss = engine(tokens, targets)
+            engine.backward(loss)
+            engine.step()
+            return loss.detach()
         with autocast:
             loss = model(tokens, targets)
         loss.backward()
@@ -415,7 +487,7 @@ def main(argv):
         try:
             loss = train_step(step)
         except Exception as e:  # noqa: BLE001
-            if step != 0 or a.adam_impl != "auto" or adam_impl != "fused":
+            if step != 0 or a.adam_impl != "auto" or adam_impl != "fused" or engine is not None:
                 raise
             # Perhaps this torch has no fused AdamW for these tensors (DTensor, CPU): foreach
             # instead, once; a failure that is not the optimizer's comes back from the retry.
@@ -449,6 +521,7 @@ def main(argv):
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "device": device_name, "device_type": device_type, "steps": a.steps,
         "warmup_steps": a.warmup_steps, "first_loss": losses[0], "final_loss": losses[-1],
+        "losses": losses, "init": a.init,
         "layers": a.layers, "heads": a.heads, "channels": a.channels, "positions": a.positions,
         "vocab": a.vocab, "lr": a.lr, "clip": a.clip, "adam_impl": adam_impl,
         "compile": a.compile, "data": data_name, "torch": torch.__version__,
@@ -467,6 +540,75 @@ def main(argv):
     if distributed:
         torch.distributed.destroy_process_group()
     return 0
+
+
+# Hugging Face GPT-2's Conv1D layers store their weights [in, out]; ours are [out, in].
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def hf_config(a):
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": a.vocab,
+            "n_positions": a.positions, "n_embd": a.channels, "n_layer": a.layers,
+            "n_head": a.heads, "n_inner": None, "activation_function": "gelu_new",
+            "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0, "tie_word_embeddings": True,
+            "torch_dtype": "bfloat16" if a.dtype == "bf16" else "float32"}
+
+
+def save_hf(model, a, path):
+    """The model's weights as a Hugging Face GPT-2 directory (names as GPT2Model's, Conv1D
+    weights transposed, the head tied to wte and not stored), in --dtype."""
+    import torch
+    from safetensors.torch import save_file
+    os.makedirs(path, exist_ok=True)
+    tensors = {}
+    for name, p in model.named_parameters():
+        value = p.detach()
+        value = value.t() if name.endswith(CONV1D) else value
+        tensors[name] = value.contiguous().to(torch.bfloat16 if a.dtype == "bf16" else torch.float32)
+    save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(hf_config(a), f, indent=2)
+
+
+def load_hf(model, a, path, torch):
+    """Sets the model's weights from a Hugging Face GPT-2 directory; returns what is wrong, or
+    None. Names with or without GPT2LMHeadModel's "transformer." prefix; the tied lm_head and the
+    attention-mask buffers are skipped; every parameter must be there, in its shape."""
+    from safetensors import safe_open
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    want = {"n_layer": a.layers, "n_head": a.heads, "n_embd": a.channels,
+            "n_positions": a.positions, "vocab_size": a.vocab}
+    for key, value in want.items():
+        if config.get(key) != value:
+            return f"config.json's {key} is {config.get(key)}, the model's {value}"
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    stored = {}
+    for file in files:
+        with safe_open(os.path.join(path, file), framework="pt") as f:
+            for key in f.keys():
+                name = key.removeprefix("transformer.")
+                if name == "lm_head.weight" or name.endswith((".attn.bias", ".attn.masked_bias")):
+                    continue
+                stored[name] = f.get_tensor(key)
+    params = dict(model.named_parameters())
+    for name in params.keys() - stored.keys():
+        return f"no tensor for {name}"
+    for name in stored.keys() - params.keys():
+        return f"{name} is not a parameter of the model"
+    with torch.no_grad():
+        for name, p in params.items():
+            value = stored[name].t() if name.endswith(CONV1D) else stored[name]
+            if tuple(value.shape) != tuple(p.shape):
+                return f"{name} is {tuple(value.shape)} there, {tuple(p.shape)} in the model"
+            p.copy_(value.to(p.dtype))
+    return None
 
 
 def read_tokens(path, torch):
