@@ -60,6 +60,10 @@ class CausalLm {
   virtual const std::vector<std::string>& names() const noexcept = 0;
   // Their element counts, by id.
   virtual const std::vector<std::size_t>& numels() const noexcept = 0;
+  // Waits for the work the last call queued: the CUDA models' stream (their forward waits for
+  // its losses, their backward does not); nothing on the CPU. Timings call it
+  // (wall_clock_breakdown), training does not need it.
+  virtual void wait() = 0;
 };
 
 }  // namespace zero::models

@@ -41,6 +41,7 @@ class CpuOps {
   void start_backward();
   // The module's gradients into the engine's buffers; its fp32 copies freed.
   void end_module() { copies_.end_module(); }
+  void wait() const noexcept {}  // the CPU layers have finished when they return
   std::vector<float> logits() const { return logits_; }  // the last forward's
 
  protected:

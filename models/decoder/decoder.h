@@ -79,6 +79,8 @@ concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
   // The end of a module's forward or backward: its gradients into the engine's buffers, and what
   // the operations made for it alone (the CPU's fp32 copies) freed.
   ops.end_module();
+  // Waits for what the calls above queued (CausalLm::wait).
+  ops.wait();
   // The last evaluation's logits (CausalLm::logits), the forward FLOPs of a micro-batch and of
   // one block, and the pretrained weights for the registered names (CausalLm::load_pretrained).
   { cops.logits() } -> std::same_as<std::vector<float>>;
@@ -116,6 +118,7 @@ class Decoder final : public models::CausalLm {
   models::ActivationCost activation_cost() const override;
   double forward_flops() const override { return ops_.forward_flops(); }
   std::vector<float> logits() const override { return ops_.logits(); }
+  void wait() override { ops_.wait(); }
   const std::vector<std::string>& names() const noexcept override { return registrar_.names(); }
   const std::vector<std::size_t>& numels() const noexcept override { return registrar_.numels(); }
 

@@ -44,6 +44,9 @@ bool Training::train_step(std::int64_t step) {
       r.forward_s += seconds_since(t);
       t = Clock::now();
       lm_->backward();
+      // On a GPU the backward is queued, not done: with wall_clock_breakdown its time is its
+      // own, not the step's that waits for it.
+      if (breakdown_) lm_->wait();
       r.backward_s += seconds_since(t);
       t = Clock::now();
       calls_.check(zero_step(engine_, &stats), "zero_step");

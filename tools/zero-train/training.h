@@ -95,6 +95,7 @@ class Training {
   EngineCalls calls_;
   int rank_ = 0, world_ = 1;
   bool on_gpu_ = false;
+  bool breakdown_ = false;  // wall_clock_breakdown: the step's phases timed apart
   int gpu_ = -1;
   models::GpuInfo gpu_info_;
   int batch_ = 1, accumulation_ = 1;

@@ -137,6 +137,7 @@ Training::Training(const TrainOptions& o)
   accumulation_ = config_value("gradient_accumulation_steps").get<int>();
   const auto print_every = config_value("steps_per_print").get<std::int64_t>();
   const bool breakdown = config_value("wall_clock_breakdown").get<bool>();
+  breakdown_ = breakdown;
   const json ac = config_value("activation_checkpointing");
   if (o.activation_checkpointing ||
       (raw_.is_object() && raw_.contains("activation_checkpointing"))) {
