@@ -6,8 +6,9 @@ scripts/gpu-check.sh's python check on one GPU).
     python3 bench/frontend.py --device cuda --dtype bf16 --framework fsdp2 --offload cpu
 
 --framework zero: zero.initialize (python/zero over libzero.so).
---framework deepspeed: deepspeed.initialize with DS_ACCELERATOR=cpu, torch.distributed on gloo
-    from the launcher's Open MPI variables; DeepSpeedCPUAdam for the offloaded step.
+--framework deepspeed: deepspeed.initialize, torch.distributed from the launcher's Open MPI
+    variables (gloo on CPU ranks, with DS_ACCELERATOR=cpu; NCCL on a GPU); DeepSpeedCPUAdam for
+    the offloaded step.
 --framework torch: plain PyTorch: torch.optim.AdamW (fused=False, foreach=True), DDP on gloo
     across ranks (NCCL on a GPU); --stage must be 0; bf16 through torch.autocast.
 --framework fsdp2: torch.distributed.fsdp.fully_shard on every block and on the root, bf16
@@ -39,8 +40,9 @@ def ds_config(args):
     }
     if args.dtype == "bf16":
         config["bf16"] = {"enabled": True}
-    if args.offload == "cpu":
-        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    if args.offload == "cpu":  # pinned on a GPU, as FSDP2's CPUOffloadPolicy (pin_memory=True)
+        config["zero_optimization"]["offload_optimizer"] = {
+            "device": "cpu", "pin_memory": args.device.startswith("cuda")}
     return config
 
 
@@ -114,8 +116,6 @@ def main():
             parser.error("--device cuda: torch sees no CUDA GPU")
         device = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    if args.framework == "deepspeed" and device.type != "cpu":
-        parser.error("--framework deepspeed runs on CPU ranks only here (DS_ACCELERATOR=cpu)")
     model = model_of(args).to(device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16,
                               enabled=args.framework == "torch" and args.dtype == "bf16")

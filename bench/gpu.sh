@@ -29,9 +29,18 @@
 #                          clipping: a randomly initialised GPT-2's norm exceeds 1.0 at every
 #                          step, each would be rolled back, and speculation would stop after 3)
 #   zero-stage3-allcpu     ... gpu_stage3_offload_all.json (offload_optimizer and offload_param cpu)
-# The configs: bf16, AdamW (lr 3e-4, betas 0.9 0.95, weight decay 0.1), clipping 1.0; the
-# micro-batch and sequence per model below go to both sides as --micro-batch and --seq. Data:
-# data/fortunes.txt as bytes for both, the same sequences each step.
+#   deepspeed-stage3       bench/torch_gpt.py --mode deepspeed --deepspeed-config gpu_stage3.json:
+#                          DeepSpeed ZeRO-3 on the same model, batches and config file as
+#                          zero-stage3 ($DS_PYTHON, default $TORCH_PYTHON, must have deepspeed)
+#   deepspeed-stage3-optcpu  ... gpu_stage3_offload_optimizer.json (DeepSpeedCPUAdam), as
+#                          zero-stage3-optcpu's
+# The configs: bf16, AdamW (lr 3e-4, betas 0.9 0.95, weight decay 0.1), clipping 1.0,
+# wall_clock_breakdown on; the micro-batch and sequence per model below go to every side as
+# --micro-batch and --seq. Data: data/fortunes.txt as bytes for all, the same sequences each step.
+# Per phase: zero-train's runs record the mean forward, backward (waited for on the GPU) and
+# engine step of the timed steps from its --metrics, and the engine's own breakdown line of the
+# last step (reductions, stage-3 gathers, optimizer, what ran concurrently with compute): the
+# table prints them under each row.
 #
 # Measured alike on both sides: WARMUP steps untimed, then STEPS steps; tokens/s = tokens per step
 # / mean step time (zero-train's steps from its --metrics lines; torch_gpt.py synchronises the
@@ -50,7 +59,7 @@
 # The earlier lines of the runs this call makes (model, dtype and run) are replaced; the others
 # stay, so the runs can be split across calls, one run a call if need be (gpu-check does).
 # Environment: STEPS (10), WARMUP (3), RUN_TIMEOUT seconds per run (300), GPU (0), DTYPE (bf16),
-# RUNS (all), TORCH_PYTHON (python3), PEAK_TFLOPS, TORCH_FLAGS (more torch_gpt.py flags, e.g.
+# RUNS (all), TORCH_PYTHON (python3), DS_PYTHON (the Python with deepspeed), PEAK_TFLOPS, TORCH_FLAGS (more torch_gpt.py flags, e.g.
 # --compile), MICRO_BATCH and SEQ (override the table below), ZERO_TRAIN (the zero-train to run),
 # RESULTS_DIR (bench/results).
 # Exit status: 1 when a run failed (every run is still attempted and recorded), else 0.
@@ -69,8 +78,9 @@ run_timeout=${RUN_TIMEOUT:-300}
 gpu=${GPU:-0}
 dtype=${DTYPE:-bf16}
 torch_python=${TORCH_PYTHON:-python3}
-all_runs=(torch-plain torch-fsdp2 torch-fsdp2-offload zero-stage0 zero-stage3 zero-stage3-optcpu
-          zero-stage3-optcpu-super zero-stage3-allcpu)
+all_runs=(torch-plain torch-fsdp2 torch-fsdp2-offload deepspeed-stage3 deepspeed-stage3-optcpu
+          zero-stage0 zero-stage3 zero-stage3-optcpu zero-stage3-optcpu-super zero-stage3-allcpu)
+ds_python=${DS_PYTHON:-$torch_python}
 read -r -a runs <<<"${RUNS:-${all_runs[*]}}"
 train=${ZERO_TRAIN:-$build/tools/zero-train/zero-train}
 data=data/fortunes.txt
@@ -184,7 +194,7 @@ if rc == 0 and side == "torch":
         t = json.loads(found[-1])
         r.update({"tokens_per_s": t["tokens_per_s"], "step_time_s": t["step_time_s"],
                   "mfu": t["mfu"], "peak_mem_bytes": t["peak_mem_bytes"],
-                  "params": t["params"], "torch_gpt": t})
+                  "params": t["params"], "losses": t.get("losses"), "torch_gpt": t})
     else:
         error = "no JSON line in torch_gpt.py's output"
 elif rc == 0:
@@ -205,9 +215,14 @@ elif rc == 0:
     if error is None:
         step_time = sum(timed) / len(timed)
         device = summary["memory_peak_bytes"][0:5]  # rank 0, tier device, every kind
+        phases = {k: sum(m[k] for m in train if m["step"] > warmup) / len(timed)
+                  for k in ("forward_s", "backward_s", "engine_step_s")}
+        engine = [l.split("] ", 3)[-1] for l in lines
+                  if "time per step (ms)" in l or "concurrent with compute" in l]
         r.update({"tokens_per_s": batch * seq / step_time, "step_time_s": step_time,
                   "peak_mem_bytes": int(sum(device)), "params": summary["parameters"],
-                  "zero_train": summary})
+                  "phases": phases, "engine_breakdown": engine[-2:], "losses":
+                  [m["loss"] for m in train], "zero_train": summary})
         r["mfu"] = r["tokens_per_s"] * fpt / (peak * 1e12) if peak else None
 else:
     error = next((l.strip() for l in reversed(lines)
@@ -246,19 +261,24 @@ path, txt, gpu_name, steps, warmup = sys.argv[1:6]
 records = [json.loads(l) for l in open(path) if l.strip()]
 order = ["zero-stage0", "zero-stage3", "zero-stage3-optcpu", "zero-stage3-optcpu-super",
          "zero-stage3-allcpu",
-         "torch-plain", "torch-fsdp2", "torch-fsdp2-offload"]
+         "torch-plain", "torch-fsdp2", "torch-fsdp2-offload", "deepspeed-stage3",
+         "deepspeed-stage3-optcpu"]
 label = {"zero-stage0": "ours, stage 0", "zero-stage3": "ours, stage 3",
          "zero-stage3-optcpu": "ours, stage 3 + optimizer on CPU",
          "zero-stage3-optcpu-super": "ours, stage 3 + CPU optimizer, super_offload, no clip",
          "zero-stage3-allcpu": "ours, stage 3 + optimizer + params on CPU",
          "torch-plain": "PyTorch plain", "torch-fsdp2": "PyTorch FSDP2",
-         "torch-fsdp2-offload": "PyTorch FSDP2 + CPUOffloadPolicy"}
-short = {"torch-plain": "plain", "torch-fsdp2": "FSDP2", "torch-fsdp2-offload": "FSDP2-offload"}
+         "torch-fsdp2-offload": "PyTorch FSDP2 + CPUOffloadPolicy",
+         "deepspeed-stage3": "DeepSpeed ZeRO-3",
+         "deepspeed-stage3-optcpu": "DeepSpeed ZeRO-3 + CPU offload (DeepSpeedCPUAdam)"}
+short = {"torch-plain": "plain", "torch-fsdp2": "FSDP2", "torch-fsdp2-offload": "FSDP2-offload",
+         "deepspeed-stage3": "DeepSpeed-3", "deepspeed-stage3-optcpu": "DeepSpeed-3-offload"}
 # Like for like: each of ours against the PyTorch run that keeps the same state in the same place.
 ratios = [("zero-stage3-allcpu", "torch-fsdp2-offload"),
           ("zero-stage3-optcpu", "torch-fsdp2-offload"),
           ("zero-stage3-optcpu-super", "torch-fsdp2-offload"),
-          ("zero-stage3", "torch-fsdp2"), ("zero-stage0", "torch-plain")]
+          ("zero-stage3", "torch-fsdp2"), ("zero-stage0", "torch-plain"),
+          ("zero-stage3", "deepspeed-stage3"), ("zero-stage3-optcpu", "deepspeed-stage3-optcpu")]
 
 
 def size(model):
@@ -294,6 +314,15 @@ for model, dtype in dict.fromkeys((r["model"], r["dtype"]) for r in records):
             lines.append(f"{head} {r['tokens_per_s']:>10.0f} {mfu:>6} "
                          f"{gib(r.get('peak_mem_bytes')):>11} {gib(r.get('gpu_used_bytes')):>10}"
                          + (f"  ({r['note']})" if r.get("note") else ""))
+            if r.get("losses"):
+                lines.append(f"    losses: {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
+            if r.get("phases"):
+                p = r["phases"]
+                lines.append(f"    per step: forward {1e3 * p['forward_s']:.1f} ms | backward "
+                             f"{1e3 * p['backward_s']:.1f} ms | engine step "
+                             f"{1e3 * p['engine_step_s']:.1f} ms")
+            for engine_line in r.get("engine_breakdown") or []:
+                lines.append(f"    engine: {engine_line}")
         else:
             lines.append(f"{head} failed (exit {r['exit']}): {r['error']}")
     for ours, theirs in ratios:
@@ -337,10 +366,11 @@ for model in "${models[@]}"; do
         esac
         cmd=("$train" --device 2 --config "$config" --model "$model" --data "$data"
              --micro-batch "$batch" --seq "$seq" --steps $((warmup + steps)) --eval-batches 1
-             --no-progress --metrics "$work/metrics.jsonl")
+             --set "steps_per_print=$((warmup + steps))" --no-progress
+             --metrics "$work/metrics.jsonl")
         [[ $dtype == fp32 ]] && cmd+=(--set bf16.enabled=false)
         if [[ -x $train ]]; then
-          measure "${cmd[@]}"
+          ZERO_LOG_LEVEL=info measure "${cmd[@]}"  # the engine's breakdown line
         else
           rc=127 used_mib=
           echo "zero-train: $train is missing (build it: cmake --build $build --target zero-train)" \
@@ -350,6 +380,18 @@ for model in "${models[@]}"; do
         shown=("${cmd[@]}")
         shown[${#shown[@]} - 1]=RUN.jsonl  # the metrics file, a temporary one
         record zero "$run" "$model" "$batch" "$seq" "${shown[*]}" || status=1
+        ;;
+      deepspeed-*)
+        case $run in
+          deepspeed-stage3) config=bench/configs/gpu_stage3.json ;;
+          deepspeed-stage3-optcpu) config=bench/configs/gpu_stage3_offload_optimizer.json ;;
+        esac
+        cmd=("$ds_python" bench/torch_gpt.py --model "$model" --mode deepspeed
+             --deepspeed-config "$config" --device cuda --dtype "$dtype" --micro-batch "$batch"
+             --seq "$seq" --steps "$steps" --warmup-steps "$warmup" --data "$data" --json
+             ${PEAK_TFLOPS:+--peak-tflops "$PEAK_TFLOPS"})
+        measure "${cmd[@]}"
+        record torch "$run" "$model" "$batch" "$seq" "${cmd[*]}" || status=1
         ;;
       torch-*)
         # TORCH_FLAGS is split into words on purpose: several flags.

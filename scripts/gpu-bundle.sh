@@ -7,10 +7,11 @@
 # overrides), builds only what runs on the GPU machine (the [gpu] test programs, the MPI probe,
 # zero-train, zero-run, zero-bench, zero-mem), strips it, and packs it with the shared
 # libraries a bare machine with only the CUDA toolkit and PyTorch lacks (spdlog, fmt, OpenBLAS
-# and its Fortran runtime, liburing, xxHash, the OpenMP runtime) into gpu-bundle/zero-gpu.tar.gz. NCCL (218 MB) does not
-# travel: the check uses the GPU machine's own libnccl.so.2 (PyTorch's). The C library,
-# libstdc++ and the CUDA driver are the machine's own; libstdc++ travels as a fallback in
-# lib/fallback/ in case the machine's is older than the one we built against.
+# and its Fortran runtime, liburing, xxHash, the OpenMP runtime) and DeepSpeed's wheels (below)
+# into gpu-bundle/zero-gpu.tar.gz. NCCL (218 MB) does not travel: the check uses the GPU
+# machine's own libnccl.so.2 (PyTorch's). The C library, libstdc++ and the CUDA driver are the
+# machine's own; libstdc++ travels as a fallback in lib/fallback/ in case the machine's is older
+# than the one we built against.
 #
 # Open MPI's libraries (libmpi, libopen-pal, libopen-rte and theirs: hwloc, libevent, udev) go
 # to lib/mpi/, which gpu-check puts on the library path only where the machine has no Open MPI
@@ -88,6 +89,38 @@ ldd "${programs[@]}" "$build/engine/libzero.so.0" "$openblas" 2>/dev/null |
   done
 strip --strip-unneeded "$stage"/zero-gpu/bin/* "$stage"/zero-gpu/lib/*.so* \
   "$stage"/zero-gpu/lib/mpi/*.so* 2>/dev/null || true
+# DeepSpeed and its dependencies but torch (and numpy, which the machine's transformers brings),
+# as wheels for the GPU machine's Python (DEVICE_PYTHON, default 3.12, the version of its last
+# runs), about 6 MB: the machine has PyTorch but no package index, and gpu-check installs them
+# into a venv over the system's site packages there. DeepSpeed itself is a source distribution
+# on PyPI; its wheel is built here without its ops (DS_BUILD_OPS=0: DeepSpeedCPUAdam is built by
+# its JIT there, with ninja, where the machine has a compiler). Needs the package index here and
+# a Python with torch (PYTHON, default the tests' venv); without them the bundle carries none and
+# gpu-check says so.
+device_python=${DEVICE_PYTHON:-3.12}
+python=${PYTHON:-$root/build-python-env/bin/python}
+mkdir -p "$stage/zero-gpu/wheels"
+if ! "$python" -c "import torch" 2>/dev/null; then
+  echo "gpu-bundle: $python has no torch: the bundle carries no DeepSpeed wheels" >&2
+elif ! (
+  set -e
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  "$python" -m pip download --quiet deepspeed==0.19.8 --no-deps --no-binary :all: -d "$tmp"
+  tar -xzf "$tmp"/deepspeed-0.19.8.tar.gz -C "$tmp"
+  DS_BUILD_OPS=0 "$python" -m pip wheel --quiet "$tmp/deepspeed-0.19.8" --no-deps \
+    --no-build-isolation -w "$stage/zero-gpu/wheels"
+  "$python" -m pip download --quiet --only-binary=:all: --python-version "$device_python" \
+    --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux_2_28_x86_64 -d "$stage/zero-gpu/wheels" \
+    einops hjson msgpack ninja "packaging>=20.0" psutil py-cpuinfo "pydantic>=2.0.0" tqdm
+) >"$stage/wheels.log" 2>&1; then
+  echo "gpu-bundle: the DeepSpeed wheels could not be made (the bundle carries none):" >&2
+  tail -5 "$stage/wheels.log" >&2
+  rm -rf "$stage/zero-gpu/wheels"
+fi
+rm -f "$stage/wheels.log"
+
 git rev-parse HEAD >"$stage/zero-gpu/COMMIT" 2>/dev/null || echo unknown >"$stage/zero-gpu/COMMIT"
 git status --porcelain --untracked-files=no | grep -q . && echo "+ uncommitted changes" \
   >>"$stage/zero-gpu/COMMIT" || true

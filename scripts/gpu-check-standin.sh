@@ -167,7 +167,9 @@ for s in range(1, steps + 1):
         loss *= 1 + 3e-4 * math.sin(s)
     lines.append({"kind": "train", "step": s, "loss": loss, "lr": 1e-3, "loss_scale": 1.0,
                   "grad_norm": 2.0, "skipped": False, "tokens_per_s": batch * seq / step_time,
-                  "step_time_s": step_time, "tokens": s * batch * seq})
+                  "step_time_s": step_time, "forward_s": step_time / 3,
+                  "backward_s": step_time / 2, "engine_step_s": step_time / 6,
+                  "tokens": s * batch * seq})
     print(f"step {s:2d}/{steps} | loss {loss:.4f} | dry run")
 eval_loss = 3.85 * (1 + (2e-4 if gpu else 0))
 parameters = 830000
@@ -206,11 +208,19 @@ if script.endswith("torch_gpt.py"):
     import torch_gpt  # SIZES and the counts; it imports torch only to train
     model = get("--model", "gpt2-124m")
     layers, _, channels, positions, vocab = torch_gpt.SIZES[model]
-    step = {"plain": 0.15, "fsdp2": 0.2, "fsdp2-offload": 1.5}[get("--mode", "plain")]
+    step = {"plain": 0.15, "fsdp2": 0.2, "fsdp2-offload": 1.5,
+            "deepspeed": 0.3 if get("--deepspeed-config", "").endswith("stage3.json") else 2.0
+            }[get("--mode", "plain")]
     print(json.dumps({"model": model, "mode": get("--mode", "plain"), "dry_run": True,
                       "params": torch_gpt.parameter_count(layers, channels, positions, vocab),
                       "tokens_per_s": batch * seq / step, "step_time_s": step, "mfu": 0.3,
-                      "peak_mem_bytes": 30 * 2 ** 30}))
+                      "peak_mem_bytes": 30 * 2 ** 30, "losses": [11.0, 9.0, 7.5]}))
+elif script.endswith("gpt_vs_torch.py"):
+    steps = int(get("--steps", 20))
+    print(f"# zero-train against PyTorch from the same weights (dry run), {steps} steps")
+    for s in range(1, steps + 1):
+        print(f"{s:>4} {11 - s * 0.2:>10.5f} {11 - s * 0.2:>10.5f} {0.0:>10.2e}")
+    print(f"agree: every step within {get('--tol', '0.02')} (largest 0.00e+00); dry run")
 elif script.endswith("make_tiny_models.py"):
     import os
     for name in ("gpt2", "llama"):

@@ -30,7 +30,9 @@
 #              zero-train on the CPU (--device 1) and on the GPU (--device 2) from the same seed
 #              and data, bf16, 10 steps of each family at a tiny size (gpt2: tiny; llama:
 #              llama-tiny; qwen2: qwen2.5-0.5b cut to 4 layers of 128 channels), their losses
-#              side by side, step by step, within bf16's tolerance (scripts/compare-losses.py)
+#              side by side, step by step, within bf16's tolerance (scripts/compare-losses.py);
+#              then GPT-2 1.5B from the same weights as PyTorch, on the same batches, 20 steps,
+#              each loss within 2% of PyTorch's (bench/gpt_vs_torch.py)
 #   python     the PyTorch front end (python/zero over the bundle's libzero, the machine's
 #              PyTorch and transformers): tiny seeded Hugging Face models
 #              (tests/python/make_tiny_models.py), a Llama through zero.initialize on the GPU
@@ -40,9 +42,9 @@
 #              CPUOffloadPolicy (bench/frontend.py), a run an item, tokens/s side by side
 #   speed      bench/gpu.sh on the first of MODELS (default gpt2-1.5b gpt2-124m), one run an
 #              item, the PyTorch baselines first: SPEED_RUNS (default "torch-plain
-#              torch-fsdp2-offload zero-stage0 zero-stage3-optcpu zero-stage3-optcpu-super", the
-#              two like-for-like pairs and the offloaded step overlapped with backward against
-#              stage 0; "all": the eight runs bench/gpu.sh knows), STEPS timed (5) after WARMUP (2)
+#              torch-fsdp2-offload zero-stage0 zero-stage3-optcpu", the two like-for-like pairs;
+#              "all": the eight runs bench/gpu.sh knows, among them zero-stage3-optcpu-super, the
+#              offloaded step overlapped with backward), STEPS timed (5) after WARMUP (2)
 # CHECKS (default "gpu-tests engine models python speed") names the checks after env. The default is
 # sized to the default budget; these are left out of it for their length:
 #   engine-ranks  the equivalence matrix on 2 and 4 ranks sharing the GPU through MPI
@@ -51,6 +53,21 @@
 #   compile    torch.compile for the first model and the Llama
 #   cpu-bench  zero-bench adam (this machine's cores), aio (its disk) and blas (the CPU layers'
 #              products with zero's choice of OpenBLAS kernels, and with the SSE fallback)
+#   coverage   what the default plan has no room for, a call of its own (CHECKS=coverage):
+#              super_offload's equivalence cases on CUDA (early placement, rollback, the fp16
+#              skip, NVMe), memcheck on them and on ZeRO++'s quantized cases (2 ranks)
+#   profile    Nsight Systems (nsys, where the machine has it) on 3 steps each of zero-train's
+#              gpt2-1.5b at stage 0 and at stage 3 with the optimizer on the CPU: the top
+#              kernels, the copies and their overlap with compute, as text (CHECKS=profile)
+#   deepspeed  DeepSpeed itself beside zero, sized for a call of its own (CHECKS=deepspeed, the
+#              default budget): its wheels from the bundle installed into a venv over the
+#              machine's site packages (deepspeed.install, saying whether a compiler is there for
+#              its JIT-built FusedAdam and DeepSpeedCPUAdam), then bench/gpu.sh's rows on the
+#              first of MODELS with one config file a pair: FSDP2, DeepSpeed ZeRO-3 and
+#              zero-train stage 3 (the stage-3 row without offload), DeepSpeed ZeRO-3 + CPU offload and zero-train stage 3 with the optimizer on the
+#              CPU; then the front end's GPT-2 124M through deepspeed.initialize and
+#              zero.initialize, one script (bench/frontend.py) and one config, stage 3 without and
+#              with CPU offload
 #   largest    the largest Llama that trains on this one GPU with the optimizer state between
 #              host memory and NVMe (LARGEST, default llama-2-13b; NVME_DIR, default
 #              /tmp/zero-largest): zero-mem's plan for this machine, zero-train for 3 steps with
@@ -113,11 +130,11 @@ times=${GPU_CHECK_TIMES:-bench/gpu-check-times.txt}
 read -r -a models <<<"${MODELS:-gpt2-1.5b gpt2-124m}"
 all_speed_runs=(torch-plain torch-fsdp2 torch-fsdp2-offload zero-stage0 zero-stage3
                 zero-stage3-optcpu zero-stage3-optcpu-super zero-stage3-allcpu)
-read -r -a speed_runs <<<"${SPEED_RUNS:-torch-plain torch-fsdp2-offload zero-stage0 zero-stage3-optcpu zero-stage3-optcpu-super}"
+read -r -a speed_runs <<<"${SPEED_RUNS:-torch-plain torch-fsdp2-offload zero-stage0 zero-stage3-optcpu}"
 [[ ${speed_runs[*]} == all ]] && speed_runs=("${all_speed_runs[@]}")
 families=(gpt2 llama qwen2)
 known_checks=(env gpu-tests engine models python speed engine-ranks llama more-models compile
-              cpu-bench largest)
+              cpu-bench largest deepspeed coverage profile)
 # The front end's runs on one GPU, each against its peer (python check)
 python_runs=(fsdp2 zero-stage3 fsdp2-offload zero-stage3-offload)
 checks=(env)
@@ -144,7 +161,11 @@ items_of() {
     gpu-tests) echo gpu-tests.unit gpu-tests.layers gpu-tests.memcheck-layers \
                     gpu-tests.memcheck-engine ;;
     engine) echo engine.c-train engine.equivalence-1 engine.overlap engine.quantized-2 ;;
-    models) echo models.tests; for f in "${families[@]}"; do echo "models.$f-cpu models.$f-gpu"; done ;;
+    models)
+      echo models.tests
+      for f in "${families[@]}"; do echo "models.$f-cpu models.$f-gpu"; done
+      echo models.gpt2-1.5b-vs-torch
+      ;;
     python) echo python.models python.parity; for r in "${python_runs[@]}"; do echo "python.$r"; done ;;
     speed) for r in "${speed_runs[@]}"; do echo "speed.$r"; done ;;
     engine-ranks) echo engine-ranks.equivalence-2 engine-ranks.equivalence-4 ;;
@@ -152,6 +173,13 @@ items_of() {
     more-models) for m in "${models[@]:1}"; do echo "more-models.$m"; done ;;
     compile) echo compile.gpt compile.llama ;;
     cpu-bench) echo cpu-bench.adam cpu-bench.aio cpu-bench.blas ;;
+    coverage) echo coverage.super-offload coverage.memcheck-super-offload \
+                   coverage.memcheck-quantized ;;
+    profile) echo profile.nsys-stage0 profile.nsys-stage3-optcpu ;;
+    deepspeed) echo deepspeed.install deepspeed.torch-fsdp2 deepspeed.stage3 deepspeed.zero-stage3 \
+                    deepspeed.stage3-optcpu deepspeed.zero-stage3-optcpu \
+                    deepspeed.python-deepspeed-stage3 deepspeed.python-zero-stage3 \
+                    deepspeed.python-deepspeed-stage3-offload deepspeed.python-zero-stage3-offload ;;
     largest) echo largest.plan largest.train ;;
   esac
 }
@@ -449,7 +477,11 @@ memcheck_item() {
     return
   fi
   begin "$item" || return
-  run_z tmo "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 "$@" >"$log" 2>&1
+  # MEMCHECK_RANKS=N: each of N ranks under memcheck, started by the bundle's zero-run.
+  local launch=()
+  [[ -n ${MEMCHECK_RANKS:-} ]] && launch=("$z/bin/zero-run" -n "$MEMCHECK_RANKS" --)
+  run_z tmo "${launch[@]}" "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 \
+    "$@" >"$log" 2>&1
   rc=$?
   say "$item: $(grep -m1 -o 'ERROR SUMMARY: .*' "$log" || echo "no error summary")"
   if unmatched_spec "$log" >/dev/null; then
@@ -576,6 +608,20 @@ step_models() {
       finish "$item" "$rc" "$why"
     done
   done
+  # GPT-2 1.5B at its real size from the same weights as PyTorch, on the same batches, 20 steps
+  # (bench/gpt_vs_torch.py): zero-train's CUDA layers against PyTorch plain, bf16, each step's
+  # loss within 2% of PyTorch's. The speed check's figures count only beside this.
+  if begin models.gpt2-1.5b-vs-torch; then
+    log=$logs/models.gpt2-1.5b-vs-torch.log
+    tmo "$torch_python" bench/gpt_vs_torch.py --zero-train "$dest/zero-train" \
+      --python "$torch_python" --model gpt2-1.5b --device cuda --dtype bf16 --micro-batch 4 \
+      --seq 1024 --steps 20 --tol 0.02 --out "$dest/gpt2-1.5b-vs-torch" >"$log" 2>&1
+    rc=$?
+    tail -26 "$log" | tee -a "$summary"
+    finish models.gpt2-1.5b-vs-torch "$rc" "$( ((rc == 0)) || tail -1 "$log" | cut -c1-200)"
+    cp "$dest/gpt2-1.5b-vs-torch/losses.json" "$logs/models.gpt2-1.5b-vs-torch.json" 2>/dev/null
+    rm -rf "$dest/gpt2-1.5b-vs-torch"  # 3 GB of weights
+  fi
 }
 
 # ---- python: the PyTorch front end (python/zero over the bundle's libzero) on the GPU
@@ -649,6 +695,7 @@ speed_run() {
   begin "$item" || return
   STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} RUN_TIMEOUT=$((item_limit > 20 ? item_limit - 10 : item_limit)) \
     RUNS=$run RESULTS_DIR=$out ZERO_TRAIN=$dest/zero-train TORCH_PYTHON=$torch_python \
+    DS_PYTHON=${DS_PYTHON:-$torch_python} \
     tmo bash bench/gpu.sh "$dest/none" "$model" >>"$logs/speed.log" 2>&1
   rc=$?
   why=$(python3 -c 'import json, sys
@@ -770,6 +817,128 @@ step_cpu_bench() {
     grep -E '^zero-bench blas|^  CPU|^warning|^all of the above' "$logs/cpu-bench.blas.log" | tee -a "$summary"
     finish cpu-bench.blas "$rc" "$( ((rc == 0)) || last_line "$logs/cpu-bench.blas.log")"
   fi
+}
+
+# ---- deepspeed (not in the default CHECKS: a call of its own, CHECKS=deepspeed)
+ds_python=
+step_deepspeed() {
+  say ""
+  say "## deepspeed: DeepSpeed ZeRO-3, with and without CPU offload, beside zero on the same" \
+      "model, batches and config file"
+  local log=$logs/deepspeed.install.log rc compiler
+  if begin deepspeed.install; then
+    compiler="c++: $(command -v c++ || echo none); nvcc: $(command -v nvcc || echo none)"
+    if [[ -n $dry_run ]]; then
+      ds_python=$torch_python
+      say "deepspeed: not installed (a dry run); $compiler"
+      finish deepspeed.install 0
+    elif ! compgen -G "$z/wheels/deepspeed-*.whl" >/dev/null; then
+      finish deepspeed.install 1 "the bundle carries no DeepSpeed wheels (gpu-bundle made none)"
+    else
+      {
+        "$torch_python" -m venv --system-site-packages "$dest/ds-venv" &&
+          "$dest/ds-venv/bin/python" -m pip install --no-index --find-links "$z/wheels" \
+            deepspeed &&
+          "$dest/ds-venv/bin/python" -c 'import deepspeed, torch
+print("deepspeed", deepspeed.__version__, "over torch", torch.__version__)'
+      } >"$log" 2>&1
+      rc=$?
+      say "deepspeed: $(tail -1 "$log"); its FusedAdam and DeepSpeedCPUAdam are built by its JIT" \
+          "on first use ($compiler)"
+      ((rc == 0)) && ds_python=$dest/ds-venv/bin/python
+      finish deepspeed.install "$rc" "$( ((rc == 0)) || last_line "$log")"
+    fi
+  fi
+  local item run
+  for item in torch-fsdp2 stage3 zero-stage3 stage3-optcpu zero-stage3-optcpu; do
+    run=$item
+    [[ $item == stage3* ]] && run=deepspeed-$item
+    if [[ $run == deepspeed-* && -z $ds_python ]]; then
+      skip "deepspeed.$item" "no DeepSpeed: deepspeed.install did not pass"
+      continue
+    fi
+    DS_PYTHON=$ds_python speed_run "deepspeed.$item" "$run" "${models[0]}"
+  done
+  sed -n "/^## ${models[0]} /,/^\$/p" "$out/train_gpu.txt" 2>/dev/null | tee -a "$summary"
+  local framework offload
+  for item in python-deepspeed-stage3 python-zero-stage3 python-deepspeed-stage3-offload \
+              python-zero-stage3-offload; do
+    framework=${item#python-}
+    framework=${framework%%-*}
+    offload=none
+    [[ $item == *-offload ]] && offload=cpu
+    if [[ $framework == deepspeed && -z $ds_python ]]; then
+      skip "deepspeed.$item" "no DeepSpeed: deepspeed.install did not pass"
+      continue
+    fi
+    begin "deepspeed.$item" || continue
+    log=$logs/deepspeed.$item.log
+    torch_python=${ds_python:-$torch_python} run_py bench/frontend.py --framework "$framework" \
+      --stage 3 --offload "$offload" "${python_shape[@]}" >"$log" 2>&1
+    rc=$?
+    grep '^{' "$log" | tail -1 | tee -a "$summary"
+    finish "deepspeed.$item" "$rc" "$( ((rc == 0)) || last_line "$log")"
+  done
+}
+
+# ---- coverage (not in the default CHECKS: a call of its own, CHECKS=coverage)
+# What the default plan has no room for: super_offload's equivalence cases on CUDA (early
+# placement, rollback, the fp16 skip, NVMe), and memcheck on a super_offload engine and on
+# ZeRO++'s quantized engine (2 ranks sharing the GPU).
+step_coverage() {
+  say ""
+  say "## coverage: super_offload's equivalence cases on CUDA; memcheck on super_offload and" \
+      "ZeRO++'s quantized engine"
+  mkdir -p "$dest/swap"
+  engine_item coverage.super-offload "$z/bin/zero-run" -n 1 -- \
+    "$z/bin/zero_engine_equivalence_gpu" --device cuda --super-offload
+  ZERO_TEST_NVME_DIR=$dest/swap memcheck_item coverage.memcheck-super-offload \
+    "$z/bin/zero_engine_equivalence_gpu" --device cuda --super-offload
+  if [[ -z $mpi_ranks ]]; then
+    skip coverage.memcheck-quantized \
+      "MPI did not start 2 ranks in env.mpi: ${note[env.mpi]:-not probed}"
+  else
+    MEMCHECK_RANKS=2 memcheck_item coverage.memcheck-quantized \
+      "$z/bin/zero_engine_equivalence_gpu" --device cuda --quantized
+  fi
+  rm -rf "$dest/swap"
+}
+
+# ---- profile (not in the default CHECKS: CHECKS=profile): Nsight Systems on 3 steps each of
+# zero-train's gpt2-1.5b at stage 0 and at stage 3 with the optimizer on the CPU: the top
+# kernels, the copies, and how much of the copies' time ran while a kernel did (nsys stats'
+# reports and scripts/nsys-overlap.py over the trace), as text in the summary.
+step_profile() {
+  say ""
+  say "## profile: Nsight Systems, 3 steps of gpt2-1.5b at stage 0 and at stage 3 with the" \
+      "optimizer on the CPU"
+  local nsys item config log rc report
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
+    2>/dev/null | head -1)
+  for item in nsys-stage0 nsys-stage3-optcpu; do
+    if [[ -z $nsys ]]; then
+      skip "profile.$item" "no nsys (Nsight Systems) on this machine"
+      continue
+    fi
+    begin "profile.$item" || continue
+    config=bench/configs/gpu_stage0.json
+    [[ $item == nsys-stage3-optcpu ]] && config=bench/configs/gpu_stage3_offload_optimizer.json
+    log=$logs/profile.$item.log
+    report=$dest/$item
+    {
+      run_z tmo "$nsys" profile --trace cuda,nvtx,osrt --sample none --cpuctxsw none \
+        --force-overwrite true --output "$report" "$z/bin/zero-train" --device 2 \
+        --config "$config" --model "${models[0]}" --data data/fortunes.txt --micro-batch 4 \
+        --seq 1024 --steps 3 --eval-batches 1 --no-progress &&
+        "$nsys" stats --force-export true --format csv --output "$report" \
+          --report cuda_gpu_kern_sum,cuda_gpu_mem_time_sum,cuda_gpu_trace "$report.nsys-rep" &&
+        python3 scripts/nsys-summary.py "$report"
+    } >"$log" 2>&1
+    rc=$?
+    sed -n '/^== nsys summary/,$p' "$log" | tee -a "$summary"
+    finish "profile.$item" "$rc" "$( ((rc == 0)) || last_line "$log")"
+    rm -f "$report".*
+  done
 }
 
 # ---- largest (not in the default CHECKS: a run of its own, CHECKS=largest)
