@@ -1,5 +1,6 @@
-// use_engine_gpu and engine_takes_streams (cuda_ops.h) on a real GPU. The CPU emulation of CUDA links its own in its
-// place (tests/emu/engine_gpu.cpp), where a CPU engine's buffers stand for a GPU's.
+// use_engine_gpu and engine_takes_streams (cuda_ops.h) on a real GPU. The CPU emulation of CUDA
+// links its own in its place (tests/emu/engine_gpu.cpp), where a CPU engine's buffers stand for a
+// GPU's.
 #include <stdexcept>
 #include <string>
 

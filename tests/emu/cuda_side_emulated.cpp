@@ -4,11 +4,11 @@
 // allocation passes when it lies in a buffer that zero_param_data or zero_grad_buffer gives for
 // some parameter at that moment (cuda_runtime.h's emu::accept_host_memory), so a gradient used
 // outside its module's backward hooks, or any other host pointer, is refused as on a GPU.
-#include "tests/gpu/cuda_side.h"
-
 #include <cstring>
 
 #include <cuda_runtime.h>
+
+#include "tests/gpu/cuda_side.h"
 
 namespace zero_test {
 namespace {

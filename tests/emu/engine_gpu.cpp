@@ -1,6 +1,7 @@
-// CPU emulation of CUDA: use_engine_gpu and engine_takes_streams (models/decoder/cuda_ops.h) for the CUDA models on a CPU
-// engine, whose bf16 buffers stand for a GPU engine's (the tests adopt them as device memory:
-// tests/emu/cuda_side_emulated.cpp). Linked in place of models/decoder/engine_gpu.cpp.
+// CPU emulation of CUDA: use_engine_gpu and engine_takes_streams (models/decoder/cuda_ops.h) for
+// the CUDA models on a CPU engine, whose bf16 buffers stand for a GPU engine's (the tests adopt
+// them as device memory: tests/emu/cuda_side_emulated.cpp). Linked in place of
+// models/decoder/engine_gpu.cpp.
 #include <stdexcept>
 #include <string>
 

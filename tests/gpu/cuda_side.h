@@ -44,9 +44,9 @@ class CudaSide {
   }
 
  private:
-  void* nccl_ = nullptr;              // the NCCL world of one (a real GPU)
-  zero_engine* engine_ = nullptr;     // whose buffers stand for device memory (the emulation)
-  std::vector<std::size_t> numels_;   // its parameters' element counts, by id
+  void* nccl_ = nullptr;             // the NCCL world of one (a real GPU)
+  zero_engine* engine_ = nullptr;    // whose buffers stand for device memory (the emulation)
+  std::vector<std::size_t> numels_;  // its parameters' element counts, by id
 };
 
 }  // namespace zero_test

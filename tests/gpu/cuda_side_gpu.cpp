@@ -1,11 +1,10 @@
 // CudaSide on a real GPU (cuda_side.h): GPU 0 through the engine's CUDA device, on an NCCL
 // world of one; the engine's buffers are device memory already.
-#include "tests/gpu/cuda_side.h"
-
 #include <stdexcept>
 
 #include <cuda_runtime.h>
 
+#include "tests/gpu/cuda_side.h"
 #include "tests/multirank/model_memory.h"
 
 namespace zero_test {

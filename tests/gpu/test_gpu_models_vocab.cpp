@@ -128,9 +128,10 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b, std
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
-TEST_CASE("cuda models: GPT-2 at its real vocabulary (50257, padded) and 160 positions trains as "
-          "on the CPU",
-          "[gpu]") {
+TEST_CASE(
+    "cuda models: GPT-2 at its real vocabulary (50257, padded) and 160 positions trains as "
+    "on the CPU",
+    "[gpu]") {
   const Run cpu = train(false);
   const Run gpu = train(true);
   CHECK(gpu.loss == Approx(cpu.loss).epsilon(1e-2));
