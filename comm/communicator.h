@@ -91,6 +91,12 @@ class Communicator {
   // True after a timeout or a failure: every later call throws at once.
   virtual bool poisoned() const noexcept = 0;
 
+  // This rank is leaving: it issues no further collective here (its engine is being destroyed,
+  // its program ending or failing). A rank of the same node that waits in a collective this
+  // rank never issued then fails it at once, naming this rank, instead of waiting out the
+  // timeout (MPI; ranks on other nodes, NCCL and the local backend still time out).
+  virtual void depart() noexcept {}
+
   // Ends the whole job: reports `reason` and terminates every rank with `exit_code`
   // (MPI_Abort; ncclCommAbort then this process's exit elsewhere). For a program that has
   // decided not to go on after a comm Error; it never returns.

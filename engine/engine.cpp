@@ -75,6 +75,11 @@ Engine::Impl::Impl(config::Config config_in, std::unique_ptr<Device> device_in,
 }
 
 Engine::Impl::~Impl() {
+  // This rank issues no collective from here on: a rank still waiting for one fails at once
+  // (Communicator::depart), instead of both waiting for each other at the teardown below.
+  for (Communicator* c : {comm.get(), shard_comm.get(), replica_comm.get(), secondary_comm.get()}) {
+    if (c != nullptr) c->depart();
+  }
   // The speculation's worker steps on the state and the device's streams: it ends first.
   if (stepper) stepper->stop_speculation();
   // The device's work, once, before anything it uses goes: never through the callers' streams,

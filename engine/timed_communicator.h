@@ -83,6 +83,7 @@ class TimedCommunicator final : public Communicator {
     return inner_->split(color, key);
   }
   bool poisoned() const noexcept override { return inner_->poisoned(); }
+  void depart() noexcept override { inner_->depart(); }
   [[noreturn]] void abort(int exit_code, std::string_view reason) noexcept override {
     inner_->abort(exit_code, reason);  // never returns; std::_Exit satisfies [[noreturn]]
     std::_Exit(exit_code);

@@ -14,10 +14,12 @@ ArrivalBoard::ArrivalBoard(MPI_Comm comm) {
         "MPI_Comm_split_type", where);
   int node_size = 0;
   MPI_Comm_size(node_, &node_size);
-  check(MPI_Win_allocate_shared(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL, node_,
-                                &mine_, &window_),
+  // Two words per rank: the last sequence issued, and 1 once departed.
+  check(MPI_Win_allocate_shared(2 * sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL,
+                                node_, &mine_, &window_),
         "MPI_Win_allocate_shared", where);
   __atomic_store_n(mine_, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(mine_ + 1, 0, __ATOMIC_RELEASE);
   slots_.resize(static_cast<std::size_t>(node_size));
   for (int r = 0; r < node_size; ++r) {
     MPI_Aint bytes = 0;
@@ -47,6 +49,24 @@ void ArrivalBoard::release(bool usable) noexcept {
 
 void ArrivalBoard::issued(std::uint64_t sequence) noexcept {
   __atomic_store_n(mine_, sequence, __ATOMIC_RELEASE);
+}
+
+void ArrivalBoard::depart() noexcept {
+  if (mine_ != nullptr) __atomic_store_n(mine_ + 1, 1, __ATOMIC_RELEASE);
+}
+
+std::string ArrivalBoard::departed_before(std::uint64_t sequence) const {
+  std::string gone;
+  for (std::size_t r = 0; r < slots_.size(); ++r) {
+    // The flag first: a rank marks it after its last issue, so its counter is then final.
+    if (__atomic_load_n(slots_[r] + 1, __ATOMIC_ACQUIRE) == 0) continue;
+    const std::uint64_t last = __atomic_load_n(slots_[r], __ATOMIC_ACQUIRE);
+    if (last < sequence) {
+      gone +=
+          fmt::format("{}rank {} (it left after #{})", gone.empty() ? "" : ", ", ranks_[r], last);
+    }
+  }
+  return gone;
 }
 
 std::string ArrivalBoard::missing(std::uint64_t sequence) const {

@@ -1,8 +1,9 @@
-// Which ranks have issued which collective, for timeout messages. Ranks on the same node share
-// a small MPI-3 shared-memory window with one counter per rank: the sequence number of the last
-// collective it issued on this communicator. Reading it needs no progress from the other ranks,
-// so a waiting rank can tell which of its node's ranks never arrived; ranks on other nodes are
-// reported as unknown.
+// Which ranks have issued which collective, for timeout messages, and which have left. Ranks on
+// the same node share a small MPI-3 shared-memory window with two words per rank: the sequence
+// number of the last collective it issued on this communicator, and whether it has departed
+// (Communicator::depart: it will issue none after that one). Reading them needs no progress from
+// the other ranks, so a waiting rank can tell which of its node's ranks never arrived, and that
+// one that left will never arrive; ranks on other nodes are reported as unknown.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,11 @@ class ArrivalBoard {
   void release(bool usable) noexcept;
 
   void issued(std::uint64_t sequence) noexcept;
+  // Marks this rank departed (after the collectives it issued so far).
+  void depart() noexcept;
+  // "rank 1 (it left after #4)" for the node's ranks that departed before issuing collective
+  // `sequence`, or "" when none did.
+  std::string departed_before(std::uint64_t sequence) const;
   // "ranks that have not issued it: 2 (last issued #4); ranks 4-7 are on other nodes and
   // could not be checked", or "" when every rank this node can see has issued it.
   std::string missing(std::uint64_t sequence) const;

@@ -42,6 +42,7 @@ class MpiWork final : public TrackedWork, public Progressable {
     if (!threaded_) advance();
     switch (state_.load(std::memory_order_acquire)) {
       case kPending:
+        abandon_if_departed();
         return false;
       case kDone:
         return true;
@@ -77,6 +78,23 @@ class MpiWork final : public TrackedWork, public Progressable {
   std::string expire(std::chrono::milliseconds waited) override {
     Runtime::get().skip_finalize();
     return TrackedWork::expire(waited);
+  }
+
+  // A rank of this node that left before issuing this collective will never issue it: fail
+  // now, naming it, rather than at the timeout.
+  void abandon_if_departed() {
+    const std::string gone = board_->departed_before(op().sequence);
+    if (gone.empty()) return;
+    int pending = kPending;
+    if (!state_.compare_exchange_strong(pending, kFailed, std::memory_order_acq_rel)) return;
+    failure_ = fmt::format(
+        "{} on {} cannot complete: {} left the job before issuing it (its engine was destroyed: "
+        "its program ended or failed). The ranks did not make the same calls: different numbers "
+        "of steps, or a rank that stopped early; the job cannot go on",
+        op().describe(), health().where(), gone);
+    health().poison(op().describe() + ": a rank left the job");
+    Runtime::get().skip_finalize();
+    throw Error(ErrorCategory::comm, failure_);
   }
 
  protected:
@@ -155,6 +173,8 @@ class MpiCommunicator final : public CommunicatorBase {
   }
 
   Device* device() const noexcept override { return own_device_ ? nullptr : options_.device; }
+
+  void depart() noexcept override { board_->depart(); }
 
   Work all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,
                   Stream* stream) override {
