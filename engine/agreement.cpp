@@ -102,4 +102,12 @@ void Agreement::broadcast(std::span<std::uint64_t> values, int root) {
   device_->copy(values.data(), scratch.data(), values.size_bytes());
 }
 
+void Agreement::broadcast_bytes(void* data, std::size_t bytes, int root) {
+  if (comm_->size() == 1 || bytes == 0) return;
+  DeviceScratch scratch(*device_, bytes);
+  if (comm_->rank() == root) device_->copy(scratch.data(), data, bytes);
+  comm_->broadcast(scratch.data(), bytes, DType::u8, root).wait();
+  device_->copy(data, scratch.data(), bytes);
+}
+
 }  // namespace zero::engine

@@ -34,6 +34,8 @@ class Agreement {
   bool same_everywhere(std::span<const std::uint64_t> values);
   // Collective: `root`'s values (as many on every rank), on every rank.
   void broadcast(std::span<std::uint64_t> values, int root);
+  // Collective: `root`'s `bytes` bytes at `data` (host memory), on every rank.
+  void broadcast_bytes(void* data, std::size_t bytes, int root);
 
  private:
   Communicator* comm_ = nullptr;

@@ -442,6 +442,14 @@ zero_status zero_mean_across_ranks(zero_engine* engine, double* values, int coun
   });
 }
 
+zero_status zero_broadcast(zero_engine* engine, void* data, unsigned long long bytes, int root) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_broadcast");
+    if (bytes > 0) require(data, "zero_broadcast", "data");
+    e.broadcast(data, static_cast<std::size_t>(bytes), root);
+  });
+}
+
 zero_status zero_memory_bytes(const zero_engine* engine, zero_tier tier, zero_kind kind,
                               unsigned long long* live, unsigned long long* peak) {
   return zero::guard([&] {

@@ -616,6 +616,16 @@ void Engine::mean_across_ranks(double* values, std::size_t count) {
   impl_->agreement.mean(values, count);
 }
 
+void Engine::broadcast(void* data, std::size_t bytes, int root) {
+  const DeviceMemoryGuard guarded(*impl_->device);
+  impl_->require_initialized("broadcast");
+  if (root < 0 || root >= impl_->world) {
+    throw make_error(ErrorCategory::usage, "broadcast: root {} is not a rank of this job (0-{})",
+                     root, impl_->world - 1);
+  }
+  impl_->agreement.broadcast_bytes(data, bytes, root);
+}
+
 void Engine::abort(int exit_code, std::string_view reason) noexcept {
   // The process ends without destructors: the swap directories go now (or, after a failure,
   // are named as kept), and the other ranks' go when mpirun's SIGTERM reaches them.

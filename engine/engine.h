@@ -251,6 +251,8 @@ class Engine {
 
   // Collective: each value replaced by its mean over the ranks (in fp32), e.g. a trainer's loss.
   void mean_across_ranks(double* values, std::size_t count);
+  // Collective: `bytes` of host memory from rank `root` into every rank's `data`.
+  void broadcast(void* data, std::size_t bytes, int root);
   // Ends the job (every rank) with `exit_code`: this rank's NVMe swap directories are removed
   // first (kept and named after a failure), the communicator aborts the others, whose swap
   // directories go with the SIGTERM that ends them.

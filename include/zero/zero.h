@@ -302,6 +302,12 @@ ZERO_API zero_status zero_read_param(zero_engine* engine, int param, float* out,
  * e.g. the loss a trainer prints. After zero_init. */
 ZERO_API zero_status zero_mean_across_ranks(zero_engine* engine, double* values, int count);
 
+/* Collective: the `bytes` bytes at `data` (host memory, as many on every rank) on rank `root`
+ * copied into every rank's `data`, e.g. a module's buffers, which zero does not own, made the
+ * same on every rank as DeepSpeed does at initialisation. After zero_init. */
+ZERO_API zero_status zero_broadcast(zero_engine* engine, void* data, unsigned long long bytes,
+                                    int root);
+
 /* ---- Checkpoints ----
  *
  * DIR/<tag>/ holds one safetensors file per rank (its shard of every parameter: the fp32 master
