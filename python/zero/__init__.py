@@ -11,9 +11,10 @@ Launch with `zero-run -n N -- python train.py`. See docs/python.md.
 
 from ._initialize import initialize
 from ._library import ZeroError, version
+from ._units import register_external_parameter
 from .distributed import add_config_arguments, init_distributed
 from .engine import ZeroEngine
 
 __all__ = ["initialize", "init_distributed", "add_config_arguments", "ZeroEngine", "ZeroError",
-           "version"]
+           "register_external_parameter", "version"]
 __version__ = "0.1.0"

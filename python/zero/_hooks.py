@@ -27,8 +27,10 @@ import contextlib
 import ctypes
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _tensors
+from ._copies import ModuleCopies
 from ._library import ZeroError, call
 
 
@@ -93,8 +95,30 @@ class _Saved:
         self.offset = tensor.storage_offset()
 
 
+class _PlaceholderWatch(TorchDispatchMode):
+    """Stage 3: the first training pass (its forward, and the loss computed from its outputs
+    until engine.backward) and the first evaluation pass run under this mode, which refuses any
+    operation that reads a parameter while it holds its placeholder: a parameter used outside
+    the forward of the modules zero gathers it for. View and metadata operations pass."""
+
+    _PASS = {"aten::detach", "aten::alias", "aten::lift_fresh", "aten::_to_copy"}
+
+    def __init__(self, hooks):
+        super().__init__()
+        self._hooks = hooks
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not getattr(func, "is_view", False) and func.name() not in self._PASS:
+            for value in list(args) + list(kwargs.values()):
+                for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                    if isinstance(tensor, torch.Tensor):
+                        self._hooks.check_not_placeholder(tensor, func.name())
+        return func(*args, **kwargs)
+
+
 class UnitHooks:
-    def __init__(self, handle, units, params, stage, device, dtype):
+    def __init__(self, handle, model, units, params, stage, device, dtype):
         self._handle = handle
         self.units = units
         self.params = params
@@ -111,8 +135,15 @@ class UnitHooks:
         self._order = None          # the units' pre-forward order of the first training pass
         self._pass = []
         self._gathered = {}         # stage 3: storage address -> param index, while held
+        self._placeholders = {}     # stage 3: placeholder storage address -> param index
+        self._open_forward = []     # the units whose forward is running, innermost last
+        self._watch = None          # the _PlaceholderWatch entered, while a watched pass runs
+        self._watch_kind = None
+        self._in_forward = False    # inside engine.forward
+        self._watched = set()       # "train", "eval": the first passes watched
         self._handles = []
         self._attach()
+        self.copies = ModuleCopies(model, stage, self._handles)
 
     # ---- what ZeroEngine calls ----
 
@@ -122,8 +153,60 @@ class UnitHooks:
             return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         return contextlib.nullcontext()
 
+    def begin_forward(self):
+        """Before the module's forward: at stage 3, the first training and the first evaluation
+        pass run under the placeholder watch (a training pass's until engine.backward)."""
+        self._end_watch()  # one left by a pass that failed after its forward
+        self._in_forward = True
+        kind = "train" if torch.is_grad_enabled() and self.training else "eval"
+        if self._stage != 3 or kind in self._watched:
+            return
+        self._watch = _PlaceholderWatch(self)
+        self._watch.__enter__()
+        self._watched.add(kind)
+        self._watch_kind = kind
+
+    def end_forward(self, failed=False):
+        """After the module's forward: an evaluation pass's watch ends; a training pass's ends
+        when its backward starts (the loss is computed from the outputs in between)."""
+        self._in_forward = False
+        if self._watch is not None and (failed or self._watch_kind == "eval"):
+            self._end_watch()
+
+    def _end_watch(self):
+        if self._watch is not None:
+            watch, self._watch = self._watch, None
+            watch.__exit__(None, None, None)
+
+    def check_not_placeholder(self, tensor, what):
+        """Refuses `tensor` when it is a parameter's stage-3 placeholder (its values are not
+        here): the operation `what` reads it outside its modules' forward."""
+        try:
+            index = self._placeholders.get(tensor.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError):
+            return
+        if index is None:
+            return
+        p = self.params[index]
+        owners = ", ".join(self.units[u].name for u in p.units)
+        if self._open_forward:
+            user = f"module {self.units[self._open_forward[-1]].name}"
+        elif self._in_forward:
+            user = "the model's forward, outside the modules zero made units of"
+        else:
+            user = "code outside every module's forward (after engine(...) returned: a loss term?)"
+        raise ZeroError(f"parameter {p.name} is used by {user} ({what}), outside the forward "
+                        f"of the modules zero gathers it for ({owners}): at ZeRO stage 3 it "
+                        "holds a placeholder there, not its values, and the step would turn "
+                        "the weights to NaN. Register the module that uses it before "
+                        f"zero.initialize: zero.register_external_parameter(module, "
+                        f"model.{p.name}) (DeepSpeed: deepspeed.zero."
+                        "register_external_parameter); compute a loss term on a weight inside "
+                        "the model's forward, or use ZeRO stage 0-2")
+
     def run_backward(self, scaled_loss, retain_graph):
         """scaled_loss.backward(), with every unit's backward hooks opened and closed."""
+        self._end_watch()
         if not self.training:
             raise ZeroError("engine.backward in evaluation mode: call engine.train() first")
         if self.backward_done:
@@ -146,6 +229,7 @@ class UnitHooks:
         self.backward_done = True
 
     def check_step(self):
+        self._end_watch()
         if self._forward_open or self._backward_open:
             raise ZeroError("engine.step() with a module's hooks open: a forward without its "
                             "backward through engine.backward(loss)")
@@ -159,6 +243,7 @@ class UnitHooks:
         self.backward_done = False
 
     def between_passes(self, what):
+        self._end_watch()
         if self._forward_open or self._backward_open or self.backward_done:
             raise ZeroError(f"{what} in the middle of a micro-step: call it after "
                             "engine.step()")
@@ -173,10 +258,13 @@ class UnitHooks:
     def detach(self):
         """Removes the hooks and leaves every parameter an empty tensor (zero's memory is about
         to go)."""
+        self._end_watch()
+        self.copies.remove()
         for handle in self._handles:
             handle.remove()
         self._handles = []
         self._gathered = {}
+        self._placeholders = {}
         for p in self.params:
             p.grad_view = None
             p.view = None
@@ -230,6 +318,7 @@ class UnitHooks:
             self._check_order(unit)
         call("zero_pre_forward", self._handle, unit, self._stream())
         self._forward_open += 1
+        self._open_forward.append(unit)
         for i in self.units[unit].params:
             self._hold(self.params[i])
 
@@ -238,6 +327,8 @@ class UnitHooks:
             return output
         call("zero_post_forward", self._handle, unit, self._stream())
         self._forward_open -= 1
+        if self._open_forward and self._open_forward[-1] == unit:
+            self._open_forward.pop()
         for i in self.units[unit].params:
             self._release(self.params[i])
         if torch.is_grad_enabled() and self.training:
@@ -298,6 +389,7 @@ class UnitHooks:
     def _hold(self, p):
         p.holders += 1
         if p.view is None:
+            self._placeholders.pop(p.expected_ptr, None)
             address = ctypes.c_void_p()
             call("zero_param_data", self._handle, p.index, ctypes.byref(address))
             p.view = _tensors.view(address.value, p.shape, self._dtype, self._device)
@@ -318,9 +410,11 @@ class UnitHooks:
         placeholder = _tensors.placeholder(p.shape, self._dtype, self._device)
         p.param.data = placeholder
         p.expected_ptr = placeholder.data_ptr()
+        self._placeholders[placeholder.untyped_storage().data_ptr()] = p.index
 
     # stage 3: saved views of gathered parameters, rebuilt from the memory of the moment
     def _pack(self, tensor):
+        self.check_not_placeholder(tensor, "saved for backward")
         try:
             index = self._gathered.get(tensor.untyped_storage().data_ptr())
         except (RuntimeError, NotImplementedError):
@@ -342,7 +436,7 @@ class UnitHooks:
     def _check_params(self, unit):
         for owner, attr, i in self.units[unit].slots:
             p = self.params[i]
-            if owner._parameters.get(attr) is not p.param:
+            if attr is not None and owner._parameters.get(attr) is not p.param:
                 raise ZeroError(f"parameter {p.name} was replaced after zero.initialize (module "
                                 f"{self.units[unit].name}, attribute {attr!r}): zero owns the "
                                 "model's parameters; load new values with "

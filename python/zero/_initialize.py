@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from . import _library
+from . import _library, _lifetime
 from ._library import ZeroError, call
 from ._units import choose_units
 from ._hooks import Param
@@ -260,11 +260,12 @@ def _register(handle, model, cfg, model_parameters, block_classes, device, train
         call("zero_add_param", handle, ctypes.byref(desc), ctypes.byref(out))
     call("zero_init", handle)
     del keep
+    _broadcast_buffers(handle, model)
 
     stage = int(_config_number(handle, "zero_optimization.stage", 0))
     engine = ZeroEngine(handle, model, cfg, units, params, stage, device)
     engine._lr_scales = tuple([1.0] + [scale for _, _, scale in specs])
-    _register_exit(engine)
+    _lifetime.register(engine)
     optimizer_view = OptimizerView(engine, params, membership, group_ids, specs)
     scheduler_view = LRSchedulerView(engine) if "scheduler" in cfg else None
     dataloader = None
@@ -273,29 +274,26 @@ def _register(handle, model, cfg, model_parameters, block_classes, device, train
     return engine, optimizer_view, dataloader, scheduler_view
 
 
+def _broadcast_buffers(handle, model):
+    """Every buffer of the module (BatchNorm's statistics, masks, caches) set to rank 0's, in
+    one collective, as DeepSpeed broadcasts them: zero owns only the parameters, and ranks whose
+    scripts drew different buffers would otherwise train different models."""
+    buffers = [b for b in model.buffers() if b is not None and b.numel()]
+    if not buffers:
+        return
+    host = [b.detach().to("cpu").contiguous().view(-1).view(torch.uint8) for b in buffers]
+    blob = torch.cat(host)
+    call("zero_broadcast", handle, ctypes.c_void_p(blob.data_ptr()), blob.numel(), 0)
+    offset = 0
+    with torch.no_grad():
+        for buffer, raw in zip(buffers, host):
+            part = blob[offset:offset + raw.numel()]
+            offset += raw.numel()
+            buffer.copy_(part.clone().view(buffer.dtype).view(buffer.shape))
+
+
 def _dataloader(engine, data, collate_fn):
     sampler = torch.utils.data.distributed.DistributedSampler(
         data, num_replicas=engine.world_size, rank=engine.global_rank, shuffle=True)
     return torch.utils.data.DataLoader(data, batch_size=engine.train_micro_batch_size_per_gpu(),
                                        sampler=sampler, collate_fn=collate_fn, drop_last=True)
-
-
-_live = []
-
-
-def _register_exit(engine):
-    import atexit
-    import weakref
-    if not _live:
-        atexit.register(_destroy_all)
-    _live.append(weakref.ref(engine))
-
-
-def _destroy_all():
-    for ref in reversed(_live):
-        engine = ref()
-        if engine is not None:
-            try:
-                engine.destroy()
-            except ZeroError as error:
-                warnings.warn(f"zero: at exit: {error}")

@@ -113,6 +113,8 @@ _SIGNATURES = {
     "zero_step": [_P, ctypes.POINTER(StepStats)],
     "zero_read_param": [_P, _I, ctypes.POINTER(ctypes.c_float), _U64],
     "zero_mean_across_ranks": [_P, ctypes.POINTER(ctypes.c_double), _I],
+    "zero_broadcast": [_P, _P, _U64, _I],
+    "zero_abort": [_P, _I, _S],
     "zero_save_checkpoint": [_P, _S, _S, _P, _U64],
     "zero_load_checkpoint": [_P, _S, _S, ctypes.c_uint],
     "zero_checkpoint_user_data": [_P, _P, _U64, _PU64],

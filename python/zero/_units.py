@@ -48,8 +48,30 @@ def _block_predicate(model, block_classes):
     return is_block, names, types
 
 
+def register_external_parameter(module, parameter):
+    """DeepSpeed's deepspeed.zero.register_external_parameter: `module`'s forward uses
+    `parameter`, which belongs to another module (a tied head written F.linear(h,
+    self.embed.weight) in the model's forward). Call it before zero.initialize: zero then
+    gathers the parameter for `module`'s forward at stage 3 too, and reduces its gradient after
+    its last use, as for any parameter used by several modules."""
+    if not isinstance(module, torch.nn.Module):
+        raise ZeroError("register_external_parameter: the first argument is the module whose "
+                        f"forward uses the parameter, not a {type(module).__name__}")
+    if not isinstance(parameter, torch.nn.Parameter):
+        raise ZeroError("register_external_parameter: the second argument is a "
+                        f"torch.nn.Parameter, not a {type(parameter).__name__}")
+    external = module.__dict__.setdefault("_zero_external_parameters", [])
+    if not any(p is parameter for p in external):
+        external.append(parameter)
+
+
+def _external(module):
+    return module.__dict__.get("_zero_external_parameters", [])
+
+
 def choose_units(model, block_classes=None):
-    """The units of `model` in module order; each unit's slots name its parameters' owners."""
+    """The units of `model` in module order; each unit's slots name its parameters' owners
+    (an external parameter's slot names the module it was registered with, attribute None)."""
     is_block, names, types = _block_predicate(model, block_classes)
     found = []
 
@@ -57,7 +79,7 @@ def choose_units(model, block_classes=None):
         if is_block(module):
             found.append((prefix, module, True))
             return
-        if any(True for _ in module.parameters(recurse=False)):
+        if any(True for _ in module.parameters(recurse=False)) or _external(module):
             found.append((prefix, module, False))
         for child_name, child in module.named_children():
             walk(child, f"{prefix}.{child_name}" if prefix else child_name)
@@ -80,5 +102,11 @@ def choose_units(model, block_classes=None):
             for attr, param in owner._parameters.items():
                 if param is not None:
                     unit.slots.append((owner, attr, index_of[id(param)]))
+            for param in _external(owner):
+                if id(param) not in index_of:
+                    raise ZeroError(f"zero.initialize: a parameter registered as external to "
+                                    f"{unit.name} (register_external_parameter) is not a "
+                                    f"parameter of the model ({type(model).__name__})")
+                unit.slots.append((owner, None, index_of[id(param)]))
         units.append(unit)
     return units

@@ -11,13 +11,12 @@ Owns: the engine handle, the UnitHooks, the last step's statistics.
 import ctypes
 import json
 import os
-import pickle
 import warnings
 from pathlib import Path
 
 import torch
 
-from . import _library, _tensors
+from . import _client_state, _library, _lifetime, _tensors
 from ._hooks import UnitHooks
 from ._library import ZeroError, call
 
@@ -47,7 +46,7 @@ class ZeroEngine:
         self._stepped = False
         self._destroyed = False
         self._lr_scales = (1.0,)
-        self._hooks = UnitHooks(handle, units, params, stage, device, self._dtype)
+        self._hooks = UnitHooks(handle, model, units, params, stage, device, self._dtype)
 
     # ---- the DeepSpeed engine interface ----
 
@@ -56,8 +55,15 @@ class ZeroEngine:
 
     def forward(self, *args, **kwargs):
         self._require_live()
-        with self._hooks.saved_tensors():
-            return self.module(*args, **kwargs)
+        self._hooks.begin_forward()
+        try:
+            with self._hooks.saved_tensors():
+                output = self.module(*args, **kwargs)
+        except BaseException:
+            self._hooks.end_forward(failed=True)
+            raise
+        self._hooks.end_forward()
+        return output
 
     def backward(self, loss, retain_graph=False):
         """Backward of the micro-batch's mean loss, scaled as zero says (the fp16 loss scale
@@ -166,24 +172,29 @@ class ZeroEngine:
     # ---- checkpoints and weights ----
 
     def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True):
-        """zero's checkpoint (loadable at any world size and stage) under save_dir/tag, with
-        `client_state` (pickled) kept beside it. Collective."""
+        """zero's checkpoint (loadable at any world size and stage) under save_dir/tag, with the
+        module's persistent buffers (rank 0's) and `client_state` beside it. client_state holds
+        plain data only (dicts, lists and tuples of str, int, float, bool, None and tensors),
+        which loads without running code; anything else is refused here. Collective."""
         self._require_between_passes("save_checkpoint")
         if not save_latest:
             raise ZeroError("save_checkpoint(save_latest=False): zero always moves "
                             "save_dir/latest to the new tag once it is complete")
-        data = pickle.dumps(client_state or {})
+        data = _client_state.pack(client_state, _client_state.persistent_buffers(self.module))
         buffer = ctypes.create_string_buffer(data, len(data))
         tag_bytes = str(tag).encode() if tag is not None else None
         call("zero_save_checkpoint", self._handle, str(save_dir).encode(), tag_bytes, buffer,
              len(data))
         return True
 
-    def load_checkpoint(self, load_dir, tag=None, load_module_only=False,
+    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_module_only=False,
                         load_optimizer_states=True, load_lr_scheduler_states=True):
         """Loads load_dir/tag (tag None: the one load_dir/latest names) into the engine, from
-        any world size and stage. Returns (path, client_state), or (None, None) when load_dir
-        holds no checkpoint. Collective."""
+        any world size and stage, and the module's persistent buffers (load_module_strict: a
+        buffer the checkpoint lacks, or one the module lacks, is an error; else the others are
+        loaded and those named in a warning). Returns (path, client_state), or (None, None)
+        when load_dir holds no checkpoint. client_state is loaded as plain data and tensors
+        only: a checkpoint that asks for more is refused. Collective."""
         self._require_between_passes("load_checkpoint")
         load_dir = Path(load_dir)
         if tag is None and not (load_dir / "latest").exists() and not (
@@ -198,16 +209,52 @@ class ZeroEngine:
         flags = 1 if (load_module_only or not load_optimizer_states) else 0
         tag_bytes = str(tag).encode() if tag is not None else None
         call("zero_load_checkpoint", self._handle, str(load_dir).encode(), tag_bytes, flags)
-        size = ctypes.c_ulonglong()
-        call("zero_checkpoint_user_data", self._handle, None, 0, ctypes.byref(size))
-        buffer = ctypes.create_string_buffer(max(size.value, 1))
-        call("zero_checkpoint_user_data", self._handle, buffer, size.value, None)
-        client_state = pickle.loads(buffer.raw[:size.value]) if size.value else {}
         if tag is None and (load_dir / "latest").exists():
             path = load_dir / (load_dir / "latest").read_text().strip()
         else:
             path = load_dir / tag if tag is not None else load_dir
+        client_state, buffers = _client_state.unpack(self.checkpoint_user_data(), path)
+        self._restore_buffers(buffers, path, load_module_strict)
         return str(path), client_state
+
+    def checkpoint_user_data(self):
+        """The raw user data of the last checkpoint loaded (its client_state and buffers as
+        zero packs them), as bytes; b"" before any load."""
+        size = ctypes.c_ulonglong()
+        call("zero_checkpoint_user_data", self._handle, None, 0, ctypes.byref(size))
+        buffer = ctypes.create_string_buffer(max(size.value, 1))
+        call("zero_checkpoint_user_data", self._handle, buffer, size.value, None)
+        return buffer.raw[:size.value]
+
+    def _restore_buffers(self, saved, path, strict):
+        """The module's persistent buffers set from a checkpoint's (rank 0's when saved)."""
+        own = _client_state.persistent_buffers(self.module)
+        if not saved and own:
+            warnings.warn(f"zero: {path} holds no module buffers (saved by an earlier zero): "
+                          f"the module's {len(own)} persistent buffers keep their current values "
+                          f"(first: {next(iter(own))})", stacklevel=3)
+            return
+        missing = [name for name in own if name not in saved]
+        unexpected = [name for name in saved if name not in own]
+        wrong = [f"{name} is {tuple(saved[name].shape)} there, {tuple(own[name].shape)} here"
+                 for name in own if name in saved and saved[name].shape != own[name].shape]
+        if wrong:
+            raise ZeroError(f"load_checkpoint: {path}: buffer {wrong[0]}: the parameters are "
+                            "loaded, the buffers are not; load a checkpoint of this model")
+        if strict and (missing or unexpected):
+            first = (f"the module's buffer {missing[0]} is not in it" if missing
+                     else f"it holds a buffer {unexpected[0]} the module does not have")
+            raise ZeroError(f"load_checkpoint: {path}: {first} ({len(missing)} missing, "
+                            f"{len(unexpected)} unexpected): the parameters are loaded, the "
+                            "buffers are not; pass load_module_strict=False to load the "
+                            "buffers that match")
+        if missing or unexpected:
+            warnings.warn(f"zero: {path}: buffers not loaded: {missing + unexpected}",
+                          stacklevel=3)
+        with torch.no_grad():
+            for name, tensor in own.items():
+                if name in saved:
+                    tensor.copy_(saved[name].to(tensor.dtype))
 
     def consolidated_state_dict(self, dtype=torch.float32):
         """Every parameter's full value (the fp32 master where there is one) on every rank, on
@@ -222,7 +269,9 @@ class ZeroEngine:
             call("zero_read_param", self._handle, p.index, pointer, count)
             values[id(p.param)] = out.to(dtype)
         state = {}
-        for name, tensor in self.module.state_dict(keep_vars=True).items():
+        with self._hooks.copies.allow_state_dict():
+            module_state = self.module.state_dict(keep_vars=True)
+        for name, tensor in module_state.items():
             state[name] = values.get(id(tensor))
             if state[name] is None:
                 state[name] = tensor.detach().to("cpu")
@@ -245,7 +294,8 @@ class ZeroEngine:
                             "Face model; use consolidated_state_dict() or save_16bit_model()")
         state = self.consolidated_state_dict(dtype or torch.float32)
         if self.global_rank == 0:
-            self.module.save_pretrained(save_dir, state_dict=state, **kwargs)
+            with self._hooks.copies.allow_state_dict():
+                self.module.save_pretrained(save_dir, state_dict=state, **kwargs)
 
     def destroy(self, restore_module=False):
         """Frees zero's state. restore_module=True first gives the module its full weights
@@ -257,10 +307,11 @@ class ZeroEngine:
         self._hooks.detach()
         if state is not None:
             own = {id(p.param): p for p in self._params}
-            for name, tensor in self.module.state_dict(keep_vars=True).items():
+            for name, tensor in self.module.state_dict(keep_vars=True).items():  # hooks gone
                 if id(tensor) in own:
                     tensor.data = state[name].to(self._device)
         self._destroyed = True
+        _lifetime.forget(self)
         call("zero_destroy", self._handle)
         self._handle = None
 

@@ -131,7 +131,8 @@ def run(checkpointed):
             params[i].units.append(unit.index)
     fake = FakeZero([p.param.detach().clone() for p in params], units)
     hooks_module.call = fake
-    hooks = UnitHooks(ctypes.c_void_p(1), units, params, 3, torch.device("cpu"), torch.float32)
+    hooks = UnitHooks(ctypes.c_void_p(1), model, units, params, 3, torch.device("cpu"),
+                      torch.float32)
     with hooks.saved_tensors():
         loss = model(x, checkpointed)
     hooks.run_backward(loss, False)

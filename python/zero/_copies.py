@@ -1,0 +1,90 @@
+"""A module zero trains, seen through state_dict() and copy.deepcopy.
+
+At stage 3 a parameter holds a NaN placeholder of its shape outside the forward and backward
+of its modules (_hooks.py), so module.state_dict() and copy.deepcopy(module) would hand out
+full-shape NaN tensors that load without complaint: both are refused there, naming what gives
+the real values (engine.consolidated_state_dict(), collective). At stages 0-2 the parameters
+are views of zero's memory with their real values, so both work; deepcopy makes a plain module
+without zero's hooks (an EMA or teacher copy must not drive the engine's hooks).
+
+Owns: the state_dict pre-hooks and the __deepcopy__ attributes it puts on the modules.
+"""
+
+import contextlib
+import copy
+
+from ._library import ZeroError
+
+_STAGE3_FIX = ("engine.consolidated_state_dict() (collective: every rank calls it) gives the "
+               "full fp32 values under the module's names; engine.save_16bit_model(dir) and "
+               "engine.save_pretrained(dir) write them")
+
+
+class ModuleCopies:
+    def __init__(self, model, stage, hook_handles):
+        self._model = model
+        self._stage = stage
+        self._hook_handles = hook_handles  # zero's forward hooks, left out of copies
+        self._allowed = 0
+        self._handles = []
+        for module in model.modules():
+            self._handles.append(module.register_state_dict_pre_hook(self._state_dict_pre))
+            object.__setattr__(module, "__deepcopy__", self._deepcopier(module))
+
+    @contextlib.contextmanager
+    def allow_state_dict(self):
+        """The front end's own state_dict() calls (consolidated_state_dict, destroy)."""
+        self._allowed += 1
+        try:
+            yield
+        finally:
+            self._allowed -= 1
+
+    def remove(self):
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        for module in self._model.modules():
+            module.__dict__.pop("__deepcopy__", None)
+
+    def _state_dict_pre(self, module, prefix, keep_vars):
+        if self._stage == 3 and not self._allowed:
+            raise ZeroError(f"state_dict() of {type(module).__name__} at ZeRO stage 3: zero "
+                            "holds each parameter in shards, and outside forward the module's "
+                            "parameters are placeholders (NaN), which would load without "
+                            f"complaint. {_STAGE3_FIX}")
+
+    def _deepcopier(self, module):
+        def deepcopy(memo):
+            if self._stage == 3:
+                raise ZeroError(f"copy.deepcopy of {type(module).__name__} at ZeRO stage 3: "
+                                "its parameters are placeholders (NaN) outside forward, and a "
+                                "copy would carry zero's hooks. Build the copy from the values: "
+                                f"copy = Model(...); copy.load_state_dict(state), where {_STAGE3_FIX}")
+            with self._plain(module):
+                return copy.deepcopy(module, memo)
+        return deepcopy
+
+    @contextlib.contextmanager
+    def _plain(self, root):
+        """The module tree under `root` without zero's hooks and __deepcopy__ attributes, while
+        a copy is made; everything is put back as it was, in order."""
+        saved_attrs = [(m, m.__dict__.pop("__deepcopy__")) for m in root.modules()
+                       if "__deepcopy__" in m.__dict__]
+        saved_hooks = {}  # id(dict) -> (dict, its items before)
+        for handle in self._hook_handles:
+            hooks = handle.hooks_dict_ref()
+            if hooks is not None and handle.id in hooks:
+                saved_hooks.setdefault(id(hooks), (hooks, list(hooks.items())))
+        for handle in self._hook_handles:
+            hooks = handle.hooks_dict_ref()
+            if hooks is not None:
+                hooks.pop(handle.id, None)
+        try:
+            yield
+        finally:
+            for hooks, items in saved_hooks.values():
+                hooks.clear()
+                hooks.update(items)
+            for module, attr in saved_attrs:
+                object.__setattr__(module, "__deepcopy__", attr)
