@@ -302,6 +302,12 @@ const json* Section::given(std::initializer_list<std::string_view> names, const 
   if (value == nullptr || value->is_null() || is_auto(*value)) {
     reader_.record(key_path(*names.begin()), fallback, Source::default_value,
                    value != nullptr && is_auto(*value) ? "from \"auto\"" : "");
+    if (value != nullptr && is_auto(*value)) {
+      reader_.info(
+          fmt::format("{}: \"auto\", and nothing supplies it: the default {} (give a "
+                      "value, or an override)",
+                      key_path(*names.begin()), describe(fallback)));
+    }
     return nullptr;
   }
   *name = *found;

@@ -945,3 +945,29 @@ TEST_CASE("robustness: a parameter dtype equal to the precision's is accepted",
 }
 
 }  // namespace zero::config
+
+namespace zero::config::test {
+
+TEST_CASE("config: an \"auto\" value nothing supplies is filled with its default, and said",
+          "[config]") {
+  const Config config = read(
+      R"({"train_micro_batch_size_per_gpu": 2,
+          "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+          "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}},
+          "bf16": {"enabled": "auto"}})");
+  CHECK(config.optimizer.lr == 1e-3);
+  CHECK(config.scheduler.warmup_num_steps == 1000);
+  CHECK(config.precision == Precision::fp32);
+  for (const char* key : {"optimizer.params.lr", "optimizer.params.weight_decay",
+                          "scheduler.params.warmup_num_steps", "bf16.enabled"}) {
+    INFO(key);
+    bool said = false;
+    for (const auto& line : config.infos) {
+      said |=
+          line.rfind(std::string(key) + ": \"auto\", and nothing supplies it: the default", 0) == 0;
+    }
+    CHECK(said);
+  }
+}
+
+}  // namespace zero::config::test
