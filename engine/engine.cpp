@@ -187,20 +187,87 @@ void Engine::Impl::check_same_registration() {
   agreement.broadcast(root, 0);
   std::size_t k = 0;
   while (k < mine.size() && k < root.size() && mine[k] == root[k]) ++k;
-  if (k == mine.size() && k == root.size()) {
+  const bool differs = k < mine.size() || k < root.size();
+  // Every rank names the same first rank that differs, with its entry and rank 0's.
+  const std::vector<std::string> verdicts = agreement.all_gather_text(
+      differs ? fmt::format("{}\n{}\n{}", k, mine.size(),
+                            k < mine.size() ? registry.describe_entry(k)
+                                            : std::string("nothing (the list ends here)"))
+              : std::string());
+  std::size_t first = 0;
+  while (first < verdicts.size() && verdicts[first].empty()) ++first;
+  if (first == verdicts.size()) {
     throw make_error(ErrorCategory::usage,
-                     "init: rank {} registered the same entries as rank 0 but gave an initializer "
-                     "to different parameters; every rank must give initializers to the same ones",
-                     rank);
+                     "init: every rank registered the same groups, modules and parameters, but "
+                     "not every rank gave an initializer to the same parameters; every rank "
+                     "must give initializers to the same ones");
   }
-  const std::string here =
-      k < mine.size() ? registry.describe_entry(k) : std::string("nothing (the list ends here)");
+  const std::string& verdict = verdicts[first];
+  const std::size_t newline = verdict.find('\n');
+  const std::size_t second = verdict.find('\n', newline + 1);
+  const std::size_t entry = std::stoull(verdict.substr(0, newline));
+  const std::string count = verdict.substr(newline + 1, second - newline - 1);
+  const std::vector<std::string> at_root = agreement.all_gather_text(
+      rank == 0 ? (entry < registry.entry_count() ? registry.describe_entry(entry)
+                                                  : std::string("nothing (the list ends there)"))
+                : std::string());
   throw make_error(ErrorCategory::usage,
-                   "init: rank {} registered differently from rank 0: entry {} of the registration "
-                   "(groups, then modules, then parameters) is {} here but differs on rank 0 "
-                   "({} entries there, {} here). Every rank must register the same groups, "
-                   "modules and parameters in the same order.",
-                   rank, k, here, root_count, mine.size());
+                   "init: rank {} registered differently from rank 0: entry {} of the "
+                   "registration (groups, then modules, then parameters) is {} on rank {} and {} "
+                   "on rank 0 ({} entries on rank {}, {} on rank 0). Every rank must register "
+                   "the same groups, modules and parameters in the same order: the same model",
+                   first, entry, verdict.substr(second + 1), first, at_root[0], count, first,
+                   root_count);
+}
+
+// Every rank must train with the same config where it decides the collectives and the step:
+// a rank at another stage or precision issues other collectives, which MPI reports as an error
+// in a status, or which hang.
+void Engine::Impl::check_same_config() {
+  static constexpr const char* kKeys[] = {"zero_optimization.stage",
+                                          "train_micro_batch_size_per_gpu",
+                                          "gradient_accumulation_steps",
+                                          "bf16.enabled",
+                                          "fp16.enabled",
+                                          "gradient_clipping",
+                                          "communication_data_type",
+                                          "zero_optimization.reduce_bucket_size",
+                                          "zero_optimization.allgather_bucket_size",
+                                          "zero_optimization.reduce_scatter",
+                                          "zero_optimization.offload_optimizer.device",
+                                          "zero_optimization.offload_param.device",
+                                          "zero_optimization.sub_group_size",
+                                          "zero_optimization.stage3_prefetch_bucket_size",
+                                          "zero_optimization.stage3_param_persistence_threshold",
+                                          "zero_optimization.stage3_max_reuse_distance",
+                                          "zero_optimization.mics_shard_size",
+                                          "zero_optimization.zero_hpz_partition_size",
+                                          "zero_optimization.zero_quantized_weights",
+                                          "zero_optimization.zero_quantized_gradients",
+                                          "optimizer.type",
+                                          "scheduler.type"};
+  std::string mine;
+  for (const char* key : kKeys) {
+    const auto value = config::resolved_value(config, key);
+    mine += fmt::format("{}={}\n", key, value ? value->dump() : std::string("(none)"));
+  }
+  const std::uint64_t summary = XXH3_64bits(mine.data(), mine.size());
+  if (agreement.same_everywhere(std::span(&summary, 1))) return;
+  const std::vector<std::string> all = agreement.all_gather_text(mine);
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    std::size_t at = 0;
+    while (at < all[r].size() && at < all[0].size() && all[r][at] == all[0][at]) ++at;
+    const auto line = [&](const std::string& text) {
+      const std::size_t begin = text.rfind('\n', at == 0 ? 0 : at - 1);
+      const std::size_t from = begin == std::string::npos || at == 0 ? 0 : begin + 1;
+      return text.substr(from, text.find('\n', from) - from);
+    };
+    throw make_error(ErrorCategory::config,
+                     "init: the ranks' configs differ: {} on rank 0, {} on rank {}; every rank "
+                     "must use the same config (the same file, the same overrides)",
+                     line(all[0]), line(all[r]), r);
+  }
 }
 
 // ---- init ----
@@ -344,6 +411,7 @@ void Engine::init() {
   if (e.initialized)
     throw make_error(ErrorCategory::usage, "init: the engine is already initialised");
   e.registry.freeze();
+  e.check_same_config();
   e.check_same_registration();
   e.lay_out();
   e.fit.check(e.memory_plan, e.config, e.agreement);

@@ -56,6 +56,7 @@ struct Engine::Impl {
 
   // ---- engine.cpp ----
   void check_same_registration();
+  void check_same_config();
   void require_initialized(const char* call) const;
   // Initialised and not failed: the hooks (after a failure the state may be half updated).
   void require_running(const char* call) const;
