@@ -93,7 +93,7 @@ case "$case_name" in
   dry_run_three_ranks_on_one_cpu)
     run taskset -c 0 "$tool" --mpirun "$work/bin/mpirun" --dry-run -n 3 -- sh -c 'echo a b'
     expect_rc 0
-    expect_out "$work/bin/mpirun -n 3 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX -- sh -c 'echo a b'"
+    expect_out "$work/bin/mpirun -n 3 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=PORT -- sh -c 'echo a b'"
     expect_out "mode=mpirun ranks=3 ranks_per_node=3 cpus=1 cores=1"
     expect_root_exports
     [ ! -e "$work/mpirun-ran" ] || fail "--dry-run ran mpirun"
@@ -107,7 +107,11 @@ case "$case_name" in
     expect_out " --bind-to none "
     # One rank through mpirun (an --mpi-arg forces mpirun) gets every CPU.
     dry -n 1 --mpi-arg=--report-bindings -- ./train
-    expect_out "-n 1 --bind-to none -x OMP_NUM_THREADS=$cpus -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX --report-bindings -- ./train"
+    expect_out "-n 1 --bind-to none -x OMP_NUM_THREADS=$cpus -x ZERO_LAUNCHER=zero-run -x ZERO_START_TIMEOUT=300 -x ZERO_START_DIR=${TMPDIR:-/tmp}/zero-run-start.XXXXXX -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=PORT --report-bindings -- ./train"
+    # torch.distributed's rendezvous: a free port, not 29500; the user's own is kept.
+    MASTER_PORT=4321 MASTER_ADDR=node0 dry -n 2 -- ./train
+    expect_no_out "MASTER_PORT="
+    expect_no_out "MASTER_ADDR="
     # A value the user set is kept and passed on by name.
     OMP_NUM_THREADS=3 dry -n 2 -- ./train
     expect_out "-x OMP_NUM_THREADS -x ZERO_LAUNCHER=zero-run"
@@ -135,7 +139,7 @@ case "$case_name" in
     # Other nodes do not see this one's $TMPDIR: no arrival directory unless --start-dir.
     expect_no_out "ZERO_START_DIR"
     # Each rank runs under zero-run's supervisor, which reports to zero-run.
-    expect_out "-x ZERO_RUN_REPORT=HOST:PORT -- $(readlink -f "$tool") --supervise -- ./train"
+    expect_out "-x ZERO_RUN_REPORT=HOST:PORT -x MASTER_ADDR=$(awk '!/^#/ && NF {print $1; exit}' "$work/hosts") -x MASTER_PORT=PORT -- $(readlink -f "$tool") --supervise -- ./train"
     expect_out "-x ZERO_START_TIMEOUT=300"
     dry -n 4 --hostfile "$work/hosts" --start-dir /shared/start -- ./train
     expect_out "-x ZERO_START_DIR=/shared/start/zero-run-start.XXXXXX"

@@ -24,4 +24,8 @@ std::optional<std::string> find_program(const std::string& name);
 // (looked up on PATH there) when it cannot be read.
 std::string own_path();
 
+// A TCP port free on this machine now (the kernel's choice for port 0), for the ranks'
+// torch.distributed rendezvous; 29500, DeepSpeed's default, when none can be had.
+int free_port();
+
 }  // namespace zero::run

@@ -46,7 +46,11 @@ What zero-run does:
   environment every rank gets ZERO_LAUNCHER=zero-run, ZERO_STDOUT_TTY=1 or 0 (whether
               zero-run's stdout is a terminal; ranks on this node) and OMP_NUM_THREADS=k with
               k = max(1, CPUs / ranks per node) (-x NAME=VALUE); an OMP_NUM_THREADS already
-              set is kept and passed on instead (-x OMP_NUM_THREADS).
+              set is kept and passed on instead (-x OMP_NUM_THREADS). For torch.distributed
+              (zero.init_distributed, DeepSpeed scripts): MASTER_ADDR (127.0.0.1, or the
+              hostfile's first host) and MASTER_PORT, a port free on this machine when
+              zero-run starts (not DeepSpeed's fixed 29500, which two jobs on one machine
+              would share), unless already set.
   binding     --bind-to none (for at most two ranks Open MPI would bind each to one core,
               where all its OpenMP threads would share it). --bind-cores: each rank gets
               k = max(1, cores / ranks per node) cores, --map-by slot:PE=k --bind-to core;
@@ -228,6 +232,15 @@ int main(int argc, char** argv) {
                         hostfile, zero::run::remote_agent(request.mpi_args));
         request.report_address = reports->address();
       }
+    }
+    // torch.distributed's rendezvous, unless the user set one.
+    const char* addr = std::getenv("MASTER_ADDR");
+    if (addr == nullptr || *addr == '\0') {
+      request.master_addr = request.hostfile ? request.hostfile->names.front() : "127.0.0.1";
+    }
+    const char* port = std::getenv("MASTER_PORT");
+    if (port == nullptr || *port == '\0') {
+      request.master_port = dry_run ? "PORT" : std::to_string(zero::run::free_port());
     }
     const zero::run::Plan plan = zero::run::make_plan(request, machine, mpirun);
     if (dry_run) {

@@ -52,6 +52,12 @@ Plan make_plan(const Request& request, const Machine& machine, const std::string
     plan.argv = request.command;
     if (plan.omp_threads > 0) plan.environment.emplace_back("OMP_NUM_THREADS", omp_value);
     plan.environment.emplace_back("ZERO_LAUNCHER", "zero-run");
+    if (!request.master_addr.empty()) {
+      plan.environment.emplace_back("MASTER_ADDR", request.master_addr);
+    }
+    if (!request.master_port.empty()) {
+      plan.environment.emplace_back("MASTER_PORT", request.master_port);
+    }
     add_stdout_tty(plan, machine);
     return plan;
   }
@@ -87,6 +93,12 @@ Plan make_plan(const Request& request, const Machine& machine, const std::string
   // Supervised ranks report their start and end to zero-run (rank_reports.h).
   if (!request.supervisor.empty()) {
     argv.insert(argv.end(), {"-x", "ZERO_RUN_REPORT=" + request.report_address});
+  }
+  if (!request.master_addr.empty()) {
+    argv.insert(argv.end(), {"-x", "MASTER_ADDR=" + request.master_addr});
+  }
+  if (!request.master_port.empty()) {
+    argv.insert(argv.end(), {"-x", "MASTER_PORT=" + request.master_port});
   }
   argv.insert(argv.end(), request.mpi_args.begin(), request.mpi_args.end());
   argv.push_back("--");

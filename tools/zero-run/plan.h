@@ -28,6 +28,11 @@ struct Request {
   // rank_reports.h); empty: the command alone.
   std::string supervisor;
   std::string report_address;
+  // torch.distributed's rendezvous for the ranks' own use (zero.init_distributed, a
+  // DeepSpeed script): MASTER_ADDR and MASTER_PORT for every rank; empty: not set (the user's
+  // own are kept). --dry-run shows the port as PORT.
+  std::string master_addr;
+  std::string master_port;
 };
 
 struct Machine {
