@@ -17,6 +17,7 @@
 #include "device/device.h"
 #include "engine/c_status.h"
 #include "engine/config/config.h"
+#include "engine/config/json_text.h"
 #include "engine/engine.h"
 #include "zero/zero.h"
 
@@ -256,6 +257,16 @@ zero_status zero_config_value(const zero_engine* engine, const char* key, char* 
                        key);
     }
     copy_text(value->dump(), buffer, size, needed, "zero_config_value");
+  });
+}
+
+zero_status zero_read_config_text(const char* text, const char* source, char* buffer,
+                                  unsigned long long size, unsigned long long* needed) {
+  return zero::guard([&] {
+    require(text, "zero_read_config_text", "text");
+    const nlohmann::ordered_json parsed =
+        zero::config::parse_json_text(text, source != nullptr ? source : "<string>");
+    copy_text(parsed.dump(), buffer, size, needed, "zero_read_config_text");
   });
 }
 

@@ -187,6 +187,15 @@ ZERO_API zero_status zero_compute_dtype(const zero_engine* engine, zero_dtype* d
 ZERO_API zero_status zero_config_value(const zero_engine* engine, const char* key, char* buffer,
                                        unsigned long long size, unsigned long long* needed);
 
+/* No engine needed: DeepSpeed config `text` read as zero_create reads it (`//` and block comments
+ * allowed, a key given twice in one object refused, malformed JSON reported with its line and
+ * column, `source` naming it in messages: a path, or NULL for "<string>") and written back as
+ * plain JSON, for a program that edits a config before zero_create (the Python front end).
+ * Written into buffer (size bytes, always NUL-terminated when size > 0); *needed (may be NULL)
+ * gets the full length + 1. ZERO_ERROR_CONFIG for text zero_create would refuse to parse. */
+ZERO_API zero_status zero_read_config_text(const char* text, const char* source, char* buffer,
+                                           unsigned long long size, unsigned long long* needed);
+
 /* ---- Registration (before zero_init) ---- */
 
 /* A parameter group: weight decay and learning-rate scale for the parameters in it (e.g. no
