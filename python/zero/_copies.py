@@ -15,6 +15,9 @@ import copy
 
 from ._library import ZeroError
 
+# What zero puts in a module's __dict__, left out of a copy: this file's __deepcopy__ and the
+# engine's mark (engine.py), which a plain copy must not carry.
+_ZERO_ATTRS = ("__deepcopy__", "_zero_engine")
 _STAGE3_FIX = ("engine.consolidated_state_dict() (collective: every rank calls it) gives the "
                "full fp32 values under the module's names; engine.save_16bit_model(dir) and "
                "engine.save_pretrained(dir) write them")
@@ -67,10 +70,10 @@ class ModuleCopies:
 
     @contextlib.contextmanager
     def _plain(self, root):
-        """The module tree under `root` without zero's hooks and __deepcopy__ attributes, while
+        """The module tree under `root` without zero's hooks and attributes, while
         a copy is made; everything is put back as it was, in order."""
-        saved_attrs = [(m, m.__dict__.pop("__deepcopy__")) for m in root.modules()
-                       if "__deepcopy__" in m.__dict__]
+        saved_attrs = [(m, name, m.__dict__.pop(name)) for m in root.modules()
+                       for name in _ZERO_ATTRS if name in m.__dict__]
         saved_hooks = {}  # id(dict) -> (dict, its items before)
         for handle in self._hook_handles:
             hooks = handle.hooks_dict_ref()
@@ -86,5 +89,5 @@ class ModuleCopies:
             for hooks, items in saved_hooks.values():
                 hooks.clear()
                 hooks.update(items)
-            for module, attr in saved_attrs:
-                object.__setattr__(module, "__deepcopy__", attr)
+            for module, name, attr in saved_attrs:
+                module.__dict__[name] = attr

@@ -25,6 +25,7 @@ recorded unit order. Calls the C API on the engine handle it is given; ZeroEngin
 
 import contextlib
 import ctypes
+import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -140,6 +141,7 @@ class UnitHooks:
         self._watch = None          # the _PlaceholderWatch entered, while a watched pass runs
         self._watch_kind = None
         self._in_forward = False    # inside engine.forward
+        self._said_missing = set()  # parameters warned of as getting no gradient
         self._watched = set()       # "train", "eval": the first passes watched
         self._handles = []
         self._attach()
@@ -177,6 +179,21 @@ class UnitHooks:
         if self._watch is not None:
             watch, self._watch = self._watch, None
             watch.__exit__(None, None, None)
+
+    def forward_failed(self):
+        """The module's forward raised: why the engine cannot go on, or None when it can (no
+        unit's hooks are left open, and below stage 3 the pass's recorded order is dropped; at
+        stage 3 the engine has begun tracing the pass's gathers)."""
+        if self._open_forward:
+            names = [self.units[u].name for u in self._open_forward]
+            return (f"inside module {names[-1]}, leaving zero's hooks of {', '.join(names)} "
+                    "open in the middle of a pass")
+        if self._pass and self._stage == 3:
+            return ("after the forward of module(s) " +
+                    ", ".join(self.units[u].name for u in self._pass[-3:]) +
+                    " at ZeRO stage 3, where the engine traces each pass's gathers")
+        self._pass = []
+        return None
 
     def check_not_placeholder(self, tensor, what):
         """Refuses `tensor` when it is a parameter's stage-3 placeholder (its values are not
@@ -227,6 +244,23 @@ class UnitHooks:
         finally:
             self._in_backward = False
         self.backward_done = True
+        self._say_missing_gradients()
+
+    def _say_missing_gradients(self):
+        """A trainable parameter that got no gradient in a backward (a block skipped this step)
+        is stepped with a zero gradient, as DeepSpeed does; torch.optim.AdamW would skip it.
+        Said once per parameter."""
+        missing = sorted({self.params[i].name for pending in self._pending.values()
+                          for i in pending} - self._said_missing)
+        if not missing:
+            return
+        self._said_missing.update(missing)
+        warnings.warn(f"zero: {len(missing)} trainable parameter(s) got no gradient in this "
+                      f"backward (first: {missing[0]}): zero steps them with a zero gradient, as "
+                      "DeepSpeed does, so weight decay and the moments' decay still move them, "
+                      "where torch.optim.AdamW would leave them untouched; freeze a parameter "
+                      "that never trains (requires_grad_(False)) before zero.initialize",
+                      stacklevel=4)
 
     def check_step(self):
         self._end_watch()
@@ -450,7 +484,7 @@ class UnitHooks:
 
     def _check_order(self, unit):
         self._pass.append(unit)
-        if self._order is None:
+        if self._order is None or self._stage != 3:
             return
         position = len(self._pass) - 1
         if position >= len(self._order) or self._order[position] != unit:
@@ -458,15 +492,22 @@ class UnitHooks:
                         else "the end of the pass")
             raise ZeroError(f"module {self.units[unit].name} called out of the recorded order: "
                             f"call {position + 1} of this training pass was "
-                            f"{expected} in the first one. zero gathers and prefetches along "
-                            "the first pass's order; a model must call its modules in the same "
-                            "order in every training pass")
+                            f"{expected} in the first one. At ZeRO stage 3 zero gathers and "
+                            "prefetches along the first pass's order, so a model must call its "
+                            "modules in the same order in every training pass: a block that "
+                            "runs only on some steps (conditional compute) must run on every "
+                            "step, or be part of a unit that always runs (name the enclosing "
+                            "module's class in block_classes); or train at stage 0-2, where the "
+                            "order is free")
 
     def _finish_pass_order(self):
         if self._pass and self._order is None:
             self._order = list(self._pass)
-        elif self._pass and len(self._pass) != len(self._order):
+        elif self._pass and len(self._pass) != len(self._order) and self._stage == 3:
             raise ZeroError(f"a training pass called {len(self._pass)} module hooks, the first "
-                            f"one {len(self._order)}: a model must call its modules in the same "
-                            "order in every training pass")
+                            f"one {len(self._order)}. At ZeRO stage 3 a model must call its "
+                            "modules in the same order in every training pass: a block that "
+                            "runs only on some steps must run on every step, or be part of a "
+                            "unit that always runs (name the enclosing module's class in "
+                            "block_classes); or train at stage 0-2, where the order is free")
         self._pass = []

@@ -49,15 +49,26 @@ def _read_config(args, config, config_params):
         except OSError as error:
             raise ZeroError(f"zero.initialize: cannot read the config {path}: "
                             f"{error.strerror}") from None
+        # Read as zero-config and zero-train read it: comments allowed, a key given twice
+        # refused (json.loads would keep the last silently).
         try:
-            config = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ZeroError(f"zero.initialize: {path}:{error.lineno}:{error.colno}: not JSON: "
-                            f"{error.msg}", 1) from None
+            config = json.loads(_library.text_out("zero_read_config_text", text.encode(),
+                                                  str(path).encode()))
+        except ZeroError as error:
+            raise ZeroError(f"zero.initialize: {error}", error.status) from None
     if not isinstance(config, dict):
         raise ZeroError(f"zero.initialize: config must be a path or a dict, not "
                         f"{type(config).__name__}")
     config = json.loads(json.dumps(config))  # our own copy, JSON-clean
+    micro, total = (config.get("train_micro_batch_size_per_gpu"),
+                    config.get("train_batch_size"))
+    if micro in (None, "auto") and total in (None, "auto"):
+        said = '"auto"' if micro == "auto" else "not given"
+        raise ZeroError(f"zero.initialize: train_micro_batch_size_per_gpu is {said}, and "
+                        "train_batch_size does not supply it: set config["
+                        "'train_micro_batch_size_per_gpu'] to your DataLoader's batch_size "
+                        "before zero.initialize (the HF Trainer route fills it from "
+                        "per_device_train_batch_size)", 1)
     for key, what in _FRONT_END_REFUSED.items():
         section = config.get(key)
         enabled = section.get("enabled", True) if isinstance(section, dict) else bool(section)
@@ -162,6 +173,14 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None,
     lr_scheduler). Collective: every rank calls it with the same model."""
     if model is None or not isinstance(model, torch.nn.Module):
         raise ZeroError("zero.initialize: model must be a torch.nn.Module")
+    for name, module in model.named_modules():
+        if "_zero_engine" in module.__dict__:
+            where = f"its submodule {name}" if name else "it"
+            raise ZeroError(f"zero.initialize: {type(model).__name__}: {where} is trained by a "
+                            "zero engine already (zero.initialize was called on it): its "
+                            "parameters are views of that engine's memory, placeholders at stage "
+                            "3. Destroy that engine first (engine.destroy(restore_module=True) "
+                            "gives the module its weights back), or build a new model")
     if mpu is not None:
         raise ZeroError("zero.initialize: mpu (model parallelism) is not supported: zero is "
                         "data parallel only")
@@ -203,8 +222,27 @@ def _config_number(handle, key, default):
         return default
 
 
+def _check_precision(handle, model):
+    """A model in bf16 or fp16 under a config that trains in fp32: zero would make its
+    parameters fp32 views without a word. Say which is meant."""
+    compute = ctypes.c_int()
+    call("zero_compute_dtype", handle, ctypes.byref(compute))
+    if compute.value != _library.FP32:
+        return
+    half = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()
+                   if p.dtype in (torch.float16, torch.bfloat16)})
+    if half:
+        raise ZeroError(f"zero.initialize: the model's parameters are {' and '.join(half)}, and "
+                        "the config trains in fp32 (neither its bf16 nor its fp16 section is "
+                        "enabled), so zero would make them fp32; enable the config's "
+                        f"{half[0].replace('bfloat16', 'bf16').replace('float16', 'fp16')} "
+                        "section to train in mixed precision (fp32 masters), or call "
+                        "model.float() first to train in fp32", 1)
+
+
 def _register(handle, model, cfg, model_parameters, block_classes, device, training_data,
               collate_fn):
+    _check_precision(handle, model)
     base_lr = _config_number(handle, "optimizer.params.lr", 0.0)
     base_decay = _config_number(handle, "optimizer.params.weight_decay", 0.0)
     specs, membership = _groups(model, model_parameters, base_lr, base_decay)

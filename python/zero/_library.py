@@ -115,6 +115,7 @@ _SIGNATURES = {
     "zero_mean_across_ranks": [_P, ctypes.POINTER(ctypes.c_double), _I],
     "zero_broadcast": [_P, _P, _U64, _I],
     "zero_abort": [_P, _I, _S],
+    "zero_read_config_text": [_S, _S, ctypes.c_char_p, _U64, _PU64],
     "zero_save_checkpoint": [_P, _S, _S, _P, _U64],
     "zero_load_checkpoint": [_P, _S, _S, ctypes.c_uint],
     "zero_checkpoint_user_data": [_P, _P, _U64, _PU64],
@@ -203,8 +204,12 @@ def version():
 
 def json_out(function, engine, key):
     """A zero_config_value-style call's text (JSON), sized by a first call."""
+    return text_out(function, *((engine, key.encode()) if key is not None else (engine,)))
+
+
+def text_out(function, *args):
+    """The text a call writes into (buffer, size, needed) after `args`, sized by a first call."""
     needed = ctypes.c_ulonglong(0)
-    args = (engine, key.encode()) if key is not None else (engine,)
     call(function, *args, None, 0, ctypes.byref(needed))
     buffer = ctypes.create_string_buffer(needed.value)
     call(function, *args, buffer, needed.value, None)

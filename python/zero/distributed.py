@@ -6,6 +6,7 @@ code that calls torch.distributed itself (a barrier, a broadcast of a seed).
 """
 
 import os
+import zlib
 from datetime import timedelta
 
 import torch
@@ -30,13 +31,29 @@ def launcher_ranks():
     return 0, 1, 0
 
 
-def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_port=29500,
+# The launchers' names for this job, the same on every rank and different for two jobs.
+_JOB_IDS = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID", "PMI_JOBID")
+
+
+def job_port():
+    """A port for the job's rendezvous that every rank derives alike and another job on the
+    machine most likely does not: 20000-59999 from the launcher's job id; None without one."""
+    ids = [os.environ[k] for k in _JOB_IDS if os.environ.get(k)]
+    if not ids:
+        return None
+    step = os.environ.get("SLURM_STEP_ID", "")
+    return 20000 + zlib.crc32("/".join(ids + [step]).encode()) % 40000
+
+
+def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_port=None,
                      verbose=True, timeout=timedelta(minutes=30), init_method=None,
                      dist_init_required=None, config=None, rank=-1, world_size=-1):
     """Initialises torch.distributed's default group from the launcher (zero-run, mpirun,
-    srun or torchrun). MASTER_ADDR defaults to 127.0.0.1 (one node) and MASTER_PORT to
-    distributed_port; set MASTER_ADDR to the first node's address across nodes. Does nothing
-    when torch.distributed is already initialised."""
+    srun or torchrun). MASTER_ADDR defaults to 127.0.0.1 (one node); set it to the first node's
+    address across nodes. MASTER_PORT: the launcher's when it sets one (zero-run and torchrun
+    do), else distributed_port, else a port derived from the launcher's job id (so that two
+    jobs on one machine do not meet on DeepSpeed's fixed 29500), else 29500. Does nothing when
+    torch.distributed is already initialised."""
     import torch.distributed as dist
     if dist.is_initialized():
         return
@@ -48,7 +65,9 @@ def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_por
     if dist_backend is None:
         dist_backend = "nccl" if torch.cuda.is_available() else "gloo"
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(distributed_port))
+    if "MASTER_PORT" not in os.environ:
+        port = distributed_port if distributed_port is not None else job_port()
+        os.environ["MASTER_PORT"] = str(port if port is not None else 29500)
     os.environ.setdefault("LOCAL_RANK", str(local))
     if dist_backend == "nccl":
         torch.cuda.set_device(local)

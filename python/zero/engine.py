@@ -32,6 +32,8 @@ class ZeroEngine:
     """What zero.initialize returns first. See docs/python.md for the whole interface."""
 
     def __init__(self, handle, model, config, units, params, stage, device):
+        self._destroyed = False
+        self._broken = None  # why the engine cannot go on, once a pass failed half way
         self._handle = handle
         self.module = model
         self.config = config
@@ -44,9 +46,10 @@ class ZeroEngine:
         self.local_rank = _local_rank()
         self._stats = _library.StepStats()
         self._stepped = False
-        self._destroyed = False
         self._lr_scales = (1.0,)
         self._hooks = UnitHooks(handle, model, units, params, stage, device, self._dtype)
+        for module in model.modules():  # one engine a module (zero.initialize checks)
+            module.__dict__["_zero_engine"] = self
 
     # ---- the DeepSpeed engine interface ----
 
@@ -59,8 +62,11 @@ class ZeroEngine:
         try:
             with self._hooks.saved_tensors():
                 output = self.module(*args, **kwargs)
-        except BaseException:
+        except BaseException as error:
             self._hooks.end_forward(failed=True)
+            broken = self._hooks.forward_failed()
+            if broken:
+                self._broken = f"the forward raised {type(error).__name__} ({error}) {broken}"
             raise
         self._hooks.end_forward()
         return output
@@ -100,6 +106,7 @@ class ZeroEngine:
         """The learning rate the next optimizer step uses, per group, as DeepSpeed's: its
         scheduler has stepped after the last optimizer step (so before any step, the schedule's
         first value)."""
+        self._require_live()
         lr = ctypes.c_double()
         call("zero_learning_rate", self._handle, ctypes.byref(lr))
         return [lr.value * scale for scale in self._lr_scales]
@@ -111,6 +118,7 @@ class ZeroEngine:
         """ZeRO++ with zero_optimization.zero_quantized_error_check: the last optimizer step's
         relative L2 error of the quantized stage-3 gathers and reduce-scatter against exact ones,
         as {"weights": ..., "gradients": ...}; None for a kind not measured."""
+        self._require_live()
         weights, gradients = ctypes.c_double(), ctypes.c_double()
         call("zero_quantization_error", self._handle, ctypes.byref(weights),
              ctypes.byref(gradients))
@@ -134,6 +142,7 @@ class ZeroEngine:
 
     @property
     def global_steps(self):
+        self._require_live()
         steps = ctypes.c_longlong()
         call("zero_global_steps", self._handle, ctypes.byref(steps))
         return steps.value
@@ -148,6 +157,7 @@ class ZeroEngine:
 
     @property
     def loss_scale(self):
+        self._require_live()
         scale = ctypes.c_double()
         call("zero_loss_scale", self._handle, ctypes.byref(scale))
         return scale.value
@@ -158,15 +168,18 @@ class ZeroEngine:
 
     def config_value(self, key):
         """A resolved config value (zero_config_value), as Python data."""
+        self._require_live()
         return json.loads(_library.json_out("zero_config_value", self._handle, key))
 
     def mean_across_ranks(self, *values):
         """The mean of each value over the ranks (e.g. the loss to print)."""
+        self._require_live()
         array = (ctypes.c_double * len(values))(*[float(v) for v in values])
         call("zero_mean_across_ranks", self._handle, array, len(values))
         return list(array) if len(values) > 1 else array[0]
 
     def memory_report(self):
+        self._require_live()
         return _library.json_out("zero_memory_report", self._handle, None)
 
     # ---- checkpoints and weights ----
@@ -187,8 +200,9 @@ class ZeroEngine:
              len(data))
         return True
 
-    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_module_only=False,
-                        load_optimizer_states=True, load_lr_scheduler_states=True):
+    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
+                        load_optimizer_states=True, load_lr_scheduler_states=True,
+                        load_module_only=False):
         """Loads load_dir/tag (tag None: the one load_dir/latest names) into the engine, from
         any world size and stage, and the module's persistent buffers (load_module_strict: a
         buffer the checkpoint lacks, or one the module lacks, is an error; else the others are
@@ -311,19 +325,27 @@ class ZeroEngine:
                 if id(tensor) in own:
                     tensor.data = state[name].to(self._device)
         self._destroyed = True
+        for module in self.module.modules():
+            module.__dict__.pop("_zero_engine", None)
         _lifetime.forget(self)
         call("zero_destroy", self._handle)
         self._handle = None
 
     def _require_live(self):
         if self._destroyed:
-            raise ZeroError("the engine was destroyed (engine.destroy())")
+            raise ZeroError("the engine was destroyed (engine.destroy(), or at the program's "
+                            "exit): make a new one with zero.initialize")
+        if self._broken is not None:
+            raise ZeroError(f"the engine cannot go on: {self._broken}. Destroy it "
+                            "(engine.destroy()) and make a new one, or resume from a checkpoint; "
+                            "a failing micro-batch cannot be skipped once its forward has begun")
 
     def _require_between_passes(self, what):
         self._require_live()
         self._hooks.between_passes(what)
 
     def _query_int(self, name):
+        self._require_live()
         value = ctypes.c_int()
         call(name, self._handle, ctypes.byref(value))
         return value.value

@@ -1,0 +1,246 @@
+"""The front end's weak answers, each made a clear one: what a hostile test of zero.initialize
+found answered vaguely or not at all, each case a check that failed before.
+
+    check_answers.py CASE [WORK_DIR]      (tests/python/run.sh runs it, on 2 ranks where needed)
+
+Cases (one rank unless said):
+  config-text      a config file with comments loads as zero-config reads it; one with a key
+                   given twice is refused, naming it (json.loads kept the last silently)
+  micro-batch      train_micro_batch_size_per_gpu "auto" with nothing to supply it is refused
+                   with advice for a Python caller, not zero-train's flags
+  stuck            an exception in the model's own code between modules leaves the engine going;
+                   after one raised inside a module's forward, the next call says the engine
+                   cannot go on and why; after destroy, every call says so
+  twice            zero.initialize on a module an engine already trains is refused
+  precision        a bf16 model under an fp32 config is refused, naming both ways out
+  skipped-block    a block skipped on some steps trains at stages 0-2 (said once: it got no
+                   gradient) and is refused at stage 3 with what to do
+  rank-config      (2 ranks) ranks at different stages are refused at init, naming the key
+  rank-model       (2 ranks) ranks with different models are refused at init, naming the rank
+                   that differs and both entries
+  port             (2 ranks) torch.distributed's rendezvous port is the same on every rank and
+                   not DeepSpeed's fixed 29500; zero.init_distributed connects on it
+Prints "ok ..." per check and exits 0, or "FAIL ..." and exits 1.
+"""
+
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+import zero
+from zero import ZeroError
+
+failures = []
+RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+
+
+def check(what, condition, detail=""):
+    print(f"{'ok  ' if condition else 'FAIL'} {what}{': ' + detail if detail else ''}",
+          flush=True)
+    if not condition:
+        failures.append(what)
+
+
+def refused(what, words, action, absent=()):
+    try:
+        action()
+    except ZeroError as error:
+        text = str(error)
+        missing = [w for w in words if w not in text]
+        present = [w for w in absent if w in text]
+        check(what, not missing and not present,
+              f"message lacks {missing} / has {present}: {text}" if missing or present else text)
+        return
+    check(what, False, "no error")
+
+
+def config(stage=0, **extra):
+    cfg = {"train_micro_batch_size_per_gpu": 2,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+           "zero_optimization": {"stage": stage}}
+    cfg.update(extra)
+    return cfg
+
+
+def step(engine, x):
+    loss = engine(x)
+    engine.backward(loss)
+    engine.step()
+    return float(loss.detach())
+
+
+class Failing(torch.nn.Linear):
+    """A Linear that raises in its forward while `fail` is set."""
+
+    fail = False
+
+    def forward(self, x):
+        if self.fail:
+            raise RuntimeError("a bad batch")
+        return super().forward(x)
+
+
+class Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(4, 4)
+        self.b = Failing(4, 4)
+        self.c = torch.nn.Linear(4, 1)
+        self.skip_b = False
+        self.fail_after = False
+
+    def forward(self, x):
+        x = torch.tanh(self.a(x))
+        if not self.skip_b:
+            x = torch.tanh(self.b(x))
+        if self.fail_after:
+            raise RuntimeError("a check of the activations")
+        return self.c(x).pow(2).mean()
+
+
+def case_config_text(work):
+    commented = work / "commented.json"
+    commented.write_text('{\n  // the micro-batch\n  "train_micro_batch_size_per_gpu": 2, /* AdamW */\n'
+                         '  "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},\n'
+                         '  "zero_optimization": {"stage": 1}\n}\n')
+    engine, *_ = zero.initialize(model=Small(), config=str(commented))
+    check("a config with // and /* */ comments loads", engine.zero_optimization_stage() == 1)
+    engine.destroy()
+    twice = work / "twice.json"
+    twice.write_text('{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1, '
+                     '"stage": 3}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}')
+    refused("a key given twice is refused, naming it", ["duplicate key", "zero_optimization.stage",
+                                                        str(twice)],
+            lambda: zero.initialize(model=Small(), config=str(twice)))
+
+
+def case_micro_batch(work):
+    cfg = config()
+    cfg["train_micro_batch_size_per_gpu"] = "auto"
+    refused("micro-batch \"auto\" with nothing to supply it: advice for Python",
+            ["train_micro_batch_size_per_gpu", "DataLoader", "batch_size"],
+            lambda: zero.initialize(model=Small(), config=cfg), absent=["--micro-batch"])
+
+
+def case_stuck(work):
+    model = Small()
+    engine, *_ = zero.initialize(model=model, config=config(2))
+    step(engine, torch.ones(2, 4))
+    model.fail_after = True
+    try:
+        engine(torch.ones(2, 4))
+    except RuntimeError:
+        pass
+    model.fail_after = False
+    losses = [step(engine, torch.ones(2, 4)) for _ in range(2)]
+    check("an exception in the model's own code, between modules, leaves the engine going",
+          losses[1] < losses[0], str(losses))
+    model.b.fail = True
+    try:
+        engine(torch.ones(2, 4))
+    except RuntimeError:
+        pass
+    model.b.fail = False
+    refused("after an exception inside a module's forward, the engine says it cannot go on",
+            ["cannot go on", "RuntimeError", "a bad batch", "destroy", "checkpoint"],
+            lambda: step(engine, torch.ones(2, 4)))
+    engine.destroy()
+    refused("after destroy, a call says the engine was destroyed", ["destroyed"],
+            lambda: engine.get_lr())
+
+
+def case_twice(work):
+    model = Small()
+    engine, *_ = zero.initialize(model=model, config=config(3))
+    refused("zero.initialize on a module an engine trains is refused",
+            ["already", "destroy", "restore_module"],
+            lambda: zero.initialize(model=model, config=config(3)))
+    refused("and on a submodule of it", ["its submodule", "already"],
+            lambda: zero.initialize(model=torch.nn.Sequential(model.a), config=config(0)))
+    engine.destroy(restore_module=True)
+    again, *_ = zero.initialize(model=model, config=config(3))
+    losses = [step(again, torch.ones(2, 4)) for _ in range(3)]
+    check("after destroy(restore_module=True) the module can be trained again",
+          all(v == v for v in losses) and losses[2] < losses[0], str(losses))
+    again.destroy()
+
+
+def case_precision(work):
+    refused("a bf16 model under an fp32 config is refused, naming both ways out",
+            ["bfloat16", "fp32", "bf16", "model.float()"],
+            lambda: zero.initialize(model=Small().to(torch.bfloat16), config=config()))
+
+
+def case_skipped_block(work):
+    for stage in (0, 1, 2):
+        model = Small()
+        engine, *_ = zero.initialize(model=model, config=config(stage))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            losses = []
+            for s in range(4):
+                model.skip_b = s % 2 == 1
+                losses.append(step(engine, torch.full((2, 4), 0.5 + s)))
+        said = [str(w.message) for w in caught if "got no gradient" in str(w.message)]
+        check(f"stage {stage}: a block skipped on some steps trains, said once",
+              all(v == v for v in losses) and len(said) == 1 and "2 trainable" in said[0]
+              and "b.bias" in said[0] and "DeepSpeed" in said[0],
+              f"{len(said)} warnings: {said[:1]}")
+        engine.destroy()
+    model = Small()
+    engine, *_ = zero.initialize(model=model, config=config(3))
+    step(engine, torch.ones(2, 4))
+    model.skip_b = True
+    refused("stage 3: a skipped block is refused, saying what to do",
+            ["stage 3", "block_classes", "stage 0-2"], lambda: step(engine, torch.ones(2, 4)))
+
+
+def case_rank_config(work):
+    refused(f"rank {RANK}: ranks at different stages are refused at init, naming the key",
+            ["configs differ", "zero_optimization.stage=3 on rank 0", "stage=2 on rank 1"],
+            lambda: zero.initialize(model=Small(), config=config(3 if RANK == 0 else 2)))
+
+
+def case_rank_model(work):
+    model = Small()
+    if RANK == 1:
+        model.b = torch.nn.Linear(4, 4, bias=False)
+    refused(f"rank {RANK}: ranks with different models are refused at init, naming rank 1",
+            ["rank 1 registered differently from rank 0", "b.bias", "on rank 0"],
+            lambda: zero.initialize(model=model, config=config(2)))
+
+
+def case_port(work):
+    port = os.environ.get("MASTER_PORT")
+    check(f"rank {RANK}: zero-run gives a MASTER_PORT, not 29500", port not in (None, "29500"),
+          str(port))
+    from zero.distributed import job_port
+    check(f"rank {RANK}: without one, the port derives from the job's id",
+          job_port() is not None and 20000 <= job_port() < 60000, str(job_port()))
+    zero.init_distributed(dist_backend="gloo")
+    import torch.distributed as dist
+    value = torch.tensor([int(port or 0)])
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    check(f"rank {RANK}: init_distributed connects every rank on it",
+          int(value) == int(port or 0))
+    dist.destroy_process_group()
+
+
+def main():
+    case = sys.argv[1]
+    work = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp())
+    work = work / f"rank{RANK}"
+    work.mkdir(parents=True, exist_ok=True)
+    globals()["case_" + case.replace("-", "_")](work)
+    if failures:
+        print(f"FAIL {len(failures)} check(s): {failures}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
