@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _tensors
 from ._copies import ModuleCopies
+from ._held_gradients import HeldGradient
 from ._library import ZeroError, call
 
 
@@ -233,6 +234,9 @@ class UnitHooks:
         if self._forward_open:
             raise ZeroError("engine.backward while a module's forward has not returned")
         self._finish_pass_order()
+        for p in self.params:  # the last backward's stand-ins (_held_gradients.py) go
+            if isinstance(p.param.grad, HeldGradient):
+                p.param.grad = None
         self._in_backward = True
         self._pending = {u.index: {i for i in u.params if self.params[i].trainable}
                          for u in self.units}
@@ -244,6 +248,9 @@ class UnitHooks:
         finally:
             self._in_backward = False
         self.backward_done = True
+        for p in self.params:
+            if p.trainable and p.param.grad is None:
+                p.param.grad = HeldGradient.make(p.name, p.param)
         self._say_missing_gradients()
 
     def _say_missing_gradients(self):

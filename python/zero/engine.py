@@ -45,7 +45,8 @@ class ZeroEngine:
         self.world_size = self._query_int("zero_world_size")
         self.local_rank = _local_rank()
         self._stats = _library.StepStats()
-        self._stepped = False
+        self._grad_norm = None    # the last optimizer step's, as DeepSpeed's _global_grad_norm
+        self._skipped_steps = 0   # optimizer steps skipped for non-finite gradients, all told
         self._lr_scales = (1.0,)
         self._hooks = UnitHooks(handle, model, units, params, stage, device, self._dtype)
         for module in model.modules():  # one engine a module (zero.initialize checks)
@@ -87,7 +88,9 @@ class ZeroEngine:
         self._require_live()
         self._hooks.check_step()
         call("zero_step", self._handle, ctypes.byref(self._stats))
-        self._stepped = True
+        if self._stats.stepped:  # an accumulation boundary: the optimizer ran, or skipped
+            self._grad_norm = self._stats.grad_norm
+            self._skipped_steps += int(self._stats.skipped)
         self._hooks.stepped()
 
     def zero_grad(self):
@@ -112,7 +115,9 @@ class ZeroEngine:
         return [lr.value * scale for scale in self._lr_scales]
 
     def get_global_grad_norm(self):
-        return self._stats.grad_norm if self._stepped else None
+        """The last optimizer step's gradient norm, before clipping (kept between boundaries,
+        as DeepSpeed's); None before the first."""
+        return self._grad_norm
 
     def get_quantization_error(self):
         """ZeRO++ with zero_optimization.zero_quantized_error_check: the last optimizer step's
@@ -153,7 +158,8 @@ class ZeroEngine:
 
     @property
     def skipped_steps(self):
-        return int(self._stats.skipped) if self._stepped else 0
+        """Optimizer steps skipped for non-finite gradients since initialize, as DeepSpeed's."""
+        return self._skipped_steps
 
     @property
     def loss_scale(self):

@@ -15,6 +15,10 @@ Cases (one rank unless said):
   precision        a bf16 model under an fp32 config is refused, naming both ways out
   skipped-block    a block skipped on some steps trains at stages 0-2 (said once: it got no
                    gradient) and is refused at stage 3 with what to do
+  clip             the script's own clip_grad_norm_(model.parameters()) after engine.backward
+                   is refused, pointing to gradient_clipping (it returned 0.0 and clipped
+                   nothing); printing .grad, `is not None` and model.zero_grad() still work, and
+                   training with accumulation goes on
   rank-config      (2 ranks) ranks at different stages are refused at init, naming the key
   rank-model       (2 ranks) ranks with different models are refused at init, naming the rank
                    that differs and both entries
@@ -197,6 +201,33 @@ def case_skipped_block(work):
     model.skip_b = True
     refused("stage 3: a skipped block is refused, saying what to do",
             ["stage 3", "block_classes", "stage 0-2"], lambda: step(engine, torch.ones(2, 4)))
+
+
+def case_clip(work):
+    for stage in (0, 1, 2, 3):
+        model = Small()
+        engine, *_ = zero.initialize(model=model, config=config(
+            stage, gradient_accumulation_steps=2, gradient_clipping=1.0))
+        loss = engine(torch.ones(2, 4))
+        engine.backward(loss)
+        params = list(model.parameters())
+        refused(f"stage {stage}: clip_grad_norm_ after engine.backward is refused",
+                ["a.weight.grad", "gradient_clipping", "get_global_grad_norm"],
+                lambda: torch.nn.utils.clip_grad_norm_(params, 1.0))
+        refused(f"stage {stage}: so is a hand-written gradient norm", ["gradient_clipping"],
+                lambda: sum(float(p.grad.norm()) for p in params))
+        check(f"stage {stage}: .grad prints, is not None and zero_grad(set_to_none=False) works",
+              "held by zero" in repr(params[0].grad)
+              and all(p.grad is not None and p.grad.shape == p.shape for p in params)
+              and model.zero_grad(set_to_none=False) is None)
+        engine.step()
+        losses = [step(engine, torch.ones(2, 4)) for _ in range(6)]
+        check(f"stage {stage}: training with accumulation goes on",
+              losses[-1] < losses[0] and engine.get_global_grad_norm() > 0, str(losses))
+        model.zero_grad()
+        check(f"stage {stage}: model.zero_grad() leaves .grad None",
+              all(p.grad is None for p in params))
+        engine.destroy()
 
 
 def case_rank_config(work):
