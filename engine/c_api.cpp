@@ -445,6 +445,16 @@ zero_status zero_read_param(zero_engine* engine, int param, float* out, unsigned
   });
 }
 
+zero_status zero_write_param(zero_engine* engine, int param, const float* values,
+                             unsigned long long count) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_write_param");
+    require(values, "zero_write_param", "values");
+    const std::size_t index = index_of(param, "zero_write_param", "parameter");
+    e.write_param(index, values, static_cast<std::size_t>(count));
+  });
+}
+
 zero_status zero_mean_across_ranks(zero_engine* engine, double* values, int count) {
   return zero::guard([&] {
     auto& e = engine_of(engine, "zero_mean_across_ranks");

@@ -814,6 +814,33 @@ std::vector<float> Engine::read_param(std::size_t param) {
   return out;
 }
 
+void Engine::write_param(std::size_t param, const float* values, std::size_t count) {
+  const DeviceMemoryGuard guarded(*impl_->device);
+  Impl& e = *impl_;
+  e.require_running("write_param");
+  e.require_param(param, "write_param");
+  e.pass.require_none_open("write_param", "call it between passes");
+  e.pass.require_not_backward("write_param", ": call step() first");
+  const ParamSpec& spec = e.registry.param(param);
+  if (count != spec.numel) {
+    throw make_error(ErrorCategory::usage,
+                     "write_param: parameter '{}' has {} elements (shape {}), and {} were given",
+                     spec.name, spec.numel, shape_text(spec.shape), count);
+  }
+  if (values == nullptr) {
+    throw make_error(ErrorCategory::usage, "write_param: no values for parameter '{}'", spec.name);
+  }
+  try {
+    e.model_state->write_param(param, values);
+  } catch (const Error& error) {
+    e.fail(fmt::format("write_param of '{}' failed part way: {}", spec.name, error.what()));
+    throw;
+  }
+  // Stage 3: a gathered copy kept between passes (persistent parameters, hpZ's secondary
+  // shards) holds the old value.
+  if (e.fetcher) e.fetcher->release_unheld(/*stale=*/true);
+}
+
 FetchStats Engine::fetch_stats() const {
   return impl_->fetcher ? impl_->fetcher->stats() : FetchStats{};
 }

@@ -106,6 +106,14 @@ class ModelState final : public ShardStore {
   void abandon_state() noexcept { filling_ = kNone; }
   // Copies this rank's master of owned offsets [flat, flat + count) into `out` (device memory).
   void copy_master(std::size_t flat, std::size_t count, float* out);
+  // The reverse, from host memory: the masters of owned offsets [flat, flat + count) set to
+  // `values`, the moments left as they are (a swapped group is read, changed and written back).
+  void write_master(std::size_t flat, std::size_t count, const float* values);
+
+  // Sets one parameter to `values` (its full fp32 value, host memory, the same on every rank):
+  // this rank's compute copy or shard, and a trainable parameter's master over its owned range;
+  // the moments are kept. Between passes (assign_state.cpp).
+  void write_param(std::size_t param, const float* values);
 
   // A failure left the state half updated: the swap files stay for inspection.
   void keep_swap_files(const std::string& why);
@@ -128,6 +136,10 @@ class ModelState final : public ShardStore {
   const void* finish_read(offload::Ticket ticket, std::size_t buffer) override;
 
  private:
+  // A parameter's compute copy (stages 0-2: `values` is the whole value) or this rank's compute
+  // shard (stage 3: `values` is the shard), wherever it lives; `staging` is device memory for
+  // the parameter's numel floats.
+  void put_compute(std::size_t param, const float* values, float* staging);
   void check_swap_buffers() const;
   void open_swap_io(const std::string& job_id);
   void set_up_swap();

@@ -153,4 +153,28 @@ void ModelState::copy_master(std::size_t flat, std::size_t count, float* out) {
   }
 }
 
+void ModelState::write_master(std::size_t flat, std::size_t count, const float* values) {
+  const Layout& layout = ctx_.layout;
+  Device& resident = modes_.optimizer_offload ? host_device() : ctx_.device;
+  bool swapped = false;
+  while (count > 0) {
+    if (flat < layout.resident_end) {
+      const std::size_t n = std::min(count, layout.resident_end - flat);
+      resident.copy(master_ + flat, values, n * sizeof(float));
+      flat += n, values += n, count -= n;
+      continue;
+    }
+    // The group into a buffer, the range changed there, and the group written back.
+    const std::size_t g = group_at(flat);
+    const std::size_t s = g - layout.resident_groups;
+    const GroupView view = swap_->peek(s);
+    const std::size_t n = std::min(count, layout.group_lo[g] + layout.step_groups[g].block - flat);
+    std::memcpy(view.master + (flat - layout.group_lo[g]), values, n * sizeof(float));
+    swap_->commit(s);
+    swapped = true;
+    flat += n, values += n, count -= n;
+  }
+  if (swapped) swap_->finish();  // written before anything reads the groups again
+}
+
 }  // namespace zero::engine
