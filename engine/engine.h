@@ -227,7 +227,8 @@ class Engine {
   // Collective: the full current value of a parameter as fp32 on every rank: the master for
   // trainable parameters in mixed precision, else the compute copy.
   std::vector<float> read_param(std::size_t param);
-  // Between passes, on every rank with the same `values` (numel floats; not collective: each
+  // With no hook open (between passes, or after a backward and before its step but for
+  // super_offload), on every rank with the same `values` (numel floats; not collective: each
   // rank writes the part it keeps): sets a parameter's full value, its compute copy (or shard)
   // and a trainable parameter's fp32 master, wherever they live; the optimizer's moments and
   // the step counters are kept (DeepSpeed's safe_set_full_fp32_param).

@@ -307,8 +307,8 @@ ZERO_API zero_status zero_step(zero_engine* engine, zero_step_stats* stats);
 ZERO_API zero_status zero_read_param(zero_engine* engine, int param, float* out,
                                      unsigned long long count);
 
-/* Between passes (no hook open, after zero_step), on every rank with the same `values` (count =
- * numel floats): sets a parameter's full value, its compute copy or this rank's shard of it
+/* With no hook open (between passes, or after a backward and before its zero_step except with
+ * super_offload), on every rank with the same `values` (count = numel floats): sets a parameter's full value, its compute copy or this rank's shard of it
  * and, for a trainable parameter, its fp32 master, wherever they live (device, host memory,
  * NVMe). Not collective: each rank writes the part it keeps, so ranks given different values
  * diverge. The optimizer's moments and the step counters are kept (DeepSpeed's

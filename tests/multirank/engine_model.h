@@ -75,9 +75,9 @@ inline std::unique_ptr<engine::Engine> make_engine(
 
 // One micro-step over `order` (module indices, forward order): forward reads every parameter,
 // backward adds a gradient that depends on the parameter, the rank and the step (fp32 compute;
-// in half precision the gradients are left zero).
+// in half precision the gradients are left zero); `then_step` false leaves out the step.
 inline double micro_step(engine::Engine& e, const std::vector<std::size_t>& order, int step,
-                         bool train = true) {
+                         bool train = true, bool then_step = true) {
   Model model;
   double checksum = 0;
   for (std::size_t m : order) {
@@ -101,7 +101,7 @@ inline double micro_step(engine::Engine& e, const std::vector<std::size_t>& orde
     }
     e.post_backward(*it);
   }
-  e.step();
+  if (then_step) e.step();
   return checksum;
 }
 

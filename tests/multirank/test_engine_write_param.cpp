@@ -178,4 +178,21 @@ TEST_CASE("engine write_param: refused inside a pass and with the wrong count, n
   CHECK(e->read_param(2) == value);
 }
 
+TEST_CASE("engine write_param: after a backward and before its step, the step starts from it",
+          "[engine]") {
+  for (const int stage : {0, 1, 2, 3}) {
+    INFO("stage " << stage);
+    auto e = make_engine(write_config({stage}, "."));
+    micro_step(*e, kModuleOrder, 0);
+    micro_step(*e, kModuleOrder, 1, true, false);
+    const std::vector<float> value(4097, 0.75f);
+    e->write_param(5, value.data(), value.size());
+    e->step();
+    float largest = 0;
+    for (const float v : e->read_param(5)) largest = std::max(largest, std::abs(v - 0.75f));
+    CHECK(largest > 0.0f);  // stepped: one AdamW step (lr 0.01) from 0.75
+    CHECK(largest < 0.02f);
+  }
+}
+
 }  // namespace zero::testing
