@@ -9,6 +9,7 @@
 Launch with `zero-run -n N -- python train.py`. See docs/python.md.
 """
 
+from . import utils
 from ._initialize import initialize
 from ._library import ZeroError, version
 from ._units import register_external_parameter
@@ -16,5 +17,5 @@ from .distributed import add_config_arguments, init_distributed
 from .engine import ZeroEngine
 
 __all__ = ["initialize", "init_distributed", "add_config_arguments", "ZeroEngine", "ZeroError",
-           "register_external_parameter", "version"]
+           "register_external_parameter", "utils", "version"]
 __version__ = "0.1.0"

@@ -112,6 +112,7 @@ _SIGNATURES = {
     "zero_is_accumulation_boundary": [_P, _PI],
     "zero_step": [_P, ctypes.POINTER(StepStats)],
     "zero_read_param": [_P, _I, ctypes.POINTER(ctypes.c_float), _U64],
+    "zero_write_param": [_P, _I, ctypes.POINTER(ctypes.c_float), _U64],
     "zero_mean_across_ranks": [_P, ctypes.POINTER(ctypes.c_double), _I],
     "zero_broadcast": [_P, _P, _U64, _I],
     "zero_abort": [_P, _I, _S],

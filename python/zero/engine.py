@@ -5,7 +5,8 @@ of zero's memory and drives zero's module hooks from forward and autograd. This 
 interface DeepSpeed's users call: forward, backward, step, the schedule's and the config's
 values, checkpoints, and the weights back out.
 
-Owns: the engine handle, the UnitHooks, the last step's statistics.
+Owns: the engine handle, the UnitHooks, the InplaceEdits (parameters changed in place by the
+script, written into zero), the last step's statistics.
 """
 
 import ctypes
@@ -18,6 +19,7 @@ import torch
 
 from . import _client_state, _library, _lifetime, _tensors
 from ._hooks import UnitHooks
+from ._inplace import InplaceEdits
 from ._library import ZeroError, call
 
 
@@ -49,6 +51,7 @@ class ZeroEngine:
         self._skipped_steps = 0   # optimizer steps skipped for non-finite gradients, all told
         self._lr_scales = (1.0,)
         self._hooks = UnitHooks(handle, model, units, params, stage, device, self._dtype)
+        self._edits = InplaceEdits(handle, params, stage)
         for module in model.modules():  # one engine a module (zero.initialize checks)
             module.__dict__["_zero_engine"] = self
 
@@ -59,6 +62,7 @@ class ZeroEngine:
 
     def forward(self, *args, **kwargs):
         self._require_live()
+        self._edits.take("a forward")
         self._hooks.begin_forward()
         try:
             with self._hooks.saved_tensors():
@@ -87,6 +91,7 @@ class ZeroEngine:
         boundary."""
         self._require_live()
         self._hooks.check_step()
+        self._edits.take("engine.step()")
         call("zero_step", self._handle, ctypes.byref(self._stats))
         if self._stats.stepped:  # an accumulation boundary: the optimizer ran, or skipped
             self._grad_norm = self._stats.grad_norm
@@ -196,6 +201,7 @@ class ZeroEngine:
         plain data only (dicts, lists and tuples of str, int, float, bool, None and tensors),
         which loads without running code; anything else is refused here. Collective."""
         self._require_between_passes("save_checkpoint")
+        self._edits.take("save_checkpoint")
         if not save_latest:
             raise ZeroError("save_checkpoint(save_latest=False): zero always moves "
                             "save_dir/latest to the new tag once it is complete")
@@ -229,6 +235,7 @@ class ZeroEngine:
         flags = 1 if (load_module_only or not load_optimizer_states) else 0
         tag_bytes = str(tag).encode() if tag is not None else None
         call("zero_load_checkpoint", self._handle, str(load_dir).encode(), tag_bytes, flags)
+        self._edits.forget()  # a change made before the load is replaced by the checkpoint's
         if tag is None and (load_dir / "latest").exists():
             path = load_dir / (load_dir / "latest").read_text().strip()
         else:
@@ -281,6 +288,7 @@ class ZeroEngine:
         the CPU, under the module's names (tied names share one tensor), with the module's
         persistent buffers. Collective."""
         self._require_between_passes("consolidated_state_dict")
+        self._edits.take("consolidated_state_dict")
         values = {}
         for p in self._params:
             out = torch.empty(p.shape, dtype=torch.float32)
@@ -324,6 +332,7 @@ class ZeroEngine:
         if self._destroyed:
             return
         state = self.consolidated_state_dict() if restore_module else None
+        self._edits.release()
         self._hooks.detach()
         if state is not None:
             own = {id(p.param): p for p in self._params}

@@ -19,6 +19,10 @@ Cases (one rank unless said):
                    is refused, pointing to gradient_clipping (it returned 0.0 and clipped
                    nothing); printing .grad, `is not None` and model.zero_grad() still work, and
                    training with accumulation goes on
+  inplace          a parameter changed in place after initialize (p.data.clamp_, nn.init under
+                   no_grad, between steps and between backward and step) trains as PyTorch's
+                   AdamW does at stages 0-2 (stages 1-2 undid it at the next step); at stage 3
+                   refused, naming safe_set_full_fp32_param, which sets a value at every stage
   rank-config      (2 ranks) ranks at different stages are refused at init, naming the key
   rank-model       (2 ranks) ranks with different models are refused at init, naming the rank
                    that differs and both entries
@@ -228,6 +232,101 @@ def case_clip(work):
         check(f"stage {stage}: model.zero_grad() leaves .grad None",
               all(p.grad is None for p in params))
         engine.destroy()
+
+
+def _edited_run(make_step, edit_at=(2, 4)):
+    """Six steps of make_step(i), with the parameters changed in place before steps edit_at[0]
+    (a clamp through .data, a zeros_ under no_grad) and, after backward, at step edit_at[1]."""
+    losses = []
+    for i in range(6):
+        if i == edit_at[0]:
+            MODEL.a.weight.data.clamp_(-0.05, 0.05)
+            with torch.no_grad():
+                torch.nn.init.zeros_(MODEL.b.bias)
+        losses.append(make_step(i))
+    return losses
+
+
+MODEL = None
+
+
+def case_inplace(work):
+    global MODEL
+    x = torch.linspace(-1, 1, 8).reshape(2, 4)
+
+    def torch_run():
+        global MODEL
+        MODEL = Small()
+        optimizer = torch.optim.AdamW(MODEL.parameters(), lr=1e-2, weight_decay=0.01, eps=1e-8)
+
+        def one(i):
+            optimizer.zero_grad()
+            loss = MODEL(x + i)
+            loss.backward()
+            if i == 4:
+                MODEL.c.weight.data.mul_(0.5)
+            optimizer.step()
+            return float(loss.detach())
+        return _edited_run(one)
+
+    want = torch_run()
+    for stage, extra in ((0, {}), (1, {}), (2, {}), (2, {"bf16": {"enabled": True}})):
+        MODEL = Small()
+        if extra:
+            MODEL = MODEL.to(torch.bfloat16)
+        cfg = config(stage, **extra)
+        cfg["optimizer"]["params"].update(weight_decay=0.01, eps=1e-8)
+        engine, *_ = zero.initialize(model=MODEL, config=cfg)
+
+        def one(i):
+            loss = engine(x.to(MODEL.a.weight.dtype) + i)
+            engine.backward(loss)
+            if i == 4:
+                MODEL.c.weight.data.mul_(0.5)
+            engine.step()
+            return float(loss.detach())
+        got = _edited_run(one)
+        tolerance = 3e-2 if extra else 1e-5
+        check(f"stage {stage}{' bf16' if extra else ''}: in-place changes train as PyTorch's",
+              all(abs(a - b) <= tolerance * max(1.0, abs(b)) for a, b in zip(got, want)),
+              f"zero {got} torch {want}")
+        import copy
+        copied = copy.deepcopy(MODEL)
+        check(f"stage {stage}: a deepcopy has plain nn.Parameters of the values",
+              type(copied.a.weight) is torch.nn.Parameter
+              and torch.equal(copied.a.weight, MODEL.a.weight.detach()))
+        engine.destroy()
+        check(f"stage {stage}: after destroy the parameters are plain nn.Parameter again",
+              type(MODEL.a.weight) is torch.nn.Parameter)
+
+    from zero.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
+    MODEL = Small()
+    engine, *_ = zero.initialize(model=MODEL, config=config(3))
+    step(engine, x)
+    value = torch.full((4, 4), 0.25)
+    safe_set_full_fp32_param(MODEL.a.weight, value)
+    check("stage 3: safe_set_full_fp32_param sets the value, safe_get reads it back",
+          torch.equal(safe_get_full_fp32_param(MODEL.a.weight), value))
+    step(engine, x)
+    moved = safe_get_full_fp32_param(MODEL.a.weight)
+    check("stage 3: the next step starts from it", 0 < float((moved - value).abs().max()) < 0.02,
+          str(moved))
+
+    class RenormLinear(torch.nn.Linear):
+        """Rescales its weight in place inside its forward (as nn.Embedding's max_norm does)."""
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.weight.mul_(0.5)
+            return super().forward(x).pow(2).mean()
+    renorm = torch.nn.Sequential(RenormLinear(4, 1))
+    engine3, *_ = zero.initialize(model=renorm, config=config(3))
+    refused("stage 3: a change in place inside forward is refused, naming the way that works",
+            ["0.weight", "changed in place", "safe_set_full_fp32_param", "stage 0-2"],
+            lambda: [step(engine3, x), step(engine3, x)])
+    refused("safe_set_full_fp32_param of a tensor zero does not train is refused",
+            ["not a parameter of a module a live zero engine trains"],
+            lambda: safe_set_full_fp32_param(torch.nn.Parameter(torch.ones(2)), torch.ones(2)))
 
 
 def case_rank_config(work):
