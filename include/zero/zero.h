@@ -308,11 +308,12 @@ ZERO_API zero_status zero_read_param(zero_engine* engine, int param, float* out,
                                      unsigned long long count);
 
 /* With no hook open (between passes, or after a backward and before its zero_step except with
- * super_offload), on every rank with the same `values` (count = numel floats): sets a parameter's full value, its compute copy or this rank's shard of it
- * and, for a trainable parameter, its fp32 master, wherever they live (device, host memory,
- * NVMe). Not collective: each rank writes the part it keeps, so ranks given different values
- * diverge. The optimizer's moments and the step counters are kept (DeepSpeed's
- * safe_set_full_fp32_param). An I/O error part way leaves the engine failed. */
+ * super_offload), on every rank with the same `values` (count = numel floats): sets a
+ * parameter's full value, its compute copy or this rank's shard of it and, for a trainable
+ * parameter, its fp32 master, wherever they live (device, host memory, NVMe). Not collective:
+ * each rank writes the part it keeps, so ranks given different values diverge. The optimizer's
+ * moments and the step counters are kept (DeepSpeed's safe_set_full_fp32_param). An I/O error
+ * part way leaves the engine failed. */
 ZERO_API zero_status zero_write_param(zero_engine* engine, int param, const float* values,
                                       unsigned long long count);
 
