@@ -2,7 +2,10 @@
 // on the CPU (stepped after backward, and speculated in it: super_offload), optimizer on NVMe with
 // max_in_cpu 0 and with part of it in memory (stepped after backward, and speculated), and at
 // stage 3 parameters on the CPU and on NVMe} ×
-// {fp32, bf16, fp16}, at the world size the program runs with. For each: the masters (frozen
+// {fp32, bf16, fp16}: every precision of every pair on 2 ranks, and at the other world sizes the
+// program runs with (1, 3, 4, and 2 x 2 across nodes) one precision per pair, chosen by the pair
+// and the world size so that each precision meets each placement at some size: a third of the
+// time there, where what differs is the shards' geometry, not the arithmetic. For each: the masters (frozen
 // parameters: the values) read back from the saved files with the checkpoint reader equal the live
 // state bit for bit, the moments in the files are the optimizer's (not zeros), and a load followed
 // by two more steps gives what the two steps gave without it, bit for bit, which holds only when
@@ -131,11 +134,17 @@ TEST_CASE("engine checkpoint: masters and moments round-trip bit for bit in ever
   const fs::path nvme = scratch.path / "swap";
   if (side_channel().rank() == 0) fs::create_directories(nvme);
   side_channel().barrier().wait();
+  const int world = side_channel().size();
+  const bool every_precision = world == 2;
   int cases = 0;
+  int pairs = 0;
   for (int stage = 0; stage <= 3; ++stage) {
     for (const Placement& placement : kPlacements) {
       if (stage < placement.min_stage || stage > placement.max_stage) continue;
-      for (const std::string precision : kPrecisions) {
+      const int pair = pairs++;
+      for (int k = 0; k < 3; ++k) {
+        if (!every_precision && k != (pair + world) % 3) continue;
+        const std::string precision = kPrecisions[k];
         const std::string what =
             "stage " + std::to_string(stage) + ", " + placement.name + ", " + precision;
         INFO(what);
@@ -181,7 +190,8 @@ TEST_CASE("engine checkpoint: masters and moments round-trip bit for bit in ever
       }
     }
   }
-  CHECK(cases == 66);  // 22 placement-stage pairs, 3 precisions each
+  CHECK(pairs == 22);  // placement-stage pairs
+  CHECK(cases == (every_precision ? 66 : 22));
 }
 
 }  // namespace zero::testing
