@@ -15,9 +15,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "engine/collectives/shard_groups.h"
+#include "engine/collectives/timed_communicator.h"
 #include "engine/engine_impl.h"
-#include "engine/shard_groups.h"
-#include "engine/timed_communicator.h"
 #include "offload/swap_cleanup.h"
 
 namespace zero::engine {
@@ -676,6 +676,15 @@ LoadResult Engine::load_checkpoint(const std::string& dir, const LoadOptions& op
     e.micro_steps = result.global_steps * e.config.batch.gradient_accumulation_steps;
   }
   return result;
+}
+
+void Engine::load_pretrained(const std::string& path, const PretrainedOptions& options) {
+  const DeviceMemoryGuard guarded(*impl_->device);
+  Impl& e = *impl_;
+  e.require_quiet("load_pretrained");
+  e.checkpoints->load_pretrained(
+      path, options, [&](std::size_t p) { return read_param(p); },
+      [&](std::string what) { e.fail(std::move(what)); });
 }
 
 void Engine::mean_across_ranks(double* values, std::size_t count) {

@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "config/config.h"
 #include "device/memory.h"
-#include "engine/config/config.h"
-#include "engine/registry.h"
+#include "engine/plan/registry.h"
 
 namespace zero {
 class Communicator;

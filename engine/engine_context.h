@@ -12,10 +12,10 @@
 #pragma once
 
 #include "comm/communicator.h"
+#include "config/config.h"
 #include "device/device.h"
-#include "engine/config/config.h"
-#include "engine/memory_plan.h"
-#include "engine/registry.h"
+#include "engine/plan/memory_plan.h"
+#include "engine/plan/registry.h"
 
 namespace zero::engine {
 

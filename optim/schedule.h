@@ -26,7 +26,7 @@ enum class WarmupType { log, linear };
 
 std::string_view schedule_type_name(ScheduleType type) noexcept;  // DeepSpeed's: "WarmupLR"...
 
-// DeepSpeed's scheduler.params, resolved (engine/config reads them into this).
+// DeepSpeed's scheduler.params, resolved (config reads them into this).
 struct ScheduleSpec {
   ScheduleType type = ScheduleType::none;
   std::int64_t last_batch_iteration = -1;

@@ -32,7 +32,7 @@ std::string_view optimizer_key(OptimizerType type) noexcept;
 // "exp_avg" and "exp_avg_sq", Adagrad's "sum", Lion's "exp_avg", SGD's "momentum_buffer".
 std::string_view state_name(OptimizerType type, int k) noexcept;
 
-// DeepSpeed's optimizer.params, resolved (engine/config reads them into this).
+// DeepSpeed's optimizer.params, resolved (config reads them into this).
 struct OptimizerSpec {
   OptimizerType type = OptimizerType::adamw;
   double lr = 1e-3;

@@ -13,7 +13,7 @@
 
 #include "base/error.h"
 #include "base/half.h"
-#include "engine/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace {
 

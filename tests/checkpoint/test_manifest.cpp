@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "engine/checkpoint/durable.h"
-#include "engine/checkpoint/manifest.h"
-#include "engine/partition.h"
+#include "checkpoint/durable.h"
+#include "checkpoint/manifest.h"
+#include "engine/plan/partition.h"
 
 namespace zero::checkpoint {
 namespace {

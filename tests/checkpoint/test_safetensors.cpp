@@ -21,7 +21,7 @@
 
 #include "base/error.h"
 #include "base/half.h"
-#include "engine/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "tests/scratch.h"
 
 namespace zero::checkpoint {

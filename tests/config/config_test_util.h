@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "engine/config/config.h"
+#include "config/config.h"
 
 namespace zero::config::test {
 

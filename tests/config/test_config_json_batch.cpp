@@ -1,7 +1,7 @@
 // Config text (comments, malformed JSON, duplicate keys), batch-size resolution exactly as
 // DeepSpeed does it, "auto" and overrides.
 #include "config/config_test_util.h"
-#include "engine/config/json_text.h"
+#include "config/json_text.h"
 
 namespace zero::config {
 using namespace zero::config::test;

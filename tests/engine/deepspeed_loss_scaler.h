@@ -1,7 +1,7 @@
 // The test oracle for fp16 dynamic loss scaling: DeepSpeed's DynamicLossScaler.update_scale
 // (deepspeed/runtime/fp16/loss_scaler.py, deepspeedai @ 68ee9f83) transcribed line by line in
 // C++ with DeepSpeed's names, logging left out. It is this file's own reading of the Python and
-// shares no code with engine/loss_scaler.h, the class it checks.
+// shares no code with engine/stepping/loss_scaler.h, the class it checks.
 //
 // Used by tests/engine/test_loss_scaler.cpp (the scaler class alone, state for state) and by
 // tests/multirank/engine_loss_scale.cpp (the whole engine through the C API, step by step).
@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "engine/loss_scaler.h"
+#include "engine/stepping/loss_scaler.h"
 
 namespace zero_test {
 

@@ -15,18 +15,18 @@
 
 #include "base/half.h"
 #include "comm/backends.h"
+#include "config/config.h"
 #include "device/device.h"
-#include "engine/agreement.h"
-#include "engine/checkpoint_state.h"
-#include "engine/config/config.h"
+#include "engine/collectives/agreement.h"
 #include "engine/engine_context.h"
-#include "engine/grad_reducer.h"
-#include "engine/memory_plan.h"
-#include "engine/model_state.h"
-#include "engine/param_fetcher.h"
-#include "engine/registry.h"
-#include "engine/stepper.h"
-#include "engine/value_source.h"
+#include "engine/fetching/param_fetcher.h"
+#include "engine/gradients/grad_reducer.h"
+#include "engine/plan/memory_plan.h"
+#include "engine/plan/registry.h"
+#include "engine/state/checkpoint_state.h"
+#include "engine/state/model_state.h"
+#include "engine/state/value_source.h"
+#include "engine/stepping/stepper.h"
 
 namespace zero::engine::testing {
 

@@ -1,7 +1,7 @@
-// Agreement alone (engine/agreement.h), on one rank of the local communicator: a step that
-// throws fails with one Error saying what failed and why, in the first failure's category; text,
-// means, comparisons and broadcasts keep one rank's values. (Several ranks: the multirank tests'
-// init, checkpoint and pretrained refusals.)
+// Agreement alone (engine/collectives/agreement.h), on one rank of the local communicator: a step
+// that throws fails with one Error saying what failed and why, in the first failure's category;
+// text, means, comparisons and broadcasts keep one rank's values. (Several ranks: the multirank
+// tests' init, checkpoint and pretrained refusals.)
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -11,7 +11,7 @@
 #include "base/error.h"
 #include "comm/backends.h"
 #include "device/device.h"
-#include "engine/agreement.h"
+#include "engine/collectives/agreement.h"
 #include "tests/scratch.h"
 
 namespace zero::engine {

@@ -5,7 +5,7 @@
 #include <new>
 #include <thread>
 
-#include "engine/c_status.h"
+#include "engine/api/c_status.h"
 #include "zero/zero.h"
 
 namespace zero {

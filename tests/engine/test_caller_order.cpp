@@ -1,4 +1,4 @@
-// CallerOrder alone (engine/caller_order.h), on the asynchronous CPU device: the caller's
+// CallerOrder alone (engine/hooks/caller_order.h), on the asynchronous CPU device: the caller's
 // later work waits for what the engine queued (on the CPU the calling thread waits on the
 // host), the engine's later work waits for the caller's, streams are wrapped once and the
 // latest hook's stream is remembered.
@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 #include "device/device.h"
-#include "engine/caller_order.h"
+#include "engine/hooks/caller_order.h"
 
 namespace zero::engine {
 

@@ -1,5 +1,5 @@
-// CheckpointState alone (engine/checkpoint_state.h), over the parts on one rank: what it saves
-// loads back into fresh parts at another stage and placement with the same masters and
+// CheckpointState alone (engine/state/checkpoint_state.h), over the parts on one rank: what it
+// saves loads back into fresh parts at another stage and placement with the same masters and
 // counters, and a checkpoint of another model is refused before anything changes, naming the
 // parameter.
 #include <catch2/catch.hpp>

@@ -1,12 +1,12 @@
-// Tests of engine/fetch_plan.h: next uses, reuse distances and the prefetch walk on small traces
-// worked out by hand, and the next-use table against a brute-force search on random traces.
+// Tests of engine/fetching/fetch_plan.h: next uses, reuse distances and the prefetch walk on small
+// traces worked out by hand, and the next-use table against a brute-force search on random traces.
 #include <catch2/catch.hpp>
 
 #include <random>
 #include <vector>
 
 #include "base/error.h"
-#include "engine/fetch_plan.h"
+#include "engine/fetching/fetch_plan.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
-// GradPartials (engine/grad_partials.h): the owned gradient's sum of squares and non-finite flag
-// taken block by block as step groups become final, in any order, must be the bits of one
-// cpu::sum_squares over the whole shard; a block is taken early only once every group over it is
-// final, and the blocks of no group are left to finish().
+// GradPartials (engine/gradients/grad_partials.h): the owned gradient's sum of squares and
+// non-finite flag taken block by block as step groups become final, in any order, must be the bits
+// of one cpu::sum_squares over the whole shard; a block is taken early only once every group over
+// it is final, and the blocks of no group are left to finish().
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -12,7 +12,7 @@
 
 #include "base/half.h"
 #include "device/cpu/cpu_kernels.h"
-#include "engine/grad_partials.h"
+#include "engine/gradients/grad_partials.h"
 
 namespace zero::engine {
 namespace {

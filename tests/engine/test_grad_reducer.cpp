@@ -1,4 +1,4 @@
-// The GradReducer alone (engine/grad_reducer.h), at stage 2 on one rank of the local
+// The GradReducer alone (engine/gradients/grad_reducer.h), at stage 2 on one rank of the local
 // communicator and the asynchronous CPU device: a gradient exists from its module's
 // pre_backward until its bucket is issued, a parameter used by two modules is reduced after its
 // last use only (both uses added), a module whose backward did not run is reduced as zeros, and

@@ -1,5 +1,5 @@
-// The GradSwap alone (engine/grad_swap.h): gradients added at random owned offsets, across
-// groups and over several micro-steps, through fewer buffers than groups, read back at the
+// The GradSwap alone (engine/gradients/grad_swap.h): gradients added at random owned offsets,
+// across groups and over several micro-steps, through fewer buffers than groups, read back at the
 // step exactly as the same adds give in memory; the statistics are those of the bytes; a
 // released or zeroed group is zero; a failed write is kept and thrown at the end of the adds,
 // before the step, never lost; a group held for super_offload's speculated step stays in its
@@ -20,8 +20,8 @@
 #include "device/arena.h"
 #include "device/cpu/cpu_kernels.h"
 #include "device/device.h"
-#include "engine/grad_swap.h"
-#include "engine/optimizer_swap.h"
+#include "engine/gradients/grad_swap.h"
+#include "engine/state/optimizer_swap.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
 #include "tests/scratch.h"

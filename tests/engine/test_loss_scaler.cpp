@@ -1,7 +1,7 @@
-// Tests of engine/loss_scaler.h: DeepSpeed's dynamic loss-scale rule on short scripts worked out
-// by hand (the reasoning is in the comments), and on long random scripts against a literal
-// transcription of DeepSpeed's DynamicLossScaler.update_scale; the static scaler; errors; and
-// resuming from a saved state.
+// Tests of engine/stepping/loss_scaler.h: DeepSpeed's dynamic loss-scale rule on short scripts
+// worked out by hand (the reasoning is in the comments), and on long random scripts against a
+// literal transcription of DeepSpeed's DynamicLossScaler.update_scale; the static scaler; errors;
+// and resuming from a saved state.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "base/error.h"
-#include "engine/config/config.h"
+#include "config/config.h"
 #include "engine/deepspeed_loss_scaler.h"
-#include "engine/loss_scaler.h"
+#include "engine/stepping/loss_scaler.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// MemoryFit (engine/memory_fit.h): the verdict from gathered notes and needs (pools shared by
+// MemoryFit (engine/plan/memory_fit.h): the verdict from gathered notes and needs (pools shared by
 // ranks, machines, GPUs and file systems kept apart), and zero_init on the CPU device refusing
 // a run that does not fit before reserving anything: the model state, declared memory, NVMe.
 #include <catch2/catch.hpp>
@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "device/memory_probe.h"
-#include "engine/memory_fit.h"
+#include "engine/plan/memory_fit.h"
 #include "scratch.h"
 #include "zero/zero.h"
 

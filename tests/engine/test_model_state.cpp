@@ -1,5 +1,5 @@
-// The ModelState alone (engine/model_state.h): its arenas are the plan's, every block the plan
-// lists is taken and no other, and values assigned from a ValueSource come back from wherever
+// The ModelState alone (engine/state/model_state.h): its arenas are the plan's, every block the
+// plan lists is taken and no other, and values assigned from a ValueSource come back from wherever
 // they live (device memory, host memory, the optimizer's swap file).
 #include <catch2/catch.hpp>
 

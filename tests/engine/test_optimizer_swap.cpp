@@ -1,5 +1,5 @@
-// The OptimizerSwap's second regions (engine/optimizer_swap.h), super_offload's step on NVMe to
-// come: a speculated step reads each group's state as it stands and writes the other region;
+// The OptimizerSwap's second regions (engine/state/optimizer_swap.h), super_offload's step on NVMe
+// to come: a speculated step reads each group's state as it stands and writes the other region;
 // dropping the speculation leaves every group as it was, keeping it makes the written regions
 // current without a copy, and the normal step, peek and a later speculation then see the kept
 // state. Odd group sizes, an empty group, fewer buffers than groups, an order unlike the
@@ -12,7 +12,7 @@
 
 #include "device/arena.h"
 #include "device/device.h"
-#include "engine/optimizer_swap.h"
+#include "engine/state/optimizer_swap.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
 #include "tests/scratch.h"

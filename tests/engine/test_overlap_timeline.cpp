@@ -1,4 +1,4 @@
-// The overlap of communication with compute (engine/overlap_timeline.h): the interval
+// The overlap of communication with compute (engine/collectives/overlap_timeline.h): the interval
 // arithmetic against a plain count on a fine grid for random intervals, and the timeline's
 // pairing of events (nested hooks merge, a group is one span, nothing records after stop) on
 // the CPU device, whose events carry the host clock.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "device/device.h"
-#include "engine/overlap_timeline.h"
+#include "engine/collectives/overlap_timeline.h"
 
 namespace zero::engine {
 namespace {

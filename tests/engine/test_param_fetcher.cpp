@@ -1,4 +1,4 @@
-// The ParamFetcher alone (engine/param_fetcher.h), over a fake ShardStore, the local
+// The ParamFetcher alone (engine/fetching/param_fetcher.h), over a fake ShardStore, the local
 // communicator and the asynchronous CPU device: what it asks of the store for each kind of
 // shard, and that what it gathers is the shard.
 #include <catch2/catch.hpp>
@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "comm/backends.h"
+#include "config/config.h"
 #include "device/arena.h"
 #include "device/device.h"
-#include "engine/config/config.h"
 #include "engine/engine_context.h"
-#include "engine/memory_plan.h"
-#include "engine/param_fetcher.h"
-#include "engine/registry.h"
-#include "engine/shard_store.h"
+#include "engine/fetching/param_fetcher.h"
+#include "engine/plan/memory_plan.h"
+#include "engine/plan/registry.h"
+#include "engine/state/shard_store.h"
 
 namespace zero::engine {
 namespace {

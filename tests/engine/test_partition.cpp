@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "engine/partition.h"
+#include "engine/plan/partition.h"
 
 namespace zero::engine {
 namespace {

@@ -1,6 +1,6 @@
-// Tests of engine/registry.h: registration order and indices, numel, tied and frozen parameters,
-// every usage error with its message, and the per-entry hashes and descriptions the engine's
-// cross-rank check relies on.
+// Tests of engine/plan/registry.h: registration order and indices, numel, tied and frozen
+// parameters, every usage error with its message, and the per-entry hashes and descriptions the
+// engine's cross-rank check relies on.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "engine/registry.h"
+#include "engine/plan/registry.h"
 
 namespace {
 

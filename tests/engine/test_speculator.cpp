@@ -1,7 +1,7 @@
-// SuperOffload's speculation: the Speculator alone (engine/speculator.h) against its contract
-// (a group is final after the last bucket holding part of it; each armed group stepped once,
-// after that bucket; finish() waits, steps what no bucket reported and rethrows a failure; the
-// policy's turning off and on), then the Stepper with it on owned gradients written into the
+// SuperOffload's speculation: the Speculator alone (engine/stepping/speculator.h) against its
+// contract (a group is final after the last bucket holding part of it; each armed group stepped
+// once, after that bucket; finish() waits, steps what no bucket reported and rethrows a failure;
+// the policy's turning off and on), then the Stepper with it on owned gradients written into the
 // ModelState: a speculated step that stands, one rolled back by clipping and one by an fp16
 // skip give what the step without speculation gives.
 #include <catch2/catch.hpp>

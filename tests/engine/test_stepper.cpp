@@ -1,4 +1,4 @@
-// The Stepper alone (engine/stepper.h), on owned gradients written directly into the
+// The Stepper alone (engine/stepping/stepper.h), on owned gradients written directly into the
 // ModelState: the reported norm is the unscaled gradients', clipping divides the gradient by
 // DeepSpeed's coefficient, a non-finite fp16 gradient skips the step (masters unchanged,
 // counters and gradients as DeepSpeed leaves them), and the result lands in every placement

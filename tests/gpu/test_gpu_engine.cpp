@@ -12,8 +12,8 @@
 #include <cuda_runtime.h>
 
 #include "comm/create.h"
+#include "config/config.h"
 #include "device/device.h"
-#include "engine/config/config.h"
 #include "engine/engine.h"
 
 namespace zero {

@@ -11,8 +11,8 @@
 #include <nccl.h>
 
 #include "comm/create.h"
+#include "config/config.h"
 #include "device/device.h"
-#include "engine/config/config.h"
 #include "engine/engine.h"
 
 namespace zero {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/model.h"
 #include "models/layers/layers.h"

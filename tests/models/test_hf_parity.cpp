@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "models/gpt/hf_config.h"
 #include "models/gpt/hf_layout.h"
 #include "models/gpt/model.h"

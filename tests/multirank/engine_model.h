@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "comm/create.h"
+#include "config/config.h"
 #include "device/device.h"
-#include "engine/config/config.h"
 #include "engine/engine.h"
 
 namespace zero::testing {

@@ -19,8 +19,8 @@
 
 #include "base/error.h"
 #include "base/half.h"
-#include "engine/checkpoint/manifest.h"
-#include "engine/checkpoint/safetensors.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
 #include "engine_model.h"
 #include "multirank.h"
 #include "shared_dir.h"

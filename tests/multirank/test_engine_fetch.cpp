@@ -13,8 +13,8 @@
 
 #include "base/error.h"
 #include "comm/create.h"
+#include "config/config.h"
 #include "device/device.h"
-#include "engine/config/config.h"
 #include "engine/engine.h"
 #include "engine_model.h"
 #include "multirank.h"

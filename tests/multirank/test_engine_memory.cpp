@@ -255,9 +255,9 @@ TEST_CASE("engine memory: bytes by kind are the table's plus the documented buff
   }
 }
 
-// The fit check (engine/memory_fit.h) over the ranks of each machine: their needs add up, every
-// rank refuses together, and rank 0's ZERO_MEMORY_CHECK holds on all of them. On several nodes
-// (ctest -L multinode) each node's ranks add up their own (Open MPI's local size and rank).
+// The fit check (engine/plan/memory_fit.h) over the ranks of each machine: their needs add up,
+// every rank refuses together, and rank 0's ZERO_MEMORY_CHECK holds on all of them. On several
+// nodes (ctest -L multinode) each node's ranks add up their own (Open MPI's local size and rank).
 TEST_CASE("engine memory: the fit check adds up the machine's ranks and refuses on all of them",
           "[engine]") {
   const std::string config =

@@ -69,7 +69,7 @@ TEST_CASE("engine swap: settings the pipeline cannot work with are refused at in
   }
   // The test model's groups are small whatever sub_group_size says, so the buffers are made
   // too many instead: 1e8 of them, over a terabyte, fit in no host's memory. The check that the
-  // run fits the machine refuses them first (engine/memory_fit.h); without it, the swap's own
+  // run fits the machine refuses them first (engine/plan/memory_fit.h); without it, the swap's own
   // check, against half the host's physical memory.
   try {
     make_engine(nvme_config(dir.path, 100000000, "1e12"));

@@ -2,7 +2,10 @@
 # The layering rule, checked on every quoted #include of the sources (docs/design.md, "Layout"):
 #   tools/zero-train, models  -> include/zero (zero/zero.h) and models, nothing internal
 #   other tools                -> anything (they are zero's own utilities), not tools/zero-train
-#   engine                     -> engine, comm, offload, optim, device, base, zero/zero.h
+#   engine                     -> engine, config, checkpoint, comm, offload, optim, device, base,
+#                                 zero/zero.h
+#   config                     -> config, optim, base (the optimizer and schedule types)
+#   checkpoint                 -> checkpoint, base
 #   comm, offload, optim       -> themselves, device, base; never each other
 #   device                     -> device, base
 #   base                       -> base
@@ -19,10 +22,12 @@ allowed() {  # layer of the including file -> the first path components it may i
     comm) echo "comm device base" ;;
     offload) echo "offload device base" ;;
     optim) echo "optim device base" ;;
-    engine) echo "engine comm offload optim device base zero" ;;
+    config) echo "config optim base" ;;
+    checkpoint) echo "checkpoint base" ;;
+    engine) echo "engine config checkpoint comm offload optim device base zero" ;;
     models) echo "models zero" ;;
     zero-train) echo "zero tools/zero-train tools/cli_checks.h models" ;;
-    tools) echo "tools base device comm offload optim engine models zero" ;;
+    tools) echo "tools base device comm offload optim config checkpoint engine models zero" ;;
     include) echo "" ;;
   esac
 }
@@ -34,7 +39,10 @@ while IFS= read -r file; do
     tools/zero-train/*) layer=zero-train ;;
     *) layer=${file%%/*} ;;
   esac
-  case $layer in base | device | comm | offload | optim | engine | models | zero-train | tools | include) ;; *) continue ;; esac
+  case $layer in
+    base | device | comm | offload | optim | config | checkpoint | engine | models | zero-train | tools | include) ;;
+    *) continue ;;
+  esac
   read -r -a ok <<<"$(allowed "$layer")"
   while IFS=: read -r line text; do
     target=$(sed -E 's/^#include "([^"]+)".*/\1/' <<<"$text")

@@ -18,8 +18,8 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "comm/create.h"
+#include "config/config.h"
 #include "device/device.h"
-#include "engine/config/config.h"
 #include "engine/engine.h"
 
 namespace zero::bench {

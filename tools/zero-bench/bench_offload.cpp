@@ -16,7 +16,7 @@
 #include "base/timer.h"
 #include "device/arena.h"
 #include "device/device.h"
-#include "engine/optimizer_swap.h"
+#include "engine/state/optimizer_swap.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
 #include "optim/optimizer.h"

@@ -1,6 +1,6 @@
-// zero-bench offload: the NVMe-offloaded optimizer step (engine/optimizer_swap: reads, the fused
-// CPU Adam and writes of each sub-group, pipelined through pinned buffers) next to, in the same
-// run, the same reads and writes with no compute and the Adam alone on data in memory. The
+// zero-bench offload: the NVMe-offloaded optimizer step (engine/state/optimizer_swap: reads, the
+// fused CPU Adam and writes of each sub-group, pipelined through pinned buffers) next to, in the
+// same run, the same reads and writes with no compute and the Adam alone on data in memory. The
 // target is a step within 1.15 x max(I/O, Adam): the pipeline hides the shorter of the two.
 #pragma once
 

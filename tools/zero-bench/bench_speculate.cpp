@@ -15,8 +15,8 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "comm/backends.h"
+#include "config/config.h"
 #include "device/device.h"
-#include "engine/config/config.h"
 #include "engine/engine.h"
 #include "tools/zero-bench/bench_stats.h"
 

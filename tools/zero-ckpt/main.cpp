@@ -27,10 +27,10 @@
 #include "base/bytes.h"
 #include "base/error.h"
 #include "base/timer.h"
-#include "engine/checkpoint/durable.h"
-#include "engine/checkpoint/manifest.h"
-#include "engine/checkpoint/reader.h"
-#include "engine/checkpoint/safetensors.h"
+#include "checkpoint/durable.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/safetensors.h"
 #include "models/gpt/hf_layout.h"
 
 namespace {

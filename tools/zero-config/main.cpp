@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
-#include "engine/config/config.h"
+#include "config/config.h"
 #include "tools/cli_checks.h"
 
 namespace {

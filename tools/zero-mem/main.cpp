@@ -14,8 +14,8 @@
 
 #include "base/bytes.h"
 #include "base/error.h"
+#include "config/json_text.h"
 #include "device/device.h"
-#include "engine/config/json_text.h"
 #include "tools/cli_checks.h"
 #include "tools/zero-mem/planner.h"
 #include "tools/zero-mem/report.h"

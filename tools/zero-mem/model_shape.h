@@ -18,7 +18,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/registry.h"
+#include "engine/plan/registry.h"
 #include "models/activation_bytes.h"
 #include "models/gpt/config.h"
 #include "models/llama/config.h"

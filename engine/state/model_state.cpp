@@ -1,0 +1,276 @@
+// ModelState: where the model state lives, its allocation, and values in and out of it (see
+// model_state.h). What each stage holds per rank is docs/design.md's table; README "Memory"
+// lists the buffers beside it. The NVMe half (the swaps, the I/O, shards as the fetcher reads
+// them) is swap_state.cpp.
+#include "engine/state/model_state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace zero::engine {
+
+ModelState::ModelState(const EngineContext& context, const MemoryPlan& plan,
+                       const EngineOptions& options)
+    : ctx_(context),
+      plan_(plan),
+      options_(options),
+      modes_(context.layout.modes),
+      rank_(context.shards().rank()),
+      full_(context.registry.param_count(), nullptr) {
+  if ((modes_.optimizer_offload || modes_.param_offload) && ctx_.device.offload_beside()) {
+    // The owned state is in pinned memory, where a CPU device of its own computes on it
+    // (beside a GPU, or the asynchronous CPU device that stands in for one).
+    host_ = create_cpu_device(CpuDeviceMode::sync);
+    host_scalars_ = static_cast<float*>(host_->reserve(Tier::host, kScratchBytes));
+  }
+}
+
+ModelState::~ModelState() {
+  param_swap_.reset();  // its writes in flight use the file and the host arena
+  if (host_scalars_ != nullptr) host_->unreserve(Tier::host, host_scalars_, kScratchBytes);
+}
+
+std::size_t ModelState::owned_valid(std::size_t param) const {
+  return ctx_.layout.params[param].shape.valid(modes_.stage == 0 ? 0 : rank_);
+}
+
+Device& ModelState::state_device() {
+  return modes_.optimizer_offload ? host_device() : ctx_.device;
+}
+
+Device& ModelState::host_device() {
+  return host_ ? *host_ : ctx_.device;
+}
+
+float* ModelState::state_scalars(float* device_scratch) {
+  return modes_.optimizer_offload && host_ ? host_scalars_ : device_scratch;
+}
+
+bool ModelState::master_is_param() const noexcept {
+  return !modes_.mixed && modes_.stage == 0;
+}
+
+float* ModelState::master_of(std::size_t param) {
+  if (master_is_param()) return static_cast<float*>(full_[param]);
+  return master_ + ctx_.layout.params[param].flat;
+}
+
+void* ModelState::shard_source(std::size_t param) {
+  const ParamPlacement& place = ctx_.layout.params[param];
+  if (swapped_param(param)) return nullptr;  // on NVMe: copy_shard reads it
+  if (place.compute_flat != kNone) {
+    return static_cast<char*>(compute_shard_) + place.compute_flat * dtype_size(modes_.compute);
+  }
+  return master_ + place.flat;  // fp32 trainable: the master is the compute shard
+}
+
+std::array<const Arena*, 5> ModelState::arenas() const {
+  return {state_arena_.get(), offload_arena_.get(), param_arena_.get(), nvme_arena_.get(),
+          param_swap_ ? &param_swap_->arena() : nullptr};
+}
+
+ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
+  const Layout& layout = ctx_.layout;
+  Device& device = ctx_.device;
+  const DType compute = modes_.compute;
+  const DType state_dtype = ctx_.config.optimizer_state_dtype;
+  const MemoryPlan& plan = plan_;
+  // Refused before any memory is taken.
+  if (modes_.optimizer_nvme) check_swap_buffers();
+
+  // The arenas the plan sizes, then its blocks, in its order: the plan's sums are what is
+  // taken here, by construction.
+  if (plan.offload.made()) {
+    offload_arena_ = std::make_unique<Arena>(&device, plan.offload.tier, plan.offload.capacity,
+                                             plan.offload.name);
+  }
+  state_arena_ =
+      std::make_unique<Arena>(&device, Tier::device, plan.state.capacity, plan.state.name);
+  if (plan.param.made()) {
+    param_arena_ =
+        std::make_unique<Arena>(&device, plan.param.tier, plan.param.capacity, plan.param.name);
+  }
+  Stream& stream = device.default_stream();
+  Device& owned_device = state_device();
+  Stream& owned_stream = owned_device.default_stream();
+  PartsMemory parts;
+  parts.full_grads.assign(ctx_.registry.param_count(), nullptr);
+  void* reduce_staging = nullptr;
+  for (const PlannedBlock& block : plan.blocks) {
+    Arena& arena = block.arena == ArenaRole::state     ? *state_arena_
+                   : block.arena == ArenaRole::offload ? *offload_arena_
+                                                       : *param_arena_;
+    const auto take = [&]() -> void* {
+      if (block.bytes == 0) return nullptr;
+      const Block taken = arena.allocate(block.kind, block.bytes);
+      blocks_.push_back(taken);
+      return taken.ptr;
+    };
+    switch (block.role) {
+      case BlockRole::full_param:
+        full_[block.index] = take();
+        break;
+      case BlockRole::full_grad:  // the GradReducer's for the run
+        parts.full_grads[block.index] = take();
+        break;
+      case BlockRole::master:
+        master_ = static_cast<float*>(take());
+        if (master_ != nullptr) {
+          owned_device.fill(master_, DType::f32, layout.resident_end, 0.0f, owned_stream);
+        }
+        break;
+      case BlockRole::grad_flat:
+        grad_flat_ = take();
+        if (grad_flat_ != nullptr) {
+          owned_device.fill(grad_flat_, modes_.accum,
+                            modes_.grad_nvme ? layout.resident_end : layout.owned.total, 0.0f,
+                            owned_stream);
+        }
+        break;
+      case BlockRole::moment:
+        moments_[block.index] = take();
+        if (moments_[block.index] != nullptr) {
+          owned_device.fill(moments_[block.index], state_dtype, layout.resident_end, 0.0f,
+                            owned_stream);
+        }
+        break;
+      case BlockRole::reduce_staging:
+        reduce_staging = take();
+        break;
+      case BlockRole::param_staging:
+        param_staging_ = take();
+        break;
+      case BlockRole::speculation_backup:
+        backup_[block.index] = take();
+        break;
+      case BlockRole::optimizer_swap:  // takes its buffers from the offload arena
+        owned_stream.synchronize();
+        open_swap_io(job_id);
+        set_up_swap();
+        break;
+      case BlockRole::grad_swap:  // takes its buffers from the offload arena
+        set_up_grad_swap();
+        break;
+      case BlockRole::compute_shard:
+        compute_shard_ = take();
+        if (compute_shard_ == nullptr) break;
+        if (block.arena == ArenaRole::param) {  // host memory: zeroed by the host
+          host_device().fill(compute_shard_, compute, layout.compute_resident_end, 0.0f,
+                             host_device().default_stream());
+          host_device().default_stream().synchronize();
+        } else {
+          device.fill(compute_shard_, compute, layout.compute_shards.total, 0.0f, stream);
+        }
+        break;
+      case BlockRole::param_swap:  // takes its buffers from the param arena
+        open_swap_io(job_id);
+        param_swap_ = std::make_unique<ParamSwap>(ctx_, plan, *aio_, *swap_dir_, *param_arena_);
+        break;
+      case BlockRole::bucket:
+        parts.bucket_buffers.push_back(take());
+        break;
+      case BlockRole::gather_buffer:
+        gather_buffer_ = take();
+        break;
+    }
+  }
+  owned_stream.synchronize();
+  if (plan.grad.made()) {
+    parts.grad_arena =
+        std::make_unique<Arena>(&device, Tier::device, plan.grad.capacity, plan.grad.name);
+  }
+  // Reduced blocks go into the owned gradient shard; with optimizer offload it is in pinned
+  // memory, where the CPU adds them in after they come down.
+  parts.reduce_target.grad_flat = grad_flat_;
+  parts.reduce_target.accum = modes_.accum;
+  parts.reduce_target.adder = modes_.optimizer_offload ? &state_device() : &device;
+  parts.reduce_target.staging = modes_.optimizer_offload ? reduce_staging : nullptr;
+  parts.reduce_target.swap = grad_swap_.get();
+  parts.reduce_target.resident_end = layout.resident_end;
+  if (plan.gather.made()) {
+    parts.gather_arena =
+        std::make_unique<Arena>(&device, Tier::device, plan.gather.capacity, plan.gather.name);
+  }
+  stream.synchronize();
+  return parts;
+}
+
+void ModelState::put_state(std::size_t flat, const float* values, const void* const* moments_in,
+                           std::size_t count) {
+  const Layout& layout = ctx_.layout;
+  const int moment_count = ctx_.config.optimizer.state_buffers();
+  const char* moment_in[2] = {static_cast<const char*>(moments_in[0]),
+                              static_cast<const char*>(moments_in[1])};
+  const DType state_dtype = ctx_.config.optimizer_state_dtype;
+  const std::size_t state_size = dtype_size(state_dtype);
+  while (count > 0) {
+    if (flat < layout.resident_end) {
+      // In memory: with offload host memory the host writes; else device memory, through the
+      // device's copies (fp32 at stage 0 keeps no master: the compute copy is the value).
+      const std::size_t n = std::min(count, layout.resident_end - flat);
+      Device& d = modes_.optimizer_offload ? host_device() : ctx_.device;
+      if (master_ != nullptr) d.copy(master_ + flat, values, n * sizeof(float));
+      for (int m = 0; m < moment_count; ++m) {
+        char* to = static_cast<char*>(moments_[m]) + flat * state_size;
+        if (moment_in[m] != nullptr) {
+          d.copy(to, moment_in[m], n * state_size);
+        } else {
+          d.fill(to, state_dtype, n, 0.0f, d.default_stream());
+          d.default_stream().synchronize();
+        }
+      }
+      flat += n, values += n, count -= n;
+      for (const char*& in : moment_in) {
+        if (in != nullptr) in += n * state_size;
+      }
+      continue;
+    }
+    // The swapped groups are filled in order (zeroed: moments without values stay zero); one
+    // skipped (no values) is written as zeros.
+    const std::size_t g = group_at(flat);
+    const std::size_t s = g - layout.resident_groups;
+    if (filling_ != s) {
+      const std::size_t from = filling_ == kNone ? 0 : filling_ + 1;
+      if (filling_ != kNone) swap_->commit(filling_);
+      for (std::size_t k = from; k < s; ++k) {
+        swap_->fill(k);
+        swap_->commit(k);
+      }
+      swap_->fill(s);
+      filling_ = s;
+    }
+    const GroupView view = swap_->filled(s);
+    const std::size_t group_end = layout.group_lo[g] + layout.step_groups[g].block;
+    const std::size_t n = std::min(count, group_end - flat);
+    const std::size_t at = flat - layout.group_lo[g];
+    std::memcpy(view.master + at, values, n * sizeof(float));
+    for (int m = 0; m < moment_count; ++m) {
+      if (moment_in[m] == nullptr) continue;
+      std::memcpy(static_cast<char*>(view.state[m]) + at * state_size, moment_in[m],
+                  n * state_size);
+      moment_in[m] += n * state_size;
+    }
+    flat += n, values += n, count -= n;
+  }
+}
+
+void ModelState::finish_state() {
+  if (!swap_) return;
+  const std::size_t from = filling_ == kNone ? 0 : filling_ + 1;
+  if (filling_ != kNone) swap_->commit(filling_);
+  for (std::size_t k = from; k < swap_->groups(); ++k) {
+    swap_->fill(k);
+    swap_->commit(k);
+  }
+  swap_->finish();
+  filling_ = kNone;
+}
+
+void ModelState::keep_swap_files(const std::string& why) {
+  if (swap_dir_) swap_dir_->keep(why);
+}
+
+}  // namespace zero::engine

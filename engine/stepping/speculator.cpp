@@ -1,0 +1,178 @@
+// Speculator: when a step group's gradient is final, and the worker that steps it (see
+// speculator.h).
+#include "engine/stepping/speculator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "base/log.h"
+
+namespace zero::engine {
+
+Speculator::Speculator(const Layout& layout)
+    : last_bucket_(layout.step_groups.size(), kNone),
+      final_after_(layout.buckets.size()),
+      queued_(layout.step_groups.size(), false) {
+  // Per trainable parameter, the buckets holding a piece of its shard, with the piece's range.
+  struct Held {
+    std::size_t bucket, begin, end;
+  };
+  std::vector<std::vector<Held>> held(layout.trainable.size());
+  for (std::size_t b = 0; b < layout.buckets.size(); ++b) {
+    for (const BucketPiece& piece : layout.buckets[b].pieces) {
+      held[piece.param].push_back({b, piece.begin, piece.end});
+    }
+  }
+  for (std::size_t g = 0; g < layout.step_groups.size(); ++g) {
+    std::size_t last = kNone;
+    for (const BucketPiece& piece : layout.step_groups[g].pieces) {
+      for (const Held& h : held[piece.param]) {
+        if (h.begin < piece.end && piece.begin < h.end) {
+          last = last == kNone ? h.bucket : std::max(last, h.bucket);
+        }
+      }
+    }
+    last_bucket_[g] = last;
+    if (last == kNone) {
+      unbucketed_.push_back(g);
+    } else {
+      final_after_[last].push_back(g);
+    }
+  }
+}
+
+std::vector<std::size_t> Speculator::order() const {
+  std::vector<std::size_t> out;
+  out.reserve(last_bucket_.size());
+  for (const std::vector<std::size_t>& groups : final_after_) {
+    out.insert(out.end(), groups.begin(), groups.end());
+  }
+  out.insert(out.end(), unbucketed_.begin(), unbucketed_.end());
+  return out;
+}
+
+Speculator::~Speculator() {
+  stop();
+}
+
+void Speculator::stop() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    armed_ = false;
+    outstanding_ -= queue_.size();
+    queue_.clear();
+  }
+  wake_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+bool Speculator::arm(std::function<void(std::size_t)> step) {
+  std::lock_guard lock(mutex_);
+  if (stopping_ || !counts_.on) return false;
+  step_ = std::move(step);
+  std::fill(queued_.begin(), queued_.end(), false);
+  failure_ = nullptr;
+  outstanding_ = 0;
+  armed_ = true;
+  if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
+  return true;
+}
+
+bool Speculator::armed() const {
+  std::lock_guard lock(mutex_);
+  return armed_;
+}
+
+void Speculator::queue_locked(std::size_t group) {
+  if (queued_[group]) return;
+  queued_[group] = true;
+  queue_.push_back(group);
+  outstanding_ += 1;
+}
+
+void Speculator::bucket_added(std::size_t bucket) noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    if (!armed_ || bucket >= final_after_.size()) return;
+    for (std::size_t g : final_after_[bucket]) queue_locked(g);
+  }
+  wake_.notify_one();
+}
+
+void Speculator::finish() {
+  std::unique_lock lock(mutex_);
+  if (!armed_) return;
+  // Every gradient is final now: the groups not yet given (no bucket, or buckets whose
+  // epilogue did not report) follow in order.
+  for (std::size_t g = 0; g < queued_.size(); ++g) queue_locked(g);
+  wake_.notify_one();
+  done_.wait(lock, [this] { return outstanding_ == 0 || failure_ != nullptr || stopping_; });
+  armed_ = false;
+  // After a failure the groups still queued are not stepped; the one running ends before the
+  // caller touches the state.
+  outstanding_ -= queue_.size();
+  queue_.clear();
+  done_.wait(lock, [this] { return outstanding_ == 0; });
+  if (failure_ != nullptr) std::rethrow_exception(std::exchange(failure_, nullptr));
+}
+
+void Speculator::run() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    const std::size_t group = queue_.front();
+    queue_.pop_front();
+    const bool skip = failure_ != nullptr;
+    if (!skip) {
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        step_(group);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error != nullptr && failure_ == nullptr) failure_ = error;
+    }
+    outstanding_ -= 1;
+    done_.notify_all();
+  }
+}
+
+void Speculator::record(bool speculated, bool rollback) {
+  std::lock_guard lock(mutex_);
+  if (!speculated) {
+    counts_.held_off += counts_.on ? 0 : 1;
+    if (!counts_.on && !rollback) {
+      counts_.on = true;
+      log::info(
+          "super_offload: a step without clipping or a skip; speculating again (so far {} "
+          "speculated steps, {} rolled back, {} stepped after backward)",
+          counts_.speculated, counts_.rolled_back, counts_.held_off);
+    }
+    return;
+  }
+  counts_.speculated += 1;
+  counts_.rolled_back += rollback ? 1 : 0;
+  history_.push_back(rollback);
+  if (history_.size() > static_cast<std::size_t>(kWindow)) history_.pop_front();
+  const auto rollbacks = std::count(history_.begin(), history_.end(), true);
+  if (rollbacks >= kOffAfter) {
+    counts_.on = false;
+    history_.clear();
+    log::info(
+        "super_offload: {} of the last {} speculated steps were rolled back (clipping or a "
+        "skip); stepping after backward until a step needs neither (so far {} speculated, {} "
+        "rolled back)",
+        rollbacks, kWindow, counts_.speculated, counts_.rolled_back);
+  }
+}
+
+Speculator::Counts Speculator::counts() const {
+  std::lock_guard lock(mutex_);
+  return counts_;
+}
+
+}  // namespace zero::engine

@@ -1,0 +1,669 @@
+// Stepper: the optimizer step at an accumulation boundary (see stepper.h).
+#include "engine/stepping/stepper.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "device/cpu/cpu_kernels.h"
+#include "optim/schedule.h"
+
+namespace zero::engine {
+
+optim::ScheduleValue scheduled(const config::Config& config, std::int64_t k) {
+  return optim::schedule_at(config.scheduler, optim::schedule_iteration(config.scheduler, k),
+                            config.optimizer.lr);
+}
+namespace {
+
+float read_scalar(Device& device, const float* scalar) {
+  float value = 0.0f;
+  device.default_stream().synchronize();
+  device.copy(&value, scalar, sizeof(float));
+  return value;
+}
+
+}  // namespace
+
+Stepper::Stepper(const EngineContext& context, ModelState& state, GradReducer& reducer,
+                 ParamFetcher& fetcher, float* scalars, std::uint64_t seed)
+    : ctx_(context),
+      state_(state),
+      reducer_(reducer),
+      fetcher_(fetcher),
+      scalars_(scalars),
+      modes_(context.layout.modes),
+      rank_(context.shards().rank()),
+      staging_read_(context.device.create_event()),
+      seed_(seed) {
+  if (ctx_.config.precision == config::Precision::fp16) {
+    scaler_ = LossScaler::from_config(ctx_.config.fp16);
+  }
+}
+
+void Stepper::create_optimizer(int cpu_threads) {
+  optim::Formats formats;
+  formats.grad = modes_.grad_shard() ? modes_.accum : modes_.compute;
+  formats.state = ctx_.config.optimizer_state_dtype;
+  formats.param_out = modes_.mixed ? modes_.compute : DType::bf16;
+  formats.copy_out = modes_.mixed;  // fp32: the master is the parameter, nothing is copied out
+  if (ctx_.device.type() == DeviceType::cuda && !modes_.optimizer_offload) {
+    optimizer_ = optim::create_cuda_optimizer(ctx_.config.optimizer, formats);
+  } else {
+    optim::CpuOptimizerOptions cpu;
+    cpu.threads = cpu_threads > 0 ? cpu_threads : 1;
+    if (modes_.speculate) {
+      // super_offload: the optimizer's share of the cores (cpuadam_cores_perc), the rest left
+      // to the backward it runs beside.
+      const double share = ctx_.config.zero.offload_optimizer.cpuadam_cores_perc;
+      cpu.threads = std::max(1, static_cast<int>(std::lround(share * cpu.threads)));
+    }
+    // As work on the state device's stream: on the CPU device its streams may be threads.
+    optimizer_ = optim::create_hosted_cpu_optimizer(state_.state_device(), ctx_.config.optimizer,
+                                                    formats, cpu);
+  }
+  if (modes_.speculate) {
+    const Layout& layout = ctx_.layout;
+    staging_offsets_ = speculation_staging_offsets(layout);
+    for (const Bucket& group : layout.step_groups) {
+      std::size_t begin = kNone, end = 0;
+      for (const BucketPiece& piece : group.pieces) {
+        const std::size_t flat = layout.params[layout.trainable[piece.param]].flat;
+        begin = std::min(begin, flat + piece.begin);
+        end = std::max(end, flat + piece.end);
+      }
+      group_ranges_.emplace_back(begin == kNone ? 0 : begin, end);
+    }
+    speculation_stream_ = state_.state_device().create_stream();
+    const config::Config& config = ctx_.config;
+    const bool checked =
+        config.precision == config::Precision::fp16 ||
+        (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
+    partials_ = std::make_unique<GradPartials>(group_ranges_, grad_flat_count(), checked);
+    // Stage 3 places each speculated group at once: local copies, no collective whose order
+    // the ranks must agree on (stages 1-2 all-gather), and no NVMe write.
+    early_placement_ = speculation_places_early(modes_);
+    if (early_placement_) {
+      placement_stream_ = ctx_.device.create_stream();
+      for (std::size_t b = 0; b < early_staging_buffers(layout); ++b) {
+        staging_free_.push_back(ctx_.device.create_event());
+      }
+    }
+    speculator_ = std::make_unique<Speculator>(layout);
+    if (state_.swap() != nullptr) {
+      for (std::size_t g : speculator_->order()) {
+        if (g >= layout.resident_groups) swap_order_.push_back(g - layout.resident_groups);
+      }
+    }
+  }
+}
+
+void Stepper::stop_speculation() noexcept {
+  if (speculator_) speculator_->stop();
+}
+
+void Stepper::bucket_added(std::size_t bucket) noexcept {
+  if (speculator_) speculator_->bucket_added(bucket);
+}
+
+void Stepper::arm_speculation() {
+  if (!speculator_) return;
+  // The boundary's step as it will be unless the verdict says otherwise: its schedule, and the
+  // gradient scale of a step without clipping.
+  speculation_slices_ = slices();
+  speculation_hyper_ = hyper_for(optimizer_steps_ + 1, 1.0 / scaler_.scale());
+  partials_->begin();
+  speculated_ = 0;
+  OptimizerSwap* swap = state_.swap();
+  if (swap != nullptr) swap->begin_speculation(swap_order_);
+  const bool armed = speculator_->arm([this](std::size_t group) { speculate_group(group); });
+  if (!armed && swap != nullptr) swap->end_speculation(/*keep=*/false);
+}
+
+void Stepper::roll_back() {
+  for (std::size_t g = 0; g < ctx_.layout.resident_groups; ++g) restore_group_state(g);
+  if (OptimizerSwap* swap = state_.swap(); swap != nullptr) swap->end_speculation(false);
+}
+
+void Stepper::keep_swapped() {
+  if (OptimizerSwap* swap = state_.swap(); swap != nullptr) swap->end_speculation(true);
+}
+
+void Stepper::restore_group_state(std::size_t group) {
+  // Exactly what the speculated step kept: each piece's elements (padding is never stepped).
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  for (optim::Slice& piece : kept_pieces(group, out_of(group))) {
+    std::memcpy(piece.master, piece.master_kept, piece.count * sizeof(float));
+    for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
+      std::memcpy(piece.state[k], piece.state_kept[k], piece.count * state_size);
+    }
+  }
+}
+
+std::vector<optim::Slice> Stepper::kept_pieces(std::size_t group, char* out) {
+  // Each piece's masters and moments kept in the backup at the piece's place in the owned
+  // flat order.
+  std::vector<optim::Slice> group_pieces = pieces(group, speculation_slices_, GroupState{}, out);
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  for (optim::Slice& piece : group_pieces) {
+    const auto at = static_cast<std::size_t>(piece.master - state_.master());
+    piece.master_kept = static_cast<float*>(state_.speculation_backup(0)) + at;
+    for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
+      piece.state_kept[k] =
+          static_cast<char*>(state_.speculation_backup(1 + static_cast<std::size_t>(k))) +
+          at * state_size;
+    }
+  }
+  return group_pieces;
+}
+
+void Stepper::speculate_group(std::size_t group) {
+  Timer timer;
+  // Placed early, the staging's buffers in turn, each once the copies out of it are done;
+  // otherwise the group's own place there.
+  const std::size_t buffer = staging_free_.empty() ? 0 : speculated_++ % staging_free_.size();
+  char* out = out_of(group);
+  if (early_placement_) {
+    staging_free_[buffer]->synchronize();
+    out = static_cast<char*>(state_.param_staging()) +
+          buffer * largest_step_group(ctx_.layout) * dtype_size(modes_.compute);
+  }
+  const bool swapped = group >= ctx_.layout.resident_groups;
+  if (swapped) {
+    speculate_swapped(group, out);
+  } else {
+    // The optimizer keeps each piece's masters and moments in the backup as it steps them
+    // (restore_group_state puts them back).
+    optimizer_->step(kept_pieces(group, out), speculation_hyper_, *speculation_stream_);
+    speculation_stream_->synchronize();
+    // The group's part of the norm and the non-finite check, while backward goes on.
+    partials_->group_final(group, owned_grad_on_host(), modes_.accum);
+  }
+  // Stage 3: its updated values into the compute shard now, on a stream of their own (the
+  // group's backward is over: its gradient is final); a rollback places them again.
+  if (early_placement_) {
+    GroupState where;
+    where.staged = swapped;
+    place(group, speculation_slices_, where, out, *placement_stream_);
+    staging_free_[buffer]->record(*placement_stream_);
+  }
+  speculation_seconds_.add(timer.seconds());
+}
+
+void Stepper::speculate_swapped(std::size_t group, char* out) {
+  // Its state as it stands from the current region, its gradient held (the GradSwap takes its
+  // statistics there), the step written to the other region: a rollback drops that write.
+  const std::size_t swapped = group - ctx_.layout.resident_groups;
+  OptimizerSwap& swap = *state_.swap();
+  GradSwap* grad_swap = state_.grad_swap();
+  GroupState where;
+  where.swapped = true;
+  where.view = swap.acquire_speculated(swapped);
+  if (grad_swap != nullptr) where.grad = grad_swap->hold(swapped);
+  optimizer_->step(pieces(group, speculation_slices_, where, out), speculation_hyper_,
+                   *speculation_stream_);
+  speculation_stream_->synchronize();
+  if (!modes_.mixed) stage_masters(group, where, out);
+  if (grad_swap != nullptr) grad_swap->unhold(swapped);
+  swap.release_speculated(swapped);
+}
+
+void Stepper::stage_masters(std::size_t group, const GroupState& where, char* out) {
+  const Layout& layout = ctx_.layout;
+  const Bucket& bucket = layout.step_groups[group];
+  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
+  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
+  for (const BucketPiece& piece : bucket.pieces) {
+    const std::size_t count = piece_valid(piece, speculation_slices_[piece.param].count);
+    if (count == 0) continue;
+    const std::size_t at = layout.params[layout.trainable[piece.param]].flat + piece.begin;
+    std::memcpy(out + (bucket_position(bucket, piece, r) - block_start) * sizeof(float),
+                where.view.master + (at - layout.group_lo[group]), count * sizeof(float));
+  }
+}
+
+optim::StepHyper Stepper::hyper_for(std::int64_t k, double grad_scale) const {
+  const config::Config& config = ctx_.config;
+  const optim::ScheduleValue value = scheduled(config, k);
+  optim::StepHyper hyper;
+  hyper.step = k;
+  hyper.lr = value.lr;
+  hyper.beta1 = value.beta1.value_or(config.optimizer.beta1);
+  hyper.beta2 = value.beta2.value_or(config.optimizer.beta2);
+  hyper.grad_scale = grad_scale;
+  hyper.seed = seed_;
+  return hyper;
+}
+
+void Stepper::restore(std::int64_t global_steps, std::int64_t optimizer_steps,
+                      const LossScaler& scaler, std::uint64_t seed) {
+  global_steps_ = global_steps;
+  optimizer_steps_ = optimizer_steps;
+  scaler_ = scaler;
+  seed_ = seed;
+}
+
+template <class Visit>
+void Stepper::for_each_owned_grad(Visit visit) {
+  if (modes_.grad_shard()) {
+    if (const std::size_t count = grad_flat_count(); count != 0) {
+      visit(state_.grad_flat(), modes_.accum, count);
+    }
+    return;
+  }
+  for (std::size_t p : ctx_.layout.trainable) {
+    visit(reducer_.grad(p), modes_.compute, ctx_.registry.param(p).numel);
+  }
+}
+
+const void* Stepper::owned_grad_on_host() const {
+  return state_.state_device().host_alias(state_.grad_flat());
+}
+
+std::size_t Stepper::grad_flat_count() const {
+  if (!modes_.grad_shard()) return 0;
+  return modes_.grad_nvme ? ctx_.layout.resident_end : ctx_.layout.owned.total;
+}
+
+// A scalar the state device wrote at `slot` of its scratch, reduced over the shard group.
+// With offload beside a GPU it goes up first: the communicator works in device memory.
+float Stepper::reduce_scalar(std::size_t slot, ReduceOp op) {
+  float* value = state_.state_scalars(scalars_) + slot;
+  state_.state_device().default_stream().synchronize();
+  if (value != scalars_ + slot) ctx_.device.copy(scalars_ + slot, value, sizeof(float));
+  Stream& stream = ctx_.device.default_stream();
+  if (modes_.shard_ranks > 1) {
+    ctx_.shards().all_reduce(scalars_ + slot, 1, DType::f32, op, &stream).wait();
+  }
+  return read_scalar(ctx_.device, scalars_ + slot);
+}
+
+bool Stepper::overflow(const GradPartials* partials) {
+  Device& d = state_.state_device();
+  Stream& stream = d.default_stream();
+  float* flag = state_.state_scalars(scalars_) + 1;
+  if (partials != nullptr) {  // taken in backward (the swapped groups' by the GradSwap)
+    GradSwap* swap = state_.grad_swap();
+    const bool any = partials->any_nonfinite() || (swap != nullptr && swap->any_nonfinite());
+    d.fill(flag, DType::f32, 1, any ? 1.0f : 0.0f, stream);
+    return reduce_scalar(1, ReduceOp::max) != 0.0f;
+  }
+  d.fill(flag, DType::f32, 1, 0.0f, stream);
+  for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
+    d.check_finite(data, dtype, count, flag, stream);
+  });
+  if (GradSwap* swap = state_.grad_swap(); swap != nullptr && swap->any_nonfinite()) {
+    d.fill(flag, DType::f32, 1, 1.0f, stream);
+  }
+  return reduce_scalar(1, ReduceOp::max) != 0.0f;
+}
+
+double Stepper::grad_norm(const GradPartials* partials) {
+  Device& d = state_.state_device();
+  Stream& stream = d.default_stream();
+  float* sum = state_.state_scalars(scalars_);
+  if (partials != nullptr) {
+    // Taken in backward, block by block as the device's one sum over the shard takes them, and
+    // added in the same order: the same float. With gradient NVMe the swapped groups' sums
+    // follow, in double, as below.
+    double total = partials->sum_squares();
+    if (GradSwap* swap = state_.grad_swap(); swap != nullptr) total += swap->sum_squares();
+    d.fill(sum, DType::f32, 1, static_cast<float>(total), stream);
+  } else if (GradSwap* swap = state_.grad_swap(); swap != nullptr) {
+    // Gradient NVMe: the state device is the CPU and the resident part is in host memory. The
+    // sums are added in double and rounded once, as the device's one sum over the whole shard
+    // is, so the norm is the one the same run without the swap computes.
+    stream.synchronize();
+    double total = 0.0;
+    for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
+      total += cpu::sum_squares(data, dtype, count);
+    });
+    total += swap->sum_squares();
+    d.fill(sum, DType::f32, 1, static_cast<float>(total), stream);
+  } else {
+    d.fill(sum, DType::f32, 1, 0.0f, stream);
+    for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
+      d.sum_squares(data, dtype, count, sum, stream);
+    });
+  }
+  return std::sqrt(static_cast<double>(reduce_scalar(0, ReduceOp::sum)));
+}
+
+std::vector<optim::Slice> Stepper::slices() {
+  const Layout& layout = ctx_.layout;
+  std::vector<optim::Slice> out;
+  out.reserve(layout.trainable.size());
+  const std::size_t csize = dtype_size(modes_.compute);
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  for (std::size_t p : layout.trainable) {
+    const ParamPlacement& place = layout.params[p];
+    const GroupSpec& group = ctx_.registry.group(ctx_.registry.param(p).group);
+    optim::Slice s;
+    // With NVMe a swapped parameter's master and moments are found per step group.
+    const bool resident = !modes_.optimizer_nvme || place.flat < layout.resident_end;
+    s.master = resident ? state_.master_of(p) : nullptr;
+    // With gradient NVMe a swapped parameter's gradient is found per step group too.
+    if (!modes_.grad_shard()) {
+      s.grad = reducer_.grad(p);
+    } else if (!modes_.grad_nvme || place.flat < layout.resident_end) {
+      s.grad = static_cast<const char*>(state_.grad_flat()) + place.flat * dtype_size(modes_.accum);
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (state_.moment(k) != nullptr && resident) {
+        s.state[k] = static_cast<char*>(state_.moment(k)) + place.flat * state_size;
+      }
+    }
+    // Stage 0 writes the replicated copy, stage 3 the compute shard; stages 1-2 write into
+    // the all-gather bucket (set per piece by the caller).
+    if (modes_.mixed && modes_.stage == 0) s.param_out = state_.full(p);
+    if (modes_.mixed && modes_.stage == 3 && !state_.swapped_param(p)) {
+      s.param_out = static_cast<char*>(state_.compute_shard()) + place.compute_flat * csize;
+    }
+    s.count = state_.owned_valid(p);
+    s.weight_decay = group.weight_decay;
+    s.lr_scale = group.lr_scale;
+    // Stochastic rounding keyed by the element's place in the model, not in this rank's
+    // buffer: bf16 optimizer states round the same way at any stage and world size.
+    s.first_index = place.global_first + place.shape.begin(modes_.stage == 0 ? 0 : rank_);
+    out.push_back(s);
+  }
+  return out;
+}
+
+void Stepper::zero_grads() {
+  // The owned shard lazily: the next reduction writes it onto zeros (step() settles it first
+  // should no reduction have come).
+  reducer_.zero_owned();
+  if (state_.grad_swap() != nullptr) state_.grad_swap()->zero();
+  reducer_.zero_full(ctx_.device.default_stream());
+}
+
+StepStats Stepper::step() {
+  const config::Config& config = ctx_.config;
+  StepStats stats;
+  stats.stepped = true;
+  const double scale = scaler_.scale();
+  stats.loss_scale = scale;
+  // The learning rate this step uses, or on a skipped step the one the schedule still holds.
+  const std::int64_t k = optimizer_steps_ + 1;
+  const optim::ScheduleValue value = scheduled(config, k);
+  stats.lr = value.lr;
+
+  // The owned gradient as zeros, should no reduction have written it since the last step.
+  reducer_.settle_owned(grad_flat_count(), state_.state_device().default_stream());
+  // super_offload: every group stepped as speculated before the verdict; restored unless it
+  // stands.
+  const bool speculated = speculator_ != nullptr && speculator_->armed();
+  const GradPartials* partials = nullptr;
+  if (speculated) {
+    speculator_->finish();
+    // The sums and flags of the blocks the worker did not take.
+    partials_->finish(owned_grad_on_host(), modes_.accum);
+    partials = partials_.get();
+    if (early_placement_) placement_stream_->synchronize();
+  }
+  // fp16 always, bf16 with check_grad_overflow: a step on non-finite gradients is skipped.
+  const bool checked =
+      config.precision == config::Precision::fp16 ||
+      (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
+  if (checked && overflow(partials)) {
+    if (speculated) roll_back();
+    if (speculated && early_placement_) place_restored();
+    if (speculator_) speculator_->record(speculated, /*rollback=*/true);
+    if (config.precision == config::Precision::fp16) {
+      scaler_.update(true);  // throws at the minimum scale, before any counter moves
+      global_steps_ += 1;
+      log::info("fp16 gradient overflow: step {} skipped, loss scale {} -> {}", global_steps_,
+                scale, scaler_.scale());
+    } else {
+      global_steps_ += 1;
+      log::warn(
+          "bf16 gradients hold a NaN or an infinity: step {} skipped "
+          "(bf16.check_grad_overflow)",
+          global_steps_);
+    }
+    stats.skipped = true;
+    zero_grads();
+    return stats;
+  }
+
+  global_steps_ += 1;
+  const double norm = grad_norm(partials) / scale;
+  stats.grad_norm = norm;
+  double grad_scale = 1.0 / scale;
+  if (config.gradient_clipping > 0.0) {
+    // DeepSpeed: clip = (norm + 1e-6) / max_norm; gradients divided by clip when it exceeds 1.
+    const double clip = (norm + 1e-6) / config.gradient_clipping;
+    if (clip > 1.0) grad_scale /= clip;
+  }
+
+  const optim::StepHyper hyper = hyper_for(k, grad_scale);
+  // The speculated steps stand when clipping left the scale as speculated (1 / loss scale).
+  const bool clipped = grad_scale != 1.0 / scale;
+  const bool stands = speculated && !clipped && hyper.lr == speculation_hyper_.lr;
+  if (speculated && !stands) roll_back();
+  if (stands) keep_swapped();
+  if (speculator_) speculator_->record(speculated, clipped);
+
+  const std::vector<optim::Slice> all = slices();
+  for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
+    step_group(g, all, hyper, stands, stands && early_placement_);
+  }
+  if (state_.swap()) state_.swap()->finish();
+  if (state_.param_swap()) state_.param_swap()->finish_writes();  // the next gathers read them
+  ctx_.device.default_stream().synchronize();
+  optimizer_steps_ = k;
+  scaler_.update(false);
+  zero_grads();
+  fetcher_.release_unheld(/*stale=*/true);
+  return stats;
+}
+
+void Stepper::place_restored() {
+  const std::vector<optim::Slice> all = slices();
+  Stream& stream = ctx_.device.default_stream();
+  Stream& state_stream = state_.state_device().default_stream();
+  const Layout& layout = ctx_.layout;
+  for (std::size_t g = 0; g < layout.step_groups.size(); ++g) {
+    char* out = out_of(g);
+    // A swapped group's masters are read back from its current region (the step's, dropped).
+    GroupState where;
+    where.swapped = g >= layout.resident_groups;
+    if (where.swapped) where.view = state_.swap()->peek(g - layout.resident_groups);
+    // The compute values are the masters rounded (mixed precision) or the masters themselves.
+    if (modes_.mixed) {
+      staging_read_->synchronize();
+      optimizer_->write_param_out(pieces(g, all, where, out), state_stream);
+      state_stream.synchronize();
+    }
+    place(g, all, where, out, stream);
+    staging_read_->record(stream);
+    if (where.swapped) stream.synchronize();  // the next peek takes the buffer
+  }
+  // The skip returns without the step's own wait, and the next boundary's speculated steps
+  // write this staging again.
+  stream.synchronize();
+}
+
+void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all,
+                         const optim::StepHyper& hyper, bool stepped, bool placed) {
+  const Layout& layout = ctx_.layout;
+  // NVMe: the group's masters and moments come in from the swap for its step; a speculated
+  // step that stood has them in its region already and its values in the staging.
+  GroupState where;
+  where.swapped = group >= layout.resident_groups;
+  const bool swap_in = where.swapped && !stepped;
+  where.staged = where.swapped && stepped;
+  if (swap_in) where.view = state_.swap()->acquire(group - layout.resident_groups);
+  GradSwap* grad_swap = swap_in ? state_.grad_swap() : nullptr;
+  if (grad_swap != nullptr) where.grad = grad_swap->acquire(group - layout.resident_groups);
+  char* out = out_of(group);
+
+  Stream& stream = ctx_.device.default_stream();
+  Stream& state_stream = state_.state_device().default_stream();
+  Stream& step_stream = modes_.optimizer_offload ? state_stream : stream;
+  Timer timer;
+  // The CPU writes the staging the previous group's copies may still read on the device.
+  if (modes_.optimizer_offload) staging_read_->synchronize();
+  if (!stepped) {
+    optimizer_->step(pieces(group, all, where, out), hyper, step_stream);
+    if (ctx_.config.wall_clock_breakdown || modes_.optimizer_offload) step_stream.synchronize();
+    optimizer_seconds_.add(timer.seconds());
+  }
+
+  if (!placed) place(group, all, where, out, stream);
+  if (modes_.optimizer_offload) staging_read_->record(stream);
+  if (swap_in) {
+    stream.synchronize();  // the copies above read the buffer the write takes
+    state_.swap()->release(group - layout.resident_groups);
+    if (grad_swap != nullptr) grad_swap->release(group - layout.resident_groups);
+  }
+  if (modes_.stage == 1 || modes_.stage == 2) all_gather_group(group);
+}
+
+char* Stepper::all_gather_block(std::size_t group) {
+  const std::size_t csize = dtype_size(modes_.compute);
+  return static_cast<char*>(state_.gather_buffer()) +
+         static_cast<std::size_t>(rank_) * ctx_.layout.step_groups[group].block * csize;
+}
+
+char* Stepper::out_of(std::size_t group) {
+  // Speculating with placement after the verdict: each group its own place, since the verdict
+  // comes after every step. Placed early, the boundary's own steps (a rollback's) take the
+  // first buffer, each group after the copies out of it (staging_read_).
+  if (modes_.speculate && !early_placement_) {
+    return static_cast<char*>(state_.param_staging()) +
+           staging_offsets_[group] * dtype_size(modes_.compute);
+  }
+  if (modes_.optimizer_offload || modes_.param_nvme)
+    return static_cast<char*>(state_.param_staging());
+  if (modes_.stage == 1 || modes_.stage == 2) return all_gather_block(group);
+  return nullptr;
+}
+
+std::vector<optim::Slice> Stepper::pieces(std::size_t group, const std::vector<optim::Slice>& all,
+                                          const GroupState& where, char* out) {
+  const Layout& layout = ctx_.layout;
+  const Bucket& bucket = layout.step_groups[group];
+  const std::size_t csize = dtype_size(modes_.compute);
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  const std::size_t grad_size = dtype_size(modes_.grad_shard() ? modes_.accum : modes_.compute);
+  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
+  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
+  std::vector<optim::Slice> pieces;
+  for (const BucketPiece& piece : bucket.pieces) {
+    const optim::Slice& whole = all[piece.param];
+    const std::size_t count = piece_valid(piece, whole.count);
+    if (count == 0) continue;
+    optim::Slice s = whole;
+    const std::size_t at = layout.params[layout.trainable[piece.param]].flat + piece.begin;
+    const std::size_t in_view = at - layout.group_lo[group];
+    s.master = where.swapped ? where.view.master + in_view : whole.master + piece.begin;
+    if (where.grad != nullptr) {
+      s.grad = static_cast<const char*>(where.grad) + in_view * grad_size;
+    } else if (whole.grad != nullptr) {
+      s.grad = static_cast<const char*>(whole.grad) + piece.begin * grad_size;
+    }
+    for (int m = 0; m < ctx_.config.optimizer.state_buffers(); ++m) {
+      s.state[m] = where.swapped ? static_cast<char*>(where.view.state[m]) + in_view * state_size
+                                 : static_cast<char*>(whole.state[m]) + piece.begin * state_size;
+    }
+    if (!modes_.mixed) {
+      s.param_out = nullptr;
+    } else if (out != nullptr) {
+      s.param_out = out + (bucket_position(bucket, piece, r) - block_start) * csize;
+    } else {
+      s.param_out = static_cast<char*>(whole.param_out) + piece.begin * csize;
+    }
+    s.count = count;
+    s.first_index = whole.first_index + piece.begin;
+    pieces.push_back(s);
+  }
+  return pieces;
+}
+
+void Stepper::place(std::size_t group, const std::vector<optim::Slice>& all,
+                    const GroupState& where, char* out, Stream& stream) {
+  const Layout& layout = ctx_.layout;
+  const Bucket& bucket = layout.step_groups[group];
+  const std::size_t csize = dtype_size(modes_.compute);
+  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
+  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
+  const bool all_gather_after = modes_.stage == 1 || modes_.stage == 2;
+  for (const BucketPiece& piece : bucket.pieces) {
+    const std::size_t p = layout.trainable[piece.param];
+    const std::size_t count = piece_valid(piece, all[piece.param].count);
+    const std::size_t at_block = (bucket_position(bucket, piece, r) - block_start) * csize;
+    // The updated compute values the optimizer did not write in place: fp32 masters (the
+    // master is the value), or the staging it wrote half copies to.
+    const void* from = nullptr;
+    if (where.staged) {
+      from = out + at_block;
+    } else if (!modes_.mixed) {
+      const std::size_t at = layout.params[p].flat + piece.begin;
+      from = where.swapped ? where.view.master + (at - layout.group_lo[group])
+                           : all[piece.param].master + piece.begin;
+    } else if (modes_.optimizer_offload || modes_.param_nvme) {
+      from = out + at_block;
+    }
+    if (modes_.stage == 3 && state_.swapped_param(p)) {
+      place_on_nvme(p, piece, from, count);
+      continue;
+    }
+    char* to = nullptr;
+    if (all_gather_after) {
+      to = all_gather_block(group) + at_block;
+    } else if (modes_.stage == 3 && layout.params[p].compute_flat != kNone) {
+      to = static_cast<char*>(state_.compute_shard()) +
+           (layout.params[p].compute_flat + piece.begin) * csize;
+    }
+    if (count != 0 && from != nullptr && to != nullptr && to != from) {
+      ctx_.device.copy_async(to, from, count * csize, stream);
+    }
+  }
+}
+
+// Stage 3, a shard on NVMe: its pieces come in order, assembled whole, written at the last.
+void Stepper::place_on_nvme(std::size_t param, const BucketPiece& piece, const void* from,
+                            std::size_t count) {
+  const std::size_t csize = dtype_size(modes_.compute);
+  Stream& stream = ctx_.device.default_stream();
+  char* shard = state_.param_swap()->assemble(param);
+  if (count != 0 && from != nullptr) {
+    ctx_.device.copy_async(shard + piece.begin * csize, from, count * csize, stream);
+  }
+  if (piece.end == ctx_.layout.params[param].shape.shard) {
+    stream.synchronize();
+    state_.param_swap()->write_assembled();
+  }
+}
+
+void Stepper::all_gather_group(std::size_t group) {
+  const Layout& layout = ctx_.layout;
+  const Bucket& bucket = layout.step_groups[group];
+  const std::size_t csize = dtype_size(modes_.compute);
+  Stream& stream = ctx_.device.default_stream();
+  Timer timer;
+  ctx_.shards()
+      .all_gather(all_gather_block(group), state_.gather_buffer(), bucket.block, modes_.compute,
+                  &stream)
+      .wait();
+  allgather_seconds_.add(timer.seconds());
+  const char* buffer = static_cast<const char*>(state_.gather_buffer());
+  for (const BucketPiece& piece : bucket.pieces) {
+    const std::size_t p = layout.trainable[piece.param];
+    const ShardShape& shape = layout.params[p].shape;
+    for (int q = 0; q < modes_.shard_ranks; ++q) {
+      const std::size_t count = piece_valid(piece, shape.valid(q));
+      if (count == 0) continue;
+      ctx_.device.copy_async(
+          static_cast<char*>(state_.full(p)) + (shape.begin(q) + piece.begin) * csize,
+          buffer + bucket_position(bucket, piece, q) * csize, count * csize, stream);
+    }
+  }
+}
+
+}  // namespace zero::engine
