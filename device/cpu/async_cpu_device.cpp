@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "base/error.h"
-#include "device/cpu/cpu_kernels.h"
 #include "device/cpu/guarded_memory.h"
 #include "device/cpu/stream_worker.h"
 #include "device/device.h"
+#include "device/host_kernels.h"
 #include "device/host_memory.h"
 
 namespace zero {
@@ -205,62 +205,62 @@ class AsyncCpuDevice final : public Device {
             Stream& stream) override {
     const void* from = at(src);
     void* to = at(dst);
-    async_stream(stream).submit([=] { cpu::cast(from, src_dtype, to, dst_dtype, count); });
+    async_stream(stream).submit([=] { host::cast(from, src_dtype, to, dst_dtype, count); });
   }
   void scale(void* data, DType dtype, std::size_t count, float factor, Stream& stream) override {
     void* p = at(data);
-    async_stream(stream).submit([=] { cpu::scale(p, dtype, count, factor); });
+    async_stream(stream).submit([=] { host::scale(p, dtype, count, factor); });
   }
   void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
                   float factor, Stream& stream) override {
     const void* from = at(src);
     void* to = at(dst);
     async_stream(stream).submit(
-        [=] { cpu::accumulate(from, src_dtype, to, dst_dtype, count, factor); });
+        [=] { host::accumulate(from, src_dtype, to, dst_dtype, count, factor); });
   }
   void accumulate_onto_zero(const void* src, DType src_dtype, void* dst, DType dst_dtype,
                             std::size_t count, float factor, Stream& stream) override {
     const void* from = at(src);
     void* to = at(dst);
     async_stream(stream).submit(
-        [=] { cpu::accumulate_onto_zero(from, src_dtype, to, dst_dtype, count, factor); });
+        [=] { host::accumulate_onto_zero(from, src_dtype, to, dst_dtype, count, factor); });
   }
   void fill(void* data, DType dtype, std::size_t count, float value, Stream& stream) override {
     void* p = at(data);
-    async_stream(stream).submit([=] { cpu::fill(p, dtype, count, value); });
+    async_stream(stream).submit([=] { host::fill(p, dtype, count, value); });
   }
   void sum_squares(const void* data, DType dtype, std::size_t count, float* accumulator,
                    Stream& stream) override {
     const void* p = at(data);
     auto* sum = static_cast<float*>(at(accumulator));
     async_stream(stream).submit(
-        [=] { *sum = static_cast<float>(*sum + cpu::sum_squares(p, dtype, count)); });
+        [=] { *sum = static_cast<float>(*sum + host::sum_squares(p, dtype, count)); });
   }
   void check_finite(const void* data, DType dtype, std::size_t count, float* flag,
                     Stream& stream) override {
     const void* p = at(data);
     auto* out = static_cast<float*>(at(flag));
     async_stream(stream).submit([=] {
-      if (cpu::any_nonfinite(p, dtype, count)) *out = 1.0f;
+      if (host::any_nonfinite(p, dtype, count)) *out = 1.0f;
     });
   }
   void quantize(const void* src, DType dtype, std::size_t count, std::size_t parts, void* packed,
                 Stream& stream) override {
     const void* from = at(src);
     void* to = at(packed);
-    async_stream(stream).submit([=] { cpu::quantize(from, dtype, count, parts, to); });
+    async_stream(stream).submit([=] { host::quantize(from, dtype, count, parts, to); });
   }
   void dequantize(const void* packed, std::size_t count, std::size_t parts, void* dst, DType dtype,
                   Stream& stream) override {
     const void* from = at(packed);
     void* to = at(dst);
-    async_stream(stream).submit([=] { cpu::dequantize(from, count, parts, to, dtype); });
+    async_stream(stream).submit([=] { host::dequantize(from, count, parts, to, dtype); });
   }
   void dequantize_sum(const void* packed, std::size_t count, std::size_t parts, void* dst,
                       DType dtype, Stream& stream) override {
     const void* from = at(packed);
     void* to = at(dst);
-    async_stream(stream).submit([=] { cpu::dequantize_sum(from, count, parts, to, dtype); });
+    async_stream(stream).submit([=] { host::dequantize_sum(from, count, parts, to, dtype); });
   }
 
  private:

@@ -1,14 +1,14 @@
 // The synchronous CPU device: memory tiers are host mappings (pinned ones locked with mlock),
 // streams and events are trivial because every call completes on the calling thread, and the
-// kernels are device/cpu/cpu_kernels. Also the choice of CPU device mode (ZERO_CPU_DEVICE).
+// kernels are device/host_kernels. Also the choice of CPU device mode (ZERO_CPU_DEVICE).
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "base/error.h"
-#include "device/cpu/cpu_kernels.h"
 #include "device/device.h"
+#include "device/host_kernels.h"
 #include "device/host_memory.h"
 
 namespace zero {
@@ -93,41 +93,41 @@ class CpuDevice final : public Device {
 
   void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
             Stream&) override {
-    cpu::cast(src, src_dtype, dst, dst_dtype, count);
+    host::cast(src, src_dtype, dst, dst_dtype, count);
   }
   void scale(void* data, DType dtype, std::size_t count, float factor, Stream&) override {
-    cpu::scale(data, dtype, count, factor);
+    host::scale(data, dtype, count, factor);
   }
   void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
                   float factor, Stream&) override {
-    cpu::accumulate(src, src_dtype, dst, dst_dtype, count, factor);
+    host::accumulate(src, src_dtype, dst, dst_dtype, count, factor);
   }
   void accumulate_onto_zero(const void* src, DType src_dtype, void* dst, DType dst_dtype,
                             std::size_t count, float factor, Stream&) override {
-    cpu::accumulate_onto_zero(src, src_dtype, dst, dst_dtype, count, factor);
+    host::accumulate_onto_zero(src, src_dtype, dst, dst_dtype, count, factor);
   }
   void fill(void* data, DType dtype, std::size_t count, float value, Stream&) override {
-    cpu::fill(data, dtype, count, value);
+    host::fill(data, dtype, count, value);
   }
   void sum_squares(const void* data, DType dtype, std::size_t count, float* accumulator,
                    Stream&) override {
-    *accumulator = static_cast<float>(*accumulator + cpu::sum_squares(data, dtype, count));
+    *accumulator = static_cast<float>(*accumulator + host::sum_squares(data, dtype, count));
   }
   void check_finite(const void* data, DType dtype, std::size_t count, float* flag,
                     Stream&) override {
-    if (cpu::any_nonfinite(data, dtype, count)) *flag = 1.0f;
+    if (host::any_nonfinite(data, dtype, count)) *flag = 1.0f;
   }
   void quantize(const void* src, DType dtype, std::size_t count, std::size_t parts, void* packed,
                 Stream&) override {
-    cpu::quantize(src, dtype, count, parts, packed);
+    host::quantize(src, dtype, count, parts, packed);
   }
   void dequantize(const void* packed, std::size_t count, std::size_t parts, void* dst, DType dtype,
                   Stream&) override {
-    cpu::dequantize(packed, count, parts, dst, dtype);
+    host::dequantize(packed, count, parts, dst, dtype);
   }
   void dequantize_sum(const void* packed, std::size_t count, std::size_t parts, void* dst,
                       DType dtype, Stream&) override {
-    cpu::dequantize_sum(packed, count, parts, dst, dtype);
+    host::dequantize_sum(packed, count, parts, dst, dtype);
   }
 
  private:

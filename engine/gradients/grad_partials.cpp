@@ -4,20 +4,20 @@
 
 #include <algorithm>
 
-#include "device/cpu/cpu_kernels.h"
+#include "device/host_kernels.h"
 
 namespace zero::engine {
 
 GradPartials::GradPartials(const std::vector<std::pair<std::size_t, std::size_t>>& group_ranges,
                            std::size_t count, bool nonfinite)
     : count_(count), nonfinite_(nonfinite), blocks_of_(group_ranges.size()) {
-  const std::size_t blocks = (count + cpu::kSquaresBlock - 1) / cpu::kSquaresBlock;
+  const std::size_t blocks = (count + host::kSquaresBlock - 1) / host::kSquaresBlock;
   groups_over_.assign(blocks, 0);
   for (std::size_t g = 0; g < group_ranges.size(); ++g) {
     const auto [begin, end] = group_ranges[g];
     const std::size_t stop = std::min(end, count);
     if (begin >= stop) continue;
-    for (std::size_t b = begin / cpu::kSquaresBlock; b * cpu::kSquaresBlock < stop; ++b) {
+    for (std::size_t b = begin / host::kSquaresBlock; b * host::kSquaresBlock < stop; ++b) {
       blocks_of_[g].push_back(b);
       groups_over_[b] += 1;
     }
@@ -35,11 +35,11 @@ void GradPartials::begin() {
 }
 
 void GradPartials::take(std::size_t block, const void* grad, DType dtype) {
-  const std::size_t at = block * cpu::kSquaresBlock;
-  const std::size_t n = std::min(cpu::kSquaresBlock, count_ - at);
+  const std::size_t at = block * host::kSquaresBlock;
+  const std::size_t n = std::min(host::kSquaresBlock, count_ - at);
   const void* data = static_cast<const char*>(grad) + at * dtype_size(dtype);
-  sums_[block] = cpu::sum_squares_block(data, dtype, n);
-  flags_[block] = nonfinite_ && cpu::any_nonfinite(data, dtype, n) ? 1 : 0;
+  sums_[block] = host::sum_squares_block(data, dtype, n);
+  flags_[block] = nonfinite_ && host::any_nonfinite(data, dtype, n) ? 1 : 0;
   taken_[block] = 1;
 }
 
@@ -59,7 +59,7 @@ void GradPartials::finish(const void* grad, DType dtype) {
 
 double GradPartials::sum_squares() const {
   double sum = 0.0;
-  for (double s : sums_) sum += s;  // in order, from 0.0, as cpu::sum_squares adds its blocks
+  for (double s : sums_) sum += s;  // in order, from 0.0, as host::sum_squares adds its blocks
   return sum;
 }
 

@@ -2,11 +2,11 @@
 // on the speculation's worker, as step groups become final, so that the boundary's verdict only
 // adds them up (docs/offload.md, "The overlapped step").
 //
-// The owned shard is cut into blocks of cpu::kSquaresBlock elements from its start, as
-// cpu::sum_squares cuts a span: once every step group overlapping a block is final, the block's
+// The owned shard is cut into blocks of host::kSquaresBlock elements from its start, as
+// host::sum_squares cuts a span: once every step group overlapping a block is final, the block's
 // sum and non-finite flag are taken. At the boundary the blocks not yet taken (those over
 // elements of no group, or of groups the worker did not reach) are taken, and the blocks' sums
-// are added in order: the bits cpu::sum_squares gives over the whole shard, so the norm, the
+// are added in order: the bits host::sum_squares gives over the whole shard, so the norm, the
 // clip coefficient and the verdict are the step's without speculation.
 //
 // Owns: the per-block sums, flags and counts of groups still to come. Thread safety:

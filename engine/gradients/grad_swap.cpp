@@ -9,7 +9,7 @@
 #include "base/direct_io.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "device/cpu/cpu_kernels.h"
+#include "device/host_kernels.h"
 #include "offload/swap.h"
 
 namespace zero::engine {
@@ -88,8 +88,8 @@ void GradSwap::write_out(Slot& slot) {
 
 void GradSwap::know(std::size_t group, const void* data) {
   Group& g = groups_[group];
-  g.sum_squares = cpu::sum_squares(data, dtype_, elements_[group]);
-  g.nonfinite = cpu::any_nonfinite(data, dtype_, elements_[group]);
+  g.sum_squares = host::sum_squares(data, dtype_, elements_[group]);
+  g.nonfinite = host::any_nonfinite(data, dtype_, elements_[group]);
   g.known = true;
 }
 
@@ -167,8 +167,8 @@ void GradSwap::add(std::size_t flat, const void* src, DType src_dtype, std::size
                  group, lo_[group], elements_[group]);
       const std::size_t n = std::min(count, elements_[group] - at);
       Slot& slot = bring(group);
-      cpu::accumulate(from, src_dtype, static_cast<char*>(slot.data) + at * size, dtype_, n,
-                      factor);
+      host::accumulate(from, src_dtype, static_cast<char*>(slot.data) + at * size, dtype_, n,
+                       factor);
       slot.dirty = true;
       groups_[group].known = false;
       // Writes behind: with no buffer left free, the least recently used other group starts
@@ -308,8 +308,8 @@ const void* GradSwap::hold(std::size_t group) {
   }
   // Final, and in a buffer nothing else takes: its statistics without the lock, so the
   // epilogue's adds go on meanwhile.
-  const double sum = cpu::sum_squares(data, dtype_, elements_[group]);
-  const bool nonfinite = cpu::any_nonfinite(data, dtype_, elements_[group]);
+  const double sum = host::sum_squares(data, dtype_, elements_[group]);
+  const bool nonfinite = host::any_nonfinite(data, dtype_, elements_[group]);
   std::lock_guard lock(mutex_);
   Group& g = groups_[group];
   g.sum_squares = sum;

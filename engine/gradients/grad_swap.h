@@ -22,7 +22,7 @@
 //
 // Owns: the buffers (pinned, from the offload arena), each group's place (zero, on disk, in a
 // buffer) and statistics, the first I/O failure. Calls: the AsyncIO on the swap file, the CPU
-// kernels (device/cpu/cpu_kernels.h) on the calling thread. Threads: add() runs in a host task
+// kernels (device/host_kernels.h) on the calling thread. Threads: add() runs in a host task
 // in the reductions' epilogue order, one at a time; hold() and unhold() on the speculation's
 // worker beside it; the rest on the engine's thread. One mutex orders them (held through the
 // I/O they wait for; a hold's statistics are taken outside it). Internal to engine/.

@@ -8,7 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
-#include "device/cpu/cpu_kernels.h"
+#include "device/host_kernels.h"
 #include "optim/schedule.h"
 
 namespace zero::engine {
@@ -319,7 +319,7 @@ double Stepper::grad_norm(const GradPartials* partials) {
     stream.synchronize();
     double total = 0.0;
     for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
-      total += cpu::sum_squares(data, dtype, count);
+      total += host::sum_squares(data, dtype, count);
     });
     total += swap->sum_squares();
     d.fill(sum, DType::f32, 1, static_cast<float>(total), stream);

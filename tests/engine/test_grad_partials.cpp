@@ -1,6 +1,6 @@
 // GradPartials (engine/gradients/grad_partials.h): the owned gradient's sum of squares and
 // non-finite flag taken block by block as step groups become final, in any order, must be the bits
-// of one cpu::sum_squares over the whole shard; a block is taken early only once every group over
+// of one host::sum_squares over the whole shard; a block is taken early only once every group over
 // it is final, and the blocks of no group are left to finish().
 #include <catch2/catch.hpp>
 
@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "base/half.h"
-#include "device/cpu/cpu_kernels.h"
+#include "device/host_kernels.h"
 #include "engine/gradients/grad_partials.h"
 
 namespace zero::engine {
 namespace {
 
-constexpr std::size_t kBlock = cpu::kSquaresBlock;
+constexpr std::size_t kBlock = host::kSquaresBlock;
 
 // Values over many binades, so that the order of the additions shows in the double's last bits.
 std::vector<float> partials_grads(std::size_t n, std::uint32_t seed) {
@@ -55,7 +55,7 @@ TEST_CASE("grad partials: groups final in any order give the bits of one pass ov
     for (std::size_t i = 0; i < n; ++i) halves[i] = float_to_bf16(values[i]);
     const void* grad =
         dtype == DType::f32 ? static_cast<const void*>(values.data()) : halves.data();
-    const double whole = cpu::sum_squares(grad, dtype, n);
+    const double whole = host::sum_squares(grad, dtype, n);
 
     // Blocks 0..3 have groups {0, 1}, {1, 2, 3}, {3}, {3}. Per round: the order the groups
     // become final in, and the blocks taken early after each.

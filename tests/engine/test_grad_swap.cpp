@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "device/arena.h"
-#include "device/cpu/cpu_kernels.h"
 #include "device/device.h"
+#include "device/host_kernels.h"
 #include "engine/gradients/grad_swap.h"
 #include "engine/state/optimizer_swap.h"
 #include "offload/aio.h"
@@ -99,14 +99,14 @@ TEST_CASE("grad swap: adds in any order come back at the step as the same adds i
           const std::size_t count = std::min<std::size_t>(1 + random() % 1800, total - at);
           const std::vector<float> src = normal(random, count);
           rig.grads->add(kFirst + at, src.data(), DType::f32, count, 0.25f);
-          cpu::accumulate(src.data(), DType::f32, want.data() + at * size, dtype, count, 0.25f);
+          host::accumulate(src.data(), DType::f32, want.data() + at * size, dtype, count, 0.25f);
         }
       }
       REQUIRE_NOTHROW(rig.grads->rethrow());
       // The statistics: each group's sum of squares of its bytes, added in group order.
       double sum = 0.0;
       for (std::size_t g = 0; g < kElements.size(); ++g) {
-        sum += cpu::sum_squares(want.data() + (rig.lo[g] - kFirst) * size, dtype, kElements[g]);
+        sum += host::sum_squares(want.data() + (rig.lo[g] - kFirst) * size, dtype, kElements[g]);
       }
       CHECK(rig.grads->sum_squares() == sum);
       CHECK_FALSE(rig.grads->any_nonfinite());
@@ -142,8 +142,8 @@ TEST_CASE("grad swap: a held group stays in its buffer while other groups' adds 
   const auto add = [&](std::size_t g, std::mt19937_64& from) {
     const std::vector<float> src = normal(from, kElements[g]);
     rig.grads->add(rig.lo[g], src.data(), DType::f32, kElements[g], 1.0f);
-    cpu::accumulate(src.data(), DType::f32, want.data() + (rig.lo[g] - kFirst), DType::f32,
-                    kElements[g], 1.0f);
+    host::accumulate(src.data(), DType::f32, want.data() + (rig.lo[g] - kFirst), DType::f32,
+                     kElements[g], 1.0f);
   };
   add(3, random);
   add(4, random);
@@ -169,7 +169,7 @@ TEST_CASE("grad swap: a held group stays in its buffer while other groups' adds 
   for (std::size_t g : {0, 1, 3, 5, 6}) add(g, random);
   double sum = 0.0;
   for (std::size_t g = 0; g < kElements.size(); ++g) {
-    sum += cpu::sum_squares(want.data() + (rig.lo[g] - kFirst), DType::f32, kElements[g]);
+    sum += host::sum_squares(want.data() + (rig.lo[g] - kFirst), DType::f32, kElements[g]);
   }
   CHECK(rig.grads->sum_squares() == sum);
   for (std::size_t g = 0; g < kElements.size(); ++g) {

@@ -1,14 +1,17 @@
-// The CPU device's kernels over host memory, written so the compiler vectorises them (simd
-// reductions with several accumulators; bit-level half conversions from base/half.h). They
-// run on the calling thread. Results match device/reference.h: bit for bit for casts, scale
-// and fill; within summation-order rounding for the sum of squares.
+// Kernels over host memory, run on the calling thread: the CPU device's kernels (what its
+// streams run), and what the engine computes on state it keeps in host memory whatever the
+// device (the gradient swap's and super_offload's norms and non-finite checks, the offloaded
+// step's sum of squares). Written so the compiler vectorises them (simd reductions with several
+// accumulators; bit-level half conversions from base/half.h). Results match
+// device/reference.h: bit for bit for casts, scale and fill; within summation-order rounding for
+// the sum of squares.
 #pragma once
 
 #include <cstddef>
 
 #include "base/dtype.h"
 
-namespace zero::cpu {
+namespace zero::host {
 
 void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count);
 void scale(void* data, DType dtype, std::size_t count, float factor);
@@ -36,4 +39,4 @@ void dequantize(const void* packed, std::size_t count, std::size_t parts, void* 
 void dequantize_sum(const void* packed, std::size_t count, std::size_t parts, void* dst,
                     DType dtype);
 
-}  // namespace zero::cpu
+}  // namespace zero::host

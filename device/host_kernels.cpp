@@ -1,6 +1,6 @@
-// CPU kernels (see cpu_kernels.h). Compiled with -fopenmp-simd so the `omp simd` reductions
-// vectorise without OpenMP threads.
-#include "device/cpu/cpu_kernels.h"
+// Kernels over host memory (see host_kernels.h). Compiled with -fopenmp-simd so the `omp simd`
+// reductions vectorise without OpenMP threads.
+#include "device/host_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "base/error.h"
 #include "base/half.h"
 
-namespace zero::cpu {
+namespace zero::host {
 namespace {
 
 using u16 = std::uint16_t;
@@ -411,4 +411,4 @@ bool any_nonfinite(const void* data, DType dtype, std::size_t count) {
   not_floating(dtype);
 }
 
-}  // namespace zero::cpu
+}  // namespace zero::host
