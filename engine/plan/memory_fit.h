@@ -14,7 +14,8 @@
 //
 // ZERO_MEMORY_CHECK=warn logs the shortfall instead of refusing; =off skips the check; rank
 // 0's setting holds for every rank.
-// Internal to engine/; owns the notes and the declarations.
+// The rules it judges by are fit_rules.h's, which zero-mem applies too. Internal to engine/;
+// owns the notes and the declarations.
 #pragma once
 
 #include <cstdint>
@@ -25,16 +26,10 @@
 #include "config/config.h"
 #include "device/device.h"
 #include "engine/collectives/agreement.h"
+#include "engine/plan/fit_rules.h"
 #include "engine/plan/memory_plan.h"
 
 namespace zero::engine {
-
-// Memory a program holds beside the engine (MemoryFit::declare).
-struct DeclaredMemory {
-  Tier tier;
-  std::uint64_t bytes;
-  std::string what;
-};
 
 class MemoryFit {
  public:
@@ -55,47 +50,5 @@ class MemoryFit {
   bool own_gpu_memory_ = false;     // the device tier is a GPU's, not host memory
   std::vector<DeclaredMemory> declared_;
 };
-
-// ---- The pure parts, which zero-mem calls for the machine it is asked about ----
-
-// What one rank's machine has free, as note_free gathers it (JSON text). A figure left out is
-// not known, and its pool is not judged.
-struct FreeNote {
-  std::string machine;  // ranks with the same name share its host memory and disks
-  std::optional<std::uint64_t> host;
-  std::string host_source;  // where the host figure comes from
-  struct Gpu {
-    std::string id;  // ranks with the same id share the GPU
-    std::uint64_t free = 0;
-    std::string source;
-  };
-  std::optional<Gpu> gpu;
-  struct Disk {
-    std::string filesystem;  // swap files on one file system share it
-    std::uint64_t free = 0;
-    std::string path;
-    std::string source;
-  };
-  std::optional<Disk> optimizer_disk, param_disk;  // under each nvme_path in use
-};
-std::string fit_note(const FreeNote& note);
-
-// One rank's need in each pool (JSON text): the plan's arenas by tier (the device tier in the
-// host's pool unless `own_gpu`), its scratch, and the declared memory, each part with the keys
-// that shrink it.
-std::string fit_need(const MemoryPlan& plan, const config::Config& config,
-                     const std::vector<DeclaredMemory>& declared, bool own_gpu);
-
-// A pool whose ranks need more than its least free figure, and the line that says so.
-struct Shortfall {
-  enum class Pool { host, gpu, disk } pool;
-  std::string text;
-};
-// From every rank's note and need, in rank order.
-std::vector<Shortfall> fit_verdict(const std::vector<std::string>& notes,
-                                   const std::vector<std::string>& needs);
-// The same as one text, a line per short pool; empty when everything fits.
-std::string fit_shortfalls(const std::vector<std::string>& notes,
-                           const std::vector<std::string>& needs);
 
 }  // namespace zero::engine

@@ -87,7 +87,7 @@ fits_as_init)
   # A row fits exactly when the engine's check at init would pass on that node: at the row's
   # own figures it fits, a byte less of GPU or of host memory and it does not (with activation
   # checkpointing asked for, so that no row is planned again with it), and the line
-  # that says so is init's (engine/plan/memory_fit.h).
+  # that says so is init's (engine/plan/fit_rules.h).
   plan() {
     "$zmem" --model gpt2-124m --seq 64 --gpus-per-node 2 --stage 3 --activation-checkpointing \
       --json "$@" >"$work/mem.json" ||

@@ -10,7 +10,7 @@
 
 #include "base/block_quant.h"
 #include "base/error.h"
-#include "engine/plan/memory_fit.h"
+#include "engine/plan/fit_rules.h"
 #include "models/gpt/config.h"
 
 namespace zero::mem {
@@ -291,7 +291,7 @@ std::size_t activation_element(const Request& request, const config::Config& con
                                      : dtype_size(config.compute_dtype());
 }
 
-// Whether the row fits one node, by the engine's own check at init (engine/plan/memory_fit.h): a
+// Whether the row fits one node, by the engine's own check at init (engine/plan/fit_rules.h): a
 // rank per GPU, each with its activations and the GPU's overhead declared beside its state,
 // against the node's figures as given. On the CPU device the device tier and the activations
 // are in the host's pool, and there is no GPU.

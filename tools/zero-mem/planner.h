@@ -96,7 +96,7 @@ struct Row {
   std::uint64_t activations = 0;   // per GPU (rank), for a GPT-shaped model
   std::uint64_t device_total = 0;  // state + activations + overhead (none on the CPU device)
   std::uint64_t pinned_node = 0, host_node = 0, nvme_node = 0;  // per node
-  // By the engine's check at init (engine/plan/memory_fit.h) on one node of the hardware asked
+  // By the engine's check at init (engine/plan/fit_rules.h) on one node of the hardware asked
   // about; each pool that is short, as that check would say it.
   bool fits_gpu = false, fits_host = false, fits_nvme = false;
   std::vector<std::string> shortfalls;
