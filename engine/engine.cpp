@@ -18,6 +18,7 @@
 #include "engine/collectives/shard_groups.h"
 #include "engine/collectives/timed_communicator.h"
 #include "engine/engine_impl.h"
+#include "engine/fault_hooks.h"
 #include "offload/swap_cleanup.h"
 
 namespace zero::engine {
@@ -275,14 +276,14 @@ void Engine::Impl::check_same_config() {
 void Engine::Impl::lay_out() {
   layout = plan_layout(registry, config, world);
   memory_plan = plan_memory(registry, config, layout, device->offload_beside());
-  model_state = std::make_unique<ModelState>(context(), memory_plan, options);
+  model_state = std::make_unique<ModelState>(context(), memory_plan, faults);
   reducer = std::make_unique<GradReducer>(context());
   reducer->set_timeline(timeline.get());
   fetcher = std::make_unique<ParamFetcher>(context());
   stepper =
       std::make_unique<Stepper>(context(), *model_state, *reducer, *fetcher, scalars, options.seed);
   checkpoints = std::make_unique<CheckpointState>(
-      context(), CheckpointState::Parts{*model_state, *stepper, *fetcher, agreement}, options);
+      context(), CheckpointState::Parts{*model_state, *stepper, *fetcher, agreement}, faults);
 }
 
 std::string Engine::Impl::agree_job_id() {
@@ -336,6 +337,13 @@ void Engine::Impl::attach_quantization_error() {
 // Every call that may touch the model state holds a DeviceMemoryGuard: on the guarded CPU
 // device, engine code that reads or writes device memory from the host faults there, as it
 // would on a GPU, instead of passing on the CPU alone.
+
+void set_fault_hooks(Engine& engine, FaultHooks hooks) {
+  if (engine.impl_->initialized) {
+    throw make_error(ErrorCategory::usage, "set_fault_hooks after init: set them before init");
+  }
+  engine.impl_->faults = std::move(hooks);
+}
 
 Engine::Engine(config::Config config, std::unique_ptr<Device> device,
                std::unique_ptr<Communicator> comm, EngineOptions options)

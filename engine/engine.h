@@ -133,14 +133,9 @@ struct EngineOptions {
   int optimizer_threads = 0;
   // Seed of bf16 optimizer state's stochastic rounding.
   std::uint64_t seed = 0;
-  // Tests: makes the NVMe swap's I/O fail (a non-zero errno for a piece), see offload/aio.h.
-  std::function<int(bool write, const std::string& path, std::uint64_t offset, std::size_t bytes)>
-      aio_inject;
-  // Tests: called at points of a checkpoint save ("rank_file_written" on every rank,
-  // "manifest_written" and "tag_in_place" on rank 0); it may throw, or end the process to
-  // stand for a crash there.
-  std::function<void(const std::string& point)> save_inject;
 };
+
+struct FaultHooks;
 
 class Engine {
  public:
@@ -148,6 +143,7 @@ class Engine {
          EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
+  friend void set_fault_hooks(Engine& engine, FaultHooks hooks);  // tests (fault_hooks.h)
   Engine& operator=(const Engine&) = delete;
 
   const config::Config& config() const noexcept;

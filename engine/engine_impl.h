@@ -30,6 +30,7 @@
 #include "engine/collectives/overlap_timeline.h"
 #include "engine/collectives/quantization_error.h"
 #include "engine/engine.h"
+#include "engine/fault_hooks.h"
 #include "engine/fetching/fetch_plan.h"
 #include "engine/fetching/param_fetcher.h"
 #include "engine/gradients/grad_reducer.h"
@@ -96,6 +97,7 @@ struct Engine::Impl {
 
   config::Config config;
   EngineOptions options;
+  FaultHooks faults;  // tests only (fault_hooks.h)
   std::unique_ptr<Device> device;
   // wall_clock_breakdown: the communication and copies that ran while the caller computed
   // (overlap_timeline.h); on a communicator with its own stream, comm is a TimedCommunicator

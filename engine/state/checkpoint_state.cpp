@@ -325,7 +325,7 @@ void CheckpointState::prune(const std::string& dir, const std::string& keep) con
                        doomed, std::strerror(errno));
     }
     checkpoint::sync_directory(dir);
-    if (options_.save_inject) options_.save_inject("pruning");
+    if (faults_.save) faults_.save("pruning");
     checkpoint::remove_tree(doomed);
     log::info("checkpoint.keep_last = {}: removed {}", keep_last, path);
   }
@@ -333,8 +333,8 @@ void CheckpointState::prune(const std::string& dir, const std::string& keep) con
 }
 
 CheckpointState::CheckpointState(const EngineContext& context, Parts parts,
-                                 const EngineOptions& options)
-    : ctx_(context), parts_(parts), options_(options) {}
+                                 const FaultHooks& faults)
+    : ctx_(context), parts_(parts), faults_(faults) {}
 
 void CheckpointState::save(const std::string& dir, const SaveOptions& save,
                            std::int64_t micro_steps) {
@@ -349,7 +349,7 @@ void CheckpointState::save(const std::string& dir, const SaveOptions& save,
   const std::string staging = (fs::path(dir) / fmt::format(".{}.saving", tag)).string();
   const std::string target = (fs::path(dir) / tag).string();
   auto inject = [&](const char* point) {
-    if (options_.save_inject) options_.save_inject(point);
+    if (faults_.save) faults_.save(point);
   };
   const std::string what = fmt::format("saving checkpoint {}", target);
   try {

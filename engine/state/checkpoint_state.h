@@ -21,6 +21,7 @@
 #include "engine/collectives/agreement.h"
 #include "engine/engine.h"
 #include "engine/engine_context.h"
+#include "engine/fault_hooks.h"
 #include "engine/fetching/param_fetcher.h"
 #include "engine/state/model_state.h"
 #include "engine/state/value_source.h"
@@ -36,7 +37,7 @@ class CheckpointState {
     ParamFetcher& fetcher;
     Agreement& agreement;
   };
-  CheckpointState(const EngineContext& context, Parts parts, const EngineOptions& options);
+  CheckpointState(const EngineContext& context, Parts parts, const FaultHooks& faults);
 
   // Collective. `micro_steps`: the engine's count, kept in meta.json.
   void save(const std::string& dir, const SaveOptions& save, std::int64_t micro_steps);
@@ -67,7 +68,7 @@ class CheckpointState {
 
   const EngineContext ctx_;
   Parts parts_;
-  const EngineOptions& options_;
+  const FaultHooks& faults_;
 };
 
 }  // namespace zero::engine

@@ -13,10 +13,10 @@
 namespace zero::engine {
 
 ModelState::ModelState(const EngineContext& context, const MemoryPlan& plan,
-                       const EngineOptions& options)
+                       const FaultHooks& faults)
     : ctx_(context),
       plan_(plan),
-      options_(options),
+      faults_(faults),
       modes_(context.layout.modes),
       rank_(context.shards().rank()),
       full_(context.registry.param_count(), nullptr) {

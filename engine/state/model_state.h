@@ -22,6 +22,7 @@
 #include "device/device.h"
 #include "engine/engine.h"
 #include "engine/engine_context.h"
+#include "engine/fault_hooks.h"
 #include "engine/gradients/grad_reducer.h"
 #include "engine/gradients/grad_swap.h"
 #include "engine/state/optimizer_swap.h"
@@ -35,7 +36,7 @@ namespace zero::engine {
 
 class ModelState final : public ShardStore {
  public:
-  ModelState(const EngineContext& context, const MemoryPlan& plan, const EngineOptions& options);
+  ModelState(const EngineContext& context, const MemoryPlan& plan, const FaultHooks& faults);
   ~ModelState() override;
   ModelState(const ModelState&) = delete;
   ModelState& operator=(const ModelState&) = delete;
@@ -147,7 +148,7 @@ class ModelState final : public ShardStore {
 
   const EngineContext ctx_;
   const MemoryPlan& plan_;
-  const EngineOptions& options_;
+  const FaultHooks& faults_;
   const StateModes& modes_;
   const int rank_;                // in the shard group (EngineContext::shards)
   std::unique_ptr<Device> host_;  // beside a GPU with offload: the CPU's kernels

@@ -58,7 +58,7 @@ void ModelState::open_swap_io(const std::string& job_id) {
   aio_options.block_size = static_cast<std::size_t>(config.aio.block_size);
   aio_options.queue_depth = static_cast<int>(config.aio.queue_depth);
   aio_options.intra_op_parallelism = static_cast<int>(config.aio.intra_op_parallelism);
-  aio_options.inject = options_.aio_inject;
+  aio_options.inject = faults_.aio;
   aio_ = offload::AsyncIO::create(aio_options);
   // One directory per rank holds both swap files; the optimizer's nvme_path wins when both
   // are set.

@@ -66,13 +66,13 @@ class EngineParts {
     layout = plan_layout(registry, config, 1);
     plan = plan_memory(registry, config, layout, device->offload_beside());
     scalars = static_cast<float*>(device->reserve(Tier::device, kScratchBytes));
-    state = std::make_unique<ModelState>(context(), plan, options_);
+    state = std::make_unique<ModelState>(context(), plan, faults_);
     reducer = std::make_unique<GradReducer>(context());
     fetcher = std::make_unique<ParamFetcher>(context());
     stepper = std::make_unique<Stepper>(context(), *state, *reducer, *fetcher, scalars, 7);
     agreement = Agreement(*comm, *device);
     checkpoints = std::make_unique<CheckpointState>(
-        context(), CheckpointState::Parts{*state, *stepper, *fetcher, agreement}, options_);
+        context(), CheckpointState::Parts{*state, *stepper, *fetcher, agreement}, faults_);
     ModelState::PartsMemory parts = state->allocate("part-test");
     reducer->attach(std::move(parts.full_grads), std::move(parts.bucket_buffers),
                     std::move(parts.grad_arena), parts.reduce_target);
@@ -107,7 +107,7 @@ class EngineParts {
   std::unique_ptr<CheckpointState> checkpoints;
 
  private:
-  EngineOptions options_;
+  FaultHooks faults_;
 };
 
 // Writes `g` (fp32) into trainable parameter p's place in the owned gradient shard, in the

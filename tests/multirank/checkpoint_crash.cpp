@@ -6,7 +6,7 @@
 //   zero_checkpoint_crash check DIR TAG          latest is TAG, it loads, the values are those
 //                                                at its save, and a new save clears what the
 //                                                crash left
-// Points (engine/engine.h, EngineOptions::save_inject): rank_file_written (some ranks' files
+// Points (engine/fault_hooks.h, FaultHooks::save): rank_file_written (some ranks' files
 // are written, not all), manifest_written (meta.json written, the tag not in place yet),
 // tag_in_place (the tag complete, `latest` not moved yet): latest stays "good". pruning
 // (checkpoint.keep_last 1: "bad" complete and latest, "good" taken out of the checkpoint
@@ -53,15 +53,16 @@ std::vector<float> all_values(engine::Engine& e) {
 }
 
 int crash(const std::string& dir, const std::string& point, int victim) {
-  engine::EngineOptions options;
+  engine::FaultHooks hooks;
   bool armed = false;
-  options.save_inject = [&](const std::string& where) {
+  hooks.save = [&](const std::string& where) {
     if (armed && where == point) {
       std::fprintf(stderr, "checkpoint_crash: rank %d ends at %s\n", victim, point.c_str());
       ::_exit(3);  // no unwinding, no cleanup: as a killed process
     }
   };
-  auto e = make_engine(kConfig, options);
+  auto e = make_engine(kConfig, {},
+                       [&](engine::Engine& engine) { engine::set_fault_hooks(engine, hooks); });
   for (int step = 0; step < 2; ++step) micro_step(*e, kModuleOrder, step);
   e->save_checkpoint(dir, {"good", ""});
   const std::vector<float> good = all_values(*e);

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "device/device.h"
 #include "engine/engine.h"
+#include "engine/fault_hooks.h"
 
 namespace zero::testing {
 

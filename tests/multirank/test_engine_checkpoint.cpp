@@ -160,11 +160,12 @@ TEST_CASE("engine checkpoint: a save that fails or dies at any point leaves the 
   SharedDir dir("ckpt-crash");
   for (const char* point : {"rank_file_written", "manifest_written", "tag_in_place"}) {
     std::string armed;
-    engine::EngineOptions options;
-    options.save_inject = [&](const std::string& where) {
+    engine::FaultHooks hooks;
+    hooks.save = [&](const std::string& where) {
       if (where == armed) throw make_error(ErrorCategory::io, "injected failure at {}", where);
     };
-    auto e = make_engine(config(3), options);
+    auto e = make_engine(config(3), {},
+                         [&](engine::Engine& engine) { engine::set_fault_hooks(engine, hooks); });
     train(*e, 0, 2);
     e->save_checkpoint(dir.path.string(), {"good", ""});
     const auto good = param_values(*e);

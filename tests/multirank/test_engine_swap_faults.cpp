@@ -118,11 +118,12 @@ TEST_CASE("engine swap: a disk that fills up fails the step, naming the file, an
     INFO("sub_group_size " << sub_group);
     ScratchDir dir("swap-full-" + sub_group);
     std::atomic<bool> full{false};
-    engine::EngineOptions options;
-    options.aio_inject = [&](bool write, const std::string&, std::uint64_t, std::size_t) {
+    engine::FaultHooks hooks;
+    hooks.aio = [&](bool write, const std::string&, std::uint64_t, std::size_t) {
       return full && write ? ENOSPC : 0;
     };
-    auto e = make_engine(nvme_config(dir.path, 3, sub_group), options);
+    auto e = make_engine(nvme_config(dir.path, 3, sub_group), {},
+                         [&](engine::Engine& engine) { engine::set_fault_hooks(engine, hooks); });
     micro_step(*e, kModuleOrder, 0);  // a good step first
     const fs::path file = dir.swap_file(e->rank());
     REQUIRE(!file.empty());
