@@ -15,7 +15,7 @@ GradReducer::GradReducer(const EngineContext& context)
     : ctx_(context),
       modes_(context.layout.modes),
       rank_(context.shards().rank()),
-      quantized_(context.layout.modes.quantized_gradients),
+      reduction_(make_bucket_reduction(context)),
       grads_(context.registry.param_count()),
       waiting_(context.layout.buckets.size(), 0) {
   // DeepSpeed's averaging: postscale (the default) divides by gradient_predivide_factor before
@@ -36,8 +36,8 @@ GradReducer::~GradReducer() {
   for (auto& slot : in_flight_) {
     if (slot.bucket == kNone || broken()) continue;
     try {
-      slot.exact.wait();
-      slot.work.wait();
+      slot.reduction.exact.wait();
+      slot.reduction.work.wait();
     } catch (const std::exception& error) {
       log::warn("engine: an outstanding gradient reduction failed at shutdown: {}", error.what());
     }
@@ -76,6 +76,8 @@ void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucke
   }
   grad_arena_ = std::move(grad_arena);
   target_ = target;
+  full_grads.resize(grads_.size(), nullptr);
+  sink_ = make_block_sink(ctx_, target_, std::move(full_grads), timeline_);
 }
 
 void GradReducer::begin_backward(std::int64_t micro_steps) {
@@ -175,7 +177,7 @@ void GradReducer::issue_ready() {
 
 void GradReducer::poll() {
   for (auto& slot : in_flight_) {
-    if (slot.bucket != kNone) slot.work.test();
+    if (slot.bucket != kNone) slot.reduction.work.test();
   }
 }
 
@@ -222,33 +224,8 @@ void GradReducer::issue(std::size_t b) {
       release(ctx_.layout.trainable[piece.param]);
   }
 
-  Work work, exact;
-  bool across = false;
-  if (modes_.shard_ranks == 1 || !ctx_.config.zero.reduce_scatter) {
-    // Over the world: every rank keeps its own shard's part of the whole sum.
-    work = ctx_.comm.all_reduce(buffer, total, modes_.wire, ReduceOp::sum, &stream);
-  } else if (quantized_) {
-    // qgZ: block r of every rank goes to rank r as packed chunks; finish() sums them here.
-    const std::size_t chunk = block_quant_bytes(bucket.block);
-    char* send = buffer + quantized_bucket_offset(modes_, bucket.block);
-    char* received = send + static_cast<std::size_t>(modes_.shard_ranks) * chunk;
-    if (error_ != nullptr) {
-      exact = ctx_.shards().reduce_scatter(buffer, exact_[slot], bucket.block, modes_.wire,
-                                           ReduceOp::sum, &stream);
-    }
-    ctx_.device.quantize(buffer, modes_.wire, bucket.block,
-                         static_cast<std::size_t>(modes_.shard_ranks), send, stream);
-    work = ctx_.shards().all_to_all(send, received, chunk, DType::u8, &stream);
-    across = ctx_.replicas() != nullptr;
-  } else {
-    // In place: this rank's block of the bucket receives its reduced block (the shard group's
-    // sum; with hybrid sharding, finish() sums it across the replicas).
-    work = ctx_.shards().reduce_scatter(
-        buffer, buffer + static_cast<std::size_t>(rank_) * bucket.block * wsize, bucket.block,
-        modes_.wire, ReduceOp::sum, &stream);
-    across = ctx_.replicas() != nullptr;
-  }
-  in_flight_[slot] = {b, std::move(work), std::move(exact), across};
+  Reduction reduction = reduction_->issue(bucket, slot, buffer, stream);
+  in_flight_[slot] = {b, std::move(reduction)};
   if (!ctx_.config.zero.overlap_comm) finish(slot);
 }
 
@@ -259,118 +236,17 @@ void GradReducer::finish(std::size_t slot) {
   // The block is read on the epilogue stream after the reduction: an event on NCCL, the host
   // waiting for it on MPI.
   Timer timer;
-  flight.work.block(stream);
-  const std::size_t wsize = dtype_size(modes_.wire);
-  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
+  flight.reduction.work.block(stream);
   char* buffer = static_cast<char*>(bucket_buffers_[slot]);
-  const float post = static_cast<float>(post_factor_);
-  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
-  char* block = buffer + block_start * wsize;
-  if (quantized_) {
-    // qgZ: every rank's chunk of this rank's block, dequantized and summed in rank order.
-    const std::size_t ranks = static_cast<std::size_t>(modes_.shard_ranks);
-    const char* received = buffer + quantized_bucket_offset(modes_, bucket.block) +
-                           ranks * block_quant_bytes(bucket.block);
-    ctx_.device.dequantize_sum(received, bucket.block, ranks, block, modes_.wire, stream);
-    if (error_ != nullptr) {
-      flight.exact.block(stream);
-      error_->add(QuantizationError::gradients, exact_[slot], block, modes_.wire, bucket.block,
-                  stream);
-    }
-  }
-  if (flight.across) {
-    // Hybrid sharding: the group's sum of this rank's block, summed over the ranks that hold
-    // the same shard in the other groups, after the reduce-scatter (ordered on the epilogue).
-    ctx_.replicas()
-        ->all_reduce(block, bucket.block, modes_.wire, ReduceOp::sum, &stream)
-        .block(stream);
-  }
+  reduction_->complete(bucket, slot, flight.reduction, buffer, stream);
   wait_seconds_.add(timer.seconds());
-  if (target_.staging != nullptr) {
-    // Optimizer offload: the owned shard is in host memory. This rank's reduced block comes
-    // down to pinned memory, then the CPU adds it in, both in the epilogue's order.
-    if (timeline_ != nullptr) timeline_->comm_begin(OverlapTimeline::Kind::copy, stream, stream);
-    ctx_.device.copy_async(target_.staging, block, bucket.block * wsize, stream);
-    if (timeline_ != nullptr) timeline_->comm_end(stream);
-    buffer_read_[slot]->record(stream);
-    // On a GPU the adder is a CPU device of its own, whose kernels run in a host task in the
-    // epilogue's order; on the CPU it is the device itself, whose kernels queue there directly
-    // (a host task waiting on the device's own streams could wait on itself).
-    const bool own_device = target_.adder == &ctx_.device;
-    const std::size_t wire_size = dtype_size(modes_.wire);
-    // Calls visit(source in the staging, owned offset, count) for each piece, cut at
-    // `resident_end`: resident (true) are the offsets before it, swapped (false) those after.
-    const auto pieces = [this, &bucket, r, block_start, wire_size](bool resident, auto visit) {
-      const char* staged = static_cast<const char*>(target_.staging);
-      const std::size_t cut = target_.swap != nullptr ? target_.resident_end : kNone;
-      for (const BucketPiece& piece : bucket.pieces) {
-        const std::size_t p = ctx_.layout.trainable[piece.param];
-        const char* src = staged + (bucket_position(bucket, piece, r) - block_start) * wire_size;
-        const std::size_t flat = ctx_.layout.params[p].flat + piece.begin;
-        const std::size_t count = piece.end - piece.begin;
-        const std::size_t before = flat >= cut ? 0 : std::min(count, cut - flat);
-        if (resident && before != 0) visit(src, flat, before);
-        if (!resident && before < count) {
-          visit(src + before * wire_size, flat + before, count - before);
-        }
-      }
-    };
-    const auto add = [this, pieces, post, onto_zero = owned_zero_pending_](Device& adder,
-                                                                           Stream& on) {
-      pieces(true, [&](const char* src, std::size_t flat, std::size_t count) {
-        char* dst = static_cast<char*>(target_.grad_flat) + flat * dtype_size(target_.accum);
-        if (onto_zero) {
-          adder.accumulate_onto_zero(src, modes_.wire, dst, target_.accum, count, post, on);
-        } else {
-          adder.accumulate(src, modes_.wire, dst, target_.accum, count, post, on);
-        }
-      });
-    };
-    if (own_device) {
-      add(ctx_.device, stream);
-    } else {
-      ctx_.device.launch_host_task(stream, [add, &adder = *target_.adder] {
-        add(adder, adder.default_stream());
-        adder.default_stream().synchronize();
-      });
-    }
-    if (target_.swap != nullptr) {
-      // The swapped groups' part, into the gradient swap on the host in the epilogue's order;
-      // it may wait for reads and writes (on a GPU and on the asynchronous CPU device in a
-      // host thread, on the synchronous CPU device in place, as its host tasks run).
-      ctx_.device.launch_host_task(stream, [this, pieces, post] {
-        pieces(false, [&](const char* src, std::size_t flat, std::size_t count) {
-          target_.swap->add(flat, src, modes_.wire, count, post);
-        });
-      });
-    }
-    if (bucket_added_) {
-      ctx_.device.launch_host_task(stream, [this, b = flight.bucket] { bucket_added_(b); });
-    }
-    flight = {};
-    return;
+  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
+  const char* block = buffer + static_cast<std::size_t>(r) * bucket.block * dtype_size(modes_.wire);
+  sink_->deliver({bucket, r, block, static_cast<float>(post_factor_), owned_zero_pending_},
+                 *buffer_read_[slot], stream);
+  if (bucket_added_) {
+    ctx_.device.launch_host_task(stream, [this, b = flight.bucket] { bucket_added_(b); });
   }
-  for (const BucketPiece& piece : bucket.pieces) {
-    const std::size_t p = ctx_.layout.trainable[piece.param];
-    const std::size_t length = piece.end - piece.begin;
-    const char* src = block + (bucket_position(bucket, piece, r) - block_start) * wsize;
-    if (target_.grad_flat != nullptr) {
-      char* dst = static_cast<char*>(target_.grad_flat) +
-                  (ctx_.layout.params[p].flat + piece.begin) * dtype_size(target_.accum);
-      if (owned_zero_pending_) {
-        ctx_.device.accumulate_onto_zero(src, modes_.wire, dst, target_.accum, length, post,
-                                         stream);
-      } else {
-        ctx_.device.accumulate(src, modes_.wire, dst, target_.accum, length, post, stream);
-      }
-    } else {
-      // Stage 0 without a separate accumulation dtype: back into the replicated gradient.
-      char* dst = static_cast<char*>(grads_[p].grad) + piece.begin * dtype_size(modes_.compute);
-      ctx_.device.cast(src, modes_.wire, dst, modes_.compute, length, stream);
-      if (post != 1.0f) ctx_.device.scale(dst, modes_.compute, length, post, stream);
-    }
-  }
-  buffer_read_[slot]->record(stream);
   flight = {};
 }
 
@@ -392,7 +268,7 @@ void GradReducer::flush() {
   epilogue_->synchronize();
   ctx_.device.default_stream().synchronize();
   owned_zero_pending_ = false;  // every owned block of this micro-step is written
-  if (target_.swap != nullptr) target_.swap->finish_adds();
+  sink_->finish();
 }
 
 }  // namespace zero::engine

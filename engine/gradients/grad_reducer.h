@@ -44,6 +44,8 @@
 #include "engine/collectives/overlap_timeline.h"
 #include "engine/collectives/quantization_error.h"
 #include "engine/engine_context.h"
+#include "engine/gradients/block_sink.h"
+#include "engine/gradients/bucket_reduction.h"
 #include "engine/gradients/grad_swap.h"
 #include "engine/plan/memory_plan.h"
 #include "engine/plan/registry.h"
@@ -52,20 +54,8 @@ namespace zero::engine {
 
 class GradReducer {
  public:
-  // Where reduced blocks go: the owned gradient shard (accum dtype), added into by `adder`'s
-  // kernels (the CPU with optimizer offload, which gets the block through `staging` first).
-  // With no shard (stage 0, gradients in the compute dtype) reduced blocks go back into the
-  // replicated gradients.
-  // With gradient NVMe, owned offsets from `resident_end` on go to `swap` (in a host task
-  // after the adds into grad_flat, which holds only the part before).
-  struct Target {
-    void* grad_flat = nullptr;
-    DType accum = DType::f32;
-    Device* adder = nullptr;
-    void* staging = nullptr;
-    GradSwap* swap = nullptr;
-    std::size_t resident_end = 0;
-  };
+  // Where reduced blocks go (block_sink.h).
+  using Target = GradTarget;
 
   explicit GradReducer(const EngineContext& context);
   // Waits for reductions still in flight (they use the bucket buffers), unless the
@@ -124,8 +114,7 @@ class GradReducer {
   // `exact` (one block of the largest bucket per bucket buffer, wire dtype) and each reduced
   // block measured against it there.
   void set_error(QuantizationError* error, std::vector<void*> exact) {
-    error_ = error;
-    exact_ = std::move(exact);
+    reduction_->measure(error, std::move(exact));
   }
 
   const Arena* grad_arena() const noexcept { return grad_arena_.get(); }
@@ -140,9 +129,7 @@ class GradReducer {
   };
   struct InFlight {
     std::size_t bucket = kNone;
-    Work work;
-    Work exact;           // zero_quantized_error_check: the exact reduce-scatter beside it
-    bool across = false;  // hybrid sharding: the block still to be summed over the replicas
+    Reduction reduction;
   };
 
   void ready(std::size_t param);
@@ -157,9 +144,8 @@ class GradReducer {
   int rank_;                  // in the shard group (EngineContext::shards)
   double pre_factor_ = 1.0;   // gradients scaled before the reduction (predivide, prescale)
   double post_factor_ = 1.0;  // and after it: together, the average over ranks
-  bool quantized_ = false;    // qgZ: the reduce-scatter moves packed int8 chunks
-  QuantizationError* error_ = nullptr;
-  std::vector<void*> exact_;  // per bucket buffer, with error_
+  std::unique_ptr<BucketReduction> reduction_;  // how a bucket is reduced (chosen at creation)
+  std::unique_ptr<BlockSink> sink_;             // where its block goes (chosen at attach)
 
   std::vector<ParamGrad> grads_;       // per parameter
   std::vector<std::size_t> waiting_;   // per bucket: its parameters not yet ready

@@ -1,0 +1,70 @@
+// Where a bucket's reduced block goes, chosen once at attach from where the gradients are kept
+// (the GradReducer calls it on the epilogue stream; docs/design.md, "Buckets"):
+//   replicated   stage 0 without an owned shard: cast back (and scaled) into the replicated
+//                gradients, in the compute dtype;
+//   owned shard  added (accumulation dtype) into the owned gradient shard by the device;
+//   host shard   optimizer offload: the block copied down to pinned staging, then added into the
+//                owned shard in host memory by the host's kernels (a CPU device of its own on a
+//                GPU) in a host task in the epilogue's order; with the gradient NVMe swap, the
+//                owned offsets from its resident end go to the GradSwap instead.
+// Each piece of the bucket lands at its parameter's place, scaled by the averaging factor; the
+// first reduction after GradReducer::zero_owned writes onto zeros rather than adding.
+//
+// Owns: nothing but the choice and where it writes. Calls: the device (casts, scales, adds,
+// copies, host tasks), the adder, the gradient swap. Streams: the epilogue stream; records
+// `buffer_read` there once the bucket buffer is no longer read. Internal to engine/.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "device/device.h"
+#include "engine/collectives/overlap_timeline.h"
+#include "engine/engine_context.h"
+#include "engine/gradients/grad_swap.h"
+#include "engine/plan/partition.h"
+
+namespace zero::engine {
+
+// The owned gradient shard (accum dtype), added into by `adder`'s kernels (the CPU with
+// optimizer offload, which gets the block through `staging` first). With no shard (stage 0,
+// gradients in the compute dtype) reduced blocks go back into the replicated gradients. With
+// the gradient NVMe swap, owned offsets from `resident_end` on go to `swap` (in a host task after
+// the adds into grad_flat, which holds only the part before).
+struct GradTarget {
+  void* grad_flat = nullptr;
+  DType accum = DType::f32;
+  Device* adder = nullptr;
+  void* staging = nullptr;
+  GradSwap* swap = nullptr;
+  std::size_t resident_end = 0;
+};
+
+// One reduced block to deliver: `bucket`'s block of this rank (its first element at
+// `block_start` of the bucket), in the wire dtype.
+struct ReducedBlock {
+  const Bucket& bucket;
+  int rank;  // whose block (0 with one block per bucket)
+  const char* data;
+  float factor;    // the averaging after the sum
+  bool onto_zero;  // the owned shard's zeros are pending
+};
+
+class BlockSink {
+ public:
+  virtual ~BlockSink() = default;
+  virtual void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue) = 0;
+  // The micro-step's reductions are all delivered and the epilogue synchronized.
+  virtual void finish() {}
+};
+
+// The one `target` calls for: the host shard with a staging buffer (whatever part of the shard
+// is in memory), else replicated when it has no owned shard (`full_grads`, per parameter, are
+// then where blocks go), else the owned shard. `timeline` (may be null)
+// records the host shard's copies.
+std::unique_ptr<BlockSink> make_block_sink(const EngineContext& context, const GradTarget& target,
+                                           std::vector<void*> full_grads,
+                                           OverlapTimeline* timeline);
+
+}  // namespace zero::engine
