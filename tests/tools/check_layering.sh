@@ -6,6 +6,7 @@
 #                                 zero/zero.h
 #   config                     -> config, optim, base (the optimizer and schedule types)
 #   checkpoint                 -> checkpoint, base
+#   emulator                   -> emulator, base, models/blas (the fake cuBLASLt's sums)
 #   comm, offload, optim       -> themselves, device, base; never each other
 #   device                     -> device, base
 #   base                       -> base
@@ -24,6 +25,7 @@ allowed() {  # layer of the including file -> the first path components it may i
     optim) echo "optim device base" ;;
     config) echo "config optim base" ;;
     checkpoint) echo "checkpoint base" ;;
+    emulator) echo "emulator base models/blas" ;;
     engine) echo "engine config checkpoint comm offload optim device base zero" ;;
     models) echo "models zero" ;;
     zero-train) echo "zero tools/zero-train tools/cli_checks.h models" ;;
@@ -40,7 +42,7 @@ while IFS= read -r file; do
     *) layer=${file%%/*} ;;
   esac
   case $layer in
-    base | device | comm | offload | optim | config | checkpoint | engine | models | zero-train | tools | include) ;;
+    base | device | comm | offload | optim | config | checkpoint | emulator | engine | models | zero-train | tools | include) ;;
     *) continue ;;
   esac
   read -r -a ok <<<"$(allowed "$layer")"

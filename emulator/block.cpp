@@ -1,12 +1,12 @@
-// CPU emulation of CUDA (tests/emu): the scheduler of block.h. One launch at a time, from one
-// host thread at a time (nothing here is locked): `run` holds it. Each thread of a block is a
-// fiber on a stack of its own (kept between launches, with a guard page below it); a fiber runs
-// until it waits (block barrier, warp collective) or returns, then hands the host thread straight
-// to the next ready fiber: threads released by a __syncthreads queue in arrival order, lanes
-// released by a warp collective go first (their warp runs ahead). The last thread to return
+// CPU emulation of CUDA (emulator/, docs/emulator.md): the scheduler of block.h. One launch at a
+// time, from one host thread at a time (nothing here is locked): `run` holds it. Each thread of a
+// block is a fiber on a stack of its own (kept between launches, with a guard page below it); a
+// fiber runs until it waits (block barrier, warp collective) or returns, then hands the host thread
+// straight to the next ready fiber: threads released by a __syncthreads queue in arrival order,
+// lanes released by a warp collective go first (their warp runs ahead). The last thread to return
 // gives the host thread back to run_grid, which starts the next block on the same fibers: each
 // loops over "run the kernel, return" (fiber_main), so a block costs no new contexts.
-#include "block.h"
+#include "emulator/block.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -20,7 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fiber.h"
+#include "emulator/fiber.h"
 
 namespace emu {
 namespace {

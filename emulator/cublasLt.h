@@ -1,5 +1,6 @@
-// CPU emulation of CUDA (tests/emu): the part of cuBLASLt that models/cuda/matmul.cpp uses,
-// with the enum values and the structs of CUDA's cublasLt.h (cublaslt.cpp implements it).
+// CPU emulation of CUDA (emulator/, docs/emulator.md): the part of cuBLASLt that
+// models/cuda/matmul.cpp uses, with the enum values and the structs of CUDA's cublasLt.h
+// (cublaslt.cpp implements it).
 //
 // What it does: the descriptor API (matmul descriptors, layouts, preferences) with every
 // attribute's documented type and size checked; a heuristic whose "algorithm" remembers what

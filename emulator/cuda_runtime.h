@@ -1,7 +1,7 @@
-// CPU emulation of CUDA (tests/emu): the part of the CUDA runtime that the models' CUDA layers
-// (models/cuda) and their tests (tests/gpu/test_model_layers_*.cpp) use, so that the same
-// sources compile with g++ and run on the CPU. tests/emu/rewrite.py turns a .cu file into C++
-// this header compiles: launches `k<<<grid, block, smem, stream>>>(args)` become
+// CPU emulation of CUDA (emulator/, docs/emulator.md): the part of the CUDA runtime that the
+// models' CUDA layers (models/cuda) and their tests (tests/gpu/test_model_layers_*.cpp) use, so
+// that the same sources compile with g++ and run on the CPU. emulator/rewrite.py turns a .cu file
+// into C++ this header compiles: launches `k<<<grid, block, smem, stream>>>(args)` become
 // `emu::Launch("k", grid, block, smem, stream).run(k, args)`, `extern __shared__` arrays become
 // the block's dynamic shared memory, and the inline PTX of mma.cuh and async_copy.cuh becomes
 // mma_emu.h and async_copy_emu.h.
@@ -34,8 +34,8 @@
 
 #include <math.h>  // the C math functions kernels call unqualified: expf, fmaxf, ...
 
-#include "block.h"
-#include "vector_types.h"
+#include "emulator/block.h"
+#include "emulator/vector_types.h"
 
 // ---- Qualifiers: host C++ has no address spaces; __shared__ is one object per kernel ----
 #define __global__

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "fiber.h"
+#include "emulator/fiber.h"
 
 // emu_fiber_switch(void** save, void* load): saves the caller's registers and stack pointer
 // through `save`, and returns into the fiber whose stack pointer is `load`.

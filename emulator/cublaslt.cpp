@@ -1,5 +1,5 @@
-// CPU emulation of CUDA (tests/emu): the fake cuBLASLt of cublasLt.h. Objects are plain heap
-// structs, each kind in a registry, so a destroyed or foreign handle is refused.
+// CPU emulation of CUDA (emulator/, docs/emulator.md): the fake cuBLASLt of cublasLt.h. Objects are
+// plain heap structs, each kind in a registry, so a destroyed or foreign handle is refused.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

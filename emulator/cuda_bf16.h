@@ -1,4 +1,5 @@
-// CPU emulation of CUDA (tests/emu): the bfloat16 of CUDA's cuda_bf16.h that the layers use.
+// CPU emulation of CUDA (emulator/, docs/emulator.md): the bfloat16 of CUDA's cuda_bf16.h that the
+// layers use.
 // __nv_bfloat16 holds the 16 bits as CUDA's does (2 bytes, 2-byte aligned, member __x); the
 // conversions round as the GPU's do: to float exactly, from float to nearest even, a NaN staying
 // a quiet NaN. Not here: arithmetic operators and the implicit conversions of CUDA's class

@@ -1,5 +1,6 @@
-// CPU emulation of CUDA (tests/emu): switching the host thread between the fibers that run a
-// block's threads (block.cpp). Only the scheduler switches, on one host thread at a time.
+// CPU emulation of CUDA (emulator/, docs/emulator.md): switching the host thread between the fibers
+// that run a block's threads (block.cpp). Only the scheduler switches, on one host thread at a
+// time.
 //
 // fiber.cpp tells AddressSanitizer about each switch (its fiber annotations, present only in an
 // ASan build) and clears a reused stack's poisoning; the switch itself is the machine's:

@@ -1,6 +1,6 @@
-// CPU emulation of CUDA (tests/emu): the threads of a block and what they meet at. A launch
-// runs its blocks one after another on the calling host thread; a block's threads are fibers
-// (fiber.h, one stack each) that the scheduler switches between only where a CUDA thread
+// CPU emulation of CUDA (emulator/, docs/emulator.md): the threads of a block and what they meet
+// at. A launch runs its blocks one after another on the calling host thread; a block's threads are
+// fibers (fiber.h, one stack each) that the scheduler switches between only where a CUDA thread
 // would wait for others: __syncthreads, a warp shuffle, a warp's mma. Between those points a
 // thread runs alone to its next one: threads start in rank order, leave a __syncthreads in the
 // order they reached it, and a warp leaves a shuffle or mma ahead of every other warp. So a read
@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <source_location>
 
-#include "vector_types.h"
+#include "emulator/vector_types.h"
 
 // The built-in variables, as globals: only one fiber runs at a time, and the scheduler sets
 // threadIdx before it switches to a thread. (So one launch runs at a time, process-wide.)

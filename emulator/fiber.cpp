@@ -1,5 +1,5 @@
 // The switch between the emulator's fibers, with AddressSanitizer told of each (fiber.h).
-#include "fiber.h"
+#include "emulator/fiber.h"
 
 #include <cstdlib>
 

@@ -1,4 +1,4 @@
-// CPU emulation of CUDA (tests/emu): the warp-wide tensor-core instruction
+// CPU emulation of CUDA (emulator/, docs/emulator.md): the warp-wide tensor-core instruction
 //   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32  d, a, b, c   (d = c in place)
 // and the fragment load
 //   ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16  {r0, r1, r2, r3}, [row]

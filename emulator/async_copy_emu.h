@@ -1,5 +1,5 @@
-// CPU emulation of CUDA (tests/emu): the asynchronous global-to-shared copies that
-// models/cuda/async_copy.cuh wraps in inline PTX (cp.async, cp.async.commit_group,
+// CPU emulation of CUDA (emulator/, docs/emulator.md): the asynchronous global-to-shared copies
+// that models/cuda/async_copy.cuh wraps in inline PTX (cp.async, cp.async.commit_group,
 // cp.async.wait_group); rewrite.py includes this header in its place, and it defines the same
 // zero::cuda_layers functions.
 //

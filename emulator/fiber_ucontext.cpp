@@ -5,7 +5,7 @@
 
 #include <ucontext.h>
 
-#include "fiber.h"
+#include "emulator/fiber.h"
 
 namespace emu::machine {
 

@@ -1,6 +1,6 @@
-// CPU emulation of CUDA (tests/emu): the host API of cuda_runtime.h. Device memory, streams,
-// the last error and the kernels' attributes, each in a registry of its own, so that a pointer,
-// a size, a stream or a launch shape the GPU would refuse is refused here too.
+// CPU emulation of CUDA (emulator/, docs/emulator.md): the host API of cuda_runtime.h. Device
+// memory, streams, the last error and the kernels' attributes, each in a registry of its own, so
+// that a pointer, a size, a stream or a launch shape the GPU would refuse is refused here too.
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cuda_runtime.h"
+#include "emulator/cuda_runtime.h"
 
 // Streams are only names here: every call has finished when it returns.
 struct CUstream_st {
