@@ -67,9 +67,38 @@ void copy_text(const std::string& text, char* buffer, unsigned long long size,
 
 using ConfigReader = std::function<zero::config::Config(const zero::config::ReadOptions&)>;
 
+// The caller's options as this library's struct: the first `size` bytes (a caller's older header
+// had fewer fields: the rest keep their defaults); a newer header's fields this library does not
+// know must be zero.
+zero_create_options read_options(const zero_create_options* options) {
+  zero_create_options o = ZERO_CREATE_OPTIONS_INIT;
+  if (options == nullptr) return o;
+  const std::size_t size = options->size;
+  if (size == 0) {
+    throw make_error(ErrorCategory::usage,
+                     "zero_create: options->size is 0: initialise the options with "
+                     "ZERO_CREATE_OPTIONS_INIT (zero.h), which sets it to "
+                     "sizeof(zero_create_options)");
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(options);
+  const std::size_t known = std::min(size, sizeof o);
+  std::memcpy(&o, bytes, known);
+  for (std::size_t i = sizeof o; i < size; ++i) {
+    if (bytes[i] != 0) {
+      throw make_error(ErrorCategory::usage,
+                       "zero_create: options->size is {} and byte {} of the options is set, "
+                       "past the {} bytes of this libzero's zero_create_options: a field from a "
+                       "newer zero.h that this library does not know; link the libzero of that "
+                       "header, or leave the field zero",
+                       size, i, sizeof o);
+    }
+  }
+  o.size = sizeof o;
+  return o;
+}
+
 zero_engine* create(const ConfigReader& read_config, const zero_create_options* options) {
-  zero_create_options none{};
-  const zero_create_options& o = options != nullptr ? *options : none;
+  const zero_create_options o = read_options(options);
   zero::config::ReadOptions read;
   if (o.override_count < 0) {
     throw make_error(ErrorCategory::usage, "zero_create: override_count {} is negative",
@@ -88,36 +117,37 @@ zero_engine* create(const ConfigReader& read_config, const zero_create_options* 
   }
   zero::DeviceOptions device_options;
   switch (o.device) {
-    case 0:
+    case ZERO_DEVICE_AUTO:
       device_options.preference = zero::DevicePreference::automatic;
       break;
-    case 1:
+    case ZERO_DEVICE_CPU:
       device_options.preference = zero::DevicePreference::cpu;
       break;
-    case 2:
+    case ZERO_DEVICE_CUDA:
       device_options.preference = zero::DevicePreference::cuda;
       break;
     default:
       throw make_error(ErrorCategory::usage,
-                       "zero_create: options->device {} is not 0 (automatic), 1 (CPU) or 2 (CUDA)",
+                       "zero_create: options->device {} is not ZERO_DEVICE_AUTO (0), "
+                       "ZERO_DEVICE_CPU (1) or ZERO_DEVICE_CUDA (2)",
                        o.device);
   }
   switch (o.cpu_device) {
-    case 0:
+    case ZERO_CPU_DEVICE_FROM_ENV:
       break;  // ZERO_CPU_DEVICE
-    case 1:
+    case ZERO_CPU_DEVICE_SYNC:
       device_options.cpu_mode = zero::CpuDeviceMode::sync;
       break;
-    case 2:
+    case ZERO_CPU_DEVICE_ASYNC:
       device_options.cpu_mode = zero::CpuDeviceMode::async;
       break;
-    case 3:
+    case ZERO_CPU_DEVICE_GUARDED:
       device_options.cpu_mode = zero::CpuDeviceMode::guarded;
       break;
     default:
       throw make_error(ErrorCategory::usage,
-                       "zero_create: options->cpu_device {} is not 0 (from ZERO_CPU_DEVICE), 1 "
-                       "(synchronous), 2 (asynchronous) or 3 (guarded)",
+                       "zero_create: options->cpu_device {} is not ZERO_CPU_DEVICE_FROM_ENV (0), "
+                       "_SYNC (1), _ASYNC (2) or _GUARDED (3)",
                        o.cpu_device);
   }
   const zero::comm::LaunchInfo launch = zero::comm::detect_launch();

@@ -111,8 +111,8 @@ ZERO_API int zero_version_code(void);
  *
  * Memory. zero_param_data and zero_grad_buffer give device memory: on a GPU the host must not
  * read or write it; zero_data_location says which it is. ZERO_CPU_DEVICE=guarded (or
- * zero_create_options.cpu_device 3) makes the CPU catch the same mistakes: that memory faults
- * on host access while a zero_ call runs, and streams run on worker threads.
+ * zero_create_options.cpu_device ZERO_CPU_DEVICE_GUARDED) makes the CPU catch the same mistakes:
+ * that memory faults on host access while a zero_ call runs, and streams run on worker threads.
  *
  * Indices. Groups, modules and parameters are numbered from 0 in registration order.
  * ------------------------------------------------------------------------------------- */
@@ -122,8 +122,34 @@ typedef struct zero_engine zero_engine;
 /* The dtype of param_data and grad_buffer. */
 typedef enum zero_dtype { ZERO_FP32 = 0, ZERO_FP16 = 1, ZERO_BF16 = 2 } zero_dtype;
 
-/* Optional settings of zero_create. Zero-initialise it ({0}) and set what you need. */
+/* zero_create_options.device: where the engine runs. */
+typedef enum zero_device_kind {
+  ZERO_DEVICE_AUTO = 0, /* a GPU when there is one, else the CPU */
+  ZERO_DEVICE_CPU = 1,
+  ZERO_DEVICE_CUDA = 2
+} zero_device_kind;
+
+/* zero_create_options.cpu_device: how the CPU device runs, when the device is the CPU. */
+typedef enum zero_cpu_device_mode {
+  ZERO_CPU_DEVICE_FROM_ENV = 0, /* the environment variable ZERO_CPU_DEVICE (sync, async or
+                                 * guarded; unset: sync) */
+  ZERO_CPU_DEVICE_SYNC = 1,     /* every call completes on the calling thread */
+  ZERO_CPU_DEVICE_ASYNC = 2,    /* a worker thread per stream, like a GPU's queues */
+  ZERO_CPU_DEVICE_GUARDED = 3   /* asynchronous, and host code touching the memory
+                                 * zero_param_data and zero_grad_buffer give faults while a
+                                 * zero_ call runs, as it would on a GPU */
+} zero_cpu_device_mode;
+
+/* Optional settings of zero_create. Initialise it with ZERO_CREATE_OPTIONS_INIT (which sets
+ * `size` and zeroes the rest) and set what you need:
+ *   zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
+ * The struct grows at its end as zero does: a library reads the first `size` bytes, takes the
+ * defaults for fields a caller's older header did not have, and refuses fields a newer header
+ * set that it does not know (as NCCL's ncclConfig_t). */
 typedef struct zero_create_options {
+  /* sizeof(zero_create_options) as the caller compiled it; 0 is refused (an options struct
+   * zeroed without ZERO_CREATE_OPTIONS_INIT). */
+  unsigned long long size;
   /* "dotted.key=value" strings filling "auto" values or replacing the file's, e.g.
    * "train_micro_batch_size_per_gpu=4", "optimizer.params.lr=3e-4". */
   const char* const* overrides;
@@ -132,27 +158,28 @@ typedef struct zero_create_options {
    * zero duplicates it and never frees it. NULL: from the launcher (mpirun, srun, zero-run),
    * or a world of one without a launcher. */
   const void* mpi_comm;
-  /* Device: 0 automatic (a GPU when there is one), 1 CPU, 2 CUDA. */
+  /* A zero_device_kind: ZERO_DEVICE_AUTO (0), ZERO_DEVICE_CPU or ZERO_DEVICE_CUDA. */
   int device;
   /* OpenMP threads of the CPU optimizer; 0: one. */
   int optimizer_threads;
   /* Seed of bf16 optimizer state's stochastic rounding. */
   unsigned long long seed;
   /* Run on this NCCL communicator (an ncclComm_t) instead of making one; the device must then be
-   * CUDA (device 2, or automatic with a GPU), on the communicator's GPU. zero never frees it and
-   * aborts it only through zero_abort. At most one of mpi_comm and nccl_comm. */
+   * CUDA (ZERO_DEVICE_CUDA, or automatic with a GPU), on the communicator's GPU. zero never
+   * frees it and aborts it only through zero_abort. At most one of mpi_comm and nccl_comm. */
   void* nccl_comm;
-  /* How the CPU device runs, when the device is the CPU: 0 from the environment variable
-   * ZERO_CPU_DEVICE (sync, async or guarded; unset: sync), 1 synchronous (every call completes
-   * on the calling thread), 2 asynchronous (a worker thread per stream, like a GPU's queues),
-   * 3 guarded (asynchronous, and host code touching the memory zero_param_data and
-   * zero_grad_buffer give faults while a zero_ call runs, as it would on a GPU). 2 and 3 are
-   * for testing an embedder's and zero's ordering on the CPU. */
+  /* A zero_cpu_device_mode: ZERO_CPU_DEVICE_FROM_ENV (0), _SYNC, _ASYNC or _GUARDED; the last
+   * two are for testing an embedder's and zero's ordering on the CPU. */
   int cpu_device;
 } zero_create_options;
 
-/* Creates an engine from a JSON config text. `options` may be NULL. On success *engine is
- * the new engine; on failure it is NULL. Collective: every rank of the job calls it. */
+/* sizeof(zero_create_options) in `size`, every other field zero (each named, for -Wextra). */
+#define ZERO_CREATE_OPTIONS_INIT \
+  { sizeof(zero_create_options), 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/* Creates an engine from a JSON config text. `options` may be NULL (every default). On success
+ * *engine is the new engine; on failure it is NULL. Collective: every rank of the job calls
+ * it. */
 ZERO_API zero_status zero_create(const char* config_json, const zero_create_options* options,
                                  zero_engine** engine);
 /* The same, reading the config from a file. */

@@ -201,7 +201,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None,
 
     device = _device_of(model)
     options = _library.CreateOptions()
-    options.device = 2 if device.type == "cuda" else 1
+    options.device = _library.DEVICE_CUDA if device.type == "cuda" else _library.DEVICE_CPU
     options.cpu_device = cpu_device
     options.optimizer_threads = int(os.environ.get("ZERO_OPTIMIZER_THREADS",
                                                    torch.get_num_threads()))

@@ -32,8 +32,16 @@ class ZeroError(RuntimeError):
         self.status = status
 
 
+# zero.h's zero_device_kind and zero_cpu_device_mode.
+DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA = 0, 1, 2
+CPU_DEVICE_FROM_ENV, CPU_DEVICE_SYNC, CPU_DEVICE_ASYNC, CPU_DEVICE_GUARDED = 0, 1, 2, 3
+
+
 class CreateOptions(ctypes.Structure):
+    """zero_create_options; made with its size set, as ZERO_CREATE_OPTIONS_INIT does."""
+
     _fields_ = [
+        ("size", ctypes.c_ulonglong),
         ("overrides", ctypes.POINTER(ctypes.c_char_p)),
         ("override_count", ctypes.c_int),
         ("mpi_comm", ctypes.c_void_p),
@@ -43,6 +51,9 @@ class CreateOptions(ctypes.Structure):
         ("nccl_comm", ctypes.c_void_p),
         ("cpu_device", ctypes.c_int),
     ]
+
+    def __init__(self, **fields):
+        super().__init__(size=ctypes.sizeof(CreateOptions), **fields)
 
 
 Initializer = ctypes.CFUNCTYPE(

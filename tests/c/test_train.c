@@ -6,6 +6,7 @@
  * (zero_c_train_test), by copies on the hooks' stream on GPU 0 (zero_c_train_gpu_test, which
  * exits 77 where there is no GPU). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -72,7 +73,34 @@ int main(void) {
   }
   stream = train_stream();
   memset(&options, 0, sizeof options);
-  options.device = 1;
+  options.device = ZERO_DEVICE_CPU;
+  {
+    /* Options zeroed without ZERO_CREATE_OPTIONS_INIT: size 0, refused naming the macro. */
+    if (zero_create(kConfig, &options, &engine) != ZERO_ERROR_USAGE || engine != NULL ||
+        strstr(zero_last_error(), "ZERO_CREATE_OPTIONS_INIT") == NULL) {
+      fprintf(stderr, "options of size 0 were not refused naming the macro: %s\n",
+              zero_last_error());
+      return 1;
+    }
+  }
+  {
+    /* A newer header's options: a field past this library's struct set is refused; zero there
+     * is fine (checked by the create below, made with an older header's size). */
+    struct {
+      zero_create_options known;
+      int newer_field;
+    } newer;
+    memset(&newer, 0, sizeof newer);
+    newer.known.size = sizeof newer;
+    newer.known.device = ZERO_DEVICE_CPU;
+    newer.newer_field = 1;
+    if (zero_create(kConfig, &newer.known, &engine) != ZERO_ERROR_USAGE || engine != NULL ||
+        strstr(zero_last_error(), "newer zero.h") == NULL) {
+      fprintf(stderr, "a newer header's field was not refused: %s\n", zero_last_error());
+      return 1;
+    }
+  }
+  options.size = sizeof options;
   {
     /* An embedder's NCCL communicator needs the CUDA device; two communicators are one too many.
      * Both are refused before either handle is touched (these are not real handles). */
@@ -93,6 +121,10 @@ int main(void) {
     options.mpi_comm = NULL;
   }
   options.device = train_device();
+  /* As a caller built with an older zero.h, whose struct ended before cpu_device, would pass:
+   * the library reads that much and takes the default for the rest. */
+  options.cpu_device = 99; /* past the caller's size: never read */
+  options.size = offsetof(zero_create_options, cpu_device);
   CHECK(zero_create(kConfig, &options, &engine));
   {
     /* Host memory on the CPU; GPU 0's on CUDA, which the host reaches only by copies. */

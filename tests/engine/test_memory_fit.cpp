@@ -164,7 +164,7 @@ TEST_CASE("fit_shortfalls does not judge a pool no rank could measure", "[memory
 // elements in one module, not yet initialised.
 struct OneParam {
   OneParam(const std::string& config, long long rows, long long columns) {
-    zero_create_options options{};
+    zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
     options.device = 1;
     REQUIRE(zero_create(config.c_str(), &options, &engine) == ZERO_OK);
     int module = 0;

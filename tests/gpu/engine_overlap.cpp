@@ -49,7 +49,7 @@ int run(int stage, void* stream) {
       "allgather_bucket_size": 2000000, "stage3_prefetch_bucket_size": 8000000,
       "stage3_param_persistence_threshold": 0}})",
                 stage);
-  zero_create_options options{};
+  zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
   options.device = 2;
   void* nccl = zero_test::nccl_world_of_one(0);
   options.nccl_comm = nccl;

@@ -70,7 +70,7 @@ Run train(const Model& m, bool gpu) {
   const std::string config = R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.0}},
       "zero_optimization": {"stage": 0}})";
-  zero_create_options options{};
+  zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
   options.device = 1;
   zero_test::CudaSide side;
   if (gpu) side.fill(options);

@@ -60,7 +60,7 @@ Run train(bool gpu) {
       "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.0}},
       "zero_optimization": {"stage": 0}})";
   const zero::gpt::GptConfig shape{2, 2, 128, 256, kVocab};  // layers, heads, channels, positions
-  zero_create_options options{};
+  zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
   options.device = 1;
   zero_test::CudaSide side;
   if (gpu) side.fill(options);

@@ -121,7 +121,7 @@ std::vector<std::vector<float>> train_steps(int stage, const models::ActivationO
       R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
           "zero_optimization": {"stage": )" +
       std::to_string(stage) + "}}";
-  zero_create_options options{};
+  zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
   options.device = 1;
   zero_engine* engine = nullptr;
   REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
@@ -185,7 +185,7 @@ TEST_CASE("gpt model: the engine's loss and gradients match finite differences o
   const char* config = R"({"train_micro_batch_size_per_gpu": 2,
       "optimizer": {"type": "SGD", "params": {"lr": 1.0, "momentum": 0.0, "weight_decay": 0.0}},
       "zero_optimization": {"stage": 0}})";
-  zero_create_options options{};
+  zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
   options.device = 1;
   zero_engine* engine = nullptr;
   REQUIRE_OK(zero_create(config, &options, &engine));
@@ -355,7 +355,7 @@ TEST_CASE(
           "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
           "zero_optimization": {"stage": )" +
                                  std::to_string(stage) + "}}";
-      zero_create_options options{};
+      zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
       options.device = 1;
       zero_engine* engine = nullptr;
       REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
@@ -398,7 +398,7 @@ TEST_CASE("gpt model: a bucket larger than the model keeps every gradient live, 
         "zero_optimization": {"stage": )" +
                                std::to_string(stage) +
                                R"(, "reduce_bucket_size": 1e8, "overlap_comm": true}})";
-    zero_create_options options{};
+    zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
     options.device = 1;
     zero_engine* engine = nullptr;
     REQUIRE_OK(zero_create(config.c_str(), &options, &engine));

@@ -141,7 +141,7 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b, 
 }
 
 zero_engine* make_engine(const json& config) {
-  zero_create_options options{};
+  zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
   options.device = 1;
   zero_engine* engine = nullptr;
   const std::string text = config.dump();

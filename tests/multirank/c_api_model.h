@@ -189,7 +189,7 @@ inline std::string config_for(const Case& c, int accumulation) {
 inline zero_engine* build(const Case& c, MPI_Comm* comm, int accumulation, std::vector<int>* ids,
                           void* nccl = nullptr) {
   const std::string config = config_for(c, accumulation);
-  zero_create_options options{};
+  zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
   options.mpi_comm = nccl != nullptr ? nullptr : comm;
   options.nccl_comm = nccl;
   options.device = g_device;

@@ -186,7 +186,7 @@ std::string config_for(const Setting& s) {
 zero_engine* build(const Setting& s) {
   const std::string config = config_for(s);
   MPI_Comm world = MPI_COMM_WORLD;
-  zero_create_options options{};
+  zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
   options.mpi_comm = &world;
   options.device = 1;
   zero_engine* engine = nullptr;

@@ -99,7 +99,7 @@ Training::Training(const TrainOptions& o)
   const std::vector<std::string> sets = overrides(o, raw_);
   std::vector<const char*> set_c;
   for (const std::string& s : sets) set_c.push_back(s.c_str());
-  zero_create_options create{};
+  zero_create_options create = ZERO_CREATE_OPTIONS_INIT;
   create.overrides = set_c.data();
   create.override_count = static_cast<int>(set_c.size());
   // Automatic: a GPU when the build has CUDA and the machine one (the CUDA layers), else the CPU.
