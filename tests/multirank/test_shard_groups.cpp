@@ -2,12 +2,14 @@
 // with: for every group size that divides the world, each rank's shard group holds the
 // consecutive ranks of its group and its replicas the ranks that share its place in each group,
 // each in world order, and a collective over each sees exactly those ranks; a size that does not
-// divide is refused, as is hybrid_shard's node check when one host runs ranks of two groups (on
-// this machine every rank shares one host).
+// divide is refused; and hybrid_shard's node check accepts exactly the sizes whose groups are
+// whole hosts (one host on this machine, two across the multinode fixture's nodes).
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "base/error.h"
 #include "device/device.h"
@@ -72,18 +74,37 @@ TEST_CASE("shard groups: hybrid_shard's groups must be whole nodes", "[engine][h
   const int n = world.size();
   auto device = create_cpu_device(CpuDeviceMode::sync);
   engine::Agreement agreement(world, *device);
-  // Every rank here runs on one host: one group of the whole world is one node.
-  CHECK_NOTHROW(engine::check_groups_are_nodes(agreement, n));
-  if (n < 2) return;
-  // Groups of one rank: this host runs ranks of several groups.
-  try {
-    engine::check_groups_are_nodes(agreement, 1);
-    FAIL("groups of one rank on one host were accepted as nodes");
-  } catch (const Error& error) {
-    CHECK(error.category() == ErrorCategory::config);
-    CHECK_THAT(error.what(), Catch::Contains("zero_optimization.hybrid_shard") &&
-                                 Catch::Contains("also rank 1 of another"));
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+  const std::vector<std::string> hosts = agreement.all_gather_text(name);
+  // For every group size: accepted exactly when each group's ranks share a host and no host
+  // runs ranks of two groups (one host here; two across the multinode fixture's nodes).
+  int refused = 0;
+  for (int s = 1; s <= n; ++s) {
+    if (n % s != 0) continue;
+    bool nodes = true;
+    for (int r = 0; r < n; ++r) {
+      for (int q = 0; q < n; ++q) {
+        const bool same_group = r / s == q / s;
+        if (same_group != (hosts[r] == hosts[q])) nodes = false;
+      }
+    }
+    INFO("groups of " << s << " ranks, " << (nodes ? "whole nodes" : "not whole nodes"));
+    if (nodes) {
+      CHECK_NOTHROW(engine::check_groups_are_nodes(agreement, s));
+      continue;
+    }
+    ++refused;
+    try {
+      engine::check_groups_are_nodes(agreement, s);
+      FAIL("groups that are not whole nodes were accepted");
+    } catch (const Error& error) {
+      CHECK(error.category() == ErrorCategory::config);
+      CHECK_THAT(error.what(), Catch::Contains("zero_optimization.hybrid_shard") &&
+                                   Catch::Contains("mics_shard_size"));
+    }
   }
+  if (n >= 2) CHECK(refused >= 1);  // groups of one rank share a host with another group
 }
 
 }  // namespace zero::testing
