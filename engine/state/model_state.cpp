@@ -73,16 +73,37 @@ std::array<const Arena*, 5> ModelState::arenas() const {
 }
 
 ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
-  const Layout& layout = ctx_.layout;
-  Device& device = ctx_.device;
-  const DType compute = modes_.compute;
-  const DType state_dtype = ctx_.config.optimizer_state_dtype;
-  const MemoryPlan& plan = plan_;
   // Refused before any memory is taken.
   if (modes_.optimizer_nvme) check_swap_buffers();
-
   // The arenas the plan sizes, then its blocks, in its order: the plan's sums are what is
-  // taken here, by construction.
+  // taken here, by construction. What a run holds (offload, swaps, super_offload's backup) is
+  // the plan's list of blocks, decided at its making.
+  make_arenas();
+  PartsMemory parts;
+  parts.full_grads.assign(ctx_.registry.param_count(), nullptr);
+  void* reduce_staging = nullptr;
+  for (const PlannedBlock& block : plan_.blocks) {
+    take_block(block, job_id, parts, reduce_staging);
+  }
+  state_device().default_stream().synchronize();
+  const MemoryPlan& plan = plan_;
+  Device& device = ctx_.device;
+  if (plan.grad.made()) {
+    parts.grad_arena =
+        std::make_unique<Arena>(&device, Tier::device, plan.grad.capacity, plan.grad.name);
+  }
+  parts.reduce_target = reduce_target(reduce_staging);
+  if (plan.gather.made()) {
+    parts.gather_arena =
+        std::make_unique<Arena>(&device, Tier::device, plan.gather.capacity, plan.gather.name);
+  }
+  device.default_stream().synchronize();
+  return parts;
+}
+
+void ModelState::make_arenas() {
+  const MemoryPlan& plan = plan_;
+  Device& device = ctx_.device;
   if (plan.offload.made()) {
     offload_arena_ = std::make_unique<Arena>(&device, plan.offload.tier, plan.offload.capacity,
                                              plan.offload.name);
@@ -93,109 +114,105 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
     param_arena_ =
         std::make_unique<Arena>(&device, plan.param.tier, plan.param.capacity, plan.param.name);
   }
-  Stream& stream = device.default_stream();
-  Device& owned_device = state_device();
-  Stream& owned_stream = owned_device.default_stream();
-  PartsMemory parts;
-  parts.full_grads.assign(ctx_.registry.param_count(), nullptr);
-  void* reduce_staging = nullptr;
-  for (const PlannedBlock& block : plan.blocks) {
-    Arena& arena = block.arena == ArenaRole::state     ? *state_arena_
-                   : block.arena == ArenaRole::offload ? *offload_arena_
-                                                       : *param_arena_;
-    const auto take = [&]() -> void* {
-      if (block.bytes == 0) return nullptr;
-      const Block taken = arena.allocate(block.kind, block.bytes);
-      blocks_.push_back(taken);
-      return taken.ptr;
-    };
-    switch (block.role) {
-      case BlockRole::full_param:
-        full_[block.index] = take();
-        break;
-      case BlockRole::full_grad:  // the GradReducer's for the run
-        parts.full_grads[block.index] = take();
-        break;
-      case BlockRole::master:
-        master_ = static_cast<float*>(take());
-        if (master_ != nullptr) {
-          owned_device.fill(master_, DType::f32, layout.resident_end, 0.0f, owned_stream);
-        }
-        break;
-      case BlockRole::grad_flat:
-        grad_flat_ = take();
-        if (grad_flat_ != nullptr) {
-          owned_device.fill(grad_flat_, modes_.accum,
-                            modes_.grad_nvme ? layout.resident_end : layout.owned.total, 0.0f,
-                            owned_stream);
-        }
-        break;
-      case BlockRole::moment:
-        moments_[block.index] = take();
-        if (moments_[block.index] != nullptr) {
-          owned_device.fill(moments_[block.index], state_dtype, layout.resident_end, 0.0f,
-                            owned_stream);
-        }
-        break;
-      case BlockRole::reduce_staging:
-        reduce_staging = take();
-        break;
-      case BlockRole::param_staging:
-        param_staging_ = take();
-        break;
-      case BlockRole::speculation_backup:
-        backup_[block.index] = take();
-        break;
-      case BlockRole::optimizer_swap:  // takes its buffers from the offload arena
-        owned_stream.synchronize();
-        open_swap_io(job_id);
-        set_up_swap();
-        break;
-      case BlockRole::grad_swap:  // takes its buffers from the offload arena
-        set_up_grad_swap();
-        break;
-      case BlockRole::compute_shard:
-        compute_shard_ = take();
-        if (compute_shard_ == nullptr) break;
-        if (block.arena == ArenaRole::param) {  // host memory: zeroed by the host
-          host_device().fill(compute_shard_, compute, layout.compute_resident_end, 0.0f,
-                             host_device().default_stream());
-          host_device().default_stream().synchronize();
-        } else {
-          device.fill(compute_shard_, compute, layout.compute_shards.total, 0.0f, stream);
-        }
-        break;
-      case BlockRole::param_swap:  // takes its buffers from the param arena
-        open_swap_io(job_id);
-        param_swap_ = std::make_unique<ParamSwap>(ctx_, plan, *aio_, *swap_dir_, *param_arena_);
-        break;
-      case BlockRole::bucket:
-        parts.bucket_buffers.push_back(take());
-        break;
-      case BlockRole::gather_buffer:
-        gather_buffer_ = take();
-        break;
-    }
+}
+
+void* ModelState::take(const PlannedBlock& block) {
+  if (block.bytes == 0) return nullptr;
+  Arena& arena = block.arena == ArenaRole::state     ? *state_arena_
+                 : block.arena == ArenaRole::offload ? *offload_arena_
+                                                     : *param_arena_;
+  const Block taken = arena.allocate(block.kind, block.bytes);
+  blocks_.push_back(taken);
+  return taken.ptr;
+}
+
+void* ModelState::take_zeroed(const PlannedBlock& block, DType dtype, std::size_t count) {
+  void* taken = take(block);
+  if (taken != nullptr) {
+    state_device().fill(taken, dtype, count, 0.0f, state_device().default_stream());
   }
-  owned_stream.synchronize();
-  if (plan.grad.made()) {
-    parts.grad_arena =
-        std::make_unique<Arena>(&device, Tier::device, plan.grad.capacity, plan.grad.name);
+  return taken;
+}
+
+void ModelState::take_block(const PlannedBlock& block, const std::string& job_id,
+                            PartsMemory& parts, void*& reduce_staging) {
+  const Layout& layout = ctx_.layout;
+  switch (block.role) {
+    case BlockRole::full_param:
+      full_[block.index] = take(block);
+      break;
+    case BlockRole::full_grad:  // the GradReducer's for the run
+      parts.full_grads[block.index] = take(block);
+      break;
+    case BlockRole::master:
+      master_ = static_cast<float*>(take_zeroed(block, DType::f32, layout.resident_end));
+      break;
+    case BlockRole::grad_flat:
+      grad_flat_ = take_zeroed(block, modes_.accum,
+                               modes_.grad_nvme ? layout.resident_end : layout.owned.total);
+      break;
+    case BlockRole::moment:
+      moments_[block.index] =
+          take_zeroed(block, ctx_.config.optimizer_state_dtype, layout.resident_end);
+      break;
+    case BlockRole::reduce_staging:
+      reduce_staging = take(block);
+      break;
+    case BlockRole::param_staging:
+      param_staging_ = take(block);
+      break;
+    case BlockRole::speculation_backup:
+      backup_[block.index] = take(block);
+      break;
+    case BlockRole::optimizer_swap:  // takes its buffers from the offload arena
+      state_device().default_stream().synchronize();
+      open_swap_io(job_id);
+      set_up_swap();
+      break;
+    case BlockRole::grad_swap:  // takes its buffers from the offload arena
+      set_up_grad_swap();
+      break;
+    case BlockRole::compute_shard:
+      take_compute_shard(block);
+      break;
+    case BlockRole::param_swap:  // takes its buffers from the param arena
+      open_swap_io(job_id);
+      param_swap_ = std::make_unique<ParamSwap>(ctx_, plan_, *aio_, *swap_dir_, *param_arena_);
+      break;
+    case BlockRole::bucket:
+      parts.bucket_buffers.push_back(take(block));
+      break;
+    case BlockRole::gather_buffer:
+      gather_buffer_ = take(block);
+      break;
   }
+}
+
+void ModelState::take_compute_shard(const PlannedBlock& block) {
+  compute_shard_ = take(block);
+  if (compute_shard_ == nullptr) return;
+  const Layout& layout = ctx_.layout;
+  if (block.arena == ArenaRole::param) {  // host memory: zeroed by the host
+    host_device().fill(compute_shard_, modes_.compute, layout.compute_resident_end, 0.0f,
+                       host_device().default_stream());
+    host_device().default_stream().synchronize();
+  } else {
+    ctx_.device.fill(compute_shard_, modes_.compute, layout.compute_shards.total, 0.0f,
+                     ctx_.device.default_stream());
+  }
+}
+
+GradTarget ModelState::reduce_target(void* reduce_staging) {
   // Reduced blocks go into the owned gradient shard; with optimizer offload it is in pinned
   // memory, where the CPU adds them in after they come down.
-  parts.reduce_target.grad_flat = grad_flat_;
-  parts.reduce_target.accum = modes_.accum;
-  parts.reduce_target.adder = modes_.optimizer_offload ? &state_device() : &device;
-  parts.reduce_target.staging = modes_.optimizer_offload ? reduce_staging : nullptr;
-  parts.reduce_target.swap = grad_swap_.get();
-  parts.reduce_target.resident_end = layout.resident_end;
-  if (plan.gather.made()) {
-    parts.gather_arena =
-        std::make_unique<Arena>(&device, Tier::device, plan.gather.capacity, plan.gather.name);
-  }
-  stream.synchronize();
-  return parts;
+  GradTarget target;
+  target.grad_flat = grad_flat_;
+  target.accum = modes_.accum;
+  target.adder = modes_.optimizer_offload ? &state_device() : &ctx_.device;
+  target.staging = modes_.optimizer_offload ? reduce_staging : nullptr;
+  target.swap = grad_swap_.get();
+  target.resident_end = ctx_.layout.resident_end;
+  return target;
 }
 
 void ModelState::put_state(std::size_t flat, const float* values, const void* const* moments_in,

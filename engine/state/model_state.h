@@ -142,6 +142,15 @@ class ModelState final : public ShardStore {
   // the parameter's numel floats.
   void put_compute(std::size_t param, const float* values, float* staging);
   void check_swap_buffers() const;
+  // allocate's parts: the plan's arenas, a block taken (zeroed: `count` elements of `dtype` on
+  // the state device) and kept where it belongs, and where reduced blocks go.
+  void make_arenas();
+  void* take(const PlannedBlock& block);
+  void* take_zeroed(const PlannedBlock& block, DType dtype, std::size_t count);
+  void take_block(const PlannedBlock& block, const std::string& job_id, PartsMemory& parts,
+                  void*& reduce_staging);
+  void take_compute_shard(const PlannedBlock& block);
+  GradTarget reduce_target(void* reduce_staging);
   void open_swap_io(const std::string& job_id);
   void set_up_swap();
   void set_up_grad_swap();
