@@ -12,25 +12,12 @@
 #include "comm/backends.h"
 #include "device/device.h"
 #include "engine/collectives/agreement.h"
+#include "tests/engine/one_rank.h"
 #include "tests/scratch.h"
 
 namespace zero::engine {
-namespace {
 
-struct OneRank {
-  OneRank() : device(create_cpu_device(CpuDeviceMode::async)) {
-    comm::CommOptions options;
-    options.device = device.get();
-    options.timeout = std::chrono::seconds(30);
-    comm = comm::make_local_communicator(options);
-    agreement = Agreement(*comm, *device);
-  }
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Communicator> comm;
-  Agreement agreement;
-};
-
-}  // namespace
+using testing::OneRank;
 
 TEST_CASE("agreement: a failed step names the rank and what failed, in its category", "[engine]") {
   OneRank one;

@@ -26,13 +26,15 @@
 #include "engine/state/param_swap.h"
 #include "offload/aio.h"
 #include "offload/swap.h"
+#include "tests/engine/engine_parts.h"
 #include "tests/scratch.h"
 
 namespace zero::engine {
 namespace {
 
-// Six parameters of odd sizes in three modules; stage 3 on one rank, bf16 compute shards, 40
-// elements kept in memory and the rest swapped; two read buffers ahead.
+// Six parameters of odd sizes in three modules (two_modules' and two more in a third); stage 3 on
+// one rank, bf16 compute shards, 40 elements kept in memory and the rest swapped; two read buffers
+// ahead.
 struct ParamSwapRig {
   explicit ParamSwapRig(const std::string& name) : scratch(name) {
     device = create_cpu_device(CpuDeviceMode::sync);
@@ -47,13 +49,8 @@ struct ParamSwapRig {
               "offload_param": {"device": "nvme", "nvme_path": ")" +
             scratch.path() + R"(", "buffer_size": 3000, "buffer_count": 2, "max_in_cpu": 40}}})",
         {});
-    const std::size_t a = registry.add_module("a");
-    const std::size_t b = registry.add_module("b");
+    testing::two_modules(registry);  // p0-p3 in modules a and b
     const std::size_t c = registry.add_module("c");
-    registry.add_param("p0", {37}, true, 0, {a});
-    registry.add_param("p1", {101}, true, 0, {b});
-    registry.add_param("p2", {5, 3}, true, 0, {a, b});
-    registry.add_param("p3", {9}, false, 0, {c});
     registry.add_param("p4", {1031}, true, 0, {c});
     registry.add_param("p5", {2}, true, 0, {c});
     registry.freeze();

@@ -16,19 +16,13 @@
 #include "device/device.h"
 #include "engine/collectives/agreement.h"
 #include "engine/collectives/quantization_error.h"
+#include "tests/engine/one_rank.h"
 
 namespace zero::engine {
 namespace {
 
-struct QuantRank {
-  QuantRank() : device(create_cpu_device(CpuDeviceMode::async)) {
-    comm::CommOptions options;
-    options.device = device.get();
-    options.timeout = std::chrono::seconds(30);
-    comm = comm::make_local_communicator(options);
-    agreement = Agreement(*comm, *device);
-  }
-  // `values` copied into device memory (freed with this).
+// One rank, with device memory for the values it measures (freed with it).
+struct QuantRank : testing::OneRank {
   const void* on_device(const void* values, std::size_t bytes) {
     void* p = device->reserve(Tier::device, bytes);
     device->copy(p, values, bytes);
@@ -38,9 +32,6 @@ struct QuantRank {
   ~QuantRank() {
     for (const auto& [p, bytes] : held) device->unreserve(Tier::device, p, bytes);
   }
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Communicator> comm;
-  Agreement agreement;
   std::vector<std::pair<void*, std::size_t>> held;
 };
 
