@@ -13,19 +13,25 @@ through the same allowlist: plain data only.
 Owns nothing: pure functions over bytes, tensors and modules.
 """
 
+from __future__ import annotations
+
 import io
 import pickle
+from typing import Any, NoReturn, TYPE_CHECKING
 
 import torch
 
 from ._library import ZeroError
+
+if TYPE_CHECKING:
+    import os
 
 _FORMAT = "zero-client-state-1"
 _ZIP_MAGIC = b"PK\x03\x04"
 _PLAIN = (str, int, float, bool, type(None), bytes)
 
 
-def _check_plain(value, where):
+def _check_plain(value: Any, where: str) -> None:
     """Refuses anything but plain data and tensors, naming where it is."""
     if isinstance(value, torch.Tensor):
         if type(value) not in (torch.Tensor, torch.nn.Parameter):
@@ -51,7 +57,7 @@ def _check_plain(value, where):
                     "without running code: store its state (e.g. obj.state_dict()) instead")
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """`value` with its tensors detached, contiguous and on the CPU."""
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu").contiguous()
@@ -62,7 +68,7 @@ def _plain(value):
     return value
 
 
-def persistent_buffers(module):
+def persistent_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The module's persistent buffers under their state_dict names, as they are (no copy)."""
     found = {}
     for prefix, owner in module.named_modules():
@@ -73,7 +79,7 @@ def persistent_buffers(module):
     return found
 
 
-def pack(client_state, buffers):
+def pack(client_state: Any, buffers: dict[str, torch.Tensor]) -> bytes:
     """The user data of a checkpoint: client_state (checked) and the buffers' current values."""
     state = {} if client_state is None else client_state
     _check_plain(state, "")
@@ -87,12 +93,12 @@ def pack(client_state, buffers):
 class _PlainUnpickler(pickle.Unpickler):
     """Plain Python data only: any class or function a pickle names is refused."""
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise ZeroError(f"it names {module}.{name}, and loading it would run code from the "
                         "checkpoint")
 
 
-def unpack(data, where):
+def unpack(data: bytes, where: str | os.PathLike[str]) -> tuple[Any, dict[str, torch.Tensor]]:
     """(client_state, buffers) from a checkpoint's user data; ZeroError when it holds more
     than plain data and tensors. `where` names the checkpoint in messages."""
     if not data:

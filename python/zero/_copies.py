@@ -10,10 +10,19 @@ without zero's hooks (an EMA or teacher copy must not drive the engine's hooks).
 Owns: the state_dict pre-hooks and the __deepcopy__ attributes it puts on the modules.
 """
 
+from __future__ import annotations
+
 import contextlib
 import copy
+from typing import Any, TYPE_CHECKING
 
 from ._library import ZeroError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    import torch
+    from torch.utils.hooks import RemovableHandle
 
 # What zero puts in a module's __dict__, left out of a copy: this file's __deepcopy__ and the
 # engine's mark (engine.py), which a plain copy must not carry.
@@ -24,18 +33,20 @@ _STAGE3_FIX = ("engine.consolidated_state_dict() (collective: every rank calls i
 
 
 class ModuleCopies:
-    def __init__(self, model, stage, hook_handles):
-        self._model = model
-        self._stage = stage
-        self._hook_handles = hook_handles  # zero's forward hooks, left out of copies
-        self._allowed = 0
-        self._handles = []
+    def __init__(self, model: torch.nn.Module, stage: int,
+                 hook_handles: list[RemovableHandle]) -> None:
+        self._model: torch.nn.Module = model
+        self._stage: int = stage
+        # zero's forward hooks, left out of copies
+        self._hook_handles: list[RemovableHandle] = hook_handles
+        self._allowed: int = 0
+        self._handles: list[RemovableHandle] = []
         for module in model.modules():
             self._handles.append(module.register_state_dict_pre_hook(self._state_dict_pre))
             object.__setattr__(module, "__deepcopy__", self._deepcopier(module))
 
     @contextlib.contextmanager
-    def allow_state_dict(self):
+    def allow_state_dict(self) -> Iterator[None]:
         """The front end's own state_dict() calls (consolidated_state_dict, destroy)."""
         self._allowed += 1
         try:
@@ -43,22 +54,22 @@ class ModuleCopies:
         finally:
             self._allowed -= 1
 
-    def remove(self):
+    def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
         for module in self._model.modules():
             module.__dict__.pop("__deepcopy__", None)
 
-    def _state_dict_pre(self, module, prefix, keep_vars):
+    def _state_dict_pre(self, module: torch.nn.Module, prefix: str, keep_vars: bool) -> None:
         if self._stage == 3 and not self._allowed:
             raise ZeroError(f"state_dict() of {type(module).__name__} at ZeRO stage 3: zero "
                             "holds each parameter in shards, and outside forward the module's "
                             "parameters are placeholders (NaN), which would load without "
                             f"complaint. {_STAGE3_FIX}")
 
-    def _deepcopier(self, module):
-        def deepcopy(memo):
+    def _deepcopier(self, module: torch.nn.Module) -> Callable[[dict[int, Any]], torch.nn.Module]:
+        def deepcopy(memo: dict[int, Any]) -> torch.nn.Module:
             if self._stage == 3:
                 raise ZeroError(f"copy.deepcopy of {type(module).__name__} at ZeRO stage 3: "
                                 "its parameters are placeholders (NaN) outside forward, and a "
@@ -69,7 +80,7 @@ class ModuleCopies:
         return deepcopy
 
     @contextlib.contextmanager
-    def _plain(self, root):
+    def _plain(self, root: torch.nn.Module) -> Iterator[None]:
         """The module tree under `root` without zero's hooks and attributes, while
         a copy is made; everything is put back as it was, in order."""
         saved_attrs = [(m, name, m.__dict__.pop(name)) for m in root.modules()

@@ -13,9 +13,16 @@ instead. engine.backward sets .grad back to None before the next backward.
 Owns nothing: a tensor subclass and the function that builds one.
 """
 
+from __future__ import annotations
+
+from typing import Any, TYPE_CHECKING
+
 import torch
 
 from ._library import ZeroError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 # What a stand-in answers: metadata, and model.zero_grad(set_to_none=False)'s calls (no-ops:
 # zero clears its own gradients after each optimizer step).
@@ -28,19 +35,22 @@ class HeldGradient(torch.Tensor):
     """A parameter's .grad while zero holds the gradient (see the module's docstring)."""
 
     @staticmethod
-    def make(name, like):
+    def make(name: str, like: torch.Tensor) -> HeldGradient:
         """A stand-in for the gradient of parameter `name`, shaped like tensor `like`."""
         one = torch.zeros((1,), dtype=like.dtype, device=like.device).expand(like.shape)
         held = torch.Tensor._make_subclass(HeldGradient, one, False)
         held._zero_name = name
         return held
 
-    def __repr__(self, *args, **kwargs):  # noqa: D105: printing a .grad must not raise
+    def __repr__(self, *args: Any,  # noqa: D105: printing a .grad must not raise
+                 **kwargs: Any) -> str:
         return (f"<zero: the gradient of {self._zero_name} is held by zero (engine.backward "
                 f"reduced it); shape {tuple(self.shape)}>")
 
     @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
+    def __torch_function__(cls, func: Callable[..., Any], types: Iterable[type],
+                           args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         name = getattr(func, "__name__", "")
         if name == "__get__" or name in _METADATA:
             with torch._C.DisableTorchFunctionSubclass():
@@ -57,7 +67,7 @@ class HeldGradient(torch.Tensor):
             "engine.get_global_grad_norm() after engine.step()")
 
 
-def _first_held(values):
+def _first_held(values: Iterable[Any]) -> HeldGradient | None:
     for value in values:
         if isinstance(value, HeldGradient):
             return value

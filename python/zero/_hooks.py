@@ -23,9 +23,12 @@ Owns: the parameters' views and gradient views, the open hooks, the pass's phase
 recorded unit order. Calls the C API on the engine handle it is given; ZeroEngine drives it.
 """
 
+from __future__ import annotations
+
 import contextlib
 import ctypes
 import warnings
+from typing import Any, TYPE_CHECKING
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -35,6 +38,13 @@ from ._copies import ModuleCopies
 from ._held_gradients import HeldGradient
 from ._library import ZeroError, call
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from torch.utils.hooks import RemovableHandle
+
+    from ._units import Unit
+
 
 class Param:
     """One registered parameter and what the front end keeps of it."""
@@ -42,35 +52,37 @@ class Param:
     __slots__ = ("index", "name", "param", "shape", "trainable", "units", "holders", "view",
                  "grad_view", "expected_ptr")
 
-    def __init__(self, index, name, param, trainable):
-        self.index = index
-        self.name = name
-        self.param = param
-        self.shape = tuple(param.shape)
-        self.trainable = trainable
-        self.units = []
-        self.holders = 0          # units with a hook open that use it (stages 0-2: +1 for good)
-        self.view = None          # the tensor over zero's memory while held
-        self.grad_view = None     # the gradient buffer while a backward unit holds it
-        self.expected_ptr = None  # what param.data points at between calls
+    def __init__(self, index: int, name: str, param: torch.nn.Parameter,
+                 trainable: bool) -> None:
+        self.index: int = index
+        self.name: str = name
+        self.param: torch.nn.Parameter = param
+        self.shape: tuple[int, ...] = tuple(param.shape)
+        self.trainable: bool = trainable
+        self.units: list[int] = []
+        self.holders: int = 0  # units with a hook open that use it (stages 0-2: +1 for good)
+        self.view: torch.Tensor | None = None  # the tensor over zero's memory while held
+        # the gradient buffer while a backward unit holds it
+        self.grad_view: torch.Tensor | None = None
+        self.expected_ptr: int | None = None  # what param.data points at between calls
 
 
 class _PreBackward(torch.autograd.Function):
     """Identity on a unit's output; its backward opens the unit's backward in zero."""
 
     @staticmethod
-    def forward(ctx, hooks, unit, tensor):
+    def forward(ctx: Any, hooks: UnitHooks, unit: int, tensor: torch.Tensor) -> torch.Tensor:
         ctx.hooks = hooks
         ctx.unit = unit
         return tensor.detach()
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, torch.Tensor]:
         ctx.hooks.open_backward(ctx.unit)
         return None, None, grad
 
 
-def _map_tensors(value, fn):
+def _map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     """`value` with fn applied to every tensor in it (tuples, lists, dicts, ModelOutput)."""
     if isinstance(value, torch.Tensor):
         return fn(value)
@@ -90,11 +102,11 @@ class _Saved:
 
     __slots__ = ("index", "size", "stride", "offset")
 
-    def __init__(self, index, tensor):
-        self.index = index
-        self.size = tensor.size()
-        self.stride = tensor.stride()
-        self.offset = tensor.storage_offset()
+    def __init__(self, index: int, tensor: torch.Tensor) -> None:
+        self.index: int = index
+        self.size: torch.Size = tensor.size()
+        self.stride: tuple[int, ...] = tensor.stride()
+        self.offset: int = tensor.storage_offset()
 
 
 class _PlaceholderWatch(TorchDispatchMode):
@@ -105,11 +117,13 @@ class _PlaceholderWatch(TorchDispatchMode):
 
     _PASS = {"aten::detach", "aten::alias", "aten::lift_fresh", "aten::_to_copy"}
 
-    def __init__(self, hooks):
+    def __init__(self, hooks: UnitHooks) -> None:
         super().__init__()
-        self._hooks = hooks
+        self._hooks: UnitHooks = hooks
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: torch._ops.OpOverload, types: Sequence[type],
+                           args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         if not getattr(func, "is_view", False) and func.name() not in self._PASS:
             for value in list(args) + list(kwargs.values()):
@@ -120,43 +134,49 @@ class _PlaceholderWatch(TorchDispatchMode):
 
 
 class UnitHooks:
-    def __init__(self, handle, model, units, params, stage, device, dtype):
-        self._handle = handle
-        self.units = units
-        self.params = params
-        self._stage = stage
-        self._device = device
-        self._dtype = dtype
-        self.training = True
-        self._auto_eval = False     # a no-grad pass in train mode runs as an evaluation pass
-        self._in_backward = False
-        self.backward_done = False
-        self._forward_open = 0
-        self._backward_open = {}    # unit index -> True, in opening order
-        self._pending = {}          # unit index -> trainable params still to get a gradient
-        self._order = None          # the units' pre-forward order of the first training pass
-        self._pass = []
-        self._gathered = {}         # stage 3: storage address -> param index, while held
-        self._placeholders = {}     # stage 3: placeholder storage address -> param index
-        self._open_forward = []     # the units whose forward is running, innermost last
-        self._watch = None          # the _PlaceholderWatch entered, while a watched pass runs
-        self._watch_kind = None
-        self._in_forward = False    # inside engine.forward
-        self._said_missing = set()  # parameters warned of as getting no gradient
-        self._watched = set()       # "train", "eval": the first passes watched
-        self._handles = []
+    def __init__(self, handle: ctypes.c_void_p, model: torch.nn.Module, units: list[Unit],
+                 params: list[Param], stage: int, device: torch.device,
+                 dtype: torch.dtype) -> None:
+        self._handle: ctypes.c_void_p = handle
+        self.units: list[Unit] = units
+        self.params: list[Param] = params
+        self._stage: int = stage
+        self._device: torch.device = device
+        self._dtype: torch.dtype = dtype
+        self.training: bool = True
+        self._auto_eval: bool = False  # a no-grad pass in train mode runs as an evaluation pass
+        self._in_backward: bool = False
+        self.backward_done: bool = False
+        self._forward_open: int = 0
+        self._backward_open: dict[int, bool] = {}  # unit index -> True, in opening order
+        # unit index -> trainable params still to get a gradient
+        self._pending: dict[int, set[int]] = {}
+        # the units' pre-forward order of the first training pass
+        self._order: list[int] | None = None
+        self._pass: list[int] = []
+        self._gathered: dict[int, int] = {}  # stage 3: storage address -> param index, while held
+        # stage 3: placeholder storage address -> param index
+        self._placeholders: dict[int, int] = {}
+        self._open_forward: list[int] = []  # the units whose forward is running, innermost last
+        # the _PlaceholderWatch entered, while a watched pass runs
+        self._watch: _PlaceholderWatch | None = None
+        self._watch_kind: str | None = None
+        self._in_forward: bool = False  # inside engine.forward
+        self._said_missing: set[str] = set()  # parameters warned of as getting no gradient
+        self._watched: set[str] = set()  # "train", "eval": the first passes watched
+        self._handles: list[RemovableHandle] = []
         self._attach()
-        self.copies = ModuleCopies(model, stage, self._handles)
+        self.copies: ModuleCopies = ModuleCopies(model, stage, self._handles)
 
     # ---- what ZeroEngine calls ----
 
-    def saved_tensors(self):
+    def saved_tensors(self) -> contextlib.AbstractContextManager[Any]:
         """The context forward and backward run in: at stage 3, the saved-view hooks."""
         if self._stage == 3:
             return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         return contextlib.nullcontext()
 
-    def begin_forward(self):
+    def begin_forward(self) -> None:
         """Before the module's forward: at stage 3, the first training and the first evaluation
         pass run under the placeholder watch (a training pass's until engine.backward)."""
         self._end_watch()  # one left by a pass that failed after its forward
@@ -169,19 +189,19 @@ class UnitHooks:
         self._watched.add(kind)
         self._watch_kind = kind
 
-    def end_forward(self, failed=False):
+    def end_forward(self, failed: bool = False) -> None:
         """After the module's forward: an evaluation pass's watch ends; a training pass's ends
         when its backward starts (the loss is computed from the outputs in between)."""
         self._in_forward = False
         if self._watch is not None and (failed or self._watch_kind == "eval"):
             self._end_watch()
 
-    def _end_watch(self):
+    def _end_watch(self) -> None:
         if self._watch is not None:
             watch, self._watch = self._watch, None
             watch.__exit__(None, None, None)
 
-    def forward_failed(self):
+    def forward_failed(self) -> str | None:
         """The module's forward raised: why the engine cannot go on, or None when it can (no
         unit's hooks are left open, and below stage 3 the pass's recorded order is dropped; at
         stage 3 the engine has begun tracing the pass's gathers)."""
@@ -196,7 +216,7 @@ class UnitHooks:
         self._pass = []
         return None
 
-    def check_not_placeholder(self, tensor, what):
+    def check_not_placeholder(self, tensor: torch.Tensor, what: str) -> None:
         """Refuses `tensor` when it is a parameter's stage-3 placeholder (its values are not
         here): the operation `what` reads it outside its modules' forward."""
         try:
@@ -222,7 +242,7 @@ class UnitHooks:
                         "register_external_parameter); compute a loss term on a weight inside "
                         "the model's forward, or use ZeRO stage 0-2")
 
-    def run_backward(self, scaled_loss, retain_graph):
+    def run_backward(self, scaled_loss: torch.Tensor, retain_graph: bool) -> None:
         """scaled_loss.backward(), with every unit's backward hooks opened and closed."""
         self._end_watch()
         if not self.training:
@@ -253,7 +273,7 @@ class UnitHooks:
                 p.param.grad = HeldGradient.make(p.name, p.param)
         self._say_missing_gradients()
 
-    def _say_missing_gradients(self):
+    def _say_missing_gradients(self) -> None:
         """A trainable parameter that got no gradient in a backward (a block skipped this step)
         is stepped with a zero gradient, as DeepSpeed does; torch.optim.AdamW would skip it.
         Said once per parameter."""
@@ -269,7 +289,7 @@ class UnitHooks:
                       "that never trains (requires_grad_(False)) before zero.initialize",
                       stacklevel=4)
 
-    def check_step(self):
+    def check_step(self) -> None:
         self._end_watch()
         if self._forward_open or self._backward_open:
             raise ZeroError("engine.step() with a module's hooks open: a forward without its "
@@ -280,23 +300,23 @@ class UnitHooks:
                             "before the step (run forwards that need no backward under "
                             "torch.no_grad() or after engine.eval())")
 
-    def stepped(self):
+    def stepped(self) -> None:
         self.backward_done = False
 
-    def between_passes(self, what):
+    def between_passes(self, what: str) -> None:
         self._end_watch()
         if self._forward_open or self._backward_open or self.backward_done:
             raise ZeroError(f"{what} in the middle of a micro-step: call it after "
                             "engine.step()")
 
-    def set_train(self, mode):
+    def set_train(self, mode: bool) -> None:
         if mode == self.training and not self._auto_eval:
             return
         self._auto_eval = False
         call("zero_set_train", self._handle, int(mode))
         self.training = mode
 
-    def detach(self):
+    def detach(self) -> None:
         """Removes the hooks and leaves every parameter an empty tensor (zero's memory is about
         to go)."""
         self._end_watch()
@@ -314,7 +334,7 @@ class UnitHooks:
 
     # ---- the hooks ----
 
-    def _attach(self):
+    def _attach(self) -> None:
         for unit in self.units:
             self._handles.append(unit.module.register_forward_pre_hook(
                 lambda module, args, u=unit.index: self._pre_forward(u)))
@@ -330,12 +350,12 @@ class UnitHooks:
             else:
                 self._hold(p)
 
-    def _stream(self):
+    def _stream(self) -> ctypes.c_void_p | None:
         if self._device.type == "cuda":
             return ctypes.c_void_p(torch.cuda.current_stream(self._device).cuda_stream)
         return None
 
-    def _pre_forward(self, unit):
+    def _pre_forward(self, unit: int) -> None:
         if self._in_backward:
             # Recomputation (activation checkpointing) inside backward: the unit's parameters
             # are those of its backward, opened here if the checkpoint's backward reached it
@@ -363,7 +383,7 @@ class UnitHooks:
         for i in self.units[unit].params:
             self._hold(self.params[i])
 
-    def _post_forward(self, unit, output):
+    def _post_forward(self, unit: int, output: Any) -> Any:
         if self._in_backward:
             return output
         call("zero_post_forward", self._handle, unit, self._stream())
@@ -377,7 +397,7 @@ class UnitHooks:
                                   if t.requires_grad else t)
         return output
 
-    def open_backward(self, unit):
+    def open_backward(self, unit: int) -> None:
         if unit in self._backward_open:
             return
         if not self._in_backward:
@@ -396,7 +416,7 @@ class UnitHooks:
                 p.grad_view = _tensors.view(address.value, p.shape, self._dtype, self._device)
                 p.param.grad = p.grad_view
 
-    def _accumulated(self, index):
+    def _accumulated(self, index: int) -> None:
         p = self.params[index]
         if not self._in_backward:
             raise ZeroError(f"parameter {p.name} got a gradient outside engine.backward(loss): "
@@ -415,7 +435,7 @@ class UnitHooks:
                 if not pending and u in self._backward_open:
                     self._close_backward(u)
 
-    def _close_backward(self, unit):
+    def _close_backward(self, unit: int) -> None:
         del self._backward_open[unit]
         call("zero_post_backward", self._handle, unit, self._stream())
         for i in self.units[unit].params:
@@ -427,7 +447,7 @@ class UnitHooks:
 
     # ---- parameters as views ----
 
-    def _hold(self, p):
+    def _hold(self, p: Param) -> None:
         p.holders += 1
         if p.view is None:
             self._placeholders.pop(p.expected_ptr, None)
@@ -439,7 +459,7 @@ class UnitHooks:
             if self._stage == 3 and p.view.numel():
                 self._gathered[p.view.untyped_storage().data_ptr()] = p.index
 
-    def _release(self, p):
+    def _release(self, p: Param) -> None:
         p.holders -= 1
         if p.holders == 0 and self._stage == 3:
             if p.view is not None and p.view.numel():
@@ -447,14 +467,14 @@ class UnitHooks:
             p.view = None
             self._place_placeholder(p)
 
-    def _place_placeholder(self, p):
+    def _place_placeholder(self, p: Param) -> None:
         placeholder = _tensors.placeholder(p.shape, self._dtype, self._device)
         p.param.data = placeholder
         p.expected_ptr = placeholder.data_ptr()
         self._placeholders[placeholder.untyped_storage().data_ptr()] = p.index
 
     # stage 3: saved views of gathered parameters, rebuilt from the memory of the moment
-    def _pack(self, tensor):
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor | _Saved:
         self.check_not_placeholder(tensor, "saved for backward")
         try:
             index = self._gathered.get(tensor.untyped_storage().data_ptr())
@@ -462,7 +482,7 @@ class UnitHooks:
             return tensor
         return tensor if index is None else _Saved(index, tensor)
 
-    def _unpack(self, saved):
+    def _unpack(self, saved: torch.Tensor | _Saved) -> torch.Tensor:
         if not isinstance(saved, _Saved):
             return saved
         p = self.params[saved.index]
@@ -474,7 +494,7 @@ class UnitHooks:
 
     # ---- checks ----
 
-    def _check_params(self, unit):
+    def _check_params(self, unit: int) -> None:
         for owner, attr, i in self.units[unit].slots:
             p = self.params[i]
             if attr is not None and owner._parameters.get(attr) is not p.param:
@@ -489,7 +509,7 @@ class UnitHooks:
                                 f"{p.shape}): zero owns the model's parameters; change the "
                                 "model before zero.initialize")
 
-    def _check_order(self, unit):
+    def _check_order(self, unit: int) -> None:
         self._pass.append(unit)
         if self._order is None or self._stage != 3:
             return
@@ -507,7 +527,7 @@ class UnitHooks:
                             "module's class in block_classes); or train at stage 0-2, where the "
                             "order is free")
 
-    def _finish_pass_order(self):
+    def _finish_pass_order(self) -> None:
         if self._pass and self._order is None:
             self._order = list(self._pass)
         elif self._pass and len(self._pass) != len(self._order) and self._stage == 3:

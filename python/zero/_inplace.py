@@ -20,19 +20,25 @@ Owns: the recorded versions, the class of the parameters it adopted (given back 
 and their entries in _OWNERS.
 """
 
+from __future__ import annotations
+
 import ctypes
+from typing import Any, TYPE_CHECKING
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ._library import ZeroError, call
 
+if TYPE_CHECKING:
+    from ._hooks import Param
+
 # parameter -> (its InplaceEdits, its index): how zero.utils finds the engine of a parameter,
 # without putting anything in the parameter's __dict__ (which pickling and deepcopy carry).
 _OWNERS = WeakIdKeyDictionary()
 
 
-def owner_of(param):
+def owner_of(param: object) -> tuple[InplaceEdits, Param] | None:
     """(InplaceEdits, the parameter's _hooks entry) of a parameter a live engine trains, or
     None."""
     entry = _OWNERS.get(param) if isinstance(param, torch.Tensor) else None
@@ -44,14 +50,14 @@ class ZeroParameter(torch.nn.Parameter):
     so that an in-place edit through it is seen; setting `.data` is as before."""
 
     @property
-    def data(self):
+    def data(self) -> torch.Tensor:
         return self.detach()
 
     @data.setter
-    def data(self, value):
+    def data(self, value: torch.Tensor) -> None:
         torch.nn.Parameter.data.__set__(self, value)
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, Any]) -> torch.nn.Parameter:
         """A copy is a plain nn.Parameter: zero's class stays with zero's parameters."""
         if id(self) not in memo:
             memo[id(self)] = torch.nn.Parameter(
@@ -60,19 +66,19 @@ class ZeroParameter(torch.nn.Parameter):
 
 
 class InplaceEdits:
-    def __init__(self, handle, params, stage):
-        self._handle = handle
-        self._params = params
-        self._stage = stage
-        self._adopted = []
+    def __init__(self, handle: ctypes.c_void_p, params: list[Param], stage: int) -> None:
+        self._handle: ctypes.c_void_p = handle
+        self._params: list[Param] = params
+        self._stage: int = stage
+        self._adopted: list[torch.nn.Parameter] = []
         for p in params:
             if type(p.param) is torch.nn.Parameter:
                 p.param.__class__ = ZeroParameter
                 self._adopted.append(p.param)
             _OWNERS[p.param] = (self, p.index)
-        self._versions = [p.param._version for p in params]
+        self._versions: list[int] = [p.param._version for p in params]
 
-    def take(self, where):
+    def take(self, where: str) -> None:
         """Writes every parameter changed in place since the last look into zero (stages 0-2);
         at stage 3 refuses the change. `where`: what is about to run, for the message."""
         for p in self._params:
@@ -89,28 +95,28 @@ class InplaceEdits:
                     "kept")
             self.write(p, p.param.detach())
 
-    def write(self, p, value):
+    def write(self, p: Param, value: torch.Tensor) -> None:
         """Sets parameter `p` to `value` (its shape) in zero, and records its version."""
         value = value.detach().to(device="cpu", dtype=torch.float32).contiguous()
         pointer = ctypes.cast(value.data_ptr(), ctypes.POINTER(ctypes.c_float))
         call("zero_write_param", self._handle, p.index, pointer, value.numel())
         self._versions[p.index] = p.param._version
 
-    def read(self, p):
+    def read(self, p: Param) -> torch.Tensor:
         """Parameter `p`'s full value, the fp32 master where there is one (collective)."""
         out = torch.empty(p.shape, dtype=torch.float32)
         pointer = ctypes.cast(out.data_ptr(), ctypes.POINTER(ctypes.c_float))
         call("zero_read_param", self._handle, p.index, pointer, out.numel())
         return out
 
-    def forget(self):
+    def forget(self) -> None:
         """The values now are zero's (a checkpoint was loaded): earlier changes are gone."""
         self._versions = [p.param._version for p in self._params]
 
-    def param_of(self, index):
+    def param_of(self, index: int) -> Param:
         return self._params[index]
 
-    def release(self):
+    def release(self) -> None:
         """Gives the adopted parameters their class back (destroy)."""
         for param in self._adopted:
             param.__class__ = torch.nn.Parameter

@@ -4,9 +4,12 @@ The front end knows zero only through include/zero/zero.h. Every call goes throu
 which turns a failing zero_status into a ZeroError carrying zero_last_error()'s message.
 """
 
+from __future__ import annotations
+
 import ctypes
 import os
 from pathlib import Path
+from typing import Any
 
 STATUS_NAMES = {
     0: "ok",
@@ -27,9 +30,9 @@ MEMORY_HOST, MEMORY_CUDA = 0, 1
 class ZeroError(RuntimeError):
     """A zero_ call failed, or the front end refused a use it cannot run correctly."""
 
-    def __init__(self, message, status=2):
+    def __init__(self, message: str, status: int = 2) -> None:
         super().__init__(message)
-        self.status = status
+        self.status: int = status
 
 
 # zero.h's zero_device_kind and zero_cpu_device_mode.
@@ -52,7 +55,7 @@ class CreateOptions(ctypes.Structure):
         ("cpu_device", ctypes.c_int),
     ]
 
-    def __init__(self, **fields):
+    def __init__(self, **fields: Any) -> None:
         super().__init__(size=ctypes.sizeof(CreateOptions), **fields)
 
 
@@ -140,7 +143,7 @@ _SIGNATURES = {
 _RESTYPES = {"zero_status_string": _S, "zero_last_error": _S, "zero_version": _S}
 
 
-def checkout_libraries(root):
+def checkout_libraries(root: str | os.PathLike[str]) -> list[Path]:
     """The libzero.so builds of a zero checkout at `root` a stock Python can load: build/
     first (the README's), then the other build folders, newest first; not the sanitizer builds
     (their runtime must come first in the process)."""
@@ -158,7 +161,7 @@ def checkout_libraries(root):
     return found
 
 
-def _candidates():
+def _candidates() -> list[Path]:
     """Where the library may be, in the order searched."""
     named = os.environ.get("ZERO_LIBRARY")
     if named:
@@ -169,7 +172,7 @@ def _candidates():
     return [here / "lib" / "libzero.so"] + checkout_libraries(here.parent.parent)
 
 
-def _load():
+def _load() -> tuple[ctypes.CDLL, Path]:
     candidates = _candidates()
     for path in candidates:
         if path.exists():
@@ -190,11 +193,11 @@ def _load():
                     "ZERO_LIBRARY to the library's path.", 6)
 
 
-_lib = None
-library_path = None
+_lib: ctypes.CDLL | None = None
+library_path: Path | None = None
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     """The loaded library (loaded on first use)."""
     global _lib, library_path
     if _lib is None:
@@ -202,7 +205,7 @@ def lib():
     return _lib
 
 
-def call(name, *args):
+def call(name: str, *args: Any) -> None:
     """Calls zero_<name>; a failing status raises ZeroError with zero's message."""
     status = getattr(lib(), name)(*args)
     if status != 0:
@@ -210,16 +213,16 @@ def call(name, *args):
         raise ZeroError(f"{name}: {STATUS_NAMES.get(status, status)}: {message}", status)
 
 
-def version():
+def version() -> str:
     return lib().zero_version().decode()
 
 
-def json_out(function, engine, key):
+def json_out(function: str, engine: ctypes.c_void_p | None, key: str | None) -> str:
     """A zero_config_value-style call's text (JSON), sized by a first call."""
     return text_out(function, *((engine, key.encode()) if key is not None else (engine,)))
 
 
-def text_out(function, *args):
+def text_out(function: str, *args: Any) -> str:
     """The text a call writes into (buffer, size, needed) after `args`, sized by a first call."""
     needed = ctypes.c_ulonglong(0)
     call(function, *args, None, 0, ctypes.byref(needed))

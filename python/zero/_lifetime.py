@@ -7,36 +7,48 @@ collective this one never made then fails at once, naming it, instead of waiting
 comm_timeout_s); an engine left to the garbage collector would do neither.
 """
 
+from __future__ import annotations
+
 import atexit
 import sys
 import warnings
+from typing import Any, TYPE_CHECKING
 
 from . import _library
 from ._library import ZeroError
 
-_live = []
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+
+    from .engine import ZeroEngine
+
+_live: list[ZeroEngine] = []
 
 
-def register(engine):
+def register(engine: ZeroEngine) -> None:
     if not _live:
         atexit.register(_destroy_all)
         sys.excepthook = _failing_rank_ends_job(sys.excepthook)
     _live.append(engine)
 
 
-def forget(engine):
+def forget(engine: ZeroEngine) -> None:
     """engine.destroy() ran: nothing is left to do at exit."""
     if engine in _live:
         _live.remove(engine)
 
 
-def _failing_rank_ends_job(previous):
+def _failing_rank_ends_job(
+        previous: Callable[[type[BaseException], BaseException, TracebackType | None], Any]
+) -> Callable[[type[BaseException], BaseException, TracebackType | None], None]:
     """sys.excepthook: an exception no one caught on one rank ends the whole job at once, with
     it as the cause, instead of leaving the other ranks waiting for this one in a collective
     (and this one waiting for them in the teardown at exit) until comm_timeout_s. The
     traceback prints first, as always; then zero_abort ends every rank (MPI_Abort)."""
 
-    def hook(kind, value, traceback):
+    def hook(kind: type[BaseException], value: BaseException,
+             traceback: TracebackType | None) -> None:
         previous(kind, value, traceback)
         for engine in list(_live):
             if not engine._destroyed and engine.world_size > 1:
@@ -46,7 +58,7 @@ def _failing_rank_ends_job(previous):
     return hook
 
 
-def _destroy_all():
+def _destroy_all() -> None:
     for engine in reversed(list(_live)):
         try:
             engine.destroy()

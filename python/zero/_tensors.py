@@ -6,8 +6,11 @@ the interface has no bf16 type code). The tensor keeps no ownership: the engine 
 and the front end drops every view before zero_destroy.
 """
 
+from __future__ import annotations
+
 import ctypes
 import math
+from typing import Any
 
 import torch
 
@@ -24,8 +27,8 @@ _CAI_TYPES = {torch.float32: "<f4", torch.float16: "<f2", torch.bfloat16: "<i2"}
 class _CudaMemory:
     """The minimal __cuda_array_interface__ torch.as_tensor reads."""
 
-    def __init__(self, address, count, typestr):
-        self.__cuda_array_interface__ = {
+    def __init__(self, address: int, count: int, typestr: str) -> None:
+        self.__cuda_array_interface__: dict[str, Any] = {
             "shape": (count,),
             "typestr": typestr,
             "data": (address, False),
@@ -34,7 +37,8 @@ class _CudaMemory:
         }
 
 
-def view(address, shape, dtype, device):
+def view(address: int | None, shape: tuple[int, ...], dtype: torch.dtype,
+         device: torch.device) -> torch.Tensor:
     """A tensor of `shape` and `dtype` over `address` on `device` (torch.device)."""
     count = math.prod(shape)
     if count == 0:
@@ -53,7 +57,7 @@ def view(address, shape, dtype, device):
     return flat.view(shape)
 
 
-def placeholder(shape, dtype, device):
+def placeholder(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """What a stage-3 parameter holds outside its module's hooks: its shape, dtype and device,
     over one NaN (stride 0), so that reading its values outside forward shows at once."""
     return torch.full((1,), float("nan"), dtype=dtype, device=device).expand(shape)

@@ -8,11 +8,17 @@ is the forward order of the models this targets; a parameter used by several uni
 embedding and head) lists them all.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from ._library import ZeroError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
 
 
 @dataclass
@@ -21,10 +27,10 @@ class Unit:
     name: str
     module: torch.nn.Module
     # (owning module, attribute, parameter index) for every parameter the unit uses
-    slots: list = field(default_factory=list)
+    slots: list[tuple[torch.nn.Module, str | None, int]] = field(default_factory=list)
 
     @property
-    def params(self):
+    def params(self) -> list[int]:
         seen = []
         for _, _, index in self.slots:
             if index not in seen:
@@ -32,7 +38,9 @@ class Unit:
         return seen
 
 
-def _block_predicate(model, block_classes):
+def _block_predicate(
+        model: torch.nn.Module, block_classes: Collection[str | type] | None
+) -> tuple[Callable[[torch.nn.Module], bool | tuple[type, ...]], set[str], tuple[type, ...]]:
     if block_classes is None:
         block_classes = list(getattr(model, "_no_split_modules", None) or [])
     names = {c for c in block_classes if isinstance(c, str)}
@@ -42,13 +50,13 @@ def _block_predicate(model, block_classes):
         raise ZeroError(f"zero.initialize: block_classes takes class names or classes, not "
                         f"{wrong[0]!r}")
 
-    def is_block(module):
+    def is_block(module: torch.nn.Module) -> bool | tuple[type, ...]:
         return type(module).__name__ in names or (types and isinstance(module, types))
 
     return is_block, names, types
 
 
-def register_external_parameter(module, parameter):
+def register_external_parameter(module: torch.nn.Module, parameter: torch.nn.Parameter) -> None:
     """DeepSpeed's deepspeed.zero.register_external_parameter: `module`'s forward uses
     `parameter`, which belongs to another module (a tied head written F.linear(h,
     self.embed.weight) in the model's forward). Call it before zero.initialize: zero then
@@ -65,17 +73,18 @@ def register_external_parameter(module, parameter):
         external.append(parameter)
 
 
-def _external(module):
+def _external(module: torch.nn.Module) -> list[torch.nn.Parameter]:
     return module.__dict__.get("_zero_external_parameters", [])
 
 
-def choose_units(model, block_classes=None):
+def choose_units(model: torch.nn.Module,
+                 block_classes: Collection[str | type] | None = None) -> list[Unit]:
     """The units of `model` in module order; each unit's slots name its parameters' owners
     (an external parameter's slot names the module it was registered with, attribute None)."""
     is_block, names, types = _block_predicate(model, block_classes)
     found = []
 
-    def walk(module, prefix):
+    def walk(module: torch.nn.Module, prefix: str) -> None:
         if is_block(module):
             found.append((prefix, module, True))
             return

@@ -5,13 +5,19 @@ environment; this sets up torch.distributed beside it, as deepspeed.init_distrib
 code that calls torch.distributed itself (a barrier, a broadcast of a seed).
 """
 
+from __future__ import annotations
+
 import os
 import zlib
 from datetime import timedelta
+from typing import Any, TYPE_CHECKING
 
 import torch
 
 from ._library import ZeroError
+
+if TYPE_CHECKING:
+    import argparse
 
 # The launchers' variables: rank, world size, rank on the node.
 _LAUNCHERS = (
@@ -22,7 +28,7 @@ _LAUNCHERS = (
 )
 
 
-def launcher_ranks():
+def launcher_ranks() -> tuple[int, int, int]:
     """(rank, world size, local rank) from the launcher's environment; (0, 1, 0) without."""
     for rank, size, local in _LAUNCHERS:
         if rank in os.environ and size in os.environ:
@@ -35,7 +41,7 @@ def launcher_ranks():
 _JOB_IDS = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID", "PMI_JOBID")
 
 
-def job_port():
+def job_port() -> int | None:
     """A port for the job's rendezvous that every rank derives alike and another job on the
     machine most likely does not: 20000-59999 from the launcher's job id; None without one."""
     ids = [os.environ[k] for k in _JOB_IDS if os.environ.get(k)]
@@ -45,9 +51,11 @@ def job_port():
     return 20000 + zlib.crc32("/".join(ids + [step]).encode()) % 40000
 
 
-def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_port=None,
-                     verbose=True, timeout=timedelta(minutes=30), init_method=None,
-                     dist_init_required=None, config=None, rank=-1, world_size=-1):
+def init_distributed(dist_backend: str | None = None, auto_mpi_discovery: bool = True,
+                     distributed_port: int | None = None, verbose: bool = True,
+                     timeout: timedelta = timedelta(minutes=30), init_method: str | None = None,
+                     dist_init_required: bool | None = None, config: Any = None,
+                     rank: int = -1, world_size: int = -1) -> None:
     """Initialises torch.distributed's default group from the launcher (zero-run, mpirun,
     srun or torchrun). MASTER_ADDR defaults to 127.0.0.1 (one node); set it to the first node's
     address across nodes. MASTER_PORT: the launcher's when it sets one (zero-run and torchrun
@@ -75,7 +83,7 @@ def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_por
                             rank=rank, world_size=world_size, timeout=timeout)
 
 
-def add_config_arguments(parser):
+def add_config_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """deepspeed.add_config_arguments: --deepspeed (a flag, accepted) and --deepspeed_config
     (the config path zero.initialize reads from args); --zero_config is zero's alias."""
     group = parser.add_argument_group("zero", "zero (DeepSpeed-compatible) configuration")

@@ -7,13 +7,21 @@
 Owns nothing: each call finds the engine of the parameter through _inplace.owner_of.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import torch
 
 from ._inplace import owner_of
 from ._library import ZeroError
 
+if TYPE_CHECKING:
+    from ._hooks import Param
+    from ._inplace import InplaceEdits
 
-def _owner(param, what):
+
+def _owner(param: torch.Tensor, what: str) -> tuple[InplaceEdits, Param]:
     found = owner_of(param)
     if found is None:
         raise ZeroError(f"{what}: the tensor is not a parameter of a module a live zero engine "
@@ -22,14 +30,14 @@ def _owner(param, what):
     return found
 
 
-def safe_get_full_fp32_param(param):
+def safe_get_full_fp32_param(param: torch.Tensor) -> torch.Tensor:
     """The parameter's full value as fp32 on its device: the fp32 master where there is one,
     whatever the stage. Collective: every rank calls it for the same parameter."""
     edits, p = _owner(param, "safe_get_full_fp32_param")
     return edits.read(p).to(param.device)
 
 
-def safe_set_full_fp32_param(param, value):
+def safe_set_full_fp32_param(param: torch.Tensor, value: torch.Tensor) -> None:
     """Sets the parameter's full value (its fp32 master and its compute copy or shards; the
     optimizer's moments kept), between passes or after backward and before engine.step().
     Every rank calls it with the same value (each writes the part it keeps)."""
