@@ -9,11 +9,14 @@ Owns: the engine handle, the UnitHooks, the InplaceEdits (parameters changed in 
 script, written into zero), the last step's statistics.
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
 import os
 import warnings
 from pathlib import Path
+from typing import Any, TYPE_CHECKING
 
 import torch
 
@@ -22,8 +25,12 @@ from ._hooks import UnitHooks
 from ._inplace import InplaceEdits
 from ._library import ZeroError, call
 
+if TYPE_CHECKING:
+    from ._hooks import Param
+    from ._units import Unit
 
-def _local_rank():
+
+def _local_rank() -> int:
     for key in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
         if key in os.environ:
             return int(os.environ[key])
@@ -33,34 +40,38 @@ def _local_rank():
 class ZeroEngine:
     """What zero.initialize returns first. See docs/python.md for the whole interface."""
 
-    def __init__(self, handle, model, config, units, params, stage, device):
-        self._destroyed = False
-        self._broken = None  # why the engine cannot go on, once a pass failed half way
-        self._handle = handle
-        self.module = model
-        self.config = config
-        self._params = params
-        self._stage = stage
-        self._device = device
-        self._dtype = _tensors.TORCH_DTYPES[self._query_int("zero_compute_dtype")]
-        self.global_rank = self._query_int("zero_rank")
-        self.world_size = self._query_int("zero_world_size")
-        self.local_rank = _local_rank()
-        self._stats = _library.StepStats()
-        self._grad_norm = None    # the last optimizer step's, as DeepSpeed's _global_grad_norm
-        self._skipped_steps = 0   # optimizer steps skipped for non-finite gradients, all told
-        self._lr_scales = (1.0,)
-        self._hooks = UnitHooks(handle, model, units, params, stage, device, self._dtype)
-        self._edits = InplaceEdits(handle, params, stage)
+    def __init__(self, handle: ctypes.c_void_p, model: torch.nn.Module, config: dict[str, Any],
+                 units: list[Unit], params: list[Param], stage: int,
+                 device: torch.device) -> None:
+        self._destroyed: bool = False
+        self._broken: str | None = None  # why the engine cannot go on, once a pass failed half way
+        self._handle: ctypes.c_void_p | None = handle
+        self.module: torch.nn.Module = model
+        self.config: dict[str, Any] = config
+        self._params: list[Param] = params
+        self._stage: int = stage
+        self._device: torch.device = device
+        self._dtype: torch.dtype = _tensors.TORCH_DTYPES[self._query_int("zero_compute_dtype")]
+        self.global_rank: int = self._query_int("zero_rank")
+        self.world_size: int = self._query_int("zero_world_size")
+        self.local_rank: int = _local_rank()
+        self._stats: _library.StepStats = _library.StepStats()
+        # the last optimizer step's, as DeepSpeed's _global_grad_norm
+        self._grad_norm: float | None = None
+        self._skipped_steps: int = 0  # optimizer steps skipped for non-finite gradients, all told
+        self._lr_scales: tuple[float, ...] = (1.0,)
+        self._hooks: UnitHooks = UnitHooks(handle, model, units, params, stage, device,
+                                           self._dtype)
+        self._edits: InplaceEdits = InplaceEdits(handle, params, stage)
         for module in model.modules():  # one engine a module (zero.initialize checks)
             module.__dict__["_zero_engine"] = self
 
     # ---- the DeepSpeed engine interface ----
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         self._require_live()
         self._edits.take("a forward")
         self._hooks.begin_forward()
@@ -76,7 +87,7 @@ class ZeroEngine:
         self._hooks.end_forward()
         return output
 
-    def backward(self, loss, retain_graph=False):
+    def backward(self, loss: torch.Tensor, retain_graph: bool = False) -> torch.Tensor:
         """Backward of the micro-batch's mean loss, scaled as zero says (the fp16 loss scale
         over the accumulation steps)."""
         self._require_live()
@@ -86,7 +97,7 @@ class ZeroEngine:
         self._hooks.run_backward(scaled, retain_graph)
         return loss
 
-    def step(self):
+    def step(self) -> None:
         """Every micro-batch, after backward; the optimizer runs at the accumulation
         boundary."""
         self._require_live()
@@ -98,19 +109,19 @@ class ZeroEngine:
             self._skipped_steps += int(self._stats.skipped)
         self._hooks.stepped()
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         """Nothing to do: zero clears its gradient buffers itself."""
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> ZeroEngine:
         self._require_live()
         self.module.train(mode)
         self._hooks.set_train(bool(mode))
         return self
 
-    def eval(self):
+    def eval(self) -> ZeroEngine:
         return self.train(False)
 
-    def get_lr(self):
+    def get_lr(self) -> list[float]:
         """The learning rate the next optimizer step uses, per group, as DeepSpeed's: its
         scheduler has stepped after the last optimizer step (so before any step, the schedule's
         first value)."""
@@ -119,12 +130,12 @@ class ZeroEngine:
         call("zero_learning_rate", self._handle, ctypes.byref(lr))
         return [lr.value * scale for scale in self._lr_scales]
 
-    def get_global_grad_norm(self):
+    def get_global_grad_norm(self) -> float | None:
         """The last optimizer step's gradient norm, before clipping (kept between boundaries,
         as DeepSpeed's); None before the first."""
         return self._grad_norm
 
-    def get_quantization_error(self):
+    def get_quantization_error(self) -> dict[str, float | None]:
         """ZeRO++ with zero_optimization.zero_quantized_error_check: the last optimizer step's
         relative L2 error of the quantized stage-3 gathers and reduce-scatter against exact ones,
         as {"weights": ..., "gradients": ...}; None for a kind not measured."""
@@ -135,67 +146,68 @@ class ZeroEngine:
         return {"weights": weights.value if weights.value >= 0 else None,
                 "gradients": gradients.value if gradients.value >= 0 else None}
 
-    def zero_optimization_stage(self):
+    def zero_optimization_stage(self) -> int:
         return self._stage
 
-    def is_gradient_accumulation_boundary(self):
+    def is_gradient_accumulation_boundary(self) -> bool:
         return bool(self._query_int("zero_is_accumulation_boundary"))
 
-    def gradient_accumulation_steps(self):
+    def gradient_accumulation_steps(self) -> int:
         return int(self.config_value("gradient_accumulation_steps"))
 
-    def train_micro_batch_size_per_gpu(self):
+    def train_micro_batch_size_per_gpu(self) -> int:
         return int(self.config_value("train_micro_batch_size_per_gpu"))
 
-    def train_batch_size(self):
+    def train_batch_size(self) -> int:
         return int(self.config_value("train_batch_size"))
 
     @property
-    def global_steps(self):
+    def global_steps(self) -> int:
         self._require_live()
         steps = ctypes.c_longlong()
         call("zero_global_steps", self._handle, ctypes.byref(steps))
         return steps.value
 
     @property
-    def micro_steps(self):
+    def micro_steps(self) -> int:
         return self._stats.micro_steps
 
     @property
-    def skipped_steps(self):
+    def skipped_steps(self) -> int:
         """Optimizer steps skipped for non-finite gradients since initialize, as DeepSpeed's."""
         return self._skipped_steps
 
     @property
-    def loss_scale(self):
+    def loss_scale(self) -> float:
         self._require_live()
         scale = ctypes.c_double()
         call("zero_loss_scale", self._handle, ctypes.byref(scale))
         return scale.value
 
     @property
-    def device(self):
+    def device(self) -> torch.device:
         return self._device
 
-    def config_value(self, key):
+    def config_value(self, key: str) -> Any:
         """A resolved config value (zero_config_value), as Python data."""
         self._require_live()
         return json.loads(_library.json_out("zero_config_value", self._handle, key))
 
-    def mean_across_ranks(self, *values):
+    def mean_across_ranks(self, *values: float | torch.Tensor) -> float | list[float]:
         """The mean of each value over the ranks (e.g. the loss to print)."""
         self._require_live()
         array = (ctypes.c_double * len(values))(*[float(v) for v in values])
         call("zero_mean_across_ranks", self._handle, array, len(values))
         return list(array) if len(values) > 1 else array[0]
 
-    def memory_report(self):
+    def memory_report(self) -> str:
         self._require_live()
         return _library.json_out("zero_memory_report", self._handle, None)
 
     # ---- checkpoints and weights ----
 
-    def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True):
+    def save_checkpoint(self, save_dir: str | os.PathLike[str], tag: Any = None,
+                        client_state: Any = None, save_latest: bool = True) -> bool:
         """zero's checkpoint (loadable at any world size and stage) under save_dir/tag, with the
         module's persistent buffers (rank 0's) and `client_state` beside it. client_state holds
         plain data only (dicts, lists and tuples of str, int, float, bool, None and tensors),
@@ -212,9 +224,10 @@ class ZeroEngine:
              len(data))
         return True
 
-    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
-                        load_optimizer_states=True, load_lr_scheduler_states=True,
-                        load_module_only=False):
+    def load_checkpoint(self, load_dir: str | os.PathLike[str], tag: str | None = None,
+                        load_module_strict: bool = True, load_optimizer_states: bool = True,
+                        load_lr_scheduler_states: bool = True,
+                        load_module_only: bool = False) -> tuple[str | None, Any]:
         """Loads load_dir/tag (tag None: the one load_dir/latest names) into the engine, from
         any world size and stage, and the module's persistent buffers (load_module_strict: a
         buffer the checkpoint lacks, or one the module lacks, is an error; else the others are
@@ -239,12 +252,12 @@ class ZeroEngine:
         if tag is None and (load_dir / "latest").exists():
             path = load_dir / (load_dir / "latest").read_text().strip()
         else:
-            path = load_dir / tag if tag is not None else load_dir
+            path = load_dir / str(tag) if tag is not None else load_dir
         client_state, buffers = _client_state.unpack(self.checkpoint_user_data(), path)
         self._restore_buffers(buffers, path, load_module_strict)
         return str(path), client_state
 
-    def checkpoint_user_data(self):
+    def checkpoint_user_data(self) -> bytes:
         """The raw user data of the last checkpoint loaded (its client_state and buffers as
         zero packs them), as bytes; b"" before any load."""
         size = ctypes.c_ulonglong()
@@ -253,7 +266,7 @@ class ZeroEngine:
         call("zero_checkpoint_user_data", self._handle, buffer, size.value, None)
         return buffer.raw[:size.value]
 
-    def _restore_buffers(self, saved, path, strict):
+    def _restore_buffers(self, saved: dict[str, torch.Tensor], path: Path, strict: bool) -> None:
         """The module's persistent buffers set from a checkpoint's (rank 0's when saved)."""
         own = _client_state.persistent_buffers(self.module)
         if not saved and own:
@@ -283,7 +296,8 @@ class ZeroEngine:
                 if name in saved:
                     tensor.copy_(saved[name].to(tensor.dtype))
 
-    def consolidated_state_dict(self, dtype=torch.float32):
+    def consolidated_state_dict(self,
+                                dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
         """Every parameter's full value (the fp32 master where there is one) on every rank, on
         the CPU, under the module's names (tied names share one tensor), with the module's
         persistent buffers. Collective."""
@@ -305,7 +319,8 @@ class ZeroEngine:
                 state[name] = tensor.detach().to("cpu")
         return state
 
-    def save_16bit_model(self, save_dir, save_filename="pytorch_model.bin"):
+    def save_16bit_model(self, save_dir: str | os.PathLike[str],
+                         save_filename: str = "pytorch_model.bin") -> bool:
         """DeepSpeed's: the consolidated weights in the compute dtype, torch.save'd by rank 0.
         Collective."""
         state = self.consolidated_state_dict(self._dtype)
@@ -314,7 +329,8 @@ class ZeroEngine:
             torch.save(state, Path(save_dir) / save_filename)
         return True
 
-    def save_pretrained(self, save_dir, dtype=None, **kwargs):
+    def save_pretrained(self, save_dir: str | os.PathLike[str], dtype: torch.dtype | None = None,
+                        **kwargs: Any) -> None:
         """A Hugging Face directory (config and safetensors weights) of the trained model,
         written by rank 0 through the module's own save_pretrained. Collective."""
         if not hasattr(self.module, "save_pretrained"):
@@ -325,7 +341,7 @@ class ZeroEngine:
             with self._hooks.copies.allow_state_dict():
                 self.module.save_pretrained(save_dir, state_dict=state, **kwargs)
 
-    def destroy(self, restore_module=False):
+    def destroy(self, restore_module: bool = False) -> None:
         """Frees zero's state. restore_module=True first gives the module its full weights
         back as ordinary fp32 tensors (collective, like the rest). Afterwards the engine is
         unusable. Called at exit when not called."""
@@ -346,7 +362,7 @@ class ZeroEngine:
         call("zero_destroy", self._handle)
         self._handle = None
 
-    def _require_live(self):
+    def _require_live(self) -> None:
         if self._destroyed:
             raise ZeroError("the engine was destroyed (engine.destroy(), or at the program's "
                             "exit): make a new one with zero.initialize")
@@ -355,17 +371,17 @@ class ZeroEngine:
                             "(engine.destroy()) and make a new one, or resume from a checkpoint; "
                             "a failing micro-batch cannot be skipped once its forward has begun")
 
-    def _require_between_passes(self, what):
+    def _require_between_passes(self, what: str) -> None:
         self._require_live()
         self._hooks.between_passes(what)
 
-    def _query_int(self, name):
+    def _query_int(self, name: str) -> int:
         self._require_live()
         value = ctypes.c_int()
         call(name, self._handle, ctypes.byref(value))
         return value.value
 
-    def _base_decay(self):
+    def _base_decay(self) -> float:
         try:
             return float(self.config_value("optimizer.params.weight_decay"))
         except (ZeroError, TypeError, ValueError):
