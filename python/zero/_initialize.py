@@ -1,10 +1,13 @@
 """zero.initialize: a PyTorch module onto zero, with deepspeed.initialize's arguments."""
 
+from __future__ import annotations
+
 import ctypes
 import json
 import os
 import warnings
 from pathlib import Path
+from typing import Any, TYPE_CHECKING
 
 import torch
 
@@ -14,6 +17,11 @@ from ._units import choose_units
 from ._hooks import Param
 from .engine import ZeroEngine
 from .facades import LRSchedulerView, OptimizerView
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable
+
+    from torch.utils.data import DataLoader, Dataset
 
 # Config keys that ask for something of PyTorch the front end does not do; zero's engine reads
 # and checks every other key itself.
@@ -33,7 +41,8 @@ _CLIENT_OPTIMIZERS = {
 }
 
 
-def _read_config(args, config, config_params):
+def _read_config(args: Any, config: str | Path | dict[str, Any] | None,
+                 config_params: str | Path | dict[str, Any] | None) -> dict[str, Any]:
     if config is not None and config_params is not None:
         raise ZeroError("zero.initialize: both config and config_params given; pass one")
     config = config if config is not None else config_params
@@ -78,7 +87,7 @@ def _read_config(args, config, config_params):
     return config
 
 
-def _client_optimizer(optimizer, config):
+def _client_optimizer(optimizer: Any, config: dict[str, Any]) -> list[dict[str, Any]] | None:
     """A torch.optim optimizer given to initialize, as the config's optimizer section, and
     its parameter groups."""
     if optimizer is None:
@@ -116,7 +125,9 @@ def _client_optimizer(optimizer, config):
     return groups
 
 
-def _groups(model, model_parameters, base_lr, base_decay):
+def _groups(model: torch.nn.Module,
+            model_parameters: Iterable[torch.Tensor | dict[str, Any]] | None, base_lr: float,
+            base_decay: float) -> tuple[list[tuple[str, float, float]], dict[int, int]]:
     """(group specs, {id(param): group}): zero_add_group's arguments per extra group."""
     if model_parameters is None:
         return [], {id(p): 0 for p in model.parameters() if p.requires_grad}
@@ -149,7 +160,7 @@ def _groups(model, model_parameters, base_lr, base_decay):
     return specs, membership
 
 
-def _device_of(model):
+def _device_of(model: torch.nn.Module) -> torch.device:
     devices = {p.device for p in model.parameters()}
     if len(devices) > 1:
         raise ZeroError(f"zero.initialize: the model's parameters are on several devices "
@@ -165,10 +176,17 @@ def _device_of(model):
     return device
 
 
-def initialize(args=None, model=None, optimizer=None, model_parameters=None,
-               training_data=None, lr_scheduler=None, distributed_port=None, mpu=None,
-               dist_init_required=None, collate_fn=None, config=None, config_params=None,
-               block_classes=None, cpu_device=0):
+def initialize(args: Any = None, model: torch.nn.Module | None = None,
+               optimizer: torch.optim.Optimizer | None = None,
+               model_parameters: Iterable[torch.Tensor | dict[str, Any]] | None = None,
+               training_data: Dataset | None = None,
+               lr_scheduler: dict[str, Any] | None = None, distributed_port: int | None = None,
+               mpu: Any = None, dist_init_required: bool | None = None,
+               collate_fn: Callable[[list[Any]], Any] | None = None,
+               config: str | Path | dict[str, Any] | None = None,
+               config_params: str | Path | dict[str, Any] | None = None,
+               block_classes: Collection[str | type] | None = None, cpu_device: int = 0
+               ) -> tuple[ZeroEngine, OptimizerView, DataLoader | None, LRSchedulerView | None]:
     """deepspeed.initialize's call on zero: returns (engine, optimizer, dataloader,
     lr_scheduler). Collective: every rank calls it with the same model."""
     if model is None or not isinstance(model, torch.nn.Module):
@@ -208,21 +226,34 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None,
     handle = ctypes.c_void_p()
     call("zero_create", json.dumps(cfg).encode(), ctypes.byref(options), ctypes.byref(handle))
     try:
-        return _register(handle, model, cfg, model_parameters, block_classes, device,
-                         training_data, collate_fn)
+        engine, (params, membership, group_ids, specs) = _register(
+            handle, model, cfg, model_parameters, block_classes, device)
     except BaseException:
         _library.lib().zero_destroy(handle)
         raise
+    # From here the engine owns the handle, its hooks and the model's views: a failure frees
+    # them through it (the module keeps its weights), so that nothing is left for the exit's
+    # teardown to destroy a second time and the model can be given to zero.initialize again.
+    try:
+        optimizer_view = OptimizerView(engine, params, membership, group_ids, specs)
+        scheduler_view = LRSchedulerView(engine) if "scheduler" in cfg else None
+        dataloader = None
+        if training_data is not None:
+            dataloader = _dataloader(engine, training_data, collate_fn)
+    except BaseException:
+        engine.destroy(restore_module=True)
+        raise
+    return engine, optimizer_view, dataloader, scheduler_view
 
 
-def _config_number(handle, key, default):
+def _config_number(handle: ctypes.c_void_p, key: str, default: float) -> float:
     try:
         return float(json.loads(_library.json_out("zero_config_value", handle, key)))
     except (ZeroError, TypeError, ValueError):
         return default
 
 
-def _check_precision(handle, model):
+def _check_precision(handle: ctypes.c_void_p, model: torch.nn.Module) -> None:
     """A model in bf16 or fp16 under a config that trains in fp32: zero would make its
     parameters fp32 views without a word. Say which is meant."""
     compute = ctypes.c_int()
@@ -240,8 +271,14 @@ def _check_precision(handle, model):
                         "model.float() first to train in fp32", 1)
 
 
-def _register(handle, model, cfg, model_parameters, block_classes, device, training_data,
-              collate_fn):
+def _register(handle: ctypes.c_void_p, model: torch.nn.Module, cfg: dict[str, Any],
+              model_parameters: Iterable[torch.Tensor | dict[str, Any]] | None,
+              block_classes: Collection[str | type] | None, device: torch.device
+              ) -> tuple[ZeroEngine, tuple[list[Param], dict[int, int], list[int],
+                                           list[tuple[str, float, float]]]]:
+    """The model registered with the engine behind `handle` and the engine made over it (and
+    held for the exit's teardown), with what the optimizer's view needs: the parameters, their
+    groups' membership, the engine's group ids and the groups' specs."""
     _check_precision(handle, model)
     base_lr = _config_number(handle, "optimizer.params.lr", 0.0)
     base_decay = _config_number(handle, "optimizer.params.weight_decay", 0.0)
@@ -304,15 +341,10 @@ def _register(handle, model, cfg, model_parameters, block_classes, device, train
     engine = ZeroEngine(handle, model, cfg, units, params, stage, device)
     engine._lr_scales = tuple([1.0] + [scale for _, _, scale in specs])
     _lifetime.register(engine)
-    optimizer_view = OptimizerView(engine, params, membership, group_ids, specs)
-    scheduler_view = LRSchedulerView(engine) if "scheduler" in cfg else None
-    dataloader = None
-    if training_data is not None:
-        dataloader = _dataloader(engine, training_data, collate_fn)
-    return engine, optimizer_view, dataloader, scheduler_view
+    return engine, (params, membership, group_ids, specs)
 
 
-def _broadcast_buffers(handle, model):
+def _broadcast_buffers(handle: ctypes.c_void_p, model: torch.nn.Module) -> None:
     """Every buffer of the module (BatchNorm's statistics, masks, caches) set to rank 0's, in
     one collective, as DeepSpeed broadcasts them: zero owns only the parameters, and ranks whose
     scripts drew different buffers would otherwise train different models."""
@@ -330,7 +362,8 @@ def _broadcast_buffers(handle, model):
             buffer.copy_(part.clone().view(buffer.dtype).view(buffer.shape))
 
 
-def _dataloader(engine, data, collate_fn):
+def _dataloader(engine: ZeroEngine, data: Dataset,
+                collate_fn: Callable[[list[Any]], Any] | None) -> DataLoader:
     sampler = torch.utils.data.distributed.DistributedSampler(
         data, num_replicas=engine.world_size, rank=engine.global_rank, shuffle=True)
     return torch.utils.data.DataLoader(data, batch_size=engine.train_micro_batch_size_per_gpu(),

@@ -176,6 +176,25 @@ def case_twice(work):
           all(v == v for v in losses) and losses[2] < losses[0], str(losses))
     again.destroy()
 
+    # A failure after the engine exists (here the dataloader's, on data that is no dataset): the
+    # engine goes with it, the module keeps its weights and takes a new engine, and nothing is
+    # left for the exit's teardown to destroy again.
+    model = Small()
+    before = [p.detach().clone() for p in model.parameters()]
+    try:
+        zero.initialize(model=model, config=config(3), training_data=object())
+        check("zero.initialize with data that is no dataset fails", False, "no error")
+    except TypeError as error:
+        check("zero.initialize with data that is no dataset fails", True, str(error))
+    check("after it the module keeps its weights",
+          all(torch.equal(a, b) for a, b in zip(before, model.parameters())))
+    third, *_ = zero.initialize(model=model, config=config(3))
+    losses = [step(third, torch.ones(2, 4)) for _ in range(2)]
+    check("and takes a new engine", losses[1] < losses[0], str(losses))
+    third.destroy()
+    check("no engine is left for the exit", not zero._lifetime._live,
+          str(zero._lifetime._live))
+
 
 def case_precision(work):
     refused("a bf16 model under an fp32 config is refused, naming both ways out",
