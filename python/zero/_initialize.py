@@ -51,7 +51,7 @@ def _read_config(args: Any, config: str | Path | dict[str, Any] | None,
     if config is None:
         raise ZeroError("zero.initialize: no config: pass config= (a path to a DeepSpeed JSON "
                         "file or a dict), or args with args.deepspeed_config")
-    if isinstance(config, (str, Path)):
+    if isinstance(config, (str, os.PathLike)):
         path = Path(config)
         try:
             text = path.read_text()
@@ -147,6 +147,11 @@ def _groups(model: torch.nn.Module,
                             f"{sorted(extra)}; zero's groups take only weight_decay and lr "
                             "(as a scale of the schedule's)")
         decay = float(group.get("weight_decay", base_decay))
+        if "lr" in group and not base_lr and float(group["lr"]) != 0.0:
+            raise ZeroError(f"zero.initialize: parameter group {number} sets lr {group['lr']}, "
+                            "but the config's optimizer.params.lr is 0, and zero's groups scale "
+                            "the config's learning rate; set optimizer.params.lr and give each "
+                            "group's lr beside it")
         scale = float(group["lr"]) / base_lr if "lr" in group and base_lr else 1.0
         params = group["params"]
         params = [params] if isinstance(params, torch.Tensor) else list(params)

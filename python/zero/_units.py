@@ -43,6 +43,7 @@ def _block_predicate(
 ) -> tuple[Callable[[torch.nn.Module], bool | tuple[type, ...]], set[str], tuple[type, ...]]:
     if block_classes is None:
         block_classes = list(getattr(model, "_no_split_modules", None) or [])
+    block_classes = list(block_classes)  # read three times below: a generator only once
     names = {c for c in block_classes if isinstance(c, str)}
     types = tuple(c for c in block_classes if isinstance(c, type))
     wrong = [c for c in block_classes if not isinstance(c, (str, type))]

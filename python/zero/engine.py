@@ -196,7 +196,12 @@ class ZeroEngine:
     def mean_across_ranks(self, *values: float | torch.Tensor) -> float | list[float]:
         """The mean of each value over the ranks (e.g. the loss to print)."""
         self._require_live()
-        array = (ctypes.c_double * len(values))(*[float(v) for v in values])
+        if not values:
+            raise ZeroError("mean_across_ranks: no values given; pass the numbers or one-element "
+                            "tensors to average, e.g. engine.mean_across_ranks(loss)")
+        # A loss that still requires grad is read as its value (without torch's warning).
+        array = (ctypes.c_double * len(values))(
+            *[float(v.detach()) if isinstance(v, torch.Tensor) else float(v) for v in values])
         call("zero_mean_across_ranks", self._handle, array, len(values))
         return list(array) if len(values) > 1 else array[0]
 
@@ -260,6 +265,7 @@ class ZeroEngine:
     def checkpoint_user_data(self) -> bytes:
         """The raw user data of the last checkpoint loaded (its client_state and buffers as
         zero packs them), as bytes; b"" before any load."""
+        self._require_live()
         size = ctypes.c_ulonglong()
         call("zero_checkpoint_user_data", self._handle, None, 0, ctypes.byref(size))
         buffer = ctypes.create_string_buffer(max(size.value, 1))

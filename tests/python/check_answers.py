@@ -118,6 +118,39 @@ def case_config_text(work):
     engine, *_ = zero.initialize(model=Small(), config=str(commented))
     check("a config with // and /* */ comments loads", engine.zero_optimization_stage() == 1)
     engine.destroy()
+
+    class PathLike:  # an os.PathLike that is not a pathlib.Path
+        def __fspath__(self):
+            return str(commented)
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Small()
+
+        def forward(self, x):
+            return self.inner(x)
+
+    # block_classes as a generator of classes: read once, all of it (Small is then one unit).
+    engine, *_ = zero.initialize(model=Outer(), config=PathLike(),
+                                 block_classes=(c for c in [Small]))
+    check("a config given as any os.PathLike loads", engine.zero_optimization_stage() == 1)
+    units = [unit.name for unit in engine._hooks.units]
+    check("block_classes given as a generator of classes keeps them", units == ["inner"],
+          str(units))
+    refused("mean_across_ranks with nothing to average says what to pass", ["no values"],
+            lambda: engine.mean_across_ranks())
+    engine.destroy()
+    refused("after destroy, checkpoint_user_data says the engine was destroyed", ["destroyed"],
+            lambda: engine.checkpoint_user_data())
+    model = Small()
+    groups = [{"params": list(model.a.parameters()), "lr": 1e-3},
+              {"params": list(model.b.parameters()) + list(model.c.parameters())}]
+    refused("a group's lr with the config's lr at 0 is refused, not dropped",
+            ["parameter group 0", "optimizer.params.lr"],
+            lambda: zero.initialize(model=model, model_parameters=groups,
+                                    config=config(optimizer={"type": "AdamW",
+                                                             "params": {"lr": 0.0}})))
     twice = work / "twice.json"
     twice.write_text('{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1, '
                      '"stage": 3}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}')
