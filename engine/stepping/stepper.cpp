@@ -66,163 +66,26 @@ void Stepper::create_optimizer(int cpu_threads) {
                                                     formats, cpu);
   }
   if (modes_.speculate) {
-    const Layout& layout = ctx_.layout;
-    staging_offsets_ = speculation_staging_offsets(layout);
-    for (const Bucket& group : layout.step_groups) {
-      std::size_t begin = kNone, end = 0;
-      for (const BucketPiece& piece : group.pieces) {
-        const std::size_t flat = layout.params[layout.trainable[piece.param]].flat;
-        begin = std::min(begin, flat + piece.begin);
-        end = std::max(end, flat + piece.end);
-      }
-      group_ranges_.emplace_back(begin == kNone ? 0 : begin, end);
-    }
-    speculation_stream_ = state_.state_device().create_stream();
     const config::Config& config = ctx_.config;
     const bool checked =
         config.precision == config::Precision::fp16 ||
         (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
-    partials_ = std::make_unique<GradPartials>(group_ranges_, grad_flat_count(), checked);
-    // Stage 3 places each speculated group at once: local copies, no collective whose order
-    // the ranks must agree on (stages 1-2 all-gather), and no NVMe write.
-    early_placement_ = speculation_places_early(modes_);
-    if (early_placement_) {
-      placement_stream_ = ctx_.device.create_stream();
-      for (std::size_t b = 0; b < early_staging_buffers(layout); ++b) {
-        staging_free_.push_back(ctx_.device.create_event());
-      }
-    }
-    speculator_ = std::make_unique<Speculator>(layout);
-    if (state_.swap() != nullptr) {
-      for (std::size_t g : speculator_->order()) {
-        if (g >= layout.resident_groups) swap_order_.push_back(g - layout.resident_groups);
-      }
-    }
+    StepGroups& groups = *this;  // the private base, converted here where it is accessible
+    speculation_ = std::make_unique<Speculation>(ctx_, state_, groups, *optimizer_, *staging_read_,
+                                                 grad_flat_count(), checked);
   }
 }
 
 void Stepper::stop_speculation() noexcept {
-  if (speculator_) speculator_->stop();
+  if (speculation_) speculation_->stop();
 }
 
 void Stepper::bucket_added(std::size_t bucket) noexcept {
-  if (speculator_) speculator_->bucket_added(bucket);
+  if (speculation_) speculation_->bucket_added(bucket);
 }
 
 void Stepper::arm_speculation() {
-  if (!speculator_) return;
-  // The boundary's step as it will be unless the verdict says otherwise: its schedule, and the
-  // gradient scale of a step without clipping.
-  speculation_slices_ = slices();
-  speculation_hyper_ = hyper_for(optimizer_steps_ + 1, 1.0 / scaler_.scale());
-  partials_->begin();
-  speculated_ = 0;
-  OptimizerSwap* swap = state_.swap();
-  if (swap != nullptr) swap->begin_speculation(swap_order_);
-  const bool armed = speculator_->arm([this](std::size_t group) { speculate_group(group); });
-  if (!armed && swap != nullptr) swap->end_speculation(/*keep=*/false);
-}
-
-void Stepper::roll_back() {
-  for (std::size_t g = 0; g < ctx_.layout.resident_groups; ++g) restore_group_state(g);
-  if (OptimizerSwap* swap = state_.swap(); swap != nullptr) swap->end_speculation(false);
-}
-
-void Stepper::keep_swapped() {
-  if (OptimizerSwap* swap = state_.swap(); swap != nullptr) swap->end_speculation(true);
-}
-
-void Stepper::restore_group_state(std::size_t group) {
-  // Exactly what the speculated step kept: each piece's elements (padding is never stepped).
-  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
-  for (optim::Slice& piece : kept_pieces(group, out_of(group))) {
-    std::memcpy(piece.master, piece.master_kept, piece.count * sizeof(float));
-    for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
-      std::memcpy(piece.state[k], piece.state_kept[k], piece.count * state_size);
-    }
-  }
-}
-
-std::vector<optim::Slice> Stepper::kept_pieces(std::size_t group, char* out) {
-  // Each piece's masters and moments kept in the backup at the piece's place in the owned
-  // flat order.
-  std::vector<optim::Slice> group_pieces = pieces(group, speculation_slices_, GroupState{}, out);
-  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
-  for (optim::Slice& piece : group_pieces) {
-    const auto at = static_cast<std::size_t>(piece.master - state_.master());
-    piece.master_kept = static_cast<float*>(state_.speculation_backup(0)) + at;
-    for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
-      piece.state_kept[k] =
-          static_cast<char*>(state_.speculation_backup(1 + static_cast<std::size_t>(k))) +
-          at * state_size;
-    }
-  }
-  return group_pieces;
-}
-
-void Stepper::speculate_group(std::size_t group) {
-  Timer timer;
-  // Placed early, the staging's buffers in turn, each once the copies out of it are done;
-  // otherwise the group's own place there.
-  const std::size_t buffer = staging_free_.empty() ? 0 : speculated_++ % staging_free_.size();
-  char* out = out_of(group);
-  if (early_placement_) {
-    staging_free_[buffer]->synchronize();
-    out = static_cast<char*>(state_.param_staging()) +
-          buffer * largest_step_group(ctx_.layout) * dtype_size(modes_.compute);
-  }
-  const bool swapped = group >= ctx_.layout.resident_groups;
-  if (swapped) {
-    speculate_swapped(group, out);
-  } else {
-    // The optimizer keeps each piece's masters and moments in the backup as it steps them
-    // (restore_group_state puts them back).
-    optimizer_->step(kept_pieces(group, out), speculation_hyper_, *speculation_stream_);
-    speculation_stream_->synchronize();
-    // The group's part of the norm and the non-finite check, while backward goes on.
-    partials_->group_final(group, owned_grad_on_host(), modes_.accum);
-  }
-  // Stage 3: its updated values into the compute shard now, on a stream of their own (the
-  // group's backward is over: its gradient is final); a rollback places them again.
-  if (early_placement_) {
-    GroupState where;
-    where.staged = swapped;
-    place(group, speculation_slices_, where, out, *placement_stream_);
-    staging_free_[buffer]->record(*placement_stream_);
-  }
-  speculation_seconds_.add(timer.seconds());
-}
-
-void Stepper::speculate_swapped(std::size_t group, char* out) {
-  // Its state as it stands from the current region, its gradient held (the GradSwap takes its
-  // statistics there), the step written to the other region: a rollback drops that write.
-  const std::size_t swapped = group - ctx_.layout.resident_groups;
-  OptimizerSwap& swap = *state_.swap();
-  GradSwap* grad_swap = state_.grad_swap();
-  GroupState where;
-  where.swapped = true;
-  where.view = swap.acquire_speculated(swapped);
-  if (grad_swap != nullptr) where.grad = grad_swap->hold(swapped);
-  optimizer_->step(pieces(group, speculation_slices_, where, out), speculation_hyper_,
-                   *speculation_stream_);
-  speculation_stream_->synchronize();
-  if (!modes_.mixed) stage_masters(group, where, out);
-  if (grad_swap != nullptr) grad_swap->unhold(swapped);
-  swap.release_speculated(swapped);
-}
-
-void Stepper::stage_masters(std::size_t group, const GroupState& where, char* out) {
-  const Layout& layout = ctx_.layout;
-  const Bucket& bucket = layout.step_groups[group];
-  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
-  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
-  for (const BucketPiece& piece : bucket.pieces) {
-    const std::size_t count = piece_valid(piece, speculation_slices_[piece.param].count);
-    if (count == 0) continue;
-    const std::size_t at = layout.params[layout.trainable[piece.param]].flat + piece.begin;
-    std::memcpy(out + (bucket_position(bucket, piece, r) - block_start) * sizeof(float),
-                where.view.master + (at - layout.group_lo[group]), count * sizeof(float));
-  }
+  if (speculation_) speculation_->arm(optimizer_steps_ + 1, scaler_.scale());
 }
 
 optim::StepHyper Stepper::hyper_for(std::int64_t k, double grad_scale) const {
@@ -394,25 +257,16 @@ StepStats Stepper::step() {
 
   // The owned gradient as zeros, should no reduction have written it since the last step.
   reducer_.settle_owned(grad_flat_count(), state_.state_device().default_stream());
-  // super_offload: every group stepped as speculated before the verdict; restored unless it
-  // stands.
-  const bool speculated = speculator_ != nullptr && speculator_->armed();
-  const GradPartials* partials = nullptr;
-  if (speculated) {
-    speculator_->finish();
-    // The sums and flags of the blocks the worker did not take.
-    partials_->finish(owned_grad_on_host(), modes_.accum);
-    partials = partials_.get();
-    if (early_placement_) placement_stream_->synchronize();
-  }
+  // super_offload: every group stepped as speculated before the verdict, the gradient's sums
+  // and flags taken in backward; restored unless it stands.
+  const GradPartials* partials = speculation_ ? speculation_->settle() : nullptr;
+  const bool speculated = partials != nullptr;
   // fp16 always, bf16 with check_grad_overflow: a step on non-finite gradients is skipped.
   const bool checked =
       config.precision == config::Precision::fp16 ||
       (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
   if (checked && overflow(partials)) {
-    if (speculated) roll_back();
-    if (speculated && early_placement_) place_restored();
-    if (speculator_) speculator_->record(speculated, /*rollback=*/true);
+    if (speculation_) speculation_->skip(speculated);
     if (config.precision == config::Precision::fp16) {
       scaler_.update(true);  // throws at the minimum scale, before any counter moves
       global_steps_ += 1;
@@ -441,16 +295,12 @@ StepStats Stepper::step() {
   }
 
   const optim::StepHyper hyper = hyper_for(k, grad_scale);
-  // The speculated steps stand when clipping left the scale as speculated (1 / loss scale).
   const bool clipped = grad_scale != 1.0 / scale;
-  const bool stands = speculated && !clipped && hyper.lr == speculation_hyper_.lr;
-  if (speculated && !stands) roll_back();
-  if (stands) keep_swapped();
-  if (speculator_) speculator_->record(speculated, clipped);
+  const bool stands = speculation_ && speculation_->verdict(speculated, clipped, hyper.lr);
 
   const std::vector<optim::Slice> all = slices();
   for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
-    step_group(g, all, hyper, stands, stands && early_placement_);
+    step_group(g, all, hyper, stands, stands && speculation_->places_early());
   }
   if (state_.swap()) state_.swap()->finish();
   if (state_.param_swap()) state_.param_swap()->finish_writes();  // the next gathers read them
@@ -460,32 +310,6 @@ StepStats Stepper::step() {
   zero_grads();
   fetcher_.release_unheld(/*stale=*/true);
   return stats;
-}
-
-void Stepper::place_restored() {
-  const std::vector<optim::Slice> all = slices();
-  Stream& stream = ctx_.device.default_stream();
-  Stream& state_stream = state_.state_device().default_stream();
-  const Layout& layout = ctx_.layout;
-  for (std::size_t g = 0; g < layout.step_groups.size(); ++g) {
-    char* out = out_of(g);
-    // A swapped group's masters are read back from its current region (the step's, dropped).
-    GroupState where;
-    where.swapped = g >= layout.resident_groups;
-    if (where.swapped) where.view = state_.swap()->peek(g - layout.resident_groups);
-    // The compute values are the masters rounded (mixed precision) or the masters themselves.
-    if (modes_.mixed) {
-      staging_read_->synchronize();
-      optimizer_->write_param_out(pieces(g, all, where, out), state_stream);
-      state_stream.synchronize();
-    }
-    place(g, all, where, out, stream);
-    staging_read_->record(stream);
-    if (where.swapped) stream.synchronize();  // the next peek takes the buffer
-  }
-  // The skip returns without the step's own wait, and the next boundary's speculated steps
-  // write this staging again.
-  stream.synchronize();
 }
 
 void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all,
@@ -531,12 +355,11 @@ char* Stepper::all_gather_block(std::size_t group) {
 }
 
 char* Stepper::out_of(std::size_t group) {
-  // Speculating with placement after the verdict: each group its own place, since the verdict
-  // comes after every step. Placed early, the boundary's own steps (a rollback's) take the
-  // first buffer, each group after the copies out of it (staging_read_).
-  if (modes_.speculate && !early_placement_) {
-    return static_cast<char*>(state_.param_staging()) +
-           staging_offsets_[group] * dtype_size(modes_.compute);
+  // super_offload with placement after the verdict: each group its own place (speculation.h).
+  // Otherwise the boundary's steps take the staging's first buffer, each group after the copies
+  // out of it (staging_read_).
+  if (speculation_ != nullptr) {
+    if (char* own = speculation_->own_out(group); own != nullptr) return own;
   }
   if (modes_.optimizer_offload || modes_.param_nvme)
     return static_cast<char*>(state_.param_staging());

@@ -1,0 +1,231 @@
+// super_offload's steps during backward and their verdict's consequences (see speculation.h).
+#include "engine/stepping/speculation.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/plan/memory_plan.h"
+
+namespace zero::engine {
+
+Speculation::Speculation(const EngineContext& context, ModelState& state, StepGroups& groups,
+                         optim::Optimizer& optimizer, Event& staging_read,
+                         std::size_t grad_flat_count, bool checked)
+    : ctx_(context),
+      state_(state),
+      groups_(groups),
+      optimizer_(optimizer),
+      staging_read_(staging_read),
+      modes_(context.layout.modes),
+      rank_(context.shards().rank()) {
+  const Layout& layout = ctx_.layout;
+  staging_offsets_ = speculation_staging_offsets(layout);
+  for (const Bucket& group : layout.step_groups) {
+    std::size_t begin = kNone, end = 0;
+    for (const BucketPiece& piece : group.pieces) {
+      const std::size_t flat = layout.params[layout.trainable[piece.param]].flat;
+      begin = std::min(begin, flat + piece.begin);
+      end = std::max(end, flat + piece.end);
+    }
+    group_ranges_.emplace_back(begin == kNone ? 0 : begin, end);
+  }
+  stream_ = state_.state_device().create_stream();
+  partials_ = std::make_unique<GradPartials>(group_ranges_, grad_flat_count, checked);
+  // Stage 3 places each speculated group at once: local copies, no collective whose order
+  // the ranks must agree on (stages 1-2 all-gather), and no NVMe write.
+  early_placement_ = speculation_places_early(modes_);
+  if (early_placement_) {
+    placement_stream_ = ctx_.device.create_stream();
+    for (std::size_t b = 0; b < early_staging_buffers(layout); ++b) {
+      staging_free_.push_back(ctx_.device.create_event());
+    }
+  }
+  speculator_ = std::make_unique<Speculator>(layout);
+  if (state_.swap() != nullptr) {
+    for (std::size_t g : speculator_->order()) {
+      if (g >= layout.resident_groups) swap_order_.push_back(g - layout.resident_groups);
+    }
+  }
+}
+
+void Speculation::stop() noexcept {
+  speculator_->stop();
+}
+
+void Speculation::bucket_added(std::size_t bucket) noexcept {
+  speculator_->bucket_added(bucket);
+}
+
+void Speculation::arm(std::int64_t k, double loss_scale) {
+  // The boundary's step as it will be unless the verdict says otherwise: its schedule, and the
+  // gradient scale of a step without clipping.
+  slices_ = groups_.slices();
+  hyper_ = groups_.hyper_for(k, 1.0 / loss_scale);
+  partials_->begin();
+  speculated_ = 0;
+  OptimizerSwap* swap = state_.swap();
+  if (swap != nullptr) swap->begin_speculation(swap_order_);
+  const bool armed = speculator_->arm([this](std::size_t group) { speculate_group(group); });
+  if (!armed && swap != nullptr) swap->end_speculation(/*keep=*/false);
+}
+
+const GradPartials* Speculation::settle() {
+  if (!speculator_->armed()) return nullptr;
+  speculator_->finish();
+  // The sums and flags of the blocks the worker did not take.
+  partials_->finish(groups_.owned_grad_on_host(), modes_.accum);
+  if (early_placement_) placement_stream_->synchronize();
+  return partials_.get();
+}
+
+void Speculation::skip(bool speculated) {
+  if (speculated) roll_back();
+  if (speculated && early_placement_) place_restored();
+  speculator_->record(speculated, /*rollback=*/true);
+}
+
+bool Speculation::verdict(bool speculated, bool clipped, double lr) {
+  // The speculated steps stand when clipping left the scale as speculated (1 / loss scale) and
+  // the schedule the learning rate.
+  const bool stands = speculated && !clipped && lr == hyper_.lr;
+  if (speculated && !stands) roll_back();
+  if (OptimizerSwap* swap = state_.swap(); stands && swap != nullptr) {
+    swap->end_speculation(/*keep=*/true);  // the swapped groups' other regions made current
+  }
+  speculator_->record(speculated, clipped);
+  return stands;
+}
+
+char* Speculation::own_out(std::size_t group) const {
+  // Speculating with placement after the verdict: each group its own place, since the verdict
+  // comes after every step. Placed early, the boundary's own steps (a rollback's) take the
+  // first buffer, as without speculation.
+  if (early_placement_) return nullptr;
+  return static_cast<char*>(state_.param_staging()) +
+         staging_offsets_[group] * dtype_size(modes_.compute);
+}
+
+void Speculation::roll_back() {
+  for (std::size_t g = 0; g < ctx_.layout.resident_groups; ++g) restore_group_state(g);
+  if (OptimizerSwap* swap = state_.swap(); swap != nullptr) swap->end_speculation(false);
+}
+
+void Speculation::restore_group_state(std::size_t group) {
+  // Exactly what the speculated step kept: each piece's elements (padding is never stepped).
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  for (optim::Slice& piece : kept_pieces(group, groups_.out_of(group))) {
+    std::memcpy(piece.master, piece.master_kept, piece.count * sizeof(float));
+    for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
+      std::memcpy(piece.state[k], piece.state_kept[k], piece.count * state_size);
+    }
+  }
+}
+
+std::vector<optim::Slice> Speculation::kept_pieces(std::size_t group, char* out) {
+  // Each piece's masters and moments kept in the backup at the piece's place in the owned
+  // flat order.
+  std::vector<optim::Slice> group_pieces = groups_.pieces(group, slices_, GroupState{}, out);
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  for (optim::Slice& piece : group_pieces) {
+    const auto at = static_cast<std::size_t>(piece.master - state_.master());
+    piece.master_kept = static_cast<float*>(state_.speculation_backup(0)) + at;
+    for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
+      piece.state_kept[k] =
+          static_cast<char*>(state_.speculation_backup(1 + static_cast<std::size_t>(k))) +
+          at * state_size;
+    }
+  }
+  return group_pieces;
+}
+
+void Speculation::speculate_group(std::size_t group) {
+  Timer timer;
+  // Placed early, the staging's buffers in turn, each once the copies out of it are done;
+  // otherwise the group's own place there.
+  const std::size_t buffer = staging_free_.empty() ? 0 : speculated_++ % staging_free_.size();
+  char* out = groups_.out_of(group);
+  if (early_placement_) {
+    staging_free_[buffer]->synchronize();
+    out = static_cast<char*>(state_.param_staging()) +
+          buffer * largest_step_group(ctx_.layout) * dtype_size(modes_.compute);
+  }
+  const bool swapped = group >= ctx_.layout.resident_groups;
+  if (swapped) {
+    speculate_swapped(group, out);
+  } else {
+    // The optimizer keeps each piece's masters and moments in the backup as it steps them
+    // (restore_group_state puts them back).
+    optimizer_.step(kept_pieces(group, out), hyper_, *stream_);
+    stream_->synchronize();
+    // The group's part of the norm and the non-finite check, while backward goes on.
+    partials_->group_final(group, groups_.owned_grad_on_host(), modes_.accum);
+  }
+  // Stage 3: its updated values into the compute shard now, on a stream of their own (the
+  // group's backward is over: its gradient is final); a rollback places them again.
+  if (early_placement_) {
+    GroupState where;
+    where.staged = swapped;
+    groups_.place(group, slices_, where, out, *placement_stream_);
+    staging_free_[buffer]->record(*placement_stream_);
+  }
+  seconds_.add(timer.seconds());
+}
+
+void Speculation::speculate_swapped(std::size_t group, char* out) {
+  // Its state as it stands from the current region, its gradient held (the GradSwap takes its
+  // statistics there), the step written to the other region: a rollback drops that write.
+  const std::size_t swapped = group - ctx_.layout.resident_groups;
+  OptimizerSwap& swap = *state_.swap();
+  GradSwap* grad_swap = state_.grad_swap();
+  GroupState where;
+  where.swapped = true;
+  where.view = swap.acquire_speculated(swapped);
+  if (grad_swap != nullptr) where.grad = grad_swap->hold(swapped);
+  optimizer_.step(groups_.pieces(group, slices_, where, out), hyper_, *stream_);
+  stream_->synchronize();
+  if (!modes_.mixed) stage_masters(group, where, out);
+  if (grad_swap != nullptr) grad_swap->unhold(swapped);
+  swap.release_speculated(swapped);
+}
+
+void Speculation::stage_masters(std::size_t group, const GroupState& where, char* out) {
+  const Layout& layout = ctx_.layout;
+  const Bucket& bucket = layout.step_groups[group];
+  const int r = modes_.shard_ranks == 1 ? 0 : rank_;
+  const std::size_t block_start = static_cast<std::size_t>(r) * bucket.block;
+  for (const BucketPiece& piece : bucket.pieces) {
+    const std::size_t count = piece_valid(piece, slices_[piece.param].count);
+    if (count == 0) continue;
+    const std::size_t at = layout.params[layout.trainable[piece.param]].flat + piece.begin;
+    std::memcpy(out + (bucket_position(bucket, piece, r) - block_start) * sizeof(float),
+                where.view.master + (at - layout.group_lo[group]), count * sizeof(float));
+  }
+}
+
+void Speculation::place_restored() {
+  const std::vector<optim::Slice> all = groups_.slices();
+  Stream& stream = ctx_.device.default_stream();
+  Stream& state_stream = state_.state_device().default_stream();
+  const Layout& layout = ctx_.layout;
+  for (std::size_t g = 0; g < layout.step_groups.size(); ++g) {
+    char* out = groups_.out_of(g);
+    // A swapped group's masters are read back from its current region (the step's, dropped).
+    GroupState where;
+    where.swapped = g >= layout.resident_groups;
+    if (where.swapped) where.view = state_.swap()->peek(g - layout.resident_groups);
+    // The compute values are the masters rounded (mixed precision) or the masters themselves.
+    if (modes_.mixed) {
+      staging_read_.synchronize();
+      optimizer_.write_param_out(groups_.pieces(g, all, where, out), state_stream);
+      state_stream.synchronize();
+    }
+    groups_.place(g, all, where, out, stream);
+    staging_read_.record(stream);
+    if (where.swapped) stream.synchronize();  // the next peek takes the buffer
+  }
+  // The skip returns without the step's own wait, and the next boundary's speculated steps
+  // write this staging again.
+  stream.synchronize();
+}
+
+}  // namespace zero::engine

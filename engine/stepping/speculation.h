@@ -1,0 +1,113 @@
+// super_offload's steps (docs/offload.md, "The overlapped step"): in the boundary micro-step's
+// backward each step group is stepped on the Speculator's worker as soon as its gradient is
+// final, each resident group keeping its pre-step masters and moments (a swapped group's step
+// reads its current region on NVMe and writes the other, with its gradient held in the
+// GradSwap), writing its updated values to the staging and taking its part of the gradient's
+// sum of squares and non-finite check (GradPartials; the GradSwap's hold for swapped groups).
+// At the boundary the Stepper's verdict keeps them (no skip, and the clip coefficient and the
+// schedule leave the step as speculated) or restores them, and the Stepper steps again with
+// the right scale (or not at all, on a skip). At stage 3 with the compute shards in memory each
+// group is placed in backward and placed again after a rollback; otherwise the placement runs
+// after the verdict, so the compute copies never see a speculated value that did not stand.
+//
+// Owns: the Speculator and its worker, the speculation's stream, the partial norm and check,
+// each group's place in the staging, the early placement's stream and the events that free its
+// buffers. Calls: the Stepper's group machinery (step_groups.h), the optimizer, the ModelState
+// (its backup, swaps and staging). Streams: a CPU stream of its own for the speculated steps, a
+// device stream of its own for the early placement. Internal to engine/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "base/timer.h"
+#include "engine/engine_context.h"
+#include "engine/gradients/grad_partials.h"
+#include "engine/state/model_state.h"
+#include "engine/stepping/speculator.h"
+#include "engine/stepping/step_groups.h"
+#include "optim/optimizer.h"
+
+namespace zero::engine {
+
+class Speculation {
+ public:
+  // At init, after the optimizer is made. `checked`: the verdict checks for non-finite
+  // gradients (fp16, or bf16 with check_grad_overflow); `staging_read`: the Stepper's event
+  // after the copies out of the staging.
+  Speculation(const EngineContext& context, ModelState& state, StepGroups& groups,
+              optim::Optimizer& optimizer, Event& staging_read, std::size_t grad_flat_count,
+              bool checked);
+
+  // The boundary micro-step's backward begins: arms the speculation of the k-th optimizer
+  // step at this loss scale (unless the policy holds it off).
+  void arm(std::int64_t k, double loss_scale);
+  // In the reductions' epilogue order: bucket `bucket` is in the owned gradient.
+  void bucket_added(std::size_t bucket) noexcept;
+  // Ends the worker (the engine's teardown, before the parts it uses go).
+  void stop() noexcept;
+
+  // At the boundary: every speculated step finished and the gradient's sums and flags complete;
+  // what they are (null: nothing was speculated this boundary).
+  const GradPartials* settle();
+  // A skipped step: the speculated steps undone, and their early placement with them.
+  void skip(bool speculated);
+  // The step goes on with `lr` and its gradient scale `clipped` or not: whether the speculated
+  // steps stand (kept) or not (restored, to be stepped again).
+  bool verdict(bool speculated, bool clipped, double lr);
+  bool places_early() const noexcept { return early_placement_; }
+  // Where group `group`'s half copies go while speculating with placement after the verdict
+  // (each group its own place in the staging); null otherwise.
+  char* own_out(std::size_t group) const;
+
+  const Speculator& speculator() const noexcept { return *speculator_; }
+  double take_seconds() { return seconds_.take(); }
+
+ private:
+  // On the Speculator's worker: the group's state kept (resident) or its step written to the
+  // other region (swapped), stepped as speculated; `out` is its place in the staging.
+  void speculate_group(std::size_t group);
+  void speculate_swapped(std::size_t group, char* out);
+  // fp32: a swapped group's updated masters into its place in the staging.
+  void stage_masters(std::size_t group, const GroupState& where, char* out);
+  // The speculated groups restored (resident: from the backup; swapped: their other regions
+  // dropped).
+  void roll_back();
+  // Puts group `group`'s masters and moments back from the backup its speculated step kept.
+  void restore_group_state(std::size_t group);
+  // The group's pieces as speculated, each with where its pre-step values are kept.
+  std::vector<optim::Slice> kept_pieces(std::size_t group, char* out);
+  // After a skip with early placement: every group's compute values again from the restored
+  // masters.
+  void place_restored();
+
+  const EngineContext ctx_;
+  ModelState& state_;
+  StepGroups& groups_;
+  optim::Optimizer& optimizer_;
+  Event& staging_read_;
+  const StateModes& modes_;
+  const int rank_;                            // in the shard group (EngineContext::shards)
+  std::vector<std::size_t> staging_offsets_;  // per group, in the staging (elements)
+  std::vector<std::pair<std::size_t, std::size_t>> group_ranges_;  // owned [begin, end)
+  std::vector<optim::Slice> slices_;                               // the armed boundary's
+  optim::StepHyper hyper_;                                         // and its step as speculated
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<GradPartials> partials_;  // the norm and the non-finite check, in backward
+  // Stage 3 (compute shards in memory): each speculated group placed in backward, on this
+  // device stream, waited for at the boundary, from the staging's buffers in turn (each free
+  // once the event recorded after its copies has passed: early_staging_buffers).
+  bool early_placement_ = false;
+  std::unique_ptr<Stream> placement_stream_;
+  std::vector<std::unique_ptr<Event>> staging_free_;
+  std::size_t speculated_ = 0;  // groups the worker has taken this boundary
+  // NVMe: the swapped groups (as the swap numbers them) in the order the worker takes them.
+  std::vector<std::size_t> swap_order_;
+  SecondsSum seconds_;
+  std::unique_ptr<Speculator> speculator_;  // last: its worker ends before the rest goes
+};
+
+}  // namespace zero::engine
