@@ -130,7 +130,7 @@ int main(void) {
     /* Host memory on the CPU; GPU 0's on CUDA, which the host reaches only by copies. */
     zero_memory_kind kind = ZERO_MEMORY_CUDA, want_kind = ZERO_MEMORY_HOST;
     int ordinal = 7, want_ordinal = -1;
-    if (options.device == 2) {
+    if (options.device == ZERO_DEVICE_CUDA) {
       want_kind = ZERO_MEMORY_CUDA;
       want_ordinal = 0;
     }

@@ -6,7 +6,9 @@
 
 #include <stddef.h>
 
-/* zero_create_options.device for this program: 1 (CPU) or 2 (CUDA). */
+#include "zero/zero.h"
+
+/* zero_create_options.device for this program: ZERO_DEVICE_CPU or ZERO_DEVICE_CUDA. */
 int train_device(void);
 /* 0 when this program can run here; else non-zero, with the reason in *why. */
 int train_unavailable(const char** why);

@@ -9,7 +9,7 @@ static cudaStream_t stream_ = NULL;
 static char reason_[256];
 
 int train_device(void) {
-  return 2;
+  return ZERO_DEVICE_CUDA;
 }
 
 int train_unavailable(const char** why) {

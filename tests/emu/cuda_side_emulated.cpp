@@ -26,7 +26,7 @@ CudaSide::~CudaSide() {
 }
 
 void CudaSide::fill(zero_create_options& options) const {
-  options.device = 1;  // the CPU device, standing for GPU 0
+  options.device = ZERO_DEVICE_CPU;  // the CPU device, standing for GPU 0
 }
 
 void CudaSide::reach(zero_engine* engine, const std::vector<std::size_t>& numels) {

@@ -165,7 +165,7 @@ TEST_CASE("fit_shortfalls does not judge a pool no rank could measure", "[memory
 struct OneParam {
   OneParam(const std::string& config, long long rows, long long columns) {
     zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
-    options.device = 1;
+    options.device = ZERO_DEVICE_CPU;
     REQUIRE(zero_create(config.c_str(), &options, &engine) == ZERO_OK);
     int module = 0;
     REQUIRE(zero_add_module(engine, "m", &module) == ZERO_OK);

@@ -16,7 +16,7 @@ CudaSide::~CudaSide() {
 }
 
 void CudaSide::fill(zero_create_options& options) const {
-  options.device = 2;
+  options.device = ZERO_DEVICE_CUDA;
   options.nccl_comm = nccl_;
 }
 

@@ -50,7 +50,7 @@ int run(int stage, void* stream) {
       "stage3_param_persistence_threshold": 0}})",
                 stage);
   zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
-  options.device = 2;
+  options.device = ZERO_DEVICE_CUDA;
   void* nccl = zero_test::nccl_world_of_one(0);
   options.nccl_comm = nccl;
   zero_engine* engine = nullptr;

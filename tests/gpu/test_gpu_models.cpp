@@ -71,7 +71,7 @@ Run train(const Model& m, bool gpu) {
       "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.0}},
       "zero_optimization": {"stage": 0}})";
   zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
-  options.device = 1;
+  options.device = ZERO_DEVICE_CPU;
   zero_test::CudaSide side;
   if (gpu) side.fill(options);
   zero_engine* engine = nullptr;

@@ -61,7 +61,7 @@ Run train(bool gpu) {
       "zero_optimization": {"stage": 0}})";
   const zero::gpt::GptConfig shape{2, 2, 128, 256, kVocab};  // layers, heads, channels, positions
   zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
-  options.device = 1;
+  options.device = ZERO_DEVICE_CPU;
   zero_test::CudaSide side;
   if (gpu) side.fill(options);
   zero_engine* engine = nullptr;

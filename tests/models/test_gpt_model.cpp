@@ -122,7 +122,7 @@ std::vector<std::vector<float>> train_steps(int stage, const models::ActivationO
           "zero_optimization": {"stage": )" +
       std::to_string(stage) + "}}";
   zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
-  options.device = 1;
+  options.device = ZERO_DEVICE_CPU;
   zero_engine* engine = nullptr;
   REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
   std::vector<std::vector<float>> out;
@@ -186,7 +186,7 @@ TEST_CASE("gpt model: the engine's loss and gradients match finite differences o
       "optimizer": {"type": "SGD", "params": {"lr": 1.0, "momentum": 0.0, "weight_decay": 0.0}},
       "zero_optimization": {"stage": 0}})";
   zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
-  options.device = 1;
+  options.device = ZERO_DEVICE_CPU;
   zero_engine* engine = nullptr;
   REQUIRE_OK(zero_create(config, &options, &engine));
   const auto model = make_gpt(engine, kSmall, kB, kT, 7);
@@ -356,7 +356,7 @@ TEST_CASE(
           "zero_optimization": {"stage": )" +
                                  std::to_string(stage) + "}}";
       zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
-      options.device = 1;
+      options.device = ZERO_DEVICE_CPU;
       zero_engine* engine = nullptr;
       REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
       {
@@ -399,7 +399,7 @@ TEST_CASE("gpt model: a bucket larger than the model keeps every gradient live, 
                                std::to_string(stage) +
                                R"(, "reduce_bucket_size": 1e8, "overlap_comm": true}})";
     zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
-    options.device = 1;
+    options.device = ZERO_DEVICE_CPU;
     zero_engine* engine = nullptr;
     REQUIRE_OK(zero_create(config.c_str(), &options, &engine));
     {

@@ -142,7 +142,7 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b, 
 
 zero_engine* make_engine(const json& config) {
   zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
-  options.device = 1;
+  options.device = ZERO_DEVICE_CPU;
   zero_engine* engine = nullptr;
   const std::string text = config.dump();
   REQUIRE_OK(zero_create(text.c_str(), &options, &engine));

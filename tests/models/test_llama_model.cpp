@@ -30,7 +30,7 @@ zero::models::ActivationCost cost_of(const zero::llama::LlamaConfig& config, int
   const char* text = R"({"train_micro_batch_size_per_gpu": 2,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 0}})";
   zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
-  options.device = 1;
+  options.device = ZERO_DEVICE_CPU;
   zero_engine* engine = nullptr;
   REQUIRE_OK(zero_create(text, &options, &engine));
   zero::models::ActivationCost cost;

@@ -29,9 +29,9 @@ namespace zero_test {
 // This process's MPI rank and the world size, set by main() (CHECK_OK names the rank).
 inline int g_rank = 0;
 inline int g_world = 1;
-// zero_create_options.device of every engine built here (1 CPU, 2 CUDA), and how the model
-// reaches that device's buffers; main() sets both for a GPU run.
-inline int g_device = 1;
+// zero_create_options.device of every engine built here (ZERO_DEVICE_CPU or _CUDA), and how
+// the model reaches that device's buffers; main() sets both for a GPU run.
+inline int g_device = ZERO_DEVICE_CPU;
 inline HostModelMemory g_host_memory;
 inline ModelMemory* g_memory = &g_host_memory;
 

@@ -212,8 +212,8 @@ void run_case(const Case& c) {
           any_difference |= got[i] != same[i];
           continue;
         }
-        differs |= g_device == 1 ? std::memcmp(&same[i], &got[i], sizeof(float)) != 0
-                                 : !close(got[i], same[i]);
+        differs |= g_device == ZERO_DEVICE_CPU ? std::memcmp(&same[i], &got[i], sizeof(float)) != 0
+                                               : !close(got[i], same[i]);
       }
       if (differs) {
         if (ok && g_rank == 0) {
@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
       }
       gpu_memory = make_cuda_model_memory(0);
       g_memory = gpu_memory.get();
-      g_device = 2;
+      g_device = ZERO_DEVICE_CUDA;
       g_nccl = g_world == 1 && nccl_built();
     } else {
       if (g_rank == 0) {
@@ -326,7 +326,7 @@ int main(int argc, char** argv) {
     }
   }
   if (g_rank == 0) {
-    std::printf("device %s, %s\n", g_device == 1 ? "CPU" : "CUDA (GPU 0)",
+    std::printf("device %s, %s\n", g_device == ZERO_DEVICE_CPU ? "CPU" : "CUDA (GPU 0)",
                 g_nccl ? "the engine under test on NCCL, the reference on MPI" : "MPI");
   }
   // --hybrid: hybrid sharding (mics_shard_size) over every group size that divides the world

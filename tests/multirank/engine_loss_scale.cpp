@@ -188,7 +188,7 @@ zero_engine* build(const Setting& s) {
   MPI_Comm world = MPI_COMM_WORLD;
   zero_create_options options = ZERO_CREATE_OPTIONS_INIT;
   options.mpi_comm = &world;
-  options.device = 1;
+  options.device = ZERO_DEVICE_CPU;
   zero_engine* engine = nullptr;
   CHECK_OK(zero_create(config.c_str(), &options, &engine));
   const char* names[kModules] = {"embed", "block", "head"};
