@@ -33,45 +33,11 @@ Prints "ok ..." per check and exits 0, or "FAIL ..." and exits 1.
 
 import os
 import sys
-import tempfile
 import warnings
-from pathlib import Path
 
 import torch
 import zero
-from zero import ZeroError
-
-failures = []
-RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-
-
-def check(what, condition, detail=""):
-    print(f"{'ok  ' if condition else 'FAIL'} {what}{': ' + detail if detail else ''}",
-          flush=True)
-    if not condition:
-        failures.append(what)
-
-
-def refused(what, words, action, absent=()):
-    try:
-        action()
-    except ZeroError as error:
-        text = str(error)
-        missing = [w for w in words if w not in text]
-        present = [w for w in absent if w in text]
-        check(what, not missing and not present,
-              f"message lacks {missing} / has {present}: {text}" if missing or present else text)
-        return
-    check(what, False, "no error")
-
-
-def config(stage=0, **extra):
-    cfg = {"train_micro_batch_size_per_gpu": 2,
-           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
-           "zero_optimization": {"stage": stage}}
-    cfg.update(extra)
-    return cfg
-
+from check_common import RANK, check, config, main, refused
 
 def step(engine, x):
     loss = engine(x)
@@ -412,17 +378,6 @@ def case_port(work):
     dist.destroy_process_group()
 
 
-def main():
-    case = sys.argv[1]
-    work = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp())
-    work = work / f"rank{RANK}"
-    work.mkdir(parents=True, exist_ok=True)
-    globals()["case_" + case.replace("-", "_")](work)
-    if failures:
-        print(f"FAIL {len(failures)} check(s): {failures}")
-        return 1
-    return 0
-
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(globals()))

@@ -31,40 +31,10 @@ Prints "ok ..." per check and exits 0, or "FAIL ..." and exits 1.
 import copy
 import os
 import sys
-import tempfile
-from pathlib import Path
 
 import torch
 import zero
-from zero import ZeroError
-
-failures = []
-
-
-def check(what, condition, detail=""):
-    print(f"{'ok  ' if condition else 'FAIL'} {what}{': ' + detail if detail else ''}",
-          flush=True)
-    if not condition:
-        failures.append(what)
-
-
-def refused(what, words, action):
-    try:
-        action()
-    except ZeroError as error:
-        missing = [w for w in words if w not in str(error)]
-        check(what, not missing, f"message lacks {missing}: {error}" if missing else str(error))
-        return
-    check(what, False, "no error")
-
-
-def config(stage, **extra):
-    cfg = {"train_micro_batch_size_per_gpu": 2,
-           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
-           "zero_optimization": {"stage": stage}}
-    cfg.update(extra)
-    return cfg
-
+from check_common import RANK, check, config, main, refused
 
 class Norms(torch.nn.Module):
     def __init__(self):
@@ -170,7 +140,7 @@ def case_buffers(work):
 
 
 def case_broadcast(work):
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    rank = RANK
 
     class Drawn(torch.nn.Module):
         def __init__(self):
@@ -290,7 +260,7 @@ def case_loss_term(work):
 
 def job(steps_of, action=None):
     """A rank program: `steps_of[rank]` steps at stage 2, `action(rank, step)` before each."""
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    rank = RANK
     engine, *_ = zero.initialize(model=Norms(), config=config(2))
     generator = torch.Generator().manual_seed(rank)
     for step in range(steps_of[rank]):
@@ -320,18 +290,6 @@ def case_uneven(work):
     job([3, 5])
 
 
-def main():
-    case = sys.argv[1]
-    work = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp())
-    rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
-    work = work / f"rank{rank}" if case == "broadcast" else work
-    work.mkdir(parents=True, exist_ok=True)
-    globals()["case_" + case.replace("-", "_")](work)
-    if failures:
-        print(f"FAIL {len(failures)} check(s): {failures}")
-        return 1
-    return 0
-
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(globals(), per_rank=lambda case: case == "broadcast"))
