@@ -11,6 +11,7 @@ script, written into zero), the last step's statistics.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -26,6 +27,8 @@ from ._inplace import InplaceEdits
 from ._library import ZeroError, call
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ._hooks import Param
     from ._units import Unit
 
@@ -37,12 +40,19 @@ def _local_rank() -> int:
     return 0
 
 
-class ZeroEngine:
-    """What zero.initialize returns first. See docs/python.md for the whole interface."""
+class ZeroEngine(torch.nn.Module):
+    """What zero.initialize returns first. See docs/python.md for the whole interface.
+
+    An nn.Module whose one child is the trained module, as DeepSpeed's engine is: parameters(),
+    named_parameters() ("module." before each name), state_dict() and train() are the module's,
+    and an attribute the engine lacks is the module's (engine.generate, engine.config of a
+    Hugging Face model is the engine's own config dict, as in DeepSpeed). Moving or casting it
+    (to(), half(), cuda()) is refused: zero owns the parameters' memory and dtype."""
 
     def __init__(self, handle: ctypes.c_void_p, model: torch.nn.Module, config: dict[str, Any],
                  units: list[Unit], params: list[Param], stage: int,
                  device: torch.device) -> None:
+        super().__init__()
         self._destroyed: bool = False
         self._broken: str | None = None  # why the engine cannot go on, once a pass failed half way
         self._handle: ctypes.c_void_p | None = handle
@@ -59,7 +69,14 @@ class ZeroEngine:
         # the last optimizer step's, as DeepSpeed's _global_grad_norm
         self._grad_norm: float | None = None
         self._skipped_steps: int = 0  # optimizer steps skipped for non-finite gradients, all told
+        self._step_applied: bool = False  # the last engine.step() ran the optimizer's update
+        # set_gradient_accumulation_boundary's value, and what it was at this micro-batch's
+        # backward (None: never set)
+        self._said_boundary: bool | None = None
+        self._boundary_at_backward: bool | None = None
+        self._in_no_sync: bool = False
         self._lr_scales: tuple[float, ...] = (1.0,)
+        self._accumulation: int = int(self.config_value("gradient_accumulation_steps"))
         self._hooks: UnitHooks = UnitHooks(handle, model, units, params, stage, device,
                                            self._dtype)
         self._edits: InplaceEdits = InplaceEdits(handle, params, stage)
@@ -68,11 +85,25 @@ class ZeroEngine:
 
     # ---- the DeepSpeed engine interface ----
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+    def __getattr__(self, name: str) -> Any:
+        """An attribute the engine lacks is its module's, as DeepSpeed's engine passes them."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            modules = self.__dict__.get("_modules")
+            module = modules.get("module") if modules is not None else None
+            if module is None or name.startswith("__"):
+                raise
+            try:
+                return getattr(module, name)
+            except AttributeError:
+                raise AttributeError(f"'{type(self).__name__}' object (and its module, a "
+                                     f"{type(module).__name__}) has no attribute "
+                                     f"'{name}'") from None
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self._require_live()
+        self._end_micro_step()
         self._edits.take("a forward")
         self._hooks.begin_forward()
         try:
@@ -87,36 +118,147 @@ class ZeroEngine:
         self._hooks.end_forward()
         return output
 
-    def backward(self, loss: torch.Tensor, retain_graph: bool = False) -> torch.Tensor:
-        """Backward of the micro-batch's mean loss, scaled as zero says (the fp16 loss scale
-        over the accumulation steps)."""
+    def backward(self, loss: torch.Tensor, retain_graph: bool = False,
+                 scale_wrt_gas: bool = True) -> torch.Tensor:
+        """Backward of the micro-batch's mean loss, scaled as zero says (the fp16 loss scale,
+        over the accumulation steps unless scale_wrt_gas=False: the loss is then already a
+        share of the window's). Returns the loss as DeepSpeed does: over the accumulation
+        steps when scale_wrt_gas."""
         self._require_live()
         factor = ctypes.c_double()
         call("zero_loss_factor", self._handle, ctypes.byref(factor))
-        scaled = loss * factor.value if factor.value != 1.0 else loss
+        steps = self._accumulation
+        multiplier = factor.value * (1.0 if scale_wrt_gas else steps)
+        scaled = loss * multiplier if multiplier != 1.0 else loss
         self._hooks.run_backward(scaled, retain_graph)
-        return loss
+        self._boundary_at_backward = self._said_boundary
+        return loss / steps if scale_wrt_gas and steps != 1 else loss
 
     def step(self) -> None:
-        """Every micro-batch, after backward; the optimizer runs at the accumulation
-        boundary."""
+        """After each micro-batch's backward, or (Accelerate's way) only after the backward
+        that ends the accumulation window: a forward that finds a micro-batch's backward not
+        yet stepped, inside the window, steps it first. The optimizer runs at the boundary."""
         self._require_live()
+        if self._in_no_sync:
+            raise ZeroError("engine.step() inside engine.no_sync(): leave the no_sync block "
+                            "first; the step after it reduces the window's gradients")
         self._hooks.check_step()
+        self._check_said_boundary()
         self._edits.take("engine.step()")
         call("zero_step", self._handle, ctypes.byref(self._stats))
+        self._step_applied = bool(self._stats.stepped and not self._stats.skipped)
         if self._stats.stepped:  # an accumulation boundary: the optimizer ran, or skipped
             self._grad_norm = self._stats.grad_norm
             self._skipped_steps += int(self._stats.skipped)
         self._hooks.stepped()
 
-    def zero_grad(self) -> None:
+    def _check_said_boundary(self) -> None:
+        said = self._boundary_at_backward
+        if said is None or said == self.is_gradient_accumulation_boundary():
+            return
+        steps = self.gradient_accumulation_steps()
+        micro = (self._stats.micro_steps % steps) + 1
+        raise ZeroError(f"set_gradient_accumulation_boundary({said}) for micro-batch {micro} of "
+                        f"zero's window of {steps} (the config's gradient_accumulation_steps), "
+                        f"where the window {'does not end' if said else 'ends'}: zero's window "
+                        "has that fixed length. Set gradient_accumulation_steps to what the "
+                        "script accumulates (Accelerate: its gradient_accumulation_steps), and "
+                        "drop a short last window (the data loader's drop_last=True); nothing "
+                        "was stepped")
+
+    def _end_micro_step(self) -> None:
+        """Steps a micro-batch whose backward ran without engine.step() (Accelerate steps only
+        at the boundary), which must be inside the window: at its end the optimizer's step
+        would be skipped without a word."""
+        if not self._hooks.backward_done:
+            return
+        if self.is_gradient_accumulation_boundary():
+            raise ZeroError("a forward after the backward that ends the accumulation window "
+                            f"({self.gradient_accumulation_steps()} micro-batches, the config's "
+                            "gradient_accumulation_steps), without engine.step(): call "
+                            "engine.step() after that backward; it runs the optimizer")
+        self.step()
+
+    def set_gradient_accumulation_boundary(self, is_boundary: bool) -> None:
+        """DeepSpeed's override of where the window ends, for scripts that step only at the
+        boundary (Accelerate): it holds for each backward until it is set again. zero's window
+        is the config's gradient_accumulation_steps micro-batches: each micro-batch's step
+        checks what was said at its backward against it, before stepping, and a boundary
+        anywhere else (a short last window) is refused, naming both."""
+        self._require_live()
+        self._said_boundary = bool(is_boundary)
+
+    def was_step_applied(self) -> bool:
+        """Whether the last engine.step() updated the parameters: False inside the window and
+        when non-finite gradients skipped the update, as DeepSpeed's."""
+        return self._step_applied
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """DeepSpeed's: backward inside it does not reduce. At stages 0 and 1 zero accumulates
+        the window's gradients and reduces them at its boundary whatever the block says, so it
+        is accepted as it is (the same sums); stages 2 and 3 partition gradients as they are
+        made and refuse it, as DeepSpeed does. engine.step() inside it is refused."""
+        self._require_live()
+        if self._stage >= 2:
+            raise ZeroError(f"engine.no_sync() at ZeRO stage {self._stage}: stages 2 and 3 "
+                            "reduce and partition each gradient as backward makes it (as "
+                            "DeepSpeed's refuses it there); drop the block, zero accumulates the "
+                            "window's gradients by itself")
+        if self._in_no_sync:
+            raise ZeroError("engine.no_sync() inside another no_sync block")
+        self._in_no_sync = True
+        try:
+            yield
+        finally:
+            self._in_no_sync = False
+
+    def fp16_enabled(self) -> bool:
+        return self._dtype == torch.float16
+
+    def bfloat16_enabled(self) -> bool:
+        return self._dtype == torch.bfloat16
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
         """Nothing to do: zero clears its gradient buffers itself."""
 
     def train(self, mode: bool = True) -> ZeroEngine:
         self._require_live()
-        self.module.train(mode)
+        super().train(mode)  # the flag, and the module's train(mode)
         self._hooks.set_train(bool(mode))
         return self
+
+    def to(self, *args: Any, **kwargs: Any) -> ZeroEngine:
+        """Accepted where it asks for the engine's own device and dtype (a no-op); anything
+        else is refused (_apply)."""
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        same_device = device is None or torch.device(device) == self._device or (
+            torch.device(device).type == self._device.type and torch.device(device).index is None)
+        if same_device and dtype in (None, self._dtype):
+            return self
+        return super().to(*args, **kwargs)
+
+    def cpu(self) -> ZeroEngine:
+        return self.to("cpu")
+
+    def cuda(self, device: int | torch.device | None = None) -> ZeroEngine:
+        return self.to(torch.device("cuda", device) if isinstance(device, int) else
+                       device or "cuda")
+
+    def half(self) -> ZeroEngine:
+        return self.to(torch.float16)
+
+    def float(self) -> ZeroEngine:
+        return self.to(torch.float32)
+
+    def bfloat16(self) -> ZeroEngine:
+        return self.to(torch.bfloat16)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> ZeroEngine:
+        raise ZeroError("moving or casting the engine (to(), cuda(), cpu(), half(), float(), "
+                        "bfloat16()): zero owns the parameters' memory and dtype; choose the "
+                        "precision in the config (bf16 / fp16) and the device with "
+                        "zero.initialize(device=...)")
 
     def eval(self) -> ZeroEngine:
         return self.train(False)
@@ -153,7 +295,7 @@ class ZeroEngine:
         return bool(self._query_int("zero_is_accumulation_boundary"))
 
     def gradient_accumulation_steps(self) -> int:
-        return int(self.config_value("gradient_accumulation_steps"))
+        return self._accumulation
 
     def train_micro_batch_size_per_gpu(self) -> int:
         return int(self.config_value("train_micro_batch_size_per_gpu"))
@@ -323,6 +465,24 @@ class ZeroEngine:
             state[name] = values.get(id(tensor))
             if state[name] is None:
                 state[name] = tensor.detach().to("cpu")
+        return state
+
+    def zero_gather_16bit_weights_on_model_save(self) -> bool:
+        """The config's zero_optimization.stage3_gather_16bit_weights_on_model_save (what the
+        HF Trainer and Accelerate ask before they save the weights at stage 3)."""
+        return bool(self.config_value(
+            "zero_optimization.stage3_gather_16bit_weights_on_model_save"))
+
+    def _zero3_consolidated_16bit_state_dict(
+            self, exclude_frozen_parameters: bool = False) -> dict[str, torch.Tensor]:
+        """DeepSpeed's name for the consolidated weights in the compute dtype, which Accelerate
+        and the HF Trainer call at stage 3: consolidated_state_dict in the compute dtype on
+        every rank (DeepSpeed's gives rank 0 the values and the others empty tensors), without
+        the frozen parameters when asked. Collective."""
+        state = self.consolidated_state_dict(self._dtype)
+        if exclude_frozen_parameters:
+            frozen = {name for name, p in self.module.named_parameters() if not p.requires_grad}
+            state = {name: value for name, value in state.items() if name not in frozen}
         return state
 
     def save_16bit_model(self, save_dir: str | os.PathLike[str],
