@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A rank's failure is the job's: tests/python/check_faults_job.sh PYTHON LIBZERO SOURCE_DIR CASE
-# runs check_faults.py CASE on 2 ranks through zero-run under a timeout of its own (90 s, never
-# ctest's), and requires the job to end within 45 s, failed (not 0, not the timeout's 124), with
-# the cause in its output:
+# runs fault_job.py CASE, a rank program that fails by design, on 2 ranks through zero-run under
+# a timeout of its own (90 s, never ctest's), and requires the job to end within 45 s, failed
+# (not 0, not the timeout's 124), with the cause in its output:
 #   raises   rank 1's exception ("ValueError: boom on rank 1"), rank 1 named as the cause
 #   exits    rank 1 left after sys.exit(0): rank 0 names it and ends the job
 #   uneven   3 steps against 5: the rank with more names the one that left
@@ -20,7 +20,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 start=$SECONDS
 timeout -k 10 90 bash "$source/tests/python/run.sh" "$python" "$library" "$source" -n 2 \
-  "$source/tests/python/check_faults.py" "$case_name" >"$out" 2>&1
+  "$source/tests/python/fault_job.py" "$case_name" >"$out" 2>&1
 rc=$?
 took=$((SECONDS - start))
 fail() {

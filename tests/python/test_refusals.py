@@ -1,14 +1,14 @@
 """Bad use of the front end gets a clear error, never a silent wrong step (one rank).
 
-Each case builds a small model, makes one mistake, and requires a ZeroError whose message
-names the mistake and what to do.
+Each refusal builds a small model, makes one mistake, and requires a ZeroError whose message
+names the mistake and what to do; three more tests check uses that look alike and must work.
 """
 
-import sys
-
+import pytest
 import torch
+
 import zero
-from zero import ZeroError
+from zero_checks import refused
 
 CONFIG = {
     "train_micro_batch_size_per_gpu": 2,
@@ -44,20 +44,6 @@ def one_step(engine):
     loss = engine(torch.ones(2, 8))
     engine.backward(loss)
     engine.step()
-
-
-def expect(what, words, action):
-    try:
-        action()
-    except ZeroError as error:
-        missing = [w for w in words if w not in str(error)]
-        if missing:
-            print(f"FAIL {what}: message lacks {missing}: {error}")
-            return False
-        print(f"ok   {what}: {error}")
-        return True
-    print(f"FAIL {what}: no error")
-    return False
 
 
 def replaced():
@@ -134,55 +120,7 @@ def step_mid_pass():
     engine.step()
 
 
-def client_adamw_accepted():
-    """Not a refusal: a torch.optim.AdamW becomes the config's optimizer, with its lr."""
-    model = Tiny()
-    config = {k: v for k, v in CONFIG.items() if k != "optimizer"}
-    engine = engine_of(model, config, optimizer=torch.optim.AdamW(model.parameters(), lr=3e-3))
-    one_step(engine)
-    assert engine.get_lr() == [3e-3], engine.get_lr()
-    assert engine.config_value("optimizer.type").lower() == "adamw"
-    print("ok   a torch.optim.AdamW given as optimizer= runs as the config's AdamW")
-    return True
-
-
-def scheduler_dict_and_restore():
-    """Not a refusal: a scheduler section given as lr_scheduler= (with config_params=) runs;
-    destroy(restore_module=True) gives the module its trained weights back as plain tensors."""
-    model = Tiny()
-    schedule = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3,
-                                               "warmup_num_steps": 4, "warmup_type": "linear"}}
-    engine, _, _, scheduler = zero.initialize(model=model, config_params=dict(CONFIG),
-                                              lr_scheduler=schedule)
-    for _ in range(3):
-        one_step(engine)
-    # After the third step DeepSpeed's scheduler stands at iteration 2 of the linear warmup
-    # (the fourth step's): 0 + (1e-3 - 0) * 2/4.
-    assert scheduler.get_last_lr() == [0.0 + (1e-3 - 0.0) * (2 / 4)], scheduler.get_last_lr()
-    state = engine.consolidated_state_dict()
-    engine.destroy(restore_module=True)
-    for name, p in model.named_parameters():
-        assert torch.equal(p.detach(), state[name]), name
-    loss = model(torch.ones(2, 8))
-    assert torch.isfinite(loss), loss
-    print("ok   lr_scheduler= as a dict runs; destroy(restore_module=True) returns the weights")
-    return True
-
-
-def shape_outside_forward():
-    """Not a refusal: at stage 3 a parameter's shape and dtype read outside forward are its own,
-    and its values read there are NaN, not silently stale."""
-    engine = engine_of()
-    one_step(engine)
-    weight = engine.module.blocks[0].weight
-    assert weight.shape == (8, 8) and weight.dtype == torch.float32, (weight.shape, weight.dtype)
-    assert torch.isnan(weight).all()
-    state = engine.consolidated_state_dict()
-    assert state["blocks.0.weight"].shape == (8, 8) and torch.isfinite(state["blocks.0.weight"]).all()
-    print("ok   stage-3 parameters keep shape and dtype outside forward; values are NaN there")
-    return True
-
-
+# (what, the words its message must have, the mistake); each a test, named by the mistake.
 CASES = [
     ("a parameter replaced after initialize", ["replaced", "blocks.1.weight"], replaced),
     ("a parameter resized after initialize", ["another shape", "blocks.0.bias"], resized),
@@ -203,14 +141,56 @@ CASES = [
 ]
 
 
-def main():
-    torch.set_num_threads(1)
-    ok = all([expect(what, words, action) for what, words, action in CASES])
-    ok = client_adamw_accepted() and ok
-    ok = shape_outside_forward() and ok
-    ok = scheduler_dict_and_restore() and ok
-    sys.exit(0 if ok else 1)
+@pytest.mark.parametrize("what, words, mistake", CASES,
+                         ids=[mistake.__name__ for _, _, mistake in CASES])
+def test_a_mistake_is_refused_naming_it(what, words, mistake):
+    with refused(what, words):
+        mistake()
 
 
-if __name__ == "__main__":
-    main()
+def test_a_client_adamw_runs_as_the_configs():
+    """Not a refusal: a torch.optim.AdamW becomes the config's optimizer, with its lr."""
+    model = Tiny()
+    config = {k: v for k, v in CONFIG.items() if k != "optimizer"}
+    engine = engine_of(model, config, optimizer=torch.optim.AdamW(model.parameters(), lr=3e-3))
+    one_step(engine)
+    assert engine.get_lr() == [3e-3], f"the AdamW's lr 3e-3 became {engine.get_lr()}"
+    assert engine.config_value("optimizer.type").lower() == "adamw", (
+        f"a torch.optim.AdamW became optimizer {engine.config_value('optimizer.type')}")
+
+
+def test_a_scheduler_dict_runs_and_destroy_restores_the_weights():
+    """Not a refusal: a scheduler section given as lr_scheduler= (with config_params=) runs;
+    destroy(restore_module=True) gives the module its trained weights back as plain tensors."""
+    model = Tiny()
+    schedule = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3,
+                                               "warmup_num_steps": 4, "warmup_type": "linear"}}
+    engine, _, _, scheduler = zero.initialize(model=model, config_params=dict(CONFIG),
+                                              lr_scheduler=schedule)
+    for _ in range(3):
+        one_step(engine)
+    # After the third step DeepSpeed's scheduler stands at iteration 2 of the linear warmup
+    # (the fourth step's): 0 + (1e-3 - 0) * 2/4.
+    assert scheduler.get_last_lr() == [0.0 + (1e-3 - 0.0) * (2 / 4)], (
+        f"after 3 steps of the warmup the lr is {scheduler.get_last_lr()}")
+    state = engine.consolidated_state_dict()
+    engine.destroy(restore_module=True)
+    for name, p in model.named_parameters():
+        assert torch.equal(p.detach(), state[name]), (
+            f"destroy(restore_module=True) does not give {name} its trained values")
+    loss = model(torch.ones(2, 8))
+    assert torch.isfinite(loss), f"the restored module computes {loss}"
+
+
+def test_stage3_parameters_keep_shape_and_dtype_outside_forward():
+    """Not a refusal: at stage 3 a parameter's shape and dtype read outside forward are its own,
+    and its values read there are NaN, not silently stale."""
+    engine = engine_of()
+    one_step(engine)
+    weight = engine.module.blocks[0].weight
+    assert weight.shape == (8, 8) and weight.dtype == torch.float32, (
+        f"outside forward a (8, 8) float32 parameter is {tuple(weight.shape)} {weight.dtype}")
+    assert torch.isnan(weight).all(), "outside forward a parameter's values are not NaN"
+    full = engine.consolidated_state_dict()["blocks.0.weight"]
+    assert full.shape == (8, 8) and torch.isfinite(full).all(), (
+        f"consolidated_state_dict gives blocks.0.weight as {tuple(full.shape)}: {full}")
