@@ -17,6 +17,7 @@ from ._units import choose_units
 from ._hooks import Param
 from .engine import ZeroEngine
 from .facades import LRSchedulerView, OptimizerView
+from .moe.utils import has_moe_layers
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable
@@ -32,13 +33,36 @@ _FRONT_END_REFUSED = {
     "sparse_gradients": "sparse gradients",
 }
 
-# torch.optim classes and how their hyperparameters name themselves in DeepSpeed's config.
+# Optimizer classes zero.initialize translates, by class name, and the hyperparameters it
+# reads from their parameter groups (named as in DeepSpeed's config): torch.optim's, and
+# DeepSpeed's (zero.ops' descriptions, or DeepSpeed's own objects, which hold the same
+# attributes). Adagrad's lr_decay and initial_accumulator_value go to the config, which
+# refuses values other than 0.
+_ADAM_KEYS = ("lr", "betas", "eps", "weight_decay")
+_DEEPSPEED_ADAM_KEYS = _ADAM_KEYS + ("bias_correction",)
 _CLIENT_OPTIMIZERS = {
-    "AdamW": ("AdamW", ("lr", "betas", "eps", "weight_decay")),
-    "Adam": ("Adam", ("lr", "betas", "eps", "weight_decay")),
-    "Adagrad": ("Adagrad", ("lr", "eps", "weight_decay")),
+    "AdamW": ("AdamW", _ADAM_KEYS),
+    "Adam": ("Adam", _ADAM_KEYS),
+    "Adagrad": ("Adagrad", ("lr", "eps", "weight_decay", "lr_decay",
+                            "initial_accumulator_value")),
     "SGD": ("SGD", ("lr", "momentum", "dampening", "weight_decay", "nesterov")),
+    "FusedAdam": ("Adam", _DEEPSPEED_ADAM_KEYS),
+    "DeepSpeedCPUAdam": ("Adam", _DEEPSPEED_ADAM_KEYS),
+    "FusedLion": ("Lion", ("lr", "betas", "weight_decay")),
+    "DeepSpeedCPULion": ("Lion", ("lr", "betas", "weight_decay")),
+    "DeepSpeedCPUAdagrad": ("Adagrad", ("lr", "eps", "weight_decay")),
 }
+_CLIENT_NAMES = ("a torch.optim AdamW, Adam, Adagrad or SGD, or a zero.ops FusedAdam, "
+                 "DeepSpeedCPUAdam, FusedLion, DeepSpeedCPULion or DeepSpeedCPUAdagrad")
+
+
+def _adam_w_mode(optimizer: torch.optim.Optimizer, kind: str, first: dict[str, Any]) -> bool:
+    """Whether an Adam-family optimizer decays weights decoupled (AdamW) rather than by L2:
+    DeepSpeed's classes say so in their adam_w_mode attribute, torch's Adam in its
+    decoupled_weight_decay group key (AdamW sets it)."""
+    if kind in ("FusedAdam", "DeepSpeedCPUAdam"):
+        return bool(getattr(optimizer, "adam_w_mode", True))
+    return bool(first.get("decoupled_weight_decay", kind == "AdamW"))
 
 
 def _read_config(args: Any, config: str | Path | dict[str, Any] | None,
@@ -88,8 +112,8 @@ def _read_config(args: Any, config: str | Path | dict[str, Any] | None,
 
 
 def _client_optimizer(optimizer: Any, config: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """A torch.optim optimizer given to initialize, as the config's optimizer section, and
-    its parameter groups."""
+    """An optimizer object given to initialize (torch.optim's or DeepSpeed's), as the config's
+    optimizer section, and its parameter groups."""
     if optimizer is None:
         return None
     if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
@@ -99,7 +123,7 @@ def _client_optimizer(optimizer: Any, config: dict[str, Any]) -> list[dict[str, 
     if kind not in _CLIENT_OPTIMIZERS or not isinstance(optimizer, torch.optim.Optimizer):
         raise ZeroError(f"zero.initialize: zero has no optimizer {kind}; it runs AdamW, Adam, "
                         "Adagrad, Lion and SGD, named in the config's optimizer section (or "
-                        "passed as a torch.optim AdamW, Adam, Adagrad or SGD)")
+                        f"passed as {_CLIENT_NAMES})")
     if "optimizer" in config:
         raise ZeroError("zero.initialize: an optimizer both in the config and as the optimizer "
                         "argument; keep one")
@@ -107,10 +131,17 @@ def _client_optimizer(optimizer: Any, config: dict[str, Any]) -> list[dict[str, 
     first = optimizer.param_groups[0]
     if first.get("amsgrad"):
         raise ZeroError(f"zero.initialize: {kind}(amsgrad=True): zero has no AMSGrad")
+    if getattr(optimizer, "fp32_optimizer_states", True) is False:
+        raise ZeroError(f"zero.initialize: {kind}(fp32_optimizer_states=False): zero keeps the "
+                        "optimizer's moments in fp32 unless the config asks for bf16 ones; "
+                        "pass fp32_optimizer_states=True and set the config's \"bf16\": "
+                        "{\"enabled\": true, \"bf16_optimizer_states\": true} for bf16 moments")
     params = {k: (list(first[k]) if isinstance(first[k], tuple) else first[k])
               for k in keys if k in first}
-    if kind == "Adam":
-        params["adam_w_mode"] = False  # torch's Adam decays by L2
+    if name == "Adam":
+        name = "AdamW" if _adam_w_mode(optimizer, kind, first) else "Adam"
+        if name == "Adam":
+            params["adam_w_mode"] = False  # L2 decay, as torch's Adam and adam_w_mode=False
     if first.get("maximize"):
         raise ZeroError(f"zero.initialize: {kind}(maximize=True): zero's optimizers minimise")
     config["optimizer"] = {"type": name, "params": params}
@@ -206,7 +237,15 @@ def initialize(args: Any = None, model: torch.nn.Module | None = None,
                             "gives the module its weights back), or build a new model")
     if mpu is not None:
         raise ZeroError("zero.initialize: mpu (model parallelism) is not supported: zero is "
-                        "data parallel only")
+                        "data parallel only; pass mpu=None and train the model whole on each "
+                        "rank (ZeRO stage 3 shards its parameters), or use DeepSpeed for "
+                        "tensor or pipeline parallelism")
+    has_experts, experts = has_moe_layers(model)
+    if has_experts:
+        raise ZeroError(f"zero.initialize: {type(model).__name__} holds DeepSpeed's MoE layer "
+                        f"({experts} experts); zero has no mixture of experts (no expert "
+                        "parallelism or expert groups): use dense layers, or train it with "
+                        "DeepSpeed")
     if lr_scheduler is not None and not isinstance(lr_scheduler, dict):
         raise ZeroError("zero.initialize: zero runs its own learning-rate schedules; describe "
                         "it in the config's scheduler section (WarmupLR, WarmupDecayLR, "

@@ -1,10 +1,13 @@
-"""DeepSpeed's deepspeed.utils functions for a parameter's full value, for a module zero trains.
+"""DeepSpeed's deepspeed.utils functions for a parameter's full value, for a module zero trains,
+and its logger.
 
     from zero.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
     value = safe_get_full_fp32_param(model.lm_head.weight)       # collective
     safe_set_full_fp32_param(model.lm_head.weight, value * 0.5)  # every rank, the same value
+    log_dist(f"step {step}: loss {loss:.4f}", ranks=[0])
 
-Owns nothing: each call finds the engine of the parameter through _inplace.owner_of.
+Owns nothing: each call finds the engine of the parameter through _inplace.owner_of; `logger`
+and `log_dist` are _logging's (the "zero" logger, DeepSpeed's line format).
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import torch
 
 from ._inplace import owner_of
 from ._library import ZeroError
+from ._logging import log_dist, logger
+
+__all__ = ["safe_get_full_fp32_param", "safe_set_full_fp32_param", "logger", "log_dist"]
 
 if TYPE_CHECKING:
     from ._hooks import Param
