@@ -3,13 +3,14 @@
 // max_in_cpu 0 and with part of it in memory (stepped after backward, and speculated), and at
 // stage 3 parameters on the CPU and on NVMe} ×
 // {fp32, bf16, fp16}: every precision of every pair on 2 ranks, and at the other world sizes the
-// program runs with (1, 3, 4, and 2 x 2 across nodes) one precision per pair, chosen by the pair
-// and the world size so that each precision meets each placement at some size: a third of the
-// time there, where what differs is the shards' geometry, not the arithmetic. For each: the masters
-// (frozen parameters: the values) read back from the saved files with the checkpoint reader equal
-// the live state bit for bit, the moments in the files are the optimizer's (not zeros), and a load
-// followed by two more steps gives what the two steps gave without it, bit for bit, which holds
-// only when the moments came back exactly too.
+// program runs with (1, 3 and 4; the multinode run leaves the matrix out, since at 2 x 2 it would
+// repeat 4's choices) one precision per pair, chosen by the pair and the world size so that each
+// precision meets each placement at some size: a third of the time there, where what differs is
+// the shards' geometry, not the arithmetic. For each: the masters (frozen parameters: the values)
+// read back from the saved files with the checkpoint reader equal the live state bit for bit, the
+// moments in the files are the optimizer's (not zeros), and a load followed by two more steps
+// gives what the two steps gave without it, bit for bit, which holds only when the moments came
+// back exactly too.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
