@@ -223,7 +223,8 @@ case "$case_name" in
       --start-timeout --start-dir ZERO_START_TIMEOUT ZERO_START_DIR "exit status 124" \
       "--supervise" ZERO_RUN_REPORT ZERO_RUN_REPORT_HOST "was killed by signal" \
       OMPI_ALLOW_RUN_AS_ROOT --oversubscribe OMP_NUM_THREADS "--bind-to none" "PE=k" \
-      ZERO_LAUNCHER SIGTERM SIGUSR2 "ends the other ranks" "srun -n N COMMAND" SLURM_PROCID; do
+      ZERO_LAUNCHER SIGTERM SIGUSR2 "ends the other ranks" "srun -n N COMMAND" SLURM_PROCID \
+      --as-deepspeed --no-local-rank LOCAL_RANK WORLD_SIZE "--local_rank=N"; do
       expect_out "$word"
     done
     ;;
@@ -259,6 +260,34 @@ case "$case_name" in
     k=$(max1 $((cpus / 2)))
     expect_out "rank 0 omp $k zero-run"
     expect_out "rank 1 omp $k zero-run"
+    ;;
+
+  run_as_deepspeed)
+    # DeepSpeed's launcher's variables per rank, --local_rank=N after the arguments, and the
+    # as-deepspeed folder beside zero-run first on PYTHONPATH, the user's own after it.
+    need_mpirun
+    shim="$(cd "$(dirname "$tool")" && pwd)/as-deepspeed"
+    [ -f "$shim/deepspeed/__init__.py" ] || fail "no $shim/deepspeed/__init__.py beside zero-run"
+    show='echo rank $RANK local $LOCAL_RANK world $WORLD_SIZE path $PYTHONPATH mode $ZERO_AS_DEEPSPEED args "$@"'
+    PYTHONPATH=/mine run "$tool" --as-deepspeed -n 2 -- sh -c "$show" sh a
+    expect_rc 0
+    expect_out "rank 0 local 0 world 2 path $shim:/mine mode 1 args a --local_rank=0"
+    expect_out "rank 1 local 1 world 2 path $shim:/mine mode 1 args a --local_rank=1"
+    run "$tool" --as-deepspeed --no-local-rank -n 2 -- sh -c "$show" sh a
+    expect_rc 0
+    expect_out "rank 1 local 1 world 2 path $shim mode no-local-rank args a"
+    expect_no_out "--local_rank"
+    # One rank runs directly, with the same.
+    run "$tool" --as-deepspeed -n 1 -- sh -c "$show" sh
+    expect_rc 0
+    expect_out "rank 0 local 0 world 1 path $shim mode 1 args --local_rank=0"
+    # Without the flag none of it; --no-local-rank alone is a usage error.
+    run "$tool" -n 1 -- sh -c "$show" sh
+    expect_no_out "--local_rank"
+    expect_no_out "mode 1"
+    run "$tool" --no-local-rank -n 1 -- true
+    expect_rc 2
+    expect_err "--no-local-rank goes with --as-deepspeed"
     ;;
 
   run_failing_rank_ends_the_others)

@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/error.h"
+
 namespace zero::run {
 
 Cpus available_cpus() {
@@ -71,6 +73,18 @@ std::string own_path() {
   std::error_code error;
   const auto path = std::filesystem::read_symlink("/proc/self/exe", error);
   return error ? std::string("zero-run") : path.string();
+}
+
+std::string deepspeed_shim(const std::string& own) {
+  const std::filesystem::path folder = std::filesystem::path(own).parent_path() / "as-deepspeed";
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(folder / "deepspeed" / "__init__.py", error)) {
+    throw make_error(ErrorCategory::usage,
+                     "--as-deepspeed: {} has no deepspeed/__init__.py; zero-run finds it beside "
+                     "itself, where the build copies python/as-deepspeed (rebuild zero-run)",
+                     folder.string());
+  }
+  return folder.string();
 }
 
 int free_port() {

@@ -24,6 +24,10 @@ std::optional<std::string> find_program(const std::string& name);
 // (looked up on PATH there) when it cannot be read.
 std::string own_path();
 
+// The as-deepspeed folder for the zero-run at `own`: `as-deepspeed` beside it (the build
+// tree's copy of python/as-deepspeed). Throws a usage zero::Error naming where it looked.
+std::string deepspeed_shim(const std::string& own);
+
 // A TCP port free on this machine now (the kernel's choice for port 0), for the ranks'
 // torch.distributed rendezvous; 29500, DeepSpeed's default, when none can be had.
 int free_port();

@@ -2,7 +2,7 @@
 // (root, oversubscription, OMP_NUM_THREADS, binding), forwarding signals and exit status.
 //
 //   zero-run -n N [--hostfile FILE] [--bind-cores] [--start-timeout S] [--start-dir DIR]
-//            [--mpi-arg ARG]... [--dry-run] -- COMMAND...
+//            [--mpi-arg ARG]... [--as-deepspeed [--no-local-rank]] [--dry-run] -- COMMAND...
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -62,10 +62,20 @@ What zero-run does:
               on to the ranks and ends the job on the others. A terminal's Ctrl-C reaches
               mpirun directly and is not sent twice; a signal zero-run inherits as ignored
               (nohup) stays ignored.
-  supervision with --hostfile, each rank runs as `zero-run --supervise -- COMMAND`, which
-              reports to zero-run over TCP (ZERO_RUN_REPORT=HOST:PORT; HOST is this host's
-              name, or ZERO_RUN_REPORT_HOST) when the rank starts, with its host and pid,
-              and how it ended. zero-run prints each rank that fails on its own as it
+  as-deepspeed
+              --as-deepspeed runs a script written for DeepSpeed as DeepSpeed's launcher
+              would, on zero: every rank's PYTHONPATH starts with zero-run's as-deepspeed
+              folder (beside it in the build tree), whose `deepspeed` package maps
+              `import deepspeed` and its submodules onto zero's (zero must be importable:
+              pip install ./python or PYTHONPATH=python); it says once, on rank 0, that it
+              is zero and which installed DeepSpeed it leaves unused. Each rank gets RANK,
+              LOCAL_RANK and WORLD_SIZE, and --local_rank=N after COMMAND's arguments
+              (--no-local-rank: not). Nothing is installed; without the flag, `import
+              deepspeed` is whatever the Python has. docs/from-deepspeed.md.
+  supervision with --hostfile or --as-deepspeed, each rank runs as `zero-run --supervise
+              -- COMMAND`. With --hostfile it reports to zero-run over TCP
+              (ZERO_RUN_REPORT=HOST:PORT; HOST is this host's name, or ZERO_RUN_REPORT_HOST)
+              when the rank starts, with its host and pid, and how it ended. zero-run prints each rank that fails on its own as it
               happens, as in: rank 3 on node2 (pid 4242) was killed by signal 9 (Killed).
               A supervisor that cannot reach zero-run says so and runs the rank unreported.
   start-up    ranks wait for each other in MPI_Init_thread, which has no timeout of its
@@ -158,6 +168,13 @@ int main(int argc, char** argv) {
                  "a directory every node sees, for the ranks' arrival marks\n"
                  "(default: $TMPDIR without --hostfile, none with it)")
       ->type_name("DIR");
+  bool as_deepspeed = false, no_local_rank = false;
+  app.add_flag("--as-deepspeed", as_deepspeed,
+               "run a DeepSpeed script unchanged: `import deepspeed` is zero's\n"
+               "(see as-deepspeed), with DeepSpeed's launcher's variables");
+  app.add_flag("--no-local-rank", no_local_rank,
+               "with --as-deepspeed: no --local_rank=N argument (DeepSpeed's\n"
+               "launcher's --no_local_rank)");
   app.add_flag("--dry-run", dry_run,
                "print what would run as a shell script (environment\n"
                "additions, then the command line); run nothing");
@@ -184,7 +201,19 @@ int main(int argc, char** argv) {
     return kUsage;
   }
 
+  if (no_local_rank && !as_deepspeed) {
+    std::cerr << "zero-run: --no-local-rank goes with --as-deepspeed (only then is a "
+                 "--local_rank argument added)\n";
+    return kUsage;
+  }
+
   try {
+    if (as_deepspeed) {
+      request.deepspeed_shim = zero::run::deepspeed_shim(zero::run::own_path());
+      const char* python_path = std::getenv("PYTHONPATH");
+      request.python_path = python_path != nullptr ? python_path : "";
+      request.local_rank_arg = !no_local_rank;
+    }
     if (!hostfile.empty()) request.hostfile = zero::run::read_hostfile(hostfile);
     const char* omp = std::getenv("OMP_NUM_THREADS");
     const zero::run::Machine machine{zero::run::available_cpus(), geteuid() == 0,
@@ -222,8 +251,11 @@ int main(int argc, char** argv) {
     std::optional<zero::run::RankReports> reports;
     // With a hostfile: on one node Open MPI's own reports name a failed rank, and the ranks'
     // start-up bound names those that never arrive; across nodes neither reaches far enough.
-    if (!zero::run::runs_directly(request) && request.hostfile) {
+    // --as-deepspeed: the supervisor sets each rank's RANK, LOCAL_RANK and WORLD_SIZE.
+    if (!zero::run::runs_directly(request) && (request.hostfile || as_deepspeed)) {
       request.supervisor = zero::run::own_path();
+    }
+    if (!zero::run::runs_directly(request) && request.hostfile) {
       if (dry_run) {
         request.report_address = "HOST:PORT";
       } else {

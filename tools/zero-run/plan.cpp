@@ -28,6 +28,15 @@ void add_stdout_tty(Plan& plan, const Machine& machine) {
   plan.environment.emplace_back("ZERO_STDOUT_TTY", machine.stdout_tty ? "1" : "0");
 }
 
+// --as-deepspeed's environment: the shim first on PYTHONPATH, and the supervisor's switches.
+void add_as_deepspeed(Environment& environment, const Request& request) {
+  if (request.deepspeed_shim.empty()) return;
+  environment.emplace_back("PYTHONPATH", request.python_path.empty()
+                                             ? request.deepspeed_shim
+                                             : request.deepspeed_shim + ":" + request.python_path);
+  environment.emplace_back("ZERO_AS_DEEPSPEED", request.local_rank_arg ? "1" : "no-local-rank");
+}
+
 }  // namespace
 
 bool runs_directly(const Request& request) {
@@ -50,6 +59,12 @@ Plan make_plan(const Request& request, const Machine& machine, const std::string
   const std::string omp_value = plan.omp_threads > 0 ? std::to_string(plan.omp_threads) : "";
   if (plan.direct) {
     plan.argv = request.command;
+    if (!request.deepspeed_shim.empty()) {  // one rank: what a supervisor would set, here
+      add_as_deepspeed(plan.environment, request);
+      for (const char* name : {"RANK", "LOCAL_RANK"}) plan.environment.emplace_back(name, "0");
+      plan.environment.emplace_back("WORLD_SIZE", "1");
+      if (request.local_rank_arg) plan.argv.push_back("--local_rank=0");
+    }
     if (plan.omp_threads > 0) plan.environment.emplace_back("OMP_NUM_THREADS", omp_value);
     plan.environment.emplace_back("ZERO_LAUNCHER", "zero-run");
     if (!request.master_addr.empty()) {
@@ -100,6 +115,10 @@ Plan make_plan(const Request& request, const Machine& machine, const std::string
   if (!request.master_port.empty()) {
     argv.insert(argv.end(), {"-x", "MASTER_PORT=" + request.master_port});
   }
+  Environment as_deepspeed;
+  add_as_deepspeed(as_deepspeed, request);
+  for (const auto& [name, value] : as_deepspeed)
+    argv.insert(argv.end(), {"-x", name + "=" + value});
   argv.insert(argv.end(), request.mpi_args.begin(), request.mpi_args.end());
   argv.push_back("--");
   if (!request.supervisor.empty()) {

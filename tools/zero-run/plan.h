@@ -33,6 +33,15 @@ struct Request {
   // own are kept). --dry-run shows the port as PORT.
   std::string master_addr;
   std::string master_port;
+  // --as-deepspeed: the folder whose `deepspeed` package maps DeepSpeed's modules onto zero's
+  // (python/as-deepspeed, copied beside zero-run), put first on every rank's PYTHONPATH before
+  // `python_path` (the user's own, kept); empty: not asked. Every rank gets RANK, LOCAL_RANK and
+  // WORLD_SIZE as DeepSpeed's launcher sets them (set by the rank's supervisor, which an
+  // mpirun job then has), and, with `local_rank_arg`, --local_rank=N after the command's
+  // arguments as that launcher passes it.
+  std::string deepspeed_shim;
+  std::string python_path;
+  bool local_rank_arg = true;
 };
 
 struct Machine {

@@ -1,11 +1,13 @@
 // A rank's supervisor (see supervise.h).
 #include "tools/zero-run/supervise.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <string_view>
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -122,6 +124,20 @@ int supervise(const std::vector<std::string>& command) {
           rank, host, address, why);
     }
   }
+  // --as-deepspeed: what DeepSpeed's launcher gives each rank, from Open MPI's own variables.
+  Environment environment;
+  std::vector<std::string> argv = command;
+  if (const char* as_deepspeed = std::getenv("ZERO_AS_DEEPSPEED"); as_deepspeed != nullptr) {
+    const auto from = [](const char* name, const char* otherwise) {
+      const char* value = std::getenv(name);
+      return std::string(value != nullptr && *value != '\0' ? value : otherwise);
+    };
+    const std::string local_rank = from("OMPI_COMM_WORLD_LOCAL_RANK", "0");
+    environment = {{"RANK", std::to_string(std::max(rank, 0))},
+                   {"LOCAL_RANK", local_rank},
+                   {"WORLD_SIZE", from("OMPI_COMM_WORLD_SIZE", "1")}};
+    if (std::string_view(as_deepspeed) == "1") argv.push_back("--local_rank=" + local_rank);
+  }
   ChildOptions options;
   options.die_with_parent = true;
   options.started = [&](pid_t pid) {
@@ -129,7 +145,7 @@ int supervise(const std::vector<std::string>& command) {
   };
   int signal = 0;
   options.ended_by_signal = &signal;
-  const int code = run_child(command, {}, options);
+  const int code = run_child(argv, environment, options);
   send_line(fd, fmt::format("exit {} {} {} {}", rank, code, signal, child_signalled() ? 1 : 0));
   if (fd >= 0) close(fd);
   if (signal != 0) die_by(signal);
