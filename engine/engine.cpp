@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -595,7 +596,23 @@ std::array<double, 2> Engine::last_quantization_error() const noexcept {
 
 double Engine::next_learning_rate() const {
   const std::int64_t taken = impl_->stepper ? impl_->stepper->optimizer_steps() : 0;
-  return scheduled(impl_->config, taken + 1).lr;
+  return impl_->stepper ? impl_->stepper->schedule_value(taken + 1).lr
+                        : scheduled(impl_->config, taken + 1).lr;
+}
+
+void Engine::set_learning_rate(double lr) {
+  impl_->require_initialized("set_learning_rate");
+  if (!std::isfinite(lr) || lr < 0) {
+    throw make_error(ErrorCategory::usage,
+                     "set_learning_rate: {} is not a learning rate (a finite value >= 0)", lr);
+  }
+  if (impl_->config.scheduler.type != optim::ScheduleType::none) {
+    throw make_error(ErrorCategory::usage,
+                     "set_learning_rate: the config has a scheduler section ({}), which sets "
+                     "every step's learning rate; drop it to run the schedule yourself",
+                     optim::schedule_type_name(impl_->config.scheduler.type));
+  }
+  impl_->stepper->set_learning_rate(lr);
 }
 
 StepStats Engine::step() {

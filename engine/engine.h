@@ -213,6 +213,11 @@ class Engine {
   // at that step's iteration (the first value before any step; after a load, the resumed
   // schedule's). What DeepSpeed's get_lr() returns between steps.
   double next_learning_rate() const;
+  // The learning rate of every optimizer step from the next on, before any group's lr_scale,
+  // in place of the schedule (a schedule the caller runs: a torch scheduler given to
+  // zero.initialize). Refused (usage) when the config has a scheduler section, before
+  // init, or for a negative or non-finite value. Not saved in checkpoints.
+  void set_learning_rate(double lr);
   // The last boundary's StepStats::quantization_error_weights and _gradients (-1: none).
   std::array<double, 2> last_quantization_error() const noexcept;
 

@@ -618,6 +618,10 @@ zero_status zero_learning_rate(const zero_engine* engine, double* lr) {
   });
 }
 
+zero_status zero_set_learning_rate(zero_engine* engine, double lr) {
+  return zero::guard([&] { engine_of(engine, "zero_set_learning_rate").set_learning_rate(lr); });
+}
+
 zero_status zero_quantization_error(const zero_engine* engine, double* weights, double* gradients) {
   return zero::guard([&] {
     const auto& e = engine_of(engine, "zero_quantization_error");

@@ -88,9 +88,15 @@ void Stepper::arm_speculation() {
   if (speculation_) speculation_->arm(optimizer_steps_ + 1, scaler_.scale());
 }
 
+optim::ScheduleValue Stepper::schedule_value(std::int64_t k) const {
+  optim::ScheduleValue value = scheduled(ctx_.config, k);
+  if (lr_override_) value.lr = *lr_override_;
+  return value;
+}
+
 optim::StepHyper Stepper::hyper_for(std::int64_t k, double grad_scale) const {
   const config::Config& config = ctx_.config;
-  const optim::ScheduleValue value = scheduled(config, k);
+  const optim::ScheduleValue value = schedule_value(k);
   optim::StepHyper hyper;
   hyper.step = k;
   hyper.lr = value.lr;
@@ -252,7 +258,7 @@ StepStats Stepper::step() {
   stats.loss_scale = scale;
   // The learning rate this step uses, or on a skipped step the one the schedule still holds.
   const std::int64_t k = optimizer_steps_ + 1;
-  const optim::ScheduleValue value = scheduled(config, k);
+  const optim::ScheduleValue value = schedule_value(k);
   stats.lr = value.lr;
 
   // The owned gradient as zeros, should no reduction have written it since the last step.

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -66,6 +67,11 @@ class Stepper final : private StepGroups {
   std::int64_t global_steps() const noexcept { return global_steps_; }
   std::int64_t optimizer_steps() const noexcept { return optimizer_steps_; }
   std::uint64_t seed() const noexcept { return seed_; }
+  // The schedule's values for the k-th optimizer step, its lr the caller's where one was set.
+  optim::ScheduleValue schedule_value(std::int64_t k) const;
+  // The learning rate of every optimizer step from the next on, in place of the config's (a
+  // schedule the caller runs; not in checkpoints).
+  void set_learning_rate(double lr) noexcept { lr_override_ = lr; }
   // A checkpoint's counters, scaler and seed.
   void restore(std::int64_t global_steps, std::int64_t optimizer_steps, const LossScaler& scaler,
                std::uint64_t seed);
@@ -142,6 +148,7 @@ class Stepper final : private StepGroups {
   std::int64_t global_steps_ = 0;
   std::int64_t optimizer_steps_ = 0;  // not skipped: the optimizer's and the schedule's count
   std::uint64_t seed_;
+  std::optional<double> lr_override_;  // set_learning_rate's
   SecondsSum optimizer_seconds_, allgather_seconds_;
   // super_offload (null without it); last: its worker ends before the rest goes.
   std::unique_ptr<Speculation> speculation_;

@@ -129,3 +129,23 @@ TEST_CASE("stepper: a non-finite fp16 gradient skips the step and keeps the mast
 }
 
 }  // namespace zero::engine
+
+namespace zero::engine {
+
+TEST_CASE("stepper: a learning rate set by the caller replaces the schedule's from the next step",
+          "[engine]") {
+  EngineParts parts(sgd_config("", "none"));
+  ArithmeticValues values;
+  parts.state->assign(values);
+  CHECK(parts.stepper->schedule_value(1).lr == 0.5);
+  parts.stepper->set_learning_rate(0.25);
+  CHECK(parts.stepper->schedule_value(1).lr == 0.25);
+  CHECK(parts.stepper->schedule_value(7).lr == 0.25);
+  set_grads(parts);
+  const StepStats stats = parts.stepper->step();
+  CHECK(stats.lr == 0.25);
+  // SGD at half the config's lr moves each master as the config's lr would a gradient of half.
+  check_step(parts, 0.5);
+}
+
+}  // namespace zero::engine
