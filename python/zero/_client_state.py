@@ -79,12 +79,21 @@ def persistent_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return found
 
 
-def pack(client_state: Any, buffers: dict[str, torch.Tensor]) -> bytes:
-    """The user data of a checkpoint: client_state (checked) and the buffers' current values."""
+def pack(client_state: Any, buffers: dict[str, torch.Tensor],
+         lr_scheduler: dict[str, Any] | None = None) -> bytes:
+    """The user data of a checkpoint: client_state (checked), the buffers' current values, and
+    a torch LR scheduler's state_dict() when zero.initialize was given one (checked alike)."""
     state = {} if client_state is None else client_state
     _check_plain(state, "")
     payload = {"format": _FORMAT, "client_state": _plain(state),
                "buffers": {name: _plain(tensor) for name, tensor in buffers.items()}}
+    if lr_scheduler is not None:
+        try:
+            _check_plain(lr_scheduler, "")
+        except ZeroError as error:
+            raise ZeroError(f"save_checkpoint: the LR scheduler's state_dict() holds more than "
+                            f"plain data ({error}); zero saves only plain data") from None
+        payload["lr_scheduler"] = _plain(lr_scheduler)
     out = io.BytesIO()
     torch.save(payload, out)
     return out.getvalue()
@@ -98,11 +107,13 @@ class _PlainUnpickler(pickle.Unpickler):
                         "checkpoint")
 
 
-def unpack(data: bytes, where: str | os.PathLike[str]) -> tuple[Any, dict[str, torch.Tensor]]:
-    """(client_state, buffers) from a checkpoint's user data; ZeroError when it holds more
-    than plain data and tensors. `where` names the checkpoint in messages."""
+def unpack(data: bytes, where: str | os.PathLike[str]
+           ) -> tuple[Any, dict[str, torch.Tensor], dict[str, Any] | None]:
+    """(client_state, buffers, the LR scheduler's state or None) from a checkpoint's user data;
+    ZeroError when it holds more than plain data and tensors. `where` names the checkpoint in
+    messages."""
     if not data:
-        return {}, {}
+        return {}, {}, None
     if data[:4] != _ZIP_MAGIC:  # a checkpoint saved by an earlier zero: a pickle of client_state
         try:
             state = _PlainUnpickler(io.BytesIO(data)).load()
@@ -115,7 +126,7 @@ def unpack(data: bytes, where: str | os.PathLike[str]) -> tuple[Any, dict[str, t
         except Exception as error:  # noqa: BLE001: a damaged or foreign blob, whatever it says
             raise ZeroError(f"load_checkpoint: the client_state of {where} cannot be read: "
                             f"{type(error).__name__}: {error}") from None
-        return state, {}
+        return state, {}, None
     try:
         payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001: weights_only's refusal, or a damaged blob
@@ -126,4 +137,5 @@ def unpack(data: bytes, where: str | os.PathLike[str]) -> tuple[Any, dict[str, t
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         raise ZeroError(f"load_checkpoint: the user data of {where} is not zero's client state "
                         f"(format {payload.get('format') if isinstance(payload, dict) else '?'})")
-    return payload.get("client_state", {}), payload.get("buffers", {})
+    return (payload.get("client_state", {}), payload.get("buffers", {}),
+            payload.get("lr_scheduler"))

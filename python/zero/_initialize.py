@@ -111,9 +111,35 @@ def _read_config(args: Any, config: str | Path | dict[str, Any] | None,
     return config
 
 
-def _client_optimizer(optimizer: Any, config: dict[str, Any]) -> list[dict[str, Any]] | None:
+def _client_scheduler(lr_scheduler: Any, optimizer: Any) -> Any:
+    """A torch LR scheduler given to initialize (or a callable that makes one from the
+    optimizer, as DeepSpeed takes), checked: it must step the optimizer given with it. None for
+    none, or for a config section given as a dict."""
+    if lr_scheduler is None or isinstance(lr_scheduler, dict):
+        return None
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ZeroError(f"zero.initialize: the {type(lr_scheduler).__name__} given sets the "
+                        "learning rates of the optimizer it steps: pass that optimizer as "
+                        "optimizer= too (zero reads its groups and follows their learning "
+                        "rates), or describe the schedule in the config's scheduler section "
+                        "(WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest)")
+    if callable(lr_scheduler) and not hasattr(lr_scheduler, "step"):
+        lr_scheduler = lr_scheduler(optimizer)  # DeepSpeed: a callable given the optimizer
+    if not hasattr(lr_scheduler, "step") or not hasattr(lr_scheduler, "state_dict"):
+        raise ZeroError(f"zero.initialize: lr_scheduler is a {type(lr_scheduler).__name__}, "
+                        "not a torch LR scheduler (step() and state_dict()), a callable that "
+                        "makes one from the optimizer, or a config scheduler section (a dict)")
+    if getattr(lr_scheduler, "optimizer", None) is not optimizer:
+        raise ZeroError(f"zero.initialize: the {type(lr_scheduler).__name__} given steps "
+                        "another optimizer than the one given; make it on that optimizer")
+    return lr_scheduler
+
+
+def _client_optimizer(optimizer: Any, config: dict[str, Any],
+                      scheduled: bool = False) -> list[dict[str, Any]] | None:
     """An optimizer object given to initialize (torch.optim's or DeepSpeed's), as the config's
-    optimizer section, and its parameter groups."""
+    optimizer section, and its parameter groups. `scheduled`: a torch LR scheduler steps it,
+    so each group's lr is its initial_lr (the scheduler's base), not the value it has set."""
     if optimizer is None:
         return None
     if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
@@ -138,6 +164,8 @@ def _client_optimizer(optimizer: Any, config: dict[str, Any]) -> list[dict[str, 
                         "{\"enabled\": true, \"bf16_optimizer_states\": true} for bf16 moments")
     params = {k: (list(first[k]) if isinstance(first[k], tuple) else first[k])
               for k in keys if k in first}
+    if scheduled and "lr" in params:
+        params["lr"] = first.get("initial_lr", first["lr"])
     if name == "Adam":
         name = "AdamW" if _adam_w_mode(optimizer, kind, first) else "Adam"
         if name == "Adam":
@@ -152,7 +180,10 @@ def _client_optimizer(optimizer: Any, config: dict[str, Any]) -> list[dict[str, 
                 raise ZeroError(f"zero.initialize: the optimizer's parameter group {number} "
                                 f"sets {key}={value!r}, group 0 {first[key]!r}; zero's groups "
                                 "differ only in weight_decay and lr")
-        groups.append({k: group[k] for k in ("params", "lr", "weight_decay") if k in group})
+        kept = {k: group[k] for k in ("params", "lr", "weight_decay") if k in group}
+        if scheduled and "initial_lr" in group:
+            kept["lr"] = group["initial_lr"]
+        groups.append(kept)
     return groups
 
 
@@ -246,18 +277,14 @@ def initialize(args: Any = None, model: torch.nn.Module | None = None,
                         f"({experts} experts); zero has no mixture of experts (no expert "
                         "parallelism or expert groups): use dense layers, or train it with "
                         "DeepSpeed")
-    if lr_scheduler is not None and not isinstance(lr_scheduler, dict):
-        raise ZeroError("zero.initialize: zero runs its own learning-rate schedules; describe "
-                        "it in the config's scheduler section (WarmupLR, WarmupDecayLR, "
-                        "WarmupCosineLR, OneCycle, LRRangeTest) instead of passing "
-                        f"{type(lr_scheduler).__name__}")
+    client_scheduler = _client_scheduler(lr_scheduler, optimizer)
     cfg = _read_config(args, config, config_params)
+    if lr_scheduler is not None and "scheduler" in cfg:
+        raise ZeroError("zero.initialize: a scheduler both in the config and as the "
+                        "lr_scheduler argument; keep one")
     if isinstance(lr_scheduler, dict):
-        if "scheduler" in cfg:
-            raise ZeroError("zero.initialize: a scheduler both in the config and as the "
-                            "lr_scheduler argument; keep one")
         cfg["scheduler"] = lr_scheduler
-    client_groups = _client_optimizer(optimizer, cfg)
+    client_groups = _client_optimizer(optimizer, cfg, scheduled=client_scheduler is not None)
     if client_groups is not None and model_parameters is None:
         model_parameters = client_groups
 
@@ -280,7 +307,10 @@ def initialize(args: Any = None, model: torch.nn.Module | None = None,
     # teardown to destroy a second time and the model can be given to zero.initialize again.
     try:
         optimizer_view = OptimizerView(engine, params, membership, group_ids, specs)
-        scheduler_view = LRSchedulerView(engine) if "scheduler" in cfg else None
+        scheduler_view = LRSchedulerView(engine) if "scheduler" in cfg else client_scheduler
+        if client_scheduler is not None:
+            engine._client_scheduler = client_scheduler
+            engine._follow_client_schedule()
         dataloader = None
         if training_data is not None:
             dataloader = _dataloader(engine, training_data, collate_fn)

@@ -136,6 +136,7 @@ _SIGNATURES = {
     "zero_checkpoint_user_data": [_P, _P, _U64, _PU64],
     "zero_global_steps": [_P, ctypes.POINTER(ctypes.c_longlong)],
     "zero_learning_rate": [_P, ctypes.POINTER(ctypes.c_double)],
+    "zero_set_learning_rate": [_P, ctypes.c_double],
     "zero_quantization_error": [_P, ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double)],
     "zero_memory_report": [_P, ctypes.c_char_p, _U64, _PU64],
     "zero_declare_memory": [_P, _I, _U64, _S],

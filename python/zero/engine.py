@@ -76,6 +76,8 @@ class ZeroEngine(torch.nn.Module):
         self._boundary_at_backward: bool | None = None
         self._in_no_sync: bool = False
         self._lr_scales: tuple[float, ...] = (1.0,)
+        # A torch LR scheduler given to zero.initialize, stepped after each applied step.
+        self._client_scheduler: Any = None
         self._accumulation: int = int(self.config_value("gradient_accumulation_steps"))
         self._hooks: UnitHooks = UnitHooks(handle, model, units, params, stage, device,
                                            self._dtype)
@@ -151,6 +153,31 @@ class ZeroEngine(torch.nn.Module):
             self._grad_norm = self._stats.grad_norm
             self._skipped_steps += int(self._stats.skipped)
         self._hooks.stepped()
+        if self._step_applied and self._client_scheduler is not None:
+            with warnings.catch_warnings():
+                # torch's warning that its own optimizer.step() was not called: zero stepped.
+                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler")
+                self._client_scheduler.step()  # as DeepSpeed: after each step not skipped
+            self._follow_client_schedule()
+
+    def _follow_client_schedule(self) -> None:
+        """A torch LR scheduler given to zero.initialize: its optimizer's learning rates become
+        zero's (group 0's, and the others as their fixed scale of it)."""
+        if self._client_scheduler is None:
+            return
+        groups = self._client_scheduler.optimizer.param_groups
+        base = float(groups[0]["lr"])
+        first = float(groups[0].get("initial_lr", base))
+        for number, group in enumerate(groups[1:], 1):
+            scale = float(group.get("initial_lr", group["lr"])) / first if first else 1.0
+            want = base * scale
+            if abs(float(group["lr"]) - want) > 1e-9 * max(abs(want), 1e-30) + 1e-30:
+                raise ZeroError(f"the LR scheduler set parameter group {number}'s lr to "
+                                f"{group['lr']}, and group 0's to {base}: zero keeps each group's "
+                                f"lr a fixed scale of group 0's ({scale} here, from their "
+                                "initial lrs); give every group the same schedule (one lambda "
+                                "for all, in LambdaLR)")
+        call("zero_set_learning_rate", self._handle, ctypes.c_double(base))
 
     def _check_said_boundary(self) -> None:
         said = self._boundary_at_backward
@@ -364,7 +391,10 @@ class ZeroEngine(torch.nn.Module):
         if not save_latest:
             raise ZeroError("save_checkpoint(save_latest=False): zero always moves "
                             "save_dir/latest to the new tag once it is complete")
-        data = _client_state.pack(client_state, _client_state.persistent_buffers(self.module))
+        scheduler_state = (self._client_scheduler.state_dict()
+                           if self._client_scheduler is not None else None)
+        data = _client_state.pack(client_state, _client_state.persistent_buffers(self.module),
+                                  scheduler_state)
         buffer = ctypes.create_string_buffer(data, len(data))
         tag_bytes = str(tag).encode() if tag is not None else None
         call("zero_save_checkpoint", self._handle, str(save_dir).encode(), tag_bytes, buffer,
@@ -400,8 +430,22 @@ class ZeroEngine(torch.nn.Module):
             path = load_dir / (load_dir / "latest").read_text().strip()
         else:
             path = load_dir / str(tag) if tag is not None else load_dir
-        client_state, buffers = _client_state.unpack(self.checkpoint_user_data(), path)
+        client_state, buffers, scheduler_state = _client_state.unpack(
+            self.checkpoint_user_data(), path)
         self._restore_buffers(buffers, path, load_module_strict)
+        if self._client_scheduler is not None and not (load_module_only or
+                                                       not load_optimizer_states):
+            if scheduler_state is None:
+                raise ZeroError(f"load_checkpoint: {path} holds no LR scheduler state, and this "
+                                "engine steps a torch LR scheduler; pass load_module_only=True "
+                                "to start the schedule afresh")
+            self._client_scheduler.load_state_dict(scheduler_state)
+            # The optimizer's rates as the scheduler had set them (torch keeps those in the
+            # optimizer's state, which zero does not save: its last_lr is the same).
+            for group, lr in zip(self._client_scheduler.optimizer.param_groups,
+                                 self._client_scheduler.get_last_lr()):
+                group["lr"] = lr
+        self._follow_client_schedule()
         return str(path), client_state
 
     def checkpoint_user_data(self) -> bytes:
