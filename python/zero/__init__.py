@@ -14,7 +14,7 @@ zero.comm, zero.ops (FusedAdam, DeepSpeedCPUAdam, ...), zero.checkpointing, zero
 zero.pipe, and zero.utils' logger and log_dist.
 """
 
-from . import accelerator, checkpointing, comm, moe, ops, pipe, utils
+from . import accelerator, checkpointing, comm, moe, ops, pipe, utils, zero
 from ._initialize import initialize
 from ._library import ZeroError, version
 from ._units import register_external_parameter
@@ -25,5 +25,5 @@ from .utils import log_dist, logger
 
 __all__ = ["initialize", "init_distributed", "add_config_arguments", "ZeroEngine", "ZeroError",
            "register_external_parameter", "utils", "version", "accelerator", "get_accelerator",
-           "comm", "ops", "checkpointing", "moe", "pipe", "log_dist", "logger"]
+           "comm", "ops", "checkpointing", "moe", "pipe", "log_dist", "logger", "zero"]
 __version__ = "0.1.0"

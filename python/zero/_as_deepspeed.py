@@ -60,14 +60,12 @@ def _refuse(name: str, instead: str) -> Any:
 
 
 def _zero_module() -> types.ModuleType:
-    """deepspeed.zero: register_external_parameter, and what zero does not do yet refused."""
-    from ._units import register_external_parameter
+    """deepspeed.zero: zero.zero's GatheredParameters and register_external_parameter, and
+    what zero does not do yet refused."""
+    from . import zero as zero_zero
     module = types.ModuleType("deepspeed.zero", "DeepSpeed's deepspeed.zero, on zero.")
-    module.register_external_parameter = register_external_parameter
-    read = ("read a parameter's full value with zero.utils.safe_get_full_fp32_param(p) or "
-            "engine.consolidated_state_dict(), set it with "
-            "zero.utils.safe_set_full_fp32_param(p, value)")
-    module.GatheredParameters = _refuse("deepspeed.zero.GatheredParameters", read)
+    module.register_external_parameter = zero_zero.register_external_parameter
+    module.GatheredParameters = zero_zero.GatheredParameters
     module.Init = _refuse("deepspeed.zero.Init", "build the model normally: zero.initialize "
                           "registers rank 0's values and keeps only each rank's partition")
     return module

@@ -305,7 +305,8 @@ class UnitHooks:
 
     def between_passes(self, what: str) -> None:
         self._end_watch()
-        if self._forward_open or self._backward_open or self.backward_done:
+        # A training forward's recorded pass lasts until its backward.
+        if self._forward_open or self._backward_open or self.backward_done or self._pass:
             raise ZeroError(f"{what} in the middle of a micro-step: call it after "
                             "engine.step()")
 

@@ -77,6 +77,9 @@ class InplaceEdits:
                 self._adopted.append(p.param)
             _OWNERS[p.param] = (self, p.index)
         self._versions: list[int] = [p.param._version for p in params]
+        # The engine these edits are of, set by it (zero.zero.GatheredParameters reaches it
+        # from a parameter through owner_of).
+        self.engine: Any = None
 
     def take(self, where: str) -> None:
         """Writes every parameter changed in place since the last look into zero (stages 0-2);
@@ -100,6 +103,11 @@ class InplaceEdits:
         value = value.detach().to(device="cpu", dtype=torch.float32).contiguous()
         pointer = ctypes.cast(value.data_ptr(), ctypes.POINTER(ctypes.c_float))
         call("zero_write_param", self._handle, p.index, pointer, value.numel())
+        self._versions[p.index] = p.param._version
+
+    def seen(self, p: Param) -> None:
+        """Takes parameter `p` as it is now as zero's (a change made to a gathered copy that
+        went with it)."""
         self._versions[p.index] = p.param._version
 
     def read(self, p: Param) -> torch.Tensor:

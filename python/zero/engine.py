@@ -82,6 +82,7 @@ class ZeroEngine(torch.nn.Module):
         self._hooks: UnitHooks = UnitHooks(handle, model, units, params, stage, device,
                                            self._dtype)
         self._edits: InplaceEdits = InplaceEdits(handle, params, stage)
+        self._edits.engine = self
         for module in model.modules():  # one engine a module (zero.initialize checks)
             module.__dict__["_zero_engine"] = self
 
