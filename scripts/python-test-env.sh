@@ -15,7 +15,9 @@ if [ $# -ne 1 ]; then
   exit 2
 fi
 env_dir=$1
-requirements=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/python-test-requirements.txt
+scripts=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+requirements=$scripts/python-test-requirements.txt
+deepspeed=$scripts/python-test-deepspeed.txt
 
 if ! command -v python3 >/dev/null; then
   echo "python-test-env: python3 not found; install it (scripts/install-deps.sh does)" >&2
@@ -30,12 +32,13 @@ flock 9
 python="$env_dir/bin/python"
 # What is installed matches the pins exactly: nothing to do.
 installed() {
-  "$python" -m pip freeze --disable-pip-version-check 2>/dev/null >"$env_dir/.freeze" || return 1
+  "$python" -m pip freeze --all --disable-pip-version-check 2>/dev/null >"$env_dir/.freeze" ||
+    return 1
   local line
   while read -r line; do
     [[ $line =~ ^[A-Za-z] ]] || continue
     grep -qixF -- "$line" "$env_dir/.freeze" || return 1
-  done <"$requirements"
+  done < <(cat "$requirements" "$deepspeed")
 }
 
 if [ ! -x "$python" ]; then
@@ -54,7 +57,7 @@ if ! "$python" -m pip --version >/dev/null 2>&1; then
        "remove $env_dir and run again" >&2
   exit 1
 fi
-echo "python-test-env: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $env_dir"
+echo "python-test-env: installing $(cat "$requirements" "$deepspeed" | grep -v '^#' | tr '\n' ' ')into $env_dir"
 # With uv (pinned below, installed by pip into the venv): it unpacks the wheels (about 5 GB,
 # most of it torch's CUDA libraries) in parallel into its cache in the venv and hard-links them
 # into place, in about 30 s of CPU where pip took 83; pip is the fallback when uv cannot be had
@@ -75,15 +78,20 @@ with_uv() {
   [ -n "${PIP_INDEX_URL:-}" ] && settings+=(UV_DEFAULT_INDEX="${UV_DEFAULT_INDEX:-$PIP_INDEX_URL}")
   [ -n "${PIP_EXTRA_INDEX_URL:-}" ] && settings+=(UV_INDEX="${UV_INDEX:-$PIP_EXTRA_INDEX_URL}")
   [ -n "${PIP_FIND_LINKS:-}" ] && settings+=(UV_FIND_LINKS="${UV_FIND_LINKS:-$PIP_FIND_LINKS}")
-  env "${settings[@]}" "$uv" pip install --quiet --python "$python" -r "$requirements"
+  env "${settings[@]}" "$uv" pip install --quiet --python "$python" -r "$requirements" &&
+    env "${settings[@]}" DS_BUILD_OPS=0 "$uv" pip install --quiet --python "$python" \
+      --no-build-isolation --no-deps -r "$deepspeed"
 }
 with_pip() {
-  "$python" -m pip install --quiet --disable-pip-version-check --no-compile -r "$requirements"
+  "$python" -m pip install --quiet --disable-pip-version-check --no-compile -r "$requirements" &&
+    DS_BUILD_OPS=0 "$python" -m pip install --quiet --disable-pip-version-check --no-compile \
+      --no-build-isolation --no-deps -r "$deepspeed"
 }
 if ! with_uv; then
   echo "python-test-env: uv ($uv_pin) could not install; pip installs instead" >&2
   if ! with_pip; then
-    echo "python-test-env: pip install -r $requirements failed (is the package index reachable?)" >&2
+    echo "python-test-env: pip install -r $requirements (then $deepspeed) failed (is the" \
+      "package index reachable?)" >&2
     exit 1
   fi
 fi
