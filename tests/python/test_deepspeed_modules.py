@@ -145,6 +145,19 @@ def checkpoint_gradients(checkpoint: Callable[..., Any] | None) -> dict[str, lis
     return {name: p.grad.flatten().tolist() for name, p in model.named_parameters()}
 
 
+def _cpu_adam_built() -> bool:
+    """Whether DeepSpeed's CPU Adam op can be had without compiling it: already built by an
+    earlier run (torch's extensions folder), or ZERO_TEST_DEEPSPEED_OPS=1 asks for the build
+    (about 80 s of CPU on a 2-core machine, which CI's fresh machine cannot spare)."""
+    if os.environ.get("ZERO_TEST_DEEPSPEED_OPS") == "1":
+        return True
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+        return (Path(_get_build_directory("cpu_adam", verbose=False)) / "cpu_adam.so").exists()
+    except Exception:  # noqa: BLE001: a private torch function: absent means not known built
+        return False
+
+
 def _deepspeed_side() -> dict[str, Any]:
     """Run in the subprocess: DeepSpeed's answers to what the tests compare."""
     import deepspeed
@@ -172,10 +185,11 @@ def _deepspeed_side() -> dict[str, Any]:
         },
         "logger_format": deepspeed_logger.handlers[0].formatter._fmt,
     }
-    for bias_correction in (True, False):
-        answers[f"cpu_adam bias_correction={bias_correction}"] = torch_losses(
-            lambda m, bc=bias_correction: RealCPUAdam(m.parameters(), bias_correction=bc,
-                                                      **HYPER))
+    if _cpu_adam_built():
+        for bias_correction in (True, False):
+            answers[f"cpu_adam bias_correction={bias_correction}"] = torch_losses(
+                lambda m, bc=bias_correction: RealCPUAdam(m.parameters(), bias_correction=bc,
+                                                          **HYPER))
     answers["checkpoint"] = checkpoint_gradients(deepspeed.checkpointing.checkpoint)
     model = Small()
     groups = split_params_into_different_moe_groups_for_optimizer(
@@ -472,7 +486,10 @@ def test_deepspeed_cpu_adam_trains_as_deepspeeds(deepspeed_answers: dict[str, An
                                                  bias_correction: bool) -> None:
     ours = zero_losses(lambda m: DeepSpeedCPUAdam(m.parameters(), bias_correction=bias_correction,
                                                   **HYPER))
-    theirs = deepspeed_answers[f"cpu_adam bias_correction={bias_correction}"]
+    theirs = deepspeed_answers.get(f"cpu_adam bias_correction={bias_correction}")
+    if theirs is None:
+        pytest.skip("DeepSpeedCPUAdam's op is not built here (its first use compiles it, about "
+                    "80 s of CPU); ZERO_TEST_DEEPSPEED_OPS=1 builds it for this comparison")
     assert close(ours, theirs), \
         f"bias_correction={bias_correction}: zero {ours}, DeepSpeed's DeepSpeedCPUAdam {theirs}"
 
