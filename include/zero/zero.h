@@ -408,7 +408,8 @@ ZERO_API zero_status zero_learning_rate(const zero_engine* engine, double* lr);
 /* Sets the learning rate of every optimizer step from the next on, before any group's
  * lr_scale, in place of the config's (for a schedule the caller runs, as a torch LR scheduler
  * given to DeepSpeed is): zero_learning_rate and zero_step_stats.lr report it. After zero_init;
- * ZERO_ERR_USAGE when the config has a scheduler section, or for a negative or non-finite lr.
+ * ZERO_ERROR_USAGE when the config has a scheduler section, or for a negative or non-finite
+ * lr.
  * Local (every rank sets the same value); not saved by zero_save_checkpoint: set it again after
  * a load. */
 ZERO_API zero_status zero_set_learning_rate(zero_engine* engine, double lr);
