@@ -76,19 +76,7 @@ def _read_config(args: Any, config: str | Path | dict[str, Any] | None,
         raise ZeroError("zero.initialize: no config: pass config= (a path to a DeepSpeed JSON "
                         "file or a dict), or args with args.deepspeed_config")
     if isinstance(config, (str, os.PathLike)):
-        path = Path(config)
-        try:
-            text = path.read_text()
-        except OSError as error:
-            raise ZeroError(f"zero.initialize: cannot read the config {path}: "
-                            f"{error.strerror}") from None
-        # Read as zero-config and zero-train read it: comments allowed, a key given twice
-        # refused (json.loads would keep the last silently).
-        try:
-            config = json.loads(_library.text_out("zero_read_config_text", text.encode(),
-                                                  str(path).encode()))
-        except ZeroError as error:
-            raise ZeroError(f"zero.initialize: {error}", error.status) from None
+        config = read_config_file(config, "zero.initialize")
     if not isinstance(config, dict):
         raise ZeroError(f"zero.initialize: config must be a path or a dict, not "
                         f"{type(config).__name__}")
@@ -109,6 +97,22 @@ def _read_config(args: Any, config: str | Path | dict[str, Any] | None,
             raise ZeroError(f"zero.initialize: config key {key!r} asks for {what}, which the "
                             f"zero front end does not do; remove it", 1)
     return config
+
+
+def read_config_file(path: str | os.PathLike[str], caller: str) -> Any:
+    """A DeepSpeed JSON config file, read as zero-config and zero-train read it: comments
+    allowed, a key given twice refused (json.loads would keep the last silently). `caller`
+    begins the messages."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ZeroError(f"{caller}: cannot read the config {path}: {error.strerror}") from None
+    try:
+        return json.loads(_library.text_out("zero_read_config_text", text.encode(),
+                                             str(path).encode()))
+    except ZeroError as error:
+        raise ZeroError(f"{caller}: {error}", error.status) from None
 
 
 def _client_scheduler(lr_scheduler: Any, optimizer: Any) -> Any:

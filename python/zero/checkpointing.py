@@ -22,7 +22,6 @@ Owns: the settings configure() made (module state, as DeepSpeed's).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any, TYPE_CHECKING
 import torch
 import torch.utils.checkpoint
 
-from . import _library
+from ._initialize import read_config_file
 from ._library import ZeroError
 
 if TYPE_CHECKING:
@@ -101,14 +100,7 @@ def _config_section(deepspeed_config: Any) -> dict[str, Any]:
     (DeepSpeed's DeepSpeedConfig)."""
     config = getattr(deepspeed_config, "_param_dict", deepspeed_config)
     if isinstance(config, (str, Path)):
-        path = Path(config)
-        try:
-            text = path.read_text()
-        except OSError as error:
-            raise ZeroError(f"zero.checkpointing.configure: cannot read the config {path}: "
-                            f"{error.strerror}") from None
-        config = json.loads(_library.text_out("zero_read_config_text", text.encode(),
-                                              str(path).encode()))
+        config = read_config_file(config, "zero.checkpointing.configure")
     if not isinstance(config, dict):
         raise ZeroError("zero.checkpointing.configure: deepspeed_config must be a dict or a path "
                         f"to a DeepSpeed JSON config, not {type(config).__name__}")
