@@ -145,6 +145,24 @@ def checkpoint_gradients(checkpoint: Callable[..., Any] | None) -> dict[str, lis
     return {name: p.grad.flatten().tolist() for name, p in model.named_parameters()}
 
 
+def accelerator_answers(accelerator: Any) -> dict[str, Any]:
+    """What an accelerator answers to the questions scripts ask, for zero's and DeepSpeed's."""
+    return {
+        "device_name()": accelerator.device_name(),
+        "device_name(0)": accelerator.device_name(0),
+        "current_device_name()": accelerator.current_device_name(),
+        "communication_backend_name()": accelerator.communication_backend_name(),
+        "is_bf16_supported()": accelerator.is_bf16_supported(),
+        "is_triton_supported()": accelerator.is_triton_supported(),
+        "is_available()": accelerator.is_available(),
+        "Stream": repr(accelerator.Stream), "Event": repr(accelerator.Event),
+        "FloatTensor(3)": list(accelerator.FloatTensor(3).shape),
+        "LongTensor([7])": accelerator.LongTensor([7]).tolist(),
+        "random() is torch.random": accelerator.random() is torch.random,
+        "on_accelerator(cpu tensor)": accelerator.on_accelerator(torch.ones(1)),
+    }
+
+
 def _cpu_adam_built() -> bool:
     """Whether DeepSpeed's CPU Adam op can be had without compiling it: already built by an
     earlier run (torch's extensions folder), or ZERO_TEST_DEEPSPEED_OPS=1 asks for the build
@@ -168,21 +186,7 @@ def _deepspeed_side() -> dict[str, Any]:
 
     accelerator = deepspeed_accelerator()
     answers: dict[str, Any] = {
-        "accelerator": {
-            "class": type(accelerator).__name__,
-            "device_name()": accelerator.device_name(),
-            "device_name(0)": accelerator.device_name(0),
-            "current_device_name()": accelerator.current_device_name(),
-            "communication_backend_name()": accelerator.communication_backend_name(),
-            "is_bf16_supported()": accelerator.is_bf16_supported(),
-            "is_triton_supported()": accelerator.is_triton_supported(),
-            "is_available()": accelerator.is_available(),
-            "Stream": repr(accelerator.Stream), "Event": repr(accelerator.Event),
-            "FloatTensor(3)": list(accelerator.FloatTensor(3).shape),
-            "LongTensor([7])": accelerator.LongTensor([7]).tolist(),
-            "random() is torch.random": accelerator.random() is torch.random,
-            "on_accelerator(cpu tensor)": accelerator.on_accelerator(torch.ones(1)),
-        },
+        "accelerator": {"class": type(accelerator).__name__, **accelerator_answers(accelerator)},
         "logger_format": deepspeed_logger.handlers[0].formatter._fmt,
     }
     if _cpu_adam_built():
@@ -251,21 +255,8 @@ def test_accelerator_seeds_as_torch_does() -> None:
 
 def test_cpu_accelerator_answers_as_deepspeeds_does(deepspeed_answers: dict[str, Any]) -> None:
     accelerator = CpuAccelerator()
-    ours = {
-        "class": "CPU_Accelerator",  # (that DeepSpeed's side answered with its CPU one)
-        "device_name()": accelerator.device_name(),
-        "device_name(0)": accelerator.device_name(0),
-        "current_device_name()": accelerator.current_device_name(),
-        "communication_backend_name()": accelerator.communication_backend_name(),
-        "is_bf16_supported()": accelerator.is_bf16_supported(),
-        "is_triton_supported()": accelerator.is_triton_supported(),
-        "is_available()": accelerator.is_available(),
-        "Stream": repr(accelerator.Stream), "Event": repr(accelerator.Event),
-        "FloatTensor(3)": list(accelerator.FloatTensor(3).shape),
-        "LongTensor([7])": accelerator.LongTensor([7]).tolist(),
-        "random() is torch.random": accelerator.random() is torch.random,
-        "on_accelerator(cpu tensor)": accelerator.on_accelerator(torch.ones(1)),
-    }
+    # "class": that DeepSpeed's side answered with its CPU one
+    ours = {"class": "CPU_Accelerator", **accelerator_answers(accelerator)}
     theirs = deepspeed_answers["accelerator"]
     differ = {k: (ours[k], theirs[k]) for k in theirs if ours.get(k) != theirs[k]}
     assert not differ, f"zero's CPU accelerator (first) differs from DeepSpeed's: {differ}"
