@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -172,7 +173,7 @@ class ZeroEngine(torch.nn.Module):
         for number, group in enumerate(groups[1:], 1):
             scale = float(group.get("initial_lr", group["lr"])) / first if first else 1.0
             want = base * scale
-            if abs(float(group["lr"]) - want) > 1e-9 * max(abs(want), 1e-30) + 1e-30:
+            if not math.isclose(float(group["lr"]), want, rel_tol=1e-9, abs_tol=1e-30):
                 raise ZeroError(f"the LR scheduler set parameter group {number}'s lr to "
                                 f"{group['lr']}, and group 0's to {base}: zero keeps each group's "
                                 f"lr a fixed scale of group 0's ({scale} here, from their "
