@@ -14,8 +14,9 @@ test marked `@pytest.mark.ranks(N)` runs in a job of N ranks, each rank running 
     PYTHONPATH=python ZERO_LIBRARY=build/engine/libzero.so build/tools/zero-run/zero-run -n 2 \\
         -- build-python-env/bin/python -m pytest tests/python/test_answers.py -m ranks
 
-(`-m ranks` selects the marked tests, `-m "not ranks"` the 1-rank ones). ctest runs each module
-so, once per rank count (tests/CMakeLists.txt), with --zero-work in the build folder.
+(`-m ranks` selects the marked tests, `-m "not ranks"` the 1-rank ones). ctest runs the modules
+so, all of them in one process a rank per rank count, and a module that launches jobs of its own
+alone (tests/CMakeLists.txt), with --zero-work in the build folder.
 """
 
 from __future__ import annotations
