@@ -60,6 +60,8 @@ programs=("$build/tests/zero_gpu_tests" "$build/tests/zero_gpu_model_tests"
 for p in "${programs[@]}"; do
   cp "$p" "$stage/zero-gpu/bin/"
 done
+# zero-run --as-deepspeed finds its deepspeed package beside itself (tools/zero-run/machine.cpp).
+cp -r "$build/tools/zero-run/as-deepspeed" "$stage/zero-gpu/bin/"
 cp -L "$build/engine/libzero.so.0" "$stage/zero-gpu/lib/"
 # OpenBLAS is loaded at run time by the CPU layers (models/blas), so ldd does not list it: the
 # file the build found travels as lib/libopenblas.so.0 (found there by its soname, on
