@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/python/check_install.sh PYTHON LIBZERO SOURCE_DIR WORK: `pip install ./python` packs the
-# library it is given into the package, and the installed package (torch its only dependency)
-# loads that copy with no ZERO_LIBRARY and no checkout beside it.
+# library it is given into the package, and the installed package (torch its only dependency;
+# transformers and accelerate those of its `hf` extra, zero.hf) loads that copy with no ZERO_LIBRARY and no checkout beside it.
 set -euo pipefail
 python=$1 library=$2 source=$3 work=$4
 rm -rf "$work"
@@ -17,6 +17,9 @@ from zero import _library
 _library.lib()
 assert str(_library.library_path).endswith("site/zero/lib/libzero.so"), _library.library_path
 requires = metadata.distribution("zero").requires or []
-assert [r.split(";")[0].strip() for r in requires] == ["torch"], requires
+plain = [r for r in requires if "extra ==" not in r]
+extra = sorted(r.split(";")[0].strip() for r in requires if 'extra == "hf"' in r)
+assert plain == ["torch"], requires
+assert extra == ["accelerate>=1.1", "transformers>=5.24"], requires
 print("installed zero", zero.version(), "loads", _library.library_path)
 PY

@@ -1,0 +1,91 @@
+"""zero.hf.Trainer: a Hugging Face Trainer fine-tune on 2 CPU ranks through zero equals the
+same Trainer script through DeepSpeed, step by step, across a checkpoint and a resume, and the
+model it saves loads with from_pretrained and evaluates as the Trainer evaluated it.
+
+One job of 2 ranks a backend runs tests/python/hf_trainer_job.py (each rank imports the Trainer,
+seconds of CPU, so the job runs every case in one process): DeepSpeed's through
+torch.distributed.run (its own free port) with DS_ACCELERATOR=cpu, zero's through zero-run.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LIBRARY = Path(os.environ["ZERO_LIBRARY"]).resolve()
+ZERO_RUN = LIBRARY.parent.parent / "tools" / "zero-run" / "zero-run"
+JOB = Path(__file__).with_name("hf_trainer_job.py")
+MISSING = [name for name in ("transformers", "accelerate", "deepspeed")
+           if importlib.util.find_spec(name) is None]
+RELATIVE = 1e-5  # fp32 on both sides: the same sums in another order
+
+
+def run_job(backend: str, out: Path) -> dict:
+    """The job's RESULT (rank 0's), launched as a user of that backend launches it."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", ZERO_LIBRARY=str(LIBRARY),
+               TRANSFORMERS_VERBOSITY="error", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env.pop("ZERO_AS_DEEPSPEED", None)
+    env["PYTHONPATH"] = os.pathsep.join(
+        str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep)
+        if p and "as-deepspeed" not in p)
+    out.mkdir(parents=True, exist_ok=True)
+    job = [str(JOB), backend, str(out)]
+    if backend == "deepspeed":
+        env["DS_ACCELERATOR"] = "cpu"
+        for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(key, None)
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc_per_node", "2", *job]
+    else:
+        command = [str(ZERO_RUN), "-n", "2", "--", sys.executable, *job]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=280,
+                         cwd=out)
+    assert run.returncode == 0 and "RESULT " in run.stdout, (
+        f"{backend} job failed ({run.returncode}):\n{run.stdout[-4000:]}\n{run.stderr[-8000:]}")
+    result = run.stdout.split("RESULT ", 1)[1].splitlines()[0]
+    (out / "result.json").write_text(result)
+    return json.loads(result)
+
+
+def close(a: float, b: float, relative: float = RELATIVE) -> bool:
+    return abs(a - b) <= relative * max(abs(a), abs(b))
+
+
+def check_steps(ours: list[dict], theirs: list[dict], what: str) -> None:
+    """Each logged step's loss and gradient norm within RELATIVE, its learning rate equal."""
+    assert [s["step"] for s in ours] == [s["step"] for s in theirs], (what, ours, theirs)
+    for mine, other in zip(ours, theirs):
+        for key in ("loss", "grad_norm"):
+            assert close(mine[key], other[key]), (
+                f"{what}, step {mine['step']}: {key} {mine[key]} on zero, {other[key]} on "
+                f"DeepSpeed")
+        assert close(mine["learning_rate"], other["learning_rate"], 1e-12), (what, mine, other)
+
+
+@pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} cannot be imported: the "
+                    "DeepSpeed side of the comparison needs transformers, accelerate and "
+                    "deepspeed (the tests' venv has them)")
+def test_the_hf_trainer_on_zero_equals_it_on_deepspeed(work: Path) -> None:
+    results = {backend: run_job(backend, work / backend)
+               for backend in ("deepspeed", "zero")}
+    said = results["zero"].pop("refusals")
+    assert "gradient_accumulation_steps=4" in said.get("mismatch", ""), said
+    assert "use_cpu=True" in said.get("one_process", ""), said
+    for case, ours in results["zero"].items():
+        theirs = results["deepspeed"][case]
+        assert [s["step"] for s in ours["straight"]] == list(range(1, 9)), ours["straight"]
+        assert [s["step"] for s in ours["resumed"]] == list(range(5, 9)), ours["resumed"]
+        check_steps(ours["straight"], theirs["straight"], f"{case}, straight run")
+        check_steps(ours["resumed"], theirs["resumed"], f"{case}, resumed at step 4")
+        # The resumed run continues the straight one exactly: the checkpoint holds the fp32
+        # masters, the moments, the schedule, the data position and the RNG states.
+        assert ours["resumed"] == ours["straight"][4:], (case, ours["resumed"],
+                                                         ours["straight"][4:])
+        assert close(ours["eval_loss"], theirs["eval_loss"]), (case, ours, theirs)
+        assert close(ours["saved_eval_loss"], ours["eval_loss"]), (
+            f"{case}: the saved directory evaluates to {ours['saved_eval_loss']} through "
+            f"from_pretrained, the trainer to {ours['eval_loss']}")
