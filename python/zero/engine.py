@@ -387,8 +387,15 @@ class ZeroEngine(torch.nn.Module):
         """zero's checkpoint (loadable at any world size and stage) under save_dir/tag, with the
         module's persistent buffers (rank 0's) and `client_state` beside it. client_state holds
         plain data only (dicts, lists and tuples of str, int, float, bool, None and tensors),
-        which loads without running code; anything else is refused here. Collective."""
+        which loads without running code; anything else is refused here. Collective.
+
+        save_dir and tag are rank 0's on every rank: a rank that passes others is warned and
+        writes its part there, so that the checkpoint is one (DeepSpeed writes each rank's files
+        under its own save_dir, a checkpoint in pieces; scripts that name the folder by the
+        clock, as HelloDeepSpeed's train_bert_ds.py does, pass different ones when their ranks
+        straddle a second)."""
         self._require_between_passes("save_checkpoint")
+        save_dir, tag = self._rank0_location("save_checkpoint", save_dir, tag)
         self._edits.take("save_checkpoint")
         if not save_latest:
             raise ZeroError("save_checkpoint(save_latest=False): zero always moves "
@@ -412,8 +419,10 @@ class ZeroEngine(torch.nn.Module):
         buffer the checkpoint lacks, or one the module lacks, is an error; else the others are
         loaded and those named in a warning). Returns (path, client_state), or (None, None)
         when load_dir holds no checkpoint. client_state is loaded as plain data and tensors
-        only: a checkpoint that asks for more is refused. Collective."""
+        only: a checkpoint that asks for more is refused. Collective. load_dir and tag are
+        rank 0's on every rank, as save_checkpoint's are."""
         self._require_between_passes("load_checkpoint")
+        load_dir, tag = self._rank0_location("load_checkpoint", load_dir, tag)
         load_dir = Path(load_dir)
         if tag is None and not (load_dir / "latest").exists() and not (
                 load_dir / "meta.json").exists():
@@ -449,6 +458,25 @@ class ZeroEngine(torch.nn.Module):
                 group["lr"] = lr
         self._follow_client_schedule()
         return str(path), client_state
+
+    def _rank0_location(self, caller: str, folder: str | os.PathLike[str],
+                        tag: Any) -> tuple[str, Any]:
+        """(folder, tag) as rank 0 passed them, on every rank (collective: two broadcasts); a
+        rank whose own differ is warned, naming both."""
+        mine = json.dumps([os.fspath(folder), None if tag is None else str(tag)]).encode()
+        size = ctypes.c_ulonglong(len(mine))
+        call("zero_broadcast", self._handle, ctypes.byref(size), ctypes.sizeof(size), 0)
+        buffer = ctypes.create_string_buffer(mine if self.global_rank == 0 else size.value,
+                                             size.value)
+        call("zero_broadcast", self._handle, buffer, size.value, 0)
+        chosen, chosen_tag = json.loads(buffer.raw[:size.value])
+        if buffer.raw[:size.value] != mine:
+            warnings.warn(f"zero: {caller}: rank {self.global_rank} passed "
+                          f"({os.fspath(folder)!r}, tag {tag!r}), rank 0 ({chosen!r}, tag "
+                          f"{chosen_tag!r}); every rank uses rank 0's, so that the checkpoint "
+                          "is one", stacklevel=3)
+            return chosen, chosen_tag
+        return chosen, tag
 
     def checkpoint_user_data(self) -> bytes:
         """The raw user data of the last checkpoint loaded (its client_state and buffers as

@@ -1,15 +1,18 @@
 """The engine where DeepSpeed scripts look (issue 54): an nn.Module over its module, the
 precision and step queries, backward's scale_wrt_gas and its return, stepping only at the
 boundary as Accelerate does (with or without set_gradient_accumulation_boundary), no_sync, and
-the 16-bit consolidated weights the HF Trainer saves. One rank.
+the 16-bit consolidated weights the HF Trainer saves; on 2 ranks, a checkpoint whose ranks
+name different folders goes whole into rank 0's.
 """
+
+import contextlib
 
 import pytest
 import torch
 
 import zero
 from zero import ZeroError
-from zero_checks import config
+from zero_checks import RANK, config
 
 
 class Net(torch.nn.Module):
@@ -226,3 +229,39 @@ def test_the_16bit_weights_the_trainer_saves(gather):
     trained_only = engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)
     assert "first.bias" not in trained_only and "first.weight" in trained_only
     engine.destroy()
+
+
+@pytest.mark.ranks(2)
+def test_ranks_that_name_different_checkpoint_folders_save_and_load_rank_0s(work):
+    """HelloDeepSpeed's train_bert_ds.py names its checkpoint folder by the clock on each rank,
+    so ranks that straddle a second pass different ones: the checkpoint is one, in rank 0's
+    folder, and rank 1 is told so (DeepSpeed would write each rank's part under its own)."""
+    engine = engine_of(2)
+    for x in batches(2):
+        engine.backward(engine(x))
+        engine.step()
+    expected = weights(engine)
+    mine = work / "run"  # work is this rank's own folder: .../rank0 or .../rank1
+
+    def told():  # rank 1 is warned, naming both folders
+        return (pytest.warns(UserWarning, match="rank 1 passed.*every rank uses rank 0's")
+                if RANK else contextlib.nullcontext())
+
+    with told():
+        engine.save_checkpoint(mine, client_state={"step": 2})
+    if RANK == 0:  # (rank 0 moves `latest` last; rank 1 may be back before it)
+        assert (mine / "latest").read_text().strip() == "global_step2"
+    else:
+        assert not mine.exists(), "rank 1 wrote into its own folder"
+    engine.destroy()
+
+    fresh = engine_of(2)
+    with told():
+        path, client_state = fresh.load_checkpoint(mine)
+    # (rank 0's folder, which rank 1 cannot name: without --zero-work, each rank's pytest has
+    # a temporary folder of its own)
+    assert path.endswith("rank0/run/global_step2") and client_state == {"step": 2}, path
+    assert all(torch.equal(a, b) for a, b in zip(weights(fresh), expected)), \
+        "the weights loaded are not the ones saved"
+    fresh.destroy()
+
