@@ -49,7 +49,8 @@ _MODULES = {
     "deepspeed.pipe": "zero.pipe",
     "deepspeed.utils": "zero.utils",
 }
-_PACKAGES = ("deepspeed.runtime", "deepspeed.runtime.activation_checkpointing")
+_PACKAGES = ("deepspeed.runtime", "deepspeed.runtime.activation_checkpointing",
+             "deepspeed.runtime.zero", "deepspeed.compression")
 
 
 def _refuse(name: str, instead: str) -> Any:
@@ -59,20 +60,43 @@ def _refuse(name: str, instead: str) -> Any:
     return refused
 
 
-def _zero_module() -> types.ModuleType:
-    """deepspeed.zero: zero.zero's GatheredParameters and register_external_parameter, and
-    what zero does not do yet refused."""
+def _zero_module(name: str = "deepspeed.zero") -> types.ModuleType:
+    """deepspeed.zero (and deepspeed.runtime.zero, the same names): zero.zero's
+    GatheredParameters, Init, ZeroParamStatus and register_external_parameter."""
     from . import zero as zero_zero
-    module = types.ModuleType("deepspeed.zero", "DeepSpeed's deepspeed.zero, on zero.")
-    module.register_external_parameter = zero_zero.register_external_parameter
-    module.GatheredParameters = zero_zero.GatheredParameters
-    module.Init = _refuse("deepspeed.zero.Init", "build the model normally: zero.initialize "
-                          "registers rank 0's values and keeps only each rank's partition")
+    module = types.ModuleType(name, "DeepSpeed's deepspeed.zero, on zero.")
+    for attribute in ("register_external_parameter", "GatheredParameters", "Init",
+                      "ZeroParamStatus"):
+        setattr(module, attribute, getattr(zero_zero, attribute))
     return module
 
 
-def _available() -> str:
-    return ", ".join(["deepspeed", "deepspeed.zero", *sorted(_MODULES)])
+def _partition_parameters() -> types.ModuleType:
+    """deepspeed.runtime.zero.partition_parameters: deepspeed.zero's names, and the two that
+    transformers swaps while its from_pretrained builds a model under Init (zero's Init wraps
+    no tensor constructor, so they go unused)."""
+    import torch
+
+    from .accelerator import get_accelerator
+    module = _zero_module("deepspeed.runtime.zero.partition_parameters")
+    module.zero_wrapper_for_fp_tensor_constructor = lambda fn, *args, **kwargs: fn
+    module._orig_torch_arange = torch.arange
+    module.get_accelerator = get_accelerator
+    return module
+
+
+def _compression_helper() -> types.ModuleType:
+    """deepspeed.compression.helper: its attribute-path functions (LoRA scripts import them)."""
+    from . import utils
+    module = types.ModuleType("deepspeed.compression.helper",
+                              "DeepSpeed's deepspeed.compression.helper, on zero.")
+    module.recursive_getattr = utils.recursive_getattr
+    module.recursive_setattr = utils.recursive_setattr
+    return module
+
+
+def _available(made: dict[str, types.ModuleType]) -> str:
+    return ", ".join(["deepspeed", *sorted({*_MODULES, *made})])
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -88,7 +112,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if fullname not in _MODULES and fullname not in self._made:
             raise ModuleNotFoundError(
                 f"{fullname}: zero (zero-run --as-deepspeed, `import deepspeed` is zero) has "
-                f"no counterpart for it; zero provides {_available()} "
+                f"no counterpart for it; zero provides {_available(self._made)} "
                 "(docs/from-deepspeed.md)", name=fullname)
         return importlib.util.spec_from_loader(fullname, self,
                                                is_package=fullname in _PACKAGES)
@@ -119,9 +143,12 @@ def take_over(name: str) -> None:
     import zero
 
     module = sys.modules[name]
-    made = {"deepspeed.zero": _zero_module()}
+    made = {"deepspeed.zero": _zero_module(),
+            "deepspeed.runtime.zero.partition_parameters": _partition_parameters(),
+            "deepspeed.compression.helper": _compression_helper()}
     for package in _PACKAGES:
-        made[package] = types.ModuleType(package, "A DeepSpeed package, on zero.")
+        made[package] = (_zero_module(package) if package == "deepspeed.runtime.zero" else
+                         types.ModuleType(package, "A DeepSpeed package, on zero."))
         made[package].__path__ = []
     for attribute in ("initialize", "init_distributed", "add_config_arguments", "ZeroError",
                       "get_accelerator", "comm", "ops", "checkpointing", "moe", "pipe", "utils",

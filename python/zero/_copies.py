@@ -1,13 +1,17 @@
 """A module zero trains, seen through state_dict() and copy.deepcopy.
 
 At stage 3 a parameter holds a NaN placeholder of its shape outside the forward and backward
-of its modules (_hooks.py), so module.state_dict() and copy.deepcopy(module) would hand out
-full-shape NaN tensors that load without complaint: both are refused there, naming what gives
-the real values (engine.consolidated_state_dict(), collective). At stages 0-2 the parameters
-are views of zero's memory with their real values, so both work; deepcopy makes a plain module
-without zero's hooks (an EMA or teacher copy must not drive the engine's hooks).
+of its modules (_hooks.py). module.state_dict() there answers as DeepSpeed's does: each
+parameter that holds its placeholder is an empty tensor of its dtype (DeepSpeed's partitioned
+parameter data), which load_state_dict refuses by its size rather than loading NaN, and the
+first such state_dict logs a warning naming what gives the real values
+(engine.consolidated_state_dict(), collective); inside zero.zero.GatheredParameters, and in the
+front end's own calls (allow_state_dict), the values are whole. copy.deepcopy(module) is refused
+there. At stages 0-2 the parameters are views of zero's memory with their real values, so both
+work; deepcopy makes a plain module without zero's hooks (an EMA or teacher copy must not drive
+the engine's hooks).
 
-Owns: the state_dict pre-hooks and the __deepcopy__ attributes it puts on the modules.
+Owns: the state_dict hooks and the __deepcopy__ attributes it puts on the modules.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import contextlib
 import copy
 from typing import Any, TYPE_CHECKING
 
+import torch
+
 from ._library import ZeroError
+from ._logging import logger
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    import torch
     from torch.utils.hooks import RemovableHandle
 
 # What zero puts in a module's __dict__, left out of a copy: this file's __deepcopy__ and the
@@ -34,15 +40,21 @@ _STAGE3_FIX = ("engine.consolidated_state_dict() (collective: every rank calls i
 
 class ModuleCopies:
     def __init__(self, model: torch.nn.Module, stage: int,
-                 hook_handles: list[RemovableHandle]) -> None:
+                 hook_handles: list[RemovableHandle],
+                 is_placeholder: Callable[[torch.Tensor], bool]) -> None:
         self._model: torch.nn.Module = model
         self._stage: int = stage
         # zero's forward hooks, left out of copies
         self._hook_handles: list[RemovableHandle] = hook_handles
+        self._is_placeholder: Callable[[torch.Tensor], bool] = is_placeholder
         self._allowed: int = 0
+        self._warned: bool = False
         self._handles: list[RemovableHandle] = []
         for module in model.modules():
-            self._handles.append(module.register_state_dict_pre_hook(self._state_dict_pre))
+            if stage == 3:
+                # (a function, not the bound method: torch marks the hook with an attribute)
+                self._handles.append(module.register_state_dict_post_hook(
+                    lambda *args: self._state_dict_post(*args)))
             object.__setattr__(module, "__deepcopy__", self._deepcopier(module))
 
     @contextlib.contextmanager
@@ -61,12 +73,25 @@ class ModuleCopies:
         for module in self._model.modules():
             module.__dict__.pop("__deepcopy__", None)
 
-    def _state_dict_pre(self, module: torch.nn.Module, prefix: str, keep_vars: bool) -> None:
-        if self._stage == 3 and not self._allowed:
-            raise ZeroError(f"state_dict() of {type(module).__name__} at ZeRO stage 3: zero "
-                            "holds each parameter in shards, and outside forward the module's "
-                            "parameters are placeholders (NaN), which would load without "
-                            f"complaint. {_STAGE3_FIX}")
+    def _state_dict_post(self, module: torch.nn.Module, state: dict[str, Any], prefix: str,
+                         metadata: Any) -> None:
+        """Stage 3: each of the module's own parameters that holds its placeholder becomes an
+        empty tensor in `state`, as DeepSpeed's partitioned parameters are."""
+        if self._allowed:
+            return
+        emptied = []
+        for name, param in module.named_parameters(recurse=False):
+            key = prefix + name
+            if key in state and self._is_placeholder(param.data):
+                state[key] = torch.empty(0, dtype=param.dtype, device=param.device)
+                emptied.append(key)
+        if emptied and not self._warned:
+            self._warned = True
+            logger.warning(
+                "state_dict() of %s at ZeRO stage 3 holds each sharded parameter as an empty "
+                "tensor (%s%s), as DeepSpeed's does: load_state_dict would refuse it. %s; or read "
+                "parameters inside zero.zero.GatheredParameters(...)", type(module).__name__,
+                emptied[0], ", ..." if len(emptied) > 1 else "", _STAGE3_FIX)
 
     def _deepcopier(self, module: torch.nn.Module) -> Callable[[dict[int, Any]], torch.nn.Module]:
         def deepcopy(memo: dict[int, Any]) -> torch.nn.Module:

@@ -18,6 +18,9 @@ The hooks, per unit (see _units.py):
 At stage 3 the tensors autograd saves that are views of a gathered parameter are saved as
 (parameter, shape, strides, offset) and rebuilt from the parameter's memory of the moment when
 backward needs them, since the memory they were made from is released after forward.
+A stage-3 parameter carries DeepSpeed's marks, which scripts read to find what to gather
+(DeepSpeed-Chat's saving): `ds_id` (its index), `ds_shape`, `ds_numel`, and `ds_status`,
+ZeroParamStatus.AVAILABLE while its values are here and NOT_AVAILABLE over its placeholder.
 
 Owns: the parameters' views and gradient views, the open hooks, the pass's phase and the
 recorded unit order. Calls the C API on the engine handle it is given; ZeroEngine drives it.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import enum
 import warnings
 from typing import Any, TYPE_CHECKING
 
@@ -44,6 +48,20 @@ if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
     from ._units import Unit
+
+
+class ZeroParamStatus(enum.Enum):
+    """DeepSpeed's deepspeed.runtime.zero.partition_parameters.ZeroParamStatus: a stage-3
+    parameter's `ds_status` (INFLIGHT: never here, zero's gathers finish before the hook
+    returns)."""
+
+    AVAILABLE = 1
+    NOT_AVAILABLE = 2
+    INFLIGHT = 3
+
+
+# The marks a stage-3 parameter carries while an engine trains it, as DeepSpeed's do.
+_DS_MARKS = ("ds_id", "ds_shape", "ds_numel", "ds_status")
 
 
 class Param:
@@ -166,7 +184,8 @@ class UnitHooks:
         self._watched: set[str] = set()  # "train", "eval": the first passes watched
         self._handles: list[RemovableHandle] = []
         self._attach()
-        self.copies: ModuleCopies = ModuleCopies(model, stage, self._handles)
+        self.copies: ModuleCopies = ModuleCopies(model, stage, self._handles,
+                                                 self.is_placeholder)
 
     # ---- what ZeroEngine calls ----
 
@@ -215,6 +234,13 @@ class UnitHooks:
                     " at ZeRO stage 3, where the engine traces each pass's gathers")
         self._pass = []
         return None
+
+    def is_placeholder(self, tensor: torch.Tensor) -> bool:
+        """Whether `tensor` is a parameter's stage-3 placeholder."""
+        try:
+            return tensor.untyped_storage().data_ptr() in self._placeholders
+        except (RuntimeError, NotImplementedError):
+            return False
 
     def check_not_placeholder(self, tensor: torch.Tensor, what: str) -> None:
         """Refuses `tensor` when it is a parameter's stage-3 placeholder (its values are not
@@ -332,6 +358,8 @@ class UnitHooks:
             p.view = None
             p.param.grad = None
             p.param.data = torch.empty(0, dtype=self._dtype, device=self._device)
+            for mark in _DS_MARKS:
+                p.param.__dict__.pop(mark, None)
 
     # ---- the hooks ----
 
@@ -347,6 +375,9 @@ class UnitHooks:
                     lambda param, i=p.index: self._accumulated(i)))
         for p in self.params:
             if self._stage == 3:
+                p.param.ds_id = p.index
+                p.param.ds_shape = torch.Size(p.shape)
+                p.param.ds_numel = p.param.ds_shape.numel()
                 self._place_placeholder(p)
             else:
                 self._hold(p)
@@ -457,8 +488,10 @@ class UnitHooks:
             p.view = _tensors.view(address.value, p.shape, self._dtype, self._device)
             p.param.data = p.view
             p.expected_ptr = p.view.data_ptr()
-            if self._stage == 3 and p.view.numel():
-                self._gathered[p.view.untyped_storage().data_ptr()] = p.index
+            if self._stage == 3:
+                p.param.ds_status = ZeroParamStatus.AVAILABLE
+                if p.view.numel():
+                    self._gathered[p.view.untyped_storage().data_ptr()] = p.index
 
     def _release(self, p: Param) -> None:
         p.holders -= 1
@@ -471,6 +504,7 @@ class UnitHooks:
     def _place_placeholder(self, p: Param) -> None:
         placeholder = _tensors.placeholder(p.shape, self._dtype, self._device)
         p.param.data = placeholder
+        p.param.ds_status = ZeroParamStatus.NOT_AVAILABLE
         p.expected_ptr = placeholder.data_ptr()
         self._placeholders[placeholder.untyped_storage().data_ptr()] = p.index
 

@@ -26,6 +26,7 @@ from . import _client_state, _library, _lifetime, _tensors
 from ._hooks import UnitHooks
 from ._inplace import InplaceEdits
 from ._library import ZeroError, call
+from .utils import ThroughputTimer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -80,6 +81,9 @@ class ZeroEngine(torch.nn.Module):
         # A torch LR scheduler given to zero.initialize, stepped after each applied step.
         self._client_scheduler: Any = None
         self._accumulation: int = int(self.config_value("gradient_accumulation_steps"))
+        # DeepSpeed's engine.tput_timer: started by each forward, stopped by each step
+        self.tput_timer: ThroughputTimer = ThroughputTimer(
+            int(self.config_value("train_batch_size")))
         self._hooks: UnitHooks = UnitHooks(handle, model, units, params, stage, device,
                                            self._dtype)
         self._edits: InplaceEdits = InplaceEdits(handle, params, stage)
@@ -109,6 +113,7 @@ class ZeroEngine(torch.nn.Module):
         self._require_live()
         self._end_micro_step()
         self._edits.take("a forward")
+        self.tput_timer.start()
         self._hooks.begin_forward()
         try:
             with self._hooks.saved_tensors():
@@ -151,6 +156,7 @@ class ZeroEngine(torch.nn.Module):
         self._edits.take("engine.step()")
         call("zero_step", self._handle, ctypes.byref(self._stats))
         self._step_applied = bool(self._stats.stepped and not self._stats.skipped)
+        self.tput_timer.stop(global_step=bool(self._stats.stepped))
         if self._stats.stepped:  # an accumulation boundary: the optimizer ran, or skipped
             self._grad_norm = self._stats.grad_norm
             self._skipped_steps += int(self._stats.skipped)

@@ -17,7 +17,12 @@ are left alone, as DeepSpeed leaves its non-ZeRO parameters. Collective: every r
 block with the same parameters, between steps (not inside a forward or backward). When the
 block raises, the placeholders come back and nothing is written.
 
-register_external_parameter is zero.register_external_parameter.
+Inside the block a stage-3 parameter's ds_status is ZeroParamStatus.AVAILABLE, and
+NOT_AVAILABLE again after it (DeepSpeed's marks: _hooks.py).
+
+register_external_parameter is zero.register_external_parameter; ZeroParamStatus is DeepSpeed's
+enum of ds_status; Init is DeepSpeed's deepspeed.zero.Init, which builds the model whole here
+(below).
 
 Owns: the placeholders it lifts, for the block.
 """
@@ -31,6 +36,7 @@ from typing import Any, TYPE_CHECKING
 
 import torch
 
+from ._hooks import ZeroParamStatus
 from ._inplace import owner_of
 from ._library import ZeroError, call
 from ._units import register_external_parameter
@@ -39,7 +45,7 @@ if TYPE_CHECKING:
     from ._hooks import Param
     from ._inplace import InplaceEdits
 
-__all__ = ["GatheredParameters", "register_external_parameter"]
+__all__ = ["GatheredParameters", "Init", "ZeroParamStatus", "register_external_parameter"]
 
 
 class GatheredParameters:
@@ -77,6 +83,7 @@ class GatheredParameters:
                 full = edits.read(p).to(device=p.param.device, dtype=p.param.dtype)
                 self._lifted.append((p, p.param.data))
                 p.param.data = full
+                p.param.ds_status = ZeroParamStatus.AVAILABLE
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -89,6 +96,7 @@ class GatheredParameters:
         finally:
             for p, placeholder in self._lifted:
                 p.param.data = placeholder
+                p.param.ds_status = ZeroParamStatus.NOT_AVAILABLE
                 self._engine._edits.seen(p)  # a change to the gathered copy went with it
             self._lifted = []
 
@@ -99,3 +107,36 @@ class GatheredParameters:
             call("zero_broadcast", self._engine._handle, ctypes.c_void_p(value.data_ptr()),
                  value.numel() * value.element_size(), self._modifier_rank)
             edits.write(p, value)
+
+
+class Init:
+    """DeepSpeed's deepspeed.zero.Init: the context (or decorator) a model is built under.
+
+    zero builds the model whole on each rank under it, as outside it: zero.initialize shards it
+    then, with rank 0's values, and places it as its config says (offload_param). It takes
+    DeepSpeed's arguments (config_dict_or_path, config, remote_device, pin_memory, dtype,
+    enabled, ...) so that code written for DeepSpeed (transformers' from_pretrained under a
+    stage-3 DeepSpeed config, DeepSpeed-Chat) runs; `module=`, which partitions a module built
+    already, is refused: give that module to zero.initialize. Construction without the full
+    weights on each rank is not done yet (the model must fit each rank's memory whole)."""
+
+    def __init__(self, module: torch.nn.Module | None = None, *args: Any,
+                 enabled: bool = True, **kwargs: Any) -> None:
+        if module is not None and enabled:
+            raise ZeroError("zero.zero.Init(module=...): zero shards a module built already "
+                            "when it is given to zero.initialize; pass it there")
+        self.enabled: bool = enabled
+
+    def __enter__(self) -> Init:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        return None
+
+    def __call__(self, function: Any) -> Any:
+        """As a decorator: the function runs under the context."""
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return function(*args, **kwargs)
+        return wrapped

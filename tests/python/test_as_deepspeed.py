@@ -129,11 +129,12 @@ def test_deepspeeds_names_are_zeros(tmp_path: Path) -> None:
 
 # What zero has no counterpart for, each with the words its error must have.
 REFUSALS = {
-    "runtime.zero": ("import deepspeed.runtime.zero.partition_parameters",
-                     ["ModuleNotFoundError", "deepspeed.runtime.zero: zero", "no counterpart",
-                      "deepspeed.comm"]),
+    "runtime.engine": ("import deepspeed.runtime.engine",
+                       ["ModuleNotFoundError", "deepspeed.runtime.engine: zero", "no counterpart",
+                        "deepspeed.comm", "deepspeed.runtime.zero.partition_parameters"]),
     "inference": ("import deepspeed.inference", ["ModuleNotFoundError", "deepspeed.inference"]),
-    "Init": ("deepspeed.zero.Init()", ["ZeroError", "deepspeed.zero.Init"]),
+    "Init(module)": ("deepspeed.zero.Init(module=torch.nn.Linear(2, 2))",
+                     ["ZeroError", "zero.initialize"]),
     "init_inference": ("deepspeed.init_inference(None)", ["ZeroError", "init_inference"]),
 }
 
@@ -143,6 +144,7 @@ def test_what_zero_has_no_counterpart_for_is_named(tmp_path: Path) -> None:
     script's `try: import X except ImportError:` takes its fallback."""
     run = python(textwrap.dedent(f"""
         import json
+        import torch
         import deepspeed
         cases = {json.dumps({name: statement for name, (statement, _) in REFUSALS.items()})}
         errors = {{}}
@@ -153,10 +155,22 @@ def test_what_zero_has_no_counterpart_for_is_named(tmp_path: Path) -> None:
             except Exception as error:
                 errors[name] = type(error).__name__ + ": " + str(error)
         try:
-            from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+            from deepspeed.runtime.engine import DeepSpeedEngine
             errors["fallback"] = "imported"
         except ImportError:
             errors["fallback"] = "fallback"
+        # what DeepSpeed-Chat and transformers import from deepspeed.runtime.zero and
+        # deepspeed.compression, and the same objects under deepspeed.zero
+        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus, Init
+        from deepspeed.compression.helper import recursive_getattr, recursive_setattr
+        import deepspeed.runtime.zero.partition_parameters as pp
+        assert pp.ZeroParamStatus is deepspeed.zero.ZeroParamStatus is ZeroParamStatus
+        assert deepspeed.runtime.zero.GatheredParameters is deepspeed.zero.GatheredParameters
+        assert pp._orig_torch_arange is torch.arange
+        with deepspeed.zero.Init(config_dict_or_path={{}}):
+            model = torch.nn.Sequential(torch.nn.Linear(2, 3))
+        recursive_setattr(model, "0", torch.nn.Linear(2, 4))
+        assert recursive_getattr(model, "0.weight").shape == (4, 2)
         print("RESULT", json.dumps(errors))
     """), tmp_path)
     assert run.returncode == 0, run.stderr

@@ -78,10 +78,12 @@ def test_moving_or_casting_the_engine_is_refused_unless_it_changes_nothing():
     engine.destroy()
 
 
-def test_stage_3_state_dict_through_the_engine_is_refused_as_the_modules():
+def test_stage_3_state_dict_through_the_engine_is_the_modules_as_deepspeed_gives_it():
+    """DeepSpeed's engine.state_dict() at stage 3: each sharded parameter an empty tensor."""
     engine = engine_of(3)
-    with pytest.raises(ZeroError, match="consolidated_state_dict"):
-        engine.state_dict()
+    state = engine.state_dict()
+    assert set(state) == {f"module.{name}" for name, _ in engine.module.named_parameters()}
+    assert all(value.numel() == 0 for value in state.values()), state
     engine.destroy()
 
 
@@ -265,3 +267,18 @@ def test_ranks_that_name_different_checkpoint_folders_save_and_load_rank_0s(work
         "the weights loaded are not the ones saved"
     fresh.destroy()
 
+
+def test_the_throughput_timer_counts_as_deepspeeds():
+    """engine.tput_timer (DeepSpeed-Chat marks each epoch on it): micro-batches from forward to
+    step, optimizer steps at the boundary, samples a second after its 2 warm-up steps."""
+    engine = engine_of(0, gradient_accumulation_steps=2)
+    timer = engine.tput_timer
+    for x in batches(8):
+        engine.backward(engine(x).pow(2).mean())
+        engine.step()
+    assert (timer.micro_step_count, timer.global_step_count) == (8, 4)
+    assert timer.batch_size == engine.train_batch_size()
+    assert timer.avg_samples_per_sec() > 0
+    timer.update_epoch_count()
+    assert (timer.epoch_count, timer.micro_step_count) == (1, 0)
+    engine.destroy()

@@ -153,11 +153,29 @@ def test_broadcast():
 def test_stage3_copies():
     engine, *_ = zero.initialize(model=Norms(), config=config(3))
     train(engine, 1)
-    with refused("stage 3: module.state_dict() is refused, naming consolidated_state_dict",
-                 ["stage 3", "consolidated_state_dict"]):
-        engine.module.state_dict()
-    with refused("stage 3: state_dict() of a submodule too", ["consolidated_state_dict"]):
-        engine.module.lin.state_dict()
+    # module.state_dict() answers as DeepSpeed's: a sharded parameter is an empty tensor,
+    # which load_state_dict refuses by its size instead of loading NaN; buffers are whole.
+    own = engine.module.state_dict()
+    params = dict(engine.module.named_parameters())
+    assert all(own[name].numel() == 0 and own[name].dtype == p.dtype
+               for name, p in params.items()), (
+        "stage 3: module.state_dict() gives its placeholders' values, not empty tensors: "
+        f"{ {name: tuple(own[name].shape) for name in params} }")
+    assert own["bn.running_var"].shape == (6,) and torch.isfinite(own["bn.running_var"]).all()
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        Norms().load_state_dict(own)
+    assert engine.module.lin.state_dict()["weight"].numel() == 0, "a submodule's alike"
+    # DeepSpeed's marks, which scripts read to find what to gather; whole values inside
+    # GatheredParameters, and in state_dict() there
+    weight = engine.module.lin.weight
+    assert (weight.ds_id, weight.ds_shape, weight.ds_numel) == (
+        list(params).index("lin.weight"), torch.Size([6, 6]), 36), (weight.ds_id, weight.ds_shape)
+    assert weight.ds_status == zero.zero.ZeroParamStatus.NOT_AVAILABLE
+    with zero.zero.GatheredParameters([weight]):
+        assert weight.ds_status == zero.zero.ZeroParamStatus.AVAILABLE
+        inside = engine.module.lin.state_dict()["weight"]
+        assert inside.shape == (6, 6) and torch.isfinite(inside).all()
+    assert weight.ds_status == zero.zero.ZeroParamStatus.NOT_AVAILABLE
     with refused("stage 3: copy.deepcopy(module) is refused, naming how to copy",
                  ["deepcopy", "load_state_dict", "consolidated_state_dict"]):
         copy.deepcopy(engine.module)
@@ -165,6 +183,8 @@ def test_stage3_copies():
     assert all(torch.isfinite(t.float()).all() for t in full.values()), (
         "stage 3: consolidated_state_dict gives values that are not finite")
     engine.destroy()
+    assert not any(hasattr(p, "ds_id") or hasattr(p, "ds_status")
+                   for p in engine.module.parameters()), "destroy() leaves DeepSpeed's marks"
 
     engine, *_ = zero.initialize(model=Norms(), config=config(0))
     train(engine, 2)
