@@ -82,8 +82,10 @@ def launch(on: str, script: Path, args: list[str], work: Path) -> dict[str, Any]
     """Runs `script` on 2 ranks on zero (`on` "zero") or DeepSpeed ("deepspeed"); returns each
     rank's recorded losses and the job's output."""
     work.mkdir(parents=True, exist_ok=True)
+    # ZERO_LOG_LEVEL info: the engine's start-up line names its compute dtype, which the bf16
+    # cases check (ctest's runs set warn)
     env = dict(os.environ, OMP_NUM_THREADS="1", ZERO_LIBRARY=str(LIBRARY),
-               ZERO_EXAMPLE_LOSSES=str(work / "losses"))
+               ZERO_EXAMPLE_LOSSES=str(work / "losses"), ZERO_LOG_LEVEL="info")
     env.pop("ZERO_AS_DEEPSPEED", None)
     paths = [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)  # absolute: the job runs in `work`
