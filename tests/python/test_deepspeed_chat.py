@@ -10,35 +10,29 @@ the seed: nothing is downloaded), the model a seeded 2-layer OPT with a byte-lev
 trained on that data, both made here. One zero job a stage, 8 steps (32 training rows over 2
 ranks of 2), each rank importing torch, transformers and zero: about 40 s of CPU a job.
 
-DeepSpeed's side runs live where it needs no compiling: its CPU ops (the FusedAdam the script
-builds, init_distributed's shared-memory communicator) built already in torch's extensions
-folder, or ZERO_TEST_DEEPSPEED_OPS=1 to let it build them (about 200 s of CPU on 2 cores, once).
-Elsewhere zero's run is compared with DeepSpeed's recorded by this test
-(deepspeed_examples/chat/deepspeed_outcome.json: the losses, and the saved tensors' norms;
-DeepSpeed 0.19.8, torch 2.15, transformers 5.24, CPU ranks); a live run checks the record too,
-and ZERO_RECORD_DEEPSPEED_LOSSES=1 rewrites it. As test_deepspeed_examples.py does.
+DeepSpeed's side runs live where it needs no compiling (deepspeed_jobs.py: the FusedAdam the
+script builds and init_distributed's shared-memory communicator built already, or
+ZERO_TEST_DEEPSPEED_OPS=1, about 200 s of CPU on 2 cores, once). Elsewhere zero's run is
+compared with DeepSpeed's recorded by this test (deepspeed_examples/chat/deepspeed_outcome.json:
+the losses, and the saved tensors' norms; DeepSpeed 0.19.8, torch 2.15, transformers 5.24, CPU
+ranks).
 """
 
 import importlib.util
 import json
 import math
-import os
 import re
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-LIBRARY = Path(os.environ["ZERO_LIBRARY"]).resolve()
-ZERO_RUN = LIBRARY.parent.parent / "tools" / "zero-run" / "zero-run"
+from deepspeed_jobs import RANKS, Record, environment, not_live, run_job
+
 CHAT = Path(__file__).resolve().with_name("deepspeed_examples") / "chat"
 MISSING = [name for name in ("transformers", "tokenizers", "deepspeed")
            if importlib.util.find_spec(name) is None]
 RELATIVE = 1e-5  # fp32 on both sides: the same sums, some in another order
-RANKS = 2
 STEPS = 8  # synthetic/rm-static's 32 training rows over 2 ranks of 2
 SEED = 1234
 LEARNING_RATE = 0.01  # large enough that every step's update shows in the next losses
@@ -94,66 +88,9 @@ def script_args(model: Path, stage: int, out: Path) -> list[str]:
             "--dtype", "fp32", "--zero_stage", str(stage), "--seed", str(SEED), "--print_loss"]
 
 
-def environment() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", ZERO_LIBRARY=str(LIBRARY), HF_HUB_OFFLINE="1",
-               TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false")
-    env.pop("ZERO_AS_DEEPSPEED", None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep)
-        if p and "as-deepspeed" not in p)
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_deepspeed(args: list[str], out: Path) -> str:
-    """The ranks as DeepSpeed's launcher starts them (deepspeed/launcher/launch.py): RANK,
-    LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, --local_rank=N before the script's
-    arguments; DS_ACCELERATOR=cpu. Their output, together."""
-    env = environment()
-    env.update(DS_ACCELERATOR="cpu", WORLD_SIZE=str(RANKS), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()))
-    out.mkdir(parents=True)
-    ranks = []
-    for rank in range(RANKS):
-        log = open(out / f"rank{rank}.log", "w+")
-        ranks.append((subprocess.Popen(
-            [sys.executable, "-u", args[0], f"--local_rank={rank}", *args[1:]], cwd=out, stdout=log,
-            stderr=subprocess.STDOUT, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))),
-            log))
-    codes = []
-    try:
-        for process, _ in ranks:
-            codes.append(process.wait(timeout=600))
-    finally:
-        for process, _ in ranks:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    text = ""
-    for _, log in ranks:
-        log.seek(0)
-        text += log.read()
-        log.close()
-    assert codes == [0] * RANKS, f"DeepSpeed's ranks exited {codes}:\n{text[-8000:]}"
-    return text
-
-
-def run_zero(args: list[str], out: Path) -> str:
-    out.mkdir(parents=True)
-    run = subprocess.run([str(ZERO_RUN), "--as-deepspeed", "-n", str(RANKS), "--",
-                          sys.executable, "-u", *args], env=environment(), cwd=out,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=600)
-    (out / "output.log").write_text(run.stdout)
-    assert run.returncode == 0, f"zero's job exited {run.returncode}:\n{run.stdout[-8000:]}"
-    return run.stdout
+def run(on: str, args: list[str], out: Path) -> str:
+    """The script's job on zero or DeepSpeed (deepspeed_jobs.run_job); its output."""
+    return run_job(on, args, out, environment(), timeout=600)
 
 
 def outcome(text: str, out: Path) -> dict:
@@ -206,37 +143,20 @@ def assert_same(what: str, ours: dict, theirs: dict) -> None:
             "DeepSpeed")
 
 
-def ops_built() -> bool:
-    """Whether DeepSpeed's JIT ops are built in torch's extensions folder already."""
-    try:
-        from torch.utils.cpp_extension import _get_build_directory
-    except ImportError:  # a private torch function: absent means not known built
-        return False
-    return all((Path(_get_build_directory(name, verbose=False)) / f"{name}.so").exists()
-               for name in DEEPSPEED_OPS)
-
-
 def deepspeed_outcome(stage: int, model: Path, work: Path) -> dict:
-    """DeepSpeed's outcome: live where DeepSpeed runs without compiling its ops (or
-    ZERO_TEST_DEEPSPEED_OPS=1), else the record's. A live run is checked against the record,
-    or rewrites it under ZERO_RECORD_DEEPSPEED_LOSSES=1."""
+    """DeepSpeed's outcome: live where DeepSpeed runs without compiling its ops
+    (deepspeed_jobs.not_live), else the record's; a live run is checked against the record, or
+    rewrites it."""
     name = f"stage {stage}"
-    record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
-    if not (os.environ.get("ZERO_TEST_DEEPSPEED_OPS") == "1" or ops_built()):
-        if name not in record:
-            pytest.skip(f"no DeepSpeed outcome recorded for {name!r} in {RECORD.name}, and "
-                        "DeepSpeed cannot run here without compiling its ops: set "
-                        "ZERO_TEST_DEEPSPEED_OPS=1 ZERO_RECORD_DEEPSPEED_LOSSES=1")
-        return record[name]
+    record = Record(RECORD)
+    why_not = not_live(DEEPSPEED_OPS)
+    if why_not:
+        return record.recorded(name, why_not)
     out = work / "deepspeed"
-    theirs = outcome(run_deepspeed(script_args(model, stage, out), out), out)
+    theirs = outcome(run("deepspeed", script_args(model, stage, out), out), out)
     kept = {key: value for key, value in theirs.items() if key != "saved"}
-    if os.environ.get("ZERO_RECORD_DEEPSPEED_LOSSES") == "1":
-        record[name] = kept
-        RECORD.write_text(json.dumps(record, indent=1) + "\n")
-    elif name in record:
-        assert_same(f"{RECORD.name}'s {name!r} against a live DeepSpeed run",
-                    {**kept, "saved": theirs["saved"]}, record[name])
+    record.after_live(name, kept, lambda what, recorded, live: assert_same(
+        what, {**live, "saved": theirs["saved"]}, recorded))
     return theirs
 
 
@@ -256,7 +176,7 @@ def test_deepspeed_chat_step1_on_zero_equals_it_on_deepspeed(work: Path, model: 
                                                              stage: int) -> None:
     # zero's first: where it fails, DeepSpeed's run (the costlier) is not needed
     out = work / "zero"
-    ours = outcome(run_zero(script_args(model, stage, out), out), out)
+    ours = outcome(run("zero", script_args(model, stage, out), out), out)
     theirs = deepspeed_outcome(stage, model, work)
     # The saved model: save_hf_format on rank 0, and at stage 3 save_zero_three_model's
     # gathered parameters over it (DeepSpeed-Chat's own way to save a ZeRO-3 model).

@@ -12,31 +12,24 @@ launches:
 run_example.py seeds the run and records every training loss at full precision (the scripts
 print theirs rounded; the printed ones are checked against the recorded ones too).
 
-DeepSpeed runs live where it needs no compiling: its CPU ops (fused_adam for the cifar script,
-cpu_adam for HelloDeepSpeed's, deepspeed_shm_comm for both) built already in torch's extensions
-folder, or ZERO_TEST_DEEPSPEED_OPS=1 to let it build them (minutes of CPU on CI's 2 cores);
-not with ZERO_TEST_DEEPSPEED_LIVE=0. Elsewhere zero's losses are compared with DeepSpeed's as
-this test recorded them (deepspeed_examples/deepspeed_losses.json: DeepSpeed 0.19.8, torch
-2.15, 2 CPU ranks); a live run checks the record too, and ZERO_RECORD_DEEPSPEED_LOSSES=1
-rewrites it.
+DeepSpeed runs live where it needs no compiling (deepspeed_jobs.py: its CPU ops, fused_adam for
+the cifar script, cpu_adam for HelloDeepSpeed's, deepspeed_shm_comm for both, built already, or
+ZERO_TEST_DEEPSPEED_OPS=1); elsewhere zero's losses are compared with DeepSpeed's as this test
+recorded them (deepspeed_examples/deepspeed_losses.json: DeepSpeed 0.19.8, torch 2.15, 2 CPU
+ranks).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-LIBRARY = Path(os.environ["ZERO_LIBRARY"]).resolve()
-ZERO_RUN = LIBRARY.parent.parent / "tools" / "zero-run" / "zero-run"
+from deepspeed_jobs import Record, environment, not_live, run_job
 EXAMPLES = Path(__file__).resolve().parent / "deepspeed_examples"
 RUNNER = EXAMPLES / "run_example.py"
 CIFAR = EXAMPLES / "cifar" / "cifar10_deepspeed.py"
@@ -72,38 +65,13 @@ def bert_args() -> list[str]:
             "--num_iterations", "9", "--log_every", "1", "--dtype", "bf16"]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def launch(on: str, script: Path, args: list[str], work: Path) -> dict[str, Any]:
     """Runs `script` on 2 ranks on zero (`on` "zero") or DeepSpeed ("deepspeed"); returns each
     rank's recorded losses and the job's output."""
-    work.mkdir(parents=True, exist_ok=True)
     # ZERO_LOG_LEVEL info: the engine's start-up line names its compute dtype, which the bf16
     # cases check (ctest's runs set warn)
-    env = dict(os.environ, OMP_NUM_THREADS="1", ZERO_LIBRARY=str(LIBRARY),
-               ZERO_EXAMPLE_LOSSES=str(work / "losses"), ZERO_LOG_LEVEL="info")
-    env.pop("ZERO_AS_DEEPSPEED", None)
-    paths = [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)  # absolute: the job runs in `work`
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    command = [sys.executable, str(RUNNER), str(script), *args]
-    if on == "zero":
-        command = [str(ZERO_RUN), "--as-deepspeed", "-n", "2", "--", *command]
-    else:
-        env.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-        as_launcher = ('RANK=$OMPI_COMM_WORLD_RANK LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK '
-                       'WORLD_SIZE=$OMPI_COMM_WORLD_SIZE exec "$@" '
-                       '--local_rank=$OMPI_COMM_WORLD_LOCAL_RANK')
-        command = [str(ZERO_RUN), "-n", "2", "--", "bash", "-c", as_launcher, "-", *command]
-    run = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True,
-                         timeout=900)
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, f"{script.name} on {on} failed:\n{output[-6000:]}"
+    env = environment(ZERO_EXAMPLE_LOSSES=str(work / "losses"), ZERO_LOG_LEVEL="info")
+    output = run_job(on, [str(RUNNER), str(script), *args], work, env)
     losses = {f"rank{r}": json.loads((work / f"losses.rank{r}.json").read_text())
               for r in range(2)}
     return {"losses": losses, "output": output}
@@ -139,57 +107,29 @@ def assert_close(what: str, ours: dict[str, list[float]], theirs: dict[str, list
                         f"{rtol} relative:\n{table}"
 
 
-def ops_built(names: tuple[str, ...]) -> bool:
-    """Whether DeepSpeed's JIT ops are built in torch's extensions folder already."""
-    try:
-        from torch.utils.cpp_extension import _get_build_directory
-    except ImportError:  # a private torch function: absent means not known built
-        return False
-    return all((Path(_get_build_directory(name, verbose=False)) / f"{name}.so").exists()
-               for name in names)
-
-
-def not_live(example: str) -> str:
-    """Why DeepSpeed does not run `example` live here, or "" where it does."""
-    if os.environ.get("ZERO_TEST_DEEPSPEED_LIVE") == "0":
-        return "ZERO_TEST_DEEPSPEED_LIVE=0"
-    if importlib.util.find_spec("deepspeed") is None:
-        return "DeepSpeed is not installed in this Python (the tests' venv has 0.19.8)"
-    if os.environ.get("ZERO_TEST_DEEPSPEED_OPS") != "1" and not ops_built(DEEPSPEED_OPS[example]):
-        return (f"its CPU ops {', '.join(DEEPSPEED_OPS[example])} are not built "
-                "(ZERO_TEST_DEEPSPEED_OPS=1 builds them)")
-    return ""
-
-
 class DeepSpeedLosses:
-    """DeepSpeed's losses for a run: live where DeepSpeed can run it without compiling (or
-    ZERO_TEST_DEEPSPEED_OPS=1), else the record. A live run is checked against the record, or
-    rewrites it under ZERO_RECORD_DEEPSPEED_LOSSES=1. Each run once per session."""
+    """DeepSpeed's losses for a run: live where DeepSpeed can run it (deepspeed_jobs.not_live),
+    else the record's; a live run is checked against the record, or rewrites it. Each run
+    once per session."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.record: dict[str, Any] = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+        self.record = Record(RECORD)
         self.live: dict[str, dict[str, list[float]]] = {}
 
     def __call__(self, name: str, example: str, script: Path, args: list[str]
                  ) -> dict[str, list[float]]:
         if name in self.live:
             return self.live[name]
-        why_not = not_live(example)
+        why_not = not_live(DEEPSPEED_OPS[example])
         if why_not:
-            if name not in self.record:
-                pytest.skip(f"no DeepSpeed losses recorded for {name!r} in {RECORD.name}, and "
-                            f"DeepSpeed does not run here: {why_not}")
-            return self.record[name]
+            return self.record.recorded(name, why_not)
         run = launch("deepspeed", script, args, self.root / re.sub(r"\W+", "_", name))
         printed_match_recorded(script, run["output"], run["losses"]["rank0"])
         self.live[name] = run["losses"]
-        if os.environ.get("ZERO_RECORD_DEEPSPEED_LOSSES") == "1":
-            self.record[name] = run["losses"]
-            RECORD.write_text(json.dumps(self.record, indent=1) + "\n")
-        elif name in self.record:
-            assert_close(f"{RECORD.name}'s {name!r} against a live DeepSpeed run",
-                         self.record[name], run["losses"], FP32_RTOL)
+        self.record.after_live(name, run["losses"],
+                               lambda what, recorded, live: assert_close(what, recorded, live,
+                                                                         FP32_RTOL))
         return run["losses"]
 
 

@@ -9,15 +9,14 @@ torch.distributed.run (its own free port) with DS_ACCELERATOR=cpu, zero's throug
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-LIBRARY = Path(os.environ["ZERO_LIBRARY"]).resolve()
-ZERO_RUN = LIBRARY.parent.parent / "tools" / "zero-run" / "zero-run"
+from deepspeed_jobs import ZERO_RUN, environment
+
 JOB = Path(__file__).with_name("hf_trainer_job.py")
 MISSING = [name for name in ("transformers", "accelerate", "deepspeed")
            if importlib.util.find_spec(name) is None]
@@ -26,18 +25,11 @@ RELATIVE = 1e-5  # fp32 on both sides: the same sums in another order
 
 def run_job(backend: str, out: Path) -> dict:
     """The job's RESULT (rank 0's), launched as a user of that backend launches it."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", ZERO_LIBRARY=str(LIBRARY),
-               TRANSFORMERS_VERBOSITY="error", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    env.pop("ZERO_AS_DEEPSPEED", None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep)
-        if p and "as-deepspeed" not in p)
+    env = environment()
     out.mkdir(parents=True, exist_ok=True)
     job = [str(JOB), backend, str(out)]
     if backend == "deepspeed":
         env["DS_ACCELERATOR"] = "cpu"
-        for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-            env.pop(key, None)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    "--nproc_per_node", "2", *job]
     else:
