@@ -108,9 +108,15 @@ def read_config_file(path: str | os.PathLike[str], caller: str) -> Any:
         text = path.read_text()
     except OSError as error:
         raise ZeroError(f"{caller}: cannot read the config {path}: {error.strerror}") from None
+    return read_config_text(text, str(path), caller)
+
+
+def read_config_text(text: str, source: str, caller: str) -> Any:
+    """A DeepSpeed JSON config given as text, read as read_config_file reads a file's;
+    `source` names it in the messages (a path, or where the text came from)."""
     try:
         return json.loads(_library.text_out("zero_read_config_text", text.encode(),
-                                             str(path).encode()))
+                                             source.encode()))
     except ZeroError as error:
         raise ZeroError(f"{caller}: {error}", error.status) from None
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any, Union
@@ -36,7 +35,7 @@ import torch
 import transformers
 from transformers.trainer import TRAINING_ARGS_NAME
 
-from ._initialize import initialize, read_config_file
+from ._initialize import initialize, read_config_file, read_config_text
 from .engine import ZeroEngine
 
 __all__ = ["Trainer", "TrainingArguments", "fill_auto", "fill_auto_for_training"]
@@ -238,7 +237,8 @@ _REFUSED_ARGUMENTS = {
 def _config_from(source: ConfigSource) -> dict[str, Any]:
     """The config given as a path, a dict, or (as transformers also takes it) JSON text."""
     if isinstance(source, str) and source.lstrip().startswith("{"):
-        config = json.loads(source)
+        config = read_config_text(source, "the DeepSpeed config given as JSON text",
+                                  "zero.hf.Trainer")
     elif isinstance(source, (str, os.PathLike)):
         config = read_config_file(Path(source), "zero.hf.Trainer")
     else:
