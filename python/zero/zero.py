@@ -110,7 +110,7 @@ class GatheredParameters:
 
 
 class Init:
-    """DeepSpeed's deepspeed.zero.Init: the context (or decorator) a model is built under.
+    """DeepSpeed's deepspeed.zero.Init: the context a model is built under.
 
     zero builds the model whole on each rank under it, as outside it: zero.initialize shards it
     then, with rank 0's values, and places it as its config says (offload_param). It takes
@@ -133,10 +133,3 @@ class Init:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         return None
-
-    def __call__(self, function: Any) -> Any:
-        """As a decorator: the function runs under the context."""
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            with self:
-                return function(*args, **kwargs)
-        return wrapped
