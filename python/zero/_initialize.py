@@ -11,7 +11,7 @@ from typing import Any, TYPE_CHECKING
 
 import torch
 
-from . import _library, _lifetime
+from . import _library, _lifetime, _pretrained, _weightless
 from ._library import ZeroError, call
 from ._units import choose_units
 from ._hooks import Param
@@ -238,6 +238,13 @@ def _groups(model: torch.nn.Module,
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:
+    if _weightless.has_meta(model):
+        device = _weightless.device_for(model)
+        if device is None:
+            raise ZeroError("zero.initialize: the model's parameters are on the meta device and "
+                            "on several others; build it on the meta device whole, or on one "
+                            "device")
+        return device
     devices = {p.device for p in model.parameters()}
     if len(devices) > 1:
         raise ZeroError(f"zero.initialize: the model's parameters are on several devices "
@@ -262,10 +269,14 @@ def initialize(args: Any = None, model: torch.nn.Module | None = None,
                collate_fn: Callable[[list[Any]], Any] | None = None,
                config: str | Path | dict[str, Any] | None = None,
                config_params: str | Path | dict[str, Any] | None = None,
-               block_classes: Collection[str | type] | None = None, cpu_device: int = 0
+               block_classes: Collection[str | type] | None = None, cpu_device: int = 0,
+               pretrained: str | os.PathLike[str] | None = None
                ) -> tuple[ZeroEngine, OptimizerView, DataLoader | None, LRSchedulerView | None]:
     """deepspeed.initialize's call on zero: returns (engine, optimizer, dataloader,
-    lr_scheduler). Collective: every rank calls it with the same model."""
+    lr_scheduler). Collective: every rank calls it with the same model. A model built on the
+    meta device (zero.zero.Init, torch.device("meta")) takes its values from `pretrained` (a
+    Hugging Face safetensors directory, each rank reading only what it keeps) or else from its
+    own initialisation, a unit at a time (_weightless.py)."""
     if model is None or not isinstance(model, torch.nn.Module):
         raise ZeroError("zero.initialize: model must be a torch.nn.Module")
     for name, module in model.named_modules():
@@ -287,6 +298,8 @@ def initialize(args: Any = None, model: torch.nn.Module | None = None,
                         f"({experts} experts); zero has no mixture of experts (no expert "
                         "parallelism or expert groups): use dense layers, or train it with "
                         "DeepSpeed")
+    if pretrained is None:  # from_pretrained inside zero.zero.Init remembered its directory
+        pretrained = model.__dict__.get("_zero_pretrained")
     client_scheduler = _client_scheduler(lr_scheduler, optimizer)
     cfg = _read_config(args, config, config_params)
     if lr_scheduler is not None and "scheduler" in cfg:
@@ -308,7 +321,7 @@ def initialize(args: Any = None, model: torch.nn.Module | None = None,
     call("zero_create", json.dumps(cfg).encode(), ctypes.byref(options), ctypes.byref(handle))
     try:
         engine, (params, membership, group_ids, specs) = _register(
-            handle, model, cfg, model_parameters, block_classes, device)
+            handle, model, cfg, model_parameters, block_classes, device, pretrained)
     except BaseException:
         _library.lib().zero_destroy(handle)
         raise
@@ -357,7 +370,8 @@ def _check_precision(handle: ctypes.c_void_p, model: torch.nn.Module) -> None:
 
 def _register(handle: ctypes.c_void_p, model: torch.nn.Module, cfg: dict[str, Any],
               model_parameters: Iterable[torch.Tensor | dict[str, Any]] | None,
-              block_classes: Collection[str | type] | None, device: torch.device
+              block_classes: Collection[str | type] | None, device: torch.device,
+              pretrained: str | os.PathLike[str] | None = None
               ) -> tuple[ZeroEngine, tuple[list[Param], dict[int, int], list[int],
                                            list[tuple[str, float, float]]]]:
     """The model registered with the engine behind `handle` and the engine made over it (and
@@ -367,6 +381,13 @@ def _register(handle: ctypes.c_void_p, model: torch.nn.Module, cfg: dict[str, An
     base_lr = _config_number(handle, "optimizer.params.lr", 0.0)
     base_decay = _config_number(handle, "optimizer.params.weight_decay", 0.0)
     specs, membership = _groups(model, model_parameters, base_lr, base_decay)
+    # A model without its weights: placeholders in place of its meta parameters (the groups
+    # named the meta ones).
+    renamed = _weightless.rehome(model, device)
+    if renamed:
+        membership = {id(renamed[key]) if key in renamed else key: group
+                      for key, group in membership.items()}
+    rehomed = {id(p) for p in renamed.values()}
     group_ids = [0]
     for name, decay, scale in specs:
         group = ctypes.c_int()
@@ -410,7 +431,7 @@ def _register(handle: ctypes.c_void_p, model: torch.nn.Module, cfg: dict[str, An
         desc.group = group_ids[membership.get(id(p.param), 0)] if p.trainable else 0
         desc.modules = modules
         desc.module_count = len(p.units)
-        if rank.value == 0 and p.param.numel():
+        if rank.value == 0 and p.param.numel() and id(p.param) not in rehomed:
             values = p.param.detach().to("cpu", torch.float32).contiguous()
             desc.initial = ctypes.cast(values.data_ptr(), ctypes.POINTER(ctypes.c_float))
             keep.append(values)
@@ -419,6 +440,14 @@ def _register(handle: ctypes.c_void_p, model: torch.nn.Module, cfg: dict[str, An
         call("zero_add_param", handle, ctypes.byref(desc), ctypes.byref(out))
     call("zero_init", handle)
     del keep
+    unfilled = _weightless.materialize_buffers(model, device)
+    loaded: set[str] = set()
+    wanted = [p for p in params if id(p.param) in rehomed]
+    if pretrained is not None:
+        missing, loaded = _pretrained.load(handle, model, params, pretrained)
+        wanted = [p for p in missing if id(p.param) in rehomed]
+    _weightless.check_buffers_filled(unfilled, loaded)
+    _weightless.initialize(handle, model, units, params, wanted)
     _broadcast_buffers(handle, model)
 
     stage = int(_config_number(handle, "zero_optimization.stage", 0))

@@ -79,6 +79,21 @@ class ParamDesc(ctypes.Structure):
     ]
 
 
+class PretrainedOptions(ctypes.Structure):
+    """zero_pretrained_options: every list an array of C strings with its count."""
+
+    _fields_ = [
+        ("names", ctypes.POINTER(ctypes.c_char_p)),
+        ("name_pairs", ctypes.c_int),
+        ("transposed", ctypes.POINTER(ctypes.c_char_p)),
+        ("transposed_count", ctypes.c_int),
+        ("ignore", ctypes.POINTER(ctypes.c_char_p)),
+        ("ignore_count", ctypes.c_int),
+        ("skip", ctypes.POINTER(ctypes.c_char_p)),
+        ("skip_count", ctypes.c_int),
+    ]
+
+
 class StepStats(ctypes.Structure):
     _fields_ = [
         ("stepped", ctypes.c_int),
@@ -138,6 +153,7 @@ _SIGNATURES = {
     "zero_learning_rate": [_P, ctypes.POINTER(ctypes.c_double)],
     "zero_set_learning_rate": [_P, ctypes.c_double],
     "zero_quantization_error": [_P, ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double)],
+    "zero_load_pretrained": [_P, _S, ctypes.POINTER(PretrainedOptions)],
     "zero_memory_report": [_P, ctypes.c_char_p, _U64, _PU64],
     "zero_declare_memory": [_P, _I, _U64, _S],
 }
