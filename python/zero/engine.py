@@ -22,7 +22,7 @@ from typing import Any, TYPE_CHECKING
 
 import torch
 
-from . import _client_state, _library, _lifetime, _tensors
+from . import _client_state, _library, _lifetime, _saving, _tensors
 from ._hooks import UnitHooks
 from ._inplace import InplaceEdits
 from ._library import ZeroError, call
@@ -554,38 +554,38 @@ class ZeroEngine(torch.nn.Module):
             "zero_optimization.stage3_gather_16bit_weights_on_model_save"))
 
     def _zero3_consolidated_16bit_state_dict(
-            self, exclude_frozen_parameters: bool = False) -> dict[str, torch.Tensor]:
+            self, exclude_frozen_parameters: bool = False) -> dict[str, torch.Tensor] | None:
         """DeepSpeed's name for the consolidated weights in the compute dtype, which Accelerate
-        and the HF Trainer call at stage 3: consolidated_state_dict in the compute dtype on
-        every rank (DeepSpeed's gives rank 0 the values and the others empty tensors), without
-        the frozen parameters when asked. Collective."""
-        state = self.consolidated_state_dict(self._dtype)
-        if exclude_frozen_parameters:
-            frozen = {name for name, p in self.module.named_parameters() if not p.requires_grad}
-            state = {name: value for name, value in state.items() if name not in frozen}
-        return state
+        and the HF Trainer call at stage 3: as DeepSpeed's, rank 0 gets them, gathered a tensor
+        at a time, and the other ranks None; at stages 0-2 every rank gets them. Without the
+        frozen parameters when asked. Collective."""
+        self._require_between_passes("_zero3_consolidated_16bit_state_dict")
+        self._edits.take("_zero3_consolidated_16bit_state_dict")
+        named = _saving.sources(self, exclude_frozen_parameters)
+        return _saving.rank0_state(self, self._dtype, named, everywhere=self._stage != 3)
 
     def save_16bit_model(self, save_dir: str | os.PathLike[str],
                          save_filename: str = "pytorch_model.bin") -> bool:
-        """DeepSpeed's: the consolidated weights in the compute dtype, torch.save'd by rank 0.
-        Collective."""
-        state = self.consolidated_state_dict(self._dtype)
-        if self.global_rank == 0:
-            Path(save_dir).mkdir(parents=True, exist_ok=True)
-            torch.save(state, Path(save_dir) / save_filename)
+        """DeepSpeed's: the consolidated weights in the compute dtype, written by rank 0, a
+        tensor at a time from zero's partitions (a .safetensors name streams them into the
+        file; a .bin is torch.save'd from the values rank 0 gathered). Collective."""
+        self._require_between_passes("save_16bit_model")
+        self._edits.take("save_16bit_model")
+        _saving.save_16bit_model(self, save_dir, save_filename)
         return True
 
     def save_pretrained(self, save_dir: str | os.PathLike[str], dtype: torch.dtype | None = None,
                         **kwargs: Any) -> None:
-        """A Hugging Face directory (config and safetensors weights) of the trained model,
-        written by rank 0 through the module's own save_pretrained. Collective."""
+        """A Hugging Face directory (config and safetensors weights) of the trained model: the
+        module's own save_pretrained decides the files (rank 0), and the weights are streamed
+        into them a tensor at a time from zero's partitions (_saving.py), in `dtype` (default
+        fp32, the masters). Collective."""
         if not hasattr(self.module, "save_pretrained"):
             raise ZeroError(f"save_pretrained: {type(self.module).__name__} is not a Hugging "
                             "Face model; use consolidated_state_dict() or save_16bit_model()")
-        state = self.consolidated_state_dict(dtype or torch.float32)
-        if self.global_rank == 0:
-            with self._hooks.copies.allow_state_dict():
-                self.module.save_pretrained(save_dir, state_dict=state, **kwargs)
+        self._require_between_passes("save_pretrained")
+        self._edits.take("save_pretrained")
+        _saving.save_pretrained(self, save_dir, dtype or torch.float32, kwargs)
 
     def destroy(self, restore_module: bool = False) -> None:
         """Frees zero's state. restore_module=True first gives the module its full weights
