@@ -10,6 +10,7 @@
 #   layouts             with several nodes, each mode flat, hybrid and (stage 3) hpZ; each
 #                       collective's link and bytes per rank as the ring formulas give them
 #   deepspeed_estimate  DeepSpeed's formulas on round numbers
+#   front_end           a Hugging Face config.json through the Python front end (--front-end)
 #   errors              what zero-mem refuses, and how it says so
 set -euo pipefail
 
@@ -88,11 +89,6 @@ fits_as_init)
   # own figures it fits, a byte less of GPU or of host memory and it does not (with activation
   # checkpointing asked for, so that no row is planned again with it), and the line
   # that says so is init's (engine/plan/fit_rules.h).
-  plan() {
-    "$zmem" --model gpt2-124m --seq 64 --gpus-per-node 2 --stage 3 --activation-checkpointing \
-      --json "$@" >"$work/mem.json" ||
-      fail "zero-mem failed ($*)"
-  }
   row() {
     python3 - "$work/mem.json" "$1" <<'PY'
 import json, sys
@@ -291,6 +287,51 @@ print(bad or "DeepSpeed's rows as its formulas give them")
 sys.exit(1 if bad else 0)
 PY
   ;;
+front_end)
+  # A Hugging Face directory's config.json, through the Python front end: the same registry as
+  # zero's own Llama of that shape; per rank the Python side (the process, and the larger of
+  # the largest unit initialised without weights, 8 bytes a parameter, and a streamed save's
+  # largest tensor, 6) in place of the CPU layers' copies (8 bytes a parameter of the largest
+  # module); with weights in the directory, no unit is initialised.
+  mkdir -p "$work/llama"
+  cat >"$work/llama/config.json" <<'JSON'
+{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 1000,
+ "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+ "rope_theta": 10000.0, "tie_word_embeddings": false}
+JSON
+  "$zmem" --model "$work/llama" --device cpu --ranks-per-node 2 --stage 3 --seq 32 --json \
+    >"$work/plain.json" || fail "zero-mem on the directory failed"
+  "$zmem" --model "$work/llama" --front-end --device cpu --ranks-per-node 2 --stage 3 --seq 32 \
+    --json >"$work/config.json" || fail "zero-mem --front-end failed"
+  "$zmem" --model "$work/llama" --front-end --device cpu --ranks-per-node 2 --stage 3 --seq 32 \
+    >"$work/config.txt" || fail "zero-mem --front-end failed"
+  : >"$work/llama/model.safetensors"
+  "$zmem" --model "$work/llama" --front-end --device cpu --ranks-per-node 2 --stage 3 --seq 32 \
+    --json >"$work/loaded.json" || fail "zero-mem --front-end on a directory of weights failed"
+  grep -q "through the Python front end" "$work/config.txt" || fail "no front-end line"
+  python3 - "$work" <<'PY' || fail "the front end's rows"
+import json, sys
+work = sys.argv[1]
+plain, config, loaded = (json.load(open(f"{work}/{n}.json")) for n in ("plain", "config", "loaded"))
+process = 768 << 20
+largest_module = 64 + 1000 * 64      # the head: the final norm and lm_head
+largest_param = 1000 * 64
+bad = []
+if plain["model"]["params"] != 2 * 64000 + 64 + 2 * (4096 + 2048 * 2 + 4096 + 3 * 176 * 64 + 128):
+    bad.append(f"parameters {plain['model']['params']}")
+if config.get("front_end") != process + 8 * largest_module:
+    bad.append(f"without weights: {config.get('front_end')}")
+if loaded.get("front_end") != process + 6 * largest_param:
+    bad.append(f"with weights: {loaded.get('front_end')}")
+for a, b in zip(plain["rows"], config["rows"]):
+    want = a["per_gpu"]["activations"] - 8 * largest_module + config["front_end"]
+    if b["per_gpu"]["activations"] != want or b["per_gpu"]["device_state"] != a["per_gpu"]["device_state"]:
+        bad.append(f"{b['offload']}: {b['per_gpu']} against {a['per_gpu']}")
+print(bad or "the front end's rows: zero's arenas, the Python side in place of the CPU layers' copies")
+sys.exit(1 if bad else 0)
+PY
+  ;;
 errors)
   expect() {  # expect "what it must say" zero-mem args...
     local want=$1
@@ -310,6 +351,10 @@ errors)
   expect "is more than the model's 64 positions" --model llama-tiny --seq 65
   expect "is more than the model" --model tiny --seq 65
   expect "give one of" --model tiny --arch 2,16,2,50,16
+  mkdir -p "$work/no-config"
+  expect "the directory has no config.json" --model "$work/no-config"
+  echo '{"model_type": "bert"}' >"$work/no-config/config.json"
+  expect 'model_type "bert": zero-mem plans gpt2, llama, mistral and qwen2' --model "$work/no-config"
   expect "do not apply (give the host memory with --cpu-mem)" --model tiny --device cpu --gpu-mem 8GiB
   expect "device: tpu not in" --model tiny --device tpu
   # A config the engine refuses whatever the stage is refused with the engine's message.

@@ -88,7 +88,9 @@ int main(int argc, char** argv) {
       ->check(zero::tools::between(1, 1e15));
   app.add_option("--model", model_args.model,
                  fmt::format("a reference model: a GPT (tiny, gpt2-124m, gpt2-350m, gpt2-774m, "
-                             "gpt2-1.5b) or a Llama family model ({})",
+                             "gpt2-1.5b) or a Llama family model ({}); or a Hugging Face "
+                             "model directory or its config.json (model_type gpt2, llama, "
+                             "mistral or qwen2), as the Python front end registers it",
                              fmt::join(zero::llama::LlamaConfig::names(), ", ")));
   app.add_option("--arch", model_args.arch,
                  "a GPT: layers,channels,heads,vocab,positions; with --params the MLP width "
@@ -129,6 +131,11 @@ int main(int argc, char** argv) {
                  "config's")
       ->check(CLI::IsMember({"auto", "flat", "hybrid", "hpz", "all"}))
       ->capture_default_str();
+  bool front_end = false;
+  app.add_flag("--front-end", front_end,
+               "the model trains through the Python front end (zero.initialize): per rank the "
+               "Python side's memory (the process, a unit initialised without weights, a "
+               "streamed save's tensor) instead of the CPU layers' fp32 copies");
   app.add_flag("--activation-checkpointing", checkpointing,
                "checkpoint every block on every row (also when the config has an "
                "activation_checkpointing section)");
@@ -203,6 +210,9 @@ int main(int argc, char** argv) {
           fmt::format("--seq {} is more than the model's {} positions", request.seq, positions));
     }
     request.checkpointing = checkpointing || zero::mem::given(request, "activation_checkpointing");
+    request.front_end = front_end;
+    // A directory with weights: the front end loads them (pretrained=), no unit initialised.
+    request.pretrained = front_end && zero::mem::holds_weights(model_args.model);
     if (!stages.empty()) request.stages = stages;
     const bool config_chooses =
         zero::mem::given(request, "zero_optimization.mics_shard_size") ||

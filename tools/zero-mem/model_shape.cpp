@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -11,10 +13,67 @@
 #include <fmt/ranges.h>
 
 #include "models/gpt/config.h"
+#include "models/gpt/hf_config.h"
 #include "models/llama/config.h"
 
 namespace zero::mem {
 namespace {
+
+// --model given as a Hugging Face directory or its config.json: the file's path, or "" when
+// `model` names neither (a reference model's name).
+std::filesystem::path hf_config_path(const std::string& model) {
+  const std::filesystem::path path(model);
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    if (!std::filesystem::is_regular_file(path / "config.json", error)) {
+      throw std::invalid_argument(fmt::format(
+          "--model {}: the directory has no config.json; give a Hugging Face model directory "
+          "or a reference model's name",
+          model));
+    }
+    return path / "config.json";
+  }
+  if (path.extension() == ".json") {
+    if (!std::filesystem::is_regular_file(path, error)) {
+      throw std::invalid_argument(fmt::format("--model {}: no such file", model));
+    }
+    return path;
+  }
+  return {};
+}
+
+// A Hugging Face model's shape from its config.json: GPT-2 (model_type gpt2), or the Llama
+// family's (llama, mistral, qwen2), registered as the front end registers it.
+ModelShape hf_model(const std::filesystem::path& file, double weight_decay) {
+  nlohmann::json config;
+  try {
+    std::ifstream in(file);
+    config = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& error) {
+    throw std::invalid_argument(
+        fmt::format("--model: {} is not JSON: {}", file.string(), error.what()));
+  }
+  const std::string type = config.value("model_type", "");
+  if (type != "gpt2" && type != "llama" && type != "mistral" && type != "qwen2") {
+    throw std::invalid_argument(fmt::format(
+        "--model {}: model_type \"{}\": zero-mem plans gpt2, llama, mistral and qwen2 models; "
+        "give another's size with --params and --largest-layer",
+        file.string(), type));
+  }
+  try {
+    if (type == "gpt2") {
+      const gpt::GptConfig c = gpt::from_hf(config);
+      ModelShape model = gpt_model(GptShape{c, 4 * std::int64_t{c.channels}}, weight_decay);
+      model.description = fmt::format("{} (GPT: {})", file.string(), model.description);
+      return model;
+    }
+    ModelShape model = llama_model(llama::LlamaConfig::from_hf(config), weight_decay);
+    model.description = fmt::format("{} ({})", file.string(), model.description);
+    return model;
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument(fmt::format("--model {}: {}", file.string(), error.what()));
+  }
+}
 
 std::vector<std::int64_t> parse_arch(const std::string& text) {
   std::vector<std::int64_t> values;
@@ -183,10 +242,24 @@ ModelShape llama_model(const llama::LlamaConfig& c, double weight_decay) {
   return model;
 }
 
+bool holds_weights(const std::string& model) {
+  const std::filesystem::path dir(model);
+  std::error_code error;
+  return std::filesystem::is_regular_file(dir / "model.safetensors", error) ||
+         std::filesystem::is_regular_file(dir / "model.safetensors.index.json", error);
+}
+
 ModelShape build_model(const ModelArgs& args) {
   const int given = !args.model.empty() + !args.arch.empty() + (args.largest_layer > 0);
   if (given > 1) {
     throw std::invalid_argument("give one of --model, --arch and --largest-layer");
+  }
+  if (!args.model.empty()) {
+    if (const std::filesystem::path file = hf_config_path(args.model); !file.empty()) {
+      ModelShape model = hf_model(file, args.weight_decay);
+      check_params(args, model);
+      return model;
+    }
   }
   if (!args.model.empty() && llama::LlamaConfig::is_name(args.model)) {
     ModelShape model = llama_model(llama::LlamaConfig::by_name(args.model), args.weight_decay);

@@ -4,7 +4,9 @@
 //
 //   --model NAME       a reference model's sizes: the GPT's (models/gpt: tiny, gpt2-124m, ...)
 //                      or the Llama family's (models/llama: llama-tiny, llama-3.2-1b,
-//                      llama-3.1-8b, ...), registered exactly as the model registers them
+//                      llama-3.1-8b, ...), registered exactly as the model registers them;
+//                      or a Hugging Face directory or config.json (GPT-2, or model_type llama,
+//                      mistral, qwen2), registered as the Python front end registers it
 //   --arch L,C,H,V,S   a GPT of L layers, C channels, H heads, V vocabulary entries and S
 //                      positions, registered the same way; with --params the MLP's hidden width
 //                      is chosen so the count comes to that many parameters (4C without)
@@ -60,6 +62,10 @@ struct ModelArgs {
 
 // Throws std::invalid_argument saying which argument is wrong and what is expected.
 ModelShape build_model(const ModelArgs& args);
+
+// Whether --model names a directory that holds safetensors weights (model.safetensors or its
+// index), which the front end loads rather than initialising the model.
+bool holds_weights(const std::string& model);
 
 // Registers a GPT exactly as models/gpt does: groups default and no_decay, modules embed,
 // h.<i> and head, and each block's twelve parameters with Hugging Face's names.

@@ -327,6 +327,16 @@ void judge_fit(const Request& request, const config::Config& config, Row& row) {
   for (const engine::Shortfall& shortfall : verdict) row.shortfalls.push_back(shortfall.text);
 }
 
+std::uint64_t front_end_bytes(const ModelShape& model, bool pretrained) {
+  std::uint64_t largest_param = 0;
+  for (std::size_t p = 0; p < model.registry.param_count(); ++p) {
+    largest_param = std::max<std::uint64_t>(largest_param, model.registry.param(p).numel);
+  }
+  const std::uint64_t unit = pretrained ? 0 : 2 * 4 * model.largest_layer;
+  const std::uint64_t save = (4 + 2) * largest_param;
+  return kPythonProcessBytes + std::max(unit, save);
+}
+
 Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
   Row row;
   row.mode = mode;
@@ -350,7 +360,10 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
                                 checkpointing, activation_element(request, config))
               .total();
     }
-    if (hw.cpu_device) {
+    if (request.front_end) {
+      // PyTorch runs the layers in the compute dtype; the Python side's own memory instead.
+      if (hw.cpu_device) row.activations += front_end_bytes(request.model, request.pretrained);
+    } else if (hw.cpu_device) {
       // The CPU layers' fp32 copies of the open module, as zero-train declares them.
       row.activations += models::cpu_compute_copy_bytes(request.model.largest_layer,
                                                         dtype_size(config.compute_dtype()));
@@ -359,6 +372,8 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
     const std::uint64_t g = static_cast<std::uint64_t>(hw.gpus_per_node);
     row.pinned_node = g * row.plan.reserved(Tier::pinned);
     row.host_node = g * row.plan.reserved(Tier::host);
+    if (request.front_end && !hw.cpu_device)
+      row.host_node += g * front_end_bytes(request.model, request.pretrained);
     row.nvme_node = g * row.plan.reserved(Tier::nvme);
     judge_fit(request, config, row);
     row.step = bound_step(request, config, layout, row.plan, checkpointing);
@@ -376,9 +391,11 @@ Plan plan_all(const Request& request) {
   plan.accumulation = probe.batch.gradient_accumulation_steps;
   plan.precision = config::precision_name(probe.precision);
   plan.seq = request.seq;
+  if (request.front_end) plan.front_end = front_end_bytes(request.model, request.pretrained);
+  plan.pretrained = request.pretrained;
   if (request.model.has_architecture()) {
     const std::size_t e = activation_element(request, probe);
-    if (request.hardware.cpu_device) {
+    if (request.hardware.cpu_device && !request.front_end) {
       plan.compute_copies = models::cpu_compute_copy_bytes(request.model.largest_layer,
                                                            dtype_size(probe.compute_dtype()));
     }

@@ -115,6 +115,12 @@ struct Request {
   // The layouts to plan each mode in: "config" (the config's own), or "flat" and/or "hybrid"
   // (zero-mem --layout).
   std::vector<std::string> layouts{"config"};
+  // The model is trained through the Python front end (zero.initialize), not zero-train: no
+  // CPU layers' fp32 copies, and the Python side's own memory (front_end_bytes) per rank.
+  bool front_end = false;
+  // Through the front end, whether the model's values come from a directory of weights
+  // (--model DIR with safetensors) rather than its own initialisation a unit at a time.
+  bool pretrained = false;
 };
 
 struct Plan {
@@ -127,9 +133,24 @@ struct Plan {
   // GPT-shaped models: per GPU per micro-batch, without and with checkpointing every block.
   std::optional<models::ActivationBytes> activations, checkpointed_activations;
   // The CPU device: the CPU layers' fp32 copies of the largest module, in each row's
-  // activations (0 on a GPU, or with fp32 compute).
+  // activations (0 on a GPU, or with fp32 compute, or through the front end).
   std::uint64_t compute_copies = 0;
+  // Through the front end: what the Python side holds per rank beyond zero's arenas (in each
+  // row's rank column on the CPU device, in its host memory beside a GPU).
+  std::uint64_t front_end = 0;
+  bool pretrained = false;  // the request's
 };
+
+// The Python process measured with torch, transformers and zero imported (0.71 GiB on the
+// development machine, 2026-12-06), rounded up.
+inline constexpr std::uint64_t kPythonProcessBytes = 768ull << 20;
+
+// What a rank of the Python front end holds beyond zero's arenas and the activations: the
+// process itself, and the larger of a model built without its weights and initialised a unit
+// at a time (unless `pretrained`: the unit's values and their broadcast copy, fp32) and a
+// streamed save (one parameter read in fp32 and its copy in bf16). A parameter's placeholder is
+// one element, and its view is zero's own memory.
+std::uint64_t front_end_bytes(const ModelShape& model, bool pretrained);
 
 // The stages' modes: "none" at every stage; from stage 1 the optimizer on the CPU, on NVMe,
 // and split between memory and NVMe (max_in_cpu filling the host memory left); at stage 3 the

@@ -118,6 +118,7 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
       {"seq", plan.seq},
       {"precision", plan.precision},
       {"tokens_per_step", plan.micro_batch * plan.accumulation * plan.seq * hw.world()}};
+  if (plan.front_end > 0) out["front_end"] = plan.front_end;
   if (plan.activations) {
     out["activations"] = {{"kept", plan.activations->kept},
                           {"workspace", plan.activations->workspace},
@@ -228,7 +229,20 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
   } else {
     t += "activations: not counted (no architecture: give --arch or --model)\n";
   }
-  if (hw.cpu_device) {
+  if (plan.front_end > 0) {
+    t += fmt::format(
+        "through the Python front end: PyTorch's activations counted as zero's layers' (the "
+        "same tensors), and per {} {} of the Python side (the process with torch and "
+        "transformers, and the larger of {}a streamed save's tensor), in the {}\n",
+        hw.unit(), format_bytes(plan.front_end),
+        plan.pretrained ? "" : "a unit initialised without weights and ",
+        hw.cpu_device ? "rank column" : "host column");
+  }
+  if (hw.cpu_device && plan.front_end > 0) {
+    t += "rank column: the engine's device arenas + activations + the Python side, all in "
+         "host memory; a row fits when the ranks' columns, pinned and host together fit "
+         "--cpu-mem\n\n";
+  } else if (hw.cpu_device) {
     t += fmt::format(
         "rank column: the engine's device arenas + activations + the CPU layers' fp32 copies of "
         "the largest module ({}), all in host memory; a row fits when the ranks' columns, pinned "
