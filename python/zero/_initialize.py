@@ -383,7 +383,23 @@ def _register(handle: ctypes.c_void_p, model: torch.nn.Module, cfg: dict[str, An
     specs, membership = _groups(model, model_parameters, base_lr, base_decay)
     # A model without its weights: placeholders in place of its meta parameters (the groups
     # named the meta ones).
-    renamed = _weightless.rehome(model, device)
+    rehomed_params = _weightless.rehome(model, device)
+    try:
+        return _register_rehomed(handle, model, cfg, specs, membership, block_classes, device,
+                                 pretrained, rehomed_params.renamed)
+    except BaseException:
+        rehomed_params.undo()  # the model as it was given: meta, not placeholders
+        raise
+
+
+def _register_rehomed(handle: ctypes.c_void_p, model: torch.nn.Module, cfg: dict[str, Any],
+                      specs: list[tuple[str, float, float]], membership: dict[int, int],
+                      block_classes: Collection[str | type] | None, device: torch.device,
+                      pretrained: str | os.PathLike[str] | None,
+                      renamed: dict[int, torch.nn.Parameter]
+                      ) -> tuple[ZeroEngine, tuple[list[Param], dict[int, int], list[int],
+                                                   list[tuple[str, float, float]]]]:
+    """_register's rest, once the meta parameters have placeholders (`renamed`)."""
     if renamed:
         membership = {id(renamed[key]) if key in renamed else key: group
                       for key, group in membership.items()}

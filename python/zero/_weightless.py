@@ -56,26 +56,46 @@ def _stand_in(like: torch.Tensor, device: torch.device) -> torch.Tensor:
     return torch.zeros((1,), dtype=like.dtype, device=device).expand(like.shape)
 
 
-def rehome(model: torch.nn.Module, device: torch.device) -> dict[int, torch.nn.Parameter]:
+class Rehomed:
+    """What rehome did: {id(old): new} for each meta parameter, and how to undo it (a
+    zero.initialize that fails gives the model its meta parameters back, so that a second call
+    does not take the placeholders for values)."""
+
+    def __init__(self) -> None:
+        self.renamed: dict[int, torch.nn.Parameter] = {}
+        self._slots: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
+        self._external: list[tuple[torch.nn.Module, list[torch.nn.Parameter]]] = []
+
+    def undo(self) -> None:
+        for module, attr, old in reversed(self._slots):
+            module._parameters[attr] = old
+        for module, listed in self._external:
+            module.__dict__["_zero_external_parameters"] = listed
+        self._slots, self._external, self.renamed = [], [], {}
+
+
+def rehome(model: torch.nn.Module, device: torch.device) -> Rehomed:
     """Every meta parameter replaced by a placeholder parameter on `device` wherever the model
-    holds it (tied parameters stay one); {id(old): new}."""
-    renamed: dict[int, torch.nn.Parameter] = {}
+    holds it (tied parameters stay one)."""
+    done = Rehomed()
     for module in model.modules():
         for attr, param in list(module._parameters.items()):
             if param is None or not param.is_meta:
                 continue
-            new = renamed.get(id(param))
+            new = done.renamed.get(id(param))
             if new is None:
                 new = torch.nn.Parameter(_stand_in(param, device),
                                          requires_grad=param.requires_grad)
-                renamed[id(param)] = new
+                done.renamed[id(param)] = new
+            done._slots.append((module, attr, param))
             module._parameters[attr] = new
     for module in model.modules():  # register_external_parameter's lists
         external = module.__dict__.get("_zero_external_parameters")
-        if external:
+        if external and done.renamed:
+            done._external.append((module, external))
             module.__dict__["_zero_external_parameters"] = [
-                renamed.get(id(p), p) for p in external]
-    return renamed
+                done.renamed.get(id(p), p) for p in external]
+    return done
 
 
 def _initialisers(model: torch.nn.Module) -> dict[int, Any]:

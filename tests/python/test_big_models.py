@@ -224,8 +224,11 @@ def test_what_cannot_be_loaded_is_refused_naming_it(directories, tmp_path):
         with torch.device("meta"):
             return LlamaForCausalLM(llama_config())
 
+    model = meta_llama()
     with refused("a directory that does not exist", ["pretrained=", "no such file"]):
-        zero.initialize(model=meta_llama(), config=config(3), pretrained=tmp_path / "absent")
+        zero.initialize(model=model, config=config(3), pretrained=tmp_path / "absent")
+    assert all(p.is_meta for p in model.parameters()), (
+        "a refused model is given back as it came, not with placeholders for values")
     with refused("a directory without safetensors files",
                  ["neither model.safetensors.index.json nor model.safetensors"]):
         zero.initialize(model=meta_llama(), config=config(3), pretrained=tmp_path)
