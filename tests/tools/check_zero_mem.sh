@@ -89,6 +89,11 @@ fits_as_init)
   # own figures it fits, a byte less of GPU or of host memory and it does not (with activation
   # checkpointing asked for, so that no row is planned again with it), and the line
   # that says so is init's (engine/plan/fit_rules.h).
+  plan() {
+    "$zmem" --model gpt2-124m --seq 64 --gpus-per-node 2 --stage 3 --activation-checkpointing \
+      --json "$@" >"$work/mem.json" ||
+      fail "zero-mem failed ($*)"
+  }
   row() {
     python3 - "$work/mem.json" "$1" <<'PY'
 import json, sys
