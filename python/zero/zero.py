@@ -210,9 +210,9 @@ class Init:
 
 def _weightless_construction() -> list[tuple[Any, str, Any]]:
     """Patches torch.nn.Module.register_parameter (parameters onto the meta device, in the
-    innermost Init's dtype where it gives one) and, where transformers is imported, PreTrainedModel.from_pretrained (the
-    model built from the directory's config, the directory remembered); returns what to put
-    back."""
+    innermost Init's dtype where it gives one) and, where transformers is imported,
+    PreTrainedModel.from_pretrained (the model built from the directory's config, the directory
+    remembered); returns what to put back."""
     restore: list[tuple[Any, str, Any]] = []
     register = torch.nn.Module.register_parameter
 
