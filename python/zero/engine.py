@@ -531,20 +531,8 @@ class ZeroEngine(torch.nn.Module):
         persistent buffers. Collective."""
         self._require_between_passes("consolidated_state_dict")
         self._edits.take("consolidated_state_dict")
-        values = {}
-        for p in self._params:
-            out = torch.empty(p.shape, dtype=torch.float32)
-            count = out.numel()
-            pointer = ctypes.cast(out.data_ptr(), ctypes.POINTER(ctypes.c_float))
-            call("zero_read_param", self._handle, p.index, pointer, count)
-            values[id(p.param)] = out.to(dtype)
-        state = {}
-        with self._hooks.copies.allow_state_dict():
-            module_state = self.module.state_dict(keep_vars=True)
-        for name, tensor in module_state.items():
-            state[name] = values.get(id(tensor))
-            if state[name] is None:
-                state[name] = tensor.detach().to("cpu")
+        state = _saving.rank0_state(self, dtype, _saving.sources(self), everywhere=True)
+        assert state is not None  # every rank gets them
         return state
 
     def zero_gather_16bit_weights_on_model_save(self) -> bool:
