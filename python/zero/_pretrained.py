@@ -20,64 +20,20 @@ from __future__ import annotations
 import ctypes
 import json
 import re
-import struct
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from ._library import PretrainedOptions, ZeroError, call
+from ._safetensors import DTYPES, FileTensor, read_header
 
 if TYPE_CHECKING:
     from ._hooks import Param
 
 _INDEX = "model.safetensors.index.json"
 _SINGLE = "model.safetensors"
-_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
-           "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32, "I16": torch.int16,
-           "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
-
-
-@dataclass(frozen=True)
-class FileTensor:
-    """Where one tensor lies in a safetensors file, as its header says."""
-
-    file: Path
-    dtype: str
-    shape: tuple[int, ...]
-    begin: int  # absolute offsets in the file
-    end: int
-
-    def read(self) -> torch.Tensor:
-        """The tensor's values (a buffer's: small), on the CPU."""
-        if self.dtype not in _DTYPES:
-            raise ZeroError(f"zero.initialize(pretrained=...): {self.file}: a buffer stored as "
-                            f"{self.dtype}, which zero does not read")
-        with open(self.file, "rb") as f:
-            f.seek(self.begin)
-            raw = bytearray(f.read(self.end - self.begin))
-        if not raw:
-            return torch.empty(self.shape, dtype=_DTYPES[self.dtype])
-        return torch.frombuffer(raw, dtype=_DTYPES[self.dtype]).reshape(self.shape)
-
-
-def _header(file: Path) -> dict[str, FileTensor]:
-    """The tensors of one safetensors file (its 8-byte length and JSON header)."""
-    try:
-        with open(file, "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-    except (OSError, struct.error, ValueError) as error:
-        raise ZeroError(f"zero.initialize(pretrained=...): cannot read the safetensors header "
-                        f"of {file}: {error}") from None
-    start = 8 + length
-    return {name: FileTensor(file, entry["dtype"], tuple(entry["shape"]),
-                             start + entry["data_offsets"][0], start + entry["data_offsets"][1])
-            for name, entry in header.items() if name != "__metadata__"}
-
-
 def directory_tensors(path: str | Path) -> dict[str, FileTensor]:
     """Every tensor of a pretrained `path`: a directory holding model.safetensors.index.json or
     model.safetensors, an index file, or one .safetensors file."""
@@ -102,9 +58,9 @@ def directory_tensors(path: str | Path) -> dict[str, FileTensor]:
                             f"index (no readable \"weight_map\": {error})") from None
         tensors: dict[str, FileTensor] = {}
         for file in sorted(set(weight_map.values())):
-            tensors.update(_header(path.parent / file))
+            tensors.update(read_header(path.parent / file))
         return tensors
-    return _header(path)
+    return read_header(path)
 
 
 def dtype_of_files(tensors: dict[str, FileTensor]) -> torch.dtype:
@@ -114,7 +70,7 @@ def dtype_of_files(tensors: dict[str, FileTensor]) -> torch.dtype:
     for tensor in tensors.values():
         if tensor.dtype in ("F64", "F32", "F16", "BF16"):
             counts[tensor.dtype] = counts.get(tensor.dtype, 0) + 1
-    return _DTYPES[max(counts, key=counts.__getitem__)] if counts else torch.float32
+    return DTYPES[max(counts, key=counts.__getitem__)] if counts else torch.float32
 
 
 def _aliases(model: torch.nn.Module) -> dict[int, list[str]]:
