@@ -28,6 +28,8 @@
 
 namespace zero {
 
+class Trace;
+
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -114,6 +116,9 @@ class Device {
   // memory faults with a message naming the address; device work reaches it through its own
   // mapping. The engine guards every call it makes into the device. No effect elsewhere.
   virtual void guard_device_memory(bool guarded) noexcept { (void)guarded; }
+  // The timed CPU device's trace of its copies and kernels, where the engine also records its
+  // host work beside them (device/trace.h); null on every other device.
+  virtual Trace* trace() noexcept { return nullptr; }
 
   // Copies between any two of device, pinned and host memory. Synchronous: ordered after the
   // work on the default stream, complete on return.
@@ -182,14 +187,30 @@ class DeviceMemoryGuard {
 enum class DevicePreference { automatic, cpu, cuda };
 
 // How the CPU device runs its streams: sync (every call completes on the calling thread),
-// async (a worker thread per stream, events as markers in the queues) or guarded (async, and
-// device-tier memory faults on host access while the engine runs). Testing modes: async and
-// guarded catch on the CPU the ordering and host-access mistakes a GPU would expose.
-enum class CpuDeviceMode { sync, async, guarded };
+// async (a worker thread per stream, events as markers in the queues), guarded (async, and
+// device-tier memory faults on host access while the engine runs) or timed (async, and every
+// copy and kernel lasts as long as on a GPU behind the SimulatedLink). Testing modes: async
+// and guarded catch on the CPU the ordering and host-access mistakes a GPU would expose; timed
+// runs the engine's GPU schedule in a GPU's time, so that it can be timed without one.
+enum class CpuDeviceMode { sync, async, guarded, timed };
 
-// ZERO_CPU_DEVICE: "sync", "async" or "guarded"; unset or empty: sync. Throws a usage Error
-// naming the variable and the values for anything else.
+// The timed CPU device's GPU: what a copy between host and device memory and a kernel take.
+// The defaults are an H100's behind PCIe 5 x16 as measured (not as rated).
+struct SimulatedLink {
+  double h2d_gbps = 50.0;     // host to device, pinned host memory, GB/s
+  double d2h_gbps = 50.0;     // device to host
+  double pageable = 0.5;      // pageable host memory's share of the pinned rate
+  double kernel_gbps = 2500;  // device memory: a kernel's bytes read and written per second
+  double latency_us = 5.0;    // each copy's and kernel's launch
+};
+
+// ZERO_CPU_DEVICE: "sync", "async", "guarded" or "timed"; unset or empty: sync. Throws a
+// usage Error naming the variable and the values for anything else.
 CpuDeviceMode cpu_device_mode_from_env();
+// ZERO_TIMED_LINK, comma-separated key=value pairs over SimulatedLink's defaults: h2d, d2h and
+// kernel (GB/s), pageable (a fraction in (0, 1]) and latency_us, e.g. "h2d=25,d2h=25". Throws
+// a usage Error naming the variable, the pair and the keys for anything else.
+SimulatedLink simulated_link_from_env();
 std::string_view cpu_device_mode_name(CpuDeviceMode mode) noexcept;
 
 struct DeviceOptions {
@@ -219,6 +240,8 @@ std::unique_ptr<Device> create_device(const DeviceOptions& options = {});
 // The synchronous CPU device (the host side of the engine beside a GPU, tools, tests).
 std::unique_ptr<Device> create_cpu_device();
 std::unique_ptr<Device> create_cpu_device(CpuDeviceMode mode);
+// The timed CPU device with `link` (CpuDeviceMode::timed reads ZERO_TIMED_LINK).
+std::unique_ptr<Device> create_timed_cpu_device(const SimulatedLink& link);
 // Implemented by the CUDA backend target (or its stub when CUDA is not built).
 std::unique_ptr<Device> create_cuda_device(int ordinal);
 

@@ -144,6 +144,7 @@ std::unique_ptr<Device> create_cpu_device() {
 
 std::unique_ptr<Device> create_cpu_device(CpuDeviceMode mode) {
   if (mode == CpuDeviceMode::sync) return create_cpu_device();
+  if (mode == CpuDeviceMode::timed) return create_timed_cpu_device(simulated_link_from_env());
   return create_async_cpu_device(mode == CpuDeviceMode::guarded);
 }
 
@@ -153,11 +154,54 @@ CpuDeviceMode cpu_device_mode_from_env() {
   if (text.empty() || text == "sync") return CpuDeviceMode::sync;
   if (text == "async") return CpuDeviceMode::async;
   if (text == "guarded") return CpuDeviceMode::guarded;
+  if (text == "timed") return CpuDeviceMode::timed;
   throw make_error(ErrorCategory::usage,
                    "ZERO_CPU_DEVICE='{}' is not a CPU device mode; use sync (the default), async "
-                   "(a worker thread per stream) or guarded (async, and host access to device "
-                   "memory faults while the engine runs)",
+                   "(a worker thread per stream), guarded (async, and host access to device "
+                   "memory faults while the engine runs) or timed (async, copies and kernels "
+                   "take a GPU's time; ZERO_TIMED_LINK)",
                    text);
+}
+
+SimulatedLink simulated_link_from_env() {
+  SimulatedLink link;
+  const char* value = std::getenv("ZERO_TIMED_LINK");
+  const std::string text = value != nullptr ? value : "";
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string pair = text.substr(at, comma - at);
+    at = comma + 1;
+    if (pair.empty()) continue;
+    const std::size_t eq = pair.find('=');
+    const std::string key = pair.substr(0, eq);
+    double number = 0;
+    bool ok = eq != std::string::npos;
+    if (ok) {
+      const std::string digits = pair.substr(eq + 1);
+      char* end = nullptr;
+      number = std::strtod(digits.c_str(), &end);
+      ok = !digits.empty() && end == digits.c_str() + digits.size() &&
+           (number > 0 || (number == 0 && key == "latency_us"));
+    }
+    double* field = key == "h2d"          ? &link.h2d_gbps
+                    : key == "d2h"        ? &link.d2h_gbps
+                    : key == "kernel"     ? &link.kernel_gbps
+                    : key == "pageable"   ? &link.pageable
+                    : key == "latency_us" ? &link.latency_us
+                                          : nullptr;
+    if (!ok || field == nullptr || (field == &link.pageable && number > 1.0)) {
+      throw make_error(ErrorCategory::usage,
+                       "ZERO_TIMED_LINK: '{}' is not key=value with a positive number (latency_us "
+                       "may be 0); the keys "
+                       "are h2d, d2h and kernel (GB/s), pageable (a fraction up to 1) and "
+                       "latency_us, e.g. ZERO_TIMED_LINK=h2d=25,d2h=25",
+                       pair);
+    }
+    *field = number;
+  }
+  return link;
 }
 
 std::string_view cpu_device_mode_name(CpuDeviceMode mode) noexcept {
@@ -168,6 +212,8 @@ std::string_view cpu_device_mode_name(CpuDeviceMode mode) noexcept {
       return "async";
     case CpuDeviceMode::guarded:
       return "guarded";
+    case CpuDeviceMode::timed:
+      return "timed";
   }
   return "sync";
 }

@@ -144,10 +144,13 @@ zero_engine* create(const ConfigReader& read_config, const zero_create_options* 
     case ZERO_CPU_DEVICE_GUARDED:
       device_options.cpu_mode = zero::CpuDeviceMode::guarded;
       break;
+    case ZERO_CPU_DEVICE_TIMED:
+      device_options.cpu_mode = zero::CpuDeviceMode::timed;
+      break;
     default:
       throw make_error(ErrorCategory::usage,
                        "zero_create: options->cpu_device {} is not ZERO_CPU_DEVICE_FROM_ENV (0), "
-                       "_SYNC (1), _ASYNC (2) or _GUARDED (3)",
+                       "_SYNC (1), _ASYNC (2), _GUARDED (3) or _TIMED (4)",
                        o.cpu_device);
   }
   const zero::comm::LaunchInfo launch = zero::comm::detect_launch();

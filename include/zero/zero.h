@@ -131,13 +131,15 @@ typedef enum zero_device_kind {
 
 /* zero_create_options.cpu_device: how the CPU device runs, when the device is the CPU. */
 typedef enum zero_cpu_device_mode {
-  ZERO_CPU_DEVICE_FROM_ENV = 0, /* the environment variable ZERO_CPU_DEVICE (sync, async or
-                                 * guarded; unset: sync) */
+  ZERO_CPU_DEVICE_FROM_ENV = 0, /* the environment variable ZERO_CPU_DEVICE (sync, async,
+                                 * guarded or timed; unset: sync) */
   ZERO_CPU_DEVICE_SYNC = 1,     /* every call completes on the calling thread */
   ZERO_CPU_DEVICE_ASYNC = 2,    /* a worker thread per stream, like a GPU's queues */
-  ZERO_CPU_DEVICE_GUARDED = 3   /* asynchronous, and host code touching the memory
+  ZERO_CPU_DEVICE_GUARDED = 3,  /* asynchronous, and host code touching the memory
                                  * zero_param_data and zero_grad_buffer give faults while a
                                  * zero_ call runs, as it would on a GPU */
+  ZERO_CPU_DEVICE_TIMED = 4     /* asynchronous, and each copy and kernel lasts what it would
+                                 * on a GPU behind the link ZERO_TIMED_LINK describes */
 } zero_cpu_device_mode;
 
 /* Optional settings of zero_create. Initialise it with ZERO_CREATE_OPTIONS_INIT (which sets
@@ -168,8 +170,9 @@ typedef struct zero_create_options {
    * CUDA (ZERO_DEVICE_CUDA, or automatic with a GPU), on the communicator's GPU. zero never
    * frees it and aborts it only through zero_abort. At most one of mpi_comm and nccl_comm. */
   void* nccl_comm;
-  /* A zero_cpu_device_mode: ZERO_CPU_DEVICE_FROM_ENV (0), _SYNC, _ASYNC or _GUARDED; the last
-   * two are for testing an embedder's and zero's ordering on the CPU. */
+  /* A zero_cpu_device_mode: ZERO_CPU_DEVICE_FROM_ENV (0), _SYNC, _ASYNC, _GUARDED or _TIMED;
+   * the last three are for testing an embedder's and zero's ordering on the CPU, and timing
+   * zero's GPU schedule there. */
   int cpu_device;
 } zero_create_options;
 

@@ -37,7 +37,8 @@ class ZeroError(RuntimeError):
 
 # zero.h's zero_device_kind and zero_cpu_device_mode.
 DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA = 0, 1, 2
-CPU_DEVICE_FROM_ENV, CPU_DEVICE_SYNC, CPU_DEVICE_ASYNC, CPU_DEVICE_GUARDED = 0, 1, 2, 3
+CPU_DEVICE_FROM_ENV, CPU_DEVICE_SYNC, CPU_DEVICE_ASYNC, CPU_DEVICE_GUARDED, CPU_DEVICE_TIMED = (
+    0, 1, 2, 3, 4)
 
 
 class CreateOptions(ctypes.Structure):
