@@ -202,13 +202,17 @@ struct SimulatedLink {
   double pageable = 0.5;      // pageable host memory's share of the pinned rate
   double kernel_gbps = 2500;  // device memory: a kernel's bytes read and written per second
   double latency_us = 5.0;    // each copy's and kernel's launch
+  // false: copies and kernels take their time and do nothing, so that the host's cores are
+  // left to the host's work as beside a GPU (a benchmark's timing run; values are garbage).
+  bool move_data = true;
 };
 
 // ZERO_CPU_DEVICE: "sync", "async", "guarded" or "timed"; unset or empty: sync. Throws a
 // usage Error naming the variable and the values for anything else.
 CpuDeviceMode cpu_device_mode_from_env();
 // ZERO_TIMED_LINK, comma-separated key=value pairs over SimulatedLink's defaults: h2d, d2h and
-// kernel (GB/s), pageable (a fraction in (0, 1]) and latency_us, e.g. "h2d=25,d2h=25". Throws
+// kernel (GB/s), pageable (a fraction in (0, 1]), latency_us and data (1, or 0 for timing
+// only: SimulatedLink::move_data), e.g. "h2d=25,d2h=25". Throws
 // a usage Error naming the variable, the pair and the keys for anything else.
 SimulatedLink simulated_link_from_env();
 std::string_view cpu_device_mode_name(CpuDeviceMode mode) noexcept;

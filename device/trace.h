@@ -41,4 +41,25 @@ class Trace {
   std::vector<Span> spans_;
 };
 
+// Records the span of its life on `trace` (null: nothing), for host work beside a device's.
+class TraceSpan {
+ public:
+  TraceSpan(Trace* trace, std::string_view lane, std::string_view name) noexcept
+      : trace_(trace), lane_(lane), name_(name), begin_(Trace::Clock::now()) {}
+  ~TraceSpan() {
+    if (trace_ == nullptr) return;
+    try {
+      trace_->record(lane_, name_, begin_, Trace::Clock::now());
+    } catch (...) {  // out of memory for a span: the trace goes without it
+    }
+  }
+  TraceSpan(const TraceSpan&) = delete;
+  TraceSpan& operator=(const TraceSpan&) = delete;
+
+ private:
+  Trace* trace_;
+  std::string_view lane_, name_;  // literals in practice: they outlive the span
+  Trace::Clock::time_point begin_;
+};
+
 }  // namespace zero

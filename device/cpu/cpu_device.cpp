@@ -176,6 +176,10 @@ SimulatedLink simulated_link_from_env() {
     if (pair.empty()) continue;
     const std::size_t eq = pair.find('=');
     const std::string key = pair.substr(0, eq);
+    if (key == "data" && (pair == "data=0" || pair == "data=1")) {
+      link.move_data = pair == "data=1";
+      continue;
+    }
     double number = 0;
     bool ok = eq != std::string::npos;
     if (ok) {
@@ -195,8 +199,8 @@ SimulatedLink simulated_link_from_env() {
       throw make_error(ErrorCategory::usage,
                        "ZERO_TIMED_LINK: '{}' is not key=value with a positive number (latency_us "
                        "may be 0); the keys "
-                       "are h2d, d2h and kernel (GB/s), pageable (a fraction up to 1) and "
-                       "latency_us, e.g. ZERO_TIMED_LINK=h2d=25,d2h=25",
+                       "are h2d, d2h and kernel (GB/s), pageable (a fraction up to 1), "
+                       "latency_us and data (0 or 1), e.g. ZERO_TIMED_LINK=h2d=25,d2h=25",
                        pair);
     }
     *field = number;

@@ -49,6 +49,7 @@ class LinkClock {
   void run_host(const std::string& lane, const std::function<void()>& work);
 
   Trace& trace() noexcept { return trace_; }
+  bool moves_data() const noexcept { return link_.move_data; }
 
  private:
   static constexpr int kNoEngine = -1;

@@ -104,7 +104,10 @@ TEST_CASE("ZERO_TIMED_LINK sets the simulated link and refuses what it cannot re
   CHECK(link.pageable == 0.25);
   CHECK(link.latency_us == 0.0);
   CHECK(link.kernel_gbps == SimulatedLink{}.kernel_gbps);
-  for (const char* bad : {"h2d", "h2d=fast", "h2d=-1", "pcie=10", "pageable=2", "kernel=0"}) {
+  ::setenv("ZERO_TIMED_LINK", "data=0", 1);
+  CHECK_FALSE(simulated_link_from_env().move_data);
+  for (const char* bad :
+       {"h2d", "h2d=fast", "h2d=-1", "pcie=10", "pageable=2", "kernel=0", "data=2"}) {
     ::setenv("ZERO_TIMED_LINK", bad, 1);
     try {
       simulated_link_from_env();
