@@ -305,6 +305,7 @@ void Engine::Impl::allocate() {
   const std::string job =
       modes().optimizer_nvme || modes().param_nvme ? agree_job_id() : std::string();
   ModelState::PartsMemory parts = model_state->allocate(job);
+  parts.reduce_target.host_threads = std::max(options.optimizer_threads, 1);
   reducer->attach(std::move(parts.full_grads), std::move(parts.bucket_buffers),
                   std::move(parts.grad_arena), parts.reduce_target);
   if (parts.gather_arena) fetcher->attach(std::move(parts.gather_arena), *model_state);

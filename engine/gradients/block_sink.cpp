@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "device/host_kernels.h"
+#include "engine/gradients/host_adds.h"
+
 namespace zero::engine {
 namespace {
 
@@ -22,12 +25,18 @@ void for_each_piece(const EngineContext& ctx, const ReducedBlock& block, const c
   }
 }
 
+// `added` in the epilogue's order, once what is queued there before it has run.
+void announce(Device& device, Stream& epilogue, std::function<void()> added) {
+  if (added) device.launch_host_task(epilogue, std::move(added));
+}
+
 // Stage 0 without an owned shard: cast back into the replicated gradients.
 class Replicated final : public BlockSink {
  public:
   Replicated(const EngineContext& context, std::vector<void*> full_grads)
       : ctx_(context), grads_(std::move(full_grads)) {}
-  void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue) override {
+  void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue,
+               std::function<void()> added) override {
     const StateModes& modes = ctx_.layout.modes;
     for_each_piece(ctx_, block, block.data,
                    [&](const char* src, std::size_t p, std::size_t begin, std::size_t count) {
@@ -38,6 +47,7 @@ class Replicated final : public BlockSink {
                      }
                    });
     buffer_read.record(epilogue);
+    announce(ctx_.device, epilogue, std::move(added));
   }
 
  private:
@@ -68,9 +78,11 @@ class OwnedShard final : public BlockSink {
  public:
   OwnedShard(const EngineContext& context, const GradTarget& target)
       : ctx_(context), target_(target) {}
-  void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue) override {
+  void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue,
+               std::function<void()> added) override {
     add_into_shard(ctx_, target_, block, block.data, kNone, ctx_.device, epilogue);
     buffer_read.record(epilogue);
+    announce(ctx_.device, epilogue, std::move(added));
   }
 
  private:
@@ -78,67 +90,119 @@ class OwnedShard final : public BlockSink {
   const GradTarget target_;
 };
 
+// The k-th of `parts` element ranges of each piece of `block` (staged at `data`) before
+// `before_offset` of the owned shard, added into it on the calling thread.
+void add_part_on_host(const EngineContext& ctx, const GradTarget& target, const ReducedBlock& block,
+                      const char* data, std::size_t before_offset, int k, int parts) {
+  const DType wire = ctx.layout.modes.wire;
+  const std::size_t wsize = dtype_size(wire);
+  const std::size_t asize = dtype_size(target.accum);
+  for_each_piece(
+      ctx, block, data, [&](const char* src, std::size_t p, std::size_t begin, std::size_t count) {
+        const std::size_t flat = ctx.layout.params[p].flat + begin;
+        const std::size_t n = flat >= before_offset ? 0 : std::min(count, before_offset - flat);
+        const std::size_t lo = n * static_cast<std::size_t>(k) / static_cast<std::size_t>(parts);
+        const std::size_t hi =
+            n * static_cast<std::size_t>(k + 1) / static_cast<std::size_t>(parts);
+        if (hi == lo) return;
+        const char* from = src + lo * wsize;
+        char* to = static_cast<char*>(target.grad_flat) + (flat + lo) * asize;
+        if (block.onto_zero) {
+          host::accumulate_onto_zero(from, wire, to, target.accum, hi - lo, block.factor);
+        } else {
+          host::accumulate(from, wire, to, target.accum, hi - lo, block.factor);
+        }
+      });
+}
+
 // Optimizer offload: down to pinned staging, added on the host; the swapped part to the
-// gradient swap.
+// gradient swap. Beside a GPU (the adder a CPU device of its own) through the ring of slots,
+// added by HostAdds' threads; on the CPU device (the adder the device itself) through one slot,
+// added by its kernels in the epilogue's order (a host task waiting on the device's own
+// streams could wait on itself).
 class HostShard final : public BlockSink {
  public:
   HostShard(const EngineContext& context, const GradTarget& target, OverlapTimeline* timeline)
-      : ctx_(context), target_(target), timeline_(timeline) {}
+      : ctx_(context), target_(target), timeline_(timeline) {
+    if (target_.adder != &ctx_.device) {
+      adds_ = std::make_unique<HostAdds>(target_.staging_slots, target_.host_threads,
+                                         ctx_.device.trace());
+    }
+  }
 
-  void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue) override {
-    const std::size_t bytes = block.bucket.block * dtype_size(ctx_.layout.modes.wire);
-    if (timeline_ != nullptr)
-      timeline_->comm_begin(OverlapTimeline::Kind::copy, epilogue, epilogue);
-    ctx_.device.copy_async(target_.staging, block.data, bytes, epilogue);
-    if (timeline_ != nullptr) timeline_->comm_end(epilogue);
-    buffer_read.record(epilogue);
-    add_resident(block, epilogue);
-    if (target_.swap != nullptr) add_swapped(block, epilogue);
+  void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue,
+               std::function<void()> added) override {
+    if (adds_ == nullptr) {
+      copy_down(block, static_cast<char*>(target_.staging), buffer_read, epilogue);
+      add_on_device(block, epilogue);
+      if (target_.swap != nullptr) {
+        ctx_.device.launch_host_task(epilogue, [this, block] {
+          add_swapped(block, static_cast<const char*>(target_.staging));
+        });
+      }
+      announce(ctx_.device, epilogue, std::move(added));
+      return;
+    }
+    // The slot's earlier use added, the block copied into it, its add queued: all in the
+    // epilogue's order, the adds themselves on HostAdds' threads.
+    const auto [slot, use] = adds_->next_use();
+    char* staged = static_cast<char*>(target_.staging) + slot * target_.slot_bytes;
+    ctx_.device.launch_host_task(epilogue, [this, slot, use] { adds_->take(slot, use); });
+    copy_down(block, staged, buffer_read, epilogue);
+    ctx_.device.launch_host_task(epilogue, [this, block, staged, slot, added] {
+      const std::size_t cut = target_.swap != nullptr ? target_.resident_end : kNone;
+      adds_->submit(
+          slot,
+          [this, block, staged, cut](int k, int parts) {
+            add_part_on_host(ctx_, target_, block, staged, cut, k, parts);
+          },
+          [this, block, staged, added] {
+            if (target_.swap != nullptr) add_swapped(block, staged);
+            if (added) added();
+          });
+    });
   }
   void finish() override {
+    if (adds_ != nullptr) adds_->drain();
     if (target_.swap != nullptr) target_.swap->finish_adds();
   }
 
  private:
-  // The offsets before the swap's resident end (all of them without a swap), added into the
-  // shard in host memory. On a GPU the adder is a CPU device of its own, whose kernels run in a
-  // host task in the epilogue's order; on the CPU it is the device itself, whose kernels queue
-  // there directly (a host task waiting on the device's own streams could wait on itself).
-  void add_resident(const ReducedBlock& block, Stream& epilogue) {
-    const std::size_t cut = target_.swap != nullptr ? target_.resident_end : kNone;
-    const char* staged = static_cast<const char*>(target_.staging);
-    if (target_.adder == &ctx_.device) {
-      add_into_shard(ctx_, target_, block, staged, cut, ctx_.device, epilogue);
-      return;
-    }
-    ctx_.device.launch_host_task(epilogue, [this, block, staged, cut, &adder = *target_.adder] {
-      add_into_shard(ctx_, target_, block, staged, cut, adder, adder.default_stream());
-      adder.default_stream().synchronize();
-    });
+  void copy_down(const ReducedBlock& block, char* staged, Event& buffer_read, Stream& epilogue) {
+    const std::size_t bytes = block.bucket.block * dtype_size(ctx_.layout.modes.wire);
+    if (timeline_ != nullptr)
+      timeline_->comm_begin(OverlapTimeline::Kind::copy, epilogue, epilogue);
+    ctx_.device.copy_async(staged, block.data, bytes, epilogue);
+    if (timeline_ != nullptr) timeline_->comm_end(epilogue);
+    buffer_read.record(epilogue);
   }
-  // The offsets from the swap's resident end on, into the gradient swap on the host in the
-  // epilogue's order; it may wait for reads and writes (on a GPU and on the asynchronous CPU
-  // device in a host thread, on the synchronous CPU device in place, as its host tasks run).
-  void add_swapped(const ReducedBlock& block, Stream& epilogue) {
-    ctx_.device.launch_host_task(epilogue, [this, block] {
-      const DType wire = ctx_.layout.modes.wire;
-      const std::size_t cut = target_.resident_end;
-      const auto* staged = static_cast<const char*>(target_.staging);
-      for_each_piece(ctx_, block, staged,
-                     [&](const char* src, std::size_t p, std::size_t begin, std::size_t count) {
-                       const std::size_t flat = ctx_.layout.params[p].flat + begin;
-                       const std::size_t before = flat >= cut ? 0 : std::min(count, cut - flat);
-                       if (before < count) {
-                         target_.swap->add(flat + before, src + before * dtype_size(wire), wire,
-                                           count - before, block.factor);
-                       }
-                     });
-    });
+  // The CPU device: the offsets before the swap's resident end (all of them without a swap)
+  // added by its own kernels, queued on the epilogue.
+  void add_on_device(const ReducedBlock& block, Stream& epilogue) {
+    const std::size_t cut = target_.swap != nullptr ? target_.resident_end : kNone;
+    add_into_shard(ctx_, target_, block, static_cast<const char*>(target_.staging), cut,
+                   ctx_.device, epilogue);
+  }
+  // The offsets from the swap's resident end on, into the gradient swap on the host, in the
+  // blocks' order; it may wait for reads and writes.
+  void add_swapped(const ReducedBlock& block, const char* staged) {
+    const DType wire = ctx_.layout.modes.wire;
+    const std::size_t cut = target_.resident_end;
+    for_each_piece(ctx_, block, staged,
+                   [&](const char* src, std::size_t p, std::size_t begin, std::size_t count) {
+                     const std::size_t flat = ctx_.layout.params[p].flat + begin;
+                     const std::size_t before = flat >= cut ? 0 : std::min(count, cut - flat);
+                     if (before < count) {
+                       target_.swap->add(flat + before, src + before * dtype_size(wire), wire,
+                                         count - before, block.factor);
+                     }
+                   });
   }
 
   const EngineContext ctx_;
   const GradTarget target_;
   OverlapTimeline* timeline_;
+  std::unique_ptr<HostAdds> adds_;  // beside a GPU; null on the CPU device
 };
 
 }  // namespace
@@ -147,7 +211,9 @@ std::unique_ptr<BlockSink> make_block_sink(const EngineContext& context, const G
                                            std::vector<void*> full_grads,
                                            OverlapTimeline* timeline) {
   // Offload first: with the gradient swap the shard in memory may be empty (grad_flat null).
-  if (target.staging != nullptr) return std::make_unique<HostShard>(context, target, timeline);
+  if (target.staging != nullptr) {
+    return std::make_unique<HostShard>(context, target, timeline);
+  }
   if (target.grad_flat == nullptr) {
     return std::make_unique<Replicated>(context, std::move(full_grads));
   }

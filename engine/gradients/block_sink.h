@@ -4,9 +4,11 @@
 //                gradients, in the compute dtype;
 //   owned shard  added (accumulation dtype) into the owned gradient shard by the device;
 //   host shard   optimizer offload: the block copied down to pinned staging, then added into the
-//                owned shard in host memory by the host's kernels (a CPU device of its own on a
-//                GPU) in a host task in the epilogue's order; with the gradient NVMe swap, the
-//                owned offsets from its resident end go to the GradSwap instead.
+//                owned shard in host memory by the host: beside a GPU through a ring of
+//                staging slots, added by a pool of threads (HostAdds) while the next blocks
+//                come down; on the CPU device by its own kernels in the epilogue's order; with
+//                the gradient NVMe swap, the owned offsets from its resident end go to the
+//                GradSwap instead.
 // Each piece of the bucket lands at its parameter's place, scaled by the averaging factor; the
 // first reduction after GradReducer::zero_owned writes onto zeros rather than adding.
 //
@@ -16,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -37,6 +40,9 @@ struct GradTarget {
   DType accum = DType::f32;
   Device* adder = nullptr;
   void* staging = nullptr;
+  std::size_t staging_slots = 1;  // beside a GPU, a ring of slots (HostAdds)
+  std::size_t slot_bytes = 0;     // each slot's
+  int host_threads = 1;           // HostAdds' threads (the CPU optimizer's)
   GradSwap* swap = nullptr;
   std::size_t resident_end = 0;
 };
@@ -54,8 +60,12 @@ struct ReducedBlock {
 class BlockSink {
  public:
   virtual ~BlockSink() = default;
-  virtual void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue) = 0;
-  // The micro-step's reductions are all delivered and the epilogue synchronized.
+  // `added` (may be empty) runs on the host once the block is in the owned shard, in the
+  // blocks' order.
+  virtual void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue,
+                       std::function<void()> added) = 0;
+  // The micro-step's reductions are all delivered and the epilogue synchronized: returns once
+  // every block is in the shard (rethrows a host add's failure).
   virtual void finish() {}
 };
 

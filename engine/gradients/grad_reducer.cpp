@@ -242,11 +242,10 @@ void GradReducer::finish(std::size_t slot) {
   wait_seconds_.add(timer.seconds());
   const int r = modes_.shard_ranks == 1 ? 0 : rank_;
   const char* block = buffer + static_cast<std::size_t>(r) * bucket.block * dtype_size(modes_.wire);
+  std::function<void()> added;
+  if (bucket_added_) added = [this, b = flight.bucket] { bucket_added_(b); };
   sink_->deliver({bucket, r, block, static_cast<float>(post_factor_), owned_zero_pending_},
-                 *buffer_read_[slot], stream);
-  if (bucket_added_) {
-    ctx_.device.launch_host_task(stream, [this, b = flight.bucket] { bucket_added_(b); });
-  }
+                 *buffer_read_[slot], stream, std::move(added));
   flight = {};
 }
 

@@ -22,7 +22,8 @@
 // stream after at pre_backward (so the caller adds into zeroed buffers). What follows a reduction
 // runs on the epilogue stream: the reduction is blocked onto it (an event on NCCL, the host on
 // MPI), then the reduced block is added into the owned shard there, or copied down to pinned memory
-// and added by the CPU in a host task queued there (optimizer offload). So the default stream, and
+// and added by the CPU (optimizer offload: beside a GPU through a ring of pinned slots, added by
+// HostAdds' threads while the next blocks come down; block_sink.h). So the default stream, and
 // through it the caller's, never waits for a reduction, only a bucket buffer's refill waits for the
 // epilogue that read it (an event per buffer); flush() waits for everything on the host. Internal
 // to engine/.

@@ -126,8 +126,12 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
   plan.bucket_count = layout.buckets.empty() ? 0 : config.zero.overlap_comm ? 2 : 1;
   plan.bucket_bytes = bucket_buffer_bytes(m, largest_bucket);
   plan.gather_bytes = largest_gather * static_cast<std::size_t>(m.shard_ranks) * csize;
-  plan.reduce_staging_bytes = m.optimizer_offload ? largest_bucket * dtype_size(m.wire) : 0;
-  plan.param_staging_bytes = m.optimizer_offload || m.param_nvme ? largest_group * csize : 0;
+  plan.reduce_staging_bytes = m.optimizer_offload ? reduce_staging_slots(layout, beside) *
+                                                        largest_bucket * dtype_size(m.wire)
+                                                  : 0;
+  plan.param_staging_bytes = m.optimizer_offload || m.param_nvme
+                                 ? param_staging_buffers(layout, beside) * largest_group * csize
+                                 : 0;
   if (m.speculate) plan.param_staging_bytes = speculation_staging_elements(layout) * csize;
   if (beside && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
 }
@@ -551,6 +555,16 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
 
 bool speculation_places_early(const StateModes& modes) {
   return modes.speculate && modes.stage == 3 && !modes.param_nvme;
+}
+
+std::size_t reduce_staging_slots(const Layout& layout, bool beside) {
+  if (!beside || !layout.modes.optimizer_offload) return 1;
+  return std::clamp<std::size_t>(layout.buckets.size(), 1, kReduceStagingSlots);
+}
+
+std::size_t param_staging_buffers(const Layout& layout, bool beside) {
+  if (!beside || !layout.modes.optimizer_offload) return 1;
+  return std::clamp<std::size_t>(layout.step_groups.size(), 1, kParamStagingBuffers);
 }
 
 std::size_t early_staging_buffers(const Layout& layout) {

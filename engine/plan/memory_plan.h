@@ -26,6 +26,12 @@ inline constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 // The engine's scalar scratch (the norm, the overflow flag, agreement words): one reservation
 // of this many bytes on the device, and on the host beside a GPU with offload.
 inline constexpr std::size_t kScratchBytes = 4096;
+// Optimizer offload beside a GPU: the reduced blocks come down through a ring of this many
+// pinned slots, so a block's copy runs while the host adds the ones before it, and the updated
+// values go up through two staging buffers, so a group's CPU step runs while the group before
+// it goes up (without super_offload, which has staging of its own).
+inline constexpr std::size_t kReduceStagingSlots = 3;
+inline constexpr std::size_t kParamStagingBuffers = 2;
 
 // How the config places the model state.
 struct StateModes {
@@ -132,6 +138,11 @@ bool speculation_places_early(const StateModes& modes);
 // updated values have their own place: group g's block (in elements of the compute dtype)
 // starts at offsets[g], and offsets.back() is the whole (one entry more than there are groups).
 std::size_t early_staging_buffers(const Layout& layout);
+// Optimizer offload: the reduced blocks' slots and the updated values' staging buffers, each
+// of the largest block or group: beside a GPU kReduceStagingSlots and kParamStagingBuffers, no
+// more than there are buckets and step groups; else one.
+std::size_t reduce_staging_slots(const Layout& layout, bool beside);
+std::size_t param_staging_buffers(const Layout& layout, bool beside);
 std::vector<std::size_t> speculation_staging_offsets(const Layout& layout);
 std::size_t largest_step_group(const Layout& layout);  // elements (the block) of the largest
 std::size_t speculation_staging_elements(const Layout& layout);
@@ -202,8 +213,10 @@ struct MemoryPlan {
   std::size_t bucket_bytes = 0;          // one reduction bucket (wire dtype, all ranks' blocks)
   std::size_t bucket_count = 0;          // 2 with overlap_comm, else 1; 0 without buckets
   std::size_t gather_bytes = 0;          // stages 1-2: the all-gather bucket after the step
-  std::size_t reduce_staging_bytes = 0;  // offload: this rank's reduced block, coming down
-  std::size_t param_staging_bytes = 0;   // offload: a step group's updated values, going up
+  std::size_t reduce_staging_bytes = 0;  // offload: this rank's reduced blocks, coming down
+                                         // (kReduceStagingSlots of the largest beside a GPU)
+  std::size_t param_staging_bytes = 0;   // offload: step groups' updated values, going up
+                                         // (kParamStagingBuffers of the largest beside a GPU)
                                          // (with speculation, every group's, one after another)
   std::size_t swap_slot_bytes = 0;       // optimizer NVMe: one buffer of the largest group's region
   std::size_t swap_slots = 0;            // offload_optimizer.buffer_count (with NVMe)

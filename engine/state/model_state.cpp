@@ -210,6 +210,9 @@ GradTarget ModelState::reduce_target(void* reduce_staging) {
   target.accum = modes_.accum;
   target.adder = modes_.optimizer_offload ? &state_device() : &ctx_.device;
   target.staging = modes_.optimizer_offload ? reduce_staging : nullptr;
+  // Beside a GPU a ring of slots (the plan's), else one.
+  target.staging_slots = reduce_staging_slots(ctx_.layout, ctx_.device.offload_beside());
+  target.slot_bytes = plan_.reduce_staging_bytes / target.staging_slots;
   target.swap = grad_swap_.get();
   target.resident_end = ctx_.layout.resident_end;
   return target;

@@ -9,6 +9,8 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "device/host_kernels.h"
+#include "device/trace.h"
+#include "engine/gradients/host_sums.h"
 #include "optim/schedule.h"
 
 namespace zero::engine {
@@ -39,6 +41,12 @@ Stepper::Stepper(const EngineContext& context, ModelState& state, GradReducer& r
       rank_(context.shards().rank()),
       staging_read_(context.device.create_event()),
       seed_(seed) {
+  // Beside a GPU the updated values go up through the plan's staging buffers in turn, each
+  // group's CPU step waiting only for the copies out of its buffer.
+  const std::size_t buffers = param_staging_buffers(ctx_.layout, ctx_.device.offload_beside());
+  for (std::size_t b = 1; b < buffers; ++b) {
+    more_staging_reads_.push_back(ctx_.device.create_event());
+  }
   if (ctx_.config.precision == config::Precision::fp16) {
     scaler_ = LossScaler::from_config(ctx_.config.fp16);
   }
@@ -55,6 +63,7 @@ void Stepper::create_optimizer(int cpu_threads) {
   } else {
     optim::CpuOptimizerOptions cpu;
     cpu.threads = cpu_threads > 0 ? cpu_threads : 1;
+    host_threads_ = cpu.threads;
     if (modes_.speculate) {
       // super_offload: the optimizer's share of the cores (cpuadam_cores_perc), the rest left
       // to the backward it runs beside.
@@ -192,6 +201,16 @@ double Stepper::grad_norm(const GradPartials* partials) {
     });
     total += swap->sum_squares();
     d.fill(sum, DType::f32, 1, static_cast<float>(total), stream);
+  } else if (modes_.optimizer_offload && d.type() == DeviceType::cpu) {
+    // The shard in host memory, over the optimizer's threads: the bits the device's sums below
+    // give (each region's double sum added to the float accumulator).
+    TraceSpan span(ctx_.device.trace(), "host", "norm");
+    stream.synchronize();
+    float total = 0.0f;
+    for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
+      total = static_cast<float>(total + parallel_sum_squares(data, dtype, count, host_threads_));
+    });
+    d.fill(sum, DType::f32, 1, total, stream);
   } else {
     d.fill(sum, DType::f32, 1, 0.0f, stream);
     for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
@@ -336,22 +355,33 @@ void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all
   Stream& state_stream = state_.state_device().default_stream();
   Stream& step_stream = modes_.optimizer_offload ? state_stream : stream;
   Timer timer;
-  // The CPU writes the staging the previous group's copies may still read on the device.
-  if (modes_.optimizer_offload) staging_read_->synchronize();
+  // The CPU writes the staging buffer the copies of the group before last that used it may
+  // still read on the device.
+  Event& staging_read = staging_read_of(group);
+  if (modes_.optimizer_offload) {
+    TraceSpan span(ctx_.device.trace(), "host", "wait staging");
+    staging_read.synchronize();
+  }
   if (!stepped) {
+    TraceSpan span(ctx_.device.trace(), "host", "optimizer");
     optimizer_->step(pieces(group, all, where, out), hyper, step_stream);
     if (ctx_.config.wall_clock_breakdown || modes_.optimizer_offload) step_stream.synchronize();
     optimizer_seconds_.add(timer.seconds());
   }
 
   if (!placed) place(group, all, where, out, stream);
-  if (modes_.optimizer_offload) staging_read_->record(stream);
+  if (modes_.optimizer_offload) staging_read.record(stream);
   if (swap_in) {
     stream.synchronize();  // the copies above read the buffer the write takes
     state_.swap()->release(group - layout.resident_groups);
     if (grad_swap != nullptr) grad_swap->release(group - layout.resident_groups);
   }
   if (modes_.stage == 1 || modes_.stage == 2) all_gather_group(group);
+}
+
+Event& Stepper::staging_read_of(std::size_t group) {
+  const std::size_t buffer = group % (1 + more_staging_reads_.size());
+  return buffer == 0 ? *staging_read_ : *more_staging_reads_[buffer - 1];
 }
 
 char* Stepper::all_gather_block(std::size_t group) {
@@ -367,8 +397,11 @@ char* Stepper::out_of(std::size_t group) {
   if (speculation_ != nullptr) {
     if (char* own = speculation_->own_out(group); own != nullptr) return own;
   }
-  if (modes_.optimizer_offload || modes_.param_nvme)
-    return static_cast<char*>(state_.param_staging());
+  if (modes_.optimizer_offload || modes_.param_nvme) {
+    const std::size_t buffer = group % (1 + more_staging_reads_.size());
+    return static_cast<char*>(state_.param_staging()) +
+           buffer * largest_step_group(ctx_.layout) * dtype_size(modes_.compute);
+  }
   if (modes_.stage == 1 || modes_.stage == 2) return all_gather_block(group);
   return nullptr;
 }

@@ -6,7 +6,8 @@
 // function per placement: the all-gather bucket and back into the replicated copies (stages
 // 1-2), the replicated copy in place (stage 0), the compute shards in memory or assembled on
 // NVMe (stage 3), through the pinned staging when the optimizer runs on the CPU (a group's
-// CPU step waits for the copies of the previous group's values out of it).
+// CPU step waits for the copies of the values out of its buffer: beside a GPU two buffers in
+// turn, so a group's step runs while the group before it goes up).
 //
 // With super_offload (modes.speculate) the groups are stepped during the boundary's backward
 // (speculation.h), and the verdict here keeps those steps or has them undone and steps again:
@@ -124,6 +125,7 @@ class Stepper final : private StepGroups {
   // nowhere common (null: in place).
   char* out_of(std::size_t group) override;
   char* all_gather_block(std::size_t group);
+  Event& staging_read_of(std::size_t group);
   // The updated values the optimizer did not write in place, to where they live: one
   // function per placement.
   void place(std::size_t group, const std::vector<optim::Slice>& all, const GroupState& where,
@@ -144,10 +146,14 @@ class Stepper final : private StepGroups {
   // Optimizer offload: recorded on the device's stream after the copies out of the pinned
   // staging (place()); the host waits for it before the CPU optimizer writes the staging again.
   std::unique_ptr<Event> staging_read_;
+  // Beside a GPU, the second staging buffer's (kParamStagingBuffers): group g uses buffer
+  // g % buffers, whose event is staging_read_of(g).
+  std::vector<std::unique_ptr<Event>> more_staging_reads_;
   LossScaler scaler_ = LossScaler::fixed(1.0);
   std::int64_t global_steps_ = 0;
   std::int64_t optimizer_steps_ = 0;  // not skipped: the optimizer's and the schedule's count
   std::uint64_t seed_;
+  int host_threads_ = 1;               // the CPU optimizer's threads (the host norm's)
   std::optional<double> lr_override_;  // set_learning_rate's
   SecondsSum optimizer_seconds_, allgather_seconds_;
   // super_offload (null without it); last: its worker ends before the rest goes.
