@@ -6,6 +6,7 @@
 //   zero-bench offload PATH     the NVMe-offloaded optimizer step against its I/O and its Adam
 //   zero-bench checkpoint PATH  a GPT-2-sized checkpoint: save, load, inspect and export
 //   zero-bench speculate        super_offload's overlapped step against the step after backward
+//   zero-bench offload-step     the offloaded step on the timed CPU device against its floor
 //   zero-bench blas             the CPU layers' BLAS: what runs, and GFLOP/s of a GPT-2 block's
 //                               products
 #include <exception>
@@ -20,6 +21,7 @@
 #include "tools/zero-bench/bench_checkpoint.h"
 #include "tools/zero-bench/bench_comm.h"
 #include "tools/zero-bench/bench_offload.h"
+#include "tools/zero-bench/bench_offload_step.h"
 #include "tools/zero-bench/bench_speculate.h"
 
 namespace {
@@ -48,6 +50,8 @@ int main(int argc, char** argv) {
   CLI::App* checkpoint_command = zero::bench::add_checkpoint_command(app, checkpoint_options);
   zero::bench::SpeculateBenchOptions speculate_options;
   CLI::App* speculate_command = zero::bench::add_speculate_command(app, speculate_options);
+  zero::bench::OffloadStepBenchOptions offload_step_options;
+  CLI::App* offload_step_command = zero::bench::add_offload_step_command(app, offload_step_options);
   zero::bench::BlasBenchOptions blas_options;
   CLI::App* blas_command = zero::bench::add_blas_command(app, blas_options);
 
@@ -64,6 +68,7 @@ int main(int argc, char** argv) {
     if (*offload_command) return zero::bench::run_offload_bench(offload_options);
     if (*checkpoint_command) return zero::bench::run_checkpoint_bench(checkpoint_options);
     if (*speculate_command) return zero::bench::run_speculate_bench(speculate_options);
+    if (*offload_step_command) return zero::bench::run_offload_step_bench(offload_step_options);
     if (*blas_command) return zero::bench::run_blas_bench(blas_options);
     return kUsage;
   } catch (const zero::Error& error) {

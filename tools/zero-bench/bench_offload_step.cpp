@@ -1,0 +1,317 @@
+#include "tools/zero-bench/bench_offload_step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "comm/backends.h"
+#include "config/config.h"
+#include "device/device.h"
+#include "device/trace.h"
+#include "engine/engine.h"
+#include "optim/optimizer.h"
+#include "tools/zero-bench/bench_stats.h"
+
+namespace zero::bench {
+namespace {
+
+constexpr const char* kComputeLane = "compute";
+
+// One mode's figures for its median step, in seconds, and the trace of its last step.
+struct StepFigures {
+  double step = 0;     // first pre_forward to the end of the engine's step
+  double call = 0;     // the engine's step call
+  double compute = 0;  // the stand-in's tasks on the compute stream
+  double d2h = 0;      // the link's busy time, device to host
+  double h2d = 0;      // host to device
+  double adds = 0;     // the engine's host adds of reduced gradients
+  std::vector<Trace::Span> spans;
+};
+
+std::string offload_step_config(const OffloadStepBenchOptions& o, const std::string& mode,
+                                std::size_t bucket) {
+  const bool pinned = mode != "default";
+  const bool speculate = mode == "super_offload";
+  return fmt::format(R"({{
+    "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": {},
+    "steps_per_print": 1000000, "bf16": {{"enabled": true}},
+    "optimizer": {{"type": "AdamW", "params": {{"lr": 1e-4}}}},
+    "zero_optimization": {{"stage": 3, "sub_group_size": {}, "reduce_bucket_size": {},
+      "allgather_bucket_size": {}, "stage3_prefetch_bucket_size": {}, "overlap_comm": true,
+      "offload_optimizer": {{"device": "cpu", "pin_memory": {}, "super_offload": {}}}}}}})",
+                     o.accumulation, bucket, bucket, bucket, bucket, pinned ? "true" : "false",
+                     speculate ? "true" : "false");
+}
+
+// The CPU optimizer's step over `n` elements alone, as the engine's offloaded step runs it:
+// AdamW, fp32 masters, gradients and moments, a bf16 copy-out; the median of 3 after a warm-up.
+double optimizer_alone(std::size_t n, int threads) {
+  auto device = create_cpu_device();
+  std::vector<void*> blocks(5);
+  for (auto*& b : blocks) {
+    b = device->reserve(Tier::host, n * 4);
+    std::memset(b, 0, n * 4);
+  }
+  optim::OptimizerSpec spec;
+  spec.type = optim::OptimizerType::adamw;
+  auto optimizer =
+      optim::create_cpu_optimizer(spec, optim::Formats{}, {threads, std::nullopt, false});
+  const optim::Slice slice{static_cast<float*>(blocks[0]),
+                           blocks[1],
+                           {blocks[2], blocks[3]},
+                           blocks[4],
+                           n,
+                           0.01,
+                           1.0,
+                           0};
+  std::vector<double> times;
+  optim::StepHyper hyper;
+  for (int r = 0; r < 4; ++r) {
+    hyper.step = r + 1;
+    Timer timer;
+    optimizer->step({&slice, 1}, hyper, device->default_stream());
+    if (r > 0) times.push_back(timer.seconds());
+  }
+  for (auto* b : blocks) device->unreserve(Tier::host, b, n * 4);
+  return median(times);
+}
+
+// The busy seconds of `spans` named `name` (on `lane` where given).
+double busy(const std::vector<Trace::Span>& spans, const std::string& name,
+            const std::string& lane = "") {
+  double ms = 0;
+  for (const auto& s : spans) {
+    if (s.name == name && (lane.empty() || s.lane == lane)) ms += s.end_ms - s.begin_ms;
+  }
+  return ms / 1e3;
+}
+
+// Runs `seconds` on `stream` as a GPU's kernel would (the host goes on), traced as compute.
+void compute_task(Device& device, Stream& stream, double seconds, const char* name) {
+  device.launch_host_task(stream, [&device, seconds, name] {
+    const auto begin = Trace::Clock::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    device.trace()->record(kComputeLane, name, begin, Trace::Clock::now());
+  });
+}
+
+StepFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode, double compute,
+                     const SimulatedLink& link) {
+  const auto per_module = static_cast<std::size_t>(o.params / o.modules);
+  auto made = create_timed_cpu_device(link);
+  Device& device = *made;
+  Trace& trace = *device.trace();
+  comm::CommOptions comm_options;
+  comm_options.device = made.get();
+  auto comm = comm::make_local_communicator(comm_options);
+  engine::EngineOptions engine_options;
+  engine_options.optimizer_threads = o.threads;
+  const auto bucket = o.bucket > 0 ? static_cast<std::size_t>(o.bucket) : per_module;
+  engine::Engine engine(config::read_config_text(offload_step_config(o, mode, bucket), {}),
+                        std::move(made), std::move(comm), engine_options);
+  for (int m = 0; m < o.modules; ++m) {
+    const std::size_t module = engine.add_module(fmt::format("block{}", m));
+    engine.add_param(fmt::format("block{}.weight", m), {static_cast<std::int64_t>(per_module)},
+                     true, 0, {module});
+  }
+  engine.init();
+  auto stream = device.create_stream();
+  const double forward = compute / 3 / o.modules;
+  const double backward = 2 * compute / 3 / o.modules;
+  std::vector<double> steps, calls;
+  std::vector<StepFigures> each;
+  trace.enable(true);
+  for (int s = 0; s < o.steps; ++s) {
+    trace.take();
+    Timer whole;
+    double call_seconds = 0;
+    for (int micro = 0; micro < o.accumulation; ++micro) {
+      for (int m = 0; m < o.modules; ++m) {
+        engine.pre_forward(static_cast<std::size_t>(m), stream.get());
+        compute_task(device, *stream, forward, "forward");
+        engine.post_forward(static_cast<std::size_t>(m), stream.get());
+      }
+      for (int m = o.modules - 1; m >= 0; --m) {
+        engine.pre_backward(static_cast<std::size_t>(m), stream.get());
+        compute_task(device, *stream, backward, "backward");
+        engine.post_backward(static_cast<std::size_t>(m), stream.get());
+      }
+      Timer call;
+      engine.step();
+      call_seconds += call.seconds();
+    }
+    stream->synchronize();
+    if (s == 0) continue;  // warm-up
+    StepFigures f;
+    f.step = whole.seconds();
+    f.call = call_seconds;
+    f.spans = trace.take();
+    f.compute = busy(f.spans, "forward", kComputeLane) + busy(f.spans, "backward", kComputeLane);
+    f.d2h = busy(f.spans, "d2h");
+    f.h2d = busy(f.spans, "h2d");
+    f.adds = busy(f.spans, "add");
+    each.push_back(std::move(f));
+  }
+  trace.enable(false);
+  std::sort(each.begin(), each.end(),
+            [](const StepFigures& a, const StepFigures& b) { return a.step < b.step; });
+  return std::move(each[each.size() / 2]);
+}
+
+// The spans as a Chrome trace (chrome://tracing, Perfetto): one row per lane.
+void write_chrome_trace(const std::string& path, const std::vector<Trace::Span>& spans) {
+  std::map<std::string, int> lanes;
+  nlohmann::json events = nlohmann::json::array();
+  const double origin = spans.empty() ? 0.0 : spans.front().begin_ms;
+  double first = origin;
+  for (const auto& s : spans) first = std::min(first, s.begin_ms);
+  for (const auto& s : spans) {
+    const auto [it, added] = lanes.emplace(s.lane, static_cast<int>(lanes.size()));
+    if (added) {
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", 0},
+                        {"tid", it->second},
+                        {"args", {{"name", s.lane}}}});
+    }
+    events.push_back({{"ph", "X"},
+                      {"name", s.name},
+                      {"pid", 0},
+                      {"tid", it->second},
+                      {"ts", (s.begin_ms - first) * 1e3},
+                      {"dur", (s.end_ms - s.begin_ms) * 1e3},
+                      {"args", {{"bytes", s.bytes}}}});
+  }
+  std::ofstream out(path);
+  if (!out) throw make_error(ErrorCategory::io, "--trace {}: cannot write the file", path);
+  out << nlohmann::json{{"traceEvents", events}}.dump() << "\n";
+}
+
+std::vector<std::string> split_modes(const std::string& text) {
+  std::vector<std::string> modes;
+  std::stringstream in(text);
+  for (std::string mode; std::getline(in, mode, ',');) {
+    if (mode != "default" && mode != "pinned" && mode != "super_offload") {
+      throw make_error(ErrorCategory::usage,
+                       "--modes: '{}' is not a mode; use default (offload_optimizer as a "
+                       "DeepSpeed config gives it, pageable), pinned (pin_memory) or "
+                       "super_offload (pinned and super_offload)",
+                       mode);
+    }
+    modes.push_back(mode);
+  }
+  if (modes.empty()) throw make_error(ErrorCategory::usage, "--modes: name at least one mode");
+  return modes;
+}
+
+}  // namespace
+
+CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& options) {
+  CLI::App* command = app.add_subcommand(
+      "offload-step",
+      "The optimizer-offloaded step on the timed CPU device (a GPU's copies and kernels, this "
+      "machine's CPU optimizer) against its floor, max(compute, CPU optimizer, each link "
+      "direction) (target: step <= 1.2 x floor)");
+  command->add_option("--params", options.params, "Trainable elements (default 40e6)");
+  command->add_option("--modules", options.modules, "Modules, one parameter each (default 16)");
+  command->add_option("--bucket", options.bucket,
+                      "Elements per reduction bucket and step group; default one module's");
+  command->add_option("--compute-ms", options.compute_ms,
+                      "Forward + backward stand-in per micro-step, ms (default 0.45 x the CPU "
+                      "optimizer's step, measured first)");
+  command->add_option("--link-gbps", options.link_gbps,
+                      "The simulated PCIe link, each direction, GB/s (default: one direction's "
+                      "bytes in 0.2 x the CPU optimizer's step)");
+  command->add_option("--kernel-gbps", options.kernel_gbps,
+                      "The simulated device memory's bandwidth, GB/s (default 2500)");
+  command->add_option("--threads", options.threads, "CPU optimizer threads (default 2)");
+  command->add_option("--accumulation", options.accumulation,
+                      "gradient_accumulation_steps (default 1)");
+  command->add_option("--steps", options.steps,
+                      "Steps per mode; the first is a warm-up (default 4)");
+  command->add_option("--modes", options.modes,
+                      "Comma-separated: default (pageable), pinned, super_offload (default "
+                      "default,super_offload)");
+  command->add_option("--trace", options.trace,
+                      "Write the last mode's median step as a Chrome trace to FILE");
+  command->add_option("--json", options.json, "Append one JSON line per mode to FILE");
+  return command;
+}
+
+int run_offload_step_bench(const OffloadStepBenchOptions& o) {
+  if (o.params < o.modules || o.modules < 1 || o.steps < 2 || o.threads < 1 || o.compute_ms < 0 ||
+      o.link_gbps < 0 || o.kernel_gbps <= 0 || o.accumulation < 1) {
+    throw make_error(ErrorCategory::usage,
+                     "--params must be at least --modules, --modules, --threads and "
+                     "--accumulation positive, --steps at least 2, --kernel-gbps positive and "
+                     "--compute-ms and --link-gbps not negative");
+  }
+  const std::vector<std::string> modes = split_modes(o.modes);
+  const auto n = static_cast<std::size_t>(o.params / o.modules) * o.modules;
+  const double adam = optimizer_alone(n, o.threads);
+  const double compute = o.compute_ms > 0 ? o.compute_ms / 1e3 : 0.45 * adam;
+  const double bytes = 2.0 * static_cast<double>(n);  // bf16 each way
+  SimulatedLink link;
+  link.kernel_gbps = o.kernel_gbps;
+  link.move_data = false;  // the host's cores for the host's work, as beside a GPU
+  link.h2d_gbps = link.d2h_gbps = o.link_gbps > 0 ? o.link_gbps : bytes / (0.2 * adam) / 1e9;
+  const double down = o.accumulation * bytes / (link.d2h_gbps * 1e9);
+  const double up = bytes / (link.h2d_gbps * 1e9);
+  const double floor = std::max({o.accumulation * compute, adam, down, up});
+  std::cout << fmt::format(
+      "zero-bench offload-step: {} elements in {} modules, stage 3, bf16, AdamW on {} CPU "
+      "thread(s), gradient accumulation {}; timed device: link {:.2f} GB/s each way, device "
+      "memory {:.0f} GB/s\n  compute {:.1f} ms, CPU optimizer alone {:.1f} ms, gradients down "
+      "{:.1f} ms, parameters up {:.1f} ms: floor {:.1f} ms\n",
+      n, o.modules, o.threads, o.accumulation, link.d2h_gbps, link.kernel_gbps,
+      o.accumulation * compute * 1e3, adam * 1e3, down * 1e3, up * 1e3, floor * 1e3);
+  std::vector<Trace::Span> last;
+  for (const std::string& mode : modes) {
+    StepFigures f = run_mode(o, mode, compute, link);
+    std::cout << fmt::format(
+        "  {:<14} step {:8.1f} ms = {:.3f} x floor | compute {:7.1f}, link down {:6.1f} up "
+        "{:6.1f}, host adds {:6.1f}, engine step call {:7.1f} ms\n",
+        mode, f.step * 1e3, f.step / floor, f.compute * 1e3, f.d2h * 1e3, f.h2d * 1e3, f.adds * 1e3,
+        f.call * 1e3);
+    if (!o.json.empty()) {
+      const nlohmann::json line = {{"bench", "offload-step"},
+                                   {"mode", mode},
+                                   {"params", n},
+                                   {"modules", o.modules},
+                                   {"threads", o.threads},
+                                   {"accumulation", o.accumulation},
+                                   {"link_gbps", link.d2h_gbps},
+                                   {"compute_ms", o.accumulation * compute * 1e3},
+                                   {"optimizer_alone_ms", adam * 1e3},
+                                   {"down_ms", down * 1e3},
+                                   {"up_ms", up * 1e3},
+                                   {"floor_ms", floor * 1e3},
+                                   {"step_ms", f.step * 1e3},
+                                   {"ratio", f.step / floor},
+                                   {"compute_busy_ms", f.compute * 1e3},
+                                   {"d2h_busy_ms", f.d2h * 1e3},
+                                   {"h2d_busy_ms", f.h2d * 1e3},
+                                   {"adds_ms", f.adds * 1e3},
+                                   {"step_call_ms", f.call * 1e3}};
+      std::ofstream(o.json, std::ios::app) << line.dump() << "\n";
+    }
+    last = std::move(f.spans);
+  }
+  if (!o.trace.empty()) write_chrome_trace(o.trace, last);
+  return 0;
+}
+
+}  // namespace zero::bench
