@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "device/host_kernels.h"
 #include "engine/gradients/host_adds.h"
 
 namespace zero::engine {
@@ -55,20 +54,30 @@ class Replicated final : public BlockSink {
   std::vector<void*> grads_;  // per parameter
 };
 
-// Added into `grad_flat` (the owned shard, accum dtype) by `adder` on `on`, from `data`.
+// Added into `grad_flat` (the owned shard, accum dtype) by `adder` on `on`, from `data`: the
+// offsets before `before_offset`, and of each piece the `part`-th of `parts` element ranges
+// (HostAdds' threads split a block so).
 void add_into_shard(const EngineContext& ctx, const GradTarget& target, const ReducedBlock& block,
-                    const char* data, std::size_t before_offset, Device& adder, Stream& on) {
+                    const char* data, std::size_t before_offset, Device& adder, Stream& on,
+                    int part = 0, int parts = 1) {
   const DType wire = ctx.layout.modes.wire;
+  const std::size_t wsize = dtype_size(wire);
+  const std::size_t asize = dtype_size(target.accum);
+  const auto k = static_cast<std::size_t>(part);
+  const auto of = static_cast<std::size_t>(parts);
   for_each_piece(
       ctx, block, data, [&](const char* src, std::size_t p, std::size_t begin, std::size_t count) {
         const std::size_t flat = ctx.layout.params[p].flat + begin;
         const std::size_t n = flat >= before_offset ? 0 : std::min(count, before_offset - flat);
-        if (n == 0) return;
-        char* dst = static_cast<char*>(target.grad_flat) + flat * dtype_size(target.accum);
+        const std::size_t lo = n * k / of;
+        const std::size_t hi = n * (k + 1) / of;
+        if (hi == lo) return;
+        const char* from = src + lo * wsize;
+        char* to = static_cast<char*>(target.grad_flat) + (flat + lo) * asize;
         if (block.onto_zero) {
-          adder.accumulate_onto_zero(src, wire, dst, target.accum, n, block.factor, on);
+          adder.accumulate_onto_zero(from, wire, to, target.accum, hi - lo, block.factor, on);
         } else {
-          adder.accumulate(src, wire, dst, target.accum, n, block.factor, on);
+          adder.accumulate(from, wire, to, target.accum, hi - lo, block.factor, on);
         }
       });
 }
@@ -89,31 +98,6 @@ class OwnedShard final : public BlockSink {
   const EngineContext ctx_;
   const GradTarget target_;
 };
-
-// The k-th of `parts` element ranges of each piece of `block` (staged at `data`) before
-// `before_offset` of the owned shard, added into it on the calling thread.
-void add_part_on_host(const EngineContext& ctx, const GradTarget& target, const ReducedBlock& block,
-                      const char* data, std::size_t before_offset, int k, int parts) {
-  const DType wire = ctx.layout.modes.wire;
-  const std::size_t wsize = dtype_size(wire);
-  const std::size_t asize = dtype_size(target.accum);
-  for_each_piece(
-      ctx, block, data, [&](const char* src, std::size_t p, std::size_t begin, std::size_t count) {
-        const std::size_t flat = ctx.layout.params[p].flat + begin;
-        const std::size_t n = flat >= before_offset ? 0 : std::min(count, before_offset - flat);
-        const std::size_t lo = n * static_cast<std::size_t>(k) / static_cast<std::size_t>(parts);
-        const std::size_t hi =
-            n * static_cast<std::size_t>(k + 1) / static_cast<std::size_t>(parts);
-        if (hi == lo) return;
-        const char* from = src + lo * wsize;
-        char* to = static_cast<char*>(target.grad_flat) + (flat + lo) * asize;
-        if (block.onto_zero) {
-          host::accumulate_onto_zero(from, wire, to, target.accum, hi - lo, block.factor);
-        } else {
-          host::accumulate(from, wire, to, target.accum, hi - lo, block.factor);
-        }
-      });
-}
 
 // Optimizer offload: down to pinned staging, added on the host; the swapped part to the
 // gradient swap. Beside a GPU (the adder a CPU device of its own) through the ring of slots,
@@ -154,7 +138,10 @@ class HostShard final : public BlockSink {
       adds_->submit(
           slot,
           [this, block, staged, cut](int k, int parts) {
-            add_part_on_host(ctx_, target_, block, staged, cut, k, parts);
+            // The adder is a synchronous CPU device: its kernels run on the calling thread.
+            Device& adder = *target_.adder;
+            add_into_shard(ctx_, target_, block, staged, cut, adder, adder.default_stream(), k,
+                           parts);
           },
           [this, block, staged, added] {
             if (target_.swap != nullptr) add_swapped(block, staged);
