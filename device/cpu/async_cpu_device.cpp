@@ -130,20 +130,6 @@ class AsyncCpuDevice final : public Device {
     if (clock_) clock_->reserved(base, bytes, tier);
     return base;
   }
-  void* reserve_untimed(Tier tier, std::size_t bytes) {
-    switch (tier) {
-      case Tier::pinned:
-        return host_memory::map_pinned(bytes);
-      case Tier::device:
-        return guarded_ ? memory_.reserve(bytes) : host_memory::map(bytes, tier);
-      case Tier::host:
-        return host_memory::map(bytes, tier);
-      case Tier::nvme:
-        break;
-    }
-    throw Error(ErrorCategory::usage,
-                "Device::reserve: the nvme tier is file space, not memory; use an nvme arena");
-  }
 
   // Like cudaFree, waits for the work queued so far: it may still use the memory.
   void unreserve(Tier tier, void* base, std::size_t bytes) noexcept override {
@@ -292,6 +278,21 @@ class AsyncCpuDevice final : public Device {
   }
 
  private:
+  void* reserve_untimed(Tier tier, std::size_t bytes) {
+    switch (tier) {
+      case Tier::pinned:
+        return host_memory::map_pinned(bytes);
+      case Tier::device:
+        return guarded_ ? memory_.reserve(bytes) : host_memory::map(bytes, tier);
+      case Tier::host:
+        return host_memory::map(bytes, tier);
+      case Tier::nvme:
+        break;
+    }
+    throw Error(ErrorCategory::usage,
+                "Device::reserve: the nvme tier is file space, not memory; use an nvme arena");
+  }
+
   cpu::LinkClock::Cost kernel_cost(std::size_t bytes) const {
     return clock_ ? clock_->kernel(bytes) : cpu::LinkClock::Cost{};
   }
