@@ -7,7 +7,6 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -131,7 +130,6 @@ StepFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode, 
   auto stream = device.create_stream();
   const double forward = compute / 3 / o.modules;
   const double backward = 2 * compute / 3 / o.modules;
-  std::vector<double> steps, calls;
   std::vector<StepFigures> each;
   trace.enable(true);
   for (int s = 0; s < o.steps; ++s) {
@@ -200,23 +198,6 @@ void write_chrome_trace(const std::string& path, const std::vector<Trace::Span>&
   out << nlohmann::json{{"traceEvents", events}}.dump() << "\n";
 }
 
-std::vector<std::string> split_modes(const std::string& text) {
-  std::vector<std::string> modes;
-  std::stringstream in(text);
-  for (std::string mode; std::getline(in, mode, ',');) {
-    if (mode != "default" && mode != "pinned" && mode != "super_offload") {
-      throw make_error(ErrorCategory::usage,
-                       "--modes: '{}' is not a mode; use default (offload_optimizer as a "
-                       "DeepSpeed config gives it, pageable), pinned (pin_memory) or "
-                       "super_offload (pinned and super_offload)",
-                       mode);
-    }
-    modes.push_back(mode);
-  }
-  if (modes.empty()) throw make_error(ErrorCategory::usage, "--modes: name at least one mode");
-  return modes;
-}
-
 }  // namespace
 
 CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& options) {
@@ -242,9 +223,13 @@ CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& optio
                       "gradient_accumulation_steps (default 1)");
   command->add_option("--steps", options.steps,
                       "Steps per mode; the first is a warm-up (default 4)");
-  command->add_option("--modes", options.modes,
-                      "Comma-separated: default (pageable), pinned, super_offload (default "
-                      "default,super_offload)");
+  command
+      ->add_option("--modes", options.modes,
+                   "Comma-separated: default (offload_optimizer as a DeepSpeed config gives it, "
+                   "pageable), pinned (pin_memory), super_offload (pinned and super_offload); "
+                   "default: default,super_offload")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"default", "pinned", "super_offload"}));
   command->add_option("--trace", options.trace,
                       "Write the last mode's median step as a Chrome trace to FILE");
   command->add_option("--json", options.json, "Append one JSON line per mode to FILE");
@@ -259,7 +244,6 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
                      "--accumulation positive, --steps at least 2, --kernel-gbps positive and "
                      "--compute-ms and --link-gbps not negative");
   }
-  const std::vector<std::string> modes = split_modes(o.modes);
   const auto n = static_cast<std::size_t>(o.params / o.modules) * o.modules;
   const double adam = optimizer_alone(n, o.threads);
   const double compute = o.compute_ms > 0 ? o.compute_ms / 1e3 : 0.45 * adam;
@@ -279,7 +263,7 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
       n, o.modules, o.threads, o.accumulation, link.d2h_gbps, link.kernel_gbps,
       o.accumulation * compute * 1e3, adam * 1e3, down * 1e3, up * 1e3, floor * 1e3);
   std::vector<Trace::Span> last;
-  for (const std::string& mode : modes) {
+  for (const std::string& mode : o.modes) {
     StepFigures f = run_mode(o, mode, compute, link);
     std::cout << fmt::format(
         "  {:<14} step {:8.1f} ms = {:.3f} x floor | compute {:7.1f}, link down {:6.1f} up "
