@@ -116,6 +116,11 @@ class HostShard final : public BlockSink {
 
   void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue,
                std::function<void()> added) override {
+    if (adds_ != nullptr && block.onto_zero && target_.device_block != nullptr) {
+      deliver_direct(block, buffer_read, epilogue, std::move(added));
+      return;
+    }
+    host_blocks_ += 1;
     if (adds_ == nullptr) {
       copy_down(block, static_cast<char*>(target_.staging), buffer_read, epilogue);
       add_on_device(block, epilogue);
@@ -153,8 +158,67 @@ class HostShard final : public BlockSink {
     if (adds_ != nullptr) adds_->drain();
     if (target_.swap != nullptr) target_.swap->finish_adds();
   }
+  bool direct() const noexcept override {
+    return adds_ != nullptr && target_.device_block != nullptr;
+  }
+  void owned_zeroed() noexcept override { direct_blocks_ = host_blocks_ = 0; }
+  std::optional<DeviceGradSums> device_sums() const override {
+    const std::size_t buckets = ctx_.layout.buckets.size();
+    if (host_blocks_ != 0 || direct_blocks_ != buckets) return std::nullopt;
+    return DeviceGradSums{target_.block_sums, buckets, target_.block_sums + buckets};
+  }
 
  private:
+  // direct_reduce (memory_plan.h): onto zeros, so no host arithmetic is left. The block cast to
+  // the accumulation dtype and scaled on the device (the bits the host's add onto zeros gives),
+  // its sum of squares and non-finite flag taken there, then copied piece by piece (runs
+  // contiguous in both merged) straight into the owned shard in host memory.
+  void deliver_direct(const ReducedBlock& block, Event& buffer_read, Stream& epilogue,
+                      std::function<void()> added) {
+    Device& d = ctx_.device;
+    const DType accum = target_.accum;
+    const std::size_t asize = dtype_size(accum);
+    const std::size_t n = block.bucket.block;
+    char* cast = static_cast<char*>(target_.device_block);
+    d.accumulate_onto_zero(block.data, ctx_.layout.modes.wire, cast, accum, n, block.factor,
+                           epilogue);
+    buffer_read.record(epilogue);
+    const std::size_t buckets = ctx_.layout.buckets.size();
+    float* flag = target_.block_sums + buckets;
+    if (direct_blocks_ == 0) d.fill(flag, DType::f32, 1, 0.0f, epilogue);
+    float* squares = target_.block_sums + block.index;
+    d.fill(squares, DType::f32, 1, 0.0f, epilogue);
+    d.sum_squares(cast, accum, n, squares, epilogue);
+    d.check_finite(cast, accum, n, flag, epilogue);
+    if (timeline_ != nullptr)
+      timeline_->comm_begin(OverlapTimeline::Kind::copy, epilogue, epilogue);
+    char* shard = static_cast<char*>(target_.grad_flat);
+    std::size_t run_src = 0, run_dst = 0, run_count = 0;
+    const auto copy_run = [&] {
+      if (run_count != 0) {
+        d.copy_async(shard + run_dst * asize, cast + run_src * asize, run_count * asize, epilogue);
+      }
+    };
+    for (const BucketPiece& piece : block.bucket.pieces) {
+      const std::size_t p = ctx_.layout.trainable[piece.param];
+      const std::size_t src = piece.offset;
+      const std::size_t dst = ctx_.layout.params[p].flat + piece.begin;
+      const std::size_t count = piece.end - piece.begin;
+      if (run_count != 0 && src == run_src + run_count && dst == run_dst + run_count) {
+        run_count += count;
+        continue;
+      }
+      copy_run();
+      run_src = src;
+      run_dst = dst;
+      run_count = count;
+    }
+    copy_run();
+    if (timeline_ != nullptr) timeline_->comm_end(epilogue);
+    announce(d, epilogue, std::move(added));
+    direct_blocks_ += 1;
+  }
+
   void copy_down(const ReducedBlock& block, char* staged, Event& buffer_read, Stream& epilogue) {
     const std::size_t bytes = block.bucket.block * dtype_size(ctx_.layout.modes.wire);
     if (timeline_ != nullptr)
@@ -190,6 +254,8 @@ class HostShard final : public BlockSink {
   const GradTarget target_;
   OverlapTimeline* timeline_;
   std::unique_ptr<HostAdds> adds_;  // beside a GPU; null on the CPU device
+  // Since owned_zeroed(): blocks delivered through the device (direct), and through the host.
+  std::size_t direct_blocks_ = 0, host_blocks_ = 0;
 };
 
 }  // namespace

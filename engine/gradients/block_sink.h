@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "device/device.h"
@@ -45,13 +46,27 @@ struct GradTarget {
   int host_threads = 1;           // HostAdds' threads (the CPU optimizer's)
   GradSwap* swap = nullptr;
   std::size_t resident_end = 0;
+  // memory_plan.h's direct_reduce, on the device: a block of the largest bucket's (accum
+  // dtype), and a float per bucket for its sum of squares then one for the non-finite flag.
+  void* device_block = nullptr;
+  float* block_sums = nullptr;
+};
+
+// The reduced gradient's sums of squares taken on the device as its blocks came down (a float
+// per bucket, in the buckets' order) and its non-finite flag (1.0f when any value was NaN or
+// infinite), in device memory.
+struct DeviceGradSums {
+  const float* squares = nullptr;
+  std::size_t count = 0;
+  const float* nonfinite = nullptr;
 };
 
 // One reduced block to deliver: `bucket`'s block of this rank (its first element at
 // `block_start` of the bucket), in the wire dtype.
 struct ReducedBlock {
   const Bucket& bucket;
-  int rank;  // whose block (0 with one block per bucket)
+  std::size_t index;  // the bucket's, in the layout
+  int rank;           // whose block (0 with one block per bucket)
   const char* data;
   float factor;    // the averaging after the sum
   bool onto_zero;  // the owned shard's zeros are pending
@@ -67,6 +82,14 @@ class BlockSink {
   // The micro-step's reductions are all delivered and the epilogue synchronized: returns once
   // every block is in the shard (rethrows a host add's failure).
   virtual void finish() {}
+  // Blocks that land on zeros go down through the device (direct_reduce), their sums taken
+  // there.
+  virtual bool direct() const noexcept { return false; }
+  // The owned shard was set back to zero (GradReducer::zero_owned).
+  virtual void owned_zeroed() noexcept {}
+  // Every block since owned_zeroed() went down through the device (direct_reduce), each
+  // bucket's once: its sums, taken there; otherwise (host adds since, or none) nothing.
+  virtual std::optional<DeviceGradSums> device_sums() const { return std::nullopt; }
 };
 
 // The one `target` calls for: the host shard with a staging buffer (whatever part of the shard

@@ -244,8 +244,9 @@ void GradReducer::finish(std::size_t slot) {
   const char* block = buffer + static_cast<std::size_t>(r) * bucket.block * dtype_size(modes_.wire);
   std::function<void()> added;
   if (bucket_added_) added = [this, b = flight.bucket] { bucket_added_(b); };
-  sink_->deliver({bucket, r, block, static_cast<float>(post_factor_), owned_zero_pending_},
-                 *buffer_read_[slot], stream, std::move(added));
+  sink_->deliver(
+      {bucket, flight.bucket, r, block, static_cast<float>(post_factor_), owned_zero_pending_},
+      *buffer_read_[slot], stream, std::move(added));
   flight = {};
 }
 

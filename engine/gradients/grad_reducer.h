@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -97,7 +98,20 @@ class GradReducer {
   // micro-step that reduces writes each reduced block onto zeros (Device::accumulate_onto_zero,
   // the bits of adding into a zeroed shard) rather than adding it, which saves a pass over the
   // shard and the read of the first add.
-  void zero_owned() noexcept { owned_zero_pending_ = true; }
+  void zero_owned() noexcept {
+    owned_zero_pending_ = true;
+    if (sink_) sink_->owned_zeroed();
+  }
+  // The reduced gradient's sums, taken on the device as its blocks came down, when every block
+  // since zero_owned() did (BlockSink::device_sums); after flush().
+  std::optional<DeviceGradSums> device_sums() const {
+    return sink_ ? sink_->device_sums() : std::nullopt;
+  }
+  // Before a micro-step's backward: its blocks will land on zeros and go down through the
+  // device, so device_sums() will hold after its flush.
+  bool sums_on_device_ahead() const noexcept {
+    return owned_zero_pending_ && sink_ && sink_->direct();
+  }
   // Before the owned gradient shard is read: writes its zeros if zero_owned() has not yet been
   // followed by a micro-step's reduction (a no-op after one).
   void settle_owned(std::size_t count, Stream& stream);

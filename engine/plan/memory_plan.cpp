@@ -133,6 +133,10 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
                                  ? param_staging_buffers(layout, beside) * largest_group * csize
                                  : 0;
   if (m.speculate) plan.param_staging_bytes = speculation_staging_elements(layout) * csize;
+  if (direct_reduce(layout, beside)) {
+    plan.reduce_device_bytes =
+        reduce_device_sums_offset(layout) + (layout.buckets.size() + 1) * sizeof(float);
+  }
   if (beside && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
 }
 
@@ -288,6 +292,9 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
   }
   for (std::size_t b = 0; b < plan.bucket_count; ++b) {
     take(BlockRole::bucket, ArenaRole::state, MemoryKind::buffer, plan.bucket_bytes, b);
+  }
+  if (plan.reduce_device_bytes != 0) {
+    take(BlockRole::reduce_device, ArenaRole::state, MemoryKind::buffer, plan.reduce_device_bytes);
   }
   take(BlockRole::gather_buffer, ArenaRole::state, MemoryKind::buffer, plan.gather_bytes);
 }
@@ -560,6 +567,17 @@ bool speculation_places_early(const StateModes& modes) {
 std::size_t reduce_staging_slots(const Layout& layout, bool beside) {
   if (!beside || !layout.modes.optimizer_offload) return 1;
   return std::clamp<std::size_t>(layout.buckets.size(), 1, kReduceStagingSlots);
+}
+
+bool direct_reduce(const Layout& layout, bool beside) {
+  return beside && layout.modes.optimizer_offload && !layout.modes.grad_nvme &&
+         layout.modes.grad_shard() && !layout.buckets.empty();
+}
+
+std::size_t reduce_device_sums_offset(const Layout& layout) {
+  std::size_t largest = 0;
+  for (const Bucket& b : layout.buckets) largest = std::max(largest, b.block);
+  return align_up(largest * dtype_size(layout.modes.accum));
 }
 
 std::size_t param_staging_buffers(const Layout& layout, bool beside) {

@@ -142,6 +142,14 @@ std::size_t early_staging_buffers(const Layout& layout);
 // of the largest block or group: beside a GPU kReduceStagingSlots and kParamStagingBuffers, no
 // more than there are buckets and step groups; else one.
 std::size_t reduce_staging_slots(const Layout& layout, bool beside);
+// Optimizer offload beside a GPU without the gradient NVMe swap: each reduced block is cast to
+// the accumulation dtype and scaled on the device, into a block of the largest bucket's
+// (reduce_device), and where it lands on zeros (the first micro-step after a step: every one
+// at gradient accumulation 1) copied from there straight into the owned shard in host memory,
+// with no host arithmetic; its sum of squares and non-finite flag are taken there as it goes,
+// a float per bucket then one flag, from reduce_device_sums_offset() bytes into the block.
+bool direct_reduce(const Layout& layout, bool beside);
+std::size_t reduce_device_sums_offset(const Layout& layout);
 std::size_t param_staging_buffers(const Layout& layout, bool beside);
 std::vector<std::size_t> speculation_staging_offsets(const Layout& layout);
 std::size_t largest_step_group(const Layout& layout);  // elements (the block) of the largest
@@ -181,6 +189,7 @@ enum class BlockRole {
   grad_flat,       // the owned gradient shard
   moment,          // an optimizer moment (index: which), the resident part with NVMe
   reduce_staging,  // optimizer offload: this rank's reduced block, coming down
+  reduce_device,   // offload beside a GPU: a reduced block cast on the device, and its sums
   param_staging,   // offload: a step group's updated values, going up (every group's with
                    // speculation, each at its own offset)
   speculation_backup,  // speculation: the pre-step masters (index 0) or a moment (1 + which)
@@ -215,6 +224,7 @@ struct MemoryPlan {
   std::size_t gather_bytes = 0;          // stages 1-2: the all-gather bucket after the step
   std::size_t reduce_staging_bytes = 0;  // offload: this rank's reduced blocks, coming down
                                          // (kReduceStagingSlots of the largest beside a GPU)
+  std::size_t reduce_device_bytes = 0;   // direct_reduce: the device block, then its sums
   std::size_t param_staging_bytes = 0;   // offload: step groups' updated values, going up
                                          // (kParamStagingBuffers of the largest beside a GPU)
                                          // (with speculation, every group's, one after another)

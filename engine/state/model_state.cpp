@@ -161,6 +161,9 @@ void ModelState::take_block(const PlannedBlock& block, const std::string& job_id
     case BlockRole::param_staging:
       param_staging_ = take(block);
       break;
+    case BlockRole::reduce_device:
+      reduce_device_ = take(block);
+      break;
     case BlockRole::speculation_backup:
       backup_[block.index] = take(block);
       break;
@@ -215,6 +218,11 @@ GradTarget ModelState::reduce_target(void* reduce_staging) {
   target.slot_bytes = plan_.reduce_staging_bytes / target.staging_slots;
   target.swap = grad_swap_.get();
   target.resident_end = ctx_.layout.resident_end;
+  if (reduce_device_ != nullptr) {  // direct_reduce (memory_plan.h)
+    target.device_block = reduce_device_;
+    target.block_sums = reinterpret_cast<float*>(static_cast<char*>(reduce_device_) +
+                                                 reduce_device_sums_offset(ctx_.layout));
+  }
   return target;
 }
 

@@ -178,6 +178,7 @@ class ModelState final : public ShardStore {
   void* moments_[2] = {nullptr, nullptr};
   void* compute_shard_ = nullptr;
   void* param_staging_ = nullptr;
+  void* reduce_device_ = nullptr;  // direct_reduce: the device block and its sums
   void* gather_buffer_ = nullptr;
   void* backup_[3] = {nullptr, nullptr, nullptr};
   std::size_t filling_ = kNone;  // the swapped group being filled

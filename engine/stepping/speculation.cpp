@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "device/trace.h"
 #include "engine/plan/memory_plan.h"
 
 namespace zero::engine {
@@ -56,12 +57,13 @@ void Speculation::bucket_added(std::size_t bucket) noexcept {
   speculator_->bucket_added(bucket);
 }
 
-void Speculation::arm(std::int64_t k, double loss_scale) {
+void Speculation::arm(std::int64_t k, double loss_scale, bool take_sums) {
   // The boundary's step as it will be unless the verdict says otherwise: its schedule, and the
   // gradient scale of a step without clipping.
   slices_ = groups_.slices();
   hyper_ = groups_.hyper_for(k, 1.0 / loss_scale);
   partials_->begin();
+  take_sums_ = take_sums;
   speculated_ = 0;
   OptimizerSwap* swap = state_.swap();
   if (swap != nullptr) swap->begin_speculation(swap_order_);
@@ -69,13 +71,17 @@ void Speculation::arm(std::int64_t k, double loss_scale) {
   if (!armed && swap != nullptr) swap->end_speculation(/*keep=*/false);
 }
 
-const GradPartials* Speculation::settle() {
-  if (!speculator_->armed()) return nullptr;
+bool Speculation::settle() {
+  if (!speculator_->armed()) return false;
   speculator_->finish();
   // The sums and flags of the blocks the worker did not take.
-  partials_->finish(groups_.owned_grad_on_host(), modes_.accum);
+  if (take_sums_) partials_->finish(groups_.owned_grad_on_host(), modes_.accum);
   if (early_placement_) placement_stream_->synchronize();
-  return partials_.get();
+  return true;
+}
+
+const GradPartials* Speculation::partials() const noexcept {
+  return take_sums_ ? partials_.get() : nullptr;
 }
 
 void Speculation::skip(bool speculated) {
@@ -145,6 +151,7 @@ void Speculation::speculate_group(std::size_t group) {
   const std::size_t buffer = staging_free_.empty() ? 0 : speculated_++ % staging_free_.size();
   char* out = groups_.out_of(group);
   if (early_placement_) {
+    TraceSpan span(ctx_.device.trace(), "speculation", "wait staging");
     staging_free_[buffer]->synchronize();
     out = static_cast<char*>(state_.param_staging()) +
           buffer * largest_step_group(ctx_.layout) * dtype_size(modes_.compute);
@@ -155,10 +162,16 @@ void Speculation::speculate_group(std::size_t group) {
   } else {
     // The optimizer keeps each piece's masters and moments in the backup as it steps them
     // (restore_group_state puts them back).
-    optimizer_.step(kept_pieces(group, out), hyper_, *stream_);
-    stream_->synchronize();
+    {
+      TraceSpan span(ctx_.device.trace(), "speculation", "optimizer");
+      optimizer_.step(kept_pieces(group, out), hyper_, *stream_);
+      stream_->synchronize();
+    }
     // The group's part of the norm and the non-finite check, while backward goes on.
-    partials_->group_final(group, groups_.owned_grad_on_host(), modes_.accum);
+    if (take_sums_) {
+      TraceSpan span(ctx_.device.trace(), "speculation", "sums");
+      partials_->group_final(group, groups_.owned_grad_on_host(), modes_.accum);
+    }
   }
   // Stage 3: its updated values into the compute shard now, on a stream of their own (the
   // group's backward is over: its gradient is final); a rollback places them again.

@@ -43,16 +43,21 @@ class Speculation {
               bool checked);
 
   // The boundary micro-step's backward begins: arms the speculation of the k-th optimizer
-  // step at this loss scale (unless the policy holds it off).
-  void arm(std::int64_t k, double loss_scale);
+  // step at this loss scale (unless the policy holds it off). `take_sums`: the gradient's sums
+  // and flags are taken here, on the worker (false: the device takes them as the reduced
+  // blocks come down, GradReducer::device_sums).
+  void arm(std::int64_t k, double loss_scale, bool take_sums);
   // In the reductions' epilogue order: bucket `bucket` is in the owned gradient.
   void bucket_added(std::size_t bucket) noexcept;
   // Ends the worker (the engine's teardown, before the parts it uses go).
   void stop() noexcept;
 
   // At the boundary: every speculated step finished and the gradient's sums and flags complete;
-  // what they are (null: nothing was speculated this boundary).
-  const GradPartials* settle();
+  // whether anything was speculated this boundary.
+  bool settle();
+  // After a settle() that speculated: the sums and flags taken on the worker, or null where
+  // arm() was told the device takes them.
+  const GradPartials* partials() const noexcept;
   // A skipped step: the speculated steps undone, and their early placement with them.
   void skip(bool speculated);
   // The step goes on with `lr` and its gradient scale `clipped` or not: whether the speculated
@@ -104,6 +109,7 @@ class Speculation {
   std::unique_ptr<Stream> placement_stream_;
   std::vector<std::unique_ptr<Event>> staging_free_;
   std::size_t speculated_ = 0;  // groups the worker has taken this boundary
+  bool take_sums_ = true;       // the armed boundary's sums on the worker (arm)
   // NVMe: the swapped groups (as the swap numbers them) in the order the worker takes them.
   std::vector<std::size_t> swap_order_;
   SecondsSum seconds_;

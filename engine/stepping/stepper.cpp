@@ -94,7 +94,9 @@ void Stepper::bucket_added(std::size_t bucket) noexcept {
 }
 
 void Stepper::arm_speculation() {
-  if (speculation_) speculation_->arm(optimizer_steps_ + 1, scaler_.scale());
+  if (speculation_) {
+    speculation_->arm(optimizer_steps_ + 1, scaler_.scale(), !reducer_.sums_on_device_ahead());
+  }
 }
 
 optim::ScheduleValue Stepper::schedule_value(std::int64_t k) const {
@@ -169,6 +171,11 @@ bool Stepper::overflow(const GradPartials* partials) {
     d.fill(flag, DType::f32, 1, any ? 1.0f : 0.0f, stream);
     return reduce_scalar(1, ReduceOp::max) != 0.0f;
   }
+  if (const auto sums = reducer_.device_sums()) {  // taken on the device as blocks came down
+    const float any = read_scalar(ctx_.device, sums->nonfinite);
+    d.fill(flag, DType::f32, 1, any, stream);
+    return reduce_scalar(1, ReduceOp::max) != 0.0f;
+  }
   d.fill(flag, DType::f32, 1, 0.0f, stream);
   for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
     d.check_finite(data, dtype, count, flag, stream);
@@ -189,6 +196,14 @@ double Stepper::grad_norm(const GradPartials* partials) {
     // follow, in double, as below.
     double total = partials->sum_squares();
     if (GradSwap* swap = state_.grad_swap(); swap != nullptr) total += swap->sum_squares();
+    d.fill(sum, DType::f32, 1, static_cast<float>(total), stream);
+  } else if (const auto sums = reducer_.device_sums()) {
+    // Beside a GPU, each block's taken on the device before it came down: added in double in
+    // the buckets' order, rounded once.
+    std::vector<float> squares(sums->count);
+    ctx_.device.copy(squares.data(), sums->squares, squares.size() * sizeof(float));
+    double total = 0.0;
+    for (float s : squares) total += s;
     d.fill(sum, DType::f32, 1, static_cast<float>(total), stream);
   } else if (GradSwap* swap = state_.grad_swap(); swap != nullptr) {
     // Gradient NVMe: the state device is the CPU and the resident part is in host memory. The
@@ -284,8 +299,8 @@ StepStats Stepper::step() {
   reducer_.settle_owned(grad_flat_count(), state_.state_device().default_stream());
   // super_offload: every group stepped as speculated before the verdict, the gradient's sums
   // and flags taken in backward; restored unless it stands.
-  const GradPartials* partials = speculation_ ? speculation_->settle() : nullptr;
-  const bool speculated = partials != nullptr;
+  const bool speculated = speculation_ && speculation_->settle();
+  const GradPartials* partials = speculated ? speculation_->partials() : nullptr;
   // fp16 always, bf16 with check_grad_overflow: a step on non-finite gradients is skipped.
   const bool checked =
       config.precision == config::Precision::fp16 ||

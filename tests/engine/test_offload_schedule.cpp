@@ -1,9 +1,12 @@
 // The optimizer-offloaded step's schedule beside a GPU, on the timed CPU device (a GPU's
-// copies and kernels, device/device.h): the reduced gradients come down through a ring of
-// pinned slots while the host adds the blocks before them (a block's copy down begins before
-// the add of the block before it ends), and backward never waits on the host (the hooks of a
-// whole backward return while the device's backward is still running). Orders only, read from
-// the device's trace; never a duration.
+// copies and kernels, device/device.h). Where a reduced block lands on zeros (every micro-step
+// at gradient accumulation 1) it is cast on the device and copied straight into the owned shard:
+// no host add and no host norm. Where it is added to what came before (the later micro-steps of
+// an accumulation window), the blocks come down through a ring of pinned slots while the host
+// adds the blocks before them (a block's copy down begins before the add of the block before it
+// ends). Either way backward never waits on the host (the hooks of a whole backward return
+// while the device's backward is still running). Orders only, read from the device's trace;
+// never a duration.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -24,22 +27,27 @@ namespace {
 constexpr int kModules = 6;
 constexpr std::int64_t kPerModule = 6 << 20;  // a bucket each: its add takes the host milliseconds
 
-std::string offload_config() {
+std::string offload_config(int accumulation) {
   return fmt::format(R"({{
-    "train_micro_batch_size_per_gpu": 1, "bf16": {{"enabled": true}},
+    "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": {1},
+    "bf16": {{"enabled": true}},
     "optimizer": {{"type": "AdamW", "params": {{"lr": 1e-3}}}},
     "zero_optimization": {{"stage": 3, "reduce_bucket_size": {0}, "sub_group_size": {0},
       "allgather_bucket_size": {0}, "overlap_comm": true,
       "offload_optimizer": {{"device": "cpu", "pin_memory": true}}}}}})",
-                     kPerModule);
+                     kPerModule, accumulation);
 }
 
-}  // namespace
+// What the trace of one whole step shows (its last micro-step's backward for the hooks).
+struct StepTrace {
+  std::vector<Trace::Span> spans;
+  double issued = -1;        // the last backward's hooks all returned
+  double backward_end = -1;  // the device's last backward ended
+  std::vector<const Trace::Span*> downs, adds, norms;
+};
 
-TEST_CASE(
-    "offloaded gradients come down while the host adds the blocks before them, and "
-    "backward does not wait on the host",
-    "[engine][offload][timed]") {
+// Two steps of `accumulation` micro-steps of a stand-in model, the second traced.
+StepTrace traced_step(int accumulation) {
   SimulatedLink link;      // an H100's
   link.move_data = false;  // the device's work takes a GPU's time, not this host's cores
   auto made = create_timed_cpu_device(link);
@@ -49,7 +57,7 @@ TEST_CASE(
   comm_options.device = made.get();
   EngineOptions options;
   options.optimizer_threads = 1;
-  Engine engine(config::read_config_text(offload_config(), {}), std::move(made),
+  Engine engine(config::read_config_text(offload_config(accumulation), {}), std::move(made),
                 comm::make_local_communicator(comm_options), options);
   for (int m = 0; m < kModules; ++m) {
     const std::size_t module = engine.add_module(fmt::format("block{}", m));
@@ -67,42 +75,69 @@ TEST_CASE(
   };
   for (int step = 0; step < 2; ++step) {
     trace.enable(step == 1);
-    for (int m = 0; m < kModules; ++m) {
-      engine.pre_forward(m, stream.get());
-      compute(0.2, "forward");
-      engine.post_forward(m, stream.get());
+    for (int micro = 0; micro < accumulation; ++micro) {
+      for (int m = 0; m < kModules; ++m) {
+        engine.pre_forward(m, stream.get());
+        compute(0.2, "forward");
+        engine.post_forward(m, stream.get());
+      }
+      for (int m = kModules - 1; m >= 0; --m) {
+        engine.pre_backward(m, stream.get());
+        // The blocks come faster than the host adds them, and the last module's backward is
+        // long enough for the host to be done issuing long before it ends.
+        compute(m == 0 ? 50.0 : 0.05, "backward");
+        engine.post_backward(m, stream.get());
+      }
+      trace.record("host", "backward issued", Trace::Clock::now(), Trace::Clock::now());
+      engine.step();  // steps at the window's end
     }
-    trace.record("host", "backward issued from", Trace::Clock::now(), Trace::Clock::now());
-    for (int m = kModules - 1; m >= 0; --m) {
-      engine.pre_backward(m, stream.get());
-      // The blocks come faster than the host adds them, and the last module's backward is
-      // long enough for the host to be done issuing long before it ends.
-      compute(m == 0 ? 50.0 : 0.05, "backward");
-      engine.post_backward(m, stream.get());
-    }
-    trace.record("host", "backward issued", Trace::Clock::now(), Trace::Clock::now());
-    engine.step();
   }
-  const std::vector<Trace::Span> spans = trace.take();
-
-  // Backward's hooks all returned before the device's backward ended: no host wait inside it.
-  double issued = -1, backward_end = -1;
-  std::vector<const Trace::Span*> downs, adds;
-  for (const Trace::Span& s : spans) {
-    if (s.lane == "host" && s.name == "backward issued") issued = s.end_ms;
+  StepTrace out;
+  out.spans = trace.take();
+  for (const Trace::Span& s : out.spans) {
+    if (s.lane == "host" && s.name == "backward issued") out.issued = s.end_ms;
     if (s.lane == "compute" && s.name == "backward")
-      backward_end = std::max(backward_end, s.end_ms);
-    if (s.name == "d2h" && s.bytes >= static_cast<std::size_t>(kPerModule)) downs.push_back(&s);
-    if (s.lane == "host adds" && s.name == "add") adds.push_back(&s);
+      out.backward_end = std::max(out.backward_end, s.end_ms);
+    if (s.name == "d2h" && s.bytes >= static_cast<std::size_t>(kPerModule)) out.downs.push_back(&s);
+    if (s.lane == "host adds" && s.name == "add") out.adds.push_back(&s);
+    if (s.lane == "host" && s.name == "norm") out.norms.push_back(&s);
   }
-  REQUIRE(issued >= 0);
-  REQUIRE(backward_end >= 0);
-  CHECK(issued < backward_end);
+  return out;
+}
 
-  // Every block came down (one copy each) and was added; some block's copy began before the
-  // add of the block before it ended (one thread adds: its spans are the blocks' in order).
-  REQUIRE(downs.size() == kModules);
-  REQUIRE(adds.size() == kModules);
+}  // namespace
+
+TEST_CASE(
+    "at gradient accumulation 1 offloaded gradients go from the device straight into the "
+    "owned shard, with no host add or host norm, and backward does not wait on the host",
+    "[engine][offload][timed]") {
+  const StepTrace t = traced_step(1);
+  REQUIRE(t.issued >= 0);
+  REQUIRE(t.backward_end >= 0);
+  CHECK(t.issued < t.backward_end);
+  CHECK(t.downs.size() == kModules);  // one copy each: the pieces of a block are contiguous
+  CHECK(t.adds.empty());
+  CHECK(t.norms.empty());
+}
+
+TEST_CASE(
+    "offloaded gradients added to a window's earlier ones come down while the host adds the "
+    "blocks before them, and backward does not wait on the host",
+    "[engine][offload][timed]") {
+  const StepTrace t = traced_step(2);
+  // Backward's hooks all returned before the device's backward ended: no host wait inside it.
+  REQUIRE(t.issued >= 0);
+  REQUIRE(t.backward_end >= 0);
+  CHECK(t.issued < t.backward_end);
+
+  // Every block came down once a micro-step; the second micro-step's were added (one thread
+  // adds: its spans are the blocks' in order), and some block's copy began before the add of
+  // the block before it ended. The first micro-step's went straight into the shard.
+  REQUIRE(t.downs.size() == 2 * kModules);
+  REQUIRE(t.adds.size() == kModules);
+  const std::vector<const Trace::Span*> downs(t.downs.begin() + kModules, t.downs.end());
+  const std::vector<const Trace::Span*>& adds = t.adds;
+  const std::vector<Trace::Span>& spans = t.spans;
   int overlapped = 0;
   for (std::size_t k = 1; k < downs.size(); ++k) {
     if (downs[k]->begin_ms < adds[k - 1]->end_ms) ++overlapped;

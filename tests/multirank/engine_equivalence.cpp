@@ -95,7 +95,11 @@ void run_case(const Case& c) {
   zero_engine* reference = build(reference_case, &self, c.accumulation * g_world, &ref_ids);
   // Offloaded: the same case without offload, which must give the same bits on the CPU device
   // (the same kernels run); on a GPU the step runs on the CPU with offload and on the GPU
-  // without, so there the two agree within the comparison's tolerance.
+  // without, so there the two agree within the comparison's tolerance. So do they on the CPU
+  // devices that stand in for a GPU (ZERO_CPU_DEVICE async, guarded, timed) when the run clips:
+  // there, as beside a GPU, the offloaded norm is summed per reduced block on the device
+  // (docs/offload.md), in another order than the one pass without offload, so the clip factor
+  // may differ in its last bits.
   // With hpZ: the same case without it, which must give the same bits (its gathers copy).
   // Quantized: the same case exact, which it must approach but not equal.
   std::vector<int> plain_ids;
@@ -110,6 +114,10 @@ void run_case(const Case& c) {
     plain_case.super_offload = false;
   }
   const bool with_plain = offloaded || c.hpz > 0 || quantized;
+  const char* cpu_mode = std::getenv("ZERO_CPU_DEVICE");
+  const bool stand_in = cpu_mode != nullptr && *cpu_mode != '\0' && std::string(cpu_mode) != "sync";
+  const bool exact_offload =
+      g_device == ZERO_DEVICE_CPU && !(stand_in && offloaded && c.clipping > 0.0);
   zero_engine* plain =
       with_plain ? build(plain_case, &world, c.accumulation, &plain_ids, plain_nccl) : nullptr;
   zero_dtype dtype = ZERO_FP32;
@@ -212,8 +220,8 @@ void run_case(const Case& c) {
           any_difference |= got[i] != same[i];
           continue;
         }
-        differs |= g_device == ZERO_DEVICE_CPU ? std::memcmp(&same[i], &got[i], sizeof(float)) != 0
-                                               : !close(got[i], same[i]);
+        differs |= exact_offload ? std::memcmp(&same[i], &got[i], sizeof(float)) != 0
+                                 : !close(got[i], same[i]);
       }
       if (differs) {
         if (ok && g_rank == 0) {
