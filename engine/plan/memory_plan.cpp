@@ -253,7 +253,7 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
     take(BlockRole::reduce_staging, owned, MemoryKind::buffer, plan.reduce_staging_bytes);
     take(BlockRole::param_staging, owned, MemoryKind::buffer, plan.param_staging_bytes);
   }
-  if (m.speculate) {
+  if (m.speculation_rollback) {
     // The state every speculated resident group had before its step, for a rollback (a
     // swapped group's stays in its current region on NVMe).
     if (m.mixed || m.stage >= 1) {
@@ -435,6 +435,10 @@ StateModes state_modes(const config::Config& config, int world) {
   m.param_offload = m.stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
   m.param_nvme = m.param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme;
   m.speculate = m.optimizer_offload && config.zero.offload_optimizer.super_offload;
+  const bool checked =
+      config.precision == config::Precision::fp16 ||
+      (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
+  m.speculation_rollback = m.speculate && (config.gradient_clipping > 0.0 || checked);
   return m;
 }
 

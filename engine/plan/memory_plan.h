@@ -64,6 +64,11 @@ struct StateModes {
   // (the swapped groups' is their current region on NVMe: the step writes the other) and
   // staging for their updated values
   bool speculate = false;
+  // Speculation whose verdict can undo it: gradient_clipping set, or a non-finite check (fp16,
+  // bf16 with check_grad_overflow). Without one the speculated steps always stand (the
+  // learning rate may not change while they run: Stepper::set_learning_rate), so no backup is
+  // kept and they write the state in place.
+  bool speculation_rollback = false;
 
   // The reduced gradient goes into an owned shard (the optimizer reads it there), not back
   // into the replicated gradients (stage 0 with the compute dtype as accumulation dtype).

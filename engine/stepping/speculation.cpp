@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/error.h"
 #include "device/trace.h"
 #include "engine/plan/memory_plan.h"
 
@@ -84,6 +85,10 @@ const GradPartials* Speculation::partials() const noexcept {
   return take_sums_ ? partials_.get() : nullptr;
 }
 
+bool Speculation::lr_fixed_while_armed() const {
+  return !modes_.speculation_rollback && speculator_->armed();
+}
+
 void Speculation::skip(bool speculated) {
   if (speculated) roll_back();
   if (speculated && early_placement_) place_restored();
@@ -112,6 +117,11 @@ char* Speculation::own_out(std::size_t group) const {
 }
 
 void Speculation::roll_back() {
+  if (!modes_.speculation_rollback && ctx_.layout.resident_groups != 0) {
+    throw make_error(ErrorCategory::internal,
+                     "super_offload: a rollback of steps that keep no backup (no clipping and "
+                     "no overflow check configured); the state cannot be restored");
+  }
   for (std::size_t g = 0; g < ctx_.layout.resident_groups; ++g) restore_group_state(g);
   if (OptimizerSwap* swap = state_.swap(); swap != nullptr) swap->end_speculation(false);
 }
@@ -161,10 +171,13 @@ void Speculation::speculate_group(std::size_t group) {
     speculate_swapped(group, out);
   } else {
     // The optimizer keeps each piece's masters and moments in the backup as it steps them
-    // (restore_group_state puts them back).
+    // (restore_group_state puts them back), where a verdict can undo the step.
     {
       TraceSpan span(ctx_.device.trace(), "speculation", "optimizer");
-      optimizer_.step(kept_pieces(group, out), hyper_, *stream_);
+      optimizer_.step(modes_.speculation_rollback
+                          ? kept_pieces(group, out)
+                          : groups_.pieces(group, slices_, GroupState{}, out),
+                      hyper_, *stream_);
       stream_->synchronize();
     }
     // The group's part of the norm and the non-finite check, while backward goes on.

@@ -58,6 +58,9 @@ class Speculation {
   // After a settle() that speculated: the sums and flags taken on the worker, or null where
   // arm() was told the device takes them.
   const GradPartials* partials() const noexcept;
+  // Armed for steps that keep no backup (StateModes::speculation_rollback false): the learning
+  // rate they took may not change until the step.
+  bool lr_fixed_while_armed() const;
   // A skipped step: the speculated steps undone, and their early placement with them.
   void skip(bool speculated);
   // The step goes on with `lr` and its gradient scale `clipped` or not: whether the speculated

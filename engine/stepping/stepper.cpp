@@ -99,6 +99,23 @@ void Stepper::arm_speculation() {
   }
 }
 
+void Stepper::set_learning_rate(double lr) {
+  if (speculation_ && speculation_->lr_fixed_while_armed()) {
+    const double now = schedule_value(optimizer_steps_ + 1).lr;
+    if (lr != now) {
+      throw make_error(ErrorCategory::usage,
+                       "set_learning_rate({}) during the backward of an accumulation boundary: "
+                       "super_offload is already stepping the optimizer with lr {} there, and "
+                       "without gradient_clipping or an overflow check those steps keep no "
+                       "backup to redo them with another; set the learning rate before the "
+                       "boundary micro-batch's backward (after the last step(), as an LR "
+                       "scheduler does)",
+                       lr, now);
+    }
+  }
+  lr_override_ = lr;
+}
+
 optim::ScheduleValue Stepper::schedule_value(std::int64_t k) const {
   optim::ScheduleValue value = scheduled(ctx_.config, k);
   if (lr_override_) value.lr = *lr_override_;

@@ -72,7 +72,9 @@ class Stepper final : private StepGroups {
   optim::ScheduleValue schedule_value(std::int64_t k) const;
   // The learning rate of every optimizer step from the next on, in place of the config's (a
   // schedule the caller runs; not in checkpoints).
-  void set_learning_rate(double lr) noexcept { lr_override_ = lr; }
+  // From the next step on. Refused while super_offload steps that keep no backup run with
+  // the current one (Speculation::lr_fixed_while_armed) and `lr` differs from it.
+  void set_learning_rate(double lr);
   // A checkpoint's counters, scaler and seed.
   void restore(std::int64_t global_steps, std::int64_t optimizer_steps, const LossScaler& scaler,
                std::uint64_t seed);

@@ -263,3 +263,58 @@ TEST_CASE("stepper: speculated steps equal the plain step bit for bit, rolled ba
 }
 
 }  // namespace zero::engine
+
+namespace zero::engine {
+
+TEST_CASE(
+    "stepper: super_offload keeps a backup only where the verdict can undo a step, and "
+    "without one the learning rate may not change while the boundary's groups are stepped",
+    "[engine]") {
+  struct Variant {
+    const char* what;
+    std::string extra;
+    bool backup;
+  };
+  const std::vector<Variant> variants = {
+      {"fp32, no clipping", "", false},
+      {"fp32, clipping", R"("gradient_clipping": 1.0,)", true},
+      {"bf16 (its overflow check on by default)", R"("bf16": {"enabled": true},)", true},
+      {"bf16 without the overflow check",
+       R"("bf16": {"enabled": true, "check_grad_overflow": false},)", false},
+  };
+  for (const Variant& v : variants) {
+    INFO(v.what);
+    EngineParts parts(speculating(3, v.extra, "AdamW"));
+    const bool has_backup =
+        std::any_of(parts.plan.blocks.begin(), parts.plan.blocks.end(),
+                    [](const PlannedBlock& b) { return b.role == BlockRole::speculation_backup; });
+    CHECK(has_backup == v.backup);
+    CHECK(parts.layout.modes.speculation_rollback == v.backup);
+
+    // Armed: a new learning rate is refused where nothing could redo the steps taken with the
+    // old one, taken where a rollback can; the same one is always taken.
+    ArithmeticValues values;
+    parts.state->assign(values);
+    parts.stepper->arm_speculation();
+    set_speculation_grads(parts);
+    parts.stepper->set_learning_rate(0.5);  // the config's
+    if (v.backup) {
+      parts.stepper->set_learning_rate(0.25);
+    } else {
+      try {
+        parts.stepper->set_learning_rate(0.25);
+        FAIL("a new learning rate was taken while steps without a backup were armed");
+      } catch (const Error& error) {
+        CHECK(error.category() == ErrorCategory::usage);
+        CHECK_THAT(error.what(), Catch::Contains("before the boundary micro-batch's backward"));
+      }
+    }
+    for (std::size_t b = 0; b < parts.layout.buckets.size(); ++b) parts.stepper->bucket_added(b);
+    const StepStats stats = parts.stepper->step();
+    CHECK(stats.lr == (v.backup ? 0.25 : 0.5));
+    // After the step it is taken, for the next.
+    parts.stepper->set_learning_rate(0.25);
+  }
+}
+
+}  // namespace zero::engine
