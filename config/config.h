@@ -60,7 +60,9 @@ struct OffloadOptimizerConfig {
   OffloadDevice device = OffloadDevice::none;
   std::string nvme_path;
   std::int64_t buffer_count = 4;
-  bool pin_memory = false;
+  // Page-locked host memory; unset (absent, null or "auto"): pinned beside a GPU, pageable on
+  // the CPU device (engine/plan/memory_plan.h, pinned_offload).
+  std::optional<bool> pin_memory;
   bool pipeline_read = false;
   bool pipeline_write = false;
   std::int64_t max_in_cpu = 0;  // nvme: elements of optimizer state kept in memory (zero's key)
@@ -78,7 +80,7 @@ struct OffloadParamConfig {
   std::int64_t buffer_count = 5;
   std::int64_t buffer_size = 100'000'000;
   std::int64_t max_in_cpu = 1'000'000'000;
-  bool pin_memory = false;
+  std::optional<bool> pin_memory;  // as OffloadOptimizerConfig's
 };
 
 struct ZeroConfig {

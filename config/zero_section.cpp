@@ -16,13 +16,27 @@ OffloadDevice parse_device(const std::string& text) {
   return OffloadDevice::none;
 }
 
+// An offload section's pin_memory: unset when absent, null or "auto" (the engine pins beside a
+// GPU, where copies to page-locked memory run at the link's rate and asynchronously; DeepSpeed
+// leaves it pageable), recorded as such.
+std::optional<bool> read_pin_memory(Section& section) {
+  const json* value = section.peek("pin_memory");
+  if (value == nullptr || value->is_null() || (value->is_string() && *value == "auto")) {
+    section.declare("pin_memory", KeyClass::implemented);
+    section.reader().record(section.key_path("pin_memory"), "auto", Source::default_value,
+                            "pinned beside a GPU, pageable on the CPU device");
+    return std::nullopt;
+  }
+  return section.boolean({"pin_memory"}, false);
+}
+
 void read_offload_optimizer(Section& zero, Config& config) {
   Section section = zero.child("offload_optimizer");
   OffloadOptimizerConfig& offload = config.zero.offload_optimizer;
   offload.device = parse_device(section.choice({"device"}, "none", {"none", "cpu", "nvme"}));
   offload.nvme_path = section.text({"nvme_path"}, "");
   offload.buffer_count = section.integer({"buffer_count"}, 4);
-  offload.pin_memory = section.boolean({"pin_memory"}, false);
+  offload.pin_memory = read_pin_memory(section);
   offload.pipeline_read = section.boolean({"pipeline_read"}, false);
   offload.pipeline_write = section.boolean({"pipeline_write"}, false);
   // Our own key: elements of optimizer state kept in pinned memory with device "nvme", so the
@@ -78,7 +92,7 @@ void read_offload_param(Section& zero, Config& config) {
   offload.buffer_count = section.integer({"buffer_count"}, 5);
   offload.buffer_size = section.integer({"buffer_size"}, 100'000'000);
   offload.max_in_cpu = section.integer({"max_in_cpu"}, 1'000'000'000);
-  offload.pin_memory = section.boolean({"pin_memory"}, false);
+  offload.pin_memory = read_pin_memory(section);
   section.finish();
   if (offload.device == OffloadDevice::nvme && offload.nvme_path.empty() &&
       config.zero.stage == 3) {
@@ -148,11 +162,11 @@ void map_deprecated_pin_memory(Section& zero, Config& config) {
   };
   for (const char* name : {"offload_optimizer", "offload_param"}) {
     if (section_sets_pin(name)) continue;
-    bool& target = std::string_view(name) == "offload_optimizer"
-                       ? config.zero.offload_optimizer.pin_memory
-                       : config.zero.offload_param.pin_memory;
+    std::optional<bool>& target = std::string_view(name) == "offload_optimizer"
+                                      ? config.zero.offload_optimizer.pin_memory
+                                      : config.zero.offload_param.pin_memory;
     target = pin->get<bool>();
-    reader.record(zero.key_path(name) + ".pin_memory", target, Source::derived,
+    reader.record(zero.key_path(name) + ".pin_memory", *target, Source::derived,
                   "from deprecated cpu_offload_use_pin_memory");
   }
 }

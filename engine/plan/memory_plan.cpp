@@ -301,20 +301,21 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
 
 // The three arenas the blocks come from: their names and tiers, their capacities and held
 // bytes the blocks' sums.
-void size_block_arenas(const config::Config& config, const Layout& layout, MemoryPlan& plan) {
+void size_block_arenas(const config::Config& config, const Layout& layout, bool beside,
+                       MemoryPlan& plan) {
   const StateModes& m = layout.modes;
   plan.state.name = "model state";
   plan.state.tier = Tier::device;
   if (m.optimizer_offload) {
     // DeepSpeed's pin_memory: page-locked memory copies faster and asynchronously, pageable
     // memory costs nothing beyond itself.
-    const bool pinned = config.zero.offload_optimizer.pin_memory;
+    const bool pinned = pinned_offload(config.zero.offload_optimizer.pin_memory, beside);
     plan.offload.name =
         pinned ? "offloaded optimizer state (pinned)" : "offloaded optimizer state (pageable)";
     plan.offload.tier = pinned ? Tier::pinned : Tier::host;
   }
   if (m.stage == 3 && m.param_offload) {
-    const bool pinned = config.zero.offload_param.pin_memory;
+    const bool pinned = pinned_offload(config.zero.offload_param.pin_memory, beside);
     plan.param.name =
         pinned ? "offloaded compute shards (pinned)" : "offloaded compute shards (pageable)";
     plan.param.tier = pinned ? Tier::pinned : Tier::host;
@@ -573,6 +574,10 @@ std::size_t reduce_staging_slots(const Layout& layout, bool beside) {
   return std::clamp<std::size_t>(layout.buckets.size(), 1, kReduceStagingSlots);
 }
 
+bool pinned_offload(std::optional<bool> pin_memory, bool beside) {
+  return pin_memory.value_or(beside);
+}
+
 bool direct_reduce(const Layout& layout, bool beside) {
   return beside && layout.modes.optimizer_offload && !layout.modes.grad_nvme &&
          layout.modes.grad_shard() && !layout.buckets.empty();
@@ -641,7 +646,7 @@ MemoryPlan plan_memory(const Registry& registry, const config::Config& config, c
   const std::size_t swap_region = plan_optimizer_swap(config, layout, plan);
   const std::size_t bounce = plan_param_swap(registry, config, layout, plan);
   plan_blocks(registry, config, layout, swap_region, bounce, plan);
-  size_block_arenas(config, layout, plan);
+  size_block_arenas(config, layout, beside, plan);
   plan_grad_arena(registry, layout, plan);
   plan_gather_arena(registry, config, layout, plan);
   return plan;

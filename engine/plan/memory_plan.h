@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,10 @@ std::size_t reduce_staging_slots(const Layout& layout, bool beside);
 // with no host arithmetic; its sum of squares and non-finite flag are taken there as it goes,
 // a float per bucket then one flag, from reduce_device_sums_offset() bytes into the block.
 bool direct_reduce(const Layout& layout, bool beside);
+// An offload section's pin_memory where given; unset, pinned beside a GPU (where the copies
+// run at the link's rate only from page-locked memory, and only then asynchronously) and
+// pageable on the CPU device.
+bool pinned_offload(std::optional<bool> pin_memory, bool beside);
 std::size_t reduce_device_sums_offset(const Layout& layout);
 std::size_t param_staging_buffers(const Layout& layout, bool beside);
 std::vector<std::size_t> speculation_staging_offsets(const Layout& layout);

@@ -45,7 +45,7 @@ TEST_CASE("examples: the issue's stage 3 fp16 offload config loads unchanged on 
   REQUIRE(config.zero.stage == 3);
   REQUIRE(config.zero.offload_optimizer.device == OffloadDevice::cpu);
   REQUIRE(config.zero.offload_param.device == OffloadDevice::cpu);
-  REQUIRE(config.zero.offload_param.pin_memory);
+  REQUIRE(config.zero.offload_param.pin_memory == true);
   REQUIRE(config.zero.param_persistence_threshold == 1'000'000);
   REQUIRE(config.batch.gradient_accumulation_steps == 1);
   REQUIRE(config.optimizer.type == OptimizerType::adamw);
@@ -496,8 +496,8 @@ TEST_CASE("zero: cpu_offload_param and cpu_offload_use_pin_memory map with warni
   const Config config = read(with(R"("zero_optimization": {"stage": 3, "cpu_offload_param": true,
                                      "cpu_offload_use_pin_memory": true})"));
   REQUIRE(config.zero.offload_param.device == OffloadDevice::cpu);
-  REQUIRE(config.zero.offload_param.pin_memory);
-  REQUIRE(config.zero.offload_optimizer.pin_memory);
+  REQUIRE(config.zero.offload_param.pin_memory == true);
+  REQUIRE(config.zero.offload_optimizer.pin_memory == true);
   REQUIRE(config.warnings.size() == 2);
 }
 
@@ -930,9 +930,30 @@ TEST_CASE("robustness: deprecated spellings are recorded under the keys that rep
           Source::derived);
   const Config pin = read(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
       "cpu_offload_use_pin_memory": true, "offload_param": {"device": "cpu", "pin_memory": false}}})");
-  REQUIRE(pin.zero.offload_optimizer.pin_memory);
-  REQUIRE_FALSE(pin.zero.offload_param.pin_memory);
+  REQUIRE(pin.zero.offload_optimizer.pin_memory == true);
+  REQUIRE(pin.zero.offload_param.pin_memory == false);
   REQUIRE(resolved(pin, "zero_optimization.offload_optimizer.pin_memory").value == true);
+}
+
+TEST_CASE("zero: an offload's pin_memory is unset when absent, null or auto, and recorded so",
+          "[config][zero]") {
+  for (const char* pin : {"", R"(, "pin_memory": null)", R"(, "pin_memory": "auto")"}) {
+    INFO("'" << pin << "'");
+    const Config config = read(std::string(R"({"train_batch_size": 8, "zero_optimization":
+        {"stage": 3, "offload_optimizer": {"device": "cpu")") +
+                               pin + R"(}, "offload_param": {"device": "cpu")" + pin + "}}}");
+    CHECK_FALSE(config.zero.offload_optimizer.pin_memory.has_value());
+    CHECK_FALSE(config.zero.offload_param.pin_memory.has_value());
+    const auto& recorded = resolved(config, "zero_optimization.offload_optimizer.pin_memory");
+    CHECK(recorded.value == "auto");
+    CHECK(recorded.source == Source::default_value);
+  }
+  const Config off = read(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "pin_memory": false}}})");
+  CHECK(off.zero.offload_optimizer.pin_memory == false);
+  REQUIRE_THAT(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "pin_memory": "yes"}}})"),
+               Catch::Contains("pin_memory: expected true or false"));
 }
 
 TEST_CASE("robustness: a parameter dtype equal to the precision's is accepted",

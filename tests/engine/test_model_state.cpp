@@ -127,3 +127,36 @@ TEST_CASE("model state: a swapped step group is found where the layout puts it",
 }
 
 }  // namespace zero::engine
+
+namespace zero::engine {
+
+TEST_CASE(
+    "model state: offloaded state is pinned beside a GPU and pageable on the CPU device "
+    "unless pin_memory says otherwise",
+    "[engine]") {
+  struct Case {
+    const char* pin;  // the offload sections' pin_memory, "" for none
+    CpuDeviceMode mode;
+    Tier want;
+  };
+  const Case cases[] = {
+      {"", CpuDeviceMode::async, Tier::pinned},  // async stands in for a GPU
+      {"", CpuDeviceMode::sync, Tier::host},
+      {R"(, "pin_memory": "auto")", CpuDeviceMode::async, Tier::pinned},
+      {R"(, "pin_memory": false)", CpuDeviceMode::async, Tier::host},
+      {R"(, "pin_memory": true)", CpuDeviceMode::sync, Tier::pinned},
+  };
+  for (const Case& c : cases) {
+    INFO("pin_memory '" << c.pin << "', " << (c.mode == CpuDeviceMode::sync ? "sync" : "async"));
+    const std::string config = std::string(R"({"train_micro_batch_size_per_gpu": 1,
+        "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3,
+        "offload_optimizer": {"device": "cpu")") +
+                               c.pin + R"(}, "offload_param": {"device": "cpu")" + c.pin + "}}}";
+    EngineParts parts(config, testing::two_modules, c.mode);
+    CHECK(parts.plan.offload.tier == c.want);
+    CHECK(parts.plan.param.tier == c.want);
+    CHECK(parts.state->arenas()[1]->tier() == c.want);
+  }
+}
+
+}  // namespace zero::engine

@@ -33,7 +33,7 @@ struct OffloadStepBenchOptions {
   int threads = 2;            // the CPU optimizer's threads
   int steps = 4;              // the first is a warm-up, the median of the rest counts
   int accumulation = 1;       // gradient_accumulation_steps
-  std::vector<std::string> modes = {"default", "super_offload"};  // which configurations run
+  std::vector<std::string> modes = {"pinned", "super_offload"};  // which configurations run
   std::string trace;  // Chrome trace of the last mode's last step, empty: none
   std::string json;   // JSON lines file, empty: none
 };
