@@ -7,11 +7,11 @@
 // Conventions, as the CPU layers': row-major, B sequences of T positions (N = B * T rows);
 // activations, parameters and gradients bf16 (Bf16, raw bits); norm statistics and rotary
 // tables fp32; every backward ADDS (+=) into its input and parameter gradients, so tied weights
-// and residual streams sum their uses. Every launcher is asynchronous on `stream` (a
-// cudaStream_t), launches nothing for empty sizes, and returns the cudaError_t of its launches
-// as an int (0: none), so the caller names the failure. Parameter gradients are reduced in a
-// fixed order (per-block partials in `scratch`, then one fixed-order pass): runs repeat bit for
-// bit; nothing uses float atomics.
+// and residual streams sum their uses (unless told to write its input gradient: Into). Every
+// launcher is asynchronous on `stream` (a cudaStream_t), launches nothing for empty sizes, and
+// returns the cudaError_t of its launches as an int (0: none), so the caller names the failure.
+// Parameter gradients are reduced in a fixed order (per-block partials in `scratch`, then one
+// fixed-order pass): runs repeat bit for bit; nothing uses float atomics.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +22,14 @@ namespace zero::cuda_layers {
 
 using Bf16 = std::uint16_t;  // bfloat16 bits
 using Stream = void*;        // cudaStream_t
+
+// How a backward treats its input gradient: added to (+=, the convention above) or written
+// (=, exactly what adding to zeros gives, for a buffer that holds nothing yet: it needs no
+// zeroing first, and a product writes it in one pass with beta 0, without the staging). The
+// norms' backward may also write it as another buffer (the residual stream's gradient) plus
+// theirs, so the residual's copy goes into the norm's pass. Parameter gradients are always
+// added to.
+enum class Into { add, write };
 
 // Floats of device scratch a parameter-gradient reduction over N rows and C channels needs
 // (layernorm_backward, rmsnorm_backward, bias gradients).
@@ -54,26 +62,29 @@ int embedding_backward(Bf16* dwte, Bf16* dwpe, const Bf16* dout, const std::int3
 // out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + 1e-5); mean, rstd fp32 [N].
 int layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, const Bf16* weight,
                       const Bf16* bias, int N, int C, Stream stream);
+// `into` write with `dresidual`: dinp = dresidual + the gradient (dresidual may be dinp).
 int layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
                        const Bf16* weight, const float* mean, const float* rstd, int N, int C,
-                       float* scratch, Stream stream);
+                       float* scratch, Stream stream, Into into = Into::add,
+                       const Bf16* dresidual = nullptr);
 
 // out = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); rstd fp32 [N].
 int rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight, int N, int C,
                     float eps, Stream stream);
 int rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
                      const Bf16* weight, const float* rstd, int N, int C, float* scratch,
-                     Stream stream);
+                     Stream stream, Into into = Into::add, const Bf16* dresidual = nullptr);
 
 // ---- Pointwise ----
 
 // GPT-2's GELU (tanh form).
 int gelu_forward(Bf16* out, const Bf16* inp, std::size_t n, Stream stream);
-int gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, std::size_t n, Stream stream);
+int gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, std::size_t n, Stream stream,
+                  Into into = Into::add);
 // h = silu(gate) * up.
 int swiglu_forward(Bf16* h, const Bf16* gate, const Bf16* up, std::size_t n, Stream stream);
 int swiglu_backward(Bf16* dgate, Bf16* dup, const Bf16* dh, const Bf16* gate, const Bf16* up,
-                    std::size_t n, Stream stream);
+                    std::size_t n, Stream stream, Into into = Into::add);
 // out = a + b (out may be a or b).
 int residual_forward(Bf16* out, const Bf16* a, const Bf16* b, std::size_t n, Stream stream);
 // Rotary embeddings in place on rows of `ld` elements, `heads` heads of hd from each row's start
@@ -86,11 +97,11 @@ int rope_backward(Bf16* dx, int ld, const float* cos, const float* sin, int B, i
 
 // ---- Matrix products (cuBLASLt) ----
 
-// out[N, OC] = inp[N, C] weight[OC, C]^T + bias; backward: dinp += dout weight,
-// dweight += dout^T inp, dbias += column sums of dout. bf16 operands, fp32 accumulation and
-// compute. Owns the cuBLASLt handle, its workspace, a 32 MiB staging buffer (the backward sums
-// each gradient out of place, a block of columns at a time) and the descriptors and algorithm
-// chosen per shape, cached (a shape's first call asks cuBLASLt's heuristic once).
+// out[N, OC] = inp[N, C] weight[OC, C]^T + bias; backward: dinp += dout weight (or = with
+// Into::write), dweight += dout^T inp, dbias += column sums of dout. bf16 operands, fp32
+// accumulation and compute. Owns the cuBLASLt handle, its workspace, a 32 MiB staging buffer (the
+// backward sums each gradient out of place, a block of columns at a time) and the descriptors and
+// algorithm chosen per shape, cached (a shape's first call asks cuBLASLt's heuristic once).
 class Matmul {
  public:
   Matmul();
@@ -102,8 +113,10 @@ class Matmul {
     return forward(out, OC, inp, weight, bias, N, C, OC, stream);
   }
   int backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
-               const Bf16* weight, int N, int C, int OC, float* scratch, Stream stream) {
-    return backward(dinp, dweight, dbias, dout, OC, inp, weight, N, C, OC, scratch, stream);
+               const Bf16* weight, int N, int C, int OC, float* scratch, Stream stream,
+               Into dinp_into = Into::add) {
+    return backward(dinp, dweight, dbias, dout, OC, inp, weight, N, C, OC, scratch, stream,
+                    dinp_into);
   }
   // The same with out's (forward) or dout's (backward) rows `ld` elements apart, ld >= OC (the
   // CUDA models' logits, their vocabulary padded so that cuBLASLt gets aligned rows): the
@@ -113,7 +126,7 @@ class Matmul {
               int C, int OC, Stream stream);
   int backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, int ld_dout,
                const Bf16* inp, const Bf16* weight, int N, int C, int OC, float* scratch,
-               Stream stream);
+               Stream stream, Into dinp_into = Into::add);
 
  private:
   struct State;

@@ -298,6 +298,13 @@ struct Matmul::State {
     }
     return 0;
   }
+
+  // D (m x n, leading dimension ldd) = A op B: beta 0 in place, where D holds nothing yet (C is
+  // not read), one rounding of the fp32 sum as accumulate() onto zeros.
+  int write(Kind kind, int m, int n, int k, const Bf16* a, int lda, const Bf16* b, int ldb, Bf16* d,
+            int ldd, cudaStream_t stream) {
+    return run(kind, m, n, k, a, lda, b, ldb, d, ldd, d, ldd, 0.0f, nullptr, stream);
+  }
 };
 
 Matmul::Matmul() : state_(new State) {}
@@ -318,14 +325,21 @@ int Matmul::forward(Bf16* out, int ld_out, const Bf16* inp, const Bf16* weight, 
 
 int Matmul::backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, int ld_dout,
                      const Bf16* inp, const Bf16* weight, int N, int C, int OC, float* scratch,
-                     Stream stream) {
+                     Stream stream, Into dinp_into) {
   if (N < 0 || C < 0 || OC < 0 || ld_dout < OC) return cudaErrorInvalidValue;
   const auto s = static_cast<cudaStream_t>(stream);
-  if (N == 0 || OC == 0) return 0;  // every gradient gets += 0
+  if (N == 0 || OC == 0) {  // every gradient gets += 0; a written dinp, zeros
+    if (dinp == nullptr || dinp_into == Into::add || C == 0) return 0;
+    return static_cast<int>(cudaMemsetAsync(
+        dinp, 0, static_cast<std::size_t>(N) * static_cast<std::size_t>(C) * sizeof(Bf16), s));
+  }
   if (C > 0) {
     if (dinp != nullptr) {  // dinp^T (C x N) += W^T (C x OC) dout^T (OC x N), both as stored
       const int st =
-          state_->accumulate(Kind::backward_input, C, N, OC, weight, C, dout, ld_dout, dinp, C, s);
+          dinp_into == Into::write
+              ? state_->write(Kind::backward_input, C, N, OC, weight, C, dout, ld_dout, dinp, C, s)
+              : state_->accumulate(Kind::backward_input, C, N, OC, weight, C, dout, ld_dout, dinp,
+                                   C, s);
       if (st != 0) return st;
     }
     if (dweight != nullptr) {  // dW^T (C x OC) += inp^T (C x N) dout (N x OC)

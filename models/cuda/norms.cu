@@ -13,7 +13,7 @@
 // a second, one thread per channel, sums the R partials in row-block order and adds the total to
 // the bf16 gradient, rounding once.
 //
-// out, dinp and the gradients must not overlap the inputs.
+// out, dinp and the gradients must not overlap the inputs (a backward's dresidual may be dinp).
 #include <cstddef>
 
 #include <cuda_bf16.h>
@@ -87,9 +87,11 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// dinp += (dn - mean(dn) - xhat * mean(dn * xhat)) * rstd, dn = weight * dout.
+// dinp = base + (dn - mean(dn) - xhat * mean(dn * xhat)) * rstd, dn = weight * dout; base is
+// dinp itself (added to), another buffer (the residual's gradient, which may be dinp) or null
+// (zeros): so dinp and base are not restrict.
 __global__ void __launch_bounds__(kRowThreads)
-    layernorm_backward_input_kernel(bf16* __restrict__ dinp, const bf16* __restrict__ dout,
+    layernorm_backward_input_kernel(bf16* dinp, const bf16* base, const bf16* __restrict__ dout,
                                     const bf16* __restrict__ inp, const bf16* __restrict__ weight,
                                     const float* __restrict__ mean, const float* __restrict__ rstd,
                                     int C) {
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const float xhat = (load(x, c) - m) * s;
     const float dn = load(weight, c) * load(g, c);
     const float grad = (dn - mean_dn - xhat * mean_dn_xhat) * s;
-    d[c] = __float2bfloat16_rn(load(d, c) + grad);
+    d[c] = __float2bfloat16_rn((base != nullptr ? load(base + row * C, c) : 0.0f) + grad);
   }
 }
 
@@ -139,9 +141,9 @@ __global__ void __launch_bounds__(kRowThreads)
   if (threadIdx.x == 0 && rstd != nullptr) rstd[row] = s;
 }
 
-// dinp += rstd * dn - x * rstd^3 * mean(dn * x), dn = weight * dout.
+// dinp = base + rstd * dn - x * rstd^3 * mean(dn * x), dn = weight * dout; base as LayerNorm's.
 __global__ void __launch_bounds__(kRowThreads)
-    rmsnorm_backward_input_kernel(bf16* __restrict__ dinp, const bf16* __restrict__ dout,
+    rmsnorm_backward_input_kernel(bf16* dinp, const bf16* base, const bf16* __restrict__ dout,
                                   const bf16* __restrict__ inp, const bf16* __restrict__ weight,
                                   const float* __restrict__ rstd, int C) {
   __shared__ float shared[kWarps];
@@ -159,7 +161,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const float xc = load(x, c);
     const float dn = load(weight, c) * load(g, c);
     const float grad = s * dn - xc * s * s * s * mean_dn_x;
-    d[c] = __float2bfloat16_rn(load(d, c) + grad);
+    d[c] = __float2bfloat16_rn((base != nullptr ? load(base + row * C, c) : 0.0f) + grad);
   }
 }
 
@@ -255,11 +257,13 @@ int layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, cons
 
 int layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
                        const Bf16* weight, const float* mean, const float* rstd, int N, int C,
-                       float* scratch, Stream stream) {
+                       float* scratch, Stream stream, Into into, const Bf16* dresidual) {
   if (N <= 0 || C <= 0) return 0;
+  if (into == Into::add && dresidual != nullptr) return cudaErrorInvalidValue;
   const auto s = static_cast<cudaStream_t>(stream);
   layernorm_backward_input_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, s>>>(
-      as_bf16(dinp), as_bf16(dout), as_bf16(inp), as_bf16(weight), mean, rstd, C);
+      as_bf16(dinp), as_bf16(into == Into::add ? dinp : dresidual), as_bf16(dout), as_bf16(inp),
+      as_bf16(weight), mean, rstd, C);
   const cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return static_cast<int>(status);
   return static_cast<int>(reduce_parameter_gradients<true>(
@@ -277,11 +281,13 @@ int rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight,
 
 int rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
                      const Bf16* weight, const float* rstd, int N, int C, float* scratch,
-                     Stream stream) {
+                     Stream stream, Into into, const Bf16* dresidual) {
   if (N <= 0 || C <= 0) return 0;
+  if (into == Into::add && dresidual != nullptr) return cudaErrorInvalidValue;
   const auto s = static_cast<cudaStream_t>(stream);
   rmsnorm_backward_input_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, s>>>(
-      as_bf16(dinp), as_bf16(dout), as_bf16(inp), as_bf16(weight), rstd, C);
+      as_bf16(dinp), as_bf16(into == Into::add ? dinp : dresidual), as_bf16(dout), as_bf16(inp),
+      as_bf16(weight), rstd, C);
   const cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return static_cast<int>(status);
   return static_cast<int>(reduce_parameter_gradients<false>(

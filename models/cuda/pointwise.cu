@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    gelu_backward_kernel(bf16* dinp, const bf16* inp, const bf16* dout, std::size_t n) {
+    gelu_backward_kernel(bf16* dinp, const bf16* inp, const bf16* dout, std::size_t n, bool add) {
   const std::size_t stride = thread_count();
   for (std::size_t i = thread_index(); i < n; i += stride) {
     const float x = load(inp, i);
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads)
     const float sech2 = 1.0f - th * th;
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
     const float grad = (0.5f * (1.0f + th) + 0.5f * x * sech2 * du) * load(dout, i);
-    dinp[i] = __float2bfloat16_rn(load(dinp, i) + grad);
+    dinp[i] = __float2bfloat16_rn((add ? load(dinp, i) : 0.0f) + grad);
   }
 }
 
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
 // dup += dh * silu(gate).
 __global__ void __launch_bounds__(kThreads)
     swiglu_backward_kernel(bf16* dgate, bf16* dup, const bf16* dh, const bf16* gate, const bf16* up,
-                           std::size_t n) {
+                           std::size_t n, bool add) {
   const std::size_t stride = thread_count();
   for (std::size_t i = thread_index(); i < n; i += stride) {
     const float x = load(gate, i);
@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(kThreads)
     const float dsilu = s * (1.0f + x * (1.0f - s));
     const float grad_gate = g * u * dsilu;
     const float grad_up = g * x * s;
-    dgate[i] = __float2bfloat16_rn(load(dgate, i) + grad_gate);
-    dup[i] = __float2bfloat16_rn(load(dup, i) + grad_up);
+    dgate[i] = __float2bfloat16_rn((add ? load(dgate, i) : 0.0f) + grad_gate);
+    dup[i] = __float2bfloat16_rn((add ? load(dup, i) : 0.0f) + grad_up);
   }
 }
 
@@ -160,10 +160,11 @@ int gelu_forward(Bf16* out, const Bf16* inp, std::size_t n, Stream stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
-int gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, std::size_t n, Stream stream) {
+int gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, std::size_t n, Stream stream,
+                  Into into) {
   if (n == 0) return 0;
   gelu_backward_kernel<<<grid_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      as_bf16(dinp), as_bf16(inp), as_bf16(dout), n);
+      as_bf16(dinp), as_bf16(inp), as_bf16(dout), n, into == Into::add);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -175,10 +176,10 @@ int swiglu_forward(Bf16* h, const Bf16* gate, const Bf16* up, std::size_t n, Str
 }
 
 int swiglu_backward(Bf16* dgate, Bf16* dup, const Bf16* dh, const Bf16* gate, const Bf16* up,
-                    std::size_t n, Stream stream) {
+                    std::size_t n, Stream stream, Into into) {
   if (n == 0) return 0;
   swiglu_backward_kernel<<<grid_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      as_bf16(dgate), as_bf16(dup), as_bf16(dh), as_bf16(gate), as_bf16(up), n);
+      as_bf16(dgate), as_bf16(dup), as_bf16(dh), as_bf16(gate), as_bf16(up), n, into == Into::add);
   return static_cast<int>(cudaGetLastError());
 }
 

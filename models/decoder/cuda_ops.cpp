@@ -125,13 +125,10 @@ void CudaOps::logits_forward(int weight) {
 
 void CudaOps::logits_backward(int weight) {
   const int N = static_cast<int>(shape_.positions()), C = shape_.channels, V = shape_.vocab;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
-  zero(dnormed_, NC * kBf16);
   cl::check(matmul_.backward(dnormed_.as<Bf16>(), grad(weight), nullptr, logits_.as<Bf16>(),
                              cl::padded_vocab(V), normed_.as<Bf16>(), param(weight), N, C, V,
-                             scratch_.as<float>(), stream()),
+                             scratch_.as<float>(), stream(), cl::Into::write),
             "matmul backward (logits)");
-  zero(dx_, NC * kBf16);
 }
 
 std::uint64_t CudaOps::logits_bytes() const noexcept {

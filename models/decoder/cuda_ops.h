@@ -93,8 +93,8 @@ class CudaOps {
   void embed(Hidden& out, int wte, int wpe) const;
   void embed_back(int wte, int wpe) const;
   // The head after its final norm, which leaves its output in normed_ (see the top). Backward
-  // leaves the gradient at the final norm's output in dnormed_, and dx_ zeroed for the final
-  // norm's backward to add into.
+  // leaves the gradient at the final norm's output in dnormed_ (written, not added to); the
+  // final norm's backward then writes dx_ (cuda_layers::Into::write).
   void logits_forward(int weight);
   void logits_backward(int weight);
   // What logits_forward keeps (normed_, logits_, the losses).

@@ -82,7 +82,7 @@ class GptCuda final : public decoder::CudaOps, public GptFamily {
                                      dnormed_.as<Bf16>(), x.as<Bf16>(), param(ids_.lnf_w),
                                      lnf_mean_.as<float>(), lnf_rstd_.as<float>(),
                                      static_cast<int>(shape_.positions()), config_.channels,
-                                     scratch_.as<float>(), stream()),
+                                     scratch_.as<float>(), stream(), cl::Into::write),
               "layernorm_backward");
   }
   void block_backward(std::size_t l, const Hidden& x, const Activations& a) {
@@ -145,29 +145,29 @@ void GptCuda::backward_block(const GptBlockIds& b, const Bf16* x, const Activati
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   void* s = stream();
   float* scratch = scratch_.as<float>();
-  // MLP branch.
-  zero(d4_, 4 * NC * kBf16);
+  // MLP branch. The scratch gradients are written (cl::Into::write), not zeroed and added to.
   cl::check(matmul_.backward(d4_.as<Bf16>(), grad(b.fcproj_w), grad(b.fcproj_b), dx,
-                             a.fch_gelu.as<Bf16>(), param(b.fcproj_w), N, 4 * C, C, scratch, s),
+                             a.fch_gelu.as<Bf16>(), param(b.fcproj_w), N, 4 * C, C, scratch, s,
+                             cl::Into::write),
             "matmul backward (mlp projection)");
-  zero(d4b_, 4 * NC * kBf16);
-  cl::check(cl::gelu_backward(d4b_.as<Bf16>(), a.fch.as<Bf16>(), d4_.as<Bf16>(), 4 * NC, s),
+  cl::check(cl::gelu_backward(d4b_.as<Bf16>(), a.fch.as<Bf16>(), d4_.as<Bf16>(), 4 * NC, s,
+                              cl::Into::write),
             "gelu_backward");
-  zero(dsmall_, NC * kBf16);
-  cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.fc_w), grad(b.fc_b), d4b_.as<Bf16>(),
-                             a.ln2.as<Bf16>(), param(b.fc_w), N, C, 4 * C, scratch, s),
-            "matmul backward (mlp)");
-  cl::copy_device(dres2_.as<void>(), dx, NC * kBf16, s);  // the residual path
+  cl::check(
+      matmul_.backward(dsmall_.as<Bf16>(), grad(b.fc_w), grad(b.fc_b), d4b_.as<Bf16>(),
+                       a.ln2.as<Bf16>(), param(b.fc_w), N, C, 4 * C, scratch, s, cl::Into::write),
+      "matmul backward (mlp)");
+  // dres2 = dx (the residual path) + ln2's gradient, in the norm's pass.
   cl::check(
       cl::layernorm_backward(dres2_.as<Bf16>(), grad(b.ln2_w), grad(b.ln2_b), dsmall_.as<Bf16>(),
                              a.res2.as<Bf16>(), param(b.ln2_w), a.ln2_mean.as<float>(),
-                             a.ln2_rstd.as<float>(), N, C, scratch, s),
+                             a.ln2_rstd.as<float>(), N, C, scratch, s, cl::Into::write, dx),
       "layernorm_backward");
   // Attention branch.
-  zero(dsmall_, NC * kBf16);
-  cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.proj_w), grad(b.proj_b), dres2_.as<Bf16>(),
-                             a.atty.as<Bf16>(), param(b.proj_w), N, C, C, scratch, s),
-            "matmul backward (attention projection)");
+  cl::check(
+      matmul_.backward(dsmall_.as<Bf16>(), grad(b.proj_w), grad(b.proj_b), dres2_.as<Bf16>(),
+                       a.atty.as<Bf16>(), param(b.proj_w), N, C, C, scratch, s, cl::Into::write),
+      "matmul backward (attention projection)");
   zero(dqkv_, 3 * NC * kBf16);
   Bf16* dqkv = dqkv_.as<Bf16>();
   const Bf16* qkv = a.qkv.as<Bf16>();
@@ -176,15 +176,15 @@ void GptCuda::backward_block(const GptBlockIds& b, const Bf16* x, const Activati
                              a.lse.as<float>(), qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, B, T, NH,
                              NH, C / NH, 0, delta_.as<float>(), s),
       "attention_backward");
-  zero(d4_, NC * kBf16);  // the first N x C of d4 takes the gradient at ln1's output
+  // The first N x C of d4 takes the gradient at ln1's output.
   cl::check(matmul_.backward(d4_.as<Bf16>(), grad(b.qkv_w), grad(b.qkv_b), dqkv, a.ln1.as<Bf16>(),
-                             param(b.qkv_w), N, C, 3 * C, scratch, s),
+                             param(b.qkv_w), N, C, 3 * C, scratch, s, cl::Into::write),
             "matmul backward (qkv)");
-  cl::copy_device(dx, dres2_.as<void>(), NC * kBf16, s);  // the residual path
-  cl::check(
-      cl::layernorm_backward(dx, grad(b.ln1_w), grad(b.ln1_b), d4_.as<Bf16>(), x, param(b.ln1_w),
-                             a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), N, C, scratch, s),
-      "layernorm_backward");
+  // dx = dres2 (the residual path) + ln1's gradient.
+  cl::check(cl::layernorm_backward(dx, grad(b.ln1_w), grad(b.ln1_b), d4_.as<Bf16>(), x,
+                                   param(b.ln1_w), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(),
+                                   N, C, scratch, s, cl::Into::write, dres2_.as<Bf16>()),
+            "layernorm_backward");
 }
 
 }  // namespace zero::gpt

@@ -88,7 +88,7 @@ class LlamaCuda final : public decoder::CudaOps, public LlamaFamily {
     cl::check(cl::rmsnorm_backward(dx_.as<Bf16>(), grad(ids_.norm), dnormed_.as<Bf16>(),
                                    x.as<Bf16>(), param(ids_.norm), norm_rstd_.as<float>(),
                                    static_cast<int>(shape_.positions()), config_.channels,
-                                   scratch_.as<float>(), stream()),
+                                   scratch_.as<float>(), stream(), cl::Into::write),
               "rmsnorm_backward");
   }
   void block_backward(std::size_t l, const Hidden& x, const Activations& a) {
@@ -176,32 +176,27 @@ void LlamaCuda::backward_block(const LlamaBlockIds& b, const Bf16* x, const Acti
   const std::size_t n = static_cast<std::size_t>(N);
   void* s = stream();
   float* scratch = scratch_.as<float>();
-  // MLP branch.
-  zero(dF_, n * F * kBf16);
+  // MLP branch. The scratch gradients are written (cl::Into::write), not zeroed and added to.
   cl::check(matmul_.backward(dF_.as<Bf16>(), grad(b.down), nullptr, dx, a.h.as<Bf16>(),
-                             param(b.down), N, F, C, scratch, s),
+                             param(b.down), N, F, C, scratch, s, cl::Into::write),
             "matmul backward (down)");
-  zero(dgate_, n * F * kBf16);
-  zero(dup_, n * F * kBf16);
   cl::check(cl::swiglu_backward(dgate_.as<Bf16>(), dup_.as<Bf16>(), dF_.as<Bf16>(),
-                                a.gate.as<Bf16>(), a.up.as<Bf16>(), n * F, s),
+                                a.gate.as<Bf16>(), a.up.as<Bf16>(), n * F, s, cl::Into::write),
             "swiglu_backward");
-  zero(dsmall_, NC * kBf16);
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.gate), nullptr, dgate_.as<Bf16>(),
-                             a.ln2.as<Bf16>(), param(b.gate), N, C, F, scratch, s),
+                             a.ln2.as<Bf16>(), param(b.gate), N, C, F, scratch, s, cl::Into::write),
             "matmul backward (gate)");
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.up), nullptr, dup_.as<Bf16>(),
                              a.ln2.as<Bf16>(), param(b.up), N, C, F, scratch, s),
             "matmul backward (up)");
-  cl::copy_device(dres_.as<void>(), dx, NC * kBf16, s);  // the residual path
-  cl::check(
-      cl::rmsnorm_backward(dres_.as<Bf16>(), grad(b.ln2), dsmall_.as<Bf16>(), a.res.as<Bf16>(),
-                           param(b.ln2), a.rstd2.as<float>(), N, C, scratch, s),
-      "rmsnorm_backward");
+  // dres = dx (the residual path) + ln2's gradient, in the norm's pass.
+  cl::check(cl::rmsnorm_backward(dres_.as<Bf16>(), grad(b.ln2), dsmall_.as<Bf16>(),
+                                 a.res.as<Bf16>(), param(b.ln2), a.rstd2.as<float>(), N, C, scratch,
+                                 s, cl::Into::write, dx),
+            "rmsnorm_backward");
   // Attention branch.
-  zero(dy_, n * Q * kBf16);
   cl::check(matmul_.backward(dy_.as<Bf16>(), grad(b.o), nullptr, dres_.as<Bf16>(), a.y.as<Bf16>(),
-                             param(b.o), N, Q, C, scratch, s),
+                             param(b.o), N, Q, C, scratch, s, cl::Into::write),
             "matmul backward (o)");
   zero(dq_, n * Q * kBf16);
   zero(dk_, n * KV * kBf16);
@@ -217,9 +212,8 @@ void LlamaCuda::backward_block(const LlamaBlockIds& b, const Bf16* x, const Acti
   cl::check(
       cl::rope_backward(dk_.as<Bf16>(), KV, cos_.as<float>(), sin_.as<float>(), B, T, NKV, hd, s),
       "rope_backward (k)");
-  zero(dsmall_, NC * kBf16);
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.q), grad(b.q_bias), dq_.as<Bf16>(),
-                             a.ln1.as<Bf16>(), param(b.q), N, C, Q, scratch, s),
+                             a.ln1.as<Bf16>(), param(b.q), N, C, Q, scratch, s, cl::Into::write),
             "matmul backward (q)");
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.k), grad(b.k_bias), dk_.as<Bf16>(),
                              a.ln1.as<Bf16>(), param(b.k), N, C, KV, scratch, s),
@@ -227,9 +221,10 @@ void LlamaCuda::backward_block(const LlamaBlockIds& b, const Bf16* x, const Acti
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.v), grad(b.v_bias), dv_.as<Bf16>(),
                              a.ln1.as<Bf16>(), param(b.v), N, C, KV, scratch, s),
             "matmul backward (v)");
-  cl::copy_device(dx, dres_.as<void>(), NC * kBf16, s);  // the residual path
+  // dx = dres (the residual path) + ln1's gradient.
   cl::check(cl::rmsnorm_backward(dx, grad(b.ln1), dsmall_.as<Bf16>(), x, param(b.ln1),
-                                 a.rstd1.as<float>(), N, C, scratch, s),
+                                 a.rstd1.as<float>(), N, C, scratch, s, cl::Into::write,
+                                 dres_.as<Bf16>()),
             "rmsnorm_backward");
 }
 

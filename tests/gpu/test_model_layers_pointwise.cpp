@@ -666,6 +666,86 @@ TEST_CASE("cuda layers: residual add matches the CPU layer, in place too", "[gpu
   check_residual(3 * 1000 + 1, 70200);
 }
 
+TEST_CASE(
+    "cuda layers: gelu, swiglu, layernorm and rmsnorm backward write their input gradient "
+    "(Into::write) as they add onto zeros, and onto a residual's gradient as onto its copy",
+    "[gpu]") {
+  const int N = 37, C = 77;
+  const std::size_t n = static_cast<std::size_t>(N) * C;
+  TestStream stream;
+  const Bits x = random_bf16(n, 90100, -3, 3), g = random_bf16(n, 90200, -1, 1);
+  const Bits u = random_bf16(n, 90300, -2, 2), residual = random_bf16(n, 90400, -1, 1);
+  const Bits w = random_bf16(static_cast<std::size_t>(C), 90500, 0.5, 1.5);
+  Bits garbage = random_bf16(n, 90600, -1000, 1000);
+  for (std::size_t i = 0; i < n; i += 5) garbage[i] = 0x7fc0;  // NaN
+  const Bits zeros(n, 0);
+  DeviceArray<Bf16> d_x(x), d_g(g), d_u(u), d_w(w), d_a(n), d_b(n), d_residual(residual);
+  DeviceArray<Bf16> d_normed(n), d_dweight(static_cast<std::size_t>(C)),
+      d_dbias(static_cast<std::size_t>(C));
+  DeviceArray<float> d_mean(static_cast<std::size_t>(N)), d_rstd(static_cast<std::size_t>(N));
+  DeviceArray<float> d_scratch(reduction_scratch_floats(N, C));
+  // Each backward once from `start` adding, once from garbage writing (with `dresidual` where
+  // given, the adding run starting from it): the input gradients' bits must agree (d_a's, and
+  // d_b's where `two` are written).
+  const auto same = [&](const char* what, const Bits& start, const auto& run, bool two = false) {
+    INFO(what);
+    d_a.upload(start), d_b.upload(start);
+    REQUIRE_LAUNCH(run(Into::add));
+    stream.synchronize();
+    const Bits added_a = d_a.download(), added_b = d_b.download();
+    d_a.upload(garbage), d_b.upload(garbage);
+    REQUIRE_LAUNCH(run(Into::write));
+    stream.synchronize();
+    CHECK(differences(d_a.download(), added_a) == 0);
+    if (two) CHECK(differences(d_b.download(), added_b) == 0);
+  };
+  same("gelu", zeros, [&](Into into) {
+    return gelu_backward(d_a.get(), d_x.get(), d_g.get(), n, stream.get(), into);
+  });
+  same(
+      "swiglu", zeros,
+      [&](Into into) {
+        return swiglu_backward(d_a.get(), d_b.get(), d_g.get(), d_x.get(), d_u.get(), n,
+                               stream.get(), into);
+      },
+      true);
+  REQUIRE_LAUNCH(layernorm_forward(d_normed.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(),
+                                   d_w.get(), N, C, stream.get()));
+  for (const bool with_residual : {false, true}) {
+    const Bits& start = with_residual ? residual : zeros;
+    const Bf16* dres = with_residual ? d_residual.get() : nullptr;
+    same(with_residual ? "layernorm onto the residual's gradient" : "layernorm", start,
+         [&](Into into) {
+           return layernorm_backward(d_a.get(), d_dweight.get(), d_dbias.get(), d_g.get(),
+                                     d_x.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C,
+                                     d_scratch.get(), stream.get(), into,
+                                     into == Into::write ? dres : nullptr);
+         });
+    same(with_residual ? "rmsnorm onto the residual's gradient" : "rmsnorm", start, [&](Into into) {
+      return rmsnorm_backward(d_a.get(), d_dweight.get(), d_g.get(), d_x.get(), d_w.get(),
+                              d_rstd.get(), N, C, d_scratch.get(), stream.get(), into,
+                              into == Into::write ? dres : nullptr);
+    });
+  }
+  // In place: the residual's gradient may be dinp itself.
+  d_a.upload(residual);
+  REQUIRE_LAUNCH(layernorm_backward(d_a.get(), d_dweight.get(), d_dbias.get(), d_g.get(), d_x.get(),
+                                    d_w.get(), d_mean.get(), d_rstd.get(), N, C, d_scratch.get(),
+                                    stream.get(), Into::write, d_a.get()));
+  stream.synchronize();
+  const Bits in_place = d_a.download();
+  d_a.upload(residual);
+  REQUIRE_LAUNCH(layernorm_backward(d_a.get(), d_dweight.get(), d_dbias.get(), d_g.get(), d_x.get(),
+                                    d_w.get(), d_mean.get(), d_rstd.get(), N, C, d_scratch.get(),
+                                    stream.get()));
+  stream.synchronize();
+  CHECK(differences(in_place, d_a.download()) == 0);
+  // Adding from a residual is refused: it would be a write.
+  CHECK(layernorm_backward(d_a.get(), d_dweight.get(), d_dbias.get(), d_g.get(), d_x.get(),
+                           d_w.get(), d_mean.get(), d_rstd.get(), N, C, d_scratch.get(),
+                           stream.get(), Into::add, d_residual.get()) != 0);
+}
+
 TEST_CASE("cuda layers: rope forward and backward match the CPU layer on strided rows", "[gpu]") {
   check_rope(2, 5, 3, 6, 80100);
   check_rope(3, 7, 3, 10, 80200);
