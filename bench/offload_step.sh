@@ -28,7 +28,7 @@ if [[ ! -x $bench ]]; then
 fi
 mkdir -p "$results"
 rm -f "$results/offload_step.jsonl"
-command=("$bench" offload-step --modes pageable,pinned,super_offload --steps 6
+command=("$bench" offload-step --modes pageable,pinned,super_offload,super_offload_unchecked --steps 10
          --json "$results/offload_step.jsonl" --trace "$results/offload_step.trace.json" "${extra[@]}")
 {
   echo "# $(date -u +%Y-%m-%d) bench/offload_step.sh"

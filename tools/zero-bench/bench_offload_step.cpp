@@ -44,15 +44,17 @@ std::string offload_step_config(const OffloadStepBenchOptions& o, const std::str
                                 std::size_t bucket) {
   // pin_memory unset: pinned beside a GPU (the timed device stands in for one).
   const std::string pin = mode == "pageable" ? R"(, "pin_memory": false)" : "";
-  const bool speculate = mode == "super_offload";
+  const bool speculate = mode.starts_with("super_offload");
+  // Without bf16's overflow check (and clipping) nothing can undo a speculated step: no backup.
+  const char* check = mode == "super_offload_unchecked" ? "false" : "true";
   return fmt::format(R"({{
     "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": {},
-    "steps_per_print": 1000000, "bf16": {{"enabled": true}},
+    "steps_per_print": 1000000, "bf16": {{"enabled": true, "check_grad_overflow": {}}},
     "optimizer": {{"type": "AdamW", "params": {{"lr": 1e-4}}}},
     "zero_optimization": {{"stage": 3, "sub_group_size": {}, "reduce_bucket_size": {},
       "allgather_bucket_size": {}, "stage3_prefetch_bucket_size": {}, "overlap_comm": true,
       "offload_optimizer": {{"device": "cpu"{}, "super_offload": {}}}}}}})",
-                     o.accumulation, bucket, bucket, bucket, bucket, pin,
+                     o.accumulation, check, bucket, bucket, bucket, bucket, pin,
                      speculate ? "true" : "false");
 }
 
@@ -228,9 +230,12 @@ CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& optio
       ->add_option("--modes", options.modes,
                    "Comma-separated: pinned (offload_optimizer without pin_memory: pinned beside "
                    "a GPU), pageable (pin_memory false), super_offload (pinned and "
-                   "super_offload); default: pinned,super_offload")
+                   "super_offload, which keeps a backup for bf16's overflow check), "
+                   "super_offload_unchecked (the same with bf16.check_grad_overflow false: "
+                   "nothing can undo a speculated step, so no backup); default: "
+                   "pinned,super_offload")
       ->delimiter(',')
-      ->check(CLI::IsMember({"pinned", "pageable", "super_offload"}));
+      ->check(CLI::IsMember({"pinned", "pageable", "super_offload", "super_offload_unchecked"}));
   command->add_option("--trace", options.trace,
                       "Write the last mode's median step as a Chrome trace to FILE");
   command->add_option("--json", options.json, "Append one JSON line per mode to FILE");
@@ -267,7 +272,7 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
   for (const std::string& mode : o.modes) {
     StepFigures f = run_mode(o, mode, compute, link);
     std::cout << fmt::format(
-        "  {:<14} step {:8.1f} ms = {:.3f} x floor | compute {:7.1f}, link down {:6.1f} up "
+        "  {:<24} step {:8.1f} ms = {:.3f} x floor | compute {:7.1f}, link down {:6.1f} up "
         "{:6.1f}, host adds {:6.1f}, engine step call {:7.1f} ms\n",
         mode, f.step * 1e3, f.step / floor, f.compute * 1e3, f.d2h * 1e3, f.h2d * 1e3, f.adds * 1e3,
         f.call * 1e3);
