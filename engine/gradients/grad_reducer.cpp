@@ -16,6 +16,7 @@ GradReducer::GradReducer(const EngineContext& context)
       modes_(context.layout.modes),
       rank_(context.shards().rank()),
       reduction_(make_bucket_reduction(context)),
+      identity_(identity_reduction(context.config, context.layout)),
       grads_(context.registry.param_count()),
       waiting_(context.layout.buckets.size(), 0) {
   // DeepSpeed's averaging: postscale (the default) divides by gradient_predivide_factor before
@@ -82,7 +83,7 @@ void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucke
 
 void GradReducer::begin_backward(std::int64_t micro_steps) {
   const auto steps = ctx_.config.batch.gradient_accumulation_steps;
-  reducing_ = modes_.stage >= 2 || (micro_steps + 1) % steps == 0;
+  reducing_ = !identity_ && (modes_.stage >= 2 || (micro_steps + 1) % steps == 0);
   for (std::size_t p : ctx_.layout.trainable) {
     grads_[p].uses_left = ctx_.registry.param(p).modules.size();
     grads_[p].touched = false;

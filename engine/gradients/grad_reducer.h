@@ -26,7 +26,8 @@
 // HostAdds' threads while the next blocks come down; block_sink.h). So the default stream, and
 // through it the caller's, never waits for a reduction, only a bucket buffer's refill waits for the
 // epilogue that read it (an event per buffer); flush() waits for everything on the host. Internal
-// to engine/.
+// to engine/. Where the reduction is the identity (stage 0 on one rank, memory_plan.h's
+// identity_reduction) none runs: the gradients stay where backward wrote them.
 #pragma once
 
 #include <cstddef>
@@ -160,7 +161,8 @@ class GradReducer {
   double pre_factor_ = 1.0;   // gradients scaled before the reduction (predivide, prescale)
   double post_factor_ = 1.0;  // and after it: together, the average over ranks
   std::unique_ptr<BucketReduction> reduction_;  // how a bucket is reduced (chosen at creation)
-  std::unique_ptr<BlockSink> sink_;             // where its block goes (chosen at attach)
+  const bool identity_;              // nothing to reduce: memory_plan.h's identity_reduction
+  std::unique_ptr<BlockSink> sink_;  // where its block goes (chosen at attach)
 
   std::vector<ParamGrad> grads_;       // per parameter
   std::vector<std::size_t> waiting_;   // per bucket: its parameters not yet ready

@@ -123,7 +123,9 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
   for (const Bucket& b : layout.buckets) largest_bucket = std::max(largest_bucket, b.block);
   const std::size_t largest_group = largest_step_group(layout);
   const std::size_t largest_gather = (m.stage == 1 || m.stage == 2) ? largest_group : 0;
-  plan.bucket_count = layout.buckets.empty() ? 0 : config.zero.overlap_comm ? 2 : 1;
+  plan.bucket_count = layout.buckets.empty() || identity_reduction(config, layout) ? 0
+                      : config.zero.overlap_comm                                   ? 2
+                                                                                   : 1;
   plan.bucket_bytes = bucket_buffer_bytes(m, largest_bucket);
   plan.gather_bytes = largest_gather * static_cast<std::size_t>(m.shard_ranks) * csize;
   plan.reduce_staging_bytes = m.optimizer_offload ? reduce_staging_slots(layout, beside) *
@@ -576,6 +578,12 @@ std::size_t reduce_staging_slots(const Layout& layout, bool beside) {
 
 bool pinned_offload(std::optional<bool> pin_memory, bool beside) {
   return pin_memory.value_or(beside);
+}
+
+bool identity_reduction(const config::Config& config, const Layout& layout) {
+  const StateModes& m = layout.modes;
+  return layout.world == 1 && m.stage == 0 && !m.grad_shard() && m.wire == m.compute &&
+         !config.prescale_gradients && config.gradient_predivide_factor == 1.0;
 }
 
 bool direct_reduce(const Layout& layout, bool beside) {

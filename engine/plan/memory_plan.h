@@ -155,6 +155,11 @@ std::size_t reduce_staging_slots(const Layout& layout, bool beside);
 // with no host arithmetic; its sum of squares and non-finite flag are taken there as it goes,
 // a float per bucket then one flag, from reduce_device_sums_offset() bytes into the block.
 bool direct_reduce(const Layout& layout, bool beside);
+// Stage 0 on a world of one, the gradients reduced in their own dtype with no factor
+// (communication_data_type the compute dtype, gradient_predivide_factor 1, no
+// prescale_gradients), and no owned gradient shard: the reduction is the identity, so none runs
+// and there are no bucket buffers. The gradients stay where backward wrote them.
+bool identity_reduction(const config::Config& config, const Layout& layout);
 // An offload section's pin_memory where given; unset, pinned beside a GPU (where the copies
 // run at the link's rate only from page-locked memory, and only then asynchronously) and
 // pageable on the CPU device.

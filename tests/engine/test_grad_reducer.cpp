@@ -127,3 +127,60 @@ TEST_CASE("grad reducer: a frozen parameter has no gradient, a handed-out one st
 }
 
 }  // namespace zero::engine
+
+namespace zero::engine {
+
+TEST_CASE(
+    "grad reducer: at stage 0 on one rank nothing is reduced and no bucket is held, unless a "
+    "factor or another wire dtype makes the reduction more than the identity",
+    "[engine]") {
+  struct Case {
+    const char* what;
+    const char* extra;
+    bool identity;
+  };
+  const Case cases[] = {
+      {"fp32", "", true},
+      {"bf16", R"("bf16": {"enabled": true},)", true},
+      {"gradient_predivide_factor 2", R"("gradient_predivide_factor": 2.0,)", false},
+      {"prescale_gradients", R"("prescale_gradients": true,)", false},
+      {"bf16 compute, fp32 wire",
+       R"("bf16": {"enabled": true}, "communication_data_type": "fp32",)", false},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const std::string config = std::string(R"({"train_micro_batch_size_per_gpu": 1, )") + c.extra +
+                               R"( "optimizer": {"type": "AdamW"},
+        "zero_optimization": {"stage": 0, "reduce_bucket_size": 64}})";
+    EngineParts parts(config);
+    CHECK(identity_reduction(parts.config, parts.layout) == c.identity);
+    CHECK((parts.plan.bucket_count == 0) == c.identity);
+    if (!c.identity || c.extra[0] != '\0') continue;
+    // fp32: backward's sums stay where they were written, p2 with both of its uses.
+    GradReducer& r = *parts.reducer;
+    r.begin_backward(0);  // accumulation 1: the boundary
+    r.hand_out(1);
+    r.hand_out(2);
+    add(parts, 1, 1.0f);
+    add(parts, 2, 10.0f);
+    r.backward_done(1, "b");
+    r.backward_done(2, "b");
+    r.hand_out(0);
+    r.hand_out(2);
+    add(parts, 0, 2.0f);
+    add(parts, 2, 20.0f);
+    r.backward_done(0, "a");
+    r.backward_done(2, "a");
+    r.issue_ready();
+    r.flush();
+    parts.device->synchronize();
+    for (const auto& [p, want] : {std::pair<std::size_t, float>{0, 2.0f}, {1, 1.0f}, {2, 30.0f}}) {
+      INFO("p" << p);
+      const auto* grad = static_cast<const float*>(r.grad(p));
+      REQUIRE(grad != nullptr);
+      for (std::size_t i = 0; i < parts.registry.param(p).numel; ++i) REQUIRE(grad[i] == want);
+    }
+  }
+}
+
+}  // namespace zero::engine
