@@ -64,8 +64,15 @@ void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucke
   Stream& stream = ctx_.device.default_stream();
   for (std::size_t p = 0; p < full_grads.size() && p < grads_.size(); ++p) {
     grads_[p].grad = full_grads[p];
-    if (full_grads[p] != nullptr) {
-      ctx_.device.fill(full_grads[p], modes_.compute, ctx_.registry.param(p).numel, 0.0f, stream);
+  }
+  find_replicated_region();
+  if (replicated_.data != nullptr) {
+    ctx_.device.fill(replicated_.data, modes_.compute, replicated_.count, 0.0f, stream);
+  } else {
+    for (std::size_t p = 0; p < full_grads.size() && p < grads_.size(); ++p) {
+      if (full_grads[p] != nullptr) {
+        ctx_.device.fill(full_grads[p], modes_.compute, ctx_.registry.param(p).numel, 0.0f, stream);
+      }
     }
   }
   bucket_buffers_ = std::move(bucket_buffers);
@@ -139,8 +146,41 @@ bool GradReducer::handed_out(std::size_t param) const {
   return grads_[param].touched;
 }
 
+void GradReducer::find_replicated_region() {
+  replicated_ = {};
+  if (modes_.stage > 1) return;
+  const std::size_t csize = dtype_size(modes_.compute);
+  char* first = nullptr;
+  char* end = nullptr;  // after the last gradient so far
+  std::vector<std::size_t> order(ctx_.layout.trainable.begin(), ctx_.layout.trainable.end());
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return grads_[a].grad < grads_[b].grad; });
+  for (std::size_t p : order) {
+    const std::size_t bytes = ctx_.registry.param(p).numel * csize;
+    if (bytes == 0) continue;
+    auto* at = static_cast<char*>(grads_[p].grad);
+    if (at == nullptr) return;
+    if (first == nullptr) {
+      first = at;
+    } else {
+      // Only the alignment's gap from the last one's end: no block can start inside it.
+      const auto gap = static_cast<std::size_t>(at - end);
+      if (at < end || gap >= Arena::kDefaultAlignment || gap % csize != 0 ||
+          reinterpret_cast<std::uintptr_t>(at) % Arena::kDefaultAlignment != 0) {
+        return;
+      }
+    }
+    end = at + bytes;
+  }
+  if (first != nullptr) replicated_ = {first, static_cast<std::size_t>(end - first) / csize};
+}
+
 void GradReducer::zero_full(Stream& stream) {
   if (modes_.stage > 1) return;
+  if (replicated_.data != nullptr) {
+    ctx_.device.fill(replicated_.data, modes_.compute, replicated_.count, 0.0f, stream);
+    return;
+  }
   for (std::size_t p : ctx_.layout.trainable) {
     ctx_.device.fill(grads_[p].grad, modes_.compute, ctx_.registry.param(p).numel, 0.0f, stream);
   }

@@ -95,6 +95,16 @@ class GradReducer {
   bool handed_out(std::size_t param) const;
   // Stages 0-1: every replicated gradient back to zero (after a step, or a skipped one).
   void zero_full(Stream& stream);
+  // Stages 0-1: the replicated gradients as one region of `count` elements (compute dtype), when
+  // they lie one after another in the arena with only the alignment's gaps between them (the
+  // plan takes them so; the gaps are zeros, attach() writes them, and no block can start in
+  // one): a fill, a sum of squares or a check over it is one launch where it was one per
+  // parameter. Null data where they do not.
+  struct Region {
+    void* data = nullptr;
+    std::size_t count = 0;
+  };
+  Region replicated_region() const noexcept { return replicated_; }
   // The owned gradient shard (Target::grad_flat) back to zero without writing it: the next
   // micro-step that reduces writes each reduced block onto zeros (Device::accumulate_onto_zero,
   // the bits of adding into a zeroed shard) rather than adding it, which saves a pass over the
@@ -149,6 +159,7 @@ class GradReducer {
   };
 
   void ready(std::size_t param);
+  void find_replicated_region();
   void issue(std::size_t bucket);
   void finish(std::size_t slot);
   void release(std::size_t param);
@@ -165,6 +176,7 @@ class GradReducer {
   std::unique_ptr<BlockSink> sink_;  // where its block goes (chosen at attach)
 
   std::vector<ParamGrad> grads_;       // per parameter
+  Region replicated_;                  // stages 0-1, when the gradients are one region
   std::vector<std::size_t> waiting_;   // per bucket: its parameters not yet ready
   std::vector<void*> bucket_buffers_;  // 1, or 2 with overlap_comm (wire dtype)
   std::unique_ptr<Arena> grad_arena_;

@@ -231,11 +231,13 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
                   std::size_t index = 0) {
     plan.blocks.push_back({role, arena, kind, bytes, align_up(bytes), index});
   };
-  for (std::size_t p = 0; p < specs.size(); ++p) {
-    if (m.stage <= 2) {
-      take(BlockRole::full_param, ArenaRole::state, MemoryKind::param, specs[p].numel * csize, p);
-    }
-    if (m.stage <= 1 && specs[p].trainable) {
+  for (std::size_t p = 0; p < specs.size() && m.stage <= 2; ++p) {
+    take(BlockRole::full_param, ArenaRole::state, MemoryKind::param, specs[p].numel * csize, p);
+  }
+  // The replicated gradients one after another, so that they are one region of the arena
+  // (GradReducer::replicated_region): one fill, one norm and one check a step.
+  for (std::size_t p = 0; p < specs.size() && m.stage <= 1; ++p) {
+    if (specs[p].trainable) {
       take(BlockRole::full_grad, ArenaRole::state, MemoryKind::grad, specs[p].numel * csize, p);
     }
   }

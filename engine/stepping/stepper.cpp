@@ -151,6 +151,10 @@ void Stepper::for_each_owned_grad(Visit visit) {
     }
     return;
   }
+  if (const GradReducer::Region region = reducer_.replicated_region(); region.data != nullptr) {
+    visit(region.data, modes_.compute, region.count);  // the alignment's gaps are zeros
+    return;
+  }
   for (std::size_t p : ctx_.layout.trainable) {
     visit(reducer_.grad(p), modes_.compute, ctx_.registry.param(p).numel);
   }

@@ -6,6 +6,8 @@
 // reduction writes the shard onto zeros instead of adding.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "tests/engine/engine_parts.h"
@@ -180,6 +182,48 @@ TEST_CASE(
       REQUIRE(grad != nullptr);
       for (std::size_t i = 0; i < parts.registry.param(p).numel; ++i) REQUIRE(grad[i] == want);
     }
+  }
+}
+
+}  // namespace zero::engine
+
+namespace zero::engine {
+
+TEST_CASE(
+    "grad reducer: at stages 0-1 the replicated gradients are one region, which one fill "
+    "zeroes, gaps included",
+    "[engine]") {
+  for (int stage : {0, 1}) {
+    INFO("stage " << stage);
+    const std::string config = R"({"train_micro_batch_size_per_gpu": 1,
+        "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": )" +
+                               std::to_string(stage) + R"(, "reduce_bucket_size": 64}})";
+    EngineParts parts(config);
+    GradReducer& r = *parts.reducer;
+    const GradReducer::Region region = r.replicated_region();
+    REQUIRE(region.data != nullptr);
+    // From the first trainable gradient (p0) to the end of the last (p2), every one inside.
+    const char* begin = static_cast<const char*>(region.data);
+    const char* end = begin + region.count * sizeof(float);
+    CHECK(region.data == r.grad(0));
+    std::size_t inside = 0;
+    for (std::size_t p : parts.layout.trainable) {
+      const auto* g = static_cast<const char*>(r.grad(p));
+      CHECK(g >= begin);
+      CHECK(g + parts.registry.param(p).numel * sizeof(float) <= end);
+      inside += parts.registry.param(p).numel;
+    }
+    CHECK(region.count >= inside);
+    CHECK(region.count * sizeof(float) < inside * sizeof(float) + 3 * Arena::kDefaultAlignment);
+    // Garbage over the whole region, then zero_full: all zeros.
+    parts.device->synchronize();
+    std::vector<float> junk(region.count, 7.0f);
+    parts.device->copy(region.data, junk.data(), junk.size() * sizeof(float));
+    r.zero_full(parts.device->default_stream());
+    parts.device->synchronize();
+    std::vector<float> back(region.count, 1.0f);
+    parts.device->copy(back.data(), region.data, back.size() * sizeof(float));
+    CHECK(std::all_of(back.begin(), back.end(), [](float v) { return v == 0.0f; }));
   }
 }
 
