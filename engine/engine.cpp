@@ -565,6 +565,11 @@ void* Engine::grad_buffer(std::size_t param) {
   return grad;
 }
 
+bool Engine::grad_is_zero(std::size_t param) {
+  grad_buffer(param);  // the same checks: a buffer handed out to a module's backward
+  return impl_->reducer->is_zero(param);
+}
+
 double Engine::loss_scale() const {
   return impl_->stepper ? impl_->stepper->scaler().scale() : impl_->initial_scaler.scale();
 }

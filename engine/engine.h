@@ -196,6 +196,8 @@ class Engine {
   // them in an accumulation window (stages 0-1) or micro-step (stages 2-3). The model adds
   // (+=) its contribution, so tied parameters sum over their uses.
   void* grad_buffer(std::size_t param);
+  // Whether grad_buffer(param) still holds zeros (zero_grad_is_zero); its validity.
+  bool grad_is_zero(std::size_t param);
 
   // The factor to multiply the micro-batch's mean loss by before backward: the fp16 loss scale
   // divided by gradient_accumulation_steps (DeepSpeed scales the loss by 1/steps too).

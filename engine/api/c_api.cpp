@@ -425,6 +425,17 @@ zero_status zero_grad_buffer(zero_engine* engine, int param, void** data) {
   });
 }
 
+zero_status zero_grad_is_zero(zero_engine* engine, int param, int* zero) {
+  return zero::guard([&] {
+    require(zero, "zero_grad_is_zero", "zero");
+    *zero = 0;
+    *zero = engine_of(engine, "zero_grad_is_zero")
+                    .grad_is_zero(index_of(param, "zero_grad_is_zero", "parameter"))
+                ? 1
+                : 0;
+  });
+}
+
 zero_status zero_loss_factor(const zero_engine* engine, double* factor) {
   return zero::guard([&] {
     *require(factor, "zero_loss_factor", "factor") =

@@ -123,6 +123,7 @@ void GradReducer::hand_out(std::size_t param) {
     g.grad = g.block.ptr;
     ctx_.device.fill(g.grad, modes_.compute, ctx_.registry.param(param).numel, 0.0f,
                      ctx_.device.default_stream());
+    g.zero = true;
   }
 }
 
@@ -135,6 +136,7 @@ void GradReducer::backward_done(std::size_t param, std::string_view module) {
                      "once per micro-step",
                      module, ctx_.registry.param(param).name);
   }
+  g.zero = false;
   if (--g.uses_left == 0) ready(param);
 }
 
@@ -177,6 +179,7 @@ void GradReducer::find_replicated_region() {
 
 void GradReducer::zero_full(Stream& stream) {
   if (modes_.stage > 1) return;
+  for (std::size_t p : ctx_.layout.trainable) grads_[p].zero = true;
   if (replicated_.data != nullptr) {
     ctx_.device.fill(replicated_.data, modes_.compute, replicated_.count, 0.0f, stream);
     return;

@@ -93,6 +93,9 @@ class GradReducer {
   void* grad(std::size_t param) const;
   // Handed out in this window or micro-step.
   bool handed_out(std::size_t param) const;
+  // The gradient still holds the zeros it was given: no module using it has had its
+  // post_backward since (zero_grad_is_zero in zero.h).
+  bool is_zero(std::size_t param) const { return grads_[param].zero; }
   // Stages 0-1: every replicated gradient back to zero (after a step, or a skipped one).
   void zero_full(Stream& stream);
   // Stages 0-1: the replicated gradients as one region of `count` elements (compute dtype), when
@@ -152,6 +155,7 @@ class GradReducer {
     Block block;                // stages 2-3: the gradient arena's block
     std::size_t uses_left = 0;  // modules using it whose post_backward has not come yet
     bool touched = false;       // handed out (or zeroed) this window or micro-step
+    bool zero = true;           // zeroed, and no post_backward of a module using it since
   };
   struct InFlight {
     std::size_t bucket = kNone;

@@ -298,6 +298,14 @@ ZERO_API zero_status zero_param_data(zero_engine* engine, int param, void** data
  * accumulation window (stages 0-1, which keep the sum over the window's micro-steps). */
 ZERO_API zero_status zero_grad_buffer(zero_engine* engine, int param, void** data);
 
+/* *zero = 1 while zero_grad_buffer's buffer still holds the zeros it was given: no module using
+ * the parameter has had its zero_post_backward since (in the micro-step at stages 2-3, in the
+ * accumulation window at stages 0-1). A module's backward may then write its gradient (=)
+ * instead of adding it, skipping a read and, for a matrix product, an accumulation; a second
+ * module sharing the parameter (a tied weight) still adds after it, and so does a second write
+ * within the same backward. Valid where zero_grad_buffer is. */
+ZERO_API zero_status zero_grad_is_zero(zero_engine* engine, int param, int* zero);
+
 /* What to multiply the micro-batch's mean loss by before backward: the fp16 loss scale
  * divided by gradient_accumulation_steps (1 / steps in bf16 and fp32). */
 ZERO_API zero_status zero_loss_factor(const zero_engine* engine, double* factor);

@@ -97,8 +97,8 @@ int rope_backward(Bf16* dx, int ld, const float* cos, const float* sin, int B, i
 
 // ---- Matrix products (cuBLASLt) ----
 
-// out[N, OC] = inp[N, C] weight[OC, C]^T + bias; backward: dinp += dout weight (or = with
-// Into::write), dweight += dout^T inp, dbias += column sums of dout. bf16 operands, fp32
+// out[N, OC] = inp[N, C] weight[OC, C]^T + bias; backward: dinp += dout weight, dweight +=
+// dout^T inp (each = with Into::write), dbias += column sums of dout. bf16 operands, fp32
 // accumulation and compute. Owns the cuBLASLt handle, its workspace, a 32 MiB staging buffer (the
 // backward sums each gradient out of place, a block of columns at a time) and the descriptors and
 // algorithm chosen per shape, cached (a shape's first call asks cuBLASLt's heuristic once).
@@ -114,9 +114,9 @@ class Matmul {
   }
   int backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
                const Bf16* weight, int N, int C, int OC, float* scratch, Stream stream,
-               Into dinp_into = Into::add) {
+               Into dinp_into = Into::add, Into dweight_into = Into::add) {
     return backward(dinp, dweight, dbias, dout, OC, inp, weight, N, C, OC, scratch, stream,
-                    dinp_into);
+                    dinp_into, dweight_into);
   }
   // The same with out's (forward) or dout's (backward) rows `ld` elements apart, ld >= OC (the
   // CUDA models' logits, their vocabulary padded so that cuBLASLt gets aligned rows): the
@@ -126,7 +126,7 @@ class Matmul {
               int C, int OC, Stream stream);
   int backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, int ld_dout,
                const Bf16* inp, const Bf16* weight, int N, int C, int OC, float* scratch,
-               Stream stream, Into dinp_into = Into::add);
+               Stream stream, Into dinp_into = Into::add, Into dweight_into = Into::add);
 
  private:
   struct State;

@@ -325,13 +325,19 @@ int Matmul::forward(Bf16* out, int ld_out, const Bf16* inp, const Bf16* weight, 
 
 int Matmul::backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, int ld_dout,
                      const Bf16* inp, const Bf16* weight, int N, int C, int OC, float* scratch,
-                     Stream stream, Into dinp_into) {
+                     Stream stream, Into dinp_into, Into dweight_into) {
   if (N < 0 || C < 0 || OC < 0 || ld_dout < OC) return cudaErrorInvalidValue;
   const auto s = static_cast<cudaStream_t>(stream);
-  if (N == 0 || OC == 0) {  // every gradient gets += 0; a written dinp, zeros
-    if (dinp == nullptr || dinp_into == Into::add || C == 0) return 0;
-    return static_cast<int>(cudaMemsetAsync(
-        dinp, 0, static_cast<std::size_t>(N) * static_cast<std::size_t>(C) * sizeof(Bf16), s));
+  if (N == 0 || OC == 0) {  // every gradient gets += 0; a written one, zeros
+    const std::size_t cols = static_cast<std::size_t>(C) * sizeof(Bf16);
+    if (dinp != nullptr && dinp_into == Into::write) {
+      const cudaError_t st = cudaMemsetAsync(dinp, 0, static_cast<std::size_t>(N) * cols, s);
+      if (st != cudaSuccess) return static_cast<int>(st);
+    }
+    if (dweight != nullptr && dweight_into == Into::write) {
+      return static_cast<int>(cudaMemsetAsync(dweight, 0, static_cast<std::size_t>(OC) * cols, s));
+    }
+    return 0;
   }
   if (C > 0) {
     if (dinp != nullptr) {  // dinp^T (C x N) += W^T (C x OC) dout^T (OC x N), both as stored
@@ -344,7 +350,10 @@ int Matmul::backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, i
     }
     if (dweight != nullptr) {  // dW^T (C x OC) += inp^T (C x N) dout (N x OC)
       const int st =
-          state_->accumulate(Kind::backward_weight, C, OC, N, inp, C, dout, ld_dout, dweight, C, s);
+          dweight_into == Into::write
+              ? state_->write(Kind::backward_weight, C, OC, N, inp, C, dout, ld_dout, dweight, C, s)
+              : state_->accumulate(Kind::backward_weight, C, OC, N, inp, C, dout, ld_dout, dweight,
+                                   C, s);
       if (st != 0) return st;
     }
   }

@@ -57,6 +57,12 @@ cl::Bf16* CudaOps::grad(int id) const {
   return static_cast<Bf16*>(data);
 }
 
+cl::Into CudaOps::grad_into(int id) const {
+  int zero = 0;
+  models::check(zero_grad_is_zero(engine_, id, &zero), "zero_grad_is_zero");
+  return zero != 0 ? cl::Into::write : cl::Into::add;
+}
+
 void CudaOps::start_forward(const std::int32_t* tokens, const std::int32_t* targets,
                             bool training) {
   counted_ =
@@ -127,7 +133,7 @@ void CudaOps::logits_backward(int weight) {
   const int N = static_cast<int>(shape_.positions()), C = shape_.channels, V = shape_.vocab;
   cl::check(matmul_.backward(dnormed_.as<Bf16>(), grad(weight), nullptr, logits_.as<Bf16>(),
                              cl::padded_vocab(V), normed_.as<Bf16>(), param(weight), N, C, V,
-                             scratch_.as<float>(), stream(), cl::Into::write),
+                             scratch_.as<float>(), stream(), cl::Into::write, grad_into(weight)),
             "matmul backward (logits)");
 }
 

@@ -86,6 +86,9 @@ class CudaOps {
   // The engine's buffers of a parameter; null for id -1 (a parameter the model lacks).
   const Bf16* param(int id) const;
   Bf16* grad(int id) const;
+  // How a product writes parameter `id`'s gradient: Into::write while it still holds its zeros
+  // (zero_grad_is_zero: this backward is its first use since the zeroing), else added to.
+  cuda_layers::Into grad_into(int id) const;
   void zero(const cuda_layers::DeviceBuffer& buffer, std::size_t bytes) const {
     cuda_layers::zero_bytes(buffer.as<void>(), bytes, stream());
   }

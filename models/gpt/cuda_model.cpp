@@ -148,15 +148,15 @@ void GptCuda::backward_block(const GptBlockIds& b, const Bf16* x, const Activati
   // MLP branch. The scratch gradients are written (cl::Into::write), not zeroed and added to.
   cl::check(matmul_.backward(d4_.as<Bf16>(), grad(b.fcproj_w), grad(b.fcproj_b), dx,
                              a.fch_gelu.as<Bf16>(), param(b.fcproj_w), N, 4 * C, C, scratch, s,
-                             cl::Into::write),
+                             cl::Into::write, grad_into(b.fcproj_w)),
             "matmul backward (mlp projection)");
   cl::check(cl::gelu_backward(d4b_.as<Bf16>(), a.fch.as<Bf16>(), d4_.as<Bf16>(), 4 * NC, s,
                               cl::Into::write),
             "gelu_backward");
-  cl::check(
-      matmul_.backward(dsmall_.as<Bf16>(), grad(b.fc_w), grad(b.fc_b), d4b_.as<Bf16>(),
-                       a.ln2.as<Bf16>(), param(b.fc_w), N, C, 4 * C, scratch, s, cl::Into::write),
-      "matmul backward (mlp)");
+  cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.fc_w), grad(b.fc_b), d4b_.as<Bf16>(),
+                             a.ln2.as<Bf16>(), param(b.fc_w), N, C, 4 * C, scratch, s,
+                             cl::Into::write, grad_into(b.fc_w)),
+            "matmul backward (mlp)");
   // dres2 = dx (the residual path) + ln2's gradient, in the norm's pass.
   cl::check(
       cl::layernorm_backward(dres2_.as<Bf16>(), grad(b.ln2_w), grad(b.ln2_b), dsmall_.as<Bf16>(),
@@ -164,10 +164,10 @@ void GptCuda::backward_block(const GptBlockIds& b, const Bf16* x, const Activati
                              a.ln2_rstd.as<float>(), N, C, scratch, s, cl::Into::write, dx),
       "layernorm_backward");
   // Attention branch.
-  cl::check(
-      matmul_.backward(dsmall_.as<Bf16>(), grad(b.proj_w), grad(b.proj_b), dres2_.as<Bf16>(),
-                       a.atty.as<Bf16>(), param(b.proj_w), N, C, C, scratch, s, cl::Into::write),
-      "matmul backward (attention projection)");
+  cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.proj_w), grad(b.proj_b), dres2_.as<Bf16>(),
+                             a.atty.as<Bf16>(), param(b.proj_w), N, C, C, scratch, s,
+                             cl::Into::write, grad_into(b.proj_w)),
+            "matmul backward (attention projection)");
   zero(dqkv_, 3 * NC * kBf16);
   Bf16* dqkv = dqkv_.as<Bf16>();
   const Bf16* qkv = a.qkv.as<Bf16>();
@@ -178,7 +178,8 @@ void GptCuda::backward_block(const GptBlockIds& b, const Bf16* x, const Activati
       "attention_backward");
   // The first N x C of d4 takes the gradient at ln1's output.
   cl::check(matmul_.backward(d4_.as<Bf16>(), grad(b.qkv_w), grad(b.qkv_b), dqkv, a.ln1.as<Bf16>(),
-                             param(b.qkv_w), N, C, 3 * C, scratch, s, cl::Into::write),
+                             param(b.qkv_w), N, C, 3 * C, scratch, s, cl::Into::write,
+                             grad_into(b.qkv_w)),
             "matmul backward (qkv)");
   // dx = dres2 (the residual path) + ln1's gradient.
   cl::check(cl::layernorm_backward(dx, grad(b.ln1_w), grad(b.ln1_b), d4_.as<Bf16>(), x,

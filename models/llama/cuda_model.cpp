@@ -177,18 +177,21 @@ void LlamaCuda::backward_block(const LlamaBlockIds& b, const Bf16* x, const Acti
   void* s = stream();
   float* scratch = scratch_.as<float>();
   // MLP branch. The scratch gradients are written (cl::Into::write), not zeroed and added to.
-  cl::check(matmul_.backward(dF_.as<Bf16>(), grad(b.down), nullptr, dx, a.h.as<Bf16>(),
-                             param(b.down), N, F, C, scratch, s, cl::Into::write),
-            "matmul backward (down)");
+  cl::check(
+      matmul_.backward(dF_.as<Bf16>(), grad(b.down), nullptr, dx, a.h.as<Bf16>(), param(b.down), N,
+                       F, C, scratch, s, cl::Into::write, grad_into(b.down)),
+      "matmul backward (down)");
   cl::check(cl::swiglu_backward(dgate_.as<Bf16>(), dup_.as<Bf16>(), dF_.as<Bf16>(),
                                 a.gate.as<Bf16>(), a.up.as<Bf16>(), n * F, s, cl::Into::write),
             "swiglu_backward");
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.gate), nullptr, dgate_.as<Bf16>(),
-                             a.ln2.as<Bf16>(), param(b.gate), N, C, F, scratch, s, cl::Into::write),
+                             a.ln2.as<Bf16>(), param(b.gate), N, C, F, scratch, s, cl::Into::write,
+                             grad_into(b.gate)),
             "matmul backward (gate)");
-  cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.up), nullptr, dup_.as<Bf16>(),
-                             a.ln2.as<Bf16>(), param(b.up), N, C, F, scratch, s),
-            "matmul backward (up)");
+  cl::check(
+      matmul_.backward(dsmall_.as<Bf16>(), grad(b.up), nullptr, dup_.as<Bf16>(), a.ln2.as<Bf16>(),
+                       param(b.up), N, C, F, scratch, s, cl::Into::add, grad_into(b.up)),
+      "matmul backward (up)");
   // dres = dx (the residual path) + ln2's gradient, in the norm's pass.
   cl::check(cl::rmsnorm_backward(dres_.as<Bf16>(), grad(b.ln2), dsmall_.as<Bf16>(),
                                  a.res.as<Bf16>(), param(b.ln2), a.rstd2.as<float>(), N, C, scratch,
@@ -196,7 +199,7 @@ void LlamaCuda::backward_block(const LlamaBlockIds& b, const Bf16* x, const Acti
             "rmsnorm_backward");
   // Attention branch.
   cl::check(matmul_.backward(dy_.as<Bf16>(), grad(b.o), nullptr, dres_.as<Bf16>(), a.y.as<Bf16>(),
-                             param(b.o), N, Q, C, scratch, s, cl::Into::write),
+                             param(b.o), N, Q, C, scratch, s, cl::Into::write, grad_into(b.o)),
             "matmul backward (o)");
   zero(dq_, n * Q * kBf16);
   zero(dk_, n * KV * kBf16);
@@ -213,13 +216,16 @@ void LlamaCuda::backward_block(const LlamaBlockIds& b, const Bf16* x, const Acti
       cl::rope_backward(dk_.as<Bf16>(), KV, cos_.as<float>(), sin_.as<float>(), B, T, NKV, hd, s),
       "rope_backward (k)");
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.q), grad(b.q_bias), dq_.as<Bf16>(),
-                             a.ln1.as<Bf16>(), param(b.q), N, C, Q, scratch, s, cl::Into::write),
+                             a.ln1.as<Bf16>(), param(b.q), N, C, Q, scratch, s, cl::Into::write,
+                             grad_into(b.q)),
             "matmul backward (q)");
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.k), grad(b.k_bias), dk_.as<Bf16>(),
-                             a.ln1.as<Bf16>(), param(b.k), N, C, KV, scratch, s),
+                             a.ln1.as<Bf16>(), param(b.k), N, C, KV, scratch, s, cl::Into::add,
+                             grad_into(b.k)),
             "matmul backward (k)");
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.v), grad(b.v_bias), dv_.as<Bf16>(),
-                             a.ln1.as<Bf16>(), param(b.v), N, C, KV, scratch, s),
+                             a.ln1.as<Bf16>(), param(b.v), N, C, KV, scratch, s, cl::Into::add,
+                             grad_into(b.v)),
             "matmul backward (v)");
   // dx = dres (the residual path) + ln1's gradient.
   cl::check(cl::rmsnorm_backward(dx, grad(b.ln1), dsmall_.as<Bf16>(), x, param(b.ln1),

@@ -136,6 +136,7 @@ _SIGNATURES = {
     "zero_post_backward": [_P, _I, _P],
     "zero_param_data": [_P, _I, ctypes.POINTER(_P)],
     "zero_grad_buffer": [_P, _I, ctypes.POINTER(_P)],
+    "zero_grad_is_zero": [_P, _I, ctypes.POINTER(_I)],
     "zero_loss_factor": [_P, ctypes.POINTER(ctypes.c_double)],
     "zero_loss_scale": [_P, ctypes.POINTER(ctypes.c_double)],
     "zero_set_train": [_P, _I],

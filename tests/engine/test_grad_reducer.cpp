@@ -228,3 +228,56 @@ TEST_CASE(
 }
 
 }  // namespace zero::engine
+
+namespace zero::engine {
+
+TEST_CASE(
+    "grad reducer: a gradient is zero until a module using it ends its backward, and again "
+    "after the zeroing (each micro-step at stage 2, each window at stage 0)",
+    "[engine]") {
+  // Stage 2 (kConfig, accumulation 2): handed out zeroed in every micro-step.
+  {
+    EngineParts parts(kConfig);
+    GradReducer& r = *parts.reducer;
+    for (std::int64_t micro = 0; micro < 2; ++micro) {
+      INFO("stage 2, micro-step " << micro);
+      r.begin_backward(micro);
+      r.hand_out(1);
+      r.hand_out(2);
+      CHECK(r.is_zero(1));
+      CHECK(r.is_zero(2));
+      r.backward_done(1, "b");
+      r.backward_done(2, "b");
+      CHECK_FALSE(r.is_zero(1));
+      r.hand_out(2);  // module a's use of the tied p2 comes after b's: it must add
+      CHECK_FALSE(r.is_zero(2));
+      r.hand_out(0);
+      CHECK(r.is_zero(0));
+      r.backward_done(0, "a");
+      r.backward_done(2, "a");
+      r.issue_ready();
+      r.flush();
+    }
+  }
+  // Stage 0, accumulation 2: the window keeps the sum, so only its first micro-step's first
+  // use sees zeros; zero_full (after a step) gives them back.
+  EngineParts parts(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+      "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 0}})");
+  GradReducer& r = *parts.reducer;
+  for (std::int64_t micro = 0; micro < 2; ++micro) {
+    INFO("stage 0, micro-step " << micro);
+    r.begin_backward(micro);
+    r.hand_out(1);
+    CHECK(r.is_zero(1) == (micro == 0));
+    r.backward_done(1, "b");
+    r.backward_done(2, "b");
+    r.backward_done(0, "a");
+    r.backward_done(2, "a");
+    r.issue_ready();
+    r.flush();
+  }
+  r.zero_full(parts.device->default_stream());
+  CHECK(r.is_zero(1));
+}
+
+}  // namespace zero::engine

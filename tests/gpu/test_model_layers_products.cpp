@@ -45,12 +45,11 @@ constexpr double kAccumulateUnit = 0x1p-23;
 // bf16 before adding the bias (one more 2^-8 of the product, ref - bias), so that is allowed too.
 // k is C (forward), OC (dinp) and N (dweight; the bias gradient's column sums too).
 
-// With `dinp_into` write the backward's dinp starts as garbage (large values and NaNs) and must
-// come out as the product alone: as the add onto zeros.
-void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed,
-                  Into dinp_into = Into::add) {
+// With `into` write the backward's dinp and dweight start as garbage (large values and NaNs)
+// and must come out as the products alone: as the add onto zeros. The bias gradient still adds.
+void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed, Into into = Into::add) {
   INFO("N " << N << ", C " << C << ", OC " << OC << (with_bias ? ", with bias" : ", no bias")
-            << (dinp_into == Into::write ? ", dinp written" : ""));
+            << (into == Into::write ? ", dinp and dweight written" : ""));
   const std::size_t nx = static_cast<std::size_t>(N) * C;
   const std::size_t nw = static_cast<std::size_t>(OC) * C;
   const std::size_t ny = static_cast<std::size_t>(N) * OC;
@@ -58,13 +57,17 @@ void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed,
   const Bits weight = random_bf16(nw, seed + 2, -1, 1);
   const Bits bias = random_bf16(OC, seed + 3, -1, 1);
   const Bits dout = random_bf16(ny, seed + 4, -1, 1);
-  const bool write = dinp_into == Into::write;
+  const bool write = into == Into::write;
   Bits dinp0 = random_bf16(nx, seed + 5, write ? -1000 : -1, write ? 1000 : 1);
   if (write) {
     for (std::size_t i = 0; i < nx; i += 7) dinp0[i] = 0x7fc0;  // NaN
   }
   const Bits dinp_from = write ? Bits(nx, 0) : dinp0;  // what the product adds to
-  const Bits dweight0 = random_bf16(nw, seed + 6, -1, 1);
+  Bits dweight0 = random_bf16(nw, seed + 6, write ? -1000 : -1, write ? 1000 : 1);
+  if (write) {
+    for (std::size_t i = 0; i < nw; i += 5) dweight0[i] = 0x7fc0;  // NaN
+  }
+  const Bits dweight_from = write ? Bits(nw, 0) : dweight0;
   const Bits dbias0 = random_bf16(OC, seed + 7, -1, 1);
 
   TestStream stream;
@@ -104,7 +107,7 @@ void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed,
     d_dbias.upload(dbias0);
     REQUIRE_LAUNCH(matmul.backward(
         d_dinp.get(), d_dweight.get(), with_bias ? d_dbias.get() : nullptr, d_dout.get(),
-        d_inp.get(), d_weight.get(), N, C, OC, scratch.get(), stream.get(), dinp_into));
+        d_inp.get(), d_weight.get(), N, C, OC, scratch.get(), stream.get(), into, into));
     stream.synchronize();
     return std::vector<Bits>{d_dinp.download(), d_dweight.download(), d_dbias.download()};
   };
@@ -112,13 +115,13 @@ void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed,
   const std::vector<Bits> second = backward();
   CHECK(first == second);
 
-  Vec want_dinp = to_double(dinp_from), want_dweight = to_double(dweight0);
+  Vec want_dinp = to_double(dinp_from), want_dweight = to_double(dweight_from);
   Vec want_dbias = to_double(dbias0);
   layers::matmul_backward<double>(want_dinp.data(), want_dweight.data(),
                                   with_bias ? want_dbias.data() : nullptr, g.data(), x.data(),
                                   w.data(), N, C, OC);
   Vec scale_dinp = magnitudes(to_double(dinp_from));
-  Vec scale_dweight = magnitudes(to_double(dweight0));
+  Vec scale_dweight = magnitudes(to_double(dweight_from));
   Vec scale_dbias = magnitudes(to_double(dbias0));
   layers::matmul_backward<double>(scale_dinp.data(), scale_dweight.data(),
                                   with_bias ? scale_dbias.data() : nullptr, ag.data(), ax.data(),
@@ -164,8 +167,8 @@ TEST_CASE("cuda layers: matmul's backward sums a gradient larger than its stagin
 }
 
 TEST_CASE(
-    "cuda layers: matmul's backward writes dinp (Into::write) as the product alone, whatever "
-    "dinp held, and adds to the weight and bias gradients as ever",
+    "cuda layers: matmul's backward writes dinp and dweight (Into::write) as the products alone, "
+    "whatever they held, and adds to the bias gradient as ever",
     "[gpu]") {
   check_matmul(37, 77, 53, true, 700, Into::write);
   check_matmul(16, 2304, 7500, false, 800, Into::write);  // a dweight through staging blocks
