@@ -175,6 +175,11 @@ struct Config {
 
   // The compute (parameter and gradient) dtype the precision implies.
   DType compute_dtype() const;
+  // A step on non-finite gradients is skipped: fp16 always, bf16 with check_grad_overflow.
+  bool checks_grad_overflow() const noexcept {
+    return precision == Precision::fp16 ||
+           (precision == Precision::bf16 && bf16_check_grad_overflow);
+  }
 
   // What reading found: every resolved value with its source, the keys zero knows, and the
   // info and warning lines to log (errors make reading throw instead).

@@ -54,7 +54,8 @@ struct GradTarget {
 
 // The reduced gradient's sums of squares taken on the device as its blocks came down (a float
 // per bucket, in the buckets' order) and its non-finite flag (1.0f when any value was NaN or
-// infinite), in device memory.
+// infinite; taken only where the config checks for overflow, Config::checks_grad_overflow), in
+// device memory.
 struct DeviceGradSums {
   const float* squares = nullptr;
   std::size_t count = 0;

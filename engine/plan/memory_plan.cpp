@@ -440,10 +440,8 @@ StateModes state_modes(const config::Config& config, int world) {
   m.param_offload = m.stage == 3 && config.zero.offload_param.device != config::OffloadDevice::none;
   m.param_nvme = m.param_offload && config.zero.offload_param.device == config::OffloadDevice::nvme;
   m.speculate = m.optimizer_offload && config.zero.offload_optimizer.super_offload;
-  const bool checked =
-      config.precision == config::Precision::fp16 ||
-      (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
-  m.speculation_rollback = m.speculate && (config.gradient_clipping > 0.0 || checked);
+  m.speculation_rollback =
+      m.speculate && (config.gradient_clipping > 0.0 || config.checks_grad_overflow());
   return m;
 }
 

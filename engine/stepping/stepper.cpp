@@ -75,13 +75,10 @@ void Stepper::create_optimizer(int cpu_threads) {
                                                     formats, cpu);
   }
   if (modes_.speculate) {
-    const config::Config& config = ctx_.config;
-    const bool checked =
-        config.precision == config::Precision::fp16 ||
-        (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
     StepGroups& groups = *this;  // the private base, converted here where it is accessible
-    speculation_ = std::make_unique<Speculation>(ctx_, state_, groups, *optimizer_, *staging_read_,
-                                                 grad_flat_count(), checked);
+    speculation_ =
+        std::make_unique<Speculation>(ctx_, state_, groups, *optimizer_, *staging_read_,
+                                      grad_flat_count(), ctx_.config.checks_grad_overflow());
   }
 }
 
@@ -323,10 +320,7 @@ StepStats Stepper::step() {
   const bool speculated = speculation_ && speculation_->settle();
   const GradPartials* partials = speculated ? speculation_->partials() : nullptr;
   // fp16 always, bf16 with check_grad_overflow: a step on non-finite gradients is skipped.
-  const bool checked =
-      config.precision == config::Precision::fp16 ||
-      (config.precision == config::Precision::bf16 && config.bf16_check_grad_overflow);
-  if (checked && overflow(partials)) {
+  if (config.checks_grad_overflow() && overflow(partials)) {
     if (speculation_) speculation_->skip(speculated);
     if (config.precision == config::Precision::fp16) {
       scaler_.update(true);  // throws at the minimum scale, before any counter moves
