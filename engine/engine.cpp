@@ -544,29 +544,31 @@ void* Engine::param_data(std::size_t param) {
   return data;
 }
 
-void* Engine::grad_buffer(std::size_t param) {
-  const DeviceMemoryGuard guarded(*impl_->device);
-  Impl& e = *impl_;
-  e.require_initialized("grad_buffer");
-  e.require_param(param, "grad_buffer");
-  const ParamSpec& spec = e.registry.param(param);
+void* Engine::Impl::require_handed_grad(std::size_t param, const char* call) const {
+  require_initialized(call);
+  require_param(param, call);
+  const ParamSpec& spec = registry.param(param);
   if (!spec.trainable) {
-    throw make_error(ErrorCategory::usage, "grad_buffer of '{}': the parameter is frozen",
-                     spec.name);
+    throw make_error(ErrorCategory::usage, "{} of '{}': the parameter is frozen", call, spec.name);
   }
-  void* grad = e.reducer->grad(param);
-  if (e.pass.phase() != PassTracker::Phase::backward || grad == nullptr ||
-      !e.reducer->handed_out(param)) {
+  void* grad = reducer->grad(param);
+  if (pass.phase() != PassTracker::Phase::backward || grad == nullptr ||
+      !reducer->handed_out(param)) {
     throw make_error(ErrorCategory::usage,
-                     "grad_buffer of '{}': a gradient buffer exists only between pre_backward and "
+                     "{} of '{}': a gradient buffer exists only between pre_backward and "
                      "post_backward of a module that uses the parameter",
-                     spec.name);
+                     call, spec.name);
   }
   return grad;
 }
 
+void* Engine::grad_buffer(std::size_t param) {
+  const DeviceMemoryGuard guarded(*impl_->device);
+  return impl_->require_handed_grad(param, "grad_buffer");
+}
+
 bool Engine::grad_is_zero(std::size_t param) {
-  grad_buffer(param);  // the same checks: a buffer handed out to a module's backward
+  impl_->require_handed_grad(param, "grad_is_zero");
   return impl_->reducer->is_zero(param);
 }
 

@@ -66,6 +66,9 @@ struct Engine::Impl {
   void require_quiet(const char* call) const;
   std::size_t require_module(std::size_t module, const char* call) const;
   std::size_t require_param(std::size_t param, const char* call) const;
+  // A trainable parameter's gradient buffer, handed out to the backward of a module using it
+  // (grad_buffer, grad_is_zero): else a usage error naming `call`.
+  void* require_handed_grad(std::size_t param, const char* call) const;
   Stream& stream_of(Stream* stream);
   void poll_outstanding();
   void print_breakdowns();
