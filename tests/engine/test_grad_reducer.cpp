@@ -160,21 +160,7 @@ TEST_CASE(
     if (!c.identity || c.extra[0] != '\0') continue;
     // fp32: backward's sums stay where they were written, p2 with both of its uses.
     GradReducer& r = *parts.reducer;
-    r.begin_backward(0);  // accumulation 1: the boundary
-    r.hand_out(1);
-    r.hand_out(2);
-    add(parts, 1, 1.0f);
-    add(parts, 2, 10.0f);
-    r.backward_done(1, "b");
-    r.backward_done(2, "b");
-    r.hand_out(0);
-    r.hand_out(2);
-    add(parts, 0, 2.0f);
-    add(parts, 2, 20.0f);
-    r.backward_done(0, "a");
-    r.backward_done(2, "a");
-    r.issue_ready();
-    r.flush();
+    backward(parts, 0, /*skip_a=*/false);  // accumulation 1: the boundary
     parts.device->synchronize();
     for (const auto& [p, want] : {std::pair<std::size_t, float>{0, 2.0f}, {1, 1.0f}, {2, 30.0f}}) {
       INFO("p" << p);

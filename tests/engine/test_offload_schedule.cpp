@@ -105,6 +105,13 @@ StepTrace traced_step(int accumulation) {
   return out;
 }
 
+// Backward's hooks all returned before the device's backward ended: no host wait inside it.
+void check_backward_did_not_wait(const StepTrace& t) {
+  REQUIRE(t.issued >= 0);
+  REQUIRE(t.backward_end >= 0);
+  CHECK(t.issued < t.backward_end);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -112,9 +119,7 @@ TEST_CASE(
     "owned shard, with no host add or host norm, and backward does not wait on the host",
     "[engine][offload][timed]") {
   const StepTrace t = traced_step(1);
-  REQUIRE(t.issued >= 0);
-  REQUIRE(t.backward_end >= 0);
-  CHECK(t.issued < t.backward_end);
+  check_backward_did_not_wait(t);
   CHECK(t.downs.size() == kModules);  // one copy each: the pieces of a block are contiguous
   CHECK(t.adds.empty());
   CHECK(t.norms.empty());
@@ -125,10 +130,7 @@ TEST_CASE(
     "blocks before them, and backward does not wait on the host",
     "[engine][offload][timed]") {
   const StepTrace t = traced_step(2);
-  // Backward's hooks all returned before the device's backward ended: no host wait inside it.
-  REQUIRE(t.issued >= 0);
-  REQUIRE(t.backward_end >= 0);
-  CHECK(t.issued < t.backward_end);
+  check_backward_did_not_wait(t);
 
   // Every block came down once a micro-step; the second micro-step's were added (one thread
   // adds: its spans are the blocks' in order), and some block's copy began before the add of
