@@ -152,8 +152,9 @@ std::size_t reduce_staging_slots(const Layout& layout, bool beside);
 // the accumulation dtype and scaled on the device, into a block of the largest bucket's
 // (reduce_device), and where it lands on zeros (the first micro-step after a step: every one
 // at gradient accumulation 1) copied from there straight into the owned shard in host memory,
-// with no host arithmetic; its sum of squares and non-finite flag are taken there as it goes,
-// a float per bucket then one flag, from reduce_device_sums_offset() bytes into the block.
+// with no host arithmetic; its sum of squares (and, where the step checks, its non-finite flag)
+// are taken there as it goes, a float per bucket then one flag, from reduce_device_sums_offset()
+// bytes into the block.
 bool direct_reduce(const Layout& layout, bool beside);
 // Stage 0 on a world of one, the gradients reduced in their own dtype with no factor
 // (communication_data_type the compute dtype, gradient_predivide_factor 1, no
