@@ -86,6 +86,9 @@ void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucke
   target_ = target;
   full_grads.resize(grads_.size(), nullptr);
   sink_ = make_block_sink(ctx_, target_, std::move(full_grads), timeline_);
+  // The owned shard starts as zeros: the first micro-step writes onto them as after a step
+  // (direct blocks, the device's sums), and a step before any reduction fills them.
+  zero_owned();
 }
 
 void GradReducer::begin_backward(std::int64_t micro_steps) {
