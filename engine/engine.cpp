@@ -111,6 +111,19 @@ void Engine::Impl::fail(std::string what) {
     model_state->keep_swap_files(fmt::format("the engine stopped after a failure: {}", failure));
 }
 
+void Engine::Impl::drain_steps() {
+  if (!stepper || !stepper->speculation_tail_pending()) return;
+  if (fetcher) fetcher->set_paced(false);
+  try {
+    stepper->drain_speculation();
+  } catch (...) {
+    fail(
+        "a step's last groups failed after step() returned, so the optimizer state may be half "
+        "updated");
+    throw;
+  }
+}
+
 void Engine::Impl::require_initialized(const char* call) const {
   if (!initialized) {
     throw make_error(ErrorCategory::usage, "{}: the engine is not initialised yet; call init first",
@@ -314,6 +327,20 @@ void Engine::Impl::allocate() {
   stepper->create_optimizer(options.optimizer_threads);
   if (modes().speculate) {
     reducer->set_bucket_added([s = stepper.get()](std::size_t bucket) { s->bucket_added(bucket); });
+    if (faults.speculated_step) stepper->set_before_speculated_step(faults.speculated_step);
+    // The step's tail: a gather waits for the updates of the shard it reads.
+    if (fetcher)
+      fetcher->set_before_shard_read([this](std::size_t param, Stream& stream) {
+        try {
+          stepper->await_param(param, stream);
+        } catch (...) {
+          fail(
+              fmt::format("a step's group holding '{}' failed after step() returned, so the "
+                          "optimizer state may be half updated",
+                          registry.param(param).name));
+          throw;
+        }
+      });
   }
 }
 
@@ -490,6 +517,7 @@ void Engine::pre_backward(std::size_t module, Stream* stream) {
   }
   Stream& caller = e.stream_of(stream);
   const bool top = !e.pass.any_open();
+  e.drain_steps();  // backward writes the gradients the step's tail reads
   PassTracker::Phase was = PassTracker::Phase::idle;
   if (e.pass.enter_backward(module, &was)) {
     if (was == PassTracker::Phase::idle && e.timeline) e.timeline->start(caller);
@@ -637,6 +665,7 @@ StepStats Engine::step() {
   if (!e.train) {
     throw make_error(ErrorCategory::usage, "step in eval mode: call set_train(true) first");
   }
+  e.drain_steps();  // a micro-step without backward reduces zeros into the gradients
   e.order->after(e.order->latest());  // the step reads what the caller's backward wrote
   const bool boundary = is_accumulation_boundary();
   const PassTracker::Phase phase = e.pass.phase();
@@ -671,6 +700,9 @@ StepStats Engine::step() {
       e.fail("a step failed, so the optimizer state may be half updated");
       throw;
     }
+    // super_offload may leave its last groups to the worker: until they are done, the next
+    // forward gathers each shard at its module's hook, once its update has landed.
+    if (e.stepper->speculation_tail_pending()) e.fetcher->set_paced(true);
     e.timers.step += timer.seconds();
     if (e.quantization_error) {
       const auto relative = e.quantization_error->take(e.agreement);
@@ -694,6 +726,7 @@ StepStats Engine::step() {
 void Engine::save_checkpoint(const std::string& dir, const SaveOptions& options) {
   const DeviceMemoryGuard guarded(*impl_->device);
   impl_->require_quiet("save_checkpoint");
+  impl_->drain_steps();
   impl_->checkpoints->save(dir, options, impl_->micro_steps);
 }
 
@@ -701,6 +734,7 @@ LoadResult Engine::load_checkpoint(const std::string& dir, const LoadOptions& op
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_quiet("load_checkpoint");
+  e.drain_steps();
   LoadResult result =
       e.checkpoints->load(dir, options, [&](std::string what) { e.fail(std::move(what)); });
   // Saved at a boundary, so the next micro-step opens a window; counted in this run's
@@ -715,6 +749,7 @@ void Engine::load_pretrained(const std::string& path, const PretrainedOptions& o
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_quiet("load_pretrained");
+  e.drain_steps();
   e.checkpoints->load_pretrained(
       path, options, [&](std::size_t p) { return read_param(p); },
       [&](std::string what) { e.fail(std::move(what)); });
@@ -804,6 +839,7 @@ std::vector<float> Engine::read_param(std::size_t param) {
   e.require_initialized("read_param");
   e.require_param(param, "read_param");
   e.pass.require_not_backward("read_param", "");
+  e.drain_steps();
   const ParamSpec& spec = e.registry.param(param);
   const ParamPlacement& state = e.layout.params[param];
   std::vector<float> out(spec.numel);
@@ -862,6 +898,7 @@ void Engine::write_param(std::size_t param, const float* values, std::size_t cou
   e.require_running("write_param");
   e.require_param(param, "write_param");
   e.pass.require_none_open("write_param", "call it between passes");
+  e.drain_steps();
   // After a backward and before its step the masters are still the last step's, except with
   // super_offload, whose speculation steps them during the boundary's backward.
   if (e.modes().speculate) {

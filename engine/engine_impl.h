@@ -143,6 +143,11 @@ struct Engine::Impl {
   // Marks the engine failed (`what` failed): no more steps, and the NVMe swap files, whose
   // state may be half updated, are kept for inspection on every way the process ends.
   void fail(std::string what);
+  // super_offload: the step's last groups, where step() left them to the optimizer's worker
+  // (Stepper::await_param), stepped and placed before anything else reads or writes the state,
+  // the gradients or the counters; the fetcher no longer paced. A failure there fails the
+  // engine.
+  void drain_steps();
 
   // zero_quantized_error_check: ZeRO++'s error measured (quantization_error.h); made by
   // allocate. Declared before the reducer and the fetcher, which add to it until they are gone.

@@ -1,10 +1,12 @@
 // Fault hooks: the points where a test makes the engine's swap I/O fail or a checkpoint save
-// fail or die, to check what the engine does then (the step fails naming the file and keeps it;
-// a save leaves the last good checkpoint). Tests only: set on an engine before its init with
+// fail or die, or slows super_offload's worker, to check what the engine does then (the step
+// fails naming the file and keeps it; a save leaves the last good checkpoint; the next forward
+// waits for the step's late groups). Tests only: set on an engine before its init with
 // set_fault_hooks; nothing in zero.h or EngineOptions reaches them, and an engine without hooks
 // calls none.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -21,6 +23,9 @@ struct FaultHooks {
   // "manifest_written" and "tag_in_place" on rank 0, "pruning"); it may throw, or end the
   // process to stand for a crash there.
   std::function<void(const std::string& point)> save;
+  // Called on super_offload's worker before each speculated group's step (the group's index);
+  // a test slows the worker with it, so that step() leaves groups to it.
+  std::function<void(std::size_t group)> speculated_step;
 };
 
 // Before init: the engine calls `hooks` at those points from now on.

@@ -121,11 +121,11 @@ void ParamFetcher::enter(std::size_t module, bool backward, bool train, bool top
   // Held first, so that making room for one of them never releases another.
   for (std::size_t p : ctx_.registry.module(module).params) params_[p].holds += 1;
   for (std::size_t p : ctx_.registry.module(module).params) {
-    if (params_[p].full != nullptr) stats_.hits += 1;
+    if (params_[p].full != nullptr && !params_[p].deferred) stats_.hits += 1;
     gather(p, /*own=*/true);
   }
   for (std::size_t p : ctx_.registry.module(module).params) order_before(p, caller);
-  if (at == kNone) return;
+  if (at == kNone || paced_) return;
 
   const auto ahead = t.plan.prefetch(
       at, static_cast<std::size_t>(ctx_.config.zero.prefetch_bucket_size),
@@ -236,9 +236,12 @@ void ParamFetcher::check_plans(Agreement& agreement) {
 // Starts gathering a parameter unless it is there or on its way. A prefetch (`own` false) that
 // does not fit the arena is not issued; the arena's state is the same on every rank, so neither
 // is it elsewhere. Returns whether the parameter is there or on its way.
-bool ParamFetcher::gather(std::size_t param, bool own) {
+bool ParamFetcher::gather(std::size_t param, bool own, bool defer) {
   Gathered& g = params_[param];
-  if (g.full != nullptr) return true;
+  if (g.full != nullptr) {
+    if (g.deferred && own) issue(param);
+    return true;
+  }
   const std::size_t bytes = gather_block_bytes(ctx_.layout, param);
   if (!fits(bytes)) {
     if (!own) return false;
@@ -250,9 +253,17 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
   if (!ctx_.layout.params[param].persistent) stats_.live_elements += gathered_elements(param);
   stats_.peak_live_elements = std::max(stats_.peak_live_elements, stats_.live_elements);
   stats_.gathers += 1;
+  g.deferred = defer;
+  if (!defer) issue(param);
+  return true;
+}
+
+void ParamFetcher::issue(std::size_t param) {
+  Gathered& g = params_[param];
+  g.deferred = false;
   const ParamPlacement& place = ctx_.layout.params[param];
   const std::size_t shard = place.shape.shard;
-  if (shard == 0) return true;
+  if (shard == 0) return;
   if (secondary_ != nullptr && place.secondary_flat != kNone && secondary_valid_[param]) {
     // hpZ: from the secondary partition, within the secondary group (no shard read).
     Stream& stream = ctx_.device.default_stream();
@@ -264,12 +275,13 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
     g.in_flight = true;
     gathers_in_flight_ += 1;
     stats_.secondary_gathers += 1;
-    return true;
+    return;
   }
   g.fill_secondary = secondary_ != nullptr && place.secondary_flat != kNone;
+  if (before_shard_read_) before_shard_read_(param, ctx_.device.default_stream());
   if (shards_->swapped(param)) {
     start_read(param);  // gathered when the read completes (finish_reads)
-    return true;
+    return;
   }
   Stream& stream = ctx_.device.default_stream();
   Timer timer;
@@ -286,7 +298,7 @@ bool ParamFetcher::gather(std::size_t param, bool own) {
   issue_seconds_.add(timer.seconds());
   g.in_flight = true;
   gathers_in_flight_ += 1;
-  return true;
+  return;
 }
 
 Work ParamFetcher::gather_shards(std::size_t param, const void* source) {
@@ -326,7 +338,8 @@ void ParamFetcher::gather_persistent() {
   for (std::size_t p = 0; p < params_.size(); ++p) {
     if (ctx_.layout.params[p].persistent && params_[p].full == nullptr &&
         gathered_elements(p) > 0) {
-      gather(p, /*own=*/true);
+      // Paced, each is gathered at its own module's hook (set_paced).
+      gather(p, /*own=*/true, /*defer=*/paced_);
     }
   }
 }

@@ -13,7 +13,8 @@
 // block int8 chunks (base/block_quant.h), packed behind the gathered copy in its arena block,
 // and dequantized into the copy on the default stream before anything reads it; every rank
 // computes with the same dequantized values, its own part included. hpZ's secondary gathers
-// stay exact.
+// stay exact. After a super_offload step that left groups to its worker the fetcher is paced
+// (set_paced): no gather ahead, each waits for its shard's update.
 //
 // Owns: each parameter's gathered copy (from its own gather arena) and the gather in flight,
 // the traces and plans, the reads of swapped shards queued ahead of their gathers, and the
@@ -29,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +65,18 @@ class ParamFetcher {
   void attach(std::unique_ptr<Arena> gather_arena, ShardStore& shards);
   // qwZ with zero_quantized_error_check: each gather's quantization measured there.
   void set_error(QuantizationError* error) noexcept { error_ = error; }
+  // Called before a gather reads a parameter's shard, with the stream the read goes on: where
+  // the last step's updates may still be landing (super_offload's tail, Stepper::await_param).
+  void set_before_shard_read(std::function<void(std::size_t param, Stream& stream)> wait) {
+    before_shard_read_ = std::move(wait);
+  }
+  // Paced (between a step that left its last groups to the optimizer's worker and the next
+  // backward): a shard is gathered only when a hook of a module using it comes, since each
+  // gather waits on the host for its shard's update (the callback above) and a gather ahead
+  // would hold back the caller's work on the modules before it. No prefetch; the persistent
+  // parameters' places are still taken together at the first hook, each gathered at its
+  // module's. A function of the step's configuration, so the same on every rank.
+  void set_paced(bool paced) noexcept { paced_ = paced; }
 
   // A pre hook: where the pass is in its plan, the module's own gathers (the caller's later
   // work on `caller` ordered after them), and the prefetch the plan allows from here. `top`:
@@ -104,6 +118,7 @@ class ParamFetcher {
     bool fill_secondary = false;
     // qwZ: the gather moves packed chunks, still to be dequantized into `full`
     bool packed = false;
+    bool deferred = false;  // paced: its place taken, its gather not issued yet
   };
   // One trace per kind of pass, [0] training micro-steps, [1] evaluation.
   struct Trace {
@@ -124,7 +139,11 @@ class ParamFetcher {
     std::size_t buffer;
   };
 
-  bool gather(std::size_t param, bool own);
+  // `defer`: its place only (Gathered::deferred); the next gather() of it for its module
+  // issues it.
+  bool gather(std::size_t param, bool own, bool defer = false);
+  // The gather into `param`'s place (taken) from its shard, issued.
+  void issue(std::size_t param);
   // Every persistent parameter not there, in registration order (see enter()).
   void gather_persistent();
   bool fits(std::size_t bytes) const;
@@ -172,6 +191,8 @@ class ParamFetcher {
   std::vector<bool> secondary_valid_;
   std::unique_ptr<Event> dequantized_;  // qwZ: recorded after a dequantization, for the caller
   QuantizationError* error_ = nullptr;
+  std::function<void(std::size_t, Stream&)> before_shard_read_;  // set_before_shard_read's
+  bool paced_ = false;                                           // set_paced's
   FetchStats stats_;  // live_elements: gathered, not persistent
   SecondsSum issue_seconds_, wait_seconds_;
 };

@@ -41,6 +41,14 @@ Speculation::Speculation(const EngineContext& context, ModelState& state, StepGr
     for (std::size_t b = 0; b < early_staging_buffers(layout); ++b) {
       staging_free_.push_back(ctx_.device.create_event());
     }
+    param_groups_.resize(layout.params.size());
+    for (std::size_t g = 0; g < layout.step_groups.size(); ++g) {
+      placed_.push_back(ctx_.device.create_event());
+      for (const BucketPiece& piece : layout.step_groups[g].pieces) {
+        std::vector<std::size_t>& groups = param_groups_[layout.trainable[piece.param]];
+        if (groups.empty() || groups.back() != g) groups.push_back(g);
+      }
+    }
   }
   speculator_ = std::make_unique<Speculator>(layout);
   if (state_.swap() != nullptr) {
@@ -68,17 +76,43 @@ void Speculation::arm(std::int64_t k, double loss_scale, bool take_sums) {
   speculated_ = 0;
   OptimizerSwap* swap = state_.swap();
   if (swap != nullptr) swap->begin_speculation(swap_order_);
-  const bool armed = speculator_->arm([this](std::size_t group) { speculate_group(group); });
+  const bool armed = speculator_->arm([this](std::size_t group) { speculate_group(group); },
+                                      /*newest_first=*/leaves_tail());
   if (!armed && swap != nullptr) swap->end_speculation(/*keep=*/false);
+}
+
+bool Speculation::leaves_tail() const {
+  return early_placement_ && !modes_.speculation_rollback && !take_sums_ &&
+         state_.swap() == nullptr && state_.grad_swap() == nullptr;
 }
 
 bool Speculation::settle() {
   if (!speculator_->armed()) return false;
+  if (leaves_tail()) {
+    speculator_->hand_over();
+    tail_ = true;
+    return true;
+  }
   speculator_->finish();
   // The sums and flags of the blocks the worker did not take.
   if (take_sums_) partials_->finish(groups_.owned_grad_on_host(), modes_.accum);
   if (early_placement_) placement_stream_->synchronize();
   return true;
+}
+
+void Speculation::await_param(std::size_t param, Stream& stream) {
+  if (!tail_ || param >= param_groups_.size()) return;
+  for (std::size_t g : param_groups_[param]) {
+    speculator_->await(g);
+    placed_[g]->block(stream);
+  }
+}
+
+void Speculation::drain() {
+  if (!tail_) return;
+  tail_ = false;  // a failure below fails the engine; nothing waits for the tail again
+  speculator_->drain();
+  placement_stream_->synchronize();
 }
 
 const GradPartials* Speculation::partials() const noexcept {
@@ -155,6 +189,7 @@ std::vector<optim::Slice> Speculation::kept_pieces(std::size_t group, char* out)
 }
 
 void Speculation::speculate_group(std::size_t group) {
+  if (before_step_) before_step_(group);
   Timer timer;
   // Placed early, the staging's buffers in turn, each once the copies out of it are done;
   // otherwise the group's own place there.
@@ -193,6 +228,7 @@ void Speculation::speculate_group(std::size_t group) {
     where.staged = swapped;
     groups_.place(group, slices_, where, out, *placement_stream_);
     staging_free_[buffer]->record(*placement_stream_);
+    placed_[group]->record(*placement_stream_);
   }
   seconds_.add(timer.seconds());
 }

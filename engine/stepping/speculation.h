@@ -9,16 +9,22 @@
 // the right scale (or not at all, on a skip). At stage 3 with the compute shards in memory each
 // group is placed in backward and placed again after a rollback; otherwise the placement runs
 // after the verdict, so the compute copies never see a speculated value that did not stand.
+// Where nothing can undo the steps (no backup) and they are placed early from memory, with the
+// device's sums, the boundary does not wait for the groups the worker has not reached (the
+// step's tail): the next forward's gathers wait for each (await_param), everything else for
+// all of them (drain).
 //
 // Owns: the Speculator and its worker, the speculation's stream, the partial norm and check,
-// each group's place in the staging, the early placement's stream and the events that free its
-// buffers. Calls: the Stepper's group machinery (step_groups.h), the optimizer, the ModelState
-// (its backup, swaps and staging). Streams: a CPU stream of its own for the speculated steps, a
-// device stream of its own for the early placement. Internal to engine/.
+// each group's place in the staging, the early placement's stream, the events that free its
+// buffers and those after each group's placement (the tail's gathers wait on them). Calls: the
+// Stepper's group machinery (step_groups.h), the optimizer, the ModelState (its backup, swaps and
+// staging). Streams: a CPU stream of its own for the speculated steps, a device stream of its own
+// for the early placement. Internal to engine/.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -53,8 +59,18 @@ class Speculation {
   void stop() noexcept;
 
   // At the boundary: every speculated step finished and the gradient's sums and flags complete;
-  // whether anything was speculated this boundary.
+  // whether anything was speculated this boundary. Where nothing can undo the steps and the
+  // next forward's gathers read the compute shards (leaves_tail), the groups not yet stepped
+  // are left to the worker instead: await_param() and drain() wait for them.
   bool settle();
+  // After a settle() that left groups to the worker: waits until those holding parameter
+  // `param`'s owned shard are stepped and makes `stream` wait for their placement; rethrows a
+  // step's failure. Returns at once otherwise.
+  void await_param(std::size_t param, Stream& stream);
+  // Every group left to the worker stepped and placed; rethrows a step's failure.
+  void drain();
+  // Between a settle() that left groups to the worker and drain().
+  bool tail_pending() const noexcept { return tail_; }
   // After a settle() that speculated: the sums and flags taken on the worker, or null where
   // arm() was told the device takes them.
   const GradPartials* partials() const noexcept;
@@ -72,6 +88,10 @@ class Speculation {
   char* own_out(std::size_t group) const;
 
   const Speculator& speculator() const noexcept { return *speculator_; }
+  // Tests (FaultHooks::speculated_step): called on the worker before each group's step.
+  void set_before_step(std::function<void(std::size_t group)> hook) {
+    before_step_ = std::move(hook);
+  }
   double take_seconds() { return seconds_.take(); }
 
  private:
@@ -81,6 +101,9 @@ class Speculation {
   void speculate_swapped(std::size_t group, char* out);
   // fp32: a swapped group's updated masters into its place in the staging.
   void stage_masters(std::size_t group, const GroupState& where, char* out);
+  // This boundary's groups may be left to the worker past the step: nothing can undo them (no
+  // backup kept), the sums are the device's, every group is resident and placed early.
+  bool leaves_tail() const;
   // The speculated groups restored (resident: from the backup; swapped: their other regions
   // dropped).
   void roll_back();
@@ -111,8 +134,14 @@ class Speculation {
   bool early_placement_ = false;
   std::unique_ptr<Stream> placement_stream_;
   std::vector<std::unique_ptr<Event>> staging_free_;
-  std::size_t speculated_ = 0;  // groups the worker has taken this boundary
-  bool take_sums_ = true;       // the armed boundary's sums on the worker (arm)
+  // Placed early: per group, recorded on the placement stream after its placement (what a
+  // gather of its parameters waits for while the worker has the step's tail).
+  std::vector<std::unique_ptr<Event>> placed_;
+  std::vector<std::vector<std::size_t>> param_groups_;  // per parameter: the groups holding it
+  bool tail_ = false;  // settle() left groups to the worker; until drain()
+  std::function<void(std::size_t)> before_step_;  // set_before_step's
+  std::size_t speculated_ = 0;                    // groups the worker has taken this boundary
+  bool take_sums_ = true;                         // the armed boundary's sums on the worker (arm)
   // NVMe: the swapped groups (as the swap numbers them) in the order the worker takes them.
   std::vector<std::size_t> swap_order_;
   SecondsSum seconds_;

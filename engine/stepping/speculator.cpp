@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/error.h"
 #include "base/log.h"
 
 namespace zero::engine {
@@ -12,7 +13,8 @@ namespace zero::engine {
 Speculator::Speculator(const Layout& layout)
     : last_bucket_(layout.step_groups.size(), kNone),
       final_after_(layout.buckets.size()),
-      queued_(layout.step_groups.size(), false) {
+      queued_(layout.step_groups.size(), false),
+      stepped_(layout.step_groups.size(), false) {
   // Per trainable parameter, the buckets holding a piece of its shard, with the piece's range.
   struct Held {
     std::size_t bucket, begin, end;
@@ -67,13 +69,20 @@ void Speculator::stop() noexcept {
   if (worker_.joinable()) worker_.join();
 }
 
-bool Speculator::arm(std::function<void(std::size_t)> step) {
+bool Speculator::arm(std::function<void(std::size_t)> step, bool newest_first) {
   std::lock_guard lock(mutex_);
   if (stopping_ || !counts_.on) return false;
+  if (handed_over_) {
+    throw make_error(ErrorCategory::internal,
+                     "super_offload: a boundary armed while the last one's steps are pending");
+  }
   step_ = std::move(step);
   std::fill(queued_.begin(), queued_.end(), false);
+  std::fill(stepped_.begin(), stepped_.end(), false);
   failure_ = nullptr;
+  failed_ = false;
   outstanding_ = 0;
+  newest_first_ = newest_first;
   armed_ = true;
   if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
   return true;
@@ -107,7 +116,7 @@ void Speculator::finish() {
   // epilogue did not report) follow in order.
   for (std::size_t g = 0; g < queued_.size(); ++g) queue_locked(g);
   wake_.notify_one();
-  done_.wait(lock, [this] { return outstanding_ == 0 || failure_ != nullptr || stopping_; });
+  done_.wait(lock, [this] { return outstanding_ == 0 || failed_ || stopping_; });
   armed_ = false;
   // After a failure the groups still queued are not stepped; the one running ends before the
   // caller touches the state.
@@ -117,14 +126,71 @@ void Speculator::finish() {
   if (failure_ != nullptr) std::rethrow_exception(std::exchange(failure_, nullptr));
 }
 
+void Speculator::hand_over() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!armed_) return;
+    armed_ = false;
+    handed_over_ = true;
+    for (std::size_t g = 0; g < queued_.size(); ++g) queue_locked(g);
+    // The next forward reads the groups from the first on (the layout follows the parameters'
+    // order); the running one, if any, is not in the queue.
+    std::sort(queue_.begin(), queue_.end());
+  }
+  wake_.notify_one();
+}
+
+void Speculator::await(std::size_t group) {
+  std::unique_lock lock(mutex_);
+  if (!handed_over_ || stepped_[group]) return;
+  if (const auto queued = std::find(queue_.begin(), queue_.end(), group); queued != queue_.end()) {
+    queue_.erase(queued);
+    queue_.push_front(group);
+  }
+  done_.wait(lock, [&] { return stepped_[group] || failed_ || stopping_; });
+  if (failed_) rethrow_locked();
+  if (!stepped_[group]) {
+    throw make_error(ErrorCategory::internal,
+                     "super_offload: the worker stopped before stepping group {}", group);
+  }
+}
+
+void Speculator::drain() {
+  std::unique_lock lock(mutex_);
+  if (!handed_over_) return;
+  done_.wait(lock, [this] { return outstanding_ == 0 || failed_ || stopping_; });
+  // After a failure the groups still queued are not stepped; the one running ends first.
+  outstanding_ -= queue_.size();
+  queue_.clear();
+  done_.wait(lock, [this] { return outstanding_ == 0; });
+  handed_over_ = false;
+  if (failed_) rethrow_locked();
+}
+
+bool Speculator::handed_over() const {
+  std::lock_guard lock(mutex_);
+  return handed_over_;
+}
+
+void Speculator::rethrow_locked() {
+  if (failure_ != nullptr) std::rethrow_exception(std::exchange(failure_, nullptr));
+  throw make_error(ErrorCategory::internal,
+                   "super_offload: a step of the last boundary failed (reported before)");
+}
+
 void Speculator::run() {
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (stopping_) return;
-    const std::size_t group = queue_.front();
-    queue_.pop_front();
-    const bool skip = failure_ != nullptr;
+    const bool newest = armed_ && newest_first_;
+    const std::size_t group = newest ? queue_.back() : queue_.front();
+    if (newest) {
+      queue_.pop_back();
+    } else {
+      queue_.pop_front();
+    }
+    const bool skip = failed_;
     if (!skip) {
       lock.unlock();
       std::exception_ptr error;
@@ -134,7 +200,11 @@ void Speculator::run() {
         error = std::current_exception();
       }
       lock.lock();
-      if (error != nullptr && failure_ == nullptr) failure_ = error;
+      if (error != nullptr && !failed_) {
+        failure_ = error;
+        failed_ = true;
+      }
+      stepped_[group] = error == nullptr;
     }
     outstanding_ -= 1;
     done_.notify_all();

@@ -13,10 +13,13 @@
 // stops (logged, with the counts) until a boundary comes that would have needed no rollback
 // (no clipping, no skip); every rank sees the same verdicts, so every rank decides alike.
 //
+// After the backward the rest may be handed over (hand_over) instead of waited for (finish): the
+// worker goes on with them in ascending order, and await() / drain() wait for one or all.
+//
 // Owns: the worker thread, the queue of final groups, the per-bucket lists of groups made final,
-// the policy's history and counts. Calls: the callback (on the worker). Streams: none of its
-// own. Thread safety: bucket_added() may come from the reductions' epilogue thread; everything
-// else from the engine's thread. Internal to engine/.
+// which groups are stepped, the policy's history and counts. Calls: the callback (on the worker).
+// Streams: none of its own. Thread safety: bucket_added() may come from the reductions' epilogue
+// thread; everything else from the engine's thread. Internal to engine/.
 #pragma once
 
 #include <condition_variable>
@@ -62,8 +65,12 @@ class Speculator {
 
   // The boundary micro-step's backward begins: from now, each group whose gradient becomes
   // final is given to `step` on the worker, once. Nothing while the policy holds speculation
-  // off, or after stop(); returns whether it armed.
-  bool arm(std::function<void(std::size_t group)> step);
+  // off, or after stop(); returns whether it armed. Not while groups handed over are pending.
+  // `newest_first`: the worker takes the group made final last (for a boundary that will hand
+  // over: what it leaves for the next forward is then mostly the groups that forward reads
+  // last, and the worker's idle stretch between the forward and the next backward is short);
+  // otherwise in the order they became final (the order NVMe reads ahead in).
+  bool arm(std::function<void(std::size_t group)> step, bool newest_first = false);
   bool armed() const;
   // In the epilogue's order, once bucket `bucket`'s reduced block is in the owned gradient.
   // Ignored while not armed.
@@ -72,6 +79,18 @@ class Speculator {
   // waits until it has stepped them all, and disarms. Rethrows the first failure of a step (the
   // groups after it are not stepped).
   void finish();
+  // After the backward pass, where nothing can undo the steps: gives the worker the groups it
+  // has not had, queues every group not yet stepped in ascending order (the order the next
+  // forward reads them in) and disarms, without waiting. Until drain(), await() waits for one.
+  void hand_over();
+  // After hand_over(): waits until group `group` is stepped, taking it next if it is still
+  // queued; rethrows a step's failure. Returns at once when nothing was handed over.
+  void await(std::size_t group);
+  // After hand_over(): waits until every group is stepped; rethrows a step's failure (the groups
+  // after it are not stepped). Returns at once when nothing was handed over.
+  void drain();
+  // Between hand_over() and drain().
+  bool handed_over() const;
   // Stops taking groups and ends the worker after the step it is running; idempotent.
   void stop() noexcept;
 
@@ -83,6 +102,8 @@ class Speculator {
  private:
   void run();
   void queue_locked(std::size_t group);
+  // Throws the failure (or, once it has been thrown, that it was); under the mutex.
+  [[noreturn]] void rethrow_locked();
 
   std::vector<std::size_t> last_bucket_;               // per group
   std::vector<std::vector<std::size_t>> final_after_;  // per bucket: the groups it makes final
@@ -94,11 +115,15 @@ class Speculator {
   std::function<void(std::size_t)> step_;
   std::deque<std::size_t> queue_;
   std::vector<bool> queued_;     // per group, this boundary
+  std::vector<bool> stepped_;    // per group, this boundary: its step returned
+  bool handed_over_ = false;     // hand_over() until drain()
+  bool newest_first_ = false;    // while armed (arm)
   std::size_t outstanding_ = 0;  // queued or running
   bool armed_ = false;
   bool stopping_ = false;
-  std::exception_ptr failure_;
-  std::thread worker_;  // started at the first arm()
+  std::exception_ptr failure_;  // the first failure, until rethrown
+  bool failed_ = false;         // a step failed this boundary (until the next arm)
+  std::thread worker_;          // started at the first arm()
 
   std::deque<bool> history_;  // the last kWindow speculated steps: rolled back or not
   Counts counts_;

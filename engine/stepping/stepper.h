@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -86,6 +87,23 @@ class Stepper final : private StepGroups {
   void bucket_added(std::size_t bucket) noexcept;
   // Ends the speculation's worker (the engine's teardown, before the parts it uses go).
   void stop_speculation() noexcept;
+  // super_offload, where step() left the last groups to the worker (Speculation::settle): the
+  // next forward's gather of `param` waits for its groups (`stream` for their placement), and
+  // anything else that reads or writes the state, the gradients or the step's counters waits
+  // for all of them (drain_speculation). Rethrow a step's failure. No-ops otherwise.
+  void await_param(std::size_t param, Stream& stream) {
+    if (speculation_) speculation_->await_param(param, stream);
+  }
+  void drain_speculation() {
+    if (speculation_) speculation_->drain();
+  }
+  // Tests (FaultHooks::speculated_step), after create_optimizer.
+  void set_before_speculated_step(std::function<void(std::size_t group)> hook) {
+    if (speculation_) speculation_->set_before_step(std::move(hook));
+  }
+  bool speculation_tail_pending() const noexcept {
+    return speculation_ && speculation_->tail_pending();
+  }
   // super_offload: the speculation's counts (null without it).
   const Speculator* speculator() const noexcept {
     return speculation_ ? &speculation_->speculator() : nullptr;

@@ -216,6 +216,8 @@ SpeculationRun run_steps(const std::string& config, int steps, bool speculate,
     }
     out.stats.push_back(parts.stepper->step());
   }
+  // Stage 3 without a backup may leave the last groups to the worker past step().
+  parts.stepper->drain_speculation();
   for (std::size_t p : parts.layout.trainable) out.masters.push_back(master_of(parts, p));
   if (parts.stepper->speculator() != nullptr) out.counts = parts.stepper->speculator()->counts();
   return out;
