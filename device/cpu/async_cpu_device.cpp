@@ -24,9 +24,10 @@ namespace {
 class AsyncCpuStream final : public Stream {
  public:
   // `on_destroy`: called first in the destructor (the device forgets the stream).
-  explicit AsyncCpuStream(std::string lane,
+  // `raised`: its thread at a raised priority (the timed mode's GPU, StreamWorker).
+  explicit AsyncCpuStream(std::string lane, bool raised,
                           std::function<void(AsyncCpuStream*)> on_destroy = nullptr)
-      : lane_(std::move(lane)), on_destroy_(std::move(on_destroy)) {}
+      : lane_(std::move(lane)), on_destroy_(std::move(on_destroy)), worker_(raised) {}
   ~AsyncCpuStream() override {
     if (on_destroy_) on_destroy_(this);
   }
@@ -110,7 +111,7 @@ class AsyncCpuDevice final : public Device {
   // `clock`: the timed mode's (null: copies and kernels take what they take here).
   AsyncCpuDevice(bool guarded, std::unique_ptr<cpu::LinkClock> clock)
       : guarded_(guarded), clock_(std::move(clock)) {
-    default_stream_ = std::make_unique<AsyncCpuStream>("default");
+    default_stream_ = std::make_unique<AsyncCpuStream>("default", clock_ != nullptr);
     streams_.push_back(default_stream_.get());
   }
 
@@ -167,7 +168,7 @@ class AsyncCpuDevice final : public Device {
   std::unique_ptr<Stream> create_stream() override {
     std::lock_guard lock(mutex_);
     auto stream = std::make_unique<AsyncCpuStream>("stream " + std::to_string(++streams_made_),
-                                                   [this](AsyncCpuStream* gone) {
+                                                   clock_ != nullptr, [this](AsyncCpuStream* gone) {
                                                      std::lock_guard lock(mutex_);
                                                      std::erase(streams_, gone);
                                                    });

@@ -3,9 +3,13 @@
 
 #include <exception>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace zero::cpu {
 
-StreamWorker::StreamWorker() : thread_([this] { run(); }) {}
+StreamWorker::StreamWorker(bool raised) : raised_(raised), thread_([this] { run(); }) {}
 
 StreamWorker::~StreamWorker() {
   {
@@ -33,6 +37,11 @@ void StreamWorker::drain() {
 }
 
 void StreamWorker::run() {
+  if (raised_) {
+    // Linux gives each thread its own nice value (the thread id as the process id); a refusal
+    // leaves the process's.
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), -10);
+  }
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [&] { return stop_ || !tasks_.empty(); });

@@ -16,7 +16,10 @@ namespace zero::cpu {
 
 class StreamWorker {
  public:
-  StreamWorker();
+  // `raised`: the thread asks for a higher priority than the process's (nice -10; ignored where
+  // refused, as for a user without CAP_SYS_NICE): the timed device's streams stand for a GPU,
+  // which takes no host core, so the host's own work (the CPU optimizer) must not delay them.
+  explicit StreamWorker(bool raised = false);
   // Finishes the tasks already submitted, then stops the thread.
   ~StreamWorker();
   StreamWorker(const StreamWorker&) = delete;
@@ -38,6 +41,7 @@ class StreamWorker {
   std::uint64_t submitted_ = 0;
   std::uint64_t finished_ = 0;
   bool stop_ = false;
+  bool raised_;
   std::exception_ptr error_;
   std::thread thread_;  // last: started once the members above exist
 };
