@@ -8,7 +8,7 @@
 # Builds nothing: BUILD_DIR (default build) must hold tools/zero-bench/zero-bench. Writes
 #   bench/results/offload_step.txt    each mode's step against the floor, with where the time
 #                                     went, and the trace's lanes of the last mode's step
-#   bench/results/offload_step.jsonl  one JSON line per mode
+#   bench/results/offload_step.jsonl  one JSON line per mode and thread count
 #   bench/results/offload_step.trace.json  that step as a Chrome trace (chrome://tracing)
 # with a header naming the date, the machine and the exact command. OMP_WAIT_POLICY=passive:
 # the optimizer's OpenMP threads sleep between steps rather than spin, leaving the cores to
@@ -30,13 +30,21 @@ mkdir -p "$results"
 rm -f "$results/offload_step.jsonl"
 command=("$bench" offload-step --modes pageable,pinned,super_offload,super_offload_unchecked --steps 10
          --json "$results/offload_step.jsonl" --trace "$results/offload_step.trace.json" "${extra[@]}")
+# The same with the CPU optimizer on one thread, the other core left to the engine's own host
+# work beside it (the hooks, the stand-in's hand-offs), as cpuadam_cores_perc leaves cores on a
+# GPU's host: on two cores the two-thread optimizer shares them with that work.
+one_thread=("$bench" offload-step --modes pinned,super_offload_unchecked --steps 10 --threads 1
+            --json "$results/offload_step.jsonl" "${extra[@]}")
 {
   echo "# $(date -u +%Y-%m-%d) bench/offload_step.sh"
   bash bench/machine.sh "$bench"
   echo "# OMP_WAIT_POLICY=passive ${command[*]}"
   OMP_WAIT_POLICY=passive "${command[@]}" 2>&1 | grep -v '\[info\]'
   status=${PIPESTATUS[0]}
-  echo "# the last mode's median step, by lane (busy: the spans' sum; first and last: ms into the step)"
+  echo "# OMP_WAIT_POLICY=passive ${one_thread[*]}"
+  OMP_WAIT_POLICY=passive "${one_thread[@]}" 2>&1 | grep -v '\[info\]'
+  ((status == 0)) && status=${PIPESTATUS[0]}
+  echo "# the first run's last mode's median step, by lane (busy: the spans' sum; first and last: ms into the step)"
   python3 - "$results/offload_step.trace.json" <<'PY'
 import collections, json, sys
 events = json.load(open(sys.argv[1]))["traceEvents"]

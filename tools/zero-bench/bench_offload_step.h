@@ -9,7 +9,8 @@
 // ahead of a GPU. By default the stand-in model has gpt2-1.5b-on-an-H200's proportions scaled
 // to this machine: compute 0.45 and each direction of the link 0.2 of the CPU optimizer's step
 // (measured first), which is what the H200 run's 0.16 s of compute, 0.35 s of CPU Adam and 3.1
-// GB each way at about 50 GB/s give. Each mode reports the step, the ratio to the floor and
+// GB each way at about 50 GB/s give. Each mode reports the step, the ratio to its floor (the
+// optimizer alone measured again just before and after it, as this machine's speed drifts) and
 // where the time went: the compute stream, the link in each direction, the host adds and the
 // engine's step call, from the device's trace (--trace writes it as a Chrome trace).
 #pragma once
