@@ -11,7 +11,9 @@
 //
 // Owns: the per-block sums, flags and counts of groups still to come. Thread safety:
 // group_final() on the worker, the rest on the engine's thread, ordered by the Speculator
-// (arm() before the worker starts a boundary's groups, finish() after it has stepped them).
+// (arm() before the worker starts a boundary's groups, finish() after it has stepped them) or,
+// where the boundary leaves groups to the worker, by the Speculation's lock (finish() there
+// closes the sums: the worker takes none after it).
 // Internal to engine/.
 #pragma once
 

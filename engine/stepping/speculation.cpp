@@ -73,6 +73,7 @@ void Speculation::arm(std::int64_t k, double loss_scale, bool take_sums) {
   hyper_ = groups_.hyper_for(k, 1.0 / loss_scale);
   partials_->begin();
   take_sums_ = take_sums;
+  sums_closed_ = false;  // the worker has no group of this boundary yet
   speculated_ = 0;
   OptimizerSwap* swap = state_.swap();
   if (swap != nullptr) swap->begin_speculation(swap_order_);
@@ -82,7 +83,7 @@ void Speculation::arm(std::int64_t k, double loss_scale, bool take_sums) {
 }
 
 bool Speculation::leaves_tail() const {
-  return early_placement_ && !modes_.speculation_rollback && !take_sums_ &&
+  return early_placement_ && !modes_.speculation_rollback && ctx_.device.offload_beside() &&
          state_.swap() == nullptr && state_.grad_swap() == nullptr;
 }
 
@@ -91,6 +92,13 @@ bool Speculation::settle() {
   if (leaves_tail()) {
     speculator_->hand_over();
     tail_ = true;
+    if (take_sums_) {
+      // The norm is the step's (its stats): the blocks the worker has not taken are taken here,
+      // beside it, and the groups it steps from now take none.
+      std::lock_guard lock(sums_mutex_);
+      sums_closed_ = true;
+      partials_->finish(groups_.owned_grad_on_host(), modes_.accum);
+    }
     return true;
   }
   speculator_->finish();
@@ -217,8 +225,11 @@ void Speculation::speculate_group(std::size_t group) {
     }
     // The group's part of the norm and the non-finite check, while backward goes on.
     if (take_sums_) {
-      TraceSpan span(ctx_.device.trace(), "speculation", "sums");
-      partials_->group_final(group, groups_.owned_grad_on_host(), modes_.accum);
+      std::lock_guard lock(sums_mutex_);
+      if (!sums_closed_) {
+        TraceSpan span(ctx_.device.trace(), "speculation", "sums");
+        partials_->group_final(group, groups_.owned_grad_on_host(), modes_.accum);
+      }
     }
   }
   // Stage 3: its updated values into the compute shard now, on a stream of their own (the
@@ -230,6 +241,7 @@ void Speculation::speculate_group(std::size_t group) {
     staging_free_[buffer]->record(*placement_stream_);
     placed_[group]->record(*placement_stream_);
   }
+  std::lock_guard lock(seconds_mutex_);
   seconds_.add(timer.seconds());
 }
 

@@ -9,10 +9,10 @@
 // the right scale (or not at all, on a skip). At stage 3 with the compute shards in memory each
 // group is placed in backward and placed again after a rollback; otherwise the placement runs
 // after the verdict, so the compute copies never see a speculated value that did not stand.
-// Where nothing can undo the steps (no backup) and they are placed early from memory, with the
-// device's sums, the boundary does not wait for the groups the worker has not reached (the
-// step's tail): the next forward's gathers wait for each (await_param), everything else for
-// all of them (drain).
+// Where nothing can undo the steps (no backup) and they are placed early from memory beside a
+// GPU, the boundary does not wait for the groups the worker has not reached (the step's tail;
+// the sums it has not taken are taken beside it): the next forward's gathers wait for each
+// (await_param), everything else for all of them (drain).
 //
 // Owns: the Speculator and its worker, the speculation's stream, the partial norm and check,
 // each group's place in the staging, the early placement's stream, the events that free its
@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -92,7 +93,11 @@ class Speculation {
   void set_before_step(std::function<void(std::size_t group)> hook) {
     before_step_ = std::move(hook);
   }
-  double take_seconds() { return seconds_.take(); }
+  // The worker's seconds so far (a step's tail adds to them after its step() returned).
+  double take_seconds() {
+    std::lock_guard lock(seconds_mutex_);
+    return seconds_.take();
+  }
 
  private:
   // On the Speculator's worker: the group's state kept (resident) or its step written to the
@@ -102,7 +107,8 @@ class Speculation {
   // fp32: a swapped group's updated masters into its place in the staging.
   void stage_masters(std::size_t group, const GroupState& where, char* out);
   // This boundary's groups may be left to the worker past the step: nothing can undo them (no
-  // backup kept), the sums are the device's, every group is resident and placed early.
+  // backup kept), every group is resident and placed early, beside a GPU (or a stand-in: on
+  // the CPU device the worker would take the cores the next forward computes on).
   bool leaves_tail() const;
   // The speculated groups restored (resident: from the backup; swapped: their other regions
   // dropped).
@@ -139,11 +145,16 @@ class Speculation {
   std::vector<std::unique_ptr<Event>> placed_;
   std::vector<std::vector<std::size_t>> param_groups_;  // per parameter: the groups holding it
   bool tail_ = false;  // settle() left groups to the worker; until drain()
+  // The partials' group_final() on the worker against settle()'s finish() beside a tail: once
+  // closed (at the boundary) the worker takes no more sums.
+  std::mutex sums_mutex_;
+  bool sums_closed_ = false;
   std::function<void(std::size_t)> before_step_;  // set_before_step's
   std::size_t speculated_ = 0;                    // groups the worker has taken this boundary
   bool take_sums_ = true;                         // the armed boundary's sums on the worker (arm)
   // NVMe: the swapped groups (as the swap numbers them) in the order the worker takes them.
   std::vector<std::size_t> swap_order_;
+  std::mutex seconds_mutex_;  // seconds_: the worker adds while the tail runs, the step takes
   SecondsSum seconds_;
   std::unique_ptr<Speculator> speculator_;  // last: its worker ends before the rest goes
 };

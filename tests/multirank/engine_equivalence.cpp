@@ -496,13 +496,14 @@ int main(int argc, char** argv) {
           run_case({stage, precision, accumulation, 0.05, accumulation == 3, "nvme"});
         }
       }
-      // super_offload where nothing can undo a step (fp32 without clipping) at accumulation
-      // 1: beside a GPU (ZERO_CPU_DEVICE=guarded) step() leaves the last groups to the
-      // optimizer's worker, and the next forward's gathers wait for each shard's update.
+      // super_offload where nothing can undo a step (fp32 without clipping): beside a GPU
+      // (ZERO_CPU_DEVICE=guarded) step() leaves the last groups to the optimizer's worker, and
+      // the next forward's gathers wait for each shard's update.
       if (stage == 3) {
         for (const char* params : {"none", "cpu"}) {
           run_case({stage, "fp32", 1, 0.0, false, "cpu", params, true});
         }
+        run_case({stage, "fp32", 3, 0.0, true, "cpu", "none", true});
       }
       // Parameter offload to the CPU, with each kind of optimizer offload.
       if (stage == 3) {
