@@ -43,7 +43,8 @@ one_thread=("$bench" offload-step --modes pinned,super_offload_unchecked --steps
   status=${PIPESTATUS[0]}
   echo "# OMP_WAIT_POLICY=passive ${one_thread[*]}"
   OMP_WAIT_POLICY=passive "${one_thread[@]}" 2>&1 | grep -v '\[info\]'
-  ((status == 0)) && status=${PIPESTATUS[0]}
+  one_thread_status=${PIPESTATUS[0]}
+  ((status == 0)) && status=$one_thread_status
   echo "# the first run's last mode's median step, by lane (busy: the spans' sum; first and last: ms into the step)"
   python3 - "$results/offload_step.trace.json" <<'PY'
 import collections, json, sys

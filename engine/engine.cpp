@@ -117,9 +117,11 @@ void Engine::Impl::drain_steps() {
   try {
     stepper->drain_speculation();
   } catch (...) {
-    fail(
-        "a step's last groups failed after step() returned, so the optimizer state may be half "
-        "updated");
+    if (!failed) {  // the first failure's words stay (a gather's names the parameter)
+      fail(
+          "a step's last groups failed after step() returned, so the optimizer state may be "
+          "half updated");
+    }
     throw;
   }
 }
@@ -334,10 +336,12 @@ void Engine::Impl::allocate() {
         try {
           stepper->await_param(param, stream);
         } catch (...) {
-          fail(
-              fmt::format("a step's group holding '{}' failed after step() returned, so the "
-                          "optimizer state may be half updated",
-                          registry.param(param).name));
+          if (!failed) {
+            fail(
+                fmt::format("a step's group holding '{}' failed after step() returned, so the "
+                            "optimizer state may be half updated",
+                            registry.param(param).name));
+          }
           throw;
         }
       });
@@ -613,6 +617,8 @@ void Engine::set_train(bool train) {
   Impl& e = *impl_;
   e.pass.require_not_backward("set_train", ": call step() first");
   e.pass.require_none_open("set_train", "finish the pass first");
+  // An evaluation after a step: its passes prefetch again once the step's tail is in.
+  if (e.initialized && train != e.train) e.drain_steps();
   if (e.initialized && !e.train && train) e.fetcher->end_pass(/*train_pass=*/false);
   e.train = train;
 }

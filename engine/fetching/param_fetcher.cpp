@@ -260,9 +260,13 @@ bool ParamFetcher::gather(std::size_t param, bool own, bool defer) {
 
 void ParamFetcher::issue(std::size_t param) {
   Gathered& g = params_[param];
-  g.deferred = false;
   const ParamPlacement& place = ctx_.layout.params[param];
   const std::size_t shard = place.shape.shard;
+  // First, so that a wait that throws (a step's group failed, which fails the engine) leaves a
+  // deferred parameter deferred. (An hpZ gather from a valid secondary partition reads no
+  // shard, but none is valid while a step's groups land: the step invalidated them.)
+  if (before_shard_read_ && shard != 0) before_shard_read_(param, ctx_.device.default_stream());
+  g.deferred = false;
   if (shard == 0) return;
   if (secondary_ != nullptr && place.secondary_flat != kNone && secondary_valid_[param]) {
     // hpZ: from the secondary partition, within the secondary group (no shard read).
@@ -278,7 +282,6 @@ void ParamFetcher::issue(std::size_t param) {
     return;
   }
   g.fill_secondary = secondary_ != nullptr && place.secondary_flat != kNone;
-  if (before_shard_read_) before_shard_read_(param, ctx_.device.default_stream());
   if (shards_->swapped(param)) {
     start_read(param);  // gathered when the read completes (finish_reads)
     return;
@@ -298,7 +301,6 @@ void ParamFetcher::issue(std::size_t param) {
   issue_seconds_.add(timer.seconds());
   g.in_flight = true;
   gathers_in_flight_ += 1;
-  return;
 }
 
 Work ParamFetcher::gather_shards(std::size_t param, const void* source) {
@@ -412,6 +414,7 @@ void ParamFetcher::release(std::size_t param) {
   if (!ctx_.layout.params[param].persistent) stats_.live_elements -= gathered_elements(param);
   g.block = {};
   g.full = nullptr;
+  g.deferred = false;
 }
 
 void ParamFetcher::release_unheld(bool stale) {

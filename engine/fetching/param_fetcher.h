@@ -99,7 +99,10 @@ class ParamFetcher {
   void copy_shard(std::size_t param, void* place);
 
   // The gathered copy while it exists (null otherwise).
-  void* data(std::size_t param) const { return params_[param].full; }
+  void* data(std::size_t param) const {
+    // A deferred persistent parameter holds its place only, not its values.
+    return params_[param].deferred ? nullptr : params_[param].full;
+  }
   FetchStats stats() const;
   const Arena* gather_arena() const noexcept { return gather_arena_.get(); }
   // Seconds spent issuing gathers and blocked on them since the last call.

@@ -67,6 +67,7 @@ void Speculation::bucket_added(std::size_t bucket) noexcept {
 }
 
 void Speculation::arm(std::int64_t k, double loss_scale, bool take_sums) {
+  drain();  // the last boundary's tail, before anything of this one is set
   // The boundary's step as it will be unless the verdict says otherwise: its schedule, and the
   // gradient scale of a step without clipping.
   slices_ = groups_.slices();
@@ -94,9 +95,12 @@ bool Speculation::settle() {
     tail_ = true;
     if (take_sums_) {
       // The norm is the step's (its stats): the blocks the worker has not taken are taken here,
-      // beside it, and the groups it steps from now take none.
-      std::lock_guard lock(sums_mutex_);
-      sums_closed_ = true;
+      // beside it, and the groups it steps from now take none. Closed under the lock, which
+      // the worker holds through a group's sums: none is under way once it is ours.
+      {
+        std::lock_guard lock(sums_mutex_);
+        sums_closed_ = true;
+      }
       partials_->finish(groups_.owned_grad_on_host(), modes_.accum);
     }
     return true;

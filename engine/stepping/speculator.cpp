@@ -128,9 +128,17 @@ void Speculator::finish() {
 
 void Speculator::hand_over() {
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     if (!armed_) return;
     armed_ = false;
+    if (failed_) {
+      // A group failed in backward: the step fails now, as after finish(), once the one
+      // running ends.
+      outstanding_ -= queue_.size();
+      queue_.clear();
+      done_.wait(lock, [this] { return outstanding_ == 0; });
+      rethrow_locked();
+    }
     handed_over_ = true;
     for (std::size_t g = 0; g < queued_.size(); ++g) queue_locked(g);
     // The next forward reads the groups from the first on (the layout follows the parameters'
@@ -165,11 +173,15 @@ void Speculator::drain() {
   done_.wait(lock, [this] { return outstanding_ == 0; });
   handed_over_ = false;
   if (failed_) rethrow_locked();
+  if (std::find(stepped_.begin(), stepped_.end(), false) != stepped_.end()) {
+    throw make_error(ErrorCategory::internal,
+                     "super_offload: the worker stopped before stepping the last groups");
+  }
 }
 
-bool Speculator::handed_over() const {
+bool Speculator::failed() const {
   std::lock_guard lock(mutex_);
-  return handed_over_;
+  return failed_;
 }
 
 void Speculator::rethrow_locked() {

@@ -82,6 +82,7 @@ class Speculator {
   // After the backward pass, where nothing can undo the steps: gives the worker the groups it
   // has not had, queues every group not yet stepped in ascending order (the order the next
   // forward reads them in) and disarms, without waiting. Until drain(), await() waits for one.
+  // Rethrows (as finish()) when a group has failed already.
   void hand_over();
   // After hand_over(): waits until group `group` is stepped, taking it next if it is still
   // queued; rethrows a step's failure. Returns at once when nothing was handed over.
@@ -89,8 +90,8 @@ class Speculator {
   // After hand_over(): waits until every group is stepped; rethrows a step's failure (the groups
   // after it are not stepped). Returns at once when nothing was handed over.
   void drain();
-  // Between hand_over() and drain().
-  bool handed_over() const;
+  // Whether a group of the armed (or handed over) boundary has failed so far.
+  bool failed() const;
   // Stops taking groups and ends the worker after the step it is running; idempotent.
   void stop() noexcept;
 

@@ -92,7 +92,6 @@ void Stepper::bucket_added(std::size_t bucket) noexcept {
 
 void Stepper::arm_speculation() {
   if (speculation_) {
-    speculation_->drain();  // the last boundary's tail, should the caller not have waited
     speculation_->arm(optimizer_steps_ + 1, scaler_.scale(), !reducer_.sums_on_device_ahead());
   }
 }

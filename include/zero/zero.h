@@ -338,12 +338,14 @@ typedef struct zero_step_stats {
  * kept for inspection, with a warning naming them, however the process ends (zero_destroy,
  * zero_abort, exit, SIGTERM/SIGINT/SIGHUP). Destroy it and resume from a checkpoint.
  * Otherwise swap files are removed on each of those ends.
- * With super_offload at stage 3 and nothing that could undo a step (no gradient_clipping, no
- * overflow check), it may return while the CPU optimizer still steps the last groups: the next
- * forward's hooks wait for each parameter's update, and every other call that reads or writes
- * the state (the next backward, zero_read_param, zero_write_param, checkpoints) for all of
- * them; a failure of one is reported there, and fails the engine as here (docs/offload.md,
- * "The step's tail"). */
+ * With super_offload at stage 3 beside a GPU, the optimizer on the CPU (not NVMe), the
+ * parameters not on NVMe and nothing that could undo a step (no gradient_clipping, no overflow
+ * check), it may return while the CPU optimizer still steps the last groups: the next forward's
+ * hooks wait (zero_pre_forward may block) for each parameter's update, and every other call
+ * that reads or writes the state for all of them (the next backward's first hook, zero_step
+ * without a backward, zero_set_train when it changes the mode, zero_read_param,
+ * zero_write_param, checkpoints and zero_load_pretrained); a failure of one is reported there,
+ * and fails the engine as here (docs/offload.md, "The step's tail"). */
 ZERO_API zero_status zero_step(zero_engine* engine, zero_step_stats* stats);
 
 /* Collective: the full current value of a parameter as numel floats, on every rank (the fp32

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/half.h"
@@ -139,6 +141,79 @@ TEST_CASE("speculator: finish steps what no bucket reported, and rethrows a fail
   // Stopped: no more arming.
   speculator.stop();
   CHECK_FALSE(speculator.arm([&](std::size_t g) { recorder.step(g); }));
+}
+
+TEST_CASE(
+    "speculator: a hand-over leaves the rest to the worker in ascending order, await takes a "
+    "queued group next, and a failure is thrown by the wait that meets it",
+    "[engine]") {
+  EngineParts parts(speculating(3));
+  const std::size_t groups = parts.layout.step_groups.size();
+  REQUIRE(groups >= 4);
+  Speculator speculator(parts.layout);
+  GroupRecorder recorder;
+  // The worker is held in the first group it takes until the test lets it go.
+  std::mutex gate_mutex;
+  std::condition_variable gate;
+  bool open = false;
+  const auto held_step = [&](std::size_t g) {
+    {
+      std::unique_lock lock(gate_mutex);
+      gate.wait(lock, [&] { return open; });
+    }
+    recorder.step(g);
+  };
+  const auto let_go = [&] {
+    {
+      std::lock_guard lock(gate_mutex);
+      open = true;
+    }
+    gate.notify_all();
+  };
+
+  // Nothing reported before the hand-over: every group is queued in ascending order, the first
+  // one perhaps taken already; awaiting the last takes it next.
+  REQUIRE(speculator.arm(held_step, /*newest_first=*/true));
+  speculator.hand_over();
+  CHECK_FALSE(speculator.armed());
+  std::thread waiter([&] { speculator.await(groups - 1); });
+  // Time for the waiter to move it to the queue's front before the worker is let go (the one
+  // ordering here that rests on the scheduler; generous).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  let_go();
+  waiter.join();
+  speculator.drain();
+  REQUIRE(recorder.stepped.size() == groups);
+  std::vector<std::size_t> order;
+  for (const auto& stepped : recorder.stepped) order.push_back(stepped.first);
+  CHECK(order[1] == groups - 1);  // after the one the worker held, the awaited one
+  std::vector<std::size_t> rest(order.begin() + 2, order.end());
+  CHECK(std::is_sorted(rest.begin(), rest.end()));
+  CHECK(order[0] == 0);
+  // Drained: waits return at once, and a boundary arms again.
+  speculator.await(0);
+  speculator.drain();
+
+  // A group that fails after the hand-over: the wait for it throws the failure, the drain that
+  // follows says it was reported.
+  recorder.stepped.clear();
+  REQUIRE(speculator.arm(
+      [&](std::size_t g) {
+        if (g == 1) throw std::runtime_error("disk on fire");
+        recorder.step(g);
+      },
+      /*newest_first=*/true));
+  speculator.hand_over();
+  CHECK_THROWS_WITH(speculator.await(1), "disk on fire");
+  CHECK_THROWS_WITH(speculator.drain(), Catch::Contains("reported before"));
+  // A failure before the hand-over is the hand-over's, as it is finish()'s.
+  REQUIRE(speculator.arm([&](std::size_t) { throw std::runtime_error("disk on fire"); }));
+  speculator.bucket_added(parts.layout.buckets.size() - 1);
+  for (int ms = 0; ms < 10000 && !speculator.failed(); ++ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(speculator.failed());
+  CHECK_THROWS_WITH(speculator.hand_over(), "disk on fire");
 }
 
 TEST_CASE("speculator: rollbacks in 3 of the last 8 steps stop it until a step needs none",

@@ -14,7 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -30,7 +30,10 @@ namespace zero::engine {
 namespace {
 
 constexpr int kModules = 5;
-constexpr std::int64_t kElements = 999;  // per module, a step group each
+// Per module a weight (the last module's twice as long) and a bias kept gathered between
+// passes (persistent); step groups of kElements, so most parameters lie in two of them.
+constexpr std::int64_t kElements = 999;
+constexpr std::int64_t kBias = 7;
 constexpr int kSteps = 4;
 
 std::string tail_config(bool offload, int accumulation) {
@@ -39,17 +42,23 @@ std::string tail_config(bool offload, int accumulation) {
     "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": {2},
     "optimizer": {{"type": "AdamW", "params": {{"lr": 1e-2, "weight_decay": 0.01}}}},
     "zero_optimization": {{"stage": 3, "sub_group_size": {0}, "reduce_bucket_size": {0},
-      "stage3_param_persistence_threshold": 0{1}}}}})",
+      "stage3_param_persistence_threshold": {3}{1}}}}})",
       kElements,
       offload ? R"(, "offload_optimizer": {"device": "cpu", "super_offload": true})" : "",
-      accumulation);
+      accumulation, kBias);
+}
+
+// Module m's parameters' sizes.
+std::vector<std::int64_t> sizes_of(int m) {
+  return {m == kModules - 1 ? 2 * kElements : kElements, kBias};
 }
 
 struct TailRun {
-  std::vector<std::vector<float>> forward_reads;  // per micro-step and module: forward's reads
-  std::vector<std::vector<float>> finals;         // per module: read_param after the last step
+  std::vector<std::vector<float>> forward_reads;  // per micro-step and parameter: forward's reads
+  std::vector<std::vector<float>> finals;         // per parameter: read_param after the last step
   std::vector<double> norms;  // per optimizer step: the gradient norm it reported
   int held = 0;               // speculated groups held until their step() returned
+  std::size_t groups = 0;     // step groups (the highest the hook saw, plus one)
   bool timed_out = false;     // a step() waited for its groups (the hook gave up)
 };
 
@@ -65,12 +74,17 @@ TailRun run(bool offload, int accumulation) {
                 comm::make_local_communicator(comm_options), options);
   std::atomic<bool> returned{false};  // the boundary's step() returned
   std::atomic<int> held{0};
+  std::atomic<std::size_t> groups{0};
   std::atomic<bool> timed_out{false};
   if (offload) {
     FaultHooks hooks;
-    hooks.speculated_step = [&](std::size_t) {
+    hooks.speculated_step = [&](std::size_t group) {
       held.fetch_add(1);
-      for (int ms = 0; ms < 10000 && !returned.load(); ++ms) {
+      for (std::size_t seen = groups.load(); seen < group + 1;) {
+        groups.compare_exchange_weak(seen, group + 1);
+      }
+      // Once one hold timed out (a step() that waits for its groups) the rest are not held.
+      for (int ms = 0; ms < 2000 && !returned.load() && !timed_out.load(); ++ms) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       if (!returned.load()) timed_out = true;
@@ -79,34 +93,45 @@ TailRun run(bool offload, int accumulation) {
     };
     set_fault_hooks(engine, std::move(hooks));
   }
-  std::vector<std::size_t> params;
+  std::vector<std::vector<std::size_t>> params(kModules);  // per module
   for (int m = 0; m < kModules; ++m) {
     const std::size_t module = engine.add_module(fmt::format("block{}", m));
-    params.push_back(
-        engine.add_param(fmt::format("block{}.weight", m), {kElements}, true, 0, {module}));
+    const std::vector<std::int64_t> sizes = sizes_of(m);
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      params[m].push_back(engine.add_param(fmt::format("block{}.{}", m, k == 0 ? "weight" : "bias"),
+                                           {sizes[k]}, true, 0, {module}));
+    }
   }
   engine.init();
   auto stream = device.create_stream();
   TailRun out;
-  std::vector<float> grad(kElements);
   for (int micro = 0; micro < kSteps * accumulation; ++micro) {
-    std::vector<std::vector<float>> read(kModules, std::vector<float>(kElements));
+    std::vector<std::vector<std::vector<float>>> read(kModules);
     for (int m = 0; m < kModules; ++m) {
       engine.pre_forward(m, stream.get());
       stream->synchronize();
-      device.copy(read[m].data(), engine.param_data(params[m]), kElements * sizeof(float));
+      for (std::size_t k = 0; k < params[m].size(); ++k) {
+        std::vector<float> values(static_cast<std::size_t>(sizes_of(m)[k]));
+        device.copy(values.data(), engine.param_data(params[m][k]), values.size() * sizeof(float));
+        out.forward_reads.push_back(values);
+        read[m].push_back(std::move(values));
+      }
       engine.post_forward(m, stream.get());
-      out.forward_reads.push_back(read[m]);
     }
     returned = false;  // a boundary's groups are held from its first backward hook
     for (int m = kModules - 1; m >= 0; --m) {
       engine.pre_backward(m, stream.get());
-      // A gradient of what forward read: a stale read changes it.
-      for (std::int64_t i = 0; i < kElements; ++i) {
-        grad[i] = 0.5f * read[m][i] + 0.01f * static_cast<float>((i + m + micro) % 7 - 3);
-      }
       stream->synchronize();
-      device.copy(engine.grad_buffer(params[m]), grad.data(), kElements * sizeof(float));
+      for (std::size_t k = 0; k < params[m].size(); ++k) {
+        // A gradient of what forward read: a stale read changes it.
+        std::vector<float> grad(read[m][k].size());
+        for (std::size_t i = 0; i < grad.size(); ++i) {
+          grad[i] = 0.5f * read[m][k][i] +
+                    0.01f * static_cast<float>((i + static_cast<std::size_t>(m + micro)) % 7) -
+                    0.03f;
+        }
+        device.copy(engine.grad_buffer(params[m][k]), grad.data(), grad.size() * sizeof(float));
+      }
       engine.post_backward(m, stream.get());
     }
     const StepStats stats = engine.step();
@@ -114,8 +139,11 @@ TailRun run(bool offload, int accumulation) {
     if (stats.stepped) out.norms.push_back(stats.grad_norm);
   }
   // The last step's groups too: read_param waits for them.
-  for (std::size_t p : params) out.finals.push_back(engine.read_param(p));
+  for (const auto& module : params) {
+    for (std::size_t p : module) out.finals.push_back(engine.read_param(p));
+  }
   out.held = held.load();
+  out.groups = groups.load();
   out.timed_out = timed_out.load();
   return out;
 }
@@ -133,13 +161,18 @@ TEST_CASE(
   const TailRun plain = run(/*offload=*/false, accumulation);
   const TailRun tail = run(/*offload=*/true, accumulation);
   // Every group of every step was held until its step() returned, and no step() waited.
-  CHECK(tail.held == kSteps * kModules);
+  CHECK(tail.groups > static_cast<std::size_t>(kModules));  // parameters across groups
+  CHECK(tail.held == kSteps * static_cast<int>(tail.groups));
   CHECK_FALSE(tail.timed_out);
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
   REQUIRE(plain.forward_reads.size() == tail.forward_reads.size());
+  const std::size_t per_pass = 2 * kModules;
   for (std::size_t k = 0; k < plain.forward_reads.size(); ++k) {
-    INFO("micro-step " << k / kModules << ", module " << k % kModules << "'s forward");
-    CHECK(std::memcmp(plain.forward_reads[k].data(), tail.forward_reads[k].data(),
-                      kElements * sizeof(float)) == 0);
+    INFO("micro-step " << k / per_pass << ", module " << k % per_pass / 2 << "'s "
+                       << (k % 2 == 0 ? "weight" : "bias (persistent)") << " in forward");
+    CHECK(same(plain.forward_reads[k], tail.forward_reads[k]));
   }
   // The norm the step reports, its sums taken by the device, the worker and the boundary (at
   // accumulation 2, those the worker had not taken when step() returned): the same sum in
@@ -149,11 +182,67 @@ TEST_CASE(
     INFO("optimizer step " << k);
     CHECK(tail.norms[k] == Approx(plain.norms[k]).epsilon(1e-6));
   }
-  for (int m = 0; m < kModules; ++m) {
-    INFO("module " << m << " after the last step");
-    CHECK(std::memcmp(plain.finals[m].data(), tail.finals[m].data(), kElements * sizeof(float)) ==
-          0);
+  REQUIRE(plain.finals.size() == tail.finals.size());
+  for (std::size_t k = 0; k < plain.finals.size(); ++k) {
+    INFO("parameter " << k << " after the last step");
+    CHECK(same(plain.finals[k], tail.finals[k]));
   }
+}
+
+}  // namespace zero::engine
+
+namespace zero::engine {
+
+TEST_CASE(
+    "a group of a step's tail that fails fails the next forward's hook, naming its parameter, "
+    "and the engine",
+    "[engine][offload]") {
+  auto made = create_cpu_device(CpuDeviceMode::guarded);
+  Device& device = *made;
+  comm::CommOptions comm_options;
+  comm_options.device = made.get();
+  EngineOptions options;
+  options.optimizer_threads = 1;
+  Engine engine(config::read_config_text(tail_config(/*offload=*/true, 1), {}), std::move(made),
+                comm::make_local_communicator(comm_options), options);
+  std::atomic<bool> returned{false};
+  std::atomic<bool> fail{false};
+  FaultHooks hooks;
+  hooks.speculated_step = [&](std::size_t) {
+    for (int ms = 0; ms < 2000 && !returned.load(); ++ms) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (fail.load()) throw std::runtime_error("disk on fire");
+  };
+  set_fault_hooks(engine, std::move(hooks));
+  for (int m = 0; m < kModules; ++m) {
+    const std::size_t module = engine.add_module(fmt::format("block{}", m));
+    engine.add_param(fmt::format("block{}.weight", m), {kElements}, true, 0, {module});
+  }
+  engine.init();
+  auto stream = device.create_stream();
+  // `failing`: this step's groups fail once it has returned (the forward before it waited for
+  // the last step's).
+  const auto micro_step = [&](bool failing) {
+    for (int m = 0; m < kModules; ++m) {
+      engine.pre_forward(m, stream.get());
+      engine.post_forward(m, stream.get());
+    }
+    returned = false;
+    fail = failing;
+    for (int m = kModules - 1; m >= 0; --m) {
+      engine.pre_backward(m, stream.get());
+      engine.post_backward(m, stream.get());
+    }
+    engine.step();
+    returned = true;
+  };
+  micro_step(false);
+  micro_step(true);
+  CHECK_THROWS_WITH(engine.pre_forward(0, stream.get()), Catch::Contains("disk on fire"));
+  // Failed: the hooks and the step refuse, naming the first failure's parameter.
+  CHECK_THROWS_WITH(engine.pre_forward(0, stream.get()),
+                    Catch::Contains("after a failure") && Catch::Contains("block0.weight"));
 }
 
 }  // namespace zero::engine
