@@ -116,13 +116,8 @@ void Speculator::finish() {
   // epilogue did not report) follow in order.
   for (std::size_t g = 0; g < queued_.size(); ++g) queue_locked(g);
   wake_.notify_one();
-  done_.wait(lock, [this] { return outstanding_ == 0 || failed_ || stopping_; });
+  wait_out(lock);
   armed_ = false;
-  // After a failure the groups still queued are not stepped; the one running ends before the
-  // caller touches the state.
-  outstanding_ -= queue_.size();
-  queue_.clear();
-  done_.wait(lock, [this] { return outstanding_ == 0; });
   if (failure_ != nullptr) std::rethrow_exception(std::exchange(failure_, nullptr));
 }
 
@@ -132,11 +127,8 @@ void Speculator::hand_over() {
     if (!armed_) return;
     armed_ = false;
     if (failed_) {
-      // A group failed in backward: the step fails now, as after finish(), once the one
-      // running ends.
-      outstanding_ -= queue_.size();
-      queue_.clear();
-      done_.wait(lock, [this] { return outstanding_ == 0; });
+      // A group failed in backward: the step fails now, as after finish().
+      wait_out(lock);
       rethrow_locked();
     }
     handed_over_ = true;
@@ -166,17 +158,22 @@ void Speculator::await(std::size_t group) {
 void Speculator::drain() {
   std::unique_lock lock(mutex_);
   if (!handed_over_) return;
-  done_.wait(lock, [this] { return outstanding_ == 0 || failed_ || stopping_; });
-  // After a failure the groups still queued are not stepped; the one running ends first.
-  outstanding_ -= queue_.size();
-  queue_.clear();
-  done_.wait(lock, [this] { return outstanding_ == 0; });
+  wait_out(lock);
   handed_over_ = false;
   if (failed_) rethrow_locked();
   if (std::find(stepped_.begin(), stepped_.end(), false) != stepped_.end()) {
     throw make_error(ErrorCategory::internal,
                      "super_offload: the worker stopped before stepping the last groups");
   }
+}
+
+void Speculator::wait_out(std::unique_lock<std::mutex>& lock) {
+  done_.wait(lock, [this] { return outstanding_ == 0 || failed_ || stopping_; });
+  // After a failure the groups still queued are not stepped; the one running ends before the
+  // caller touches the state.
+  outstanding_ -= queue_.size();
+  queue_.clear();
+  done_.wait(lock, [this] { return outstanding_ == 0; });
 }
 
 bool Speculator::failed() const {

@@ -103,6 +103,9 @@ class Speculator {
  private:
   void run();
   void queue_locked(std::size_t group);
+  // Under the mutex: waits until the queue is done, or a step failed (then the queued groups
+  // are dropped) or stop() came, and the running step has ended.
+  void wait_out(std::unique_lock<std::mutex>& lock);
   // Throws the failure (or, once it has been thrown, that it was); under the mutex.
   [[noreturn]] void rethrow_locked();
 
