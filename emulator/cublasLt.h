@@ -6,10 +6,15 @@
 // attribute's documented type and size checked; a heuristic whose "algorithm" remembers what
 // the preferences promised (the operands' alignments, the bias pointer's alignment, the
 // workspace and the split-K reduction schemes allowed); and cublasLtMatmul for bf16 A, B, C, D
-// with fp32 compute and scale, beta (C not read when beta is 0, as cuBLAS does), the DEFAULT
-// and BIAS epilogues, column-major layouts with transposes. Each operand's extent, the bias and
-// the workspace must lie in device memory, the pointers be as aligned as the algorithm was
-// promised, C and D share a layout when they are one buffer.
+// with fp32 compute and scale, beta (C not read when beta is 0, as cuBLAS does), column-major
+// layouts with transposes, and the epilogues the layers use: DEFAULT; BIAS; GELU_AUX and
+// GELU_AUX_BIAS (bias added, the sum kept in the aux matrix in bf16, D = GELU of the fp32 sum,
+// GELU's tanh form, as GPT-2's); DGELU (D = the product times GELU's derivative at the aux
+// matrix; beta must be 0, the one way the layers call it); BGRADB (the bias pointer receives
+// the column sums of op(B) over k, rounded once to bf16). The aux matrix's leading dimension must
+// be a multiple of 8 and at least D's rows, as cuBLASLt's documentation says. Each operand's
+// extent, the bias, the aux matrix and the workspace must lie in device memory, the pointers be
+// as aligned as the algorithm was promised, C and D share a layout when they are one buffer.
 //
 // Where cuBLASLt may choose, it chooses the worst the preferences allow: a product with k >= 32
 // is split in two along k, its halves reduced in bf16 (the output type) when the reduction mask
@@ -18,7 +23,8 @@
 // in place (C is D, beta != 0) rounds A op B to bf16 before adding C, as cuBLASLt 13.0's Hopper
 // kernels were seen to (an H200, 2026-11-28), so only a product summed out of place is exact.
 //
-// Not here: other types, compute types, epilogues and attributes (refused as NOT_SUPPORTED or
+// Not here: other types, compute types, epilogues (the ReLU family, GELU without the aux matrix,
+// DGELU_BGRAD, BGRADA) and attributes (refused as NOT_SUPPORTED or
 // INVALID_VALUE), batched products, and cuBLASLt's own choice of algorithms and their order of
 // summation: results agree with a GPU's to fp32 rounding, not bit for bit.
 #pragma once
@@ -47,11 +53,13 @@ enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
 
 enum cublasLtMatmulDescAttributes_t {
-  CUBLASLT_MATMUL_DESC_TRANSA = 3,           // int32_t
-  CUBLASLT_MATMUL_DESC_TRANSB = 4,           // int32_t
-  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,         // uint32_t
-  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,     // const void*
-  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,  // int32_t (cudaDataType), -1: D's type
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,                 // int32_t
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,                 // int32_t
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,               // uint32_t
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,           // const void* (BGRADB: void*, written)
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,  // void* (GELU_AUX*: written; DGELU: read)
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,       // int64_t, default 0
+  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,        // int32_t (cudaDataType), -1: D's type
 };
 
 enum cublasLtMatmulPreferenceAttributes_t {
@@ -63,7 +71,14 @@ enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
 };
 
-enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
+enum cublasLtEpilogue_t {
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BIAS = 4,
+  CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+  CUBLASLT_EPILOGUE_DGELU = 64 | 128,
+  CUBLASLT_EPILOGUE_BGRADB = 512,
+};
 
 enum cublasLtReductionScheme_t {
   CUBLASLT_REDUCTION_SCHEME_NONE = 0,

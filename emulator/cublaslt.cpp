@@ -1,6 +1,7 @@
 // CPU emulation of CUDA (emulator/, docs/emulator.md): the fake cuBLASLt of cublasLt.h. Objects are
 // plain heap structs, each kind in a registry, so a destroyed or foreign handle is refused.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
@@ -19,8 +20,10 @@ struct cublasLtContext {
 struct cublasLtMatmulDescOpaque_t {
   std::int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
   std::uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const void* bias = nullptr;
+  const void* bias = nullptr;  // BGRADB writes through it
   std::int32_t bias_type = -1;
+  void* aux = nullptr;  // the GELU epilogues' kept matrix
+  std::int64_t aux_ld = 0;
 };
 
 struct cublasLtMatrixLayoutOpaque_t {
@@ -72,13 +75,40 @@ std::uint32_t alignment_of(const void* p) {
   return bytes;
 }
 
-// The algorithm: what the heuristic was promised and chose.
+// The algorithm: what the heuristic was promised and chose. kAlignBias holds the bias pointer's
+// alignment in its low 16 bits and the aux matrix's above them.
 enum AlgoWord { kAlignA, kAlignB, kAlignC, kAlignD, kAlignBias, kReduction, kWorkspace, kTag };
 constexpr std::uint64_t kFakeTag = 0x656d752d6c74ull;  // "emu-lt": made by this heuristic
 
 struct Shape {
   std::uint64_t m, n, k;
 };
+
+// What an epilogue reads and writes besides the product.
+bool adds_bias(std::uint32_t epilogue) {
+  return epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool keeps_gelu_input(std::uint32_t epilogue) {
+  return epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool uses_aux(std::uint32_t epilogue) {
+  return keeps_gelu_input(epilogue) || epilogue == CUBLASLT_EPILOGUE_DGELU;
+}
+bool uses_bias_pointer(std::uint32_t epilogue) {
+  return adds_bias(epilogue) || epilogue == CUBLASLT_EPILOGUE_BGRADB;
+}
+
+// GELU's tanh form and its derivative, in fp32.
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+float gelu(float x) {
+  return 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + kGeluCube * x * x * x)));
+}
+float gelu_derivative(float x) {
+  const float th = std::tanh(kGeluScale * (x + kGeluCube * x * x * x));
+  const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
 
 // The product's shape when the descriptor and layouts make a product this fake runs, else the
 // status cuBLASLt gives.
@@ -99,10 +129,16 @@ cublasStatus_t shape_of(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
       c->cols != d->cols || shape.m == 0 || shape.n == 0 || shape.k == 0) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS) {
-    if (desc->bias_type != -1 && desc->bias_type != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;
-  } else if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+  const std::uint32_t e = desc->epilogue;
+  if (e != CUBLASLT_EPILOGUE_DEFAULT && !uses_bias_pointer(e) && !uses_aux(e)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (uses_bias_pointer(e) && desc->bias_type != -1 && desc->bias_type != CUDA_R_16BF) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  // The GELU matrix's leading dimension: a multiple of 8, at least D's rows.
+  if (uses_aux(e) && (desc->aux_ld % 8 != 0 || desc->aux_ld < static_cast<std::int64_t>(shape.m))) {
+    return CUBLAS_STATUS_INVALID_VALUE;
   }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -161,6 +197,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
       break;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
       st = read(desc->bias_type, value, bytes);
+      break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      st = read(desc->aux, value, bytes);
+      break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      st = read(desc->aux_ld, value, bytes);
       break;
   }
   for (const std::int32_t op : {desc->transa, desc->transb}) {
@@ -221,8 +263,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   cublasLtMatmulHeuristicResult_t r{};
   for (int i = 0; i < 4; ++i) r.algo.data[kAlignA + i] = preference->alignment[i];
-  // The bias pointer given now tells the heuristic how aligned the bias will be.
-  r.algo.data[kAlignBias] = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? alignment_of(desc->bias) : 1;
+  // The bias and aux pointers given now tell the heuristic how aligned they will be.
+  const std::uint64_t bias_alignment =
+      uses_bias_pointer(desc->epilogue) ? alignment_of(desc->bias) : 1;
+  const std::uint64_t aux_alignment = uses_aux(desc->epilogue) ? alignment_of(desc->aux) : 1;
+  r.algo.data[kAlignBias] = bias_alignment | aux_alignment << 16;
   // Split-K, reduced the worst way allowed (the top of cublasLt.h).
   const std::uint64_t fp32_partials = shape.m * shape.n * sizeof(float);
   std::uint64_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
@@ -261,7 +306,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   Shape shape;
   const cublasStatus_t st = shape_of(desc, a_layout, b_layout, c_layout, d_layout, shape);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
-  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  const std::uint32_t epilogue = desc->epilogue;
+  const bool bias = adds_bias(epilogue);
+  const bool bias_grad = epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  const bool keep_input = keeps_gelu_input(epilogue);
+  const bool dgelu = epilogue == CUBLASLT_EPILOGUE_DGELU;
   // In place (C is D) only on one layout.
   if (c == d && (c_layout->ld != d_layout->ld)) return CUBLAS_STATUS_INVALID_VALUE;
   // Pointers at least as aligned as the algorithm was promised.
@@ -269,9 +318,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   for (int i = 0; i < 4; ++i) {
     if (alignment_of(operands[i]) < algo->data[kAlignA + i]) return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  if (bias && alignment_of(desc->bias) < algo->data[kAlignBias]) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (uses_bias_pointer(epilogue) && alignment_of(desc->bias) < (algo->data[kAlignBias] & 0xffff)) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (uses_aux(epilogue) && alignment_of(desc->aux) < (algo->data[kAlignBias] >> 16)) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   const float scale_ab = *static_cast<const float*>(alpha);
   const float scale_c = *static_cast<const float*>(beta);
+  if (dgelu && scale_c != 0.0f) return CUBLAS_STATUS_NOT_SUPPORTED;  // not a call the layers make
   // Everything it reads and writes on the device: a GPU would fault (here: fail the call).
   const std::size_t needed = algo->data[kWorkspace];
   if (workspace_bytes < needed) return CUBLAS_STATUS_INVALID_VALUE;
@@ -279,6 +334,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       (scale_c != 0.0f && !on_device("C", c, extent(c_layout))) ||
       !on_device("D", d, extent(d_layout)) ||
       (bias && !on_device("bias", desc->bias, shape.m * sizeof(__nv_bfloat16))) ||
+      (bias_grad && !on_device("bias gradient", desc->bias, shape.n * sizeof(__nv_bfloat16))) ||
+      (uses_aux(epilogue) &&
+       !on_device("aux", desc->aux,
+                  (static_cast<std::size_t>(desc->aux_ld) * (shape.n - 1) + shape.m) *
+                      sizeof(__nv_bfloat16))) ||
       (needed > 0 && !on_device("workspace", workspace, needed))) {
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
@@ -329,7 +389,25 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       if (scale_c != 0.0f && c == d) v = __bfloat162float(__float2bfloat16_rn(v));
       if (scale_c != 0.0f) v += scale_c * at(c, c_layout->ld, i, j);
       if (bias) v += __bfloat162float(static_cast<const __nv_bfloat16*>(desc->bias)[i]);
+      // GELU's input kept in bf16, GELU taken of the fp32 sum; its derivative at the kept input.
+      if (keep_input || dgelu) {
+        __nv_bfloat16* const aux = static_cast<__nv_bfloat16*>(desc->aux) + i + j * desc->aux_ld;
+        if (keep_input) {
+          *aux = __float2bfloat16_rn(v);
+          v = gelu(v);
+        } else {
+          v *= gelu_derivative(__bfloat162float(*aux));
+        }
+      }
       result[i + j * m] = v;
+    }
+  }
+  if (bias_grad) {  // each column of op(B) summed over k in fp32, rounded once
+    auto* grad = static_cast<__nv_bfloat16*>(const_cast<void*>(desc->bias));
+    for (std::uint64_t j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (std::uint64_t l = 0; l < k; ++l) sum += b_op[j * k + l];
+      grad[j] = __float2bfloat16_rn(sum);
     }
   }
   auto* out = static_cast<__nv_bfloat16*>(d);

@@ -62,6 +62,11 @@ int embedding_backward(Bf16* dwte, Bf16* dwpe, const Bf16* dout, const std::int3
 // out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + 1e-5); mean, rstd fp32 [N].
 int layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, const Bf16* weight,
                       const Bf16* bias, int N, int C, Stream stream);
+// res = a + b (bf16, as residual_forward; res may be a or b), then out = layernorm(res): the
+// same bits as the two launches, in one.
+int residual_layernorm_forward(Bf16* res, Bf16* out, float* mean, float* rstd, const Bf16* a,
+                               const Bf16* b, const Bf16* weight, const Bf16* bias, int N, int C,
+                               Stream stream);
 // `into` write with `dresidual`: dinp = dresidual + the gradient (dresidual may be dinp).
 int layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
                        const Bf16* weight, const float* mean, const float* rstd, int N, int C,
@@ -71,6 +76,9 @@ int layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout,
 // out = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); rstd fp32 [N].
 int rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight, int N, int C,
                     float eps, Stream stream);
+// res = a + b, then out = rmsnorm(res), as residual_layernorm_forward.
+int residual_rmsnorm_forward(Bf16* res, Bf16* out, float* rstd, const Bf16* a, const Bf16* b,
+                             const Bf16* weight, int N, int C, float eps, Stream stream);
 int rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
                      const Bf16* weight, const float* rstd, int N, int C, float* scratch,
                      Stream stream, Into into = Into::add, const Bf16* dresidual = nullptr);
@@ -98,10 +106,13 @@ int rope_backward(Bf16* dx, int ld, const float* cos, const float* sin, int B, i
 // ---- Matrix products (cuBLASLt) ----
 
 // out[N, OC] = inp[N, C] weight[OC, C]^T + bias; backward: dinp += dout weight, dweight +=
-// dout^T inp (each = with Into::write), dbias += column sums of dout. bf16 operands, fp32
+// dout^T inp, dbias += column sums of dout (each = with Into::write). bf16 operands, fp32
 // accumulation and compute. Owns the cuBLASLt handle, its workspace, a 32 MiB staging buffer (the
 // backward sums each gradient out of place, a block of columns at a time) and the descriptors and
 // algorithm chosen per shape, cached (a shape's first call asks cuBLASLt's heuristic once).
+// cuBLASLt's epilogues do the pointwise work beside the product where they can (matmul.cpp):
+// the bias, GELU (forward_gelu, and backward's gelu_pre), and a written bias gradient beside a
+// written weight gradient.
 class Matmul {
  public:
   Matmul();
@@ -112,12 +123,22 @@ class Matmul {
               int OC, Stream stream) {
     return forward(out, OC, inp, weight, bias, N, C, OC, stream);
   }
+  // gelu_pre: the layer's input was gelu(gelu_pre) (forward_gelu's pre), and dinp is the
+  // gradient at gelu_pre, (dout weight) * gelu'(gelu_pre); it must be written (dinp_into write,
+  // else cudaErrorInvalidValue).
   int backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
                const Bf16* weight, int N, int C, int OC, float* scratch, Stream stream,
-               Into dinp_into = Into::add, Into dweight_into = Into::add) {
+               Into dinp_into = Into::add, Into dweight_into = Into::add,
+               Into dbias_into = Into::add, const Bf16* gelu_pre = nullptr) {
     return backward(dinp, dweight, dbias, dout, OC, inp, weight, N, C, OC, scratch, stream,
-                    dinp_into, dweight_into);
+                    dinp_into, dweight_into, dbias_into, gelu_pre);
   }
+  // out = gelu(inp weight^T + bias) (GPT-2's GELU, tanh form), keeping pre = inp weight^T + bias
+  // for the backward (both [N, OC]). In cuBLASLt's epilogue GELU is taken of the fp32 sum before
+  // its rounding; where the epilogue is not available (OC not a multiple of 8), of the rounded
+  // pre (gelu_forward). bias may be null.
+  int forward_gelu(Bf16* out, Bf16* pre, const Bf16* inp, const Bf16* weight, const Bf16* bias,
+                   int N, int C, int OC, Stream stream);
   // The same with out's (forward) or dout's (backward) rows `ld` elements apart, ld >= OC (the
   // CUDA models' logits, their vocabulary padded so that cuBLASLt gets aligned rows): the
   // columns OC..ld of each row are neither read nor written. ld < OC is refused
@@ -126,7 +147,8 @@ class Matmul {
               int C, int OC, Stream stream);
   int backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, int ld_dout,
                const Bf16* inp, const Bf16* weight, int N, int C, int OC, float* scratch,
-               Stream stream, Into dinp_into = Into::add, Into dweight_into = Into::add);
+               Stream stream, Into dinp_into = Into::add, Into dweight_into = Into::add,
+               Into dbias_into = Into::add, const Bf16* gelu_pre = nullptr);
 
  private:
   struct State;

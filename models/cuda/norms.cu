@@ -13,7 +13,13 @@
 // a second, one thread per channel, sums the R partials in row-block order and adds the total to
 // the bf16 gradient, rounding once.
 //
-// out, dinp and the gradients must not overlap the inputs (a backward's dresidual may be dinp).
+// The forwards may first add a residual (residual_layernorm_forward, residual_rmsnorm_forward):
+// each thread writes its channels of res = inp + add, rounded to bf16 as residual_forward does,
+// and its later passes read them back (its own writes, from L1/L2): the same bits as the two
+// kernels, one launch and one pass less over the rows.
+//
+// out, dinp and the gradients must not overlap the inputs (a backward's dresidual may be dinp;
+// a forward's res may be its inp or add).
 #include <cstddef>
 
 #include <cuda_bf16.h>
@@ -59,14 +65,27 @@ __device__ float block_sum(float value, float* shared) {
   return total;
 }
 
+// Row `row` of the norm's input: inp's, or with `add` the row of res = inp + add (bf16), which
+// this thread writes for its channels first (res may be inp or add: each element is read before
+// it is written, by the thread that writes it).
+__device__ __forceinline__ const bf16* row_input(bf16* res, const bf16* inp, const bf16* add,
+                                                 std::size_t row, int C) {
+  const std::size_t first = row * C;
+  if (add == nullptr) return inp + first;
+  for (int c = threadIdx.x; c < C; c += kRowThreads) {
+    res[first + c] = __float2bfloat16_rn(load(inp, first + c) + load(add, first + c));
+  }
+  return res + first;
+}
+
 __global__ void __launch_bounds__(kRowThreads)
     layernorm_forward_kernel(bf16* __restrict__ out, float* __restrict__ mean,
-                             float* __restrict__ rstd, const bf16* __restrict__ inp,
+                             float* __restrict__ rstd, bf16* res, const bf16* inp, const bf16* add,
                              const bf16* __restrict__ weight, const bf16* __restrict__ bias,
                              int C) {
   __shared__ float shared[kWarps];
   const std::size_t row = blockIdx.x;
-  const bf16* x = inp + row * C;
+  const bf16* x = row_input(res, inp, add, row, C);
   float sum = 0.0f;
   for (int c = threadIdx.x; c < C; c += kRowThreads) sum += load(x, c);
   const float m = block_sum(sum, shared) / static_cast<float>(C);
@@ -121,12 +140,12 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // out = x * rstd * weight, rounded once.
 __global__ void __launch_bounds__(kRowThreads)
-    rmsnorm_forward_kernel(bf16* __restrict__ out, float* __restrict__ rstd,
-                           const bf16* __restrict__ inp, const bf16* __restrict__ weight, int C,
+    rmsnorm_forward_kernel(bf16* __restrict__ out, float* __restrict__ rstd, bf16* res,
+                           const bf16* inp, const bf16* add, const bf16* __restrict__ weight, int C,
                            float eps) {
   __shared__ float shared[kWarps];
   const std::size_t row = blockIdx.x;
-  const bf16* x = inp + row * C;
+  const bf16* x = row_input(res, inp, add, row, C);
   float squares = 0.0f;
   for (int c = threadIdx.x; c < C; c += kRowThreads) {
     const float v = load(x, c);
@@ -248,10 +267,18 @@ cudaError_t reduce_parameter_gradients(bf16* dweight, bf16* dbias, const bf16* d
 
 int layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, const Bf16* weight,
                       const Bf16* bias, int N, int C, Stream stream) {
+  return residual_layernorm_forward(nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C,
+                                    stream);
+}
+
+int residual_layernorm_forward(Bf16* res, Bf16* out, float* mean, float* rstd, const Bf16* a,
+                               const Bf16* b, const Bf16* weight, const Bf16* bias, int N, int C,
+                               Stream stream) {
   if (N <= 0 || C <= 0) return 0;
   layernorm_forward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0,
                              static_cast<cudaStream_t>(stream)>>>(
-      as_bf16(out), mean, rstd, as_bf16(inp), as_bf16(weight), as_bf16(bias), C);
+      as_bf16(out), mean, rstd, as_bf16(res), as_bf16(a), as_bf16(b), as_bf16(weight),
+      as_bf16(bias), C);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -272,10 +299,15 @@ int layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout,
 
 int rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight, int N, int C,
                     float eps, Stream stream) {
+  return residual_rmsnorm_forward(nullptr, out, rstd, inp, nullptr, weight, N, C, eps, stream);
+}
+
+int residual_rmsnorm_forward(Bf16* res, Bf16* out, float* rstd, const Bf16* a, const Bf16* b,
+                             const Bf16* weight, int N, int C, float eps, Stream stream) {
   if (N <= 0 || C <= 0) return 0;
   rmsnorm_forward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0,
-                           static_cast<cudaStream_t>(stream)>>>(as_bf16(out), rstd, as_bf16(inp),
-                                                                as_bf16(weight), C, eps);
+                           static_cast<cudaStream_t>(stream)>>>(
+      as_bf16(out), rstd, as_bf16(res), as_bf16(a), as_bf16(b), as_bf16(weight), C, eps);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -58,6 +58,7 @@ cl::Bf16* CudaOps::grad(int id) const {
 }
 
 cl::Into CudaOps::grad_into(int id) const {
+  if (id < 0) return cl::Into::add;  // no such parameter (grad() gives null)
   int zero = 0;
   models::check(zero_grad_is_zero(engine_, id, &zero), "zero_grad_is_zero");
   return zero != 0 ? cl::Into::write : cl::Into::add;

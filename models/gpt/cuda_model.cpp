@@ -31,7 +31,7 @@ class GptCuda final : public decoder::CudaOps, public GptFamily {
     void* const s = stream();  // every buffer is zeroed on it
     const std::size_t N = shape_.positions(), C = static_cast<std::size_t>(config_.channels);
     lnf_mean_.resize(N * 4, s), lnf_rstd_.resize(N * 4, s);
-    d4_.resize(4 * N * C * kBf16, s), d4b_.resize(4 * N * C * kBf16, s);
+    d4_.resize(4 * N * C * kBf16, s);
     dqkv_.resize(3 * N * C * kBf16, s), dres2_.resize(N * C * kBf16, s);
     dsmall_.resize(N * C * kBf16, s);
   }
@@ -96,7 +96,7 @@ class GptCuda final : public decoder::CudaOps, public GptFamily {
 
   DeviceBuffer lnf_mean_, lnf_rstd_;  // the final LayerNorm's statistics
   // Backward scratch.
-  DeviceBuffer d4_, d4b_, dqkv_, dres2_, dsmall_;
+  DeviceBuffer d4_, dqkv_, dres2_, dsmall_;
 };
 
 }  // namespace
@@ -124,15 +124,15 @@ void GptCuda::forward_block(const GptBlockIds& b, const Bf16* x, Activations& a,
   cl::check(matmul_.forward(a.res2.as<Bf16>(), a.atty.as<Bf16>(), param(b.proj_w), param(b.proj_b),
                             N, C, C, s),
             "matmul forward (attention projection)");
-  cl::check(cl::residual_forward(a.res2.as<Bf16>(), a.res2.as<Bf16>(), x, NC, s),
-            "residual_forward");
-  cl::check(cl::layernorm_forward(a.ln2.as<Bf16>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(),
-                                  a.res2.as<Bf16>(), param(b.ln2_w), param(b.ln2_b), N, C, s),
-            "layernorm_forward");
-  cl::check(matmul_.forward(a.fch.as<Bf16>(), a.ln2.as<Bf16>(), param(b.fc_w), param(b.fc_b), N, C,
-                            4 * C, s),
-            "matmul forward (mlp)");
-  cl::check(cl::gelu_forward(a.fch_gelu.as<Bf16>(), a.fch.as<Bf16>(), 4 * NC, s), "gelu_forward");
+  // res2 += x, and ln2 of it, in one pass.
+  cl::check(cl::residual_layernorm_forward(
+                a.res2.as<Bf16>(), a.ln2.as<Bf16>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(),
+                a.res2.as<Bf16>(), x, param(b.ln2_w), param(b.ln2_b), N, C, s),
+            "residual_layernorm_forward");
+  // fch_gelu = gelu(fch), fch = the product plus its bias (kept for the backward).
+  cl::check(matmul_.forward_gelu(a.fch_gelu.as<Bf16>(), a.fch.as<Bf16>(), a.ln2.as<Bf16>(),
+                                 param(b.fc_w), param(b.fc_b), N, C, 4 * C, s),
+            "matmul forward (mlp, GELU)");
   cl::check(matmul_.forward(out, a.fch_gelu.as<Bf16>(), param(b.fcproj_w), param(b.fcproj_b), N,
                             4 * C, C, s),
             "matmul forward (mlp projection)");
@@ -145,17 +145,16 @@ void GptCuda::backward_block(const GptBlockIds& b, const Bf16* x, const Activati
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   void* s = stream();
   float* scratch = scratch_.as<float>();
-  // MLP branch. The scratch gradients are written (cl::Into::write), not zeroed and added to.
+  // MLP branch. The scratch gradients are written (cl::Into::write), not zeroed and added to;
+  // the projection's input gradient goes through GELU in its product, to the gradient at fch.
   cl::check(matmul_.backward(d4_.as<Bf16>(), grad(b.fcproj_w), grad(b.fcproj_b), dx,
                              a.fch_gelu.as<Bf16>(), param(b.fcproj_w), N, 4 * C, C, scratch, s,
-                             cl::Into::write, grad_into(b.fcproj_w)),
-            "matmul backward (mlp projection)");
-  cl::check(cl::gelu_backward(d4b_.as<Bf16>(), a.fch.as<Bf16>(), d4_.as<Bf16>(), 4 * NC, s,
-                              cl::Into::write),
-            "gelu_backward");
-  cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.fc_w), grad(b.fc_b), d4b_.as<Bf16>(),
+                             cl::Into::write, grad_into(b.fcproj_w), grad_into(b.fcproj_b),
+                             a.fch.as<Bf16>()),
+            "matmul backward (mlp projection, GELU)");
+  cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.fc_w), grad(b.fc_b), d4_.as<Bf16>(),
                              a.ln2.as<Bf16>(), param(b.fc_w), N, C, 4 * C, scratch, s,
-                             cl::Into::write, grad_into(b.fc_w)),
+                             cl::Into::write, grad_into(b.fc_w), grad_into(b.fc_b)),
             "matmul backward (mlp)");
   // dres2 = dx (the residual path) + ln2's gradient, in the norm's pass.
   cl::check(
@@ -166,7 +165,7 @@ void GptCuda::backward_block(const GptBlockIds& b, const Bf16* x, const Activati
   // Attention branch.
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.proj_w), grad(b.proj_b), dres2_.as<Bf16>(),
                              a.atty.as<Bf16>(), param(b.proj_w), N, C, C, scratch, s,
-                             cl::Into::write, grad_into(b.proj_w)),
+                             cl::Into::write, grad_into(b.proj_w), grad_into(b.proj_b)),
             "matmul backward (attention projection)");
   zero(dqkv_, 3 * NC * kBf16);
   Bf16* dqkv = dqkv_.as<Bf16>();
@@ -176,13 +175,13 @@ void GptCuda::backward_block(const GptBlockIds& b, const Bf16* x, const Activati
                              a.lse.as<float>(), qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, B, T, NH,
                              NH, C / NH, 0, delta_.as<float>(), s),
       "attention_backward");
-  // The first N x C of d4 takes the gradient at ln1's output.
-  cl::check(matmul_.backward(d4_.as<Bf16>(), grad(b.qkv_w), grad(b.qkv_b), dqkv, a.ln1.as<Bf16>(),
-                             param(b.qkv_w), N, C, 3 * C, scratch, s, cl::Into::write,
-                             grad_into(b.qkv_w)),
+  // dsmall, read by the attention's backward, takes the gradient at ln1's output.
+  cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.qkv_w), grad(b.qkv_b), dqkv,
+                             a.ln1.as<Bf16>(), param(b.qkv_w), N, C, 3 * C, scratch, s,
+                             cl::Into::write, grad_into(b.qkv_w), grad_into(b.qkv_b)),
             "matmul backward (qkv)");
   // dx = dres2 (the residual path) + ln1's gradient.
-  cl::check(cl::layernorm_backward(dx, grad(b.ln1_w), grad(b.ln1_b), d4_.as<Bf16>(), x,
+  cl::check(cl::layernorm_backward(dx, grad(b.ln1_w), grad(b.ln1_b), dsmall_.as<Bf16>(), x,
                                    param(b.ln1_w), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(),
                                    N, C, scratch, s, cl::Into::write, dres2_.as<Bf16>()),
             "layernorm_backward");

@@ -152,10 +152,10 @@ void LlamaCuda::forward_block(const LlamaBlockIds& b, const Bf16* x, Activations
       "attention_forward");
   cl::check(matmul_.forward(a.res.as<Bf16>(), a.y.as<Bf16>(), param(b.o), nullptr, N, Q, C, s),
             "matmul forward (o)");
-  cl::check(cl::residual_forward(a.res.as<Bf16>(), a.res.as<Bf16>(), x, NC, s), "residual_forward");
-  cl::check(cl::rmsnorm_forward(a.ln2.as<Bf16>(), a.rstd2.as<float>(), a.res.as<Bf16>(),
-                                param(b.ln2), N, C, eps, s),
-            "rmsnorm_forward");
+  // res += x, and ln2 of it, in one pass.
+  cl::check(cl::residual_rmsnorm_forward(a.res.as<Bf16>(), a.ln2.as<Bf16>(), a.rstd2.as<float>(),
+                                         a.res.as<Bf16>(), x, param(b.ln2), N, C, eps, s),
+            "residual_rmsnorm_forward");
   cl::check(
       matmul_.forward(a.gate.as<Bf16>(), a.ln2.as<Bf16>(), param(b.gate), nullptr, N, C, F, s),
       "matmul forward (gate)");
@@ -217,15 +217,15 @@ void LlamaCuda::backward_block(const LlamaBlockIds& b, const Bf16* x, const Acti
       "rope_backward (k)");
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.q), grad(b.q_bias), dq_.as<Bf16>(),
                              a.ln1.as<Bf16>(), param(b.q), N, C, Q, scratch, s, cl::Into::write,
-                             grad_into(b.q)),
+                             grad_into(b.q), grad_into(b.q_bias)),
             "matmul backward (q)");
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.k), grad(b.k_bias), dk_.as<Bf16>(),
                              a.ln1.as<Bf16>(), param(b.k), N, C, KV, scratch, s, cl::Into::add,
-                             grad_into(b.k)),
+                             grad_into(b.k), grad_into(b.k_bias)),
             "matmul backward (k)");
   cl::check(matmul_.backward(dsmall_.as<Bf16>(), grad(b.v), grad(b.v_bias), dv_.as<Bf16>(),
                              a.ln1.as<Bf16>(), param(b.v), N, C, KV, scratch, s, cl::Into::add,
-                             grad_into(b.v)),
+                             grad_into(b.v), grad_into(b.v_bias)),
             "matmul backward (v)");
   // dx = dres (the residual path) + ln1's gradient.
   cl::check(cl::rmsnorm_backward(dx, grad(b.ln1), dsmall_.as<Bf16>(), x, param(b.ln1),

@@ -610,6 +610,10 @@ TEST_CASE("cuda layers: embedding, norm and pointwise layers launch nothing for 
   CHECK(layernorm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                            0, 77, nullptr, nullptr) == 0);
   CHECK(rmsnorm_forward(nullptr, nullptr, nullptr, nullptr, 0, 77, 1e-5f, nullptr) == 0);
+  CHECK(residual_layernorm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, 0, 77, nullptr) == 0);
+  CHECK(residual_rmsnorm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 77, 1e-5f,
+                                 nullptr) == 0);
   CHECK(rmsnorm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 77, nullptr,
                          nullptr) == 0);
   CHECK(gelu_forward(nullptr, nullptr, 0, nullptr) == 0);
@@ -649,6 +653,62 @@ TEST_CASE("cuda layers: rmsnorm forward and backward match the CPU layer", "[gpu
   check_rmsnorm(37, 77, 40100);
   check_rmsnorm(3, 1000, 40200);
   check_rmsnorm(9000, 19, 40300);
+}
+
+// The fused residual and norm against residual_forward then the norm: the same bits in res,
+// out and the statistics, with res a new buffer, a (in place, as the models call it) or b.
+void check_residual_norms(int N, int C, std::uint64_t seed) {
+  INFO("N " << N << ", C " << C);
+  const std::size_t n = static_cast<std::size_t>(N) * C;
+  TestStream stream;
+  const Bits a = random_bf16(n, seed + 1, -3, 3), b = random_bf16(n, seed + 2, -3, 3);
+  const Bits w = random_bf16(static_cast<std::size_t>(C), seed + 3, 0.5, 1.5);
+  const Bits bias = random_bf16(static_cast<std::size_t>(C), seed + 4, -1, 1);
+  DeviceArray<Bf16> d_a(n), d_b(n), d_res(n), d_out(n), d_w(w), d_bias(bias);
+  DeviceArray<float> d_mean(static_cast<std::size_t>(N)), d_rstd(static_cast<std::size_t>(N));
+  // The two launches: res, out, mean, rstd (LayerNorm), then out and rstd (RMSNorm).
+  d_a.upload(a), d_b.upload(b);
+  REQUIRE_LAUNCH(residual_forward(d_res.get(), d_a.get(), d_b.get(), n, stream.get()));
+  REQUIRE_LAUNCH(layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_res.get(), d_w.get(),
+                                   d_bias.get(), N, C, stream.get()));
+  stream.synchronize();
+  const Bits res = d_res.download(), layer = d_out.download();
+  const std::vector<float> mean = d_mean.download(), rstd = d_rstd.download();
+  REQUIRE_LAUNCH(rmsnorm_forward(d_out.get(), d_rstd.get(), d_res.get(), d_w.get(), N, C, 1e-6f,
+                                 stream.get()));
+  stream.synchronize();
+  const Bits rms = d_out.download();
+  const std::vector<float> rms_rstd = d_rstd.download();
+  for (const char* where : {"res apart", "res = a", "res = b"}) {
+    INFO(where);
+    const std::string place = where;
+    Bf16* into = place == "res apart" ? d_res.get() : place == "res = a" ? d_a.get() : d_b.get();
+    DeviceArray<Bf16>& result = place == "res apart" ? d_res : place == "res = a" ? d_a : d_b;
+    d_a.upload(a), d_b.upload(b);
+    REQUIRE_LAUNCH(residual_layernorm_forward(into, d_out.get(), d_mean.get(), d_rstd.get(),
+                                              d_a.get(), d_b.get(), d_w.get(), d_bias.get(), N, C,
+                                              stream.get()));
+    stream.synchronize();
+    CHECK(differences(result.download(), res) == 0);
+    CHECK(differences(d_out.download(), layer) == 0);
+    CHECK(d_mean.download() == mean);
+    CHECK(d_rstd.download() == rstd);
+    d_a.upload(a), d_b.upload(b);
+    REQUIRE_LAUNCH(residual_rmsnorm_forward(into, d_out.get(), d_rstd.get(), d_a.get(), d_b.get(),
+                                            d_w.get(), N, C, 1e-6f, stream.get()));
+    stream.synchronize();
+    CHECK(differences(result.download(), res) == 0);
+    CHECK(differences(d_out.download(), rms) == 0);
+    CHECK(d_rstd.download() == rms_rstd);
+  }
+}
+
+TEST_CASE(
+    "cuda layers: the residual fused into layernorm and rmsnorm gives the two launches' bits, "
+    "in place too",
+    "[gpu]") {
+  check_residual_norms(37, 77, 95100);
+  check_residual_norms(3, 1000, 95200);
 }
 
 TEST_CASE("cuda layers: gelu forward and backward match the CPU layer", "[gpu]") {

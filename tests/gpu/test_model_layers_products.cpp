@@ -24,6 +24,7 @@
 
 #include "base/half.h"
 #include "models/cuda/layers.h"
+#include "models/gpt/kernels.h"
 #include "models/layers/layers.h"
 #include "tests/gpu/layer_test_helpers.h"
 
@@ -46,10 +47,13 @@ constexpr double kAccumulateUnit = 0x1p-23;
 // k is C (forward), OC (dinp) and N (dweight; the bias gradient's column sums too).
 
 // With `into` write the backward's dinp and dweight start as garbage (large values and NaNs)
-// and must come out as the products alone: as the add onto zeros. The bias gradient still adds.
-void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed, Into into = Into::add) {
+// and must come out as the products alone: as the add onto zeros; so must the bias gradient with
+// `dbias_into` write (beside a written dweight, in its product's epilogue).
+void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed, Into into = Into::add,
+                  Into dbias_into = Into::add) {
   INFO("N " << N << ", C " << C << ", OC " << OC << (with_bias ? ", with bias" : ", no bias")
-            << (into == Into::write ? ", dinp and dweight written" : ""));
+            << (into == Into::write ? ", dinp and dweight written" : "")
+            << (dbias_into == Into::write ? ", dbias written" : ""));
   const std::size_t nx = static_cast<std::size_t>(N) * C;
   const std::size_t nw = static_cast<std::size_t>(OC) * C;
   const std::size_t ny = static_cast<std::size_t>(N) * OC;
@@ -68,7 +72,12 @@ void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed, Into
     for (std::size_t i = 0; i < nw; i += 5) dweight0[i] = 0x7fc0;  // NaN
   }
   const Bits dweight_from = write ? Bits(nw, 0) : dweight0;
-  const Bits dbias0 = random_bf16(OC, seed + 7, -1, 1);
+  const bool write_dbias = dbias_into == Into::write;
+  Bits dbias0 = random_bf16(OC, seed + 7, write_dbias ? -1000 : -1, write_dbias ? 1000 : 1);
+  if (write_dbias) {
+    for (std::size_t i = 0; i < static_cast<std::size_t>(OC); i += 3) dbias0[i] = 0x7fc0;  // NaN
+  }
+  const Bits dbias_from = write_dbias && with_bias ? Bits(OC, 0) : dbias0;
 
   TestStream stream;
   Matmul matmul;
@@ -105,9 +114,10 @@ void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed, Into
     d_dinp.upload(dinp0);
     d_dweight.upload(dweight0);
     d_dbias.upload(dbias0);
-    REQUIRE_LAUNCH(matmul.backward(
-        d_dinp.get(), d_dweight.get(), with_bias ? d_dbias.get() : nullptr, d_dout.get(),
-        d_inp.get(), d_weight.get(), N, C, OC, scratch.get(), stream.get(), into, into));
+    REQUIRE_LAUNCH(matmul.backward(d_dinp.get(), d_dweight.get(),
+                                   with_bias ? d_dbias.get() : nullptr, d_dout.get(), d_inp.get(),
+                                   d_weight.get(), N, C, OC, scratch.get(), stream.get(), into,
+                                   into, dbias_into));
     stream.synchronize();
     return std::vector<Bits>{d_dinp.download(), d_dweight.download(), d_dbias.download()};
   };
@@ -116,13 +126,13 @@ void check_matmul(int N, int C, int OC, bool with_bias, std::uint64_t seed, Into
   CHECK(first == second);
 
   Vec want_dinp = to_double(dinp_from), want_dweight = to_double(dweight_from);
-  Vec want_dbias = to_double(dbias0);
+  Vec want_dbias = to_double(dbias_from);
   layers::matmul_backward<double>(want_dinp.data(), want_dweight.data(),
                                   with_bias ? want_dbias.data() : nullptr, g.data(), x.data(),
                                   w.data(), N, C, OC);
   Vec scale_dinp = magnitudes(to_double(dinp_from));
   Vec scale_dweight = magnitudes(to_double(dweight_from));
-  Vec scale_dbias = magnitudes(to_double(dbias0));
+  Vec scale_dbias = magnitudes(to_double(dbias_from));
   layers::matmul_backward<double>(scale_dinp.data(), scale_dweight.data(),
                                   with_bias ? scale_dbias.data() : nullptr, ag.data(), ax.data(),
                                   aw.data(), N, C, OC);
@@ -172,6 +182,126 @@ TEST_CASE(
     "[gpu]") {
   check_matmul(37, 77, 53, true, 700, Into::write);
   check_matmul(16, 2304, 7500, false, 800, Into::write);  // a dweight through staging blocks
+}
+
+TEST_CASE(
+    "cuda layers: matmul's backward writes the bias gradient (Into::write) as its column sums "
+    "alone, in the written weight gradient's product or on its own",
+    "[gpu]") {
+  check_matmul(37, 77, 53, true, 710, Into::write, Into::write);    // the epilogue (BGRADB)
+  check_matmul(37, 77, 53, true, 720, Into::add, Into::write);      // zeroed, then summed
+  check_matmul(1000, 24, 40, true, 730, Into::write, Into::write);  // k = 1000 rows
+}
+
+// ---- Matmul through GELU ----
+//
+// forward_gelu: pre as forward's out; out = gelu(pre), GELU taken of the fp32 sum (cuBLASLt's
+// epilogue) or of the rounded pre (the fallback, OC not a multiple of 8). Either is within pre's
+// tolerance times GELU's slope (at most 1.13, so 1.2) plus out's own bf16 rounding. The
+// backward's dinp through GELU: the product (dout W) times gelu'(pre) at the given bf16 pre, the
+// product's fp32 error and (the fallback, C not a multiple of 8) its bf16 rounding before the
+// multiply, times the slope, plus dinp's rounding. dinp starts as garbage: it is written.
+void check_matmul_gelu(int N, int C, int OC, bool with_bias, std::uint64_t seed) {
+  INFO("N " << N << ", C " << C << ", OC " << OC << (with_bias ? ", with bias" : ", no bias"));
+  const std::size_t nx = static_cast<std::size_t>(N) * C;
+  const std::size_t nw = static_cast<std::size_t>(OC) * C;
+  const std::size_t ny = static_cast<std::size_t>(N) * OC;
+  const Bits inp = random_bf16(nx, seed + 1, -1, 1);
+  const Bits weight = random_bf16(nw, seed + 2, -1, 1);
+  const Bits bias = random_bf16(OC, seed + 3, -1, 1);
+  TestStream stream;
+  Matmul matmul;
+  DeviceArray<Bf16> d_inp(nx), d_weight(nw), d_bias(OC), d_out(ny), d_pre(ny);
+  d_inp.upload(inp);
+  d_weight.upload(weight);
+  d_bias.upload(bias);
+  const Vec x = to_double(inp), w = to_double(weight), b = to_double(bias);
+  const Vec ax = magnitudes(x), aw = magnitudes(w), ab = magnitudes(b);
+
+  REQUIRE_LAUNCH(matmul.forward_gelu(d_out.get(), d_pre.get(), d_inp.get(), d_weight.get(),
+                                     with_bias ? d_bias.get() : nullptr, N, C, OC, stream.get()));
+  stream.synchronize();
+  Vec want_pre(ny), scale(ny), tol_pre(ny), want_out(ny), tol_out(ny);
+  layers::matmul_forward<double>(want_pre.data(), x.data(), w.data(),
+                                 with_bias ? b.data() : nullptr, N, C, OC);
+  layers::matmul_forward<double>(scale.data(), ax.data(), aw.data(),
+                                 with_bias ? ab.data() : nullptr, N, C, OC);
+  gpt::gelu_forward<double>(want_out.data(), want_pre.data(), ny);
+  for (std::size_t i = 0; i < ny; ++i) {
+    tol_pre[i] = kBf16Unit * std::fabs(want_pre[i]) + 2 * C * kAccumulateUnit * scale[i];
+    if (with_bias) tol_pre[i] += kBf16Unit * std::fabs(want_pre[i] - b[i % OC]);
+    tol_out[i] = kBf16Unit * std::fabs(want_out[i]) + 1.2 * tol_pre[i];
+  }
+  {
+    INFO("pre");
+    CHECK(mismatches(to_double(d_pre.download()), want_pre, tol_pre) == "");
+  }
+  {
+    INFO("out = gelu(pre)");
+    CHECK(mismatches(to_double(d_out.download()), want_out, tol_out) == "");
+  }
+
+  // Backward of a product whose input was gelu(pre2): pre2 [N, C], dout [N, OC].
+  const Bits pre2 = random_bf16(nx, seed + 4, -3, 3);
+  const Bits dout = random_bf16(ny, seed + 5, -1, 1);
+  Vec h(nx);
+  gpt::gelu_forward<double>(h.data(), to_double(pre2).data(), nx);
+  Bits h_bits(nx);
+  for (std::size_t i = 0; i < nx; ++i) h_bits[i] = float_to_bf16(static_cast<float>(h[i]));
+  Bits dinp0 = random_bf16(nx, seed + 6, -1000, 1000);
+  for (std::size_t i = 0; i < nx; i += 7) dinp0[i] = 0x7fc0;  // NaN: it is written
+  DeviceArray<Bf16> d_h(nx), d_pre2(nx), d_dout(ny), d_dinp(nx);
+  DeviceArray<float> scratch(reduction_scratch_floats(N, OC));
+  d_h.upload(h_bits);
+  d_pre2.upload(pre2);
+  d_dout.upload(dout);
+  const auto backward = [&] {
+    d_dinp.upload(dinp0);
+    REQUIRE_LAUNCH(matmul.backward(d_dinp.get(), nullptr, nullptr, d_dout.get(), d_h.get(),
+                                   d_weight.get(), N, C, OC, scratch.get(), stream.get(),
+                                   Into::write, Into::add, Into::add, d_pre2.get()));
+    stream.synchronize();
+    return d_dinp.download();
+  };
+  const Bits first = backward();
+  CHECK(backward() == first);
+  // dinp = gelu'(pre2) (dout W): gelu_backward onto zeros with the product as its dout.
+  const Vec g = to_double(dout), ag = magnitudes(g);
+  Vec product(nx, 0.0), terms(nx, 0.0), want(nx, 0.0), slope(nx, 0.0), unused(nw, 0.0);
+  const Vec hx = to_double(h_bits);
+  layers::matmul_backward<double>(product.data(), unused.data(), nullptr, g.data(), hx.data(),
+                                  w.data(), N, C, OC);
+  layers::matmul_backward<double>(terms.data(), unused.data(), nullptr, ag.data(),
+                                  magnitudes(hx).data(), aw.data(), N, C, OC);
+  const Vec ones(nx, 1.0);
+  gpt::gelu_backward<double>(want.data(), to_double(pre2).data(), product.data(), nx);
+  gpt::gelu_backward<double>(slope.data(), to_double(pre2).data(), ones.data(), nx);
+  Vec tol(nx);
+  for (std::size_t i = 0; i < nx; ++i) {
+    const double product_error =
+        kBf16Unit * std::fabs(product[i]) + 2 * OC * kAccumulateUnit * terms[i];
+    tol[i] = kBf16Unit * std::fabs(want[i]) + 1.2 * std::fabs(slope[i]) * product_error;
+  }
+  INFO("dinp through GELU");
+  CHECK(mismatches(to_double(first), want, tol) == "");
+}
+
+TEST_CASE(
+    "cuda layers: matmul through GELU matches the CPU layers, in cuBLASLt's epilogues and "
+    "without them",
+    "[gpu]") {
+  check_matmul_gelu(37, 64, 96, true, 3000);   // both epilogues (OC and C multiples of 8)
+  check_matmul_gelu(37, 77, 53, true, 3100);   // neither: the product, then the kernels
+  check_matmul_gelu(29, 40, 53, false, 3200);  // the backward's epilogue only, no bias
+  check_matmul_gelu(29, 77, 48, false, 3300);  // the forward's epilogue only, no bias
+}
+
+TEST_CASE("cuda layers: matmul through GELU refuses to add the input gradient", "[gpu]") {
+  Matmul matmul;  // refused before anything is launched or read: no memory needed
+  const Bf16* pre = reinterpret_cast<const Bf16*>(std::uintptr_t{256});
+  CHECK(matmul.backward(reinterpret_cast<Bf16*>(std::uintptr_t{512}), nullptr, nullptr, nullptr,
+                        nullptr, nullptr, 2, 8, 16, nullptr, nullptr, Into::add, Into::add,
+                        Into::add, pre) == cudaErrorInvalidValue);
 }
 
 TEST_CASE("cuda layers: matmul's bias gradient sums 1000 rows in fixed chunks", "[gpu]") {
