@@ -197,15 +197,17 @@ class CpuOptimizer final : public Optimizer {
   }
 
   // The tile's values before its step, where the slice keeps them: read here, they are in
-  // cache for the kernel that follows, so keeping costs the copy's writes only.
+  // cache for the kernel that follows, and the copy's stores bypass the cache (backup_copy_),
+  // so keeping costs the copy's writes only.
   void keep(const Slice& slice, std::size_t at, std::size_t count, std::size_t state_size) const {
     if (slice.master_kept != nullptr) {
-      std::memcpy(slice.master_kept + at, slice.master + at, count * sizeof(float));
+      backup_copy_(slice.master_kept + at, slice.master + at, count * sizeof(float));
     }
     for (int k = 0; k < spec_.state_buffers(); ++k) {  // the buffers the algorithm updates
       if (slice.state_kept[k] != nullptr && slice.state[k] != nullptr) {
-        std::memcpy(static_cast<char*>(slice.state_kept[k]) + at * state_size,
-                    static_cast<const char*>(slice.state[k]) + at * state_size, count * state_size);
+        backup_copy_(static_cast<char*>(slice.state_kept[k]) + at * state_size,
+                     static_cast<const char*>(slice.state[k]) + at * state_size,
+                     count * state_size);
       }
     }
   }
@@ -218,6 +220,7 @@ class CpuOptimizer final : public Optimizer {
   cpu::Kernel kernel_ = nullptr;      // step without copy-out
   cpu::Kernel kernel_out_ = nullptr;  // step with copy-out
   cpu::Kernel copy_out_ = nullptr;    // copy-out only
+  cpu::Copy backup_copy_ = cpu::find_backup_copy(isa_);
 };
 
 }  // namespace

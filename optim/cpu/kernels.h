@@ -70,4 +70,15 @@ Kernel scalar_kernel(Mode mode, OptimizerType type, DType grad, DType state, int
 Kernel avx2_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out);
 Kernel avx512_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out);
 
+// Copies `bytes` from src to dst (which do not overlap), as memcpy, for a copy that nothing
+// reads soon: super_offload's backup of a tile before its step. Where the ISA has them the
+// stores are non-temporal (they bypass the caches), so a line written is not first read into
+// the cache as an ordinary store's is: the backup costs its writes alone, not writes and as
+// many reads. Ends with a store fence, so the copy is ordered before what the caller does next.
+using Copy = void (*)(void* dst, const void* src, std::size_t bytes);
+Copy find_backup_copy(CpuIsa isa);
+void scalar_backup_copy(void* dst, const void* src, std::size_t bytes);  // memcpy
+void avx2_backup_copy(void* dst, const void* src, std::size_t bytes);    // 32-byte streams
+void avx512_backup_copy(void* dst, const void* src, std::size_t bytes);  // 64-byte streams
+
 }  // namespace zero::optim::cpu

@@ -1,5 +1,7 @@
 // The optimizer kernels for AVX2 + FMA + F16C: 8 fp32 lanes. Built with -mavx2 -mfma -mf16c;
 // called only when the CPU has all three.
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -86,6 +88,22 @@ struct Vec {
 #include "optim/cpu/kernel_body.h"
 
 }  // namespace avx2_isa
+
+// memcpy up to dst's first 32-byte boundary and after its last; between, 32-byte loads and
+// non-temporal stores, then a store fence.
+void avx2_backup_copy(void* dst, const void* src, std::size_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  const std::size_t head = std::min(bytes, (32 - reinterpret_cast<std::uintptr_t>(d) % 32) % 32);
+  std::memcpy(d, s, head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= 32; d += 32, s += 32, bytes -= 32) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+  }
+  std::memcpy(d, s, bytes);
+  _mm_sfence();
+}
 
 Kernel avx2_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out) {
   return avx2_isa::pick_kernel<avx2_isa::Vec>(mode, type, grad, state, out);

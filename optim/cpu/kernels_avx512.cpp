@@ -10,6 +10,8 @@
 // "may be used uninitialized" once they are inlined here (a known false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -95,6 +97,20 @@ struct Vec {
 #include "optim/cpu/kernel_body.h"
 
 }  // namespace avx512_isa
+
+// As avx2_backup_copy with 64-byte vectors.
+void avx512_backup_copy(void* dst, const void* src, std::size_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  const std::size_t head = std::min(bytes, (64 - reinterpret_cast<std::uintptr_t>(d) % 64) % 64);
+  std::memcpy(d, s, head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d), _mm512_loadu_si512(s));
+  }
+  std::memcpy(d, s, bytes);
+  _mm_sfence();
+}
 
 Kernel avx512_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out) {
   return avx512_isa::pick_kernel<avx512_isa::Vec>(mode, type, grad, state, out);

@@ -68,6 +68,10 @@ struct Vec {
 
 }  // namespace scalar_isa
 
+void scalar_backup_copy(void* dst, const void* src, std::size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
 Kernel scalar_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out) {
   return scalar_isa::pick_kernel<scalar_isa::Vec>(mode, type, grad, state, out);
 }

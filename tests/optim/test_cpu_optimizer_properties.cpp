@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -16,6 +17,7 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "device/device.h"
+#include "optim/cpu/kernels.h"
 #include "optim/optimizer.h"
 #include "optim/rounding.h"
 
@@ -123,6 +125,34 @@ TEST_CASE("a step that keeps its pre-step values keeps exactly them and steps as
         wrong += second ? kept_v[i] != before.v[i] : kept_v[i] != 0xffff;
       }
       CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("the backup's copy, non-temporal where the ISA has it, copies as memcpy does",
+          "[optim]") {
+  // Odd sizes around the vector widths and a page; destinations at every kind of misalignment;
+  // the bytes around the destination untouched.
+  std::vector<unsigned char> src(100003 + 64);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (!cpu_features().supports(isa)) continue;
+    const cpu::Copy copy = cpu::find_backup_copy(isa);
+    for (std::size_t bytes : {0, 1, 31, 32, 33, 63, 64, 65, 127, 4097, 100003}) {
+      for (std::size_t offset : {0, 1, 8, 17, 32, 63}) {
+        INFO(cpu_isa_name(isa) << ": " << bytes << " bytes to offset " << offset);
+        std::vector<unsigned char> dst(bytes + 192, 0xab);
+        // 64-byte aligned base, then the offset; the source one byte off too.
+        auto* base = reinterpret_cast<unsigned char*>(
+            (reinterpret_cast<std::uintptr_t>(dst.data()) + 63) / 64 * 64);
+        copy(base + offset, src.data() + 1, bytes);
+        CHECK(std::memcmp(base + offset, src.data() + 1, bytes) == 0);
+        std::size_t touched = 0;
+        for (unsigned char* p = dst.data(); p < dst.data() + dst.size(); ++p) {
+          if ((p < base + offset || p >= base + offset + bytes) && *p != 0xab) ++touched;
+        }
+        CHECK(touched == 0);
+      }
     }
   }
 }
