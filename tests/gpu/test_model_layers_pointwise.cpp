@@ -704,8 +704,8 @@ void check_residual_norms(int N, int C, std::uint64_t seed) {
 }
 
 TEST_CASE(
-    "cuda layers: the residual fused into layernorm and rmsnorm gives the two launches' bits, "
-    "in place too",
+    "cuda layers: the residual fused into the norms' forwards gives the two launches' bits, in "
+    "place too",
     "[gpu]") {
   check_residual_norms(37, 77, 95100);
   check_residual_norms(3, 1000, 95200);
