@@ -274,7 +274,7 @@ struct Matmul::State {
   Bf16* staging = nullptr;    // kStagingBytes of device memory: the backward's D
   int failed = 0;             // the constructor's error, returned by every call
   std::map<Key, Plan> plans;
-  std::set<Key> refused;  // epilogue shapes the heuristic found no algorithm for
+  std::set<Key> refused;  // shapes the heuristic found no algorithm for (not asked again)
 
   State() {
     failed = cuda_status(cublasLtCreate(&handle));

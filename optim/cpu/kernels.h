@@ -74,7 +74,8 @@ Kernel avx512_kernel(Mode mode, OptimizerType type, DType grad, DType state, int
 // reads soon: super_offload's backup of a tile before its step. Where the ISA has them the
 // stores are non-temporal (they bypass the caches), so a line written is not first read into
 // the cache as an ordinary store's is: the backup costs its writes alone, not writes and as
-// many reads. Ends with a store fence, so the copy is ordered before what the caller does next.
+// many reads. The non-temporal copies end with a store fence, so the copy is ordered before
+// what the caller does next (memcpy's stores need none).
 using Copy = void (*)(void* dst, const void* src, std::size_t bytes);
 Copy find_backup_copy(CpuIsa isa);
 void scalar_backup_copy(void* dst, const void* src, std::size_t bytes);  // memcpy
