@@ -85,12 +85,14 @@ struct Slice {
   // element's index in the model): stochastic rounding depends on it (and on seed and step)
   // only, so results do not depend on how the buffer is sliced, tiled, threaded or sharded.
   std::uint64_t first_index = 0;
-  // Optional (the CPU optimizer only): where the step keeps the master and state values it
-  // reads before it updates them, element for element, so that they can be put back
-  // (super_offload's rollback). Kept tile by tile in the same pass, while the tile is in cache.
-  // Null: nothing kept.
-  float* master_kept = nullptr;
-  void* state_kept[2] = {nullptr, nullptr};
+  // Optional (the CPU optimizer only): where the step reads the master and state values it
+  // updates, writing the results to master and state[] instead of in place, element for
+  // element (super_offload's speculated steps: the copy read stays as it was, for a verdict
+  // that undoes the step). Both or neither; buffers that do not overlap master and state[].
+  // The results' stores bypass the caches where the ISA has non-temporal stores, so the step
+  // moves the bytes of a step in place. Null: in place.
+  const float* master_from = nullptr;
+  const void* state_from[2] = {nullptr, nullptr};
 };
 
 // Throws a config Error naming the buffer and dtype when `formats` has a dtype the optimizers

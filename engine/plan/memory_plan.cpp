@@ -258,13 +258,14 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
     take(BlockRole::param_staging, owned, MemoryKind::buffer, plan.param_staging_bytes);
   }
   if (m.speculation_rollback) {
-    // The state every speculated resident group had before its step, for a rollback (a
-    // swapped group's stays in its current region on NVMe).
+    // The second copy of the resident state, which the speculated steps write while the
+    // current one stays as it was for a rollback (a swapped group's is its other region on
+    // NVMe).
     if (m.mixed || m.stage >= 1) {
-      take(BlockRole::speculation_backup, owned, MemoryKind::master, layout.resident_end * 4, 0);
+      take(BlockRole::speculation_state, owned, MemoryKind::master, layout.resident_end * 4, 0);
     }
     for (int k = 0; k < config.optimizer.state_buffers(); ++k) {
-      take(BlockRole::speculation_backup, owned, MemoryKind::moment,
+      take(BlockRole::speculation_state, owned, MemoryKind::moment,
            layout.resident_end * state_size, 1 + static_cast<std::size_t>(k));
     }
   }

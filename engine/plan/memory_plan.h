@@ -61,14 +61,13 @@ struct StateModes {
   bool param_offload = false;  // offload_param (stage 3): compute shards in host memory
   bool param_nvme = false;     // offload_param nvme: compute shards swapped
   // offload_optimizer.super_offload (device cpu or nvme): step groups stepped speculatively
-  // during the boundary's backward (Speculator), with a backup of the resident groups' state
-  // (the swapped groups' is their current region on NVMe: the step writes the other) and
-  // staging for their updated values
+  // during the boundary's backward (Speculator), into a second copy of the resident groups'
+  // state (the swapped groups' other region on NVMe), and staging for their updated values
   bool speculate = false;
   // Speculation whose verdict can undo it: gradient_clipping set, or a non-finite check (fp16,
   // bf16 with check_grad_overflow). Without one the speculated steps always stand (the
-  // learning rate may not change while they run: Stepper::set_learning_rate), so no backup is
-  // kept and they write the state in place.
+  // learning rate may not change while they run: Stepper::set_learning_rate), so there is no
+  // second copy and they write the state in place.
   bool speculation_rollback = false;
 
   // The reduced gradient goes into an owned shard (the optimizer reads it there), not back
@@ -208,13 +207,15 @@ enum class BlockRole {
   reduce_device,   // offload beside a GPU: a reduced block cast on the device, and its sums
   param_staging,   // offload: a step group's updated values, going up (every group's with
                    // speculation, each at its own offset)
-  speculation_backup,  // speculation: the pre-step masters (index 0) or a moment (1 + which)
-  optimizer_swap,      // optimizer NVMe: the OptimizerSwap is set up here and takes its buffers
-  grad_swap,           // gradient NVMe: the GradSwap is set up here and takes its buffers
-  compute_shard,       // stage 3: the compute shards (the resident part with offload_param)
-  param_swap,          // parameter NVMe: the ParamSwap is made here and takes its buffers
-  bucket,              // a reduction bucket (index: which)
-  gather_buffer,       // stages 1-2: the all-gather bucket after the step
+  // speculation: the resident state's second copy, the masters (index 0) or a moment
+  // (1 + which); a speculated step reads one copy and writes the other (ModelState)
+  speculation_state,
+  optimizer_swap,  // optimizer NVMe: the OptimizerSwap is set up here and takes its buffers
+  grad_swap,       // gradient NVMe: the GradSwap is set up here and takes its buffers
+  compute_shard,   // stage 3: the compute shards (the resident part with offload_param)
+  param_swap,      // parameter NVMe: the ParamSwap is made here and takes its buffers
+  bucket,          // a reduction bucket (index: which)
+  gather_buffer,   // stages 1-2: the all-gather bucket after the step
 };
 
 // Which of the ModelState's arenas a block comes from.

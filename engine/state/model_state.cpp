@@ -58,6 +58,13 @@ float* ModelState::master_of(std::size_t param) {
   return master_ + ctx_.layout.params[param].flat;
 }
 
+void ModelState::make_other_state_current() noexcept {
+  if (other_[0] != nullptr) std::swap(master_, reinterpret_cast<float*&>(other_[0]));
+  for (int k = 0; k < 2; ++k) {
+    if (other_[1 + k] != nullptr) std::swap(moments_[k], other_[1 + k]);
+  }
+}
+
 void* ModelState::shard_source(std::size_t param) {
   const ParamPlacement& place = ctx_.layout.params[param];
   if (swapped_param(param)) return nullptr;  // on NVMe: copy_shard reads it
@@ -76,7 +83,7 @@ ModelState::PartsMemory ModelState::allocate(const std::string& job_id) {
   // Refused before any memory is taken.
   if (modes_.optimizer_nvme) check_swap_buffers();
   // The arenas the plan sizes, then its blocks, in its order: the plan's sums are what is
-  // taken here, by construction. What a run holds (offload, swaps, super_offload's backup) is
+  // taken here, by construction. What a run holds (offload, swaps, super_offload's second copy) is
   // the plan's list of blocks, decided at its making.
   make_arenas();
   PartsMemory parts;
@@ -164,8 +171,10 @@ void ModelState::take_block(const PlannedBlock& block, const std::string& job_id
     case BlockRole::reduce_device:
       reduce_device_ = take(block);
       break;
-    case BlockRole::speculation_backup:
-      backup_[block.index] = take(block);
+    case BlockRole::speculation_state:  // zeros where the steps never write, as the current's
+      other_[block.index] = block.index == 0 ? take_zeroed(block, DType::f32, layout.resident_end)
+                                             : take_zeroed(block, ctx_.config.optimizer_state_dtype,
+                                                           layout.resident_end);
       break;
     case BlockRole::optimizer_swap:  // takes its buffers from the offload arena
       state_device().default_stream().synchronize();

@@ -71,9 +71,13 @@ class ModelState final : public ShardStore {
   void* compute_shard() const noexcept { return compute_shard_; }  // stage 3, in memory
   void* param_staging() const noexcept { return param_staging_; }  // offload: values going up
   void* gather_buffer() const noexcept { return gather_buffer_; }  // stages 1-2: all-gather
-  // Speculation: where the pre-step state of speculated groups is kept, laid out as the owned
-  // flat buffers (index 0 the masters, 1 + k moment k), or null.
-  void* speculation_backup(std::size_t index) const noexcept { return backup_[index]; }
+  // Speculation with a rollback: the resident state's other copy, laid out as the owned flat
+  // buffers (index 0 the masters, 1 + k moment k), which the speculated steps write while the
+  // current copy (master(), moment()) stays as it was; or null.
+  void* other_state(std::size_t index) const noexcept { return other_[index]; }
+  // The speculated steps stand: the other copy becomes the current one (master(), moment(),
+  // master_of() and everything that reads them from now on), and the current the other.
+  void make_other_state_current() noexcept;
   OptimizerSwap* swap() const noexcept { return swap_.get(); }
   ParamSwap* param_swap() const noexcept { return param_swap_.get(); }
   GradSwap* grad_swap() const noexcept { return grad_swap_.get(); }
@@ -180,8 +184,8 @@ class ModelState final : public ShardStore {
   void* param_staging_ = nullptr;
   void* reduce_device_ = nullptr;  // direct_reduce: the device block and its sums
   void* gather_buffer_ = nullptr;
-  void* backup_[3] = {nullptr, nullptr, nullptr};
-  std::size_t filling_ = kNone;  // the swapped group being filled
+  void* other_[3] = {nullptr, nullptr, nullptr};  // speculation: the state's second copy
+  std::size_t filling_ = kNone;                   // the swapped group being filled
 };
 
 }  // namespace zero::engine

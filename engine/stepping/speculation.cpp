@@ -72,6 +72,26 @@ void Speculation::arm(std::int64_t k, double loss_scale, bool take_sums) {
   // gradient scale of a step without clipping.
   slices_ = groups_.slices();
   hyper_ = groups_.hyper_for(k, 1.0 / loss_scale);
+  // The copies the boundary's steps read and write, as they are now: the verdict may make the
+  // other current while the worker still steps the tail from one into the other.
+  current_master_ = state_.master();
+  for (int k = 0; k < 2; ++k) current_state_[k] = static_cast<const char*>(state_.moment(k));
+  for (std::size_t i = 0; i < 3; ++i) other_state_[i] = state_.other_state(i);
+  written_.clear();
+  if (modes_.speculation_rollback) {
+    const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+    for (optim::Slice s : slices_) {
+      if (s.master != nullptr) {  // resident
+        const auto at = static_cast<std::size_t>(s.master - current_master_);
+        s.master = static_cast<float*>(other_state_[0]) + at;
+        for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
+          s.state[k] =
+              static_cast<char*>(other_state_[1 + static_cast<std::size_t>(k)]) + at * state_size;
+        }
+      }
+      written_.push_back(s);
+    }
+  }
   partials_->begin();
   take_sums_ = take_sums;
   sums_closed_ = false;  // the worker has no group of this boundary yet
@@ -146,6 +166,8 @@ bool Speculation::verdict(bool speculated, bool clipped, double lr) {
   // the schedule the learning rate.
   const bool stands = speculated && !clipped && lr == hyper_.lr;
   if (speculated && !stands) roll_back();
+  // The resident groups' other copy made current, where the steps wrote it.
+  if (stands && modes_.speculation_rollback) state_.make_other_state_current();
   if (OptimizerSwap* swap = state_.swap(); stands && swap != nullptr) {
     swap->end_speculation(/*keep=*/true);  // the swapped groups' other regions made current
   }
@@ -165,36 +187,24 @@ char* Speculation::own_out(std::size_t group) const {
 void Speculation::roll_back() {
   if (!modes_.speculation_rollback && ctx_.layout.resident_groups != 0) {
     throw make_error(ErrorCategory::internal,
-                     "super_offload: a rollback of steps that keep no backup (no clipping and "
-                     "no overflow check configured); the state cannot be restored");
+                     "super_offload: a rollback of steps that keep no second copy of the state "
+                     "(no clipping and no overflow check configured); the state cannot be "
+                     "restored");
   }
-  for (std::size_t g = 0; g < ctx_.layout.resident_groups; ++g) restore_group_state(g);
+  // The resident groups' current copy was only read: the other copy's writes are dropped by
+  // leaving it the other.
   if (OptimizerSwap* swap = state_.swap(); swap != nullptr) swap->end_speculation(false);
 }
 
-void Speculation::restore_group_state(std::size_t group) {
-  // Exactly what the speculated step kept: each piece's elements (padding is never stepped).
-  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
-  for (optim::Slice& piece : kept_pieces(group, groups_.out_of(group))) {
-    std::memcpy(piece.master, piece.master_kept, piece.count * sizeof(float));
-    for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
-      std::memcpy(piece.state[k], piece.state_kept[k], piece.count * state_size);
-    }
-  }
-}
-
-std::vector<optim::Slice> Speculation::kept_pieces(std::size_t group, char* out) {
-  // Each piece's masters and moments kept in the backup at the piece's place in the owned
-  // flat order.
-  std::vector<optim::Slice> group_pieces = groups_.pieces(group, slices_, GroupState{}, out);
+std::vector<optim::Slice> Speculation::into_other_copy(std::size_t group, char* out) {
+  // Each piece written at its place in the other copy (written_), read from the current one.
+  std::vector<optim::Slice> group_pieces = groups_.pieces(group, written_, GroupState{}, out);
   const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
   for (optim::Slice& piece : group_pieces) {
-    const auto at = static_cast<std::size_t>(piece.master - state_.master());
-    piece.master_kept = static_cast<float*>(state_.speculation_backup(0)) + at;
+    const auto at = static_cast<std::size_t>(piece.master - static_cast<float*>(other_state_[0]));
+    piece.master_from = current_master_ + at;
     for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
-      piece.state_kept[k] =
-          static_cast<char*>(state_.speculation_backup(1 + static_cast<std::size_t>(k))) +
-          at * state_size;
+      piece.state_from[k] = current_state_[k] + at * state_size;
     }
   }
   return group_pieces;
@@ -217,12 +227,12 @@ void Speculation::speculate_group(std::size_t group) {
   if (swapped) {
     speculate_swapped(group, out);
   } else {
-    // The optimizer keeps each piece's masters and moments in the backup as it steps them
-    // (restore_group_state puts them back), where a verdict can undo the step.
+    // Where a verdict can undo the step, the optimizer reads the current copy of the state and
+    // writes the other (verdict() makes it current where the step stands).
     {
       TraceSpan span(ctx_.device.trace(), "speculation", "optimizer");
       optimizer_.step(modes_.speculation_rollback
-                          ? kept_pieces(group, out)
+                          ? into_other_copy(group, out)
                           : groups_.pieces(group, slices_, GroupState{}, out),
                       hyper_, *stream_);
       stream_->synchronize();
@@ -241,7 +251,9 @@ void Speculation::speculate_group(std::size_t group) {
   if (early_placement_) {
     GroupState where;
     where.staged = swapped;
-    groups_.place(group, slices_, where, out, *placement_stream_);
+    // Its values where the step wrote them (fp32: the masters are the values).
+    groups_.place(group, modes_.speculation_rollback ? written_ : slices_, where, out,
+                  *placement_stream_);
     staging_free_[buffer]->record(*placement_stream_);
     placed_[group]->record(*placement_stream_);
   }

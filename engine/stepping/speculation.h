@@ -1,25 +1,26 @@
 // super_offload's steps (docs/offload.md, "The overlapped step"): in the boundary micro-step's
 // backward each step group is stepped on the Speculator's worker as soon as its gradient is
-// final, each resident group keeping its pre-step masters and moments (a swapped group's step
-// reads its current region on NVMe and writes the other, with its gradient held in the
-// GradSwap), writing its updated values to the staging and taking its part of the gradient's
-// sum of squares and non-finite check (GradPartials; the GradSwap's hold for swapped groups).
-// At the boundary the Stepper's verdict keeps them (no skip, and the clip coefficient and the
-// schedule leave the step as speculated) or restores them, and the Stepper steps again with
-// the right scale (or not at all, on a skip). At stage 3 with the compute shards in memory each
-// group is placed in backward and placed again after a rollback; otherwise the placement runs
-// after the verdict, so the compute copies never see a speculated value that did not stand.
-// Where nothing can undo the steps (no backup) and they are placed early from memory beside a
-// GPU, the boundary does not wait for the groups the worker has not reached (the step's tail;
-// the sums it has not taken are taken beside it): the next forward's gathers wait for each
-// (await_param), everything else for all of them (drain).
+// final, a resident group's step reading the current copy of its masters and moments and
+// writing the other (ModelState::other_state; a swapped group's step reads its current region
+// on NVMe and writes the other, with its gradient held in the GradSwap), writing its updated
+// values to the staging and taking its part of the gradient's sum of squares and non-finite
+// check (GradPartials; the GradSwap's hold for swapped groups). At the boundary the Stepper's
+// verdict keeps them (no skip, and the clip coefficient and the schedule leave the step as
+// speculated: the other copies made current) or drops them (the current copies, only read,
+// stay current), and the Stepper steps again with the right scale (or not at all, on a skip).
+// At stage 3 with the compute shards in memory each group is placed in backward and placed again
+// after a rollback; otherwise the placement runs after the verdict, so the compute copies never see
+// a speculated value that did not stand. Where nothing can undo the steps (no second copy) and they
+// are placed early from memory beside a GPU, the boundary does not wait for the groups the worker
+// has not reached (the step's tail; the sums it has not taken are taken beside it): the next
+// forward's gathers wait for each (await_param), everything else for all of them (drain).
 //
 // Owns: the Speculator and its worker, the speculation's stream, the partial norm and check,
 // each group's place in the staging, the early placement's stream, the events that free its
 // buffers and those after each group's placement (the tail's gathers wait on them). Calls: the
-// Stepper's group machinery (step_groups.h), the optimizer, the ModelState (its backup, swaps and
-// staging). Streams: a CPU stream of its own for the speculated steps, a device stream of its own
-// for the early placement. Internal to engine/.
+// Stepper's group machinery (step_groups.h), the optimizer, the ModelState (its two copies of the
+// state, swaps and staging). Streams: a CPU stream of its own for the speculated steps, a device
+// stream of its own for the early placement. Internal to engine/.
 #pragma once
 
 #include <cstddef>
@@ -75,7 +76,7 @@ class Speculation {
   // After a settle() that speculated: the sums and flags taken on the worker, or null where
   // arm() was told the device takes them.
   const GradPartials* partials() const noexcept;
-  // Armed for steps that keep no backup (StateModes::speculation_rollback false): the learning
+  // Armed for steps that keep no second copy (StateModes::speculation_rollback false): the learning
   // rate they took may not change until the step.
   bool lr_fixed_while_armed() const;
   // A skipped step: the speculated steps undone, and their early placement with them.
@@ -100,23 +101,22 @@ class Speculation {
   }
 
  private:
-  // On the Speculator's worker: the group's state kept (resident) or its step written to the
-  // other region (swapped), stepped as speculated; `out` is its place in the staging.
+  // On the Speculator's worker: the group stepped as speculated, into the other copy of its
+  // state (resident, with a rollback) or region (swapped); `out` is its place in the staging.
   void speculate_group(std::size_t group);
   void speculate_swapped(std::size_t group, char* out);
   // fp32: a swapped group's updated masters into its place in the staging.
   void stage_masters(std::size_t group, const GroupState& where, char* out);
   // This boundary's groups may be left to the worker past the step: nothing can undo them (no
-  // backup kept), every group is resident and placed early, beside a GPU (or a stand-in: on
+  // second copy), every group is resident and placed early, beside a GPU (or a stand-in: on
   // the CPU device the worker would take the cores the next forward computes on).
   bool leaves_tail() const;
-  // The speculated groups restored (resident: from the backup; swapped: their other regions
-  // dropped).
+  // The speculated groups' steps dropped (resident: the current copy they read stays current;
+  // swapped: their other regions dropped).
   void roll_back();
-  // Puts group `group`'s masters and moments back from the backup its speculated step kept.
-  void restore_group_state(std::size_t group);
-  // The group's pieces as speculated, each with where its pre-step values are kept.
-  std::vector<optim::Slice> kept_pieces(std::size_t group, char* out);
+  // The group's pieces as speculated with a rollback: read from the current copy of the state,
+  // written to the other.
+  std::vector<optim::Slice> into_other_copy(std::size_t group, char* out);
   // After a skip with early placement: every group's compute values again from the restored
   // masters.
   void place_restored();
@@ -132,6 +132,13 @@ class Speculation {
   std::vector<std::pair<std::size_t, std::size_t>> group_ranges_;  // owned [begin, end)
   std::vector<optim::Slice> slices_;                               // the armed boundary's
   optim::StepHyper hyper_;                                         // and its step as speculated
+  // With a rollback: the copy of the state the armed boundary's steps read (its masters and
+  // moments) and the one they write (ModelState::other_state), as they were at arm(), and the
+  // slices as they write them (the placement reads fp32 values there).
+  const float* current_master_ = nullptr;
+  const char* current_state_[2] = {nullptr, nullptr};
+  void* other_state_[3] = {nullptr, nullptr, nullptr};
+  std::vector<optim::Slice> written_;
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<GradPartials> partials_;  // the norm and the non-finite check, in backward
   // Stage 3 (compute shards in memory): each speculated group placed in backward, on this

@@ -100,14 +100,15 @@ void Stepper::set_learning_rate(double lr) {
   if (speculation_ && speculation_->lr_fixed_while_armed()) {
     const double now = schedule_value(optimizer_steps_ + 1).lr;
     if (lr != now) {
-      throw make_error(ErrorCategory::usage,
-                       "set_learning_rate({}) during the backward of an accumulation boundary: "
-                       "super_offload is already stepping the optimizer with lr {} there, and "
-                       "without gradient_clipping or an overflow check those steps keep no "
-                       "backup to redo them with another; set the learning rate before the "
-                       "boundary micro-batch's backward (after the last step(), as an LR "
-                       "scheduler does)",
-                       lr, now);
+      throw make_error(
+          ErrorCategory::usage,
+          "set_learning_rate({}) during the backward of an accumulation boundary: "
+          "super_offload is already stepping the optimizer with lr {} there, and "
+          "without gradient_clipping or an overflow check those steps write "
+          "the state in place, with no copy to redo them from; set the learning rate before the "
+          "boundary micro-batch's backward (after the last step(), as an LR "
+          "scheduler does)",
+          lr, now);
     }
   }
   lr_override_ = lr;

@@ -73,7 +73,7 @@ class Stepper final : private StepGroups {
   optim::ScheduleValue schedule_value(std::int64_t k) const;
   // The learning rate of every optimizer step from the next on, in place of the config's (a
   // schedule the caller runs; not in checkpoints).
-  // From the next step on. Refused while super_offload steps that keep no backup run with
+  // From the next step on. Refused while super_offload steps that keep no second copy run with
   // the current one (Speculation::lr_fixed_while_armed) and `lr` differs from it.
   void set_learning_rate(double lr);
   // A checkpoint's counters, scaler and seed.

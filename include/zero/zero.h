@@ -430,7 +430,7 @@ ZERO_API zero_status zero_learning_rate(const zero_engine* engine, double* lr);
  * ZERO_ERROR_USAGE when the config has a scheduler section, or for a negative or non-finite
  * lr, or for a new lr during an accumulation boundary's backward (from its first backward hook
  * to its zero_step) with super_offload and neither gradient_clipping nor an overflow check:
- * its groups are being stepped with the current one, with no backup to redo them.
+ * its groups are being stepped in place with the current one, with no copy to redo them from.
  * Local (every rank sets the same value); not saved by zero_save_checkpoint: set it again after
  * a load. */
 ZERO_API zero_status zero_set_learning_rate(zero_engine* engine, double lr);

@@ -150,6 +150,20 @@ class CpuOptimizer final : public Optimizer {
                        "optimizer step: slice {} ({} elements) has no {} buffer; {} needs it", i,
                        slice.count, missing, optimizer_type_name(spec_.type));
     }
+    // Stepped from another copy: that copy of every buffer the step updates.
+    if (slice.master_from != nullptr || slice.state_from[0] != nullptr ||
+        slice.state_from[1] != nullptr) {
+      const char* unread = slice.master_from == nullptr                    ? "master"
+                           : states >= 1 && slice.state_from[0] == nullptr ? "state[0]"
+                           : states >= 2 && slice.state_from[1] == nullptr ? "state[1]"
+                                                                           : nullptr;
+      if (unread != nullptr) {
+        throw make_error(ErrorCategory::usage,
+                         "optimizer step: slice {} is stepped from another copy of its state "
+                         "but has no {} there; give the other copy of every buffer or none",
+                         i, unread);
+      }
+    }
   }
 
   // Steps (or only copies out, with `copy_only`) the elements [begin, end) of the slices laid
@@ -179,35 +193,31 @@ class CpuOptimizer final : public Optimizer {
             std::min<std::uint64_t>({kTile, stop - at, kIndexBlock - (index & (kIndexBlock - 1))}));
         c.rounding_key =
             rounding_key(hyper.seed, hyper.step, static_cast<std::uint32_t>(index >> 32));
+        // In place, or (copy_only aside) from the slice's other copy into this one.
+        const bool from = slice.master_from != nullptr && !copy_only;
+        char* state0 = slice.state[0] && !copy_only
+                           ? static_cast<char*>(slice.state[0]) + at * state_size
+                           : nullptr;
+        char* state1 = slice.state[1] && !copy_only
+                           ? static_cast<char*>(slice.state[1]) + at * state_size
+                           : nullptr;
+        const auto in = [&](const void* other, char* own) -> const void* {
+          return from && own != nullptr ? static_cast<const char*>(other) + at * state_size : own;
+        };
         const cpu::Piece piece{
             slice.master + at,
             static_cast<const char*>(grad) + at * grad_size,
-            slice.state[0] && !copy_only ? static_cast<char*>(slice.state[0]) + at * state_size
-                                         : nullptr,
-            slice.state[1] && !copy_only ? static_cast<char*>(slice.state[1]) + at * state_size
-                                         : nullptr,
+            state0,
+            state1,
             slice.param_out ? static_cast<char*>(slice.param_out) + at * out_size : nullptr,
             count,
-            static_cast<std::uint32_t>(index)};
-        if (!copy_only) keep(slice, at, count, state_size);
+            static_cast<std::uint32_t>(index),
+            from ? slice.master_from + at : slice.master + at,
+            in(slice.state_from[0], state0),
+            in(slice.state_from[1], state1),
+            from};
         kernel(piece, c);
         at += count;
-      }
-    }
-  }
-
-  // The tile's values before its step, where the slice keeps them: read here, they are in
-  // cache for the kernel that follows, and the copy's stores bypass the cache (backup_copy_),
-  // so keeping costs the copy's writes only.
-  void keep(const Slice& slice, std::size_t at, std::size_t count, std::size_t state_size) const {
-    if (slice.master_kept != nullptr) {
-      backup_copy_(slice.master_kept + at, slice.master + at, count * sizeof(float));
-    }
-    for (int k = 0; k < spec_.state_buffers(); ++k) {  // the buffers the algorithm updates
-      if (slice.state_kept[k] != nullptr && slice.state[k] != nullptr) {
-        backup_copy_(static_cast<char*>(slice.state_kept[k]) + at * state_size,
-                     static_cast<const char*>(slice.state[k]) + at * state_size,
-                     count * state_size);
       }
     }
   }
@@ -220,7 +230,6 @@ class CpuOptimizer final : public Optimizer {
   cpu::Kernel kernel_ = nullptr;      // step without copy-out
   cpu::Kernel kernel_out_ = nullptr;  // step with copy-out
   cpu::Kernel copy_out_ = nullptr;    // copy-out only
-  cpu::Copy backup_copy_ = cpu::find_backup_copy(isa_);
 };
 
 }  // namespace

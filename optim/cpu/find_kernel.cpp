@@ -24,16 +24,4 @@ Kernel find_kernel(CpuIsa isa, Mode mode, OptimizerType type, const Formats& for
   return kernel;
 }
 
-Copy find_backup_copy(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::avx512:
-      return avx512_backup_copy;
-    case CpuIsa::avx2:
-      return avx2_backup_copy;
-    case CpuIsa::scalar:
-      break;
-  }
-  return scalar_backup_copy;
-}
-
 }  // namespace zero::optim::cpu

@@ -41,9 +41,9 @@ class HostedOptimizer final : public Optimizer {
       s.state[0] = alias(s.state[0]);
       s.state[1] = alias(s.state[1]);
       s.param_out = alias(s.param_out);
-      s.master_kept = static_cast<float*>(alias(s.master_kept));
-      s.state_kept[0] = alias(s.state_kept[0]);
-      s.state_kept[1] = alias(s.state_kept[1]);
+      s.master_from = static_cast<const float*>(alias(s.master_from));
+      s.state_from[0] = alias(s.state_from[0]);
+      s.state_from[1] = alias(s.state_from[1]);
     }
     return out;
   }

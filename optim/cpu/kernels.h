@@ -39,7 +39,9 @@ struct Coefficients {
   std::uint32_t rounding_key = 0;  // for the elements of this piece (one 2^32 block of indices)
 };
 
-// One piece of a slice: pointers already advanced to the piece's first element.
+// One piece of a slice: pointers already advanced to the piece's first element. The step
+// reads the master and states at the `*_in` pointers and writes them at the others (the same
+// pointers for a step in place; otherwise buffers that do not overlap them).
 struct Piece {
   float* master;
   const void* grad;
@@ -48,6 +50,13 @@ struct Piece {
   void* param_out;  // null: no copy-out (the kernel was chosen without one)
   std::size_t count;
   std::uint32_t first_index_low;  // low 32 bits of master[0]'s index (same 2^32 block for all)
+  const float* master_in;
+  const void* state0_in;
+  const void* state1_in;
+  // The master and state stores bypass the caches (non-temporal, where the ISA has them and
+  // the buffers' alignment allows): for a step into another copy, whose lines nothing reads
+  // soon, so that a line written is not first read into the cache. The kernel fences them.
+  bool stream;
 };
 
 using Kernel = void (*)(const Piece& piece, const Coefficients& c);
@@ -69,17 +78,5 @@ Kernel find_kernel(CpuIsa isa, Mode mode, OptimizerType type, const Formats& for
 Kernel scalar_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out);
 Kernel avx2_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out);
 Kernel avx512_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out);
-
-// Copies `bytes` from src to dst (which do not overlap), as memcpy, for a copy that nothing
-// reads soon: super_offload's backup of a tile before its step. Where the ISA has them the
-// stores are non-temporal (they bypass the caches), so a line written is not first read into
-// the cache as an ordinary store's is: the backup costs its writes alone, not writes and as
-// many reads. The non-temporal copies end with a store fence, so the copy is ordered before
-// what the caller does next (memcpy's stores need none).
-using Copy = void (*)(void* dst, const void* src, std::size_t bytes);
-Copy find_backup_copy(CpuIsa isa);
-void scalar_backup_copy(void* dst, const void* src, std::size_t bytes);  // memcpy
-void avx2_backup_copy(void* dst, const void* src, std::size_t bytes);    // 32-byte streams
-void avx512_backup_copy(void* dst, const void* src, std::size_t bytes);  // 64-byte streams
 
 }  // namespace zero::optim::cpu

@@ -40,11 +40,18 @@ struct Vec {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
-  static void store16(void* p, U words) {  // the low 16 bits of each lane (all < 2^16)
-    const __m128i packed =
-        _mm_packus_epi32(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
-    _mm_storeu_si128(static_cast<__m128i*>(p), packed);
+  static __m128i pack16(U words) {  // the low 16 bits of each lane (all < 2^16)
+    return _mm_packus_epi32(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
   }
+  static void store16(void* p, U words) {
+    _mm_storeu_si128(static_cast<__m128i*>(p), pack16(words));
+  }
+  // Non-temporal, to 32-byte (fp32) and 16-byte (bf16) aligned addresses; then fence().
+  static void stream(float* p, F x) { _mm256_stream_ps(p, x); }
+  static void stream_stochastic(bf16_t* p, F x, U random16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), pack16(stochastic(x, random16)));
+  }
+  static void fence() { _mm_sfence(); }
   // Round to nearest even; NaN keeps its sign and top payload and becomes quiet (base/half.h).
   static void store(bf16_t* p, F x) {
     const U bits = _mm256_castps_si256(x);
@@ -60,10 +67,11 @@ struct Vec {
   static void store_truncated(bf16_t* p, F x) {
     store16(p, _mm256_srli_epi32(_mm256_castps_si256(x), 16));
   }
-  static void store_stochastic(bf16_t* p, F x, U random16) {
+  static U stochastic(F x, U random16) {
     const U bits = _mm256_castps_si256(x);
-    store16(p, nan_fixed(x, bits, _mm256_srli_epi32(_mm256_add_epi32(bits, random16), 16)));
+    return nan_fixed(x, bits, _mm256_srli_epi32(_mm256_add_epi32(bits, random16), 16));
   }
+  static void store_stochastic(bf16_t* p, F x, U random16) { store16(p, stochastic(x, random16)); }
   static U nan_fixed(F x, U bits, U rounded) {
     const U quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
     const F is_nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
@@ -88,22 +96,6 @@ struct Vec {
 #include "optim/cpu/kernel_body.h"
 
 }  // namespace avx2_isa
-
-// memcpy up to dst's first 32-byte boundary and after its last; between, 32-byte loads and
-// non-temporal stores, then a store fence.
-void avx2_backup_copy(void* dst, const void* src, std::size_t bytes) {
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  const std::size_t head = std::min(bytes, (32 - reinterpret_cast<std::uintptr_t>(d) % 32) % 32);
-  std::memcpy(d, s, head);
-  d += head, s += head, bytes -= head;
-  for (; bytes >= 32; d += 32, s += 32, bytes -= 32) {
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d),
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
-  }
-  std::memcpy(d, s, bytes);
-  _mm_sfence();
-}
 
 Kernel avx2_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out) {
   return avx2_isa::pick_kernel<avx2_isa::Vec>(mode, type, grad, state, out);

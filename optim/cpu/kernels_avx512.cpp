@@ -53,6 +53,13 @@ struct Vec {
   static void store16(void* p, U words) {
     _mm256_storeu_si256(static_cast<__m256i*>(p), _mm512_cvtepi32_epi16(words));
   }
+  // Non-temporal, to 64-byte (fp32) and 32-byte (bf16) aligned addresses; then fence().
+  static void stream(float* p, F x) { _mm512_stream_ps(p, x); }
+  static void stream_stochastic(bf16_t* p, F x, U random16) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtepi32_epi16(stochastic(x, random16)));
+  }
+  static void fence() { _mm_sfence(); }
   // Round to nearest even; NaN keeps its sign and top payload and becomes quiet (base/half.h).
   static void store(bf16_t* p, F x) {
     const U bits = _mm512_castps_si512(x);
@@ -69,10 +76,11 @@ struct Vec {
   static void store_truncated(bf16_t* p, F x) {
     store16(p, _mm512_srli_epi32(_mm512_castps_si512(x), 16));
   }
-  static void store_stochastic(bf16_t* p, F x, U random16) {
+  static U stochastic(F x, U random16) {
     const U bits = _mm512_castps_si512(x);
-    store16(p, nan_fixed(x, bits, _mm512_srli_epi32(_mm512_add_epi32(bits, random16), 16)));
+    return nan_fixed(x, bits, _mm512_srli_epi32(_mm512_add_epi32(bits, random16), 16));
   }
+  static void store_stochastic(bf16_t* p, F x, U random16) { store16(p, stochastic(x, random16)); }
   static U nan_fixed(F x, U bits, U rounded) {
     const __mmask16 is_nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     return _mm512_mask_or_epi32(rounded, is_nan, _mm512_srli_epi32(bits, 16), setu(0x40));
@@ -97,20 +105,6 @@ struct Vec {
 #include "optim/cpu/kernel_body.h"
 
 }  // namespace avx512_isa
-
-// As avx2_backup_copy with 64-byte vectors.
-void avx512_backup_copy(void* dst, const void* src, std::size_t bytes) {
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  const std::size_t head = std::min(bytes, (64 - reinterpret_cast<std::uintptr_t>(d) % 64) % 64);
-  std::memcpy(d, s, head);
-  d += head, s += head, bytes -= head;
-  for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(d), _mm512_loadu_si512(s));
-  }
-  std::memcpy(d, s, bytes);
-  _mm_sfence();
-}
 
 Kernel avx512_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out) {
   return avx512_isa::pick_kernel<avx512_isa::Vec>(mode, type, grad, state, out);

@@ -12,12 +12,4 @@ Kernel avx512_kernel(Mode mode, OptimizerType type, DType grad, DType state, int
   return scalar_kernel(mode, type, grad, state, out);
 }
 
-void avx2_backup_copy(void* dst, const void* src, std::size_t bytes) {
-  scalar_backup_copy(dst, src, bytes);
-}
-
-void avx512_backup_copy(void* dst, const void* src, std::size_t bytes) {
-  scalar_backup_copy(dst, src, bytes);
-}
-
 }  // namespace zero::optim::cpu

@@ -58,6 +58,10 @@ struct Vec {
     const std::uint16_t h = float_to_bf16_stochastic(x, random16);
     std::memcpy(p, &h, 2);
   }
+  // One lane: never streamed (for_each_vector streams vectors only), so these are stores.
+  static void stream(float* p, F x) { store(p, x); }
+  static void stream_stochastic(bf16_t* p, F x, U random16) { store_stochastic(p, x, random16); }
+  static void fence() {}
   static U lanes(std::uint32_t first) { return first; }
   static U hash(U key, U index) { return rounding_bits(key, index); }
   static U low16(U r) { return r & 0xffffu; }
@@ -67,10 +71,6 @@ struct Vec {
 #include "optim/cpu/kernel_body.h"
 
 }  // namespace scalar_isa
-
-void scalar_backup_copy(void* dst, const void* src, std::size_t bytes) {
-  std::memcpy(dst, src, bytes);
-}
 
 Kernel scalar_kernel(Mode mode, OptimizerType type, DType grad, DType state, int out) {
   return scalar_isa::pick_kernel<scalar_isa::Vec>(mode, type, grad, state, out);

@@ -235,11 +235,12 @@ class CudaAdam final : public Optimizer {
     check_pointer("step", slice.state[0], formats_.state, true, i, "state[0] (exp_avg)");
     check_pointer("step", slice.state[1], formats_.state, true, i, "state[1] (exp_avg_sq)");
     check_pointer("step", slice.param_out, formats_.param_out, false, i, "param_out");
-    if (slice.master_kept != nullptr || slice.state_kept[0] != nullptr ||
-        slice.state_kept[1] != nullptr) {
+    if (slice.master_from != nullptr || slice.state_from[0] != nullptr ||
+        slice.state_from[1] != nullptr) {
       throw make_error(ErrorCategory::usage,
-                       "CUDA optimizer step: slice {} asks to keep its pre-step values "
-                       "(super_offload's backup), which only the CPU optimizer does",
+                       "CUDA optimizer step: slice {} asks to step from another copy of its "
+                       "state (super_offload's speculated step), which only the CPU optimizer "
+                       "does",
                        i);
     }
   }

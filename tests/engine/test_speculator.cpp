@@ -269,8 +269,27 @@ void set_speculation_grads(EngineParts& parts, double scale = 1.0, float poison 
 
 // Every trainable parameter's masters and moments, and the steps' stats, after `steps` steps of
 // AdamW on set_speculation_grads' gradients (times 1 + step), speculated or not.
+// What the next forward reads of parameter p: its compute copy (stages 1-2) or shard (3).
+std::vector<unsigned char> compute_of(EngineParts& parts, std::size_t p) {
+  const std::size_t csize = dtype_size(parts.layout.modes.compute);
+  const bool shard = parts.layout.modes.stage == 3;
+  const std::size_t bytes =
+      (shard ? parts.layout.params[p].shape.shard : parts.registry.param(p).numel) * csize;
+  std::vector<unsigned char> out(bytes);
+  void* on_device = parts.device->reserve(Tier::device, bytes);
+  if (shard) {
+    parts.state->copy_shard(p, on_device);
+  } else {
+    parts.device->copy(on_device, parts.state->full(p), bytes);
+  }
+  parts.device->copy(out.data(), on_device, bytes);
+  parts.device->unreserve(Tier::device, on_device, bytes);
+  return out;
+}
+
 struct SpeculationRun {
   std::vector<std::vector<float>> masters;
+  std::vector<std::vector<unsigned char>> computes;
   std::vector<StepStats> stats;
   Speculator::Counts counts;
 };
@@ -293,9 +312,12 @@ SpeculationRun run_steps(const std::string& config, int steps, bool speculate,
     }
     out.stats.push_back(parts.stepper->step());
   }
-  // Stage 3 without a backup may leave the last groups to the worker past step().
+  // Stage 3 without a second copy may leave the last groups to the worker past step().
   parts.stepper->drain_speculation();
-  for (std::size_t p : parts.layout.trainable) out.masters.push_back(master_of(parts, p));
+  for (std::size_t p : parts.layout.trainable) {
+    out.masters.push_back(master_of(parts, p));
+    out.computes.push_back(compute_of(parts, p));
+  }
   if (parts.stepper->speculator() != nullptr) out.counts = parts.stepper->speculator()->counts();
   return out;
 }
@@ -328,6 +350,7 @@ TEST_CASE("stepper: speculated steps equal the plain step bit for bit, rolled ba
         INFO("trainable parameter " << k);
         CHECK(std::memcmp(plain.masters[k].data(), speculated.masters[k].data(),
                           plain.masters[k].size() * 4) == 0);
+        CHECK(plain.computes[k] == speculated.computes[k]);
       }
       for (std::size_t s = 0; s < plain.stats.size(); ++s) {
         CHECK(plain.stats[s].skipped == speculated.stats[s].skipped);
@@ -346,13 +369,14 @@ TEST_CASE("stepper: speculated steps equal the plain step bit for bit, rolled ba
 namespace zero::engine {
 
 TEST_CASE(
-    "stepper: super_offload keeps a backup only where the verdict can undo a step, and "
-    "without one the learning rate may not change while the boundary's groups are stepped",
+    "stepper: super_offload keeps a second copy of the state only where the verdict can undo a "
+    "step, and without one the learning rate may not change while the boundary's groups are "
+    "stepped",
     "[engine]") {
   struct Variant {
     const char* what;
     std::string extra;
-    bool backup;
+    bool second_copy;
   };
   const std::vector<Variant> variants = {
       {"fp32, no clipping", "", false},
@@ -364,11 +388,11 @@ TEST_CASE(
   for (const Variant& v : variants) {
     INFO(v.what);
     EngineParts parts(speculating(3, v.extra, "AdamW"));
-    const bool has_backup =
+    const bool has_copy =
         std::any_of(parts.plan.blocks.begin(), parts.plan.blocks.end(),
-                    [](const PlannedBlock& b) { return b.role == BlockRole::speculation_backup; });
-    CHECK(has_backup == v.backup);
-    CHECK(parts.layout.modes.speculation_rollback == v.backup);
+                    [](const PlannedBlock& b) { return b.role == BlockRole::speculation_state; });
+    CHECK(has_copy == v.second_copy);
+    CHECK(parts.layout.modes.speculation_rollback == v.second_copy);
 
     // Armed: a new learning rate is refused where nothing could redo the steps taken with the
     // old one, taken where a rollback can; the same one is always taken.
@@ -377,12 +401,12 @@ TEST_CASE(
     parts.stepper->arm_speculation();
     set_speculation_grads(parts);
     parts.stepper->set_learning_rate(0.5);  // the config's
-    if (v.backup) {
+    if (v.second_copy) {
       parts.stepper->set_learning_rate(0.25);
     } else {
       try {
         parts.stepper->set_learning_rate(0.25);
-        FAIL("a new learning rate was taken while steps without a backup were armed");
+        FAIL("a new learning rate was taken while steps without a second copy were armed");
       } catch (const Error& error) {
         CHECK(error.category() == ErrorCategory::usage);
         CHECK_THAT(error.what(), Catch::Contains("before the boundary micro-batch's backward"));
@@ -390,7 +414,7 @@ TEST_CASE(
     }
     for (std::size_t b = 0; b < parts.layout.buckets.size(); ++b) parts.stepper->bucket_added(b);
     const StepStats stats = parts.stepper->step();
-    CHECK(stats.lr == (v.backup ? 0.25 : 0.5));
+    CHECK(stats.lr == (v.second_copy ? 0.25 : 0.5));
     // After the step it is taken, for the next.
     parts.stepper->set_learning_rate(0.25);
   }

@@ -151,7 +151,7 @@ TailRun run(bool offload, int accumulation) {
 }  // namespace
 
 TEST_CASE(
-    "super_offload without a backup leaves a step's last groups to its worker, and the next "
+    "super_offload without a second copy leaves a step's last groups to its worker, and the next "
     "forward reads each shard after its update: the bits of the run without offload",
     "[engine][offload]") {
   // At accumulation 1 the device takes the norm's sums as the blocks come down; at 2 the host

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/cpu_isa.h"
@@ -86,75 +87,139 @@ TEST_CASE("CPU optimizer results do not depend on threads or slicing", "[optim]"
   }
 }
 
-TEST_CASE("a step that keeps its pre-step values keeps exactly them and steps as one that does not",
-          "[optim]") {
-  // Odd sizes across tiles (4096 elements) and threads; one slice keeps, one does not.
+// A flat copy of the state for n elements (fp32 master, `state` moments), placed `shift`
+// elements past a 64-byte boundary, with `pad` elements of 0xab either side.
+struct StateCopy {
+  StateCopy(std::size_t n, DType state, std::size_t shift, std::size_t master_shift)
+      : size(dtype_size(state)),
+        master_bytes(n * 4 + 256, 0xab),
+        m_bytes(n * size + 256, 0xab),
+        v_bytes(n * size + 256, 0xab) {
+    master = reinterpret_cast<float*>(aligned(master_bytes) + master_shift * 4);
+    m = aligned(m_bytes) + shift * size;
+    v = aligned(v_bytes) + shift * size;
+  }
+  static unsigned char* aligned(std::vector<unsigned char>& bytes) {
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(bytes.data()) + 127) /
+                                            64 * 64);
+  }
+  std::size_t size;
+  std::vector<unsigned char> master_bytes, m_bytes, v_bytes;
+  float* master;
+  unsigned char* m;
+  unsigned char* v;
+};
+
+TEST_CASE(
+    "a step from another copy of the state gives a step in place's bits and leaves that "
+    "copy as it was",
+    "[optim]") {
+  // Odd sizes across tiles (4096 elements) and threads; destinations at odd offsets from the
+  // vectors' alignment (the streamed stores begin at the first aligned vector), and with the
+  // moments' alignment unlike the master's (no stream stores at all); one slice from the
+  // other copy, one in place.
   constexpr std::size_t n = 20011, split = 9001;
-  const Formats formats{DType::bf16, DType::bf16, DType::bf16};
   auto device = create_cpu_device();
+  std::vector<float> grad(n);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& g : grad) g = normal(rng);
   for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
     if (!cpu_features().supports(isa)) continue;
-    for (OptimizerType type : {OptimizerType::adamw, OptimizerType::lion}) {
-      INFO(cpu_isa_name(isa) << " " << optimizer_key(type));
-      OptimizerSpec spec;
-      spec.type = type;
-      auto optimizer = create_cpu_optimizer(spec, formats, {2, isa});
-      Buffers plain(n, 5), keeping(n, 5);
-      // Step 1 first, so that the moments the second step keeps are not zeros.
-      const Slice all_plain = plain.slice(0, n, 17), all_keeping = keeping.slice(0, n, 17);
-      optimizer->step({&all_plain, 1}, hyper(1), device->default_stream());
-      optimizer->step({&all_keeping, 1}, hyper(1), device->default_stream());
-      const Buffers before = keeping;
-      std::vector<float> kept_master(n, -1.0f);
-      std::vector<std::uint16_t> kept_m(n, 0xffff), kept_v(n, 0xffff);
-      Slice parts[] = {keeping.slice(0, split, 17), keeping.slice(split, n - split, 17 + split)};
-      parts[1].master_kept = kept_master.data() + split;
-      parts[1].state_kept[0] = kept_m.data() + split;
-      parts[1].state_kept[1] = kept_v.data() + split;
-      optimizer->step({&all_plain, 1}, hyper(2), device->default_stream());
-      optimizer->step(parts, hyper(2), device->default_stream());
-      CHECK(same_bits(plain, keeping));
-      std::size_t wrong = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        const bool kept = i >= split;
-        wrong += kept ? std::memcmp(&kept_master[i], &before.master[i], 4) != 0
-                      : kept_master[i] != -1.0f;
-        wrong += kept ? kept_m[i] != before.m[i] : kept_m[i] != 0xffff;
-        // Lion has one moment: the second buffer is not kept (nor read).
-        const bool second = kept && type != OptimizerType::lion;
-        wrong += second ? kept_v[i] != before.v[i] : kept_v[i] != 0xffff;
+    for (DType state : {DType::bf16, DType::f32}) {
+      const Formats formats{DType::f32, state, DType::bf16};
+      for (OptimizerType type : {OptimizerType::adamw, OptimizerType::lion, OptimizerType::sgd,
+                                 OptimizerType::adagrad}) {
+        for (auto [shift, master_shift] :
+             {std::pair<std::size_t, std::size_t>{0, 0}, {5, 5}, {16, 16}, {3, 4}}) {
+          INFO(cpu_isa_name(isa) << " " << dtype_name(state) << " " << optimizer_key(type)
+                                 << ", destination " << shift << " and " << master_shift
+                                 << " elements past 64 bytes");
+          OptimizerSpec spec;
+          spec.type = type;
+          spec.momentum = 0.9;
+          auto optimizer = create_cpu_optimizer(spec, formats, {2, isa});
+          const int states = spec.state_buffers();
+          StateCopy plain(n, state, 0, 0), from(n, state, 0, 0),
+              into(n, state, shift, master_shift);
+          std::vector<std::uint16_t> plain_out(n), into_out(n);
+          const auto slice = [&](StateCopy& c, std::vector<std::uint16_t>& out, std::size_t begin,
+                                 std::size_t count) {
+            Slice s;
+            s.master = c.master + begin;
+            s.grad = grad.data() + begin;
+            s.state[0] = states >= 1 ? c.m + begin * c.size : nullptr;
+            s.state[1] = states >= 2 ? c.v + begin * c.size : nullptr;
+            s.param_out = out.data() + begin;
+            s.count = count;
+            s.weight_decay = 0.01;
+            s.first_index = 17 + begin;
+            return s;
+          };
+          // Step 1 in place from random masters and zero moments, so that the moments step 2
+          // reads are not zeros.
+          for (std::size_t i = 0; i < n; ++i) plain.master[i] = normal(rng);
+          std::memset(plain.m, 0, n * plain.size);
+          std::memset(plain.v, 0, n * plain.size);
+          const Slice first = slice(plain, plain_out, 0, n);
+          optimizer->step({&first, 1}, hyper(1), device->default_stream());
+          std::memcpy(from.master, plain.master, n * 4);
+          std::memcpy(from.m, plain.m, n * plain.size);
+          std::memcpy(from.v, plain.v, n * plain.size);
+          const StateCopy before = from;
+          // The destination holds the first slice's state (stepped in place there) and garbage
+          // where the second slice's step writes.
+          std::memcpy(into.master, plain.master, split * 4);
+          std::memcpy(into.m, plain.m, split * plain.size);
+          std::memcpy(into.v, plain.v, split * plain.size);
+          Slice parts[] = {slice(into, into_out, 0, split),
+                           slice(into, into_out, split, n - split)};
+          parts[1].master_from = from.master + split;
+          parts[1].state_from[0] = states >= 1 ? from.m + split * from.size : nullptr;
+          parts[1].state_from[1] = states >= 2 ? from.v + split * from.size : nullptr;
+          const Slice all = slice(plain, plain_out, 0, n);
+          optimizer->step({&all, 1}, hyper(2), device->default_stream());
+          optimizer->step(parts, hyper(2), device->default_stream());
+          CHECK(std::memcmp(into.master, plain.master, n * 4) == 0);
+          CHECK(std::memcmp(into.m, plain.m, states >= 1 ? n * plain.size : 0) == 0);
+          CHECK(std::memcmp(into.v, plain.v, states >= 2 ? n * plain.size : 0) == 0);
+          CHECK(into_out == plain_out);
+          // The copy read, and everything around it, as it was; nothing written past the
+          // destination's elements.
+          CHECK(from.master_bytes == before.master_bytes);
+          CHECK(from.m_bytes == before.m_bytes);
+          CHECK(from.v_bytes == before.v_bytes);
+          const auto untouched_around = [n](const std::vector<unsigned char>& bytes,
+                                            const void* first_byte, std::size_t size) {
+            const auto* at = static_cast<const unsigned char*>(first_byte);
+            std::size_t touched = 0;
+            for (const unsigned char* p = bytes.data(); p < bytes.data() + bytes.size(); ++p) {
+              if ((p < at || p >= at + n * size) && *p != 0xab) ++touched;
+            }
+            return touched;
+          };
+          CHECK(untouched_around(into.master_bytes, into.master, 4) == 0);
+          CHECK(untouched_around(into.m_bytes, into.m, into.size) == 0);
+          CHECK(untouched_around(into.v_bytes, into.v, into.size) == 0);
+        }
       }
-      CHECK(wrong == 0);
     }
   }
 }
 
-TEST_CASE("the backup's copy, non-temporal where the ISA has it, copies as memcpy does",
-          "[optim]") {
-  // Odd sizes around the vector widths and a page; destinations at every kind of misalignment;
-  // the bytes around the destination untouched.
-  std::vector<unsigned char> src(100003 + 64);
-  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
-  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
-    if (!cpu_features().supports(isa)) continue;
-    const cpu::Copy copy = cpu::find_backup_copy(isa);
-    for (std::size_t bytes : {0, 1, 31, 32, 33, 63, 64, 65, 127, 4097, 100003}) {
-      for (std::size_t offset : {0, 1, 8, 17, 32, 63}) {
-        INFO(cpu_isa_name(isa) << ": " << bytes << " bytes to offset " << offset);
-        std::vector<unsigned char> dst(bytes + 192, 0xab);
-        // 64-byte aligned base, then the offset; the source one byte off too.
-        auto* base = reinterpret_cast<unsigned char*>(
-            (reinterpret_cast<std::uintptr_t>(dst.data()) + 63) / 64 * 64);
-        copy(base + offset, src.data() + 1, bytes);
-        CHECK(std::memcmp(base + offset, src.data() + 1, bytes) == 0);
-        std::size_t touched = 0;
-        for (unsigned char* p = dst.data(); p < dst.data() + dst.size(); ++p) {
-          if ((p < base + offset || p >= base + offset + bytes) && *p != 0xab) ++touched;
-        }
-        CHECK(touched == 0);
-      }
-    }
-  }
+TEST_CASE("a step from another copy of only some of its buffers is refused", "[optim]") {
+  constexpr std::size_t n = 64;
+  auto device = create_cpu_device();
+  auto optimizer = create_cpu_optimizer(OptimizerSpec{}, {DType::bf16, DType::bf16, DType::bf16},
+                                        {1, selected_cpu_isa()});
+  Buffers buffers(n, 3), other(n, 4);
+  Slice s = buffers.slice(0, n, 0);
+  s.master_from = other.master.data();
+  s.state_from[0] = other.m.data();
+  CHECK_THROWS_WITH(optimizer->step({&s, 1}, hyper(1), device->default_stream()),
+                    Catch::Contains("slice 0 is stepped from another copy of its state but has "
+                                    "no state[1] there"));
+  CHECK(buffers.master == Buffers(n, 3).master);  // refused before anything is written
 }
 
 TEST_CASE("stochastic rounding is unbiased and keeps bf16 moments moving", "[optim]") {

@@ -372,7 +372,7 @@ errors)
   refused=$(grep -c "$refusal" "$work/out" || true)
   [ "$refused" -eq 3 ] || { cat "$work/out"; fail "not every optimizer-nvme row was refused"; }
   grep -q "optimizer cpu .* yes" "$work/out" || { cat "$work/out"; fail "cpu rows not planned"; }
-  # super_offload: the rows with the optimizer on the CPU count its backup (12 bytes per
+  # super_offload: the rows with the optimizer on the CPU count its second copy (12 bytes per
   # parameter of Adam's fp32 state: 1.39 GiB of pinned memory more for GPT-2 124M); the others,
   # where the engine would refuse it, are planned without it.
   pinned() {

@@ -1,6 +1,8 @@
 // zero-bench adam: elements per second of the fused CPU optimizer step per ISA and thread count,
 // each variant next to its memory-bandwidth floor (the same loads and stores with trivial
-// arithmetic), and the fused half copy-out against a step followed by a separate cast pass.
+// arithmetic), the fused half copy-out against a step followed by a separate cast pass, and the
+// step from one copy of the state into another (super_offload's speculated step where a verdict
+// can undo it) against the step in place.
 #pragma once
 
 #include <string>

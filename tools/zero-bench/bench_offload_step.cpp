@@ -45,7 +45,8 @@ std::string offload_step_config(const OffloadStepBenchOptions& o, const std::str
   // pin_memory unset: pinned beside a GPU (the timed device stands in for one).
   const std::string pin = mode == "pageable" ? R"(, "pin_memory": false)" : "";
   const bool speculate = mode.starts_with("super_offload");
-  // Without bf16's overflow check (and clipping) nothing can undo a speculated step: no backup.
+  // Without bf16's overflow check (and clipping) nothing can undo a speculated step: it writes
+  // the state in place, with no second copy.
   const char* check = mode == "super_offload_unchecked" ? "false" : "true";
   return fmt::format(R"({{
     "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": {},
@@ -231,9 +232,10 @@ CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& optio
       ->add_option("--modes", options.modes,
                    "Comma-separated: pinned (offload_optimizer without pin_memory: pinned beside "
                    "a GPU), pageable (pin_memory false), super_offload (pinned and "
-                   "super_offload, which keeps a backup for bf16's overflow check), "
-                   "super_offload_unchecked (the same with bf16.check_grad_overflow false: "
-                   "nothing can undo a speculated step, so no backup); default: "
+                   "super_offload, whose speculated steps write a second copy of the state for "
+                   "bf16's overflow check), super_offload_unchecked (the same with "
+                   "bf16.check_grad_overflow false: nothing can undo a speculated step, so it "
+                   "writes the state in place); default: "
                    "pinned,super_offload")
       ->delimiter(',')
       ->check(CLI::IsMember({"pinned", "pageable", "super_offload", "super_offload_unchecked"}));

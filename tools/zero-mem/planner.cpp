@@ -275,8 +275,9 @@ config::Config mode_config(const Request& request, const Mode& mode) {
     const std::string key = fmt::format("zero_optimization.{}.nvme_path", section);
     if (!given(request, key)) with.keys[key] = "/local_nvme";
   }
-  // super_offload (its backup, staging and second NVMe regions counted) applies to the rows with
-  // the optimizer offloaded; the others run without it, as the engine would refuse it there.
+  // super_offload (its second copy of the state, staging and second NVMe regions counted) applies
+  // to the rows with the optimizer offloaded; the others run without it, as the engine would refuse
+  // it there.
   const auto device = with.keys.find("zero_optimization.offload_optimizer.device");
   if (device != with.keys.end() && *device == "none") {
     with.keys["zero_optimization.offload_optimizer.super_offload"] = false;
