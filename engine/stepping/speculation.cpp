@@ -104,8 +104,8 @@ void Speculation::arm(std::int64_t k, double loss_scale, bool take_sums) {
 }
 
 bool Speculation::leaves_tail() const {
-  return early_placement_ && !modes_.speculation_rollback && ctx_.device.offload_beside() &&
-         state_.swap() == nullptr && state_.grad_swap() == nullptr;
+  return early_placement_ && ctx_.device.offload_beside() && state_.swap() == nullptr &&
+         state_.grad_swap() == nullptr;
 }
 
 bool Speculation::settle() {
@@ -156,6 +156,7 @@ bool Speculation::lr_fixed_while_armed() const {
 }
 
 void Speculation::skip(bool speculated) {
+  drain();  // a tail left before the verdict: every group stepped into the other copy, dropped
   if (speculated) roll_back();
   if (speculated && early_placement_) place_restored();
   speculator_->record(speculated, /*rollback=*/true);
@@ -165,8 +166,12 @@ bool Speculation::verdict(bool speculated, bool clipped, double lr) {
   // The speculated steps stand when clipping left the scale as speculated (1 / loss scale) and
   // the schedule the learning rate.
   const bool stands = speculated && !clipped && lr == hyper_.lr;
-  if (speculated && !stands) roll_back();
-  // The resident groups' other copy made current, where the steps wrote it.
+  if (speculated && !stands) {
+    drain();  // a tail left before the verdict, to drop with the rest
+    roll_back();
+  }
+  // The resident groups' other copy made current, where the steps wrote it (a tail goes on
+  // writing it: whatever reads a group the tail has not stepped waits for it).
   if (stands && modes_.speculation_rollback) state_.make_other_state_current();
   if (OptimizerSwap* swap = state_.swap(); stands && swap != nullptr) {
     swap->end_speculation(/*keep=*/true);  // the swapped groups' other regions made current

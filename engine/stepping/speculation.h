@@ -10,10 +10,12 @@
 // stay current), and the Stepper steps again with the right scale (or not at all, on a skip).
 // At stage 3 with the compute shards in memory each group is placed in backward and placed again
 // after a rollback; otherwise the placement runs after the verdict, so the compute copies never see
-// a speculated value that did not stand. Where nothing can undo the steps (no second copy) and they
-// are placed early from memory beside a GPU, the boundary does not wait for the groups the worker
-// has not reached (the step's tail; the sums it has not taken are taken beside it): the next
-// forward's gathers wait for each (await_param), everything else for all of them (drain).
+// a speculated value that did not stand. Where every group is resident and placed early from memory
+// beside a GPU, the boundary does not wait for the groups the worker has not reached (the step's
+// tail; the sums it has not taken are taken beside it): the next forward's gathers wait for each
+// (await_param), everything else for all of them (drain). With a second copy the tail goes on
+// writing it while the verdict is taken: a verdict that keeps the steps makes it current under the
+// tail, one that drops them waits for the tail first.
 //
 // Owns: the Speculator and its worker, the speculation's stream, the partial norm and check,
 // each group's place in the staging, the early placement's stream, the events that free its
@@ -61,9 +63,9 @@ class Speculation {
   void stop() noexcept;
 
   // At the boundary: every speculated step finished and the gradient's sums and flags complete;
-  // whether anything was speculated this boundary. Where nothing can undo the steps and the
-  // next forward's gathers read the compute shards (leaves_tail), the groups not yet stepped
-  // are left to the worker instead: await_param() and drain() wait for them.
+  // whether anything was speculated this boundary. Where the next forward's gathers read the
+  // compute shards (leaves_tail), the groups not yet stepped are left to the worker instead:
+  // await_param() and drain() wait for them (and skip() and a verdict that drops the steps).
   bool settle();
   // After a settle() that left groups to the worker: waits until those holding parameter
   // `param`'s owned shard are stepped and makes `stream` wait for their placement; rethrows a
@@ -107,9 +109,10 @@ class Speculation {
   void speculate_swapped(std::size_t group, char* out);
   // fp32: a swapped group's updated masters into its place in the staging.
   void stage_masters(std::size_t group, const GroupState& where, char* out);
-  // This boundary's groups may be left to the worker past the step: nothing can undo them (no
-  // second copy), every group is resident and placed early, beside a GPU (or a stand-in: on
-  // the CPU device the worker would take the cores the next forward computes on).
+  // This boundary's groups may be left to the worker past the step: every group is resident
+  // and placed early, beside a GPU (or a stand-in: on the CPU device the worker would take the
+  // cores the next forward computes on). A rollback, should the verdict need one, waits for
+  // them.
   bool leaves_tail() const;
   // The speculated groups' steps dropped (resident: the current copy they read stays current;
   // swapped: their other regions dropped).

@@ -1,13 +1,14 @@
-// super_offload's tail (docs/offload.md, "The step's tail"): where nothing can undo a
-// speculated step (no clipping, no overflow check), at stage 3 beside a GPU, step() returns
-// with the groups the worker has not stepped yet, and the next forward's gather of each shard
-// waits for its group's update. Here the worker is held (FaultHooks::speculated_step) until
-// step() returns and slowed after, so that step() leaves every group to it, and a step() that
-// waited for them times the hook out; on the guarded CPU device (a GPU's streams and events,
-// device memory the engine may not touch from the host) a model whose gradients are a
-// function of the weights its forward read must then train with exactly the bits of the same
-// model without offload: a forward that read a shard before its update landed would change
-// every step after it.
+// super_offload's tail (docs/offload.md, "The step's tail"): at stage 3 beside a GPU, step()
+// returns with the groups the worker has not stepped yet, and the next forward's gather of
+// each shard waits for its group's update; where a verdict can undo the speculated steps
+// (clipping here) the worker steps them into the state's second copy, which a verdict that
+// keeps them makes current under the tail, and one that drops them waits for the tail first. Here
+// the worker is held (FaultHooks::speculated_step) until step() returns and slowed after, so that
+// step() leaves every group to it, and a step() that waited for them times the hook out; on the
+// guarded CPU device (a GPU's streams and events, device memory the engine may not touch from the
+// host) a model whose gradients are a function of the weights its forward read must then train with
+// exactly the bits of the same model without offload: a forward that read a shard before its update
+// landed would change every step after it.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -36,16 +37,17 @@ constexpr std::int64_t kElements = 999;
 constexpr std::int64_t kBias = 7;
 constexpr int kSteps = 4;
 
-std::string tail_config(bool offload, int accumulation) {
+// `extra`: more top-level keys, each followed by a comma.
+std::string tail_config(bool offload, int accumulation, const std::string& extra = "") {
   return fmt::format(
-      R"({{
+      R"({{ {4}
     "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": {2},
     "optimizer": {{"type": "AdamW", "params": {{"lr": 1e-2, "weight_decay": 0.01}}}},
     "zero_optimization": {{"stage": 3, "sub_group_size": {0}, "reduce_bucket_size": {0},
       "stage3_param_persistence_threshold": {3}{1}}}}})",
       kElements,
       offload ? R"(, "offload_optimizer": {"device": "cpu", "super_offload": true})" : "",
-      accumulation, kBias);
+      accumulation, kBias, extra);
 }
 
 // Module m's parameters' sizes.
@@ -62,16 +64,16 @@ struct TailRun {
   bool timed_out = false;     // a step() waited for its groups (the hook gave up)
 };
 
-// kSteps optimizer steps of `accumulation` micro-steps each.
-TailRun run(bool offload, int accumulation) {
+// kSteps optimizer steps of `accumulation` micro-steps each; the worker held up to `hold_ms`.
+TailRun run(bool offload, int accumulation, const std::string& extra = "", int hold_ms = 2000) {
   auto made = create_cpu_device(offload ? CpuDeviceMode::guarded : CpuDeviceMode::sync);
   Device& device = *made;
   comm::CommOptions comm_options;
   comm_options.device = made.get();
   EngineOptions options;
   options.optimizer_threads = 1;
-  Engine engine(config::read_config_text(tail_config(offload, accumulation), {}), std::move(made),
-                comm::make_local_communicator(comm_options), options);
+  Engine engine(config::read_config_text(tail_config(offload, accumulation, extra), {}),
+                std::move(made), comm::make_local_communicator(comm_options), options);
   std::atomic<bool> returned{false};  // the boundary's step() returned
   std::atomic<int> held{0};
   std::atomic<std::size_t> groups{0};
@@ -84,7 +86,7 @@ TailRun run(bool offload, int accumulation) {
         groups.compare_exchange_weak(seen, group + 1);
       }
       // Once one hold timed out (a step() that waits for its groups) the rest are not held.
-      for (int ms = 0; ms < 2000 && !returned.load() && !timed_out.load(); ++ms) {
+      for (int ms = 0; ms < hold_ms && !returned.load() && !timed_out.load(); ++ms) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       if (!returned.load()) timed_out = true;
@@ -151,15 +153,19 @@ TailRun run(bool offload, int accumulation) {
 }  // namespace
 
 TEST_CASE(
-    "super_offload without a second copy leaves a step's last groups to its worker, and the next "
-    "forward reads each shard after its update: the bits of the run without offload",
+    "super_offload leaves a step's last groups to its worker, and the next forward reads each "
+    "shard after its update: the bits of the run without offload",
     "[engine][offload]") {
   // At accumulation 1 the device takes the norm's sums as the blocks come down; at 2 the host
-  // adds the second micro-step's, and the boundary takes the sums the worker has not.
+  // adds the second micro-step's, and the boundary takes the sums the worker has not. Without
+  // clipping nothing can undo the steps and they write the state in place; with clipping that
+  // never triggers they write its second copy, made current while the tail writes it.
   const int accumulation = GENERATE(1, 2);
-  INFO("gradient accumulation " << accumulation);
-  const TailRun plain = run(/*offload=*/false, accumulation);
-  const TailRun tail = run(/*offload=*/true, accumulation);
+  const bool clipping = GENERATE(false, true);
+  const std::string extra = clipping ? R"("gradient_clipping": 1000.0,)" : "";
+  INFO("gradient accumulation " << accumulation << (clipping ? ", clipping" : ""));
+  const TailRun plain = run(/*offload=*/false, accumulation, extra);
+  const TailRun tail = run(/*offload=*/true, accumulation, extra);
   // Every group of every step was held until its step() returned, and no step() waited.
   CHECK(tail.groups > static_cast<std::size_t>(kModules));  // parameters across groups
   CHECK(tail.held == kSteps * static_cast<int>(tail.groups));
@@ -187,6 +193,29 @@ TEST_CASE(
     INFO("parameter " << k << " after the last step");
     CHECK(same(plain.finals[k], tail.finals[k]));
   }
+}
+
+TEST_CASE(
+    "a verdict that drops a step whose last groups the worker still has waits for them, and "
+    "the step taken again after has the bits of the run without offload",
+    "[engine][offload]") {
+  // Clipping that always triggers: each speculated step is dropped (until the speculation
+  // stops itself after three rollbacks) while its groups are held, so the first verdict waits
+  // for the hold to give up (200 ms) and the rest are not held.
+  const std::string extra = R"("gradient_clipping": 0.01,)";
+  const TailRun plain = run(/*offload=*/false, 1, extra);
+  const TailRun dropped = run(/*offload=*/true, 1, extra, /*hold_ms=*/200);
+  CHECK(dropped.timed_out);  // a step() waited for its groups: the verdict's
+  REQUIRE(plain.forward_reads.size() == dropped.forward_reads.size());
+  for (std::size_t k = 0; k < plain.forward_reads.size(); ++k) {
+    INFO("read " << k << " in forward");
+    CHECK(plain.forward_reads[k] == dropped.forward_reads[k]);
+  }
+  REQUIRE(dropped.norms.size() == kSteps);
+  for (int k = 0; k < kSteps; ++k) {
+    CHECK(dropped.norms[k] == Approx(plain.norms[k]).epsilon(1e-6));
+  }
+  CHECK(plain.finals == dropped.finals);
 }
 
 }  // namespace zero::engine
