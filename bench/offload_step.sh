@@ -33,7 +33,7 @@ command=("$bench" offload-step --modes pageable,pinned,super_offload,super_offlo
 # The same with the CPU optimizer on one thread, the other core left to the engine's own host
 # work beside it (the hooks, the stand-in's hand-offs), as cpuadam_cores_perc leaves cores on a
 # GPU's host: on two cores the two-thread optimizer shares them with that work.
-one_thread=("$bench" offload-step --modes pinned,super_offload_unchecked --steps 10 --threads 1
+one_thread=("$bench" offload-step --modes pinned,super_offload,super_offload_unchecked --steps 10 --threads 1
             --json "$results/offload_step.jsonl" "${extra[@]}")
 {
   echo "# $(date -u +%Y-%m-%d) bench/offload_step.sh"
