@@ -35,6 +35,10 @@ command=("$bench" offload-step --modes pageable,pinned,super_offload,super_offlo
 # GPU's host: on two cores the two-thread optimizer shares them with that work.
 one_thread=("$bench" offload-step --modes pinned,super_offload,super_offload_unchecked --steps 10 --threads 1
             --json "$results/offload_step.jsonl" "${extra[@]}")
+# Gradient accumulation 4: the window's later micro-steps added on the host, then summed on the
+# device (offload_optimizer.accumulate_on_device).
+accumulating=("$bench" offload-step --modes pinned,super_offload,super_offload_unchecked --steps 6
+              --accumulation 4 --json "$results/offload_step.jsonl" "${extra[@]}")
 {
   echo "# $(date -u +%Y-%m-%d) bench/offload_step.sh"
   bash bench/machine.sh "$bench"
@@ -45,6 +49,14 @@ one_thread=("$bench" offload-step --modes pinned,super_offload,super_offload_unc
   OMP_WAIT_POLICY=passive "${one_thread[@]}" 2>&1 | grep -v '\[info\]'
   one_thread_status=${PIPESTATUS[0]}
   ((status == 0)) && status=$one_thread_status
+  for on_device in no yes; do
+    flag=()
+    [[ $on_device == yes ]] && flag=(--accumulate-on-device)
+    echo "# OMP_WAIT_POLICY=passive ${accumulating[*]} ${flag[*]}"
+    OMP_WAIT_POLICY=passive "${accumulating[@]}" "${flag[@]}" 2>&1 | grep -v '\[info\]'
+    accumulating_status=${PIPESTATUS[0]}
+    ((status == 0)) && status=$accumulating_status
+  done
   echo "# the first run's last mode's median step, by lane (busy: the spans' sum; first and last: ms into the step)"
   python3 - "$results/offload_step.trace.json" <<'PY'
 import collections, json, sys

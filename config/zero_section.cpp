@@ -55,6 +55,8 @@ void read_offload_optimizer(Section& zero, Config& config) {
   // SuperOffload's speculative step (docs/offload.md, "The overlapped step").
   offload.super_offload = section.boolean({"super_offload"}, false);
   offload.cpuadam_cores_perc = section.real({"cpuadam_cores_perc"}, 0.8, {0.0, 1.0});
+  // Our own key (docs/offload.md, "Gradients down, added").
+  offload.accumulate_on_device = section.boolean({"accumulate_on_device"}, false);
   section.no_effect_flag("convert_grad_on_cpu", "gradients are cast where they are reduced");
   section.finish();
   if (offload.super_offload && offload.cpuadam_cores_perc <= 0.0) {
@@ -67,6 +69,12 @@ void read_offload_optimizer(Section& zero, Config& config) {
     zero.reader().error(
         "zero_optimization.offload_optimizer.super_offload needs the optimizer offloaded: set "
         "offload_optimizer.device to \"cpu\" or \"nvme\", or remove super_offload");
+  }
+  if (offload.accumulate_on_device && offload.device == OffloadDevice::none) {
+    zero.reader().error(
+        "zero_optimization.offload_optimizer.accumulate_on_device sums an accumulation window's "
+        "offloaded gradients on the device: it needs the optimizer offloaded; set "
+        "offload_optimizer.device to \"cpu\" or \"nvme\", or remove accumulate_on_device");
   }
   if (offload.device == OffloadDevice::nvme && offload.nvme_path.empty()) {
     zero.reader().error(

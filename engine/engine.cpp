@@ -292,6 +292,10 @@ void Engine::Impl::check_same_config() {
 void Engine::Impl::lay_out() {
   layout = plan_layout(registry, config, world);
   memory_plan = plan_memory(registry, config, layout, device->offload_beside());
+  if (const std::string why = device_accumulation_unused(config, layout, device->offload_beside());
+      !why.empty()) {
+    log::info("engine: offload_optimizer.accumulate_on_device has no effect here: {}", why);
+  }
   model_state = std::make_unique<ModelState>(context(), memory_plan, faults);
   reducer = std::make_unique<GradReducer>(context());
   reducer->set_timeline(timeline.get());

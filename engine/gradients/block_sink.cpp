@@ -116,6 +116,10 @@ class HostShard final : public BlockSink {
 
   void deliver(const ReducedBlock& block, Event& buffer_read, Stream& epilogue,
                std::function<void()> added) override {
+    if (adds_ != nullptr && target_.device_flat != nullptr) {
+      deliver_on_device(block, buffer_read, epilogue, std::move(added));
+      return;
+    }
     if (adds_ != nullptr && block.onto_zero && target_.device_block != nullptr) {
       deliver_direct(block, buffer_read, epilogue, std::move(added));
       return;
@@ -161,6 +165,9 @@ class HostShard final : public BlockSink {
   bool direct() const noexcept override {
     return adds_ != nullptr && target_.device_block != nullptr;
   }
+  bool accumulates_on_device() const noexcept override {
+    return adds_ != nullptr && target_.device_flat != nullptr;
+  }
   void owned_zeroed() noexcept override { direct_blocks_ = host_blocks_ = 0; }
   std::optional<DeviceGradSums> device_sums() const override {
     const std::size_t buckets = ctx_.layout.buckets.size();
@@ -195,12 +202,59 @@ class HostShard final : public BlockSink {
     if (timeline_ != nullptr)
       timeline_->comm_begin(OverlapTimeline::Kind::copy, epilogue, epilogue);
     char* shard = static_cast<char*>(target_.grad_flat);
+    for_each_run(block, [&](std::size_t src, std::size_t dst, std::size_t count) {
+      d.copy_async(shard + dst * asize, cast + src * asize, count * asize, epilogue);
+    });
+    if (timeline_ != nullptr) timeline_->comm_end(epilogue);
+    announce(d, epilogue, std::move(added));
+    direct_blocks_ += 1;
+  }
+
+  // device_accumulation (memory_plan.h): the block added into the owned shard on the device
+  // (onto zeros in a window's first micro-step: accumulate_onto_zero, the bits of the host's
+  // add), and in the window's last micro-step the sum copied from there straight into the owned
+  // shard in host memory, run by run, its sums of squares and non-finite flag taken on the
+  // device first as deliver_direct's are. The earlier micro-steps move nothing down.
+  void deliver_on_device(const ReducedBlock& block, Event& buffer_read, Stream& epilogue,
+                         std::function<void()> added) {
+    Device& d = ctx_.device;
+    GradTarget on_device = target_;
+    on_device.grad_flat = target_.device_flat;
+    add_into_shard(ctx_, on_device, block, block.data, kNone, d, epilogue);
+    buffer_read.record(epilogue);
+    if (!block.last) {
+      announce(d, epilogue, std::move(added));
+      return;
+    }
+    const DType accum = target_.accum;
+    const std::size_t asize = dtype_size(accum);
+    const char* sum = static_cast<const char*>(target_.device_flat);
+    const std::size_t buckets = ctx_.layout.buckets.size();
+    float* squares = target_.block_sums + block.index;
+    d.fill(squares, DType::f32, 1, 0.0f, epilogue);
+    const bool check = ctx_.config.checks_grad_overflow();  // the flag is read only then
+    float* flag = target_.block_sums + buckets;
+    if (check && direct_blocks_ == 0) d.fill(flag, DType::f32, 1, 0.0f, epilogue);
+    for_each_run(block, [&](std::size_t, std::size_t at, std::size_t count) {
+      d.sum_squares(sum + at * asize, accum, count, squares, epilogue);
+      if (check) d.check_finite(sum + at * asize, accum, count, flag, epilogue);
+    });
+    if (timeline_ != nullptr)
+      timeline_->comm_begin(OverlapTimeline::Kind::copy, epilogue, epilogue);
+    char* shard = static_cast<char*>(target_.grad_flat);
+    for_each_run(block, [&](std::size_t, std::size_t at, std::size_t count) {
+      d.copy_async(shard + at * asize, sum + at * asize, count * asize, epilogue);
+    });
+    if (timeline_ != nullptr) timeline_->comm_end(epilogue);
+    announce(d, epilogue, std::move(added));
+    direct_blocks_ += 1;
+  }
+
+  // Calls run(offset in the block, offset in the owned shard, count) for the block's pieces,
+  // runs contiguous in both merged.
+  template <typename Run>
+  void for_each_run(const ReducedBlock& block, Run run) const {
     std::size_t run_src = 0, run_dst = 0, run_count = 0;
-    const auto copy_run = [&] {
-      if (run_count != 0) {
-        d.copy_async(shard + run_dst * asize, cast + run_src * asize, run_count * asize, epilogue);
-      }
-    };
     for (const BucketPiece& piece : block.bucket.pieces) {
       const std::size_t p = ctx_.layout.trainable[piece.param];
       const std::size_t src = piece.offset;
@@ -210,15 +264,12 @@ class HostShard final : public BlockSink {
         run_count += count;
         continue;
       }
-      copy_run();
+      if (run_count != 0) run(run_src, run_dst, run_count);
       run_src = src;
       run_dst = dst;
       run_count = count;
     }
-    copy_run();
-    if (timeline_ != nullptr) timeline_->comm_end(epilogue);
-    announce(d, epilogue, std::move(added));
-    direct_blocks_ += 1;
+    if (run_count != 0) run(run_src, run_dst, run_count);
   }
 
   void copy_down(const ReducedBlock& block, char* staged, Event& buffer_read, Stream& epilogue) {

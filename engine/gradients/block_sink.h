@@ -8,7 +8,10 @@
 //                staging slots, added by a pool of threads (HostAdds) while the next blocks
 //                come down; on the CPU device by its own kernels in the epilogue's order; with
 //                the gradient NVMe swap, the owned offsets from its resident end go to the
-//                GradSwap instead.
+//                GradSwap instead. Beside a GPU a block landing on zeros goes down directly,
+//                cast on the device (direct_reduce), and with accumulate_on_device a window's
+//                blocks are summed in an owned shard on the device and go down directly at
+//                its last micro-step (device_accumulation).
 // Each piece of the bucket lands at its parameter's place, scaled by the averaging factor; the
 // first reduction after GradReducer::zero_owned writes onto zeros rather than adding.
 //
@@ -50,6 +53,9 @@ struct GradTarget {
   // dtype), and a float per bucket for its sum of squares then one for the non-finite flag.
   void* device_block = nullptr;
   float* block_sums = nullptr;
+  // memory_plan.h's device_accumulation: the owned shard on the device (accum dtype, laid out
+  // as grad_flat), where a window's blocks are summed; null where they are added on the host.
+  void* device_flat = nullptr;
 };
 
 // The reduced gradient's sums of squares taken on the device as its blocks came down (a float
@@ -71,6 +77,7 @@ struct ReducedBlock {
   const char* data;
   float factor;    // the averaging after the sum
   bool onto_zero;  // the owned shard's zeros are pending
+  bool last;       // the accumulation window's last micro-step (its boundary)
 };
 
 class BlockSink {
@@ -86,6 +93,9 @@ class BlockSink {
   // Blocks that land on zeros go down through the device (direct_reduce), their sums taken
   // there.
   virtual bool direct() const noexcept { return false; }
+  // A window's blocks are summed on the device and go down at its last micro-step, their sums
+  // taken there (device_accumulation).
+  virtual bool accumulates_on_device() const noexcept { return false; }
   // The owned shard was set back to zero (GradReducer::zero_owned).
   virtual void owned_zeroed() noexcept {}
   // Every block since owned_zeroed() went down through the device (direct_reduce), each

@@ -93,7 +93,8 @@ void GradReducer::attach(std::vector<void*> full_grads, std::vector<void*> bucke
 
 void GradReducer::begin_backward(std::int64_t micro_steps) {
   const auto steps = ctx_.config.batch.gradient_accumulation_steps;
-  reducing_ = !identity_ && (modes_.stage >= 2 || (micro_steps + 1) % steps == 0);
+  boundary_ = (micro_steps + 1) % steps == 0;
+  reducing_ = !identity_ && (modes_.stage >= 2 || boundary_);
   for (std::size_t p : ctx_.layout.trainable) {
     grads_[p].uses_left = ctx_.registry.param(p).modules.size();
     grads_[p].touched = false;
@@ -291,9 +292,9 @@ void GradReducer::finish(std::size_t slot) {
   const char* block = buffer + static_cast<std::size_t>(r) * bucket.block * dtype_size(modes_.wire);
   std::function<void()> added;
   if (bucket_added_) added = [this, b = flight.bucket] { bucket_added_(b); };
-  sink_->deliver(
-      {bucket, flight.bucket, r, block, static_cast<float>(post_factor_), owned_zero_pending_},
-      *buffer_read_[slot], stream, std::move(added));
+  sink_->deliver({bucket, flight.bucket, r, block, static_cast<float>(post_factor_),
+                  owned_zero_pending_, boundary_},
+                 *buffer_read_[slot], stream, std::move(added));
   flight = {};
 }
 

@@ -121,10 +121,12 @@ class GradReducer {
   std::optional<DeviceGradSums> device_sums() const {
     return sink_ ? sink_->device_sums() : std::nullopt;
   }
-  // Before a micro-step's backward: its blocks will land on zeros and go down through the
-  // device, so device_sums() will hold after its flush.
+  // Before a micro-step's backward (after begin_backward): its blocks will land on zeros and go
+  // down through the device, or end a window summed on the device, so device_sums() will hold
+  // after its flush.
   bool sums_on_device_ahead() const noexcept {
-    return owned_zero_pending_ && sink_ && sink_->direct();
+    return sink_ && ((owned_zero_pending_ && sink_->direct()) ||
+                     (boundary_ && sink_->accumulates_on_device()));
   }
   // Before the owned gradient shard is read: writes its zeros if zero_owned() has not yet been
   // followed by a micro-step's reduction (a no-op after one).
@@ -193,6 +195,7 @@ class GradReducer {
   std::size_t next_slot_ = 0;
   std::size_t next_bucket_ = 0;  // the next bucket to issue, in plan order
   bool reducing_ = false;        // this micro-step reduces (stages 2-3, or the boundary)
+  bool boundary_ = false;        // this micro-step ends the accumulation window
   // zero_owned() since the last micro-step that reduced: that micro-step's blocks are written
   // onto zeros (cleared when its flush ends).
   bool owned_zero_pending_ = false;

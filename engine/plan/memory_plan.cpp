@@ -139,6 +139,9 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
     plan.reduce_device_bytes =
         reduce_device_sums_offset(layout) + (layout.buckets.size() + 1) * sizeof(float);
   }
+  if (device_accumulation(config, layout, beside)) {
+    plan.device_grad_bytes = layout.owned.total * dtype_size(m.accum);
+  }
   if (beside && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
 }
 
@@ -300,6 +303,9 @@ void plan_blocks(const Registry& registry, const config::Config& config, const L
   }
   if (plan.reduce_device_bytes != 0) {
     take(BlockRole::reduce_device, ArenaRole::state, MemoryKind::buffer, plan.reduce_device_bytes);
+  }
+  if (plan.device_grad_bytes != 0) {
+    take(BlockRole::device_grad, ArenaRole::state, MemoryKind::grad, plan.device_grad_bytes);
   }
   take(BlockRole::gather_buffer, ArenaRole::state, MemoryKind::buffer, plan.gather_bytes);
 }
@@ -590,6 +596,24 @@ bool identity_reduction(const config::Config& config, const Layout& layout) {
 bool direct_reduce(const Layout& layout, bool beside) {
   return beside && layout.modes.optimizer_offload && !layout.modes.grad_nvme &&
          layout.modes.grad_shard() && !layout.buckets.empty();
+}
+
+bool device_accumulation(const config::Config& config, const Layout& layout, bool beside) {
+  return device_accumulation_unused(config, layout, beside).empty() &&
+         config.zero.offload_optimizer.accumulate_on_device;
+}
+
+std::string device_accumulation_unused(const config::Config& config, const Layout& layout,
+                                       bool beside) {
+  if (!config.zero.offload_optimizer.accumulate_on_device) return "";
+  if (!beside) return "the engine runs on the CPU device, whose memory is the host's";
+  if (layout.modes.grad_nvme) return "the offloaded gradients are swapped to NVMe";
+  if (!direct_reduce(layout, beside)) return "no reduced gradient comes down from the device";
+  if (layout.modes.stage < 2) {
+    return "stages 0-1 reduce once a window, from gradients accumulated on the device already";
+  }
+  if (config.batch.gradient_accumulation_steps <= 1) return "gradient_accumulation_steps is 1";
+  return "";
 }
 
 std::size_t reduce_device_sums_offset(const Layout& layout) {

@@ -155,6 +155,16 @@ std::size_t reduce_staging_slots(const Layout& layout, bool beside);
 // are taken there as it goes, a float per bucket then one flag, from reduce_device_sums_offset()
 // bytes into the block.
 bool direct_reduce(const Layout& layout, bool beside);
+// offload_optimizer.accumulate_on_device where it applies: direct_reduce at stages 2-3 (which
+// reduce every micro-step) with gradient accumulation above 1. A window's reduced blocks are
+// then summed into an fp32 owned shard in device memory (device_grad, the owned shard's size in
+// the accumulation dtype), the first onto zeros, and at the window's last micro-step each
+// block's sum is copied from there straight into the owned shard in host memory, its sums of
+// squares and non-finite flag taken on the device as direct_reduce's are: no host add at all.
+bool device_accumulation(const config::Config& config, const Layout& layout, bool beside);
+// Why accumulate_on_device, set, does not apply (empty where it does, or is not set).
+std::string device_accumulation_unused(const config::Config& config, const Layout& layout,
+                                       bool beside);
 // Stage 0 on a world of one, the gradients reduced in their own dtype with no factor
 // (communication_data_type the compute dtype, gradient_predivide_factor 1, no
 // prescale_gradients), and no owned gradient shard: the reduction is the identity, so none runs
@@ -205,6 +215,7 @@ enum class BlockRole {
   moment,          // an optimizer moment (index: which), the resident part with NVMe
   reduce_staging,  // optimizer offload: this rank's reduced block, coming down
   reduce_device,   // offload beside a GPU: a reduced block cast on the device, and its sums
+  device_grad,     // device_accumulation: the owned gradient shard's window sum on the device
   param_staging,   // offload: a step group's updated values, going up (every group's with
                    // speculation, each at its own offset)
   // speculation: the resident state's second copy, the masters (index 0) or a moment
@@ -242,6 +253,7 @@ struct MemoryPlan {
   std::size_t reduce_staging_bytes = 0;  // offload: this rank's reduced blocks, coming down
                                          // (kReduceStagingSlots of the largest beside a GPU)
   std::size_t reduce_device_bytes = 0;   // direct_reduce: the device block, then its sums
+  std::size_t device_grad_bytes = 0;     // device_accumulation: the owned shard on the device
   std::size_t param_staging_bytes = 0;   // offload: step groups' updated values, going up
                                          // (kParamStagingBuffers of the largest beside a GPU)
                                          // (with speculation, every group's, one after another)

@@ -171,6 +171,9 @@ void ModelState::take_block(const PlannedBlock& block, const std::string& job_id
     case BlockRole::reduce_device:
       reduce_device_ = take(block);
       break;
+    case BlockRole::device_grad:  // written onto zeros by each window's first micro-step
+      device_grad_ = take(block);
+      break;
     case BlockRole::speculation_state:  // zeros where the steps never write, as the current's
       other_[block.index] = block.index == 0 ? take_zeroed(block, DType::f32, layout.resident_end)
                                              : take_zeroed(block, ctx_.config.optimizer_state_dtype,
@@ -232,6 +235,7 @@ GradTarget ModelState::reduce_target(void* reduce_staging) {
     target.block_sums = reinterpret_cast<float*>(static_cast<char*>(reduce_device_) +
                                                  reduce_device_sums_offset(ctx_.layout));
   }
+  target.device_flat = device_grad_;  // device_accumulation (memory_plan.h), or null
   return target;
 }
 

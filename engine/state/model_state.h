@@ -183,6 +183,7 @@ class ModelState final : public ShardStore {
   void* compute_shard_ = nullptr;
   void* param_staging_ = nullptr;
   void* reduce_device_ = nullptr;  // direct_reduce: the device block and its sums
+  void* device_grad_ = nullptr;    // device_accumulation: the owned gradient shard on the device
   void* gather_buffer_ = nullptr;
   void* other_[3] = {nullptr, nullptr, nullptr};  // speculation: the state's second copy
   std::size_t filling_ = kNone;                   // the swapped group being filled

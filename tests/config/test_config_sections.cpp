@@ -601,6 +601,23 @@ TEST_CASE("zero: super_offload and cpuadam_cores_perc as DeepSpeed spells them",
           "offload_optimizer.device to \"cpu\" or \"nvme\", or remove super_offload");
 }
 
+TEST_CASE(
+    "zero: accumulate_on_device, zero's own key, is off by default and needs an offloaded "
+    "optimizer",
+    "[config][zero][offload]") {
+  REQUIRE_FALSE(read(with(R"("zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu"}})"))
+                    .zero.offload_optimizer.accumulate_on_device);
+  REQUIRE(read(with(R"("zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "accumulate_on_device": true}})"))
+              .zero.offload_optimizer.accumulate_on_device);
+  REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3,
+      "offload_optimizer": {"accumulate_on_device": true}})")) ==
+          "zero_optimization.offload_optimizer.accumulate_on_device sums an accumulation "
+          "window's offloaded gradients on the device: it needs the optimizer offloaded; set "
+          "offload_optimizer.device to \"cpu\" or \"nvme\", or remove accumulate_on_device");
+}
+
 TEST_CASE("zero: a ZenFlow section is refused by name, with the exact alternative",
           "[config][zero][offload]") {
   REQUIRE(error_of(with(R"("zero_optimization": {"stage": 2,

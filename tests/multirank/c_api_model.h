@@ -128,6 +128,9 @@ struct Case {
   int hpz = 0;                     // zero_optimization.zero_hpz_partition_size (0: none)
   bool quantized_weights = false;  // zero_optimization.zero_quantized_weights (ZeRO++ qwZ)
   bool quantized_gradients = false;  // zero_optimization.zero_quantized_gradients (qgZ)
+  // offload_optimizer.accumulate_on_device (with an offload; beside a GPU or on a stand-in
+  // CPU device, stages 2-3, accumulating: a window's gradients summed on the device)
+  bool accumulate_on_device = false;
 };
 
 // Where NVMe cases put their swap files: ZERO_TEST_NVME_DIR, else the working directory (ctest
@@ -145,6 +148,12 @@ inline std::string config_for(const Case& c, int accumulation) {
   }
   if (std::string(c.precision) == "fp16") {
     precision = R"("fp16": {"enabled": true, "initial_scale_power": 8},)";
+  }
+  // offload_optimizer's own switches, after max_in_cpu.
+  std::string offload_keys;
+  if (c.super_offload && c.stage != 0) offload_keys += R"(, "super_offload": true)";
+  if (c.accumulate_on_device && c.stage != 0 && std::string(c.offload) != "none") {
+    offload_keys += R"(, "accumulate_on_device": true)";
   }
   char text[2048];
   std::snprintf(
@@ -180,8 +189,7 @@ inline std::string config_for(const Case& c, int accumulation) {
       c.quantized_weights ? "true" : "false", c.quantized_gradients ? "true" : "false",
       c.quantized_weights || c.quantized_gradients ? "true" : "false",
       c.stage == 0 ? "none" : c.offload, swap_dir(), c.accumulation == 3 ? "true" : "false",
-      c.super_offload && c.stage != 0 ? R"(, "super_offload": true)" : "",
-      c.stage == 3 ? c.param_offload : "none", swap_dir());
+      offload_keys.c_str(), c.stage == 3 ? c.param_offload : "none", swap_dir());
   return text;
 }
 

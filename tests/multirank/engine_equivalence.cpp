@@ -70,11 +70,12 @@ void run_case(const Case& c) {
                   c.quantized_gradients ? " gradients" : "");
   }
   std::snprintf(name, sizeof name,
-                "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s%s, params "
+                "stage %d, %s, accumulation %d, clipping %g, overlap %d, offload %s%s%s, params "
                 "%s%s, %d ranks%s%s",
                 c.stage, c.precision, c.accumulation, c.clipping, c.overlap ? 1 : 0, c.offload,
-                c.super_offload ? " (super_offload)" : "", c.param_offload, overflow, g_world,
-                hybrid, quant);
+                c.super_offload ? " (super_offload)" : "",
+                c.accumulate_on_device ? " (accumulated on the device)" : "", c.param_offload,
+                overflow, g_world, hybrid, quant);
   const bool offloaded = std::string(c.offload) != "none" || std::string(c.param_offload) != "none";
   std::vector<int> ids, ref_ids;
   MPI_Comm world = MPI_COMM_WORLD;
@@ -504,6 +505,23 @@ int main(int argc, char** argv) {
           run_case({stage, "fp32", 1, 0.0, false, "cpu", params, true});
         }
         run_case({stage, "fp32", 3, 0.0, true, "cpu", "none", true});
+      }
+      // A window's offloaded gradients summed on the device (accumulate_on_device: beside a GPU,
+      // so on the guarded device; on the CPU device it has no effect): bf16 with clipping, fp16
+      // with an overflow at step 3 (the device's non-finite flag), and at stage 3 beside
+      // super_offload's tail.
+      if (stage >= 2) {
+        Case summed{stage, "bf16", 3, 0.05, true, "cpu"};
+        summed.accumulate_on_device = true;
+        run_case(summed);
+        Case overflowing{stage, "fp16", 3, 0.0, true, "cpu", "none", false, 3};
+        overflowing.accumulate_on_device = true;
+        run_case(overflowing);
+      }
+      if (stage == 3) {
+        Case tail{stage, "fp32", 3, 0.0, true, "cpu", "none", true};
+        tail.accumulate_on_device = true;
+        run_case(tail);
       }
       // Parameter offload to the CPU, with each kind of optimizer offload.
       if (stage == 3) {

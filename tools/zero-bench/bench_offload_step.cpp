@@ -54,9 +54,10 @@ std::string offload_step_config(const OffloadStepBenchOptions& o, const std::str
     "optimizer": {{"type": "AdamW", "params": {{"lr": 1e-4}}}},
     "zero_optimization": {{"stage": 3, "sub_group_size": {}, "reduce_bucket_size": {},
       "allgather_bucket_size": {}, "stage3_prefetch_bucket_size": {}, "overlap_comm": true,
-      "offload_optimizer": {{"device": "cpu"{}, "super_offload": {}}}}}}})",
+      "offload_optimizer": {{"device": "cpu"{}, "super_offload": {},
+                            "accumulate_on_device": {}}}}}}})",
                      o.accumulation, check, bucket, bucket, bucket, bucket, pin,
-                     speculate ? "true" : "false");
+                     speculate ? "true" : "false", o.accumulate_on_device ? "true" : "false");
 }
 
 // The CPU optimizer's step over `n` elements alone, as the engine's offloaded step runs it:
@@ -226,6 +227,10 @@ CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& optio
   command->add_option("--threads", options.threads, "CPU optimizer threads (default 2)");
   command->add_option("--accumulation", options.accumulation,
                       "gradient_accumulation_steps (default 1)");
+  command->add_flag("--accumulate-on-device", options.accumulate_on_device,
+                    "offload_optimizer.accumulate_on_device: with --accumulation above 1, a "
+                    "window's gradients summed on the device and copied down once, at its last "
+                    "micro-step (the floor's gradients down counts that one copy)");
   command->add_option("--steps", options.steps,
                       "Steps per mode; the first is a warm-up (default 4)");
   command
@@ -261,17 +266,20 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
   link.kernel_gbps = o.kernel_gbps;
   link.move_data = false;  // the host's cores for the host's work, as beside a GPU
   link.h2d_gbps = link.d2h_gbps = o.link_gbps > 0 ? o.link_gbps : bytes / (0.2 * adam) / 1e9;
-  const double down = o.accumulation * bytes / (link.d2h_gbps * 1e9);
+  // Down every micro-step, or once a window where it is summed on the device.
+  const double down = (o.accumulate_on_device ? 1 : o.accumulation) * bytes / (link.d2h_gbps * 1e9);
   const double up = bytes / (link.h2d_gbps * 1e9);
   const double floor = std::max({o.accumulation * compute, adam, down, up});
   std::cout << fmt::format(
       "zero-bench offload-step: {} elements in {} modules, stage 3, bf16, AdamW on {} CPU "
-      "thread(s), gradient accumulation {}; timed device: link {:.2f} GB/s each way, device "
+      "thread(s), gradient accumulation {}{}; timed device: link {:.2f} GB/s each way, device "
       "memory {:.0f} GB/s\n  compute {:.1f} ms, CPU optimizer alone {:.1f} ms, gradients down "
       "{:.1f} ms, parameters up {:.1f} ms: floor {:.1f} ms (each mode's: with the optimizer "
       "alone measured again beside it)\n",
-      n, o.modules, o.threads, o.accumulation, link.d2h_gbps, link.kernel_gbps,
-      o.accumulation * compute * 1e3, adam * 1e3, down * 1e3, up * 1e3, floor * 1e3);
+      n, o.modules, o.threads, o.accumulation,
+      o.accumulate_on_device && o.accumulation > 1 ? " summed on the device" : "", link.d2h_gbps,
+      link.kernel_gbps, o.accumulation * compute * 1e3, adam * 1e3, down * 1e3, up * 1e3,
+      floor * 1e3);
   std::vector<Trace::Span> last;
   for (const std::string& mode : o.modes) {
     // This machine's speed drifts by a fifth between runs: each mode against the optimizer
@@ -293,6 +301,7 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
                                    {"modules", o.modules},
                                    {"threads", o.threads},
                                    {"accumulation", o.accumulation},
+                                   {"accumulate_on_device", o.accumulate_on_device},
                                    {"link_gbps", link.d2h_gbps},
                                    {"compute_ms", o.accumulation * compute * 1e3},
                                    {"optimizer_alone_ms", adam_beside * 1e3},

@@ -34,6 +34,8 @@ struct OffloadStepBenchOptions {
   int threads = 2;            // the CPU optimizer's threads
   int steps = 4;              // the first is a warm-up, the median of the rest counts
   int accumulation = 1;       // gradient_accumulation_steps
+  // offload_optimizer.accumulate_on_device: a window's gradients summed on the device, down once
+  bool accumulate_on_device = false;
   std::vector<std::string> modes = {"pinned", "super_offload"};  // which configurations run
   std::string trace;  // Chrome trace of the last mode's last step, empty: none
   std::string json;   // JSON lines file, empty: none

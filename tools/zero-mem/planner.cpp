@@ -154,13 +154,18 @@ StepBound bound_step(const Request& request, const config::Config& config,
   b.network_bytes = b.intra_node_bytes + b.inter_node_bytes;
   b.network = std::max(intra / gb(hw.intra_node_gbps), inter / gb(hw.inter_node_gbps));
 
-  // PCIe, each way: reduced gradient blocks down and updated values up with optimizer offload;
+  // PCIe, each way: reduced gradient blocks down and updated values up with optimizer offload
+  // (once a window where accumulate_on_device sums them on the GPU, in the accumulation dtype);
   // every gather's shard up with offload_param.
   // None on the CPU device, where offload copies within host memory.
   double down = 0, up = 0;
   const double shard = P / (m.stage == 0 ? 1 : m.shard_ranks);
   if (m.optimizer_offload && !hw.cpu_device) {
-    down += (m.stage == 1 ? 1 : accum) * shard * wire;
+    if (engine::device_accumulation(config, layout, /*beside=*/true)) {
+      down += shard * static_cast<double>(dtype_size(m.accum));
+    } else {
+      down += (m.stage == 1 ? 1 : accum) * shard * wire;
+    }
     if (!m.param_offload) up += shard * csize;
   }
   if (m.param_offload && !hw.cpu_device)
@@ -275,12 +280,13 @@ config::Config mode_config(const Request& request, const Mode& mode) {
     const std::string key = fmt::format("zero_optimization.{}.nvme_path", section);
     if (!given(request, key)) with.keys[key] = "/local_nvme";
   }
-  // super_offload (its second copy of the state, staging and second NVMe regions counted) applies
-  // to the rows with the optimizer offloaded; the others run without it, as the engine would refuse
-  // it there.
+  // super_offload (its second copy of the state, staging and second NVMe regions counted) and
+  // accumulate_on_device (its owned gradient shard on the GPU) apply to the rows with the
+  // optimizer offloaded; the others run without them, as the engine would refuse them there.
   const auto device = with.keys.find("zero_optimization.offload_optimizer.device");
   if (device != with.keys.end() && *device == "none") {
     with.keys["zero_optimization.offload_optimizer.super_offload"] = false;
+    with.keys["zero_optimization.offload_optimizer.accumulate_on_device"] = false;
   }
 
   return config::read_config(request.config, read_options(request, with));
