@@ -43,8 +43,9 @@
 #   speed      bench/gpu.sh on the first of MODELS (default gpt2-1.5b gpt2-124m), one run an
 #              item, the PyTorch baselines first: SPEED_RUNS (default "torch-plain
 #              torch-fsdp2-offload zero-stage0 zero-stage3-optcpu", the two like-for-like pairs;
-#              "all": the eight runs bench/gpu.sh knows, among them zero-stage3-optcpu-super, the
-#              offloaded step overlapped with backward), STEPS timed (5) after WARMUP (2)
+#              "all": the nine runs bench/gpu.sh knows, among them zero-stage3-optcpu-super, the
+#              offloaded step overlapped with backward, and zero-stage3-optcpu-accum, the same
+#              accumulating 4 micro-batches summed on the GPU), STEPS timed (5) after WARMUP (2)
 # CHECKS (default "gpu-tests engine models python speed") names the checks after env. The default is
 # sized to the default budget; these are left out of it for their length:
 #   engine-ranks  the equivalence matrix on 2 and 4 ranks sharing the GPU through MPI
@@ -129,7 +130,8 @@ scale=${TIME_SCALE:-0.1}
 times=${GPU_CHECK_TIMES:-bench/gpu-check-times.txt}
 read -r -a models <<<"${MODELS:-gpt2-1.5b gpt2-124m}"
 all_speed_runs=(torch-plain torch-fsdp2 torch-fsdp2-offload zero-stage0 zero-stage3
-                zero-stage3-optcpu zero-stage3-optcpu-super zero-stage3-allcpu)
+                zero-stage3-optcpu zero-stage3-optcpu-super zero-stage3-optcpu-accum
+                zero-stage3-allcpu)
 read -r -a speed_runs <<<"${SPEED_RUNS:-torch-plain torch-fsdp2-offload zero-stage0 zero-stage3-optcpu}"
 [[ ${speed_runs[*]} == all ]] && speed_runs=("${all_speed_runs[@]}")
 families=(gpt2 llama qwen2)
