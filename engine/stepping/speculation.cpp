@@ -75,7 +75,7 @@ void Speculation::arm(std::int64_t k, double loss_scale, bool take_sums) {
   // The copies the boundary's steps read and write, as they are now: the verdict may make the
   // other current while the worker still steps the tail from one into the other.
   current_master_ = state_.master();
-  for (int k = 0; k < 2; ++k) current_state_[k] = static_cast<const char*>(state_.moment(k));
+  for (int m = 0; m < 2; ++m) current_state_[m] = static_cast<const char*>(state_.moment(m));
   for (std::size_t i = 0; i < 3; ++i) other_state_[i] = state_.other_state(i);
   written_.clear();
   if (modes_.speculation_rollback) {
@@ -84,9 +84,9 @@ void Speculation::arm(std::int64_t k, double loss_scale, bool take_sums) {
       if (s.master != nullptr) {  // resident
         const auto at = static_cast<std::size_t>(s.master - current_master_);
         s.master = static_cast<float*>(other_state_[0]) + at;
-        for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
-          s.state[k] =
-              static_cast<char*>(other_state_[1 + static_cast<std::size_t>(k)]) + at * state_size;
+        for (int m = 0; m < ctx_.config.optimizer.state_buffers(); ++m) {
+          s.state[m] =
+              static_cast<char*>(other_state_[1 + static_cast<std::size_t>(m)]) + at * state_size;
         }
       }
       written_.push_back(s);
