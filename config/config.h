@@ -73,8 +73,8 @@ struct OffloadOptimizerConfig {
   bool super_offload = false;
   double cpuadam_cores_perc = 0.8;  // with super_offload: the optimizer's share of the cores
   // zero's own key: at stages 2-3 beside a GPU with gradient accumulation, a window's reduced
-  // gradients are summed in an fp32 owned shard in device memory and go down once, at the
-  // window's last micro-step, instead of being added on the host (memory_plan.h,
+  // gradients are summed in an owned shard in device memory (the accumulation dtype) and go down
+  // once, at the window's last micro-step, instead of being added on the host (memory_plan.h,
   // device_accumulation).
   bool accumulate_on_device = false;
 };

@@ -157,7 +157,7 @@ std::size_t reduce_staging_slots(const Layout& layout, bool beside);
 bool direct_reduce(const Layout& layout, bool beside);
 // offload_optimizer.accumulate_on_device where it applies: direct_reduce at stages 2-3 (which
 // reduce every micro-step) with gradient accumulation above 1. A window's reduced blocks are
-// then summed into an fp32 owned shard in device memory (device_grad, the owned shard's size in
+// then summed into an owned shard in device memory (device_grad, the owned shard's size in
 // the accumulation dtype), the first onto zeros, and at the window's last micro-step each
 // block's sum is copied from there straight into the owned shard in host memory, its sums of
 // squares and non-finite flag taken on the device as direct_reduce's are: no host add at all.

@@ -59,7 +59,11 @@ float* ModelState::master_of(std::size_t param) {
 }
 
 void ModelState::make_other_state_current() noexcept {
-  if (other_[0] != nullptr) std::swap(master_, reinterpret_cast<float*&>(other_[0]));
+  if (other_[0] != nullptr) {
+    float* const other = static_cast<float*>(other_[0]);
+    other_[0] = master_;
+    master_ = other;
+  }
   for (int k = 0; k < 2; ++k) {
     if (other_[1 + k] != nullptr) std::swap(moments_[k], other_[1 + k]);
   }

@@ -84,7 +84,7 @@ class Speculation {
   // A skipped step: the speculated steps undone, and their early placement with them.
   void skip(bool speculated);
   // The step goes on with `lr` and its gradient scale `clipped` or not: whether the speculated
-  // steps stand (kept) or not (restored, to be stepped again).
+  // steps stand (kept: their copy made current) or not (dropped, to be stepped again).
   bool verdict(bool speculated, bool clipped, double lr);
   bool places_early() const noexcept { return early_placement_; }
   // Where group `group`'s half copies go while speculating with placement after the verdict
@@ -120,8 +120,8 @@ class Speculation {
   // The group's pieces as speculated with a rollback: read from the current copy of the state,
   // written to the other.
   std::vector<optim::Slice> into_other_copy(std::size_t group, char* out);
-  // After a skip with early placement: every group's compute values again from the restored
-  // masters.
+  // After a skip with early placement: every group's compute values again from the current
+  // masters (which the dropped steps only read).
   void place_restored();
 
   const EngineContext ctx_;

@@ -79,10 +79,11 @@ class Speculator {
   // waits until it has stepped them all, and disarms. Rethrows the first failure of a step (the
   // groups after it are not stepped).
   void finish();
-  // After the backward pass, where nothing can undo the steps: gives the worker the groups it
-  // has not had, queues every group not yet stepped in ascending order (the order the next
-  // forward reads them in) and disarms, without waiting. Until drain(), await() waits for one.
-  // Rethrows (as finish()) when a group has failed already.
+  // After the backward pass, where the boundary need not wait for the steps (Speculation's
+  // tail; a verdict that drops them drains first): gives the worker the groups it has not had,
+  // queues every group not yet stepped in ascending order (the order the next forward reads them
+  // in) and disarms, without waiting. Until drain(), await() waits for one. Rethrows (as finish())
+  // when a group has failed already.
   void hand_over();
   // After hand_over(): waits until group `group` is stepped, taking it next if it is still
   // queued; rethrows a step's failure. Returns at once when nothing was handed over.

@@ -150,13 +150,17 @@ class CpuOptimizer final : public Optimizer {
                        "optimizer step: slice {} ({} elements) has no {} buffer; {} needs it", i,
                        slice.count, missing, optimizer_type_name(spec_.type));
     }
-    // Stepped from another copy: that copy of every buffer the step updates.
+    // Stepped from another copy: that copy of every buffer the step updates, and of every state
+    // buffer given beside them (the kernels' partial vectors copy each given one).
     if (slice.master_from != nullptr || slice.state_from[0] != nullptr ||
         slice.state_from[1] != nullptr) {
-      const char* unread = slice.master_from == nullptr                    ? "master"
-                           : states >= 1 && slice.state_from[0] == nullptr ? "state[0]"
-                           : states >= 2 && slice.state_from[1] == nullptr ? "state[1]"
-                                                                           : nullptr;
+      const auto needs = [&](int k) {
+        return (states > k || slice.state[k] != nullptr) && slice.state_from[k] == nullptr;
+      };
+      const char* unread = slice.master_from == nullptr ? "master"
+                           : needs(0)                   ? "state[0]"
+                           : needs(1)                   ? "state[1]"
+                                                        : nullptr;
       if (unread != nullptr) {
         throw make_error(ErrorCategory::usage,
                          "optimizer step: slice {} is stepped from another copy of its state "

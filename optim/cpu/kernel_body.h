@@ -7,12 +7,15 @@
 // A policy V provides, for W lanes: F (fp32 vector), U (uint32 vector), set, add, sub, mul,
 // div, sqrt (IEEE), fma(a, b, c) = a*b + c, sign; load from float/bf16_t/f16_t; store to
 // float, and to bf16_t/f16_t rounding to nearest even exactly as base/half.h does;
-// store_stochastic(bf16_t*, F, U random16); lanes(first) = first + 0..W-1; hash(key, index)
-// = optim/rounding.h's rounding_bits lane by lane; low16 and high16.
+// store_stochastic(bf16_t*, F, U random16); their non-temporal forms stream(float*, F) and
+// stream_stochastic(bf16_t*, F, U) to aligned addresses, and fence() after them; lanes(first)
+// = first + 0..W-1; hash(key, index) = optim/rounding.h's rounding_bits lane by lane; low16
+// and high16.
 //
-// Each kernel walks a Piece in full vectors; the last partial vector is copied into zeroed
-// local arrays, run through the same vector code, and copied back, so tails compute exactly
-// what a full vector would.
+// Each kernel walks a Piece in full vectors (for_each_vector); the elements before the first
+// vector it streams and after the last whole one are copied into zeroed local arrays, run
+// through the same vector code, and copied back, so they compute exactly what a full vector
+// would.
 
 struct NoOut {};
 

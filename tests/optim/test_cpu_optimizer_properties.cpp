@@ -220,6 +220,20 @@ TEST_CASE("a step from another copy of only some of its buffers is refused", "[o
                     Catch::Contains("slice 0 is stepped from another copy of its state but has "
                                     "no state[1] there"));
   CHECK(buffers.master == Buffers(n, 3).master);  // refused before anything is written
+  // A state buffer given beside those the algorithm updates (Lion has one moment) needs its
+  // other copy too: the kernels' partial vectors copy it.
+  auto lion = create_cpu_optimizer(
+      [] {
+        OptimizerSpec spec;
+        spec.type = OptimizerType::lion;
+        return spec;
+      }(),
+      {DType::bf16, DType::bf16, DType::bf16}, {1, selected_cpu_isa()});
+  s.state_from[1] = nullptr;
+  CHECK_THROWS_WITH(lion->step({&s, 1}, hyper(1), device->default_stream()),
+                    Catch::Contains("has no state[1] there"));
+  s.state[1] = nullptr;
+  lion->step({&s, 1}, hyper(1), device->default_stream());  // none given: none needed
 }
 
 TEST_CASE("stochastic rounding is unbiased and keeps bf16 moments moving", "[optim]") {
