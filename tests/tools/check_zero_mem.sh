@@ -433,6 +433,38 @@ else:
 PY
       fail "the step bound with super_offload $super"
   done
+  # The recommendation names super_offload where its row's optimizer waits for backward and the
+  # row with it still fits (Llama 3.1 8B on one GPU: the optimizer on the CPU), with the pinned
+  # memory its second copy costs; not where the host is too small for it, nor where the config
+  # sets super_offload either way.
+  suggest() {
+    "$zmem" --model llama-3.1-8b --device gpu --gpus-per-node 1 "$@" >"$work/out" 2>&1 ||
+      { cat "$work/out"; fail "zero-mem $* failed"; }
+  }
+  suggest --cpu-mem 512GB
+  grep -q "^  with offload_optimizer.super_offload (.*GiB pinned per node against .*super_offload=true$" \
+    "$work/out" || { cat "$work/out"; fail "no super_offload suggestion with 512 GB of host memory"; }
+  suggest --cpu-mem 160GB
+  if grep -q "with offload_optimizer.super_offload" "$work/out"; then
+    cat "$work/out"
+    fail "super_offload suggested where its second copy does not fit 160 GB"
+  fi
+  suggest --cpu-mem 512GB --set zero_optimization.offload_optimizer.super_offload=false
+  if grep -q "with offload_optimizer.super_offload" "$work/out"; then
+    cat "$work/out"
+    fail "super_offload suggested though the config sets it"
+  fi
+  suggest --cpu-mem 512GB --json
+  python3 - "$work/out" <<'PY' || fail "the JSON's super_offload suggestion"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+best = plan["rows"][plan["recommended"]]
+alt = plan["super_offload"]
+assert alt is not None, plan.keys()
+assert alt["keys"]["zero_optimization.offload_optimizer.super_offload"] is True, alt
+assert alt["step_lower_bound"]["seconds"] < best["step_lower_bound"]["seconds"], (alt, best)
+assert alt["per_node"]["pinned"] > best["per_node"]["pinned"], (alt, best)
+PY
   ;;
 *)
   fail "unknown case"

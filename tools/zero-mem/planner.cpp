@@ -516,6 +516,19 @@ Plan plan_all(const Request& request) {
       plan.recommended = r;
     }
   }
+  // super_offload is off unless asked for (its memory); where the recommended row's optimizer
+  // waits for backward, say what it would give.
+  const std::string super_key = "zero_optimization.offload_optimizer.super_offload";
+  if (plan.recommended && !given(request, super_key)) {
+    const Row& best = plan.rows[*plan.recommended];
+    if (best.step.after_backward > 0) {
+      Mode mode = best.mode;
+      mode.keys[super_key] = true;
+      Row with = plan_row(request, mode, best.checkpointing);
+      if (with.fits() && with.step.seconds < best.step.seconds)
+        plan.super_offload = std::move(with);
+    }
+  }
   return plan;
 }
 

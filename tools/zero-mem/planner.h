@@ -126,6 +126,10 @@ struct Request {
 struct Plan {
   std::vector<Row> rows;
   std::optional<std::size_t> recommended;  // the fastest row that fits
+  // The recommended row with offload_optimizer.super_offload, where the config leaves it unset,
+  // the row's optimizer steps after backward, and with it the row still fits and its step
+  // bound is lower (its second copy of the state, or NVMe regions, counted).
+  std::optional<Row> super_offload;
   std::int64_t micro_batch = 1;
   std::int64_t accumulation = 1;
   int seq = 0;

@@ -181,6 +181,16 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
   }
   out["rows"] = rows;
   out["recommended"] = plan.recommended ? json(*plan.recommended) : json(nullptr);
+  // The recommended row with super_offload, where it would fit and lower the step bound.
+  out["super_offload"] = nullptr;
+  if (plan.super_offload) {
+    const Row& with = *plan.super_offload;
+    out["super_offload"] = {
+        {"keys", row_keys(with, request)},
+        {"per_node",
+         {{"pinned", with.pinned_node}, {"host", with.host_node}, {"nvme", with.nvme_node}}},
+        {"step_lower_bound", {{"seconds", with.step.seconds}, {"bound_by", with.step.bound_by}}}};
+  }
   if (options.deepspeed) {
     json ds = json::array();
     for (const DeepSpeedRow& d : deepspeed_estimate(
@@ -306,6 +316,20 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
     if (row.checkpointing)
       t += "\n  and checkpoint every block's activations (zero-train: --activation-checkpointing)";
     t += "\n";
+    if (plan.super_offload) {
+      const Row& with = *plan.super_offload;
+      const std::string nvme =
+          with.nvme_node == row.nvme_node
+              ? std::string()
+              : fmt::format(", {} of NVMe against {}", format_bytes(with.nvme_node),
+                            format_bytes(row.nvme_node));
+      t += fmt::format(
+          "  with offload_optimizer.super_offload (the optimizer stepped during backward, exact; "
+          "off unless set): step >= {} (bound by {}), {} pinned per node against {}{}: --set "
+          "zero_optimization.offload_optimizer.super_offload=true\n",
+          seconds(with.step.seconds), with.step.bound_by, format_bytes(with.pinned_node),
+          format_bytes(row.pinned_node), nvme);
+    }
     if (!row.step.comm.empty()) {
       t += fmt::format("  network per {} per step ({}):\n", hw.unit(), row.layout);
       t += comm_text(row, "    ");
