@@ -517,9 +517,10 @@ Plan plan_all(const Request& request) {
     }
   }
   // super_offload is off unless asked for (its memory); where the recommended row's optimizer
-  // waits for backward, say what it would give.
+  // waits for backward beside a GPU, say what it would give. (On the CPU device the optimizer
+  // would take the cores backward computes on, which the bound does not count.)
   const std::string super_key = "zero_optimization.offload_optimizer.super_offload";
-  if (plan.recommended && !given(request, super_key)) {
+  if (plan.recommended && !request.hardware.cpu_device && !given(request, super_key)) {
     const Row& best = plan.rows[*plan.recommended];
     if (best.step.after_backward > 0) {
       Mode mode = best.mode;
