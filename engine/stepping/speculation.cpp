@@ -140,6 +140,13 @@ void Speculation::await_param(std::size_t param, Stream& stream) {
   }
 }
 
+void Speculation::drop_tail() {
+  if (!tail_) return;
+  tail_ = false;  // a failure below fails the engine; nothing waits for the tail again
+  speculator_->abandon();
+  placement_stream_->synchronize();
+}
+
 void Speculation::drain() {
   if (!tail_) return;
   tail_ = false;  // a failure below fails the engine; nothing waits for the tail again
@@ -156,7 +163,7 @@ bool Speculation::lr_fixed_while_armed() const {
 }
 
 void Speculation::skip(bool speculated) {
-  drain();  // a tail left before the verdict: every group stepped into the other copy, dropped
+  drop_tail();  // a tail left before the verdict: its steps go with the rest
   if (speculated) roll_back();
   if (speculated && early_placement_) place_restored();
   speculator_->record(speculated, /*rollback=*/true);
@@ -167,7 +174,7 @@ bool Speculation::verdict(bool speculated, bool clipped, double lr) {
   // the schedule the learning rate.
   const bool stands = speculated && !clipped && lr == hyper_.lr;
   if (speculated && !stands) {
-    drain();  // a tail left before the verdict, to drop with the rest
+    drop_tail();  // a tail left before the verdict: its steps go with the rest
     roll_back();
   }
   // The resident groups' other copy made current, where the steps wrote it (a tail goes on

@@ -15,7 +15,8 @@
 // tail; the sums it has not taken are taken beside it): the next forward's gathers wait for each
 // (await_param), everything else for all of them (drain). With a second copy the tail goes on
 // writing it while the verdict is taken: a verdict that keeps the steps makes it current under the
-// tail, one that drops them waits for the tail first.
+// tail, one that drops them drops the groups the worker has not taken and waits for the one it
+// runs.
 //
 // Owns: the Speculator and its worker, the speculation's stream, the partial norm and check,
 // each group's place in the staging, the early placement's stream, the events that free its
@@ -117,6 +118,9 @@ class Speculation {
   // The speculated groups' steps dropped (resident: the current copy they read stays current;
   // swapped: their other regions dropped).
   void roll_back();
+  // A tail left before a verdict that drops its steps: the groups the worker has not taken
+  // are not stepped, the one it runs and the placements under way are waited for.
+  void drop_tail();
   // The group's pieces as speculated with a rollback: read from the current copy of the state,
   // written to the other.
   std::vector<optim::Slice> into_other_copy(std::size_t group, char* out);

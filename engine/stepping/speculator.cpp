@@ -167,6 +167,16 @@ void Speculator::drain() {
   }
 }
 
+void Speculator::abandon() {
+  std::unique_lock lock(mutex_);
+  if (!handed_over_) return;
+  outstanding_ -= queue_.size();
+  queue_.clear();
+  done_.wait(lock, [this] { return outstanding_ == 0; });
+  handed_over_ = false;
+  if (failed_) rethrow_locked();
+}
+
 void Speculator::wait_out(std::unique_lock<std::mutex>& lock) {
   done_.wait(lock, [this] { return outstanding_ == 0 || failed_ || stopping_; });
   // After a failure the groups still queued are not stepped; the one running ends before the

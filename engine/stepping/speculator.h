@@ -91,6 +91,10 @@ class Speculator {
   // After hand_over(): waits until every group is stepped; rethrows a step's failure (the groups
   // after it are not stepped). Returns at once when nothing was handed over.
   void drain();
+  // After hand_over(), for steps a verdict drops: the groups not yet taken are not stepped, and
+  // it waits for the one running; rethrows a step's failure. Returns at once when nothing was
+  // handed over.
+  void abandon();
   // Whether a group of the armed (or handed over) boundary has failed so far.
   bool failed() const;
   // Stops taking groups and ends the worker after the step it is running; idempotent.
