@@ -124,6 +124,16 @@ double median_seconds(int repeats, const F& call) {
   return times[times.size() / 2];
 }
 
+// A JSON line's keys every paired measurement shares, the pair's own figures added after.
+nlohmann::json measurement(const char* bench, const Variant& v, CpuIsa isa, int threads,
+                           std::size_t n) {
+  return {{"bench", bench},
+          {"variant", v.name},
+          {"isa", cpu_isa_name(isa)},
+          {"threads", threads},
+          {"elements", n}};
+}
+
 std::vector<CpuIsa> chosen_isas(const std::string& isa) {
   if (isa == "best") return {best_cpu_isa()};
   if (isa == "all") {
@@ -260,14 +270,10 @@ int run_adam_bench(const AdamBenchOptions& options) {
         });
         fmt::print("{:<11} {:<7} {:>7} {:>10.2f} {:>14.2f} {:>8.2f}x\n", v->name, cpu_isa_name(isa),
                    threads, t_fused * 1e3, t_separate * 1e3, t_separate / t_fused);
-        nlohmann::json line{{"bench", "adam_copy_out"},
-                            {"variant", v->name},
-                            {"isa", cpu_isa_name(isa)},
-                            {"threads", threads},
-                            {"elements", n},
-                            {"fused_s", t_fused},
-                            {"step_then_cast_s", t_separate},
-                            {"speedup", t_separate / t_fused}};
+        nlohmann::json line = measurement("adam_copy_out", *v, isa, threads, n);
+        line["fused_s"] = t_fused;
+        line["step_then_cast_s"] = t_separate;
+        line["speedup"] = t_separate / t_fused;
         if (json.is_open()) json << line.dump() << "\n";
       }
     }
@@ -300,14 +306,10 @@ int run_adam_bench(const AdamBenchOptions& options) {
         });
         fmt::print("{:<11} {:<7} {:>7} {:>12.2f} {:>15.2f} {:>8.2f}x\n", v->name, cpu_isa_name(isa),
                    threads, t_in_place * 1e3, t_other * 1e3, t_other / t_in_place);
-        nlohmann::json line{{"bench", "adam_other_copy"},
-                            {"variant", v->name},
-                            {"isa", cpu_isa_name(isa)},
-                            {"threads", threads},
-                            {"elements", n},
-                            {"in_place_s", t_in_place},
-                            {"other_copy_s", t_other},
-                            {"ratio", t_other / t_in_place}};
+        nlohmann::json line = measurement("adam_other_copy", *v, isa, threads, n);
+        line["in_place_s"] = t_in_place;
+        line["other_copy_s"] = t_other;
+        line["ratio"] = t_other / t_in_place;
         if (json.is_open()) json << line.dump() << "\n";
       }
     }
