@@ -1,5 +1,7 @@
 #include "optim/spec.h"
 
+#include <cmath>
+
 #include "base/error.h"
 
 namespace zero::optim {
@@ -87,6 +89,30 @@ void validate(const OptimizerSpec& spec, const Formats& formats) {
                      "fp16, not {}",
                      dtype_name(formats.param_out));
   }
+}
+
+double unscaled_norm(float sum_squares, double loss_scale) {
+  return std::sqrt(static_cast<double>(sum_squares)) / loss_scale;
+}
+
+double step_grad_scale(double norm, double loss_scale, double max_norm) {
+  double grad_scale = 1.0 / loss_scale;
+  if (max_norm > 0.0) {
+    const double clip = (norm + 1e-6) / max_norm;  // DeepSpeed's coefficient
+    if (clip > 1.0) grad_scale /= clip;
+  }
+  return grad_scale;
+}
+
+bool apply_verdict(StepHyper& hyper) {
+  if (hyper.verdict == nullptr) return true;
+  const float sum = hyper.verdict[0];
+  const float nonfinite = hyper.verdict[1];
+  hyper.verdict = nullptr;
+  if (nonfinite != 0.0f) return false;
+  hyper.grad_scale =
+      step_grad_scale(unscaled_norm(sum, hyper.loss_scale), hyper.loss_scale, hyper.max_norm);
+  return true;
 }
 
 }  // namespace zero::optim

@@ -70,7 +70,26 @@ struct StepHyper {
   double beta2 = 0.999;
   double grad_scale = 1.0;  // multiplies every gradient on load: unscaling and clipping
   std::uint64_t seed = 0;   // the stochastic-rounding stream of bf16 state (fixed per run)
+  // Optional: the step's verdict where the device wrote it, read when the step runs instead of
+  // when it is queued, so that the host does not wait for the gradients' norm. verdict[0] is
+  // the sum of squares of the scaled gradients over every rank, verdict[1] nonzero where one
+  // of them was not finite. A nonzero flag makes the step write nothing; otherwise grad_scale
+  // is replaced by step_grad_scale(unscaled_norm(verdict[0], loss_scale), loss_scale,
+  // max_norm). Memory the step's stream reads (device memory for the CUDA optimizer).
+  const float* verdict = nullptr;
+  double loss_scale = 1.0;  // with a verdict: the scale the gradients carry
+  double max_norm = 0.0;    // with a verdict: gradient_clipping (0: none)
 };
+
+// The global norm of the unscaled gradients from the sum of squares of the scaled ones.
+double unscaled_norm(float sum_squares, double loss_scale);
+// A step's gradient scale: 1 / loss_scale, divided by DeepSpeed's clip coefficient
+// (norm + 1e-6) / max_norm where max_norm > 0 and the coefficient exceeds 1. The CUDA
+// optimizer restates it in double for a verdict on the device (optim/cuda/fused_adam.cu).
+double step_grad_scale(double norm, double loss_scale, double max_norm);
+// `hyper` with its verdict (read from host-addressable memory) applied: grad_scale set and no
+// verdict left, or false where the verdict skips the step. True, unchanged, without one.
+bool apply_verdict(StepHyper& hyper);
 
 // One contiguous run of the flat buffers, with its parameter group's settings.
 struct Slice {

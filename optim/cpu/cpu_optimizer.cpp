@@ -92,11 +92,13 @@ class CpuOptimizer final : public Optimizer {
                           : std::string("no copy-out"));
   }
 
-  void step(std::span<const Slice> slices, const StepHyper& hyper, Stream&) override {
-    if (hyper.step < 1) {
+  void step(std::span<const Slice> slices, const StepHyper& step_hyper, Stream&) override {
+    if (step_hyper.step < 1) {
       throw make_error(ErrorCategory::usage, "optimizer step: step number {} (steps count from 1)",
-                       hyper.step);
+                       step_hyper.step);
     }
+    StepHyper hyper = step_hyper;
+    if (!apply_verdict(hyper)) return;  // the verdict, read now, skips the step
     std::size_t total = 0;
     for (std::size_t i = 0; i < slices.size(); ++i) {
       check_slice(slices[i], i);

@@ -20,8 +20,10 @@ class HostedOptimizer final : public Optimizer {
   std::string description() const override { return inner_->description(); }
 
   void step(std::span<const Slice> slices, const StepHyper& hyper, Stream& stream) override {
-    device_.launch_host_task(stream, [inner = inner_, aliased = aliases(slices), hyper, &stream] {
-      inner->step(aliased, hyper, stream);
+    StepHyper hosted = hyper;
+    hosted.verdict = static_cast<const float*>(alias(hyper.verdict));  // read when the task runs
+    device_.launch_host_task(stream, [inner = inner_, aliased = aliases(slices), hosted, &stream] {
+      inner->step(aliased, hosted, stream);
     });
   }
 

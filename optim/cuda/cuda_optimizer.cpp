@@ -165,6 +165,9 @@ class CudaAdam final : public Optimizer {
     scalars.inverse_sqrt_bias_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
     scalars.seed = hyper.seed;
     scalars.step = static_cast<std::uint64_t>(hyper.step);
+    scalars.verdict = hyper.verdict;  // the kernel reads it when it runs
+    scalars.loss_scale = hyper.loss_scale;
+    scalars.max_norm = hyper.max_norm;
 
     const auto describe = [&](const Slice& slice, cuda::FusedAdamTensor& tensor) {
       if (slice.count == 0) return false;

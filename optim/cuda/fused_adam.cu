@@ -2,7 +2,7 @@
 // C++17: it cannot include base/half.h or optim/rounding.h, so it takes the rounding of
 // base/half.h from device/cuda/half.cuh and restates the random bits of optim/rounding.h.
 //
-// One launch takes up to kMaxTensors (48) tensors in a by-value argument, a Batch of 3896
+// One launch takes up to kMaxTensors (48) tensors in a by-value argument, a Batch of 3920
 // bytes (under the 4 KB kernel-parameter limit), and at most kMaxBlocksPerLaunch blocks; more
 // tensors, or a tensor past the block limit (split at a chunk boundary), go to further
 // launches. Each block updates one chunk (kChunk elements) of one tensor: tensor k owns the
@@ -42,6 +42,9 @@ struct StepArgs {
   float inverse_sqrt_bias_correction2;
   u64 seed;
   u64 step;
+  const float* verdict;  // may be null
+  double loss_scale;
+  double max_norm;
 };
 
 // One tensor, or the part of one that a launch takes.
@@ -66,7 +69,7 @@ struct Batch {
   TensorArg tensor[kMaxTensors];
 };
 static_assert(sizeof(TensorArg) == 80, "the tensor description is packed as planned");
-static_assert(sizeof(Batch) == 3896, "the kernel argument is laid out as planned");
+static_assert(sizeof(Batch) == 3920, "the kernel argument is laid out as planned");
 static_assert(sizeof(Batch) <= 4096, "the kernel argument stays under the 4 KB parameter limit");
 
 // ---- Rounding, bit for bit as base/half.h and optim/rounding.h ----
@@ -276,11 +279,28 @@ __device__ __forceinline__ void for_chunk(const TensorArg& t, u32 block, Worker&
   }
 }
 
+// optim/spec.cpp's step_grad_scale(unscaled_norm(sum, loss_scale), loss_scale, max_norm), the
+// same double operations in the same order (IEEE division and square root, as the host's).
+__device__ __forceinline__ float verdict_grad_scale(float sum, double loss_scale, double max_norm) {
+  const double norm = sqrt(static_cast<double>(sum)) / loss_scale;
+  double grad_scale = 1.0 / loss_scale;
+  if (max_norm > 0.0) {
+    const double clip = (norm + 1e-6) / max_norm;
+    if (clip > 1.0) grad_scale /= clip;
+  }
+  return static_cast<float>(grad_scale);
+}
+
 template <class Grad, class State, class Out>
 __global__ void __launch_bounds__(kThreads) fused_adam_kernel(const __grid_constant__ Batch batch) {
   const u32 block = blockIdx.x;
   const TensorArg& t = batch.tensor[tensor_of_block(batch, block)];
-  Updater<Grad, State, Out> updater(batch.step, t);
+  StepArgs step = batch.step;
+  if (step.verdict != nullptr) {
+    if (step.verdict[1] != 0.0f) return;  // a non-finite gradient: the step is skipped
+    step.grad_scale = verdict_grad_scale(step.verdict[0], step.loss_scale, step.max_norm);
+  }
+  Updater<Grad, State, Out> updater(step, t);
   for_chunk(t, block, updater);
 }
 
@@ -486,7 +506,10 @@ cudaError_t launch_fused_adam(const FusedAdamFormats& formats, const FusedAdamSt
                       step.grad_scale,
                       step.inverse_sqrt_bias_correction2,
                       step.seed,
-                      step.step};
+                      step.step,
+                      step.verdict,
+                      step.loss_scale,
+                      step.max_norm};
   Launcher launcher(kernel, formats, args, stream);
   for (std::size_t i = 0; i < count; ++i) {
     const cudaError_t status = launcher.add(tensors[i]);

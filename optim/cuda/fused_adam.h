@@ -41,6 +41,13 @@ struct FusedAdamStep {
   float inverse_sqrt_bias_correction2 = 1.0f;  // 1 / sqrt(1 - beta2^t); 1 without correction
   std::uint64_t seed = 0;  // the stochastic rounding of bf16 state: StepHyper::seed
   std::uint64_t step = 1;  // and StepHyper::step (as unsigned)
+  // Optional (StepHyper::verdict): device memory holding the sum of squares of the scaled
+  // gradients and a non-finite flag, read by each block when it runs. A nonzero flag: the block
+  // writes nothing. Otherwise grad_scale is replaced by optim::step_grad_scale of the norm,
+  // computed in double as optim/spec.cpp does, from loss_scale and max_norm (0: no clipping).
+  const float* verdict = nullptr;
+  double loss_scale = 1.0;
+  double max_norm = 0.0;
 };
 
 // One tensor (a Slice). Pointers are aligned to their element size; grad, exp_avg and

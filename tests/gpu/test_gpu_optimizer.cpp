@@ -571,6 +571,54 @@ TEST_CASE("the CUDA optimizer gives the portable CPU kernel's bits in every form
   }
 }
 
+TEST_CASE(
+    "the CUDA optimizer reads its verdict on the device as it runs: the host's gradient scale "
+    "from the norm and the clip, bit for bit, and nothing written under a non-finite flag",
+    "[gpu][optim]") {
+  auto device = create_cuda_device(0);
+  Stream& stream = device->default_stream();
+  void* scalars = device->reserve(Tier::device, 4096);
+  for (const Case& c : all_cases()) {
+    INFO(c.describe());
+    for (const double max_norm : {0.0, 2.0}) {
+      INFO("max_norm " << max_norm);
+      auto optimizer = create_cuda_optimizer(c.spec, c.formats);
+      Images decided(c), deferred(c);
+      OnDevice on_decided(*device, c, decided), on_deferred(*device, c, deferred);
+      decided.set_grads(1);
+      deferred.set_grads(1);
+      on_decided.grad.upload(decided.grad);
+      on_deferred.grad.upload(deferred.grad);
+      const float verdict[2] = {1234.5f, 0.0f};  // a norm of 8.78 at loss scale 4: it clips
+      device->copy(scalars, verdict, sizeof verdict);
+      StepHyper host = hyper_for(1);
+      host.grad_scale = step_grad_scale(unscaled_norm(verdict[0], 4.0), 4.0, max_norm);
+      optimizer->step(on_decided.slices, host, stream);
+      StepHyper read = hyper_for(1);
+      read.grad_scale = 1234.0;  // replaced by the verdict's
+      read.verdict = static_cast<const float*>(scalars);
+      read.loss_scale = 4.0;
+      read.max_norm = max_norm;
+      optimizer->step(on_deferred.slices, read, stream);
+      // A non-finite flag, written after the step above ran (copy waits for the stream).
+      const float skip[2] = {1234.5f, 1.0f};
+      device->copy(scalars, skip, sizeof skip);
+      read.step = 2;
+      deferred.set_grads(2);
+      on_deferred.grad.upload(deferred.grad);
+      optimizer->step(on_deferred.slices, read, stream);
+      device->synchronize();
+      on_decided.download(decided);
+      on_deferred.download(deferred);
+      CHECK(differing_bytes(decided.master, deferred.master, false) == 0);
+      CHECK(differing_bytes(decided.m, deferred.m, false) == 0);
+      CHECK(differing_bytes(decided.v, deferred.v, false) == 0);
+      CHECK(differing_bytes(decided.out, deferred.out, false) == 0);
+    }
+  }
+  device->unreserve(Tier::device, scalars, 4096);
+}
+
 TEST_CASE("write_param_out rounds the masters to nearest even and writes nothing else",
           "[gpu][optim]") {
   auto device = create_cuda_device(0);

@@ -87,6 +87,51 @@ TEST_CASE("CPU optimizer results do not depend on threads or slicing", "[optim]"
   }
 }
 
+TEST_CASE(
+    "a step with its verdict in memory reads it when it runs: a set flag writes nothing, else "
+    "the gradient scale is the one the host computes from the norm and the clip",
+    "[optim]") {
+  constexpr std::size_t n = 4099;
+  const Formats formats{DType::bf16, DType::bf16, DType::bf16};
+  auto device = create_cpu_device();
+  for (OptimizerType type : {OptimizerType::adamw, OptimizerType::sgd, OptimizerType::lion}) {
+    OptimizerSpec spec;
+    spec.type = type;
+    spec.momentum = 0.9;
+    INFO(optimizer_type_name(type));
+    CpuOptimizerOptions options;
+    options.threads = 2;
+    auto optimizer = create_cpu_optimizer(spec, formats, options);
+    for (const double max_norm : {0.0, 1.5, 1e9}) {
+      INFO("max_norm " << max_norm);
+      Buffers host(n, 3), read(n, 3);
+      float verdict[2] = {0.0f, 0.0f};
+      for (std::uint16_t g : host.grad) {
+        const float value = bf16_to_float(g) * 8.0f;  // the gradients carry a loss scale of 8
+        verdict[0] += value * value;
+      }
+      StepHyper decided = hyper(1);
+      decided.grad_scale = step_grad_scale(unscaled_norm(verdict[0], 8.0), 8.0, max_norm);
+      const Slice a = host.slice(0, n, 0);
+      optimizer->step({&a, 1}, decided, device->default_stream());
+      StepHyper deferred = hyper(1);
+      deferred.grad_scale = 1234.0;  // replaced by the verdict's
+      deferred.verdict = verdict;
+      deferred.loss_scale = 8.0;
+      deferred.max_norm = max_norm;
+      const Slice b = read.slice(0, n, 0);
+      optimizer->step({&b, 1}, deferred, device->default_stream());
+      CHECK(same_bits(host, read));
+      if (max_norm == 1.5) CHECK(decided.grad_scale < 1.0 / 8.0);  // it clipped
+      // A non-finite flag: the step writes nothing.
+      verdict[1] = 1.0f;
+      deferred.step = 2;
+      optimizer->step({&b, 1}, deferred, device->default_stream());
+      CHECK(same_bits(host, read));
+    }
+  }
+}
+
 // A flat copy of the state for n elements (fp32 master, `state` moments), placed `shift`
 // elements past a 64-byte boundary, with `pad` elements of 0xab either side.
 struct StateCopy {
