@@ -126,6 +126,17 @@ void Engine::Impl::drain_steps() {
   }
 }
 
+void Engine::Impl::settle_verdict() {
+  if (!stepper) return;
+  const std::optional<StepVerdict::Outcome> outcome = stepper->settle_verdict();
+  if (outcome && last_stats.verdict_pending &&
+      last_stats.global_steps == outcome->step.global_step) {
+    last_stats.skipped = outcome->skipped;
+    last_stats.grad_norm = outcome->grad_norm;
+    last_stats.verdict_pending = false;
+  }
+}
+
 void Engine::Impl::require_initialized(const char* call) const {
   if (!initialized) {
     throw make_error(ErrorCategory::usage, "{}: the engine is not initialised yet; call init first",
@@ -641,6 +652,7 @@ std::array<double, 2> Engine::last_quantization_error() const noexcept {
 }
 
 double Engine::next_learning_rate() const {
+  impl_->settle_verdict();  // a skipped step holds the schedule
   const std::int64_t taken = impl_->stepper ? impl_->stepper->optimizer_steps() : 0;
   return impl_->stepper ? impl_->stepper->schedule_value(taken + 1).lr
                         : scheduled(impl_->config, taken + 1).lr;
@@ -661,7 +673,13 @@ void Engine::set_learning_rate(double lr) {
   impl_->stepper->set_learning_rate(lr);
 }
 
-StepStats Engine::step() {
+StepStats Engine::last_step_stats() {
+  const DeviceMemoryGuard guarded(*impl_->device);
+  impl_->settle_verdict();
+  return impl_->last_stats;
+}
+
+StepStats Engine::step(bool verdict_now) {
   const DeviceMemoryGuard guarded(*impl_->device);
   Impl& e = *impl_;
   e.require_initialized("step");
@@ -705,6 +723,7 @@ StepStats Engine::step() {
   if (boundary) {
     Timer timer;
     try {
+      e.settle_verdict();  // the last boundary's, into last_stats before they are replaced
       stats = e.stepper->step();
     } catch (...) {
       e.fail("a step failed, so the optimizer state may be half updated");
@@ -730,13 +749,16 @@ StepStats Engine::step() {
   e.timers.speculation += e.stepper->take_speculation_seconds();
   e.timers.allgather += e.stepper->take_allgather_seconds();
   if (boundary && stats.global_steps % e.config.steps_per_print == 0) e.print_breakdowns();
-  return stats;
+  e.last_stats = stats;
+  if (verdict_now && stats.verdict_pending) e.settle_verdict();
+  return e.last_stats;
 }
 
 void Engine::save_checkpoint(const std::string& dir, const SaveOptions& options) {
   const DeviceMemoryGuard guarded(*impl_->device);
   impl_->require_quiet("save_checkpoint");
   impl_->drain_steps();
+  impl_->settle_verdict();  // the counters and the scaler it saves
   impl_->checkpoints->save(dir, options, impl_->micro_steps);
 }
 
@@ -745,6 +767,7 @@ LoadResult Engine::load_checkpoint(const std::string& dir, const LoadOptions& op
   Impl& e = *impl_;
   e.require_quiet("load_checkpoint");
   e.drain_steps();
+  e.settle_verdict();  // nothing pending to apply to the counters it loads
   LoadResult result =
       e.checkpoints->load(dir, options, [&](std::string what) { e.fail(std::move(what)); });
   // Saved at a boundary, so the next micro-step opens a window; counted in this run's
@@ -995,6 +1018,7 @@ std::size_t Engine::reserved_bytes(Tier tier) const {
   }
   if (tier == Tier::device && impl_->scalars != nullptr) bytes += kScratchBytes;
   if (tier == Tier::host && impl_->model_state) bytes += impl_->model_state->host_scratch_bytes();
+  if (tier == Tier::pinned && impl_->stepper) bytes += impl_->stepper->pinned_scratch_bytes();
   return bytes;
 }
 

@@ -61,6 +61,9 @@ struct StepStats {
                             // skipped, the one the schedule still holds
   std::int64_t global_steps = 0;  // optimizer steps taken so far, skipped ones included
   std::int64_t micro_steps = 0;   // step() calls so far
+  // The boundary's verdict is still on the device (step(false) with the verdict there): skipped
+  // and grad_norm are not known yet; last_step_stats() waits for them.
+  bool verdict_pending = false;
   // zero_quantized_error_check, at a boundary: the relative L2 error of this window's quantized
   // stage-3 gathers and reduced gradients against exact ones, over every rank (-1: not measured)
   double quantization_error_weights = -1;
@@ -224,8 +227,14 @@ class Engine {
   std::array<double, 2> last_quantization_error() const noexcept;
 
   // Called after every micro-batch's backward (DeepSpeed's engine.step()). Finishes this
-  // micro-step's gradient reductions; at the boundary, runs the optimizer step.
-  StepStats step();
+  // micro-step's gradient reductions; at the boundary, runs the optimizer step. Where the
+  // step's verdict stays on the device (the optimizer not offloaded, no fp16 loss scale), the
+  // host waits for it only with `verdict_now`; without, the boundary's skipped and grad_norm
+  // are pending (StepStats::verdict_pending) until last_step_stats() or the next boundary.
+  StepStats step(bool verdict_now = true);
+  // The StepStats of the last step() call, waiting for the device's verdict where it is pending
+  // (a default StepStats before any step).
+  StepStats last_step_stats();
 
   // Collective: the full current value of a parameter as fp32 on every rank: the master for
   // trainable parameters in mixed precision, else the compute copy.

@@ -148,6 +148,10 @@ struct Engine::Impl {
   // the gradients or the counters; the fetcher no longer paced. A failure there fails the
   // engine.
   void drain_steps();
+  // With the verdict on the device: waits for the last boundary's, where pending, and completes
+  // last_stats with it. Before anything reads the optimizer's count or saves or loads.
+  void settle_verdict();
+  StepStats last_stats;  // of the last step() call
 
   // zero_quantized_error_check: ZeRO++'s error measured (quantization_error.h); made by
   // allocate. Declared before the reducer and the fetcher, which add to it until they are gone.

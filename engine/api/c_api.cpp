@@ -460,17 +460,34 @@ zero_status zero_is_accumulation_boundary(const zero_engine* engine, int* bounda
   });
 }
 
+namespace {
+
+void fill_step_stats(const zero::engine::StepStats& s, zero_step_stats* stats) {
+  stats->stepped = s.stepped ? 1 : 0;
+  stats->skipped = s.skipped ? 1 : 0;
+  stats->loss_scale = s.loss_scale;
+  stats->grad_norm = s.grad_norm;
+  stats->lr = s.lr;
+  stats->global_steps = s.global_steps;
+  stats->micro_steps = s.micro_steps;
+}
+
+}  // namespace
+
 zero_status zero_step(zero_engine* engine, zero_step_stats* stats) {
   return zero::guard([&] {
-    const zero::engine::StepStats s = engine_of(engine, "zero_step").step();
-    if (stats == nullptr) return;
-    stats->stepped = s.stepped ? 1 : 0;
-    stats->skipped = s.skipped ? 1 : 0;
-    stats->loss_scale = s.loss_scale;
-    stats->grad_norm = s.grad_norm;
-    stats->lr = s.lr;
-    stats->global_steps = s.global_steps;
-    stats->micro_steps = s.micro_steps;
+    // Without stats to fill, a verdict on the device stays there (Engine::step).
+    const zero::engine::StepStats s =
+        engine_of(engine, "zero_step").step(/*verdict_now=*/stats != nullptr);
+    if (stats != nullptr) fill_step_stats(s, stats);
+  });
+}
+
+zero_status zero_last_step_stats(zero_engine* engine, zero_step_stats* stats) {
+  return zero::guard([&] {
+    auto& e = engine_of(engine, "zero_last_step_stats");
+    require(stats, "zero_last_step_stats", "stats");
+    fill_step_stats(e.last_step_stats(), stats);
   });
 }
 

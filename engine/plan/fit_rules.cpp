@@ -218,6 +218,7 @@ std::string fit_need(const MemoryPlan& plan, const config::Config& config,
   }
   (in_host(Tier::device) ? host : gpu).add("scratch", plan.device_scratch_bytes);
   host.add("host scratch", plan.host_scratch_bytes);
+  host.add("pinned scratch", plan.pinned_scratch_bytes);
   for (const DeclaredMemory& d : declared) {
     (in_host(d.tier) ? host : gpu).add(d.what + " (the program's)", d.bytes);
   }

@@ -143,6 +143,7 @@ void plan_buffers(const config::Config& config, const Layout& layout, bool besid
     plan.device_grad_bytes = layout.owned.total * dtype_size(m.accum);
   }
   if (beside && (m.optimizer_offload || m.param_offload)) plan.host_scratch_bytes = kScratchBytes;
+  if (m.verdict_on_device()) plan.pinned_scratch_bytes = kScratchBytes;
 }
 
 // Optimizer NVMe: buffer_count buffers of the largest swapped group's region (masters and
@@ -669,6 +670,7 @@ std::size_t MemoryPlan::reserved(Tier tier) const noexcept {
   }
   if (tier == Tier::device) bytes += device_scratch_bytes;
   if (tier == Tier::host) bytes += host_scratch_bytes;
+  if (tier == Tier::pinned) bytes += pinned_scratch_bytes;
   return bytes;
 }
 

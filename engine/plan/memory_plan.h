@@ -75,6 +75,13 @@ struct StateModes {
   bool grad_shard() const noexcept { return stage >= 1 || accum != compute; }
   // Hybrid sharding: the state partitioned within groups and replicated across them.
   bool hybrid() const noexcept { return replicas > 1; }
+  // The step's verdict (the non-finite check, the norm, the clip factor) stays on the device
+  // for the optimizer to read there, never waited for by the host (StepVerdict): the optimizer
+  // on the engine's device, no parameter swap, and no fp16 loss scale to update before the next
+  // backward.
+  bool verdict_on_device() const noexcept {
+    return !optimizer_offload && !param_nvme && compute != DType::f16;
+  }
 };
 
 StateModes state_modes(const config::Config& config, int world);
@@ -280,9 +287,11 @@ struct MemoryPlan {
   ArenaPlan param;       // pinned or host, offload_param: compute shards and bounce buffers
   ArenaPlan nvme;        // optimizer swap file
   ArenaPlan param_nvme;  // parameter swap file
-  // Outside the arenas: the device's scalar scratch, and with offload beside a GPU the host's.
+  // Outside the arenas: the device's scalar scratch, with offload beside a GPU the host's, and
+  // with the verdict on the device (StateModes::verdict_on_device) its pinned slot.
   std::size_t device_scratch_bytes = kScratchBytes;
   std::size_t host_scratch_bytes = 0;
+  std::size_t pinned_scratch_bytes = 0;
 
   std::array<const ArenaPlan*, 7> arenas() const noexcept;
   // Capacity of every arena of `tier`, plus the scratch in that tier.

@@ -50,6 +50,7 @@ Stepper::Stepper(const EngineContext& context, ModelState& state, GradReducer& r
   if (ctx_.config.precision == config::Precision::fp16) {
     scaler_ = LossScaler::from_config(ctx_.config.fp16);
   }
+  if (modes_.verdict_on_device()) verdict_ = std::make_unique<StepVerdict>(ctx_.device);
 }
 
 void Stepper::create_optimizer(int cpu_threads) {
@@ -303,7 +304,25 @@ void Stepper::zero_grads() {
   reducer_.zero_full(ctx_.device.default_stream());
 }
 
+std::optional<StepVerdict::Outcome> Stepper::settle_verdict() {
+  if (!verdict_) return std::nullopt;
+  std::optional<StepVerdict::Outcome> outcome = verdict_->take();
+  if (outcome && outcome->skipped) {
+    // The optimizer read the flag on the device and wrote nothing: the step's count goes back.
+    optimizer_steps_ = outcome->step.optimizer_step - 1;
+    log::warn(
+        "bf16 gradients hold a NaN or an infinity: step {} skipped "
+        "(bf16.check_grad_overflow)",
+        outcome->step.global_step);
+  } else if (outcome) {
+    scaler_.update(false);
+  }
+  return outcome;
+}
+
 StepStats Stepper::step() {
+  settle_verdict();  // the last boundary's, before this one reads the optimizer's count
+  if (verdict_) return step_with_verdict_on_device();
   const config::Config& config = ctx_.config;
   StepStats stats;
   stats.stepped = true;
@@ -343,12 +362,8 @@ StepStats Stepper::step() {
   global_steps_ += 1;
   const double norm = grad_norm(partials) / scale;
   stats.grad_norm = norm;
-  double grad_scale = 1.0 / scale;
-  if (config.gradient_clipping > 0.0) {
-    // DeepSpeed: clip = (norm + 1e-6) / max_norm; gradients divided by clip when it exceeds 1.
-    const double clip = (norm + 1e-6) / config.gradient_clipping;
-    if (clip > 1.0) grad_scale /= clip;
-  }
+  // DeepSpeed's clip coefficient folded into the unscaling (what the device's verdict computes).
+  const double grad_scale = optim::step_grad_scale(norm, scale, config.gradient_clipping);
 
   const optim::StepHyper hyper = hyper_for(k, grad_scale);
   const bool clipped = grad_scale != 1.0 / scale;
@@ -365,6 +380,52 @@ StepStats Stepper::step() {
   scaler_.update(false);
   zero_grads();
   fetcher_.release_unheld(/*stale=*/true);
+  return stats;
+}
+
+// The step with StateModes::verdict_on_device: what the other path decides on the host before
+// stepping (skip or not, the norm, the clip factor) the device decides as the optimizer runs,
+// from the scalars queued here; the host learns it at settle_verdict.
+StepStats Stepper::step_with_verdict_on_device() {
+  const config::Config& config = ctx_.config;
+  StepStats stats;
+  stats.stepped = true;
+  const double scale = scaler_.scale();
+  stats.loss_scale = scale;
+  const std::int64_t k = optimizer_steps_ + 1;
+  stats.lr = schedule_value(k).lr;  // a skipped step's too: the schedule holds it
+
+  Stream& stream = ctx_.device.default_stream();
+  reducer_.settle_owned(grad_flat_count(), stream);
+  float* sum = scalars_;
+  float* nonfinite = scalars_ + 1;
+  ctx_.device.fill(nonfinite, DType::f32, 1, 0.0f, stream);
+  ctx_.device.fill(sum, DType::f32, 1, 0.0f, stream);
+  for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
+    if (config.checks_grad_overflow()) {
+      ctx_.device.check_finite(data, dtype, count, nonfinite, stream);
+    }
+    ctx_.device.sum_squares(data, dtype, count, sum, stream);
+  });
+  if (modes_.shard_ranks > 1) {
+    ctx_.shards().all_reduce(nonfinite, 1, DType::f32, ReduceOp::max, &stream).block(stream);
+    ctx_.shards().all_reduce(sum, 1, DType::f32, ReduceOp::sum, &stream).block(stream);
+  }
+
+  global_steps_ += 1;
+  optim::StepHyper hyper = hyper_for(k, 1.0 / scale);
+  hyper.verdict = scalars_;
+  hyper.loss_scale = scale;
+  hyper.max_norm = config.gradient_clipping;
+  const std::vector<optim::Slice> all = slices();
+  for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
+    step_group(g, all, hyper, false, false);
+  }
+  verdict_->queue(scalars_, stream, {global_steps_, k, scale});
+  optimizer_steps_ = k;  // until the verdict says the step was skipped
+  zero_grads();
+  fetcher_.release_unheld(/*stale=*/true);
+  stats.verdict_pending = true;
   return stats;
 }
 

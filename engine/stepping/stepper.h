@@ -40,6 +40,7 @@
 #include "engine/stepping/speculation.h"
 #include "engine/stepping/speculator.h"
 #include "engine/stepping/step_groups.h"
+#include "engine/stepping/step_verdict.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 
@@ -60,8 +61,18 @@ class Stepper final : private StepGroups {
   const optim::Optimizer& optimizer() const { return *optimizer_; }
 
   // The boundary's step; a failure part way leaves the state half updated (the caller marks
-  // the engine failed).
+  // the engine failed). With the verdict on the device (StateModes::verdict_on_device) the
+  // stats' skipped and grad_norm are not known yet (StepStats::verdict_pending): settle_verdict
+  // gives them, and settles the last boundary's first thing here.
   StepStats step();
+  // With the verdict on the device: waits for the last boundary's, if still pending, and
+  // applies it (a skipped step's optimizer count taken back, its warning logged). Call before
+  // reading optimizer_steps() or the scaler, saving or loading. nullopt when none was pending.
+  std::optional<StepVerdict::Outcome> settle_verdict();
+  // The pinned bytes the verdict on the device holds (Engine::reserved_bytes).
+  std::size_t pinned_scratch_bytes() const noexcept {
+    return verdict_ ? StepVerdict::pinned_bytes() : 0;
+  }
   // Every gradient the optimizer reads back to zero (after a step, a skip or a load).
   void zero_grads();
 
@@ -132,6 +143,7 @@ class Stepper final : private StepGroups {
   std::vector<optim::Slice> slices() override;  // one per trainable parameter, its owned shard
 
   optim::StepHyper hyper_for(std::int64_t k, double grad_scale) const override;
+  StepStats step_with_verdict_on_device();
   // `stepped`: speculated and standing, so only placed (`placed`: not even that, done in
   // backward).
   void step_group(std::size_t group, const std::vector<optim::Slice>& all,
@@ -176,6 +188,8 @@ class Stepper final : private StepGroups {
   int host_threads_ = 1;               // the CPU optimizer's threads (the host norm's)
   std::optional<double> lr_override_;  // set_learning_rate's
   SecondsSum optimizer_seconds_, allgather_seconds_;
+  // With the verdict on the device (null otherwise): the pending step's.
+  std::unique_ptr<StepVerdict> verdict_;
   // super_offload (null without it); last: its worker ends before the rest goes.
   std::unique_ptr<Speculation> speculation_;
 };

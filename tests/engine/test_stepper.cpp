@@ -54,6 +54,21 @@ float expected(std::size_t p, std::size_t i, double scale) {
   return static_cast<float>(value - 0.5 * (static_cast<double>(g) * scale));
 }
 
+// The boundary's step with its verdict known: where it stayed on the device (the optimizer not
+// offloaded), settled after the step, as the engine does when asked for the stats.
+StepStats step_settled(EngineParts& parts) {
+  StepStats stats = parts.stepper->step();
+  CHECK(stats.verdict_pending == parts.layout.modes.verdict_on_device());
+  if (const auto outcome = parts.stepper->settle_verdict()) {
+    CHECK(outcome->step.global_step == parts.stepper->global_steps());
+    stats.skipped = outcome->skipped;
+    stats.grad_norm = outcome->grad_norm;
+    stats.verdict_pending = false;
+  }
+  CHECK_FALSE(parts.stepper->settle_verdict());  // taken once
+  return stats;
+}
+
 void check_step(EngineParts& parts, double scale) {
   for (std::size_t p : parts.layout.trainable) {
     const std::vector<float> got = master_of(parts, p);
@@ -76,7 +91,7 @@ TEST_CASE("stepper: the norm is the gradients', and clipping divides them by its
       ArithmeticValues values;
       parts.state->assign(values);
       const double norm = std::sqrt(set_grads(parts));
-      const StepStats stats = parts.stepper->step();
+      const StepStats stats = step_settled(parts);
       CHECK(stats.stepped);
       CHECK_FALSE(stats.skipped);
       CHECK(stats.grad_norm == Approx(norm).epsilon(1e-6));
@@ -95,7 +110,7 @@ TEST_CASE("stepper: the norm is the gradients', and clipping divides them by its
       ArithmeticValues values;
       parts.state->assign(values);
       set_grads(parts);
-      const StepStats stats = parts.stepper->step();
+      const StepStats stats = step_settled(parts);
       CHECK(stats.grad_norm == Approx(norm).epsilon(1e-6));
       check_step(parts, max_norm / (norm + 1e-6));
     }
@@ -128,6 +143,44 @@ TEST_CASE("stepper: a non-finite fp16 gradient skips the step and keeps the mast
         std::vector<std::uint16_t>(parts.layout.owned.total, 0));
 }
 
+TEST_CASE(
+    "stepper: with the verdict on the device a non-finite bf16 gradient skips the step as it "
+    "runs, and the host takes the count back when it settles the verdict",
+    "[engine]") {
+  for (const char* offload : {"none", "cpu"}) {
+    INFO("offload_optimizer " << offload);
+    EngineParts parts(
+        sgd_config(R"("bf16": {"enabled": true, "check_grad_overflow": true},)", offload));
+    REQUIRE(parts.layout.modes.verdict_on_device() == (std::string(offload) == "none"));
+    ArithmeticValues values;
+    parts.state->assign(values);
+    const std::vector<float> before = master_of(parts, 1);
+    set_grads(parts, std::numeric_limits<float>::quiet_NaN());
+    const StepStats stats = parts.stepper->step();
+    CHECK(parts.stepper->global_steps() == 1);
+    if (stats.verdict_pending) {
+      // Queued as if it stands; the optimizer read the flag where it ran.
+      CHECK(parts.stepper->optimizer_steps() == 1);
+      const auto outcome = parts.stepper->settle_verdict();
+      REQUIRE(outcome);
+      CHECK(outcome->skipped);
+      CHECK(outcome->grad_norm == 0.0);
+      CHECK(outcome->step.global_step == 1);
+      CHECK(outcome->step.optimizer_step == 1);
+    } else {
+      CHECK(stats.skipped);
+    }
+    CHECK(parts.stepper->optimizer_steps() == 0);
+    CHECK(master_of(parts, 1) == before);
+    // The next window steps as the first: the optimizer's count and the schedule held.
+    set_grads(parts);
+    const StepStats next = step_settled(parts);
+    CHECK_FALSE(next.skipped);
+    CHECK(parts.stepper->global_steps() == 2);
+    CHECK(parts.stepper->optimizer_steps() == 1);
+  }
+}
+
 }  // namespace zero::engine
 
 namespace zero::engine {
@@ -142,7 +195,7 @@ TEST_CASE("stepper: a learning rate set by the caller replaces the schedule's fr
   CHECK(parts.stepper->schedule_value(1).lr == 0.25);
   CHECK(parts.stepper->schedule_value(7).lr == 0.25);
   set_grads(parts);
-  const StepStats stats = parts.stepper->step();
+  const StepStats stats = step_settled(parts);
   CHECK(stats.lr == 0.25);
   // SGD at half the config's lr moves each master as the config's lr would a gradient of half.
   check_step(parts, 0.5);

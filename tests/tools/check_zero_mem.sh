@@ -63,10 +63,11 @@ plan = json.load(open(sys.argv[2]))
 row = [r for r in plan["rows"] if r["offload"] == sys.argv[3]][0]
 tiers, kinds = ["device", "pinned", "host", "nvme"], ["param", "grad", "master", "moment", "buffer"]
 bad = []
-# Reserved: the arenas' capacities and the device scratch (CPU ranks have no host scratch).
+# Reserved: the arenas' capacities and the scratch of each tier (the device's; the verdict's pinned
+# slot where the optimizer is not offloaded; CPU ranks have no host scratch).
 for tier in tiers:
     want = sum(a["capacity"] for a in row["arenas"] if a["tier"] == tier)
-    want += row["scratch"]["device"] if tier == "device" else 0
+    want += row["scratch"][tier] if tier in ("device", "pinned") else 0
     got = summary["memory_reserved_bytes"][tier]
     if got != want: bad.append(f"reserved {tier}: zero-train {got}, zero-mem {want}")
 # Peaks by tier and kind on rank 0 (the first 20 values).
@@ -162,7 +163,7 @@ row = [r for r in plan["rows"] if r["offload"] == name][0]
 bad = [] if row["layout"] == sys.argv[4] else [f"layout {row['layout']}"]
 for tier in ["device", "pinned", "host", "nvme"]:
     want = sum(a["capacity"] for a in row["arenas"] if a["tier"] == tier)
-    want += row["scratch"]["device"] if tier == "device" else 0
+    want += row["scratch"][tier] if tier in ("device", "pinned") else 0
     got = summary["memory_reserved_bytes"][tier]
     if got != want: bad.append(f"reserved {tier}: zero-train {got}, zero-mem {want}")
 print("\n".join(bad) if bad else f"{sys.argv[4]}, {name}: zero-mem's prediction is what zero-train reserved")

@@ -176,7 +176,8 @@ json report_json(const Request& request, const Plan& plan, const ReportOptions& 
     }
     j["arenas"] = arenas;
     j["scratch"] = {{"device", row.plan.device_scratch_bytes},
-                    {"host", row.plan.host_scratch_bytes}};
+                    {"host", row.plan.host_scratch_bytes},
+                    {"pinned", row.plan.pinned_scratch_bytes}};
     rows.push_back(j);
   }
   out["rows"] = rows;
