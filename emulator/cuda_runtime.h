@@ -116,6 +116,22 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize();
 
+// Pinned host memory: host memory from malloc (copies to and from it check it is not device
+// memory, as with any host pointer); cudaFreeHost takes only what cudaMallocHost gave.
+cudaError_t cudaMallocHost(void** pointer, std::size_t bytes);
+cudaError_t cudaFreeHost(void* pointer);
+
+// Events are handles, as streams are: every call here completes the work it queues, so an
+// event is complete once recorded. Recording checks the stream, synchronizing checks the event.
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+constexpr unsigned cudaEventDefault = 0x00;
+constexpr unsigned cudaEventDisableTiming = 0x02;
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+
 // One device, 0: cudaSetDevice accepts it alone; its properties name it "emulated sm_80".
 struct cudaDeviceProp {
   char name[256];

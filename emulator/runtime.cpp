@@ -3,6 +3,7 @@
 // that a pointer, a size, a stream or a launch shape the GPU would refuse is refused here too.
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -300,4 +301,53 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 
 cudaError_t cudaDeviceSynchronize() {
   return cudaSuccess;
+}
+
+struct CUevent_st {
+  bool recorded = false;
+};
+
+namespace {
+
+std::set<void*> pinned_blocks;
+std::set<cudaEvent_t> events;
+
+}  // namespace
+
+cudaError_t cudaMallocHost(void** pointer, std::size_t bytes) {
+  if (pointer == nullptr) return cudaErrorInvalidValue;
+  *pointer = std::malloc(bytes == 0 ? 1 : bytes);
+  if (*pointer == nullptr) return cudaErrorMemoryAllocation;
+  pinned_blocks.insert(*pointer);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* pointer) {
+  if (pointer == nullptr) return cudaSuccess;
+  if (pinned_blocks.erase(pointer) == 0) return cudaErrorInvalidValue;
+  std::free(pointer);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  if (event == nullptr || (flags & ~cudaEventDisableTiming) != 0) return cudaErrorInvalidValue;
+  *event = new CUevent_st{};
+  events.insert(*event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (event == nullptr || events.erase(event) == 0) return cudaErrorInvalidResourceHandle;
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (events.count(event) == 0 || !emu::is_stream(stream)) return cudaErrorInvalidResourceHandle;
+  event->recorded = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return events.count(event) != 0 ? cudaSuccess : cudaErrorInvalidResourceHandle;
 }

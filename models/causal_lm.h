@@ -33,11 +33,20 @@ class CausalLm {
  public:
   virtual ~CausalLm() = default;
   // One micro-batch's forward: tokens and targets are batch * seq each (a target < 0 has no
-  // loss). Returns the mean loss over the positions with targets.
+  // loss). Returns the mean loss over the positions with targets: the CUDA models wait for it.
+  // Throws std::logic_error while forward_queued losses are not taken.
   virtual float forward(const std::int32_t* tokens, const std::int32_t* targets) = 0;
+  // The same forward with its mean loss queued instead of returned: the CUDA models copy the
+  // losses to pinned memory behind the forward and do not wait, so a trainer can queue the
+  // next work before it reads a loss. take_losses(count) returns the oldest `count` queued
+  // losses in order, waiting only for their copies (std::logic_error for more than are
+  // queued).
+  virtual void forward_queued(const std::int32_t* tokens, const std::int32_t* targets) = 0;
+  virtual std::vector<float> take_losses(std::size_t count) = 0;
   // Its backward: adds this micro-batch's gradients (of the loss times zero_loss_factor).
   virtual void backward() = 0;
-  // Forward only, in the engine's evaluation mode; returns the mean loss.
+  // Forward only, in the engine's evaluation mode; returns the mean loss (waits for it). Throws
+  // std::logic_error while forward_queued losses are not taken.
   virtual float evaluate(const std::int32_t* tokens, const std::int32_t* targets) = 0;
   // Sets the weights from Hugging Face safetensors (a file, an index JSON or a directory)
   // through zero_load_pretrained, each rank reading its own ranges. Collective, after zero_init.

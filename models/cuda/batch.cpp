@@ -2,6 +2,8 @@
 #include "models/cuda/batch.h"
 
 #include <cstring>
+#include <stdexcept>
+#include <utility>
 
 namespace zero::cuda_layers {
 
@@ -12,8 +14,7 @@ DeviceBatch::DeviceBatch(int positions, Stream stream)
       positions_(static_cast<std::size_t>(positions) * 4, stream),
       starts_((static_cast<std::size_t>(positions) + 1) * 4, stream),
       groups_(static_cast<std::size_t>(positions) * 4, stream),
-      losses_(static_cast<std::size_t>(positions) * 4, stream),
-      host_losses_(static_cast<std::size_t>(positions)) {}
+      losses_(static_cast<std::size_t>(positions) * 4, stream) {}
 
 void DeviceBatch::upload(const std::int32_t* tokens, const std::int32_t* targets, Stream stream) {
   // Copies from pageable memory return once the source is staged, so the host arrays and the
@@ -29,14 +30,36 @@ void DeviceBatch::upload(const std::int32_t* tokens, const std::int32_t* targets
   copy_to_device(groups_.as<void>(), groups.tokens.data(), groups.tokens.size() * 4, stream);
 }
 
-float DeviceBatch::mean_loss(const std::int32_t* targets, int counted, Stream stream) {
-  copy_to_host(host_losses_.data(), losses_.as<void>(), host_losses_.size() * 4, stream);
-  synchronize(stream);
-  double sum = 0;
-  for (int i = 0; i < positions_count_; ++i) {
-    if (targets[i] >= 0) sum += host_losses_[static_cast<std::size_t>(i)];
+void DeviceBatch::queue_loss(const std::int32_t* targets, int counted, Stream stream) {
+  const auto positions = static_cast<std::size_t>(positions_count_);
+  QueuedLoss q;
+  if (!spare_.empty()) {
+    q = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    q.losses = PinnedBuffer(positions * 4);
   }
-  return counted == 0 ? 0.0f : static_cast<float>(sum / counted);
+  copy_to_host(q.losses.as<void>(), losses_.as<void>(), positions * 4, stream);
+  q.copied.record(stream);
+  q.counts.resize(positions);
+  for (std::size_t i = 0; i < positions; ++i) q.counts[i] = targets[i] >= 0 ? 1 : 0;
+  q.counted = counted;
+  queued_.push_back(std::move(q));
+}
+
+float DeviceBatch::take_loss() {
+  if (queued_.empty()) throw std::logic_error("take_loss: no micro-batch's loss is queued");
+  QueuedLoss q = std::move(queued_.front());
+  queued_.pop_front();
+  q.copied.synchronize();
+  const float* losses = q.losses.as<float>();
+  double sum = 0;
+  for (std::size_t i = 0; i < q.counts.size(); ++i) {
+    if (q.counts[i] != 0) sum += losses[i];
+  }
+  const float mean = q.counted == 0 ? 0.0f : static_cast<float>(sum / q.counted);
+  spare_.push_back(std::move(q));
+  return mean;
 }
 
 std::vector<float> download_rows(const Bf16* device, std::size_t rows, std::size_t cols,

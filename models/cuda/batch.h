@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "models/cuda/layers.h"
@@ -28,15 +29,28 @@ class DeviceBatch {
   int groups() const noexcept { return group_count_; }
   float* losses() const noexcept { return losses_.as<float>(); }
 
-  // Queues the losses' copy, waits for `stream`, and returns their mean over the positions
-  // whose host target is >= 0 (`counted` of them; 0 when none).
-  float mean_loss(const std::int32_t* targets, int counted, Stream stream);
+  // Queues the losses' copy into pinned memory behind the forward on `stream`, and notes which
+  // positions count (host target >= 0; `counted` of them): the host does not wait.
+  void queue_loss(const std::int32_t* targets, int counted, Stream stream);
+  // The oldest queued micro-batch's mean loss over its counted positions (0 when none), once
+  // its copy has landed: waits for that copy only. Throws std::logic_error when none is queued.
+  float take_loss();
+  std::size_t queued_losses() const noexcept { return queued_.size(); }
 
  private:
+  // One micro-batch's losses on their way to the host.
+  struct QueuedLoss {
+    PinnedBuffer losses;
+    CudaEvent copied;
+    std::vector<std::uint8_t> counts;  // per position: its target is >= 0
+    int counted = 0;
+  };
+
   int positions_count_;
   DeviceBuffer tokens_, targets_, positions_, starts_, groups_, losses_;
   int group_count_ = 0;
-  std::vector<float> host_losses_;
+  std::deque<QueuedLoss> queued_;
+  std::vector<QueuedLoss> spare_;  // taken, their pinned memory reused
 };
 
 // The float values of `rows` rows of `cols` bf16 on the device, rows `ld` >= cols elements apart

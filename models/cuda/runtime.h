@@ -39,6 +39,43 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// Pinned host memory of `bytes` (cudaMallocHost), which a copy to the host fills without the
+// host waiting for it; moved, never copied.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(std::size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+};
+
+// An event without timing, destroyed with the object: what a stream has queued so far,
+// recorded, and waited for by the host.
+class CudaEvent {
+ public:
+  CudaEvent();
+  ~CudaEvent();
+  CudaEvent(CudaEvent&& other) noexcept;
+  CudaEvent& operator=(CudaEvent&& other) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  void record(Stream stream);
+  void synchronize() const;
+
+ private:
+  void* event_ = nullptr;
+};
+
 // A non-blocking stream on the current device, destroyed with the object.
 class CudaStream {
  public:

@@ -2,6 +2,7 @@
 #include "models/decoder/cpu_ops.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "models/layers/layers.h"
 #include "models/tokens.h"
@@ -50,12 +51,19 @@ void CpuOps::start_forward(const std::int32_t* tokens, const std::int32_t* targe
   targets_.assign(targets, targets + N);
 }
 
-float CpuOps::mean_loss(const std::int32_t* targets) const {
+void CpuOps::queue_loss(const std::int32_t* targets) {
   double sum = 0;
   for (std::size_t i = 0; i < shape_.positions(); ++i) {
     if (targets[i] >= 0) sum += losses_[i];
   }
-  return counted_ == 0 ? 0.0f : static_cast<float>(sum / counted_);
+  queued_losses_.push_back(counted_ == 0 ? 0.0f : static_cast<float>(sum / counted_));
+}
+
+float CpuOps::take_loss() {
+  if (queued_losses_.empty()) throw std::logic_error("take_loss: no micro-batch's loss is queued");
+  const float loss = queued_losses_.front();
+  queued_losses_.pop_front();
+  return loss;
 }
 
 void CpuOps::start_backward() {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <initializer_list>
 #include <vector>
 
@@ -35,7 +36,9 @@ class CpuOps {
 
   // Checks the tokens and targets (models::count_targets) and keeps them for backward.
   void start_forward(const std::int32_t* tokens, const std::int32_t* targets, bool training);
-  float mean_loss(const std::int32_t* targets) const;
+  // The mean loss over the positions with a target, computed now and taken in order.
+  void queue_loss(const std::int32_t* targets);
+  float take_loss();
   // The losses' gradient (zero_loss_factor over the positions with a target); the gradients
   // the layers add into zeroed.
   void start_backward();
@@ -67,6 +70,7 @@ class CpuOps {
   Shape shape_;
   layers::ComputeCopies copies_;
   std::vector<std::int32_t> tokens_, targets_;  // this micro-batch's
+  std::deque<float> queued_losses_;             // queue_loss's, not taken yet
   int counted_ = 0;                             // positions with a target
   std::vector<float> normed_, logits_, probs_, losses_;
   // Backward: the gradients of the losses, the logits and the final norm's output, and dx_, the

@@ -76,10 +76,9 @@ void CudaOps::start_forward(const std::int32_t* tokens, const std::int32_t* targ
   dloss_ = counted_ == 0 ? 0.0f : static_cast<float>(factor / counted_);
 }
 
-float CudaOps::mean_loss(const std::int32_t* targets) {
-  const float loss = batch_.mean_loss(targets, counted_, stream());  // waits for the stream
+void CudaOps::queue_loss(const std::int32_t* targets) {
+  batch_.queue_loss(targets, counted_, stream());
   logits_kept_ = !training_;
-  return loss;
 }
 
 void CudaOps::start_backward() const {

@@ -67,8 +67,10 @@ class CudaOps {
   // Checks the tokens and targets (models::count_targets), queues their copies, and reads the
   // loss factor that a training forward's fused cross-entropy scales the gradient with.
   void start_forward(const std::int32_t* tokens, const std::int32_t* targets, bool training);
-  // Waits for the stream.
-  float mean_loss(const std::int32_t* targets);
+  // The losses' copy queued behind the forward (the host does not wait); the oldest queued
+  // micro-batch's mean loss, waiting for its copy only.
+  void queue_loss(const std::int32_t* targets);
+  float take_loss() { return batch_.take_loss(); }
   // Throws std::logic_error after an evaluation, which leaves no gradient in the logits.
   void start_backward() const;
   void end_module() const noexcept {}

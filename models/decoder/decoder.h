@@ -36,7 +36,7 @@ namespace zero::decoder {
 // residual stream (positions x channels); `Activations` what one block keeps from its forward
 // for its backward, default-constructed empty. Each call below runs on the hooks' stream, in
 // this order for a micro-batch: start_forward, embed_forward, block_forward per block,
-// head_forward, mean_loss; then (training) start_backward, head_backward, per block from the
+// head_forward, queue_loss; then (training) start_backward, head_backward, per block from the
 // last (after block_forward again where it is checkpointed) block_backward, embed_backward; and
 // end_module at the end of each module's forward and backward, before its post hook.
 template <class Ops>
@@ -64,12 +64,15 @@ concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
   { cops.head_bytes() } -> std::same_as<std::uint64_t>;
   // Forward: the micro-batch's tokens and targets (checked; a training forward or not); the
   // embedding into `out`; block `block` from its input `x` into `kept` and `out`; the head and
-  // the losses from the last block's output `x`; their mean over the positions with a target.
+  // the losses from the last block's output `x`; their mean over the positions with a target
+  // queued (on a GPU the host does not wait for it), and the oldest queued mean taken (waiting
+  // for it alone).
   ops.start_forward(tokens, tokens, training);
   ops.embed_forward(out);
   ops.block_forward(block, x, kept, out);
   ops.head_forward(x);
-  { ops.mean_loss(tokens) } -> std::same_as<float>;
+  ops.queue_loss(tokens);
+  { ops.take_loss() } -> std::same_as<float>;
   // Backward: the loss's gradient (times zero_loss_factor); the head's from the last block's
   // output `x`; block `block`'s from its input `x` and what it kept; the embedding's.
   ops.start_backward();
@@ -107,8 +110,15 @@ class Decoder final : public models::CausalLm {
   Decoder& operator=(const Decoder&) = delete;
 
   float forward(const std::int32_t* tokens, const std::int32_t* targets) override {
-    return run_forward(tokens, targets, true);
+    require_no_queued_losses("forward");
+    run_forward(tokens, targets, true);
+    return ops_.take_loss();
   }
+  void forward_queued(const std::int32_t* tokens, const std::int32_t* targets) override {
+    run_forward(tokens, targets, true);
+    ++queued_losses_;
+  }
+  std::vector<float> take_losses(std::size_t count) override;
   void backward() override;
   float evaluate(const std::int32_t* tokens, const std::int32_t* targets) override;
   void allocate() override;
@@ -123,7 +133,13 @@ class Decoder final : public models::CausalLm {
   const std::vector<std::size_t>& numels() const noexcept override { return registrar_.numels(); }
 
  private:
-  float run_forward(const std::int32_t* tokens, const std::int32_t* targets, bool training);
+  void run_forward(const std::int32_t* tokens, const std::int32_t* targets, bool training);
+  void require_no_queued_losses(const char* call) const {
+    if (queued_losses_ != 0) {
+      throw std::logic_error(std::string(call) + ": " + std::to_string(queued_losses_) +
+                             " forward_queued losses not taken yet (take_losses first)");
+    }
+  }
   bool checkpointed(std::size_t block) const noexcept {
     return static_cast<int>(block) < options_.checkpoint_blocks;
   }
@@ -150,8 +166,9 @@ class Decoder final : public models::CausalLm {
   Hidden embedded_;
   std::vector<Hidden> outputs_;
   std::vector<Activations> kept_;
-  Activations recompute_;   // allocated when any block is checkpointed
-  bool allocated_ = false;  // allocate() has run
+  Activations recompute_;          // allocated when any block is checkpointed
+  bool allocated_ = false;         // allocate() has run
+  std::size_t queued_losses_ = 0;  // forward_queued's, not taken
 };
 
 template <DecoderOps Ops>
@@ -198,8 +215,20 @@ void Decoder<Ops>::backward_module(int module, Compute&& compute) {
 }
 
 template <DecoderOps Ops>
-float Decoder<Ops>::run_forward(const std::int32_t* tokens, const std::int32_t* targets,
-                                bool training) {
+std::vector<float> Decoder<Ops>::take_losses(std::size_t count) {
+  if (count > queued_losses_) {
+    throw std::logic_error("take_losses(" + std::to_string(count) + "): only " +
+                           std::to_string(queued_losses_) + " forward_queued losses are queued");
+  }
+  std::vector<float> losses;
+  for (std::size_t i = 0; i < count; ++i) losses.push_back(ops_.take_loss());
+  queued_losses_ -= count;
+  return losses;
+}
+
+template <DecoderOps Ops>
+void Decoder<Ops>::run_forward(const std::int32_t* tokens, const std::int32_t* targets,
+                               bool training) {
   allocate();
   ops_.start_forward(tokens, targets, training);
   const auto& ids = ops_.ids();
@@ -210,7 +239,7 @@ float Decoder<Ops>::run_forward(const std::int32_t* tokens, const std::int32_t* 
   }
   const Hidden& last = outputs_.empty() ? embedded_ : outputs_.back();
   forward_module(ids.head_module, [&] { ops_.head_forward(last); });
-  return ops_.mean_loss(targets);
+  ops_.queue_loss(targets);
 }
 
 template <DecoderOps Ops>
@@ -232,10 +261,11 @@ void Decoder<Ops>::backward() {
 
 template <DecoderOps Ops>
 float Decoder<Ops>::evaluate(const std::int32_t* tokens, const std::int32_t* targets) {
+  require_no_queued_losses("evaluate");
   models::check(zero_set_train(engine_, 0), "zero_set_train");
-  const float loss = run_forward(tokens, targets, false);
+  run_forward(tokens, targets, false);
   models::check(zero_set_train(engine_, 1), "zero_set_train");
-  return loss;
+  return ops_.take_loss();
 }
 
 template <DecoderOps Ops>

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -107,15 +108,33 @@ Run train(const Model& m, bool gpu) {
       for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % vocab);
       for (auto& t : targets) t = static_cast<std::int32_t>(rng() % vocab);
       targets[5] = -1;
-      run.losses.push_back(model->forward(tokens.data(), targets.data()));
-      model->backward();
-      zero_step_stats stats{};
-      REQUIRE_OK(zero_step(engine, &stats));
       if (step == 0) {
+        run.losses.push_back(model->forward(tokens.data(), targets.data()));
+        model->backward();
+        zero_step_stats stats{};
+        REQUIRE_OK(zero_step(engine, &stats));
         run.first_grad_norm = stats.grad_norm;
         run.after_first = read_all();
+        continue;
       }
+      // Then as zero-train runs: the loss queued, the step given no stats, and the step before
+      // read once this one's backward is queued.
+      model->forward_queued(tokens.data(), targets.data());
+      model->backward();
+      if (step >= 2) {
+        run.losses.push_back(model->take_losses(1).at(0));
+        zero_step_stats last{};
+        REQUIRE_OK(zero_last_step_stats(engine, &last));
+        CHECK(last.stepped == 1);
+        CHECK(last.global_steps == step);
+        CHECK(std::isfinite(last.grad_norm));
+        CHECK(last.grad_norm > 0);
+      }
+      REQUIRE_OK(zero_step(engine, nullptr));
     }
+    CHECK_THROWS_AS(model->take_losses(2), std::logic_error);  // one is queued
+    CHECK_THROWS_AS(model->evaluate(tokens.data(), targets.data()), std::logic_error);
+    run.losses.push_back(model->take_losses(1).at(0));
     for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % vocab);
     for (auto& t : targets) t = static_cast<std::int32_t>(rng() % vocab);
     model->evaluate(tokens.data(), targets.data());
