@@ -22,39 +22,70 @@ int run(const TrainOptions& o) {
       training.finish();
       return 1;
     }
-    training.after_step(step);
+    if (!training.after_step(step)) {
+      training.finish();
+      return 1;
+    }
+  }
+  if (!training.report_queued()) {
+    training.finish();
+    return 1;
   }
   training.summary();
   training.finish();
   return 0;
 }
 
+// The step's micro-batches queued: on a GPU the losses stay on the device and zero_step is
+// given no stats, so the host never waits inside the step. The step before is reported once
+// this step's first backward is queued behind it, when the device has its figures.
 bool Training::train_step(std::int64_t step) {
-  const auto step_began = Clock::now();
-  StepRecord r;
-  double loss = 0;
-  zero_step_stats stats{};
+  Queued q;
+  q.step = step;
   try {
     for (int m = 0; m < accumulation_; ++m) {
       train_batches_->fill(
           data::Batcher::first_sequence(step, m, accumulation_, rank_, world_, batch_),
           tokens_.data(), targets_.data());
       auto t = Clock::now();
-      loss += lm_->forward(tokens_.data(), targets_.data());
-      r.forward_s += seconds_since(t);
+      lm_->forward_queued(tokens_.data(), targets_.data());
+      // With wall_clock_breakdown each phase is timed on its own (the step waits for them).
+      if (breakdown_) lm_->wait();
+      q.forward_s += seconds_since(t);
       t = Clock::now();
       lm_->backward();
-      // On a GPU the backward is queued, not done: with wall_clock_breakdown its time is its
-      // own, not the step's that waits for it.
       if (breakdown_) lm_->wait();
-      r.backward_s += seconds_since(t);
+      q.backward_s += seconds_since(t);
+      if (m == 0 && !report_queued()) return false;
       t = Clock::now();
-      calls_.check(zero_step(engine_, &stats), "zero_step");
-      r.engine_step_s += seconds_since(t);
+      calls_.check(zero_step(engine_, nullptr), "zero_step");
+      q.engine_step_s += seconds_since(t);
     }
   } catch (const std::exception& e) {
     calls_.fail(fmt::format("step {}: {}", step + 1, e.what()));
   }
+  queued_ = q;
+  return true;
+}
+
+// The queued step's losses and step statistics (waiting only for them), reported.
+bool Training::report_queued() {
+  if (!queued_) return true;
+  const Queued q = *queued_;
+  queued_.reset();
+  const std::int64_t step = q.step;
+  StepRecord r;
+  r.forward_s = q.forward_s;
+  r.backward_s = q.backward_s;
+  r.engine_step_s = q.engine_step_s;
+  double loss = 0;
+  zero_step_stats stats{};
+  try {
+    for (const float l : lm_->take_losses(static_cast<std::size_t>(accumulation_))) loss += l;
+  } catch (const std::exception& e) {
+    calls_.fail(fmt::format("step {}: {}", step + 1, e.what()));
+  }
+  calls_.check(zero_last_step_stats(engine_, &stats), "zero_last_step_stats");
   loss /= accumulation_;
   calls_.check(zero_mean_across_ranks(engine_, &loss, 1), "zero_mean_across_ranks");
   if (!std::isfinite(loss) && !fp16_) {
@@ -78,7 +109,9 @@ bool Training::train_step(std::int64_t step) {
   calls_.check(zero_quantization_error(engine_, &r.quant_error_weights, &r.quant_error_gradients),
                "zero_quantization_error");
   r.skipped = stats.skipped != 0;
-  r.step_time_s = seconds_since(step_began);
+  // From the last report to this one: in steady state a step's period, whatever lies queued.
+  r.step_time_s = seconds_since(last_report_);
+  last_report_ = Clock::now();
   r.tokens_per_s = static_cast<double>(tokens_per_step_) / r.step_time_s;
   r.mfu = peak_flops_ > 0 ? r.tokens_per_s * flops_per_token_ / peak_flops_ : -1;
   tokens_trained_ += tokens_per_step_;
@@ -96,15 +129,19 @@ bool Training::train_step(std::int64_t step) {
   return true;
 }
 
-void Training::after_step(std::int64_t step) {
+bool Training::after_step(std::int64_t step) {
   const bool last = step + 1 == o_.steps;
-  if ((o_.eval_every > 0 && (step + 1) % o_.eval_every == 0) || last) {
+  const bool eval_due = (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0) || last;
+  const bool save_due =
+      !o_.save.empty() && ((o_.save_every > 0 && (step + 1) % o_.save_every == 0) || last);
+  // The step's line before the evaluation's and the checkpoint's.
+  if ((eval_due || save_due) && !report_queued()) return false;
+  if (eval_due) {
     last_eval_ = evaluate();
     if (last_eval_ >= 0) report_->eval(step + 1, last_eval_, seconds_since(began_));
   }
-  if (!o_.save.empty() && ((o_.save_every > 0 && (step + 1) % o_.save_every == 0) || last)) {
-    save(step + 1);
-  }
+  if (save_due) save(step + 1);
+  return true;
 }
 
 // eval_batches micro-batches of the validation part, split over the ranks, the same ones every

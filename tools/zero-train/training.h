@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,11 +70,16 @@ class Training {
   void announce();
   // --init's weights and --resume's state: the first step to take.
   std::int64_t start();
-  // One optimizer step (its micro-steps), reported. False when the loss is not finite in fp32
-  // or bf16: said, nothing saved, and the run ends.
+  // One optimizer step (its micro-steps) queued, without the host waiting for its losses or its
+  // step's verdict; the step before it reported once its first backward is queued. False when
+  // a reported loss is not finite in fp32 or bf16: said, nothing saved, and the run ends.
   bool train_step(std::int64_t step);
-  // After a step: the validation loss and a checkpoint, when due.
-  void after_step(std::int64_t step);
+  // After a step: the validation loss and a checkpoint, when due (the step reported first).
+  // False as train_step.
+  bool after_step(std::int64_t step);
+  // The queued step's report, waiting for its losses and its step's verdict; true when none is
+  // queued. False as train_step.
+  bool report_queued();
   // The summary (rank 0) and the engine's end.
   void summary();
   // The model, then the engine: zero_destroy.
@@ -109,9 +115,15 @@ class Training {
   std::vector<std::int32_t> tokens_, targets_;
   bool fp16_ = false;  // fp16 skips a non-finite step; fp32 and bf16 stop
   double flops_per_token_ = 0, peak_flops_ = 0;
+  // The step queued and not reported yet, with its host-side timings.
+  struct Queued {
+    std::int64_t step = 0;
+    double forward_s = 0, backward_s = 0, engine_step_s = 0;
+  };
+  std::optional<Queued> queued_;
   // The loop's account.
   std::int64_t first_step_ = 0, tokens_trained_ = 0, timed_steps_ = 0;
-  Clock::time_point began_;
+  Clock::time_point began_, last_report_;
   double last_loss_ = 0, last_eval_ = -1, best_tokens_per_s_ = 0, tokens_per_s_sum_ = 0;
 };
 
