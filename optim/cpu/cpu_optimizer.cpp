@@ -1,13 +1,13 @@
-// The CPU optimizer: one fused pass per element over the engine's flat buffers, split across
-// OpenMP threads statically in cache-sized tiles, each tile handed to the kernel of the chosen
-// ISA. Results do not depend on the thread count or the slicing: kernels are elementwise and
+// The CPU optimizer: one fused pass per element over the engine's flat buffers, in runs of
+// cache-sized tiles that OpenMP threads take in turn, each tile handed to the kernel of the
+// chosen ISA. Results do not depend on the thread count or the slicing: kernels are elementwise and
 // stochastic rounding depends only on (seed, step, element index).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include "base/error.h"
 #include "optim/cpu/kernels.h"
@@ -122,7 +122,10 @@ class CpuOptimizer final : public Optimizer {
   }
 
  private:
-  // Calls work(begin, end) on a static split of [0, total) in whole tiles over the threads.
+  // Calls work(begin, end) over [0, total) in runs of whole tiles that the threads take in
+  // turn as they finish the last: a thread slowed by another on its core (the engine's own
+  // thread, beside a GPU the backward's hooks) leaves its share to the others instead of holding
+  // the whole step. A run is 16 tiles, or more where that makes over 32 runs a thread.
   template <class Work>
   void parallel(std::size_t total, const Work& work) const {
     const std::size_t tiles = (total + kTile - 1) / kTile;
@@ -131,11 +134,16 @@ class CpuOptimizer final : public Optimizer {
       work(0, total);
       return;
     }
+    const std::size_t run_tiles =
+        std::max<std::size_t>(16, tiles / (32 * static_cast<std::size_t>(threads)));
+    const std::size_t run_elements = run_tiles * kTile;
+    std::atomic<std::size_t> next{0};
 #pragma omp parallel num_threads(threads)
     {
-      const std::size_t rank = static_cast<std::size_t>(omp_get_thread_num());
-      const std::size_t team = static_cast<std::size_t>(omp_get_num_threads());
-      work(tiles * rank / team * kTile, std::min(total, tiles * (rank + 1) / team * kTile));
+      for (std::size_t begin = next.fetch_add(run_elements, std::memory_order_relaxed);
+           begin < total; begin = next.fetch_add(run_elements, std::memory_order_relaxed)) {
+        work(begin, std::min(total, begin + run_elements));
+      }
     }
   }
 
