@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -37,8 +38,19 @@ struct StepFigures {
   double d2h = 0;      // the link's busy time, device to host
   double h2d = 0;      // host to device
   double adds = 0;     // the engine's host adds of reduced gradients
+  double cpu = 0;      // the process's CPU time (user and system, every thread) in the step
   std::vector<Trace::Span> spans;
 };
+
+// The process's CPU time so far (user and system, all threads), in seconds.
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 std::string offload_step_config(const OffloadStepBenchOptions& o, const std::string& mode,
                                 std::size_t bucket) {
@@ -139,6 +151,7 @@ StepFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode, 
   trace.enable(true);
   for (int s = 0; s < o.steps; ++s) {
     trace.take();
+    const double cpu_before = process_cpu_seconds();
     Timer whole;
     double call_seconds = 0;
     for (int micro = 0; micro < o.accumulation; ++micro) {
@@ -160,6 +173,7 @@ StepFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode, 
     if (s == 0) continue;  // warm-up
     StepFigures f;
     f.step = whole.seconds();
+    f.cpu = process_cpu_seconds() - cpu_before;
     f.call = call_seconds;
     f.spans = trace.take();
     f.compute = busy(f.spans, "forward", kComputeLane) + busy(f.spans, "backward", kComputeLane);
@@ -262,6 +276,7 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
                      "--compute-ms and --link-gbps not negative");
   }
   const auto n = static_cast<std::size_t>(o.params / o.modules) * o.modules;
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
   const double adam = optimizer_alone(n, o.threads);
   const double compute = o.compute_ms > 0 ? o.compute_ms / 1e3 : 0.45 * adam;
   const double bytes = 2.0 * static_cast<double>(n);  // bf16 each way
@@ -280,11 +295,12 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
       "{:.1f} ms, parameters up {:.1f} ms: floor {:.1f} ms (each mode's: with the optimizer "
       "alone measured again beside it); a mode's order's bound: after backward, compute then "
       "the optimizer; speculated, the micro-steps before the last, then max(a micro-step, the "
-      "optimizer)\n",
+      "optimizer); the cores' bound: the step's CPU time (every thread of the process) over "
+      "this machine's {} cores\n",
       n, o.modules, o.threads, o.accumulation,
       o.accumulate_on_device && o.accumulation > 1 ? " summed on the device" : "", link.d2h_gbps,
       link.kernel_gbps, o.accumulation * compute * 1e3, adam * 1e3, down * 1e3, up * 1e3,
-      floor * 1e3);
+      floor * 1e3, cores);
   std::vector<Trace::Span> last;
   for (const std::string& mode : o.modes) {
     // This machine's speed drifts by a fifth between runs: each mode against the optimizer
@@ -302,12 +318,17 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
                                ? (o.accumulation - 1) * micro + std::max(micro, adam_beside)
                                : o.accumulation * micro + adam_beside;
     const double bound = std::max({ordered, down, up});
+    // This machine's cores: the step's CPU time (the optimizer's threads, the engine's own, the
+    // stand-in's hand-offs) spread over all of them, the least a step can take here whatever
+    // its order.
+    const double cpu_bound = f.cpu / cores;
     std::cout << fmt::format(
-        "  {:<24} step {:8.1f} ms = {:.3f} x floor {:5.1f}, {:.3f} x its order's bound {:5.1f} | "
-        "compute {:7.1f}, link down {:6.1f} up {:6.1f}, host adds {:6.1f}, engine step call "
-        "{:7.1f} ms\n",
+        "  {:<24} step {:8.1f} ms = {:.3f} x floor {:5.1f}, {:.3f} x its order's bound {:5.1f}, "
+        "{:.3f} x the cores' {:5.1f} | compute {:7.1f}, link down {:6.1f} up {:6.1f}, host adds "
+        "{:6.1f}, engine step call {:7.1f}, CPU {:6.1f} ms\n",
         mode, f.step * 1e3, f.step / mode_floor, mode_floor * 1e3, f.step / bound, bound * 1e3,
-        f.compute * 1e3, f.d2h * 1e3, f.h2d * 1e3, f.adds * 1e3, f.call * 1e3);
+        f.step / cpu_bound, cpu_bound * 1e3, f.compute * 1e3, f.d2h * 1e3, f.h2d * 1e3,
+        f.adds * 1e3, f.call * 1e3, f.cpu * 1e3);
     if (!o.json.empty()) {
       const nlohmann::json line = {{"bench", "offload-step"},
                                    {"mode", mode},
@@ -326,6 +347,9 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
                                    {"ratio", f.step / mode_floor},
                                    {"order_bound_ms", bound * 1e3},
                                    {"ratio_to_order_bound", f.step / bound},
+                                   {"cpu_ms", f.cpu * 1e3},
+                                   {"cores", cores},
+                                   {"cores_bound_ms", cpu_bound * 1e3},
                                    {"compute_busy_ms", f.compute * 1e3},
                                    {"d2h_busy_ms", f.d2h * 1e3},
                                    {"h2d_busy_ms", f.h2d * 1e3},
