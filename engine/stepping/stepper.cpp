@@ -50,7 +50,12 @@ Stepper::Stepper(const EngineContext& context, ModelState& state, GradReducer& r
   if (ctx_.config.precision == config::Precision::fp16) {
     scaler_ = LossScaler::from_config(ctx_.config.fp16);
   }
-  if (modes_.verdict_on_device()) verdict_ = std::make_unique<StepVerdict>(ctx_.device);
+  if (modes_.verdict_on_device()) {
+    verdict_ = std::make_unique<StepVerdict>(ctx_.device);
+    // wall_clock_breakdown's optimizer time from the device's events: no host wait either.
+    if (ctx_.config.wall_clock_breakdown)
+      optimizer_spans_ = std::make_unique<DeviceSpans>(ctx_.device);
+  }
 }
 
 void Stepper::create_optimizer(int cpu_threads) {
@@ -418,9 +423,11 @@ StepStats Stepper::step_with_verdict_on_device() {
   hyper.loss_scale = scale;
   hyper.max_norm = config.gradient_clipping;
   const std::vector<optim::Slice> all = slices();
+  if (optimizer_spans_) optimizer_spans_->begin(stream);
   for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {
     step_group(g, all, hyper, false, false);
   }
+  if (optimizer_spans_) optimizer_spans_->end(stream);
   verdict_->queue(scalars_, stream, {global_steps_, k, scale});
   optimizer_steps_ = k;  // until the verdict says the step was skipped
   zero_grads();
@@ -457,8 +464,10 @@ void Stepper::step_group(std::size_t group, const std::vector<optim::Slice>& all
   if (!stepped) {
     TraceSpan span(ctx_.device.trace(), "host", "optimizer");
     optimizer_->step(pieces(group, all, where, out), hyper, step_stream);
-    if (ctx_.config.wall_clock_breakdown || modes_.optimizer_offload) step_stream.synchronize();
-    optimizer_seconds_.add(timer.seconds());
+    if (!optimizer_spans_) {  // else the device's events time it
+      if (ctx_.config.wall_clock_breakdown || modes_.optimizer_offload) step_stream.synchronize();
+      optimizer_seconds_.add(timer.seconds());
+    }
   }
 
   if (!placed) place(group, all, where, out, stream);

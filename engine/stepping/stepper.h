@@ -36,6 +36,7 @@
 #include "engine/gradients/grad_partials.h"
 #include "engine/gradients/grad_reducer.h"
 #include "engine/state/model_state.h"
+#include "engine/stepping/device_spans.h"
 #include "engine/stepping/loss_scaler.h"
 #include "engine/stepping/speculation.h"
 #include "engine/stepping/speculator.h"
@@ -121,8 +122,12 @@ class Stepper final : private StepGroups {
   }
 
   // Seconds in the optimizer kernels and (stages 1-2) the updated shards' all-gather since the
-  // last call; the speculated steps' seconds (in backward) apart.
-  double take_optimizer_seconds() { return optimizer_seconds_.take(); }
+  // last call; the speculated steps' seconds (in backward) apart. With the verdict on the
+  // device and wall_clock_breakdown, the optimizer's from the device's events, of the steps it
+  // has finished (a step still running is counted at a later call).
+  double take_optimizer_seconds() {
+    return optimizer_seconds_.take() + (optimizer_spans_ ? optimizer_spans_->take_finished() : 0.0);
+  }
   double take_speculation_seconds() { return speculation_ ? speculation_->take_seconds() : 0.0; }
   double take_allgather_seconds() { return allgather_seconds_.take(); }
 
@@ -188,8 +193,10 @@ class Stepper final : private StepGroups {
   int host_threads_ = 1;               // the CPU optimizer's threads (the host norm's)
   std::optional<double> lr_override_;  // set_learning_rate's
   SecondsSum optimizer_seconds_, allgather_seconds_;
-  // With the verdict on the device (null otherwise): the pending step's.
+  // With the verdict on the device (null otherwise): the pending step's, and with
+  // wall_clock_breakdown the optimizer's spans timed by the device.
   std::unique_ptr<StepVerdict> verdict_;
+  std::unique_ptr<DeviceSpans> optimizer_spans_;
   // super_offload (null without it); last: its worker ends before the rest goes.
   std::unique_ptr<Speculation> speculation_;
 };
