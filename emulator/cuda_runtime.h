@@ -122,7 +122,8 @@ cudaError_t cudaMallocHost(void** pointer, std::size_t bytes);
 cudaError_t cudaFreeHost(void* pointer);
 
 // Events are handles, as streams are: every call here completes the work it queues, so an
-// event is complete once recorded. Recording checks the stream, synchronizing checks the event.
+// event is complete once recorded, at the host's time then. Recording checks the stream,
+// synchronizing checks the event; the elapsed time needs two recorded timing events.
 struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
 constexpr unsigned cudaEventDefault = 0x00;
@@ -131,6 +132,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 // One device, 0: cudaSetDevice accepts it alone; its properties name it "emulated sm_80".
 struct cudaDeviceProp {

@@ -1,6 +1,7 @@
 // CPU emulation of CUDA (emulator/, docs/emulator.md): the host API of cuda_runtime.h. Device
 // memory, streams, the last error and the kernels' attributes, each in a registry of its own, so
 // that a pointer, a size, a stream or a launch shape the GPU would refuse is refused here too.
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -304,7 +305,9 @@ cudaError_t cudaDeviceSynchronize() {
 }
 
 struct CUevent_st {
+  bool timing = true;
   bool recorded = false;
+  std::chrono::steady_clock::time_point time{};
 };
 
 namespace {
@@ -332,6 +335,7 @@ cudaError_t cudaFreeHost(void* pointer) {
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   if (event == nullptr || (flags & ~cudaEventDisableTiming) != 0) return cudaErrorInvalidValue;
   *event = new CUevent_st{};
+  (*event)->timing = (flags & cudaEventDisableTiming) == 0;
   events.insert(*event);
   return cudaSuccess;
 }
@@ -345,9 +349,20 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (events.count(event) == 0 || !emu::is_stream(stream)) return cudaErrorInvalidResourceHandle;
   event->recorded = true;
+  event->time = std::chrono::steady_clock::now();
   return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   return events.count(event) != 0 ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr) return cudaErrorInvalidValue;
+  if (events.count(start) == 0 || events.count(end) == 0 || !start->timing || !end->timing ||
+      !start->recorded || !end->recorded) {
+    return cudaErrorInvalidResourceHandle;
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
+  return cudaSuccess;
 }

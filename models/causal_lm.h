@@ -70,9 +70,15 @@ class CausalLm {
   // Their element counts, by id.
   virtual const std::vector<std::size_t>& numels() const noexcept = 0;
   // Waits for the work the last call queued: the CUDA models' stream (their forward waits for
-  // its losses, their backward does not); nothing on the CPU. Timings call it
-  // (wall_clock_breakdown), training does not need it.
+  // its losses, their backward does not); nothing on the CPU. Training does not need it.
   virtual void wait() = 0;
+  // Timings without waiting (zero-train's wall_clock_breakdown): mark(point) notes when the
+  // work queued so far ends (the CUDA models: a timing event on their stream; the CPU models:
+  // now, their work being done when they return); seconds_between(from, to) waits for point
+  // `to` and returns the seconds from `from` to it. Any point number; a mark replaces the last
+  // at its number. std::logic_error for a point never marked.
+  virtual void mark(std::size_t point) = 0;
+  virtual double seconds_between(std::size_t from, std::size_t to) = 0;
 };
 
 }  // namespace zero::models

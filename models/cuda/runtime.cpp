@@ -63,9 +63,10 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
   return *this;
 }
 
-CudaEvent::CudaEvent() {
+CudaEvent::CudaEvent(bool timing) {
   cudaEvent_t event = nullptr;
-  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming),
+        "cudaEventCreateWithFlags");
   event_ = event;
 }
 
@@ -90,6 +91,15 @@ void CudaEvent::record(Stream stream) {
 
 void CudaEvent::synchronize() const {
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "cudaEventSynchronize");
+}
+
+float CudaEvent::elapsed_ms_since(const CudaEvent& start) const {
+  synchronize();
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.event_),
+                             static_cast<cudaEvent_t>(event_)),
+        "cudaEventElapsedTime");
+  return ms;
 }
 
 CudaStream::CudaStream() {

@@ -59,11 +59,11 @@ class PinnedBuffer {
   void* data_ = nullptr;
 };
 
-// An event without timing, destroyed with the object: what a stream has queued so far,
-// recorded, and waited for by the host.
+// An event, destroyed with the object: what a stream has queued so far, recorded, and waited
+// for by the host; with `timing`, the time between two of them.
 class CudaEvent {
  public:
-  CudaEvent();
+  explicit CudaEvent(bool timing = false);
   ~CudaEvent();
   CudaEvent(CudaEvent&& other) noexcept;
   CudaEvent& operator=(CudaEvent&& other) noexcept;
@@ -71,6 +71,8 @@ class CudaEvent {
   CudaEvent& operator=(const CudaEvent&) = delete;
   void record(Stream stream);
   void synchronize() const;
+  // Milliseconds from `start` to this event, both recorded timing events; waits for this one.
+  float elapsed_ms_since(const CudaEvent& start) const;
 
  private:
   void* event_ = nullptr;

@@ -59,6 +59,22 @@ void CpuOps::queue_loss(const std::int32_t* targets) {
   queued_losses_.push_back(counted_ == 0 ? 0.0f : static_cast<float>(sum / counted_));
 }
 
+void CpuOps::mark(std::size_t point) {
+  if (point >= marks_.size()) {
+    marks_.resize(point + 1);
+    marked_.resize(point + 1, false);
+  }
+  marks_[point] = std::chrono::steady_clock::now();
+  marked_[point] = true;
+}
+
+double CpuOps::seconds_between(std::size_t from, std::size_t to) const {
+  if (std::max(from, to) >= marked_.size() || !marked_[from] || !marked_[to]) {
+    throw std::logic_error("seconds_between: a point was never marked");
+  }
+  return std::chrono::duration<double>(marks_[to] - marks_[from]).count();
+}
+
 float CpuOps::take_loss() {
   if (queued_losses_.empty()) throw std::logic_error("take_loss: no micro-batch's loss is queued");
   const float loss = queued_losses_.front();

@@ -5,6 +5,7 @@
 // derive from CpuOps and add its embedding, blocks and final norm.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -45,6 +46,8 @@ class CpuOps {
   // The module's gradients into the engine's buffers; its fp32 copies freed.
   void end_module() { copies_.end_module(); }
   void wait() const noexcept {}  // the CPU layers have finished when they return
+  void mark(std::size_t point);
+  double seconds_between(std::size_t from, std::size_t to) const;
   std::vector<float> logits() const { return logits_; }  // the last forward's
 
  protected:
@@ -69,9 +72,11 @@ class CpuOps {
   zero_engine* engine_;
   Shape shape_;
   layers::ComputeCopies copies_;
-  std::vector<std::int32_t> tokens_, targets_;  // this micro-batch's
-  std::deque<float> queued_losses_;             // queue_loss's, not taken yet
-  int counted_ = 0;                             // positions with a target
+  std::vector<std::int32_t> tokens_, targets_;                // this micro-batch's
+  std::vector<std::chrono::steady_clock::time_point> marks_;  // mark's, by point
+  std::vector<bool> marked_;
+  std::deque<float> queued_losses_;  // queue_loss's, not taken yet
+  int counted_ = 0;                  // positions with a target
   std::vector<float> normed_, logits_, probs_, losses_;
   // Backward: the gradients of the losses, the logits and the final norm's output, and dx_, the
   // gradient of the residual stream.

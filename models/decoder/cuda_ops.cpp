@@ -1,6 +1,7 @@
 // The families' common operations on the CUDA layers (cuda_ops.h).
 #include "models/decoder/cuda_ops.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -79,6 +80,22 @@ void CudaOps::start_forward(const std::int32_t* tokens, const std::int32_t* targ
 void CudaOps::queue_loss(const std::int32_t* targets) {
   batch_.queue_loss(targets, counted_, stream());
   logits_kept_ = !training_;
+}
+
+void CudaOps::mark(std::size_t point) {
+  while (marks_.size() <= point) {
+    marks_.emplace_back(/*timing=*/true);
+    marked_.push_back(false);
+  }
+  marks_[point].record(stream());
+  marked_[point] = true;
+}
+
+double CudaOps::seconds_between(std::size_t from, std::size_t to) const {
+  if (std::max(from, to) >= marked_.size() || !marked_[from] || !marked_[to]) {
+    throw std::logic_error("seconds_between: a point was never marked");
+  }
+  return marks_[to].elapsed_ms_since(marks_[from]) / 1e3;
 }
 
 void CudaOps::start_backward() const {

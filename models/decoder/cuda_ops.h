@@ -75,6 +75,8 @@ class CudaOps {
   void start_backward() const;
   void end_module() const noexcept {}
   void wait() const { stream_.synchronize(); }
+  void mark(std::size_t point);
+  double seconds_between(std::size_t from, std::size_t to) const;
   // Throws std::logic_error unless the last forward was an evaluation.
   std::vector<float> logits() const;
 
@@ -117,6 +119,8 @@ class CudaOps {
   float dloss_ = 0;                 // the gradient of each position's loss
   bool training_ = true;            // in a training forward, not an evaluation
   bool logits_kept_ = false;        // logits_ holds the last evaluation's logits, not a gradient
+  std::vector<cuda_layers::CudaEvent> marks_;  // mark's timing events, by point
+  std::vector<bool> marked_;
   cuda_layers::DeviceBuffer normed_, logits_;
   // Backward: the gradient at the final norm's output, dx_ the gradient of the residual stream,
   // the reduction scratch and attention's per-row delta.

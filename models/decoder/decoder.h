@@ -82,8 +82,11 @@ concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
   // The end of a module's forward or backward: its gradients into the engine's buffers, and what
   // the operations made for it alone (the CPU's fp32 copies) freed.
   ops.end_module();
-  // Waits for what the calls above queued (CausalLm::wait).
+  // Waits for what the calls above queued (CausalLm::wait); marks a point and times between
+  // two (CausalLm::mark, seconds_between).
   ops.wait();
+  ops.mark(block);
+  { ops.seconds_between(block, block) } -> std::same_as<double>;
   // The last evaluation's logits (CausalLm::logits), the forward FLOPs of a micro-batch and of
   // one block, and the pretrained weights for the registered names (CausalLm::load_pretrained).
   { cops.logits() } -> std::same_as<std::vector<float>>;
@@ -129,6 +132,10 @@ class Decoder final : public models::CausalLm {
   double forward_flops() const override { return ops_.forward_flops(); }
   std::vector<float> logits() const override { return ops_.logits(); }
   void wait() override { ops_.wait(); }
+  void mark(std::size_t point) override { ops_.mark(point); }
+  double seconds_between(std::size_t from, std::size_t to) override {
+    return ops_.seconds_between(from, to);
+  }
   const std::vector<std::string>& names() const noexcept override { return registrar_.names(); }
   const std::vector<std::size_t>& numels() const noexcept override { return registrar_.numels(); }
 

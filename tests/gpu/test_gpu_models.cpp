@@ -118,9 +118,16 @@ Run train(const Model& m, bool gpu) {
         continue;
       }
       // Then as zero-train runs: the loss queued, the step given no stats, and the step before
-      // read once this one's backward is queued.
+      // read once this one's backward is queued; the phases timed by marks.
+      model->mark(3);
       model->forward_queued(tokens.data(), targets.data());
+      model->mark(4);
       model->backward();
+      model->mark(5);
+      CHECK(model->seconds_between(3, 4) >= 0.0);
+      CHECK(model->seconds_between(4, 5) >= 0.0);
+      CHECK(model->seconds_between(3, 5) >= model->seconds_between(4, 5));
+      CHECK_THROWS_AS(model->seconds_between(3, 40), std::logic_error);  // never marked
       if (step >= 2) {
         run.losses.push_back(model->take_losses(1).at(0));
         zero_step_stats last{};
