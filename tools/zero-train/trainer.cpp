@@ -42,21 +42,24 @@ int run(const TrainOptions& o) {
 bool Training::train_step(std::int64_t step) {
   Queued q;
   q.step = step;
+  q.began = Clock::now();
   try {
     for (int m = 0; m < accumulation_; ++m) {
       train_batches_->fill(
           data::Batcher::first_sequence(step, m, accumulation_, rank_, world_, batch_),
           tokens_.data(), targets_.data());
+      // With wall_clock_breakdown the phases are timed where they run (on a GPU by events on
+      // the model's stream, read with the step's report), so timing them waits for nothing.
+      if (breakdown_) lm_->mark(phase_point(step, m, 0));
       auto t = Clock::now();
       lm_->forward_queued(tokens_.data(), targets_.data());
-      // With wall_clock_breakdown each phase is timed on its own (the step waits for them).
-      if (breakdown_) lm_->wait();
+      if (breakdown_) lm_->mark(phase_point(step, m, 1));
       q.forward_s += seconds_since(t);
       t = Clock::now();
       lm_->backward();
-      if (breakdown_) lm_->wait();
+      if (breakdown_) lm_->mark(phase_point(step, m, 2));
       q.backward_s += seconds_since(t);
-      if (m == 0 && !report_queued()) return false;
+      if (m == 0 && !report_queued(q.began)) return false;
       t = Clock::now();
       calls_.check(zero_step(engine_, nullptr), "zero_step");
       q.engine_step_s += seconds_since(t);
@@ -69,15 +72,22 @@ bool Training::train_step(std::int64_t step) {
 }
 
 // The queued step's losses and step statistics (waiting only for them), reported.
-bool Training::report_queued() {
+bool Training::report_queued(std::optional<Clock::time_point> next_began) {
   if (!queued_) return true;
   const Queued q = *queued_;
   queued_.reset();
   const std::int64_t step = q.step;
   StepRecord r;
-  r.forward_s = q.forward_s;
+  r.forward_s = q.forward_s;  // the host's time queuing them, without the breakdown
   r.backward_s = q.backward_s;
   r.engine_step_s = q.engine_step_s;
+  if (breakdown_) {
+    r.forward_s = r.backward_s = 0;
+    for (int m = 0; m < accumulation_; ++m) {
+      r.forward_s += lm_->seconds_between(phase_point(step, m, 0), phase_point(step, m, 1));
+      r.backward_s += lm_->seconds_between(phase_point(step, m, 1), phase_point(step, m, 2));
+    }
+  }
   double loss = 0;
   zero_step_stats stats{};
   try {
@@ -109,9 +119,10 @@ bool Training::report_queued() {
   calls_.check(zero_quantization_error(engine_, &r.quant_error_weights, &r.quant_error_gradients),
                "zero_quantization_error");
   r.skipped = stats.skipped != 0;
-  // From the last report to this one: in steady state a step's period, whatever lies queued.
-  r.step_time_s = seconds_since(last_report_);
-  last_report_ = Clock::now();
+  // From its start to the next step's (in steady state the step's period, the host at most a
+  // step ahead of the device), or where none follows, to its figures being in: a whole step.
+  r.step_time_s =
+      std::chrono::duration<double>(next_began.value_or(Clock::now()) - q.began).count();
   r.tokens_per_s = static_cast<double>(tokens_per_step_) / r.step_time_s;
   r.mfu = peak_flops_ > 0 ? r.tokens_per_s * flops_per_token_ / peak_flops_ : -1;
   tokens_trained_ += tokens_per_step_;

@@ -78,8 +78,9 @@ class Training {
   // False as train_step.
   bool after_step(std::int64_t step);
   // The queued step's report, waiting for its losses and its step's verdict; true when none is
-  // queued. False as train_step.
-  bool report_queued();
+  // queued. `next_began`: when the step after it began (its time ends there), else now. False
+  // as train_step.
+  bool report_queued(std::optional<Clock::time_point> next_began = std::nullopt);
   // The summary (rank 0) and the engine's end.
   void summary();
   // The model, then the engine: zero_destroy.
@@ -118,12 +119,19 @@ class Training {
   // The step queued and not reported yet, with its host-side timings.
   struct Queued {
     std::int64_t step = 0;
+    Clock::time_point began;
     double forward_s = 0, backward_s = 0, engine_step_s = 0;
   };
   std::optional<Queued> queued_;
+  // The model's timing point of micro-step `m`'s phase boundary `k` (0 before its forward, 1
+  // after, 2 after its backward): two steps' worth in turn, the one reported and the one
+  // queued after it.
+  std::size_t phase_point(std::int64_t step, int m, int k) const {
+    return static_cast<std::size_t>((step % 2) * 3 * accumulation_ + 3 * m + k);
+  }
   // The loop's account.
   std::int64_t first_step_ = 0, tokens_trained_ = 0, timed_steps_ = 0;
-  Clock::time_point began_, last_report_;
+  Clock::time_point began_;
   double last_loss_ = 0, last_eval_ = -1, best_tokens_per_s_ = 0, tokens_per_s_sum_ = 0;
 };
 

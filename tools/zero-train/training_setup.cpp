@@ -331,7 +331,6 @@ std::int64_t Training::start() {
     report.say(fmt::format("nothing to do: the run is at step {} of {}", first_step_, o_.steps));
   }
   began_ = Clock::now();
-  last_report_ = began_;
   return first_step_;
 }
 
