@@ -23,7 +23,10 @@
 #   torch-fsdp2-offload    ... --mode fsdp2-offload (CPUOffloadPolicy: params, grads, AdamW on the CPU)
 #   zero-stage0            zero-train --device 2 --config bench/configs/gpu_stage0.json
 #   zero-stage3            ... gpu_stage3.json
-#   zero-stage3-optcpu     ... gpu_stage3_offload_optimizer.json (offload_optimizer cpu)
+#   zero-stage3-optcpu     ... gpu_stage3_offload_optimizer.json (offload_optimizer cpu;
+#                          super_offload unset, so on where it fits, but with clipping at 1.0
+#                          every speculated step is rolled back and speculation stops after 3:
+#                          the step after backward, as DeepSpeed's default)
 #   zero-stage3-optcpu-super ... gpu_stage3_offload_optimizer_super.json (the same with
 #                          super_offload, the CPU step overlapped with backward, and without
 #                          clipping: a randomly initialised GPT-2's norm exceeds 1.0 at every

@@ -71,6 +71,10 @@ struct OffloadOptimizerConfig {
   // SuperOffload: each step group is stepped as soon as its gradient is final in backward, and
   // rolled back when the boundary's clipping or skip says so (engine/stepping/speculator.h).
   bool super_offload = false;
+  // super_offload absent, null or "auto": the engine decides at init (on beside a GPU with
+  // device cpu where the plan with it fits the machine; docs/offload.md), super_offload false
+  // until then.
+  bool super_offload_auto = false;
   double cpuadam_cores_perc = 0.8;  // with super_offload: the optimizer's share of the cores
   // zero's own key: at stages 2-3 beside a GPU with gradient accumulation, a window's reduced
   // gradients are summed in an owned shard in device memory (the accumulation dtype) and go down

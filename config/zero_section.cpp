@@ -52,8 +52,17 @@ void read_offload_optimizer(Section& zero, Config& config) {
         "gives the same numbers as the step without offload",
         section.key_path("ratio"), ratio));
   }
-  // SuperOffload's speculative step (docs/offload.md, "The overlapped step").
-  offload.super_offload = section.boolean({"super_offload"}, false);
+  // SuperOffload's speculative step (docs/offload.md, "The overlapped step"); unset: the engine
+  // decides at init.
+  if (const json* value = section.peek("super_offload");
+      value == nullptr || value->is_null() || (value->is_string() && *value == "auto")) {
+    section.declare("super_offload", KeyClass::implemented);
+    section.reader().record(section.key_path("super_offload"), "auto", Source::default_value,
+                            "on beside a GPU with device cpu where its plan fits the machine");
+    offload.super_offload_auto = offload.device != OffloadDevice::none;
+  } else {
+    offload.super_offload = section.boolean({"super_offload"}, false);
+  }
   offload.cpuadam_cores_perc = section.real({"cpuadam_cores_perc"}, 0.8, {0.0, 1.0});
   // Our own key (docs/offload.md, "Gradients down, added").
   offload.accumulate_on_device = section.boolean({"accumulate_on_device"}, false);

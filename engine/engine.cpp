@@ -300,7 +300,41 @@ void Engine::Impl::check_same_config() {
 
 // ---- init ----
 
+// super_offload unset: on beside a GPU where the plan with it (its second copy of the state,
+// its staging) fits the machine by the fit check's rules, decided alike on every rank.
+void Engine::Impl::resolve_super_offload() {
+  config::OffloadOptimizerConfig& offload = config.zero.offload_optimizer;
+  if (!offload.super_offload_auto) return;
+  offload.super_offload_auto = false;  // decided once
+  std::string why = super_offload_auto_unused(config, device->type() == DeviceType::cuda);
+  if (why.empty()) {
+    config::Config with = config;
+    with.zero.offload_optimizer.super_offload = true;
+    const Layout trial = plan_layout(registry, with, world);
+    const MemoryPlan plan = plan_memory(registry, with, trial, device->offload_beside());
+    if (fit.fits(plan, with, agreement)) {
+      offload.super_offload = true;
+      if (rank == 0) {
+        log::info(
+            "engine: offload_optimizer.super_offload (unset: auto) is on: the optimizer steps "
+            "during backward; its plan fits ({} pinned, {} host a rank). Set it false to step "
+            "after backward",
+            format_bytes(plan.reserved(Tier::pinned)), format_bytes(plan.reserved(Tier::host)));
+      }
+      return;
+    }
+    why = fmt::format(
+        "its plan ({} pinned, {} host a rank, with the second copy of the optimizer state that "
+        "a clip or a skip rolls back to) does not fit this machine",
+        format_bytes(plan.reserved(Tier::pinned)), format_bytes(plan.reserved(Tier::host)));
+  }
+  if (rank == 0 && offload.device != config::OffloadDevice::none) {
+    log::info("engine: offload_optimizer.super_offload (unset: auto) is off: {}", why);
+  }
+}
+
 void Engine::Impl::lay_out() {
+  resolve_super_offload();
   layout = plan_layout(registry, config, world);
   memory_plan = plan_memory(registry, config, layout, device->offload_beside());
   if (const std::string why = device_accumulation_unused(config, layout, device->offload_beside());

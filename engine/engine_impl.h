@@ -148,6 +148,9 @@ struct Engine::Impl {
   // the gradients or the counters; the fetcher no longer paced. A failure there fails the
   // engine.
   void drain_steps();
+  // offload_optimizer.super_offload unset ("auto"): decided from the device and the memory fit
+  // before the layout (memory_plan.h, super_offload_auto_unused). Collective.
+  void resolve_super_offload();
   // With the verdict on the device: waits for the last boundary's, where pending, and completes
   // last_stats with it. Before anything reads the optimizer's count or saves or loads.
   void settle_verdict();

@@ -67,6 +67,13 @@ void MemoryFit::declare(Tier tier, std::uint64_t bytes, std::string what) {
   declared_.push_back(DeclaredMemory{tier, bytes, std::move(what)});
 }
 
+bool MemoryFit::fits(const MemoryPlan& plan, const config::Config& config,
+                     Agreement& agreement) const {
+  const std::vector<std::string> needs =
+      agreement.all_gather_text(fit_need(plan, config, declared_, own_gpu_memory_));
+  return fit_shortfalls(notes_, needs).empty();
+}
+
 void MemoryFit::check(const MemoryPlan& plan, const config::Config& config,
                       Agreement& agreement) const {
   json need = json::parse(fit_need(plan, config, declared_, own_gpu_memory_));

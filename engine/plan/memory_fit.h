@@ -42,6 +42,11 @@ class MemoryFit {
   // its figures and what to lower, when the plan and the declarations do not fit what was
   // noted free (ZERO_MEMORY_CHECK=warn: a warning instead).
   void check(const MemoryPlan& plan, const config::Config& config, Agreement& agreement) const;
+  // Collective: whether `plan` and the declarations fit what was noted free, by check()'s
+  // rules, the same answer on every rank, whatever ZERO_MEMORY_CHECK says (a choice the engine
+  // makes for the caller, such as super_offload's auto, is judged even where the caller's own
+  // plan is not).
+  bool fits(const MemoryPlan& plan, const config::Config& config, Agreement& agreement) const;
 
   const std::vector<DeclaredMemory>& declared() const noexcept { return declared_; }
 

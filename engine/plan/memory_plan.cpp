@@ -599,6 +599,20 @@ bool direct_reduce(const Layout& layout, bool beside) {
          layout.modes.grad_shard() && !layout.buckets.empty();
 }
 
+std::string super_offload_auto_unused(const config::Config& config, bool gpu) {
+  const config::OffloadOptimizerConfig& offload = config.zero.offload_optimizer;
+  if (offload.device == config::OffloadDevice::none) return "the optimizer is not offloaded";
+  if (!offload.super_offload_auto) return "the config sets super_offload";
+  if (!gpu) return "not beside a GPU: the CPU optimizer would share its cores with backward";
+  if (offload.device != config::OffloadDevice::cpu) {
+    return "the optimizer state is on NVMe (its second regions would take disk: set "
+           "super_offload true to have them)";
+  }
+  if (config.zero.stage < 1) return "stage 0";
+  if (offload.cpuadam_cores_perc <= 0.0) return "cpuadam_cores_perc is 0";
+  return "";
+}
+
 bool device_accumulation(const config::Config& config, const Layout& layout, bool beside) {
   return device_accumulation_unused(config, layout, beside).empty() &&
          config.zero.offload_optimizer.accumulate_on_device;

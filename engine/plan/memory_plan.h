@@ -169,6 +169,12 @@ bool direct_reduce(const Layout& layout, bool beside);
 // block's sum is copied from there straight into the owned shard in host memory, its sums of
 // squares and non-finite flag taken on the device as direct_reduce's are: no host add at all.
 bool device_accumulation(const config::Config& config, const Layout& layout, bool beside);
+// super_offload left unset ("auto", config's super_offload_auto): why the engine does not turn it
+// on for this run whatever the memory (empty where it may: beside a GPU, `gpu`, with the
+// optimizer state in host memory at stages 1-3; then it is on where the plan with it fits the
+// machine, Engine init). On the CPU device the optimizer and backward share the same cores, and
+// on NVMe the second regions take disk, so those stay as the config has them.
+std::string super_offload_auto_unused(const config::Config& config, bool gpu);
 // Why accumulate_on_device, set, does not apply (empty where it does, or is not set).
 std::string device_accumulation_unused(const config::Config& config, const Layout& layout,
                                        bool beside);

@@ -577,13 +577,26 @@ TEST_CASE("zero: partial optimizer offload is refused, naming super_offload",
 
 TEST_CASE("zero: super_offload and cpuadam_cores_perc as DeepSpeed spells them",
           "[config][zero][offload]") {
-  const Config off = read(with(R"("zero_optimization": {"stage": 2,
-      "offload_optimizer": {"device": "cpu"}})"));
-  REQUIRE_FALSE(off.zero.offload_optimizer.super_offload);
-  REQUIRE(off.zero.offload_optimizer.cpuadam_cores_perc == 0.8);
+  // Unset (absent, null or "auto"): off until the engine decides at init.
+  for (const char* unset : {"", R"(, "super_offload": null)", R"(, "super_offload": "auto")"}) {
+    INFO("unset as '" << unset << "'");
+    const Config off = read(with(std::string(R"("zero_optimization": {"stage": 2,
+        "offload_optimizer": {"device": "cpu")") +
+                                 unset + "}}"));
+    REQUIRE_FALSE(off.zero.offload_optimizer.super_offload);
+    REQUIRE(off.zero.offload_optimizer.super_offload_auto);
+    REQUIRE(off.zero.offload_optimizer.cpuadam_cores_perc == 0.8);
+  }
+  const Config none = read(with(R"("zero_optimization": {"stage": 2})"));
+  REQUIRE_FALSE(none.zero.offload_optimizer.super_offload_auto);  // nothing offloaded
+  const Config asked_off = read(with(R"("zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "super_offload": false}})"));
+  REQUIRE_FALSE(asked_off.zero.offload_optimizer.super_offload);
+  REQUIRE_FALSE(asked_off.zero.offload_optimizer.super_offload_auto);
   const Config on = read(with(R"("zero_optimization": {"stage": 1,
       "offload_optimizer": {"device": "cpu", "super_offload": true, "cpuadam_cores_perc": 0.5}})"));
   REQUIRE(on.zero.offload_optimizer.super_offload);
+  REQUIRE_FALSE(on.zero.offload_optimizer.super_offload_auto);
   REQUIRE(on.zero.offload_optimizer.cpuadam_cores_perc == 0.5);
   REQUIRE(error_of(with(R"("zero_optimization": {"stage": 3,
       "offload_optimizer": {"device": "cpu", "super_offload": true, "cpuadam_cores_perc": 1.5}})")) ==

@@ -10,8 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/backends.h"
+#include "config/config.h"
 #include "device/memory_probe.h"
 #include "engine/plan/memory_fit.h"
+#include "engine/plan/memory_plan.h"
 #include "scratch.h"
 #include "zero/zero.h"
 
@@ -295,4 +298,57 @@ TEST_CASE("zero_init refuses swap files larger than the disk under nvme_path, wi
 }
 
 }  // namespace
+}  // namespace zero::engine
+
+namespace zero::engine {
+
+TEST_CASE(
+    "MemoryFit::fits judges a plan by check's rules whatever ZERO_MEMORY_CHECK says, and "
+    "super_offload unset is a candidate only beside a GPU with the state in host memory",
+    "[memory_fit]") {
+  auto device = create_cpu_device();
+  comm::CommOptions comm_options;
+  comm_options.device = device.get();
+  auto comm = comm::make_local_communicator(comm_options);
+  Agreement agreement(*comm, *device);
+  const config::Config config = config::read_config_text(
+      R"({"train_batch_size": 1, "optimizer": {"type": "AdamW"},
+          "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})",
+      {});
+  MemoryFit fit;
+  fit.note_free(agreement, *device, config, StateModes{});
+  MemoryPlan small;
+  small.offload.tier = Tier::host;
+  small.offload.capacity = std::size_t{1} << 20;
+  MemoryPlan huge = small;
+  huge.offload.capacity = std::size_t{1} << 50;  // a PiB of host memory
+  for (const char* mode : {"", "warn", "off"}) {
+    INFO("ZERO_MEMORY_CHECK=" << mode);
+    const CheckMode check(*mode != '\0' ? mode : nullptr);
+    CHECK(fit.fits(small, config, agreement));
+    CHECK_FALSE(fit.fits(huge, config, agreement));
+  }
+
+  CHECK(config.zero.offload_optimizer.super_offload_auto);
+  CHECK(super_offload_auto_unused(config, /*gpu=*/true).empty());
+  CHECK(super_offload_auto_unused(config, /*gpu=*/false) ==
+        "not beside a GPU: the CPU optimizer would share its cores with backward");
+  const auto with = [](const char* zero) {
+    return config::read_config_text(
+        std::string(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW"},
+                        "zero_optimization": )") +
+            zero + "}",
+        {});
+  };
+  CHECK(
+      super_offload_auto_unused(
+          with(R"({"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "."}})"), true)
+          .starts_with("the optimizer state is on NVMe"));
+  CHECK(super_offload_auto_unused(with(R"({"stage": 2})"), true) ==
+        "the optimizer is not offloaded");
+  CHECK(super_offload_auto_unused(
+            with(R"({"stage": 2, "offload_optimizer": {"device": "cpu", "super_offload": false}})"),
+            true) == "the config sets super_offload");
+}
+
 }  // namespace zero::engine

@@ -101,8 +101,26 @@ import json, sys
 rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r["offload"] == "optimizer cpu"]
 r = rows[0]
 print({"gpu": r["per_gpu"]["total"], "host": r["per_node"]["pinned"] + r["per_node"]["host"],
-       "fits": r["fits"]["all"], "short": " | ".join(r["short"])}[sys.argv[2]])
+       "fits": r["fits"]["all"], "short": " | ".join(r["short"]),
+       "super": r["keys"].get("zero_optimization.offload_optimizer.super_offload") is True}
+      [sys.argv[2]])
 PY
+  }
+  # super_offload unset: planned with it where the row with it fits, else without it.
+  plan --device gpu
+  [ "$(row super)" = True ] || fail "super_offload unset is not on where it fits"
+  with_super=$(row host)
+  plan --device gpu --cpu-mem "$with_super"
+  [ "$(row super)" = True ] && [ "$(row fits)" = True ] ||
+    fail "super_offload unset: the row with it does not fit at its own figures"
+  plan --device gpu --cpu-mem $((with_super - 1))
+  [ "$(row super)" = False ] && [ "$(row fits)" = True ] ||
+    fail "super_offload unset: a byte too small for it, the row is not planned without it"
+  # The rest with super_offload set off, the row's figures its own.
+  plan() {
+    "$zmem" --model gpt2-124m --seq 64 --gpus-per-node 2 --stage 3 --activation-checkpointing \
+      --set zero_optimization.offload_optimizer.super_offload=false --json "$@" >"$work/mem.json" ||
+      fail "zero-mem failed ($*)"
   }
   plan --device gpu
   gpu=$(row gpu)
@@ -375,7 +393,8 @@ errors)
   grep -q "optimizer cpu .* yes" "$work/out" || { cat "$work/out"; fail "cpu rows not planned"; }
   # super_offload: the rows with the optimizer on the CPU count its second copy (12 bytes per
   # parameter of Adam's fp32 state: 1.39 GiB of pinned memory more for GPT-2 124M); the others,
-  # where the engine would refuse it, are planned without it.
+  # where the engine would refuse it, are planned without it. Unset, beside a GPU, the engine
+  # turns it on where it fits, and so do the rows.
   pinned() {
     "$zmem" --model gpt2-124m --device gpu --gpus-per-node 1 --nvme 1TB \
       --set zero_optimization.offload_optimizer.pin_memory=true "$@" >"$work/out" 2>&1 ||
@@ -383,11 +402,14 @@ errors)
     awk -v mode="$mode" '$2 " " $3 == mode && $1 == 3 {print $6; exit}' "$work/out"
   }
   mode="optimizer cpu"
-  without=$(pinned)
+  without=$(pinned --set zero_optimization.offload_optimizer.super_offload=false)
+  unset_key=$(pinned)
   with=$(pinned --set zero_optimization.offload_optimizer.super_offload=true)
   grep -q "optimizer nvme .* yes" "$work/out" || { cat "$work/out"; fail "nvme rows refused"; }
   awk -v a="$without" -v b="$with" 'BEGIN {exit !(b - a > 1.35 && b - a < 1.45)}' ||
     fail "super_offload's pinned memory: $with GiB against $without GiB without it"
+  [ "$unset_key" = "$with" ] ||
+    fail "super_offload unset: $unset_key GiB pinned, not the $with GiB of the row with it on"
   # The step bound: an optimizer on the CPU steps after backward (compute plus its step, the
   # NVMe state's reads plus writes where it is on the disk) unless super_offload overlaps
   # them (the largest resource alone); a GPU optimizer is not counted after backward. With
@@ -434,17 +456,29 @@ else:
 PY
       fail "the step bound with super_offload $super"
   done
-  # The recommendation names super_offload where its row's optimizer waits for backward and the
-  # row with it still fits (Llama 3.1 8B on one GPU: the optimizer on the CPU), with the pinned
-  # memory its second copy costs; not where the host is too small for it, nor where the config
-  # sets super_offload either way.
+  # Unset, super_offload is on in the recommended row where that row with it still fits (Llama
+  # 3.1 8B on one GPU: the optimizer on the CPU), off where the host is too small for its second
+  # copy; then, and where the config sets it false, no line suggests it.
   suggest() {
     "$zmem" --model llama-3.1-8b --device gpu --gpus-per-node 1 "$@" >"$work/out" 2>&1 ||
       { cat "$work/out"; fail "zero-mem $* failed"; }
   }
-  suggest --cpu-mem 512GB
-  grep -q "^  with offload_optimizer.super_offload (.*GiB pinned per node against .*super_offload=true$" \
-    "$work/out" || { cat "$work/out"; fail "no super_offload suggestion with 512 GB of host memory"; }
+  for memory in 512GB 160GB; do
+    suggest --cpu-mem $memory --json
+    python3 - "$work/out" "$memory" <<'PY' || fail "super_offload unset with $memory of host memory"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+best = plan["rows"][plan["recommended"]]
+on = best["keys"].get("zero_optimization.offload_optimizer.super_offload") is True
+assert best["offload"] == "optimizer cpu", best["offload"]
+assert on == (sys.argv[2] == "512GB"), (sys.argv[2], best["keys"])
+if on:  # the optimizer stepped during backward: nothing after it
+    assert best["step_lower_bound"]["after_backward"] == 0, best["step_lower_bound"]
+else:
+    assert best["step_lower_bound"]["after_backward"] > 0, best["step_lower_bound"]
+assert plan["super_offload"] is None, plan["super_offload"]
+PY
+  done
   suggest --cpu-mem 160GB
   if grep -q "with offload_optimizer.super_offload" "$work/out"; then
     cat "$work/out"
@@ -455,16 +489,13 @@ PY
     cat "$work/out"
     fail "super_offload suggested though the config sets it"
   fi
-  suggest --cpu-mem 512GB --json
+  suggest --cpu-mem 512GB --set zero_optimization.offload_optimizer.super_offload=false --json
   python3 - "$work/out" <<'PY' || fail "the JSON's super_offload suggestion"
 import json, sys
 plan = json.load(open(sys.argv[1]))
 best = plan["rows"][plan["recommended"]]
-alt = plan["super_offload"]
-assert alt is not None, plan.keys()
-assert alt["keys"]["zero_optimization.offload_optimizer.super_offload"] is True, alt
-assert alt["step_lower_bound"]["seconds"] < best["step_lower_bound"]["seconds"], (alt, best)
-assert alt["per_node"]["pinned"] > best["per_node"]["pinned"], (alt, best)
+assert best["keys"].get("zero_optimization.offload_optimizer.super_offload") is not True, best["keys"]
+assert plan["super_offload"] is None, plan["super_offload"]
 PY
   ;;
 *)

@@ -344,7 +344,12 @@ std::uint64_t front_end_bytes(const ModelShape& model, bool pretrained) {
   return kPythonProcessBytes + std::max(unit, save);
 }
 
-Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
+namespace {
+
+constexpr const char* kSuperOffloadKey = "zero_optimization.offload_optimizer.super_offload";
+
+// A row with its keys as they are.
+Row plan_row_as_given(const Request& request, const Mode& mode, bool checkpointing) {
   Row row;
   row.mode = mode;
   row.checkpointing = checkpointing;
@@ -388,6 +393,29 @@ Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
     row.error = error.what();
   }
   return row;
+}
+
+}  // namespace
+
+Row plan_row(const Request& request, const Mode& mode, bool checkpointing) {
+  // super_offload unset: beside a GPU the engine turns it on where the plan with it fits
+  // (Engine init, resolve_super_offload), so the row is the one it would run.
+  if (!request.hardware.cpu_device && !given(request, kSuperOffloadKey) &&
+      mode.keys.find(kSuperOffloadKey) == mode.keys.end()) {
+    bool candidate = false;
+    try {
+      candidate = engine::super_offload_auto_unused(mode_config(request, mode), true).empty();
+    } catch (const std::exception&) {
+      candidate = false;  // the row as given says what is wrong
+    }
+    if (candidate) {
+      Mode with = mode;
+      with.keys[kSuperOffloadKey] = true;
+      Row on = plan_row_as_given(request, with, checkpointing);
+      if (on.fits()) return on;
+    }
+  }
+  return plan_row_as_given(request, mode, checkpointing);
 }
 
 Plan plan_all(const Request& request) {
@@ -516,10 +544,11 @@ Plan plan_all(const Request& request) {
       plan.recommended = r;
     }
   }
-  // super_offload is off unless asked for (its memory); where the recommended row's optimizer
-  // waits for backward beside a GPU, say what it would give. (On the CPU device the optimizer
+  // super_offload is off where the engine leaves it off unset (on NVMe, or where its plan does
+  // not fit); where the recommended row's optimizer waits for backward beside a GPU, say what
+  // setting it would give. (On the CPU device the optimizer
   // would take the cores backward computes on, which the bound does not count.)
-  const std::string super_key = "zero_optimization.offload_optimizer.super_offload";
+  const std::string super_key = kSuperOffloadKey;
   if (plan.recommended && !request.hardware.cpu_device && !given(request, super_key)) {
     const Row& best = plan.rows[*plan.recommended];
     if (best.step.after_backward > 0) {

@@ -326,7 +326,7 @@ std::string report_text(const Request& request, const Plan& plan, const ReportOp
                             format_bytes(row.nvme_node));
       t += fmt::format(
           "  with offload_optimizer.super_offload (the optimizer stepped during backward, exact; "
-          "off unless set): step >= {} (bound by {}), {} pinned per node against {}{}: --set "
+          "off here unless set): step >= {} (bound by {}), {} pinned per node against {}{}: --set "
           "zero_optimization.offload_optimizer.super_offload=true\n",
           seconds(with.step.seconds), with.step.bound_by, format_bytes(with.pinned_node),
           format_bytes(row.pinned_node), nvme);
