@@ -312,24 +312,32 @@ void Engine::Impl::resolve_super_offload() {
     with.zero.offload_optimizer.super_offload = true;
     const Layout trial = plan_layout(registry, with, world);
     const MemoryPlan plan = plan_memory(registry, with, trial, device->offload_beside());
+    const std::string sizes =
+        fmt::format("{} pinned, {} host a rank", format_bytes(plan.reserved(Tier::pinned)),
+                    format_bytes(plan.reserved(Tier::host)));
     if (fit.fits(plan, with, agreement)) {
       offload.super_offload = true;
-      if (rank == 0) {
-        log::info(
-            "engine: offload_optimizer.super_offload (unset: auto) is on: the optimizer steps "
-            "during backward; its plan fits ({} pinned, {} host a rank). Set it false to step "
-            "after backward",
-            format_bytes(plan.reserved(Tier::pinned)), format_bytes(plan.reserved(Tier::host)));
-      }
-      return;
+      why = fmt::format("beside a GPU, and its plan fits ({})", sizes);
+    } else {
+      why = fmt::format(
+          "its plan ({}, with the second copy of the optimizer state a clip or a skip rolls "
+          "back to) does not fit this machine",
+          sizes);
     }
-    why = fmt::format(
-        "its plan ({} pinned, {} host a rank, with the second copy of the optimizer state that "
-        "a clip or a skip rolls back to) does not fit this machine",
-        format_bytes(plan.reserved(Tier::pinned)), format_bytes(plan.reserved(Tier::host)));
   }
-  if (rank == 0 && offload.device != config::OffloadDevice::none) {
-    log::info("engine: offload_optimizer.super_offload (unset: auto) is off: {}", why);
+  // zero_config_value and the config's report give the decision.
+  for (config::ResolvedValue& r : config.resolved) {
+    if (r.path == "zero_optimization.offload_optimizer.super_offload") {
+      r.value = offload.super_offload;
+      r.note = fmt::format("auto: {}", why);
+    }
+  }
+  if (rank == 0) {
+    log::info("engine: offload_optimizer.super_offload (unset: auto) is {}: {}{}",
+              offload.super_offload ? "on" : "off", why,
+              offload.super_offload ? "; the optimizer steps during backward (set it false to "
+                                      "step after backward)"
+                                    : "");
   }
 }
 

@@ -349,6 +349,17 @@ TEST_CASE(
   CHECK(super_offload_auto_unused(
             with(R"({"stage": 2, "offload_optimizer": {"device": "cpu", "super_offload": false}})"),
             true) == "the config sets super_offload");
+
+  // On the CPU device init decides it off, and zero_config_value says so.
+  OneParam run(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW"},
+                   "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})",
+               4, 5);
+  REQUIRE(zero_init(run.engine) == ZERO_OK);
+  char value[64] = {};
+  unsigned long long needed = 0;
+  REQUIRE(zero_config_value(run.engine, "zero_optimization.offload_optimizer.super_offload", value,
+                            sizeof value, &needed) == ZERO_OK);
+  CHECK(std::string(value) == "false");
 }
 
 }  // namespace zero::engine

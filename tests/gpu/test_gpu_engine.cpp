@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,45 @@ TEST_CASE("engine on CUDA: the caller's stream may be destroyed before the engin
   engine.reset();
   CHECK(cudaGetLastError() == cudaSuccess);
   CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}
+
+TEST_CASE(
+    "engine on CUDA: super_offload unset is on where its plan fits, and a step given no stats "
+    "leaves its verdict on the GPU until asked for",
+    "[gpu][engine]") {
+  const auto decided = [](const char* offload) {
+    auto engine = engine_on_gpu0(std::string(R"({"train_micro_batch_size_per_gpu": 1,
+        "bf16": {"enabled": true}, "optimizer": {"type": "AdamW"},
+        "zero_optimization": {"stage": 2, "offload_optimizer": )") +
+                                 offload + "}}");
+    const std::size_t module = engine->add_module("layer");
+    engine->add_param("weight", {333}, true, 0, {module});
+    engine->init();
+    return *config::resolved_value(engine->config(),
+                                   "zero_optimization.offload_optimizer.super_offload");
+  };
+  CHECK(decided(R"({"device": "cpu"})") == config::json(true));  // a few KB fit any host
+  CHECK(decided(R"({"device": "cpu", "super_offload": false})") == config::json(false));
+
+  auto engine = engine_on_gpu0(R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+      "gradient_clipping": 1.0, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 0}})");
+  const std::size_t module = engine->add_module("layer");
+  const std::size_t param = engine->add_param("weight", {333}, true, 0, {module});
+  engine->init();
+  Stream* stream = engine->caller_stream(nullptr);
+  engine->pre_forward(module, stream);
+  engine->post_forward(module, stream);
+  engine->pre_backward(module, stream);
+  // bf16 0x3c3c is 0.0115 in every element.
+  REQUIRE(cudaMemset(engine->grad_buffer(param), 0x3c, 333 * 2) == cudaSuccess);
+  engine->post_backward(module, stream);
+  const engine::StepStats queued = engine->step(/*verdict_now=*/false);
+  CHECK(queued.stepped);
+  CHECK(queued.verdict_pending);
+  const engine::StepStats last = engine->last_step_stats();
+  CHECK_FALSE(last.verdict_pending);
+  CHECK_FALSE(last.skipped);
+  CHECK(last.grad_norm == Approx(std::sqrt(333.0) * 0.0115).epsilon(0.01));
 }
 
 }  // namespace zero
