@@ -50,18 +50,20 @@ double overlap_length(Spans a, Spans b) {
 }
 
 Event& OverlapTimeline::next_event() {
-  if (used_ == events_.size()) events_.push_back(device_.create_event(/*timing=*/true));
-  return *events_[used_++];
+  MicroStep& m = current();
+  if (m.used == m.events.size()) m.events.push_back(device_.create_event(/*timing=*/true));
+  return *m.events[m.used++];
 }
 
 void OverlapTimeline::start(Stream& caller) {
-  used_ = 0;
-  compute_.clear();
-  comms_.clear();
+  MicroStep& m = current();
+  m.used = 0;
+  m.compute.clear();
+  m.comms.clear();
   comm_open_ = false;
   compute_depth_ = 0;
-  origin_ = &next_event();
-  origin_->record(caller);
+  m.origin = &next_event();
+  m.origin->record(caller);
   recording_ = true;
 }
 
@@ -69,14 +71,14 @@ void OverlapTimeline::compute_begin(Stream& caller) {
   if (!recording_ || compute_depth_++ > 0) return;
   Event& begin = next_event();
   begin.record(caller);
-  compute_.push_back({&begin, nullptr, Kind::reduction});
+  current().compute.push_back({&begin, nullptr, Kind::reduction});
 }
 
 void OverlapTimeline::compute_end(Stream& caller) {
   if (!recording_ || compute_depth_ == 0 || --compute_depth_ > 0) return;
   Event& end = next_event();
   end.record(caller);
-  compute_.back().end = &end;
+  current().compute.back().end = &end;
 }
 
 void OverlapTimeline::comm_begin(Kind kind, Stream& inputs, Stream& comm_stream) {
@@ -86,7 +88,7 @@ void OverlapTimeline::comm_begin(Kind kind, Stream& inputs, Stream& comm_stream)
   ready_->block(comm_stream);
   Event& begin = next_event();
   begin.record(comm_stream);
-  comms_.push_back({&begin, nullptr, kind});
+  current().comms.push_back({&begin, nullptr, kind});
   comm_open_ = true;
 }
 
@@ -94,22 +96,40 @@ void OverlapTimeline::comm_end(Stream& comm_stream) {
   if (!recording_ || !comm_open_) return;
   Event& end = next_event();
   end.record(comm_stream);
-  comms_.back().end = &end;
+  current().comms.back().end = &end;
   comm_open_ = false;
 }
 
 void OverlapTimeline::collect() {
   recording_ = false;
-  if (origin_ == nullptr) return;
+  comm_open_ = false;
+  if (pending_) {
+    resolve(micro_[1 - current_]);
+    pending_ = false;
+  }
+  if (current().origin == nullptr) return;
+  pending_ = true;
+  current_ = 1 - current_;  // the next micro-step records into the one just resolved
+}
+
+OverlapTimeline::Totals OverlapTimeline::take() {
+  if (pending_) {
+    resolve(micro_[1 - current_]);
+    pending_ = false;
+  }
+  return std::exchange(totals_, {});
+}
+
+void OverlapTimeline::resolve(MicroStep& m) {
   const auto at = [&](Event* event) {
     event->synchronize();
-    return static_cast<double>(event->elapsed_ms_since(*origin_));
+    return static_cast<double>(event->elapsed_ms_since(*m.origin));
   };
   Spans compute, reductions, gathers, copies;
-  for (const Span& s : compute_) {
+  for (const Span& s : m.compute) {
     if (s.end != nullptr) compute.emplace_back(at(s.begin), at(s.end));
   }
-  for (const Span& s : comms_) {
+  for (const Span& s : m.comms) {
     if (s.end == nullptr) continue;
     Spans& spans = s.kind == Kind::reduction ? reductions
                    : s.kind == Kind::gather  ? gathers
@@ -123,10 +143,9 @@ void OverlapTimeline::collect() {
   totals_.gather_overlap_ms += overlap_length(gathers, compute);
   totals_.copy_ms += union_length(copies);
   totals_.copy_overlap_ms += overlap_length(copies, compute);
-  origin_ = nullptr;
-  compute_.clear();
-  comms_.clear();
-  comm_open_ = false;
+  m.origin = nullptr;
+  m.compute.clear();
+  m.comms.clear();
 }
 
 }  // namespace zero::engine

@@ -12,8 +12,10 @@
 //
 // Owns: a pool of timing events, the spans of the current micro-step and the totals since the
 // last take(). Calls only the device's events. Streams: records on the callers' streams and the
-// communicator's; collect() waits on the host for the recorded events (breakdown mode only,
-// where the step waits on the host anyway). Internal to engine/.
+// communicator's. collect() resolves the micro-step before the one it ends, whose events the
+// device has long passed, and keeps this one's for the next call: the host does not wait for
+// the micro-step it has just queued (the step itself need not, where its verdict stays on the
+// device). take() resolves the last one too, waiting for it. Internal to engine/.
 #pragma once
 
 #include <cstddef>
@@ -55,7 +57,8 @@ class OverlapTimeline {
   void comm_begin(Kind kind, Stream& inputs, Stream& comm_stream);
   void comm_end(Stream& comm_stream);
 
-  // Waits for the micro-step's events and adds its figures to the totals; clears the spans.
+  // Ends the micro-step's recording: adds the figures of the one before it to the totals
+  // (waiting for its events, done by now) and keeps this one's for the next call.
   void collect();
 
   struct Totals {
@@ -64,27 +67,37 @@ class OverlapTimeline {
     double gather_ms = 0, gather_overlap_ms = 0;
     double copy_ms = 0, copy_overlap_ms = 0;
   };
-  Totals take() { return std::exchange(totals_, {}); }
+  // The totals so far, the last collected micro-step's included (waiting for its events).
+  Totals take();
 
  private:
-  Event& next_event();
-
   struct Span {
     Event* begin = nullptr;
     Event* end = nullptr;
     Kind kind = Kind::reduction;
   };
+  // One micro-step's spans and the pool of events they use, reused every other micro-step.
+  struct MicroStep {
+    std::vector<std::unique_ptr<Event>> events;
+    std::size_t used = 0;
+    Event* origin = nullptr;
+    std::vector<Span> compute;
+    std::vector<Span> comms;
+  };
+
+  MicroStep& current() noexcept { return micro_[current_]; }
+  Event& next_event();
+  // Waits for `m`'s events, adds its figures to the totals and clears it.
+  void resolve(MicroStep& m);
 
   Device& device_;
-  std::vector<std::unique_ptr<Event>> events_;  // reused every micro-step
-  std::size_t used_ = 0;
+  MicroStep micro_[2];
+  int current_ = 0;  // the one recording; the other holds the last collected, if pending_
+  bool pending_ = false;
   std::unique_ptr<Event> ready_;  // the comm stream's wait for a collective's inputs
-  Event* origin_ = nullptr;
   bool recording_ = false;
   int compute_depth_ = 0;
-  std::vector<Span> compute_;
-  std::vector<Span> comms_;
-  bool comm_open_ = false;  // comms_.back() awaits its end
+  bool comm_open_ = false;  // current().comms.back() awaits its end
   Totals totals_;
 };
 

@@ -4,8 +4,10 @@
 // the CPU device, whose events carry the host clock.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <random>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -121,6 +123,41 @@ TEST_CASE("the overlap timeline pairs hooks and collectives from the streams' ev
     CHECK(t.compute_ms == 0);
     CHECK(t.reduction_ms == 0);
   }
+}
+
+TEST_CASE("the overlap timeline's collect waits only for the micro-step before, take for the last",
+          "[engine][overlap]") {
+  DeviceOptions options;
+  options.preference = DevicePreference::cpu;
+  options.cpu_mode = CpuDeviceMode::async;  // streams on their own threads, as a GPU's
+  auto device = create_device(options);
+  auto caller = device->create_stream();
+  auto comm = device->create_stream();
+  OverlapTimeline timeline(*device);
+  std::atomic<bool> release{false};
+  const auto micro_step = [&](bool held) {
+    timeline.start(*caller);
+    timeline.compute_begin(*caller);
+    if (held) {  // the caller's compute runs until the host lets it go
+      device->launch_host_task(*caller, [&release] {
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+    } else {
+      device->launch_host_task(*caller, [] { tick(); });
+    }
+    timeline.compute_end(*caller);
+    timeline.stop();
+    timeline.collect();
+  };
+  micro_step(false);
+  micro_step(true);  // returns with its compute still running: the host did not wait for it
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  release = true;
+  const OverlapTimeline::Totals both = timeline.take();  // waits for the held one
+  CHECK(both.compute_ms >= 15.0);
+  micro_step(false);  // the pool of the micro-step before is reused
+  CHECK(timeline.take().compute_ms > 0);
+  device->synchronize();
 }
 
 }  // namespace zero::engine
