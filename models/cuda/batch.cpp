@@ -14,20 +14,32 @@ DeviceBatch::DeviceBatch(int positions, Stream stream)
       positions_(static_cast<std::size_t>(positions) * 4, stream),
       starts_((static_cast<std::size_t>(positions) + 1) * 4, stream),
       groups_(static_cast<std::size_t>(positions) * 4, stream),
-      losses_(static_cast<std::size_t>(positions) * 4, stream) {}
+      losses_(static_cast<std::size_t>(positions) * 4, stream) {
+  // tokens, targets, group positions and tokens (positions each), group starts (positions + 1)
+  const std::size_t bytes = (5 * static_cast<std::size_t>(positions) + 1) * 4;
+  for (Staging& s : staging_) s.data = PinnedBuffer(bytes);
+}
 
 void DeviceBatch::upload(const std::int32_t* tokens, const std::int32_t* targets, Stream stream) {
-  // Copies from pageable memory return once the source is staged, so the host arrays and the
-  // groups below may go as soon as these calls return.
-  const std::size_t bytes = static_cast<std::size_t>(positions_count_) * 4;
-  copy_to_device(tokens_.as<void>(), tokens, bytes, stream);
-  copy_to_device(targets_.as<void>(), targets, bytes, stream);
+  Staging& staging = staging_[next_staging_];
+  next_staging_ = 1 - next_staging_;
+  if (staging.used) staging.copied.synchronize();  // two uploads back: long copied
   const TokenGroups groups = cuda_layers::group_positions(tokens, positions_count_);
   group_count_ = static_cast<int>(groups.tokens.size());
-  copy_to_device(positions_.as<void>(), groups.positions.data(), groups.positions.size() * 4,
-                 stream);
-  copy_to_device(starts_.as<void>(), groups.starts.data(), groups.starts.size() * 4, stream);
-  copy_to_device(groups_.as<void>(), groups.tokens.data(), groups.tokens.size() * 4, stream);
+  char* at = staging.data.as<char>();
+  const auto put = [&](void* device, const void* host, std::size_t bytes) {
+    std::memcpy(at, host, bytes);
+    copy_to_device(device, at, bytes, stream);
+    at += bytes;
+  };
+  const std::size_t bytes = static_cast<std::size_t>(positions_count_) * 4;
+  put(tokens_.as<void>(), tokens, bytes);
+  put(targets_.as<void>(), targets, bytes);
+  put(positions_.as<void>(), groups.positions.data(), groups.positions.size() * 4);
+  put(starts_.as<void>(), groups.starts.data(), groups.starts.size() * 4);
+  put(groups_.as<void>(), groups.tokens.data(), groups.tokens.size() * 4);
+  staging.copied.record(stream);
+  staging.used = true;
 }
 
 void DeviceBatch::queue_loss(const std::int32_t* targets, int counted, Stream stream) {

@@ -18,7 +18,9 @@ class DeviceBatch {
   DeviceBatch(int positions, Stream stream);
 
   // Queues the copies of tokens and targets (host, `positions` each) and of their token groups
-  // on `stream`; the host arrays may be reused when it returns.
+  // on `stream`, through pinned staging so that the host does not wait for the copies (from
+  // pageable memory it may); the host arrays may be reused when it returns. Two staging
+  // buffers in turn: an upload waits only for the copies of the one two micro-batches before.
   void upload(const std::int32_t* tokens, const std::int32_t* targets, Stream stream);
 
   const std::int32_t* tokens() const noexcept { return tokens_.as<std::int32_t>(); }
@@ -46,9 +48,18 @@ class DeviceBatch {
     int counted = 0;
   };
 
+  // One upload's host side, in pinned memory: tokens, targets, then the token groups.
+  struct Staging {
+    PinnedBuffer data;
+    CudaEvent copied;
+    bool used = false;
+  };
+
   int positions_count_;
   DeviceBuffer tokens_, targets_, positions_, starts_, groups_, losses_;
   int group_count_ = 0;
+  Staging staging_[2];
+  int next_staging_ = 0;
   std::deque<QueuedLoss> queued_;
   std::vector<QueuedLoss> spare_;  // taken, their pinned memory reused
 };
