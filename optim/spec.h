@@ -73,9 +73,12 @@ struct StepHyper {
   // Optional: the step's verdict where the device wrote it, read when the step runs instead of
   // when it is queued, so that the host does not wait for the gradients' norm. verdict[0] is
   // the sum of squares of the scaled gradients over every rank, verdict[1] nonzero where one
-  // of them was not finite. A nonzero flag makes the step write nothing; otherwise grad_scale
-  // is replaced by step_grad_scale(unscaled_norm(verdict[0], loss_scale), loss_scale,
-  // max_norm). Memory the step's stream reads (device memory for the CUDA optimizer).
+  // of them was not finite. A nonzero flag makes the step leave the masters and the state as
+  // they are and write only param_out from the masters (write_param_out's copy: where param_out
+  // is staging, such as stages 1-2's all-gather block, it then holds the values); otherwise
+  // grad_scale is replaced by step_grad_scale(unscaled_norm(verdict[0], loss_scale),
+  // loss_scale, max_norm). Memory the step's stream reads (device memory for the CUDA
+  // optimizer).
   const float* verdict = nullptr;
   double loss_scale = 1.0;  // with a verdict: the scale the gradients carry
   double max_norm = 0.0;    // with a verdict: gradient_clipping (0: none)

@@ -92,13 +92,16 @@ class CpuOptimizer final : public Optimizer {
                           : std::string("no copy-out"));
   }
 
-  void step(std::span<const Slice> slices, const StepHyper& step_hyper, Stream&) override {
+  void step(std::span<const Slice> slices, const StepHyper& step_hyper, Stream& stream) override {
     if (step_hyper.step < 1) {
       throw make_error(ErrorCategory::usage, "optimizer step: step number {} (steps count from 1)",
                        step_hyper.step);
     }
     StepHyper hyper = step_hyper;
-    if (!apply_verdict(hyper)) return;  // the verdict, read now, skips the step
+    if (!apply_verdict(hyper)) {  // the verdict, read now, skips the step: only the copy-out
+      write_param_out(slices, stream);
+      return;
+    }
     std::size_t total = 0;
     for (std::size_t i = 0; i < slices.size(); ++i) {
       check_slice(slices[i], i);

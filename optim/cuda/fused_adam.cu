@@ -279,31 +279,6 @@ __device__ __forceinline__ void for_chunk(const TensorArg& t, u32 block, Worker&
   }
 }
 
-// optim/spec.cpp's step_grad_scale(unscaled_norm(sum, loss_scale), loss_scale, max_norm), the
-// same double operations in the same order (IEEE division and square root, as the host's).
-__device__ __forceinline__ float verdict_grad_scale(float sum, double loss_scale, double max_norm) {
-  const double norm = sqrt(static_cast<double>(sum)) / loss_scale;
-  double grad_scale = 1.0 / loss_scale;
-  if (max_norm > 0.0) {
-    const double clip = (norm + 1e-6) / max_norm;
-    if (clip > 1.0) grad_scale /= clip;
-  }
-  return static_cast<float>(grad_scale);
-}
-
-template <class Grad, class State, class Out>
-__global__ void __launch_bounds__(kThreads) fused_adam_kernel(const __grid_constant__ Batch batch) {
-  const u32 block = blockIdx.x;
-  const TensorArg& t = batch.tensor[tensor_of_block(batch, block)];
-  StepArgs step = batch.step;
-  if (step.verdict != nullptr) {
-    if (step.verdict[1] != 0.0f) return;  // a non-finite gradient: the step is skipped
-    step.grad_scale = verdict_grad_scale(step.verdict[0], step.loss_scale, step.max_norm);
-  }
-  Updater<Grad, State, Out> updater(step, t);
-  for_chunk(t, block, updater);
-}
-
 // param_out = round(master), nothing else.
 template <class Out>
 class CopyOut {
@@ -327,6 +302,39 @@ class CopyOut {
   const float* master_;
   O* out_;
 };
+
+// optim/spec.cpp's step_grad_scale(unscaled_norm(sum, loss_scale), loss_scale, max_norm), the
+// same double operations in the same order (IEEE division and square root, as the host's).
+__device__ __forceinline__ float verdict_grad_scale(float sum, double loss_scale, double max_norm) {
+  const double norm = sqrt(static_cast<double>(sum)) / loss_scale;
+  double grad_scale = 1.0 / loss_scale;
+  if (max_norm > 0.0) {
+    const double clip = (norm + 1e-6) / max_norm;
+    if (clip > 1.0) grad_scale /= clip;
+  }
+  return static_cast<float>(grad_scale);
+}
+
+template <class Grad, class State, class Out>
+__global__ void __launch_bounds__(kThreads) fused_adam_kernel(const __grid_constant__ Batch batch) {
+  const u32 block = blockIdx.x;
+  const TensorArg& t = batch.tensor[tensor_of_block(batch, block)];
+  StepArgs step = batch.step;
+  if (step.verdict != nullptr) {
+    if (step.verdict[1] != 0.0f) {
+      // A non-finite gradient skips the step: the state stays, and the copy-out is written from
+      // it (where it is staging, such as stages 1-2's all-gather block, it must hold the values).
+      if (t.param_out != nullptr) {
+        CopyOut<Out> copy(t);
+        for_chunk(t, block, copy);
+      }
+      return;
+    }
+    step.grad_scale = verdict_grad_scale(step.verdict[0], step.loss_scale, step.max_norm);
+  }
+  Updater<Grad, State, Out> updater(step, t);
+  for_chunk(t, block, updater);
+}
 
 template <class Out>
 __global__ void __launch_bounds__(kThreads) param_out_kernel(const __grid_constant__ Batch batch) {

@@ -43,7 +43,8 @@ struct FusedAdamStep {
   std::uint64_t step = 1;  // and StepHyper::step (as unsigned)
   // Optional (StepHyper::verdict): device memory holding the sum of squares of the scaled
   // gradients and a non-finite flag, read by each block when it runs. A nonzero flag: the block
-  // writes nothing. Otherwise grad_scale is replaced by optim::step_grad_scale of the norm,
+  // leaves master and state and writes only param_out = round(master), as launch_param_out.
+  // Otherwise grad_scale is replaced by optim::step_grad_scale of the norm,
   // computed in double as optim/spec.cpp does, from loss_scale and max_norm (0: no clipping).
   const float* verdict = nullptr;
   double loss_scale = 1.0;

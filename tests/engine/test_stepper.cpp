@@ -155,6 +155,17 @@ TEST_CASE(
     ArithmeticValues values;
     parts.state->assign(values);
     const std::vector<float> before = master_of(parts, 1);
+    // The replicated bf16 copies, which stage 1 gathers from each rank's copy-out after a step.
+    const auto compute_copies = [&] {
+      std::vector<std::uint16_t> bits;
+      for (std::size_t p : parts.layout.trainable) {
+        std::vector<std::uint16_t> one(parts.registry.param(p).numel);
+        parts.device->copy(one.data(), parts.state->full(p), one.size() * 2);
+        bits.insert(bits.end(), one.begin(), one.end());
+      }
+      return bits;
+    };
+    const std::vector<std::uint16_t> copies_before = compute_copies();
     set_grads(parts, std::numeric_limits<float>::quiet_NaN());
     const StepStats stats = parts.stepper->step();
     CHECK(parts.stepper->global_steps() == 1);
@@ -172,6 +183,7 @@ TEST_CASE(
     }
     CHECK(parts.stepper->optimizer_steps() == 0);
     CHECK(master_of(parts, 1) == before);
+    CHECK(compute_copies() == copies_before);  // gathered from copy-outs of the kept masters
     // The next window steps as the first: the optimizer's count and the schedule held.
     set_grads(parts);
     const StepStats next = step_settled(parts);

@@ -573,7 +573,7 @@ TEST_CASE("the CUDA optimizer gives the portable CPU kernel's bits in every form
 
 TEST_CASE(
     "the CUDA optimizer reads its verdict on the device as it runs: the host's gradient scale "
-    "from the norm and the clip, bit for bit, and nothing written under a non-finite flag",
+    "from the norm and the clip, bit for bit, and only the copy-out under a non-finite flag",
     "[gpu][optim]") {
   auto device = create_cuda_device(0);
   Stream& stream = device->default_stream();
@@ -600,9 +600,15 @@ TEST_CASE(
       read.loss_scale = 4.0;
       read.max_norm = max_norm;
       optimizer->step(on_deferred.slices, read, stream);
-      // A non-finite flag, written after the step above ran (copy waits for the stream).
+      // A non-finite flag, written after the step above ran (copy waits for the stream): the
+      // masters and moments stay and the copy-out is written from the masters, as
+      // write_param_out writes it (both copy-outs cleared first).
       const float skip[2] = {1234.5f, 1.0f};
       device->copy(scalars, skip, sizeof skip);
+      const std::vector<unsigned char> zeros(decided.out.host.size(), 0);
+      device->copy(on_decided.out.data(), zeros.data(), zeros.size());
+      device->copy(on_deferred.out.data(), zeros.data(), zeros.size());
+      optimizer->write_param_out(on_decided.slices, stream);
       read.step = 2;
       deferred.set_grads(2);
       on_deferred.grad.upload(deferred.grad);

@@ -5,6 +5,7 @@
 // that say what is wrong.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -88,8 +89,9 @@ TEST_CASE("CPU optimizer results do not depend on threads or slicing", "[optim]"
 }
 
 TEST_CASE(
-    "a step with its verdict in memory reads it when it runs: a set flag writes nothing, else "
-    "the gradient scale is the one the host computes from the norm and the clip",
+    "a step with its verdict in memory reads it when it runs: a set flag writes only the copy-out "
+    "from the masters, else the gradient scale is the one the host computes from the norm and "
+    "the clip",
     "[optim]") {
   constexpr std::size_t n = 4099;
   const Formats formats{DType::bf16, DType::bf16, DType::bf16};
@@ -123,11 +125,16 @@ TEST_CASE(
       optimizer->step({&b, 1}, deferred, device->default_stream());
       CHECK(same_bits(host, read));
       if (max_norm == 1.5) CHECK(decided.grad_scale < 1.0 / 8.0);  // it clipped
-      // A non-finite flag: the step writes nothing.
+      // A non-finite flag: masters and state stay, and the copy-out is written from the masters
+      // (cleared first on both sides, so that only a write brings it back).
+      std::fill(host.out.begin(), host.out.end(), 0);
+      std::fill(read.out.begin(), read.out.end(), 0);
+      optimizer->write_param_out({&a, 1}, device->default_stream());
       verdict[1] = 1.0f;
       deferred.step = 2;
       optimizer->step({&b, 1}, deferred, device->default_stream());
       CHECK(same_bits(host, read));
+      CHECK(std::count(read.out.begin(), read.out.end(), 0) < static_cast<std::ptrdiff_t>(n / 2));
     }
   }
 }
