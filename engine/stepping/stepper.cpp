@@ -313,7 +313,7 @@ std::optional<StepVerdict::Outcome> Stepper::settle_verdict() {
   if (!verdict_) return std::nullopt;
   std::optional<StepVerdict::Outcome> outcome = verdict_->take();
   if (outcome && outcome->skipped) {
-    // The optimizer read the flag on the device and wrote nothing: the step's count goes back.
+    // The optimizer read the flag on the device and kept the state: the step's count goes back.
     optimizer_steps_ = outcome->step.optimizer_step - 1;
     log::warn(
         "bf16 gradients hold a NaN or an infinity: step {} skipped "
