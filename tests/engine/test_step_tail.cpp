@@ -65,7 +65,11 @@ struct TailRun {
 };
 
 // kSteps optimizer steps of `accumulation` micro-steps each; the worker held up to `hold_ms`.
-TailRun run(bool offload, int accumulation, const std::string& extra = "", int hold_ms = 2000) {
+// `first_held`: the first boundary's step() waits until the worker holds a group (under load
+// it may not have begun one when backward returns, and a step() that drops the speculated
+// steps then finds no group running).
+TailRun run(bool offload, int accumulation, const std::string& extra = "", int hold_ms = 2000,
+            bool first_held = false) {
   auto made = create_cpu_device(offload ? CpuDeviceMode::guarded : CpuDeviceMode::sync);
   Device& device = *made;
   comm::CommOptions comm_options;
@@ -135,6 +139,12 @@ TailRun run(bool offload, int accumulation, const std::string& extra = "", int h
         device.copy(engine.grad_buffer(params[m][k]), grad.data(), grad.size() * sizeof(float));
       }
       engine.post_backward(m, stream.get());
+    }
+    if (first_held && micro == accumulation - 1) {
+      for (int ms = 0; ms < 10000 && held.load() == 0; ++ms) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      REQUIRE(held.load() > 0);
     }
     const StepStats stats = engine.step();
     returned = true;
@@ -206,7 +216,7 @@ TEST_CASE(
   // stepped, and the rest are not held.
   const std::string extra = R"("gradient_clipping": 0.01,)";
   const TailRun plain = run(/*offload=*/false, 1, extra);
-  const TailRun dropped = run(/*offload=*/true, 1, extra, /*hold_ms=*/200);
+  const TailRun dropped = run(/*offload=*/true, 1, extra, /*hold_ms=*/200, /*first_held=*/true);
   CHECK(dropped.timed_out);  // a step() waited for its running group: the verdict's
   // The first dropped step ran its one held group only: fewer groups ran than the three
   // speculated steps hold.
