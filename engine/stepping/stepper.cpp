@@ -325,18 +325,22 @@ std::optional<StepVerdict::Outcome> Stepper::settle_verdict() {
   return outcome;
 }
 
+StepStats Stepper::boundary_stats(std::int64_t k) const {
+  StepStats stats;
+  stats.stepped = true;
+  stats.loss_scale = scaler_.scale();
+  // The learning rate this step uses, or on a skipped step the one the schedule still holds.
+  stats.lr = schedule_value(k).lr;
+  return stats;
+}
+
 StepStats Stepper::step() {
   settle_verdict();  // the last boundary's, before this one reads the optimizer's count
   if (verdict_) return step_with_verdict_on_device();
   const config::Config& config = ctx_.config;
-  StepStats stats;
-  stats.stepped = true;
-  const double scale = scaler_.scale();
-  stats.loss_scale = scale;
-  // The learning rate this step uses, or on a skipped step the one the schedule still holds.
   const std::int64_t k = optimizer_steps_ + 1;
-  const optim::ScheduleValue value = schedule_value(k);
-  stats.lr = value.lr;
+  StepStats stats = boundary_stats(k);
+  const double scale = stats.loss_scale;
 
   // The owned gradient as zeros, should no reduction have written it since the last step.
   reducer_.settle_owned(grad_flat_count(), state_.state_device().default_stream());
@@ -393,12 +397,9 @@ StepStats Stepper::step() {
 // from the scalars queued here; the host learns it at settle_verdict.
 StepStats Stepper::step_with_verdict_on_device() {
   const config::Config& config = ctx_.config;
-  StepStats stats;
-  stats.stepped = true;
-  const double scale = scaler_.scale();
-  stats.loss_scale = scale;
   const std::int64_t k = optimizer_steps_ + 1;
-  stats.lr = schedule_value(k).lr;  // a skipped step's too: the schedule holds it
+  StepStats stats = boundary_stats(k);
+  const double scale = stats.loss_scale;
 
   Stream& stream = ctx_.device.default_stream();
   reducer_.settle_owned(grad_flat_count(), stream);

@@ -149,6 +149,9 @@ class Stepper final : private StepGroups {
 
   optim::StepHyper hyper_for(std::int64_t k, double grad_scale) const override;
   StepStats step_with_verdict_on_device();
+  // What both ways of stepping report before their verdict: stepped, the loss scale, the lr
+  // of optimizer step k.
+  StepStats boundary_stats(std::int64_t k) const;
   // `stepped`: speculated and standing, so only placed (`placed`: not even that, done in
   // backward).
   void step_group(std::size_t group, const std::vector<optim::Slice>& all,
