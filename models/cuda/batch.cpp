@@ -60,7 +60,9 @@ void DeviceBatch::queue_loss(const std::int32_t* targets, int counted, Stream st
 }
 
 float DeviceBatch::take_loss() {
-  if (queued_.empty()) throw std::logic_error("take_loss: no micro-batch's loss is queued");
+  if (queued_.empty()) {
+    throw std::logic_error("take_loss: no micro-batch's loss is queued (queue_loss first)");
+  }
   QueuedLoss q = std::move(queued_.front());
   queued_.pop_front();
   q.copied.synchronize();

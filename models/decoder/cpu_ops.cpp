@@ -60,23 +60,18 @@ void CpuOps::queue_loss(const std::int32_t* targets) {
 }
 
 void CpuOps::mark(std::size_t point) {
-  if (point >= marks_.size()) {
-    marks_.resize(point + 1);
-    marked_.resize(point + 1, false);
-  }
+  if (point >= marks_.size()) marks_.resize(point + 1);
   marks_[point] = std::chrono::steady_clock::now();
-  marked_[point] = true;
 }
 
 double CpuOps::seconds_between(std::size_t from, std::size_t to) const {
-  if (std::max(from, to) >= marked_.size() || !marked_[from] || !marked_[to]) {
-    throw std::logic_error("seconds_between: a point was never marked");
-  }
-  return std::chrono::duration<double>(marks_[to] - marks_[from]).count();
+  return std::chrono::duration<double>(marks_.at(to) - marks_.at(from)).count();
 }
 
 float CpuOps::take_loss() {
-  if (queued_losses_.empty()) throw std::logic_error("take_loss: no micro-batch's loss is queued");
+  if (queued_losses_.empty()) {
+    throw std::logic_error("take_loss: no micro-batch's loss is queued (forward_queued first)");
+  }
   const float loss = queued_losses_.front();
   queued_losses_.pop_front();
   return loss;

@@ -74,9 +74,8 @@ class CpuOps {
   layers::ComputeCopies copies_;
   std::vector<std::int32_t> tokens_, targets_;                // this micro-batch's
   std::vector<std::chrono::steady_clock::time_point> marks_;  // mark's, by point
-  std::vector<bool> marked_;
-  std::deque<float> queued_losses_;  // queue_loss's, not taken yet
-  int counted_ = 0;                  // positions with a target
+  std::deque<float> queued_losses_;                           // queue_loss's, not taken yet
+  int counted_ = 0;                                           // positions with a target
   std::vector<float> normed_, logits_, probs_, losses_;
   // Backward: the gradients of the losses, the logits and the final norm's output, and dx_, the
   // gradient of the residual stream.

@@ -1,7 +1,6 @@
 // The families' common operations on the CUDA layers (cuda_ops.h).
 #include "models/decoder/cuda_ops.h"
 
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -83,19 +82,12 @@ void CudaOps::queue_loss(const std::int32_t* targets) {
 }
 
 void CudaOps::mark(std::size_t point) {
-  while (marks_.size() <= point) {
-    marks_.emplace_back(/*timing=*/true);
-    marked_.push_back(false);
-  }
+  while (marks_.size() <= point) marks_.emplace_back(/*timing=*/true);
   marks_[point].record(stream());
-  marked_[point] = true;
 }
 
 double CudaOps::seconds_between(std::size_t from, std::size_t to) const {
-  if (std::max(from, to) >= marked_.size() || !marked_[from] || !marked_[to]) {
-    throw std::logic_error("seconds_between: a point was never marked");
-  }
-  return marks_[to].elapsed_ms_since(marks_[from]) / 1e3;
+  return marks_.at(to).elapsed_ms_since(marks_.at(from)) / 1e3;
 }
 
 void CudaOps::start_backward() const {

@@ -120,7 +120,6 @@ class CudaOps {
   bool training_ = true;            // in a training forward, not an evaluation
   bool logits_kept_ = false;        // logits_ holds the last evaluation's logits, not a gradient
   std::vector<cuda_layers::CudaEvent> marks_;  // mark's timing events, by point
-  std::vector<bool> marked_;
   cuda_layers::DeviceBuffer normed_, logits_;
   // Backward: the gradient at the final norm's output, dx_ the gradient of the residual stream,
   // the reduction scratch and attention's per-row delta.

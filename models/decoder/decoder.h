@@ -83,7 +83,7 @@ concept DecoderOps = requires(Ops& ops, const Ops& cops, std::size_t block,
   // the operations made for it alone (the CPU's fp32 copies) freed.
   ops.end_module();
   // Waits for what the calls above queued (CausalLm::wait); marks a point and times between
-  // two (CausalLm::mark, seconds_between).
+  // two marked ones (CausalLm::mark, seconds_between; the Decoder checks they were marked).
   ops.wait();
   ops.mark(block);
   { ops.seconds_between(block, block) } -> std::same_as<double>;
@@ -132,8 +132,20 @@ class Decoder final : public models::CausalLm {
   double forward_flops() const override { return ops_.forward_flops(); }
   std::vector<float> logits() const override { return ops_.logits(); }
   void wait() override { ops_.wait(); }
-  void mark(std::size_t point) override { ops_.mark(point); }
+  void mark(std::size_t point) override {
+    if (point >= marked_.size()) marked_.resize(point + 1, false);
+    ops_.mark(point);
+    marked_[point] = true;
+  }
   double seconds_between(std::size_t from, std::size_t to) override {
+    for (const std::size_t point : {from, to}) {
+      if (point >= marked_.size() || !marked_[point]) {
+        throw std::logic_error("seconds_between(" + std::to_string(from) + ", " +
+                               std::to_string(to) + "): point " + std::to_string(point) +
+                               " was never marked; mark(" + std::to_string(point) +
+                               ") after the work it ends");
+      }
+    }
     return ops_.seconds_between(from, to);
   }
   const std::vector<std::string>& names() const noexcept override { return registrar_.names(); }
@@ -176,6 +188,7 @@ class Decoder final : public models::CausalLm {
   Activations recompute_;          // allocated when any block is checkpointed
   bool allocated_ = false;         // allocate() has run
   std::size_t queued_losses_ = 0;  // forward_queued's, not taken
+  std::vector<bool> marked_;       // by point: mark() has recorded it
 };
 
 template <DecoderOps Ops>
