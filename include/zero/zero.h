@@ -348,13 +348,14 @@ typedef struct zero_step_stats {
  * and fails the engine as here (docs/offload.md, "The step's tail").
  * Where the optimizer runs on the engine's device (not offloaded) in bf16 or fp32, the step's
  * verdict (the non-finite check, the gradient norm, the clip factor) is computed there and the
- * optimizer reads it there: with `stats` NULL the host never waits for it, and the step is
- * queued behind the backward without a host synchronisation. Its skipped and grad_norm are
- * then known at zero_last_step_stats, or at the next boundary (a skipped step's warning is
- * logged then). With `stats` given, zero_step waits for them after queuing the step. */
+ * optimizer reads it there: with `stats` NULL the host does not wait for it, and the step is
+ * queued behind the backward (at stage 0 with nothing else to wait for). Its skipped and
+ * grad_norm are then known at zero_last_step_stats; the next boundary applies the verdict
+ * before its own step (a skipped step's count goes back, and its warning is logged then).
+ * With `stats` given, zero_step waits for them after queuing the step. */
 ZERO_API zero_status zero_step(zero_engine* engine, zero_step_stats* stats);
-/* The stats of the last zero_step call (zeros before any), waiting for the device's verdict
- * where that call was given no `stats` and left it pending. A trainer that reports a step's
+/* The stats of the last zero_step call (nothing stepped before any), waiting for the device's
+ * verdict where that call was given no `stats` and left it pending. A trainer that reports a step's
  * norm while the next one runs calls it after queuing the next step's work. */
 ZERO_API zero_status zero_last_step_stats(zero_engine* engine, zero_step_stats* stats);
 
