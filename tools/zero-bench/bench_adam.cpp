@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -109,19 +111,26 @@ struct Buffers {
   void* blocks[8] = {};
 };
 
-// The median of `repeats` timed calls after one warm-up call, in seconds.
-template <class F>
-double median_seconds(int repeats, const F& call) {
-  call();
-  std::vector<double> times;
-  for (int r = 0; r < repeats; ++r) {
+// The medians of `repeats` timed calls of `a` and of `b`, in seconds, after one warm-up call of
+// each. The calls alternate, a then b, so that the pair sees the same machine: this one's speed
+// drifts by a fifth over seconds, which separate runs of each would read as a difference.
+template <class A, class B>
+std::pair<double, double> paired_medians(int repeats, const A& a, const B& b) {
+  a();
+  b();
+  std::vector<double> times_a, times_b;
+  const auto timed = [](const auto& call) {
     const auto start = std::chrono::steady_clock::now();
     call();
-    times.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (int r = 0; r < repeats; ++r) {
+    times_a.push_back(timed(a));
+    times_b.push_back(timed(b));
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  std::sort(times_a.begin(), times_a.end());
+  std::sort(times_b.begin(), times_b.end());
+  return {times_a[times_a.size() / 2], times_b[times_b.size() / 2]};
 }
 
 // A JSON line's keys every paired measurement shares, the pair's own figures added after.
@@ -217,13 +226,15 @@ int run_adam_bench(const AdamBenchOptions& options) {
         auto floor = optim::create_cpu_optimizer(spec, v->formats, {threads, isa, true});
         const optim::Slice slice = buffers.slice(v->copy_out);
         optim::StepHyper hyper;
-        const double t_step = median_seconds(options.repeats, [&] {
-          hyper.step = ++step;
-          optimizer->step({&slice, 1}, hyper, stream);
-        });
-        const double t_floor = median_seconds(options.repeats, [&] {
-          floor->step({&slice, 1}, hyper, stream);
-        });
+        const auto [t_step, t_floor] = paired_medians(
+            options.repeats,
+            [&] {
+              hyper.step = ++step;
+              optimizer->step({&slice, 1}, hyper, stream);
+            },
+            [&] {
+              floor->step({&slice, 1}, hyper, stream);
+            });
         const double bytes = bytes_per_element(v->formats, states, v->copy_out) * n;
         const double floor_bytes = bytes_per_element(v->formats, 2, v->copy_out) * n;
         fmt::print("{:<11} {:<7} {:>7} {:>10.2f} {:>10.2f} {:>9.1f} {:>8.2f} {:>9.3f}\n", v->name,
@@ -259,15 +270,17 @@ int run_adam_bench(const AdamBenchOptions& options) {
         const optim::Slice fused = buffers.slice(true);
         const optim::Slice bare = buffers.slice(false);
         optim::StepHyper hyper;
-        const double t_fused = median_seconds(options.repeats, [&] {
-          hyper.step = ++step;
-          optimizer->step({&fused, 1}, hyper, stream);
-        });
-        const double t_separate = median_seconds(options.repeats, [&] {
-          hyper.step = ++step;
-          optimizer->step({&bare, 1}, hyper, stream);
-          optimizer->write_param_out({&fused, 1}, stream);
-        });
+        const auto [t_fused, t_separate] = paired_medians(
+            options.repeats,
+            [&] {
+              hyper.step = ++step;
+              optimizer->step({&fused, 1}, hyper, stream);
+            },
+            [&] {
+              hyper.step = ++step;
+              optimizer->step({&bare, 1}, hyper, stream);
+              optimizer->write_param_out({&fused, 1}, stream);
+            });
         fmt::print("{:<11} {:<7} {:>7} {:>10.2f} {:>14.2f} {:>8.2f}x\n", v->name, cpu_isa_name(isa),
                    threads, t_fused * 1e3, t_separate * 1e3, t_separate / t_fused);
         nlohmann::json line = measurement("adam_copy_out", *v, isa, threads, n);
@@ -294,16 +307,18 @@ int run_adam_bench(const AdamBenchOptions& options) {
         const optim::Slice forth = buffers.other_copy(v->copy_out, false);
         const optim::Slice back = buffers.other_copy(v->copy_out, true);
         optim::StepHyper hyper;
-        const double t_in_place = median_seconds(options.repeats, [&] {
-          hyper.step = ++step;
-          optimizer->step({&in_place, 1}, hyper, stream);
-        });
         bool there = false;  // the current copy is the second one
-        const double t_other = median_seconds(options.repeats, [&] {
-          hyper.step = ++step;
-          optimizer->step({there ? &back : &forth, 1}, hyper, stream);
-          there = !there;
-        });
+        const auto [t_in_place, t_other] = paired_medians(
+            options.repeats,
+            [&] {
+              hyper.step = ++step;
+              optimizer->step({&in_place, 1}, hyper, stream);
+            },
+            [&] {
+              hyper.step = ++step;
+              optimizer->step({there ? &back : &forth, 1}, hyper, stream);
+              there = !there;
+            });
         fmt::print("{:<11} {:<7} {:>7} {:>12.2f} {:>15.2f} {:>8.2f}x\n", v->name, cpu_isa_name(isa),
                    threads, t_in_place * 1e3, t_other * 1e3, t_other / t_in_place);
         nlohmann::json line = measurement("adam_other_copy", *v, isa, threads, n);
