@@ -919,6 +919,7 @@ std::vector<float> Engine::read_param(std::size_t param) {
   const ParamPlacement& state = e.layout.params[param];
   std::vector<float> out(spec.numel);
   if (spec.numel == 0) return out;
+  e.model_state->unify();  // every group's masters where master() reads them
   Stream& stream = e.device->default_stream();
   const ShardShape shape = shard_shape(spec.numel, e.modes().shard_ranks);
   const std::size_t bytes = shape.padded() * sizeof(float);

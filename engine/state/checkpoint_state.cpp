@@ -129,6 +129,7 @@ void read_saved(const EngineContext& e, const CheckpointState::Parts& parts, std
   }
   const int m = kind == kMaster ? -1 : cursor.moment_index(kind);
   ModelState& model = parts.state;
+  model.unify();  // every group's values where master() and moment() read them
   if (m < 0 && model.master_is_param()) {
     device->copy(out, static_cast<const float*>(model.full(p)) + first, count * sizeof(float));
     return;

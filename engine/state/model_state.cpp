@@ -58,7 +58,7 @@ float* ModelState::master_of(std::size_t param) {
   return master_ + ctx_.layout.params[param].flat;
 }
 
-void ModelState::make_other_state_current() noexcept {
+void ModelState::swap_copies() noexcept {
   if (other_[0] != nullptr) {
     float* const other = static_cast<float*>(other_[0]);
     other_[0] = master_;
@@ -67,6 +67,40 @@ void ModelState::make_other_state_current() noexcept {
   for (int k = 0; k < 2; ++k) {
     if (other_[1 + k] != nullptr) std::swap(moments_[k], other_[1 + k]);
   }
+  for (std::uint8_t& f : flipped_) f ^= 1;
+  flipped_count_ = flipped_.size() - flipped_count_;
+}
+
+void ModelState::flip(std::size_t group) {
+  const std::size_t groups = ctx_.layout.resident_groups;
+  ZERO_CHECK(group < groups, "flip: group {} is not resident ({} are)", group, groups);
+  if (flipped_.empty()) flipped_.assign(groups, 0);
+  flipped_[group] ^= 1;
+  flipped_count_ = flipped_[group] != 0 ? flipped_count_ + 1 : flipped_count_ - 1;
+  if (flipped_count_ == groups) swap_copies();
+}
+
+void ModelState::unify() {
+  if (flipped_count_ == 0) return;
+  if (2 * flipped_count_ > flipped_.size()) swap_copies();
+  const Layout& layout = ctx_.layout;
+  const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  Device& d = state_device();
+  for (std::size_t g = 0; g < flipped_.size(); ++g) {
+    if (flipped_[g] == 0) continue;
+    const std::size_t begin = layout.group_lo[g];
+    const std::size_t n = std::min(layout.step_groups[g].block, layout.resident_end - begin);
+    if (master_ != nullptr && other_[0] != nullptr) {
+      d.copy(master_ + begin, static_cast<const float*>(other_[0]) + begin, n * sizeof(float));
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (moments_[k] == nullptr || other_[1 + k] == nullptr) continue;
+      d.copy(static_cast<char*>(moments_[k]) + begin * state_size,
+             static_cast<const char*>(other_[1 + k]) + begin * state_size, n * state_size);
+    }
+    flipped_[g] = 0;
+  }
+  flipped_count_ = 0;
 }
 
 void* ModelState::shard_source(std::size_t param) {
@@ -75,7 +109,11 @@ void* ModelState::shard_source(std::size_t param) {
   if (place.compute_flat != kNone) {
     return static_cast<char*>(compute_shard_) + place.compute_flat * dtype_size(modes_.compute);
   }
-  return master_ + place.flat;  // fp32 trainable: the master is the compute shard
+  // fp32 trainable: the master is the compute shard (speculation places its steps' values in
+  // compute shards of their own, so no group is flipped here).
+  ZERO_CHECK(unified(), "shard_source: parameter {}'s master is split between the state's copies",
+             param);
+  return master_ + place.flat;
 }
 
 std::array<const Arena*, 5> ModelState::arenas() const {
@@ -245,6 +283,7 @@ GradTarget ModelState::reduce_target(void* reduce_staging) {
 
 void ModelState::put_state(std::size_t flat, const float* values, const void* const* moments_in,
                            std::size_t count) {
+  unify();  // the values go to copy 0, the current copy of every group
   const Layout& layout = ctx_.layout;
   const int moment_count = ctx_.config.optimizer.state_buffers();
   const char* moment_in[2] = {static_cast<const char*>(moments_in[0]),

@@ -71,13 +71,29 @@ class ModelState final : public ShardStore {
   void* compute_shard() const noexcept { return compute_shard_; }  // stage 3, in memory
   void* param_staging() const noexcept { return param_staging_; }  // offload: values going up
   void* gather_buffer() const noexcept { return gather_buffer_; }  // stages 1-2: all-gather
-  // Speculation with a rollback: the resident state's other copy, laid out as the owned flat
-  // buffers (index 0 the masters, 1 + k moment k), which the speculated steps write while the
-  // current copy (master(), moment()) stays as it was; or null.
-  void* other_state(std::size_t index) const noexcept { return other_[index]; }
-  // The speculated steps stand: the other copy becomes the current one (master(), moment(),
-  // master_of() and everything that reads them from now on), and the current the other.
-  void make_other_state_current() noexcept;
+  // Speculation with a rollback keeps the resident state twice, each copy laid out as the owned
+  // flat buffers: copy 0 (master(), moment()) and copy 1, which the speculated steps write while
+  // the group's current copy stays as it was. Each resident step group's current values are in
+  // one of the two (copy_of): a speculated step that stands flips its group, a step taken in
+  // place leaves it. master(), moment(), master_of() and the readers of whole buffers see every
+  // group's current values only where unified(): unify() first (the Stepper before a step over
+  // every group, checkpoints, read_param, put_state and the other writers here).
+  int copy_of(std::size_t group) const noexcept {
+    return group < flipped_.size() && flipped_[group] != 0 ? 1 : 0;
+  }
+  // Copy `copy`'s buffer `index` (0 the masters, 1 + k moment k), whatever its groups hold;
+  // copy 1 is null without speculation's rollback.
+  void* state_copy(int copy, std::size_t index) const noexcept {
+    if (copy == 1) return other_[index];
+    return index == 0 ? static_cast<void*>(master_) : moments_[index - 1];
+  }
+  // Group `group`'s current values are now in the other copy. When that makes every group's,
+  // the copies trade names instead (nothing is copied).
+  void flip(std::size_t group);
+  bool unified() const noexcept { return flipped_count_ == 0; }
+  // Every group's current values into copy 0: the copies trade names where most groups are
+  // flipped, then the groups still flipped are copied over. Not while a step's tail runs.
+  void unify();
   OptimizerSwap* swap() const noexcept { return swap_.get(); }
   ParamSwap* param_swap() const noexcept { return param_swap_.get(); }
   GradSwap* grad_swap() const noexcept { return grad_swap_.get(); }
@@ -186,7 +202,12 @@ class ModelState final : public ShardStore {
   void* device_grad_ = nullptr;    // device_accumulation: the owned gradient shard on the device
   void* gather_buffer_ = nullptr;
   void* other_[3] = {nullptr, nullptr, nullptr};  // speculation: the state's second copy
-  std::size_t filling_ = kNone;                   // the swapped group being filled
+  // Per resident group: its current values are in other_ (copy 1); how many are.
+  std::vector<std::uint8_t> flipped_;
+  std::size_t flipped_count_ = 0;
+  // The copies trade names, and with them every group's flag.
+  void swap_copies() noexcept;
+  std::size_t filling_ = kNone;  // the swapped group being filled
 };
 
 }  // namespace zero::engine

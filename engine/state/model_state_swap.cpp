@@ -137,6 +137,7 @@ std::size_t ModelState::group_at(std::size_t flat) const {
 }
 
 void ModelState::copy_master(std::size_t flat, std::size_t count, float* out) {
+  unify();
   const Layout& layout = ctx_.layout;
   while (count > 0) {
     if (flat < layout.resident_end) {
@@ -154,6 +155,7 @@ void ModelState::copy_master(std::size_t flat, std::size_t count, float* out) {
 }
 
 void ModelState::write_master(std::size_t flat, std::size_t count, const float* values) {
+  unify();  // the values go to copy 0, the current copy of every group
   const Layout& layout = ctx_.layout;
   Device& resident = modes_.optimizer_offload ? host_device() : ctx_.device;
   bool swapped = false;

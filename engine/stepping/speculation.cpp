@@ -72,21 +72,29 @@ void Speculation::arm(std::int64_t k, double loss_scale, bool take_sums) {
   // gradient scale of a step without clipping.
   slices_ = groups_.slices();
   hyper_ = groups_.hyper_for(k, 1.0 / loss_scale);
-  // The copies the boundary's steps read and write, as they are now: the verdict may make the
-  // other current while the worker still steps the tail from one into the other.
-  current_master_ = state_.master();
-  for (int m = 0; m < 2; ++m) current_state_[m] = static_cast<const char*>(state_.moment(m));
-  for (std::size_t i = 0; i < 3; ++i) other_state_[i] = state_.other_state(i);
+  // The two copies of the state as they are now (the verdict may rename them while the worker
+  // still steps the tail), and the copy each resident group's current values are in.
+  for (int c = 0; c < 2; ++c) {
+    for (std::size_t i = 0; i < 3; ++i) copy_base_[c][i] = state_.state_copy(c, i);
+  }
+  const std::size_t resident = ctx_.layout.resident_groups;
+  current_.assign(resident, 0);
+  for (std::size_t g = 0; g < resident; ++g) {
+    current_[g] = static_cast<std::uint8_t>(state_.copy_of(g));
+  }
+  into_other_.assign(resident, 0);
+  in_place_ = false;
   written_.clear();
   if (modes_.speculation_rollback) {
     const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+    const auto* master0 = static_cast<const float*>(copy_base_[0][0]);
     for (optim::Slice s : slices_) {
       if (s.master != nullptr) {  // resident
-        const auto at = static_cast<std::size_t>(s.master - current_master_);
-        s.master = static_cast<float*>(other_state_[0]) + at;
+        const auto at = static_cast<std::size_t>(s.master - master0);
+        s.master = static_cast<float*>(copy_base_[1][0]) + at;
         for (int m = 0; m < ctx_.config.optimizer.state_buffers(); ++m) {
           s.state[m] =
-              static_cast<char*>(other_state_[1 + static_cast<std::size_t>(m)]) + at * state_size;
+              static_cast<char*>(copy_base_[1][1 + static_cast<std::size_t>(m)]) + at * state_size;
         }
       }
       written_.push_back(s);
@@ -177,9 +185,16 @@ bool Speculation::verdict(bool speculated, bool clipped, double lr) {
     drop_tail();  // a tail left before the verdict: its steps go with the rest
     roll_back();
   }
-  // The resident groups' other copy made current, where the steps wrote it (a tail goes on
-  // writing it: whatever reads a group the tail has not stepped waits for it).
-  if (stands && modes_.speculation_rollback) state_.make_other_state_current();
+  // The resident groups stepped into the other copy have their values there now (a group the
+  // worker still runs goes on writing it: whatever reads it waits for the tail). The groups it
+  // takes from here on step in place, the verdict known: their current copy stays theirs.
+  if (stands && modes_.speculation_rollback) {
+    std::lock_guard lock(mode_mutex_);
+    in_place_ = true;
+    for (std::size_t g = 0; g < into_other_.size(); ++g) {
+      if (into_other_[g] != 0) state_.flip(g);
+    }
+  }
   if (OptimizerSwap* swap = state_.swap(); stands && swap != nullptr) {
     swap->end_speculation(/*keep=*/true);  // the swapped groups' other regions made current
   }
@@ -208,21 +223,41 @@ void Speculation::roll_back() {
   if (OptimizerSwap* swap = state_.swap(); swap != nullptr) swap->end_speculation(false);
 }
 
-std::vector<optim::Slice> Speculation::into_other_copy(std::size_t group, char* out) {
-  // Each piece written at its place in the other copy (written_), read from the current one.
-  std::vector<optim::Slice> group_pieces = groups_.pieces(group, written_, GroupState{}, out);
+std::vector<optim::Slice> Speculation::between_copies(std::size_t group, int from, int to,
+                                                      char* out) {
+  // Each piece written at its place in copy `to`, read from the same place in copy `from`.
+  std::vector<optim::Slice> group_pieces =
+      groups_.pieces(group, copy_slices(to), GroupState{}, out);
+  if (from == to) return group_pieces;
   const std::size_t state_size = dtype_size(ctx_.config.optimizer_state_dtype);
+  const auto* to_master = static_cast<const float*>(copy_base_[to][0]);
   for (optim::Slice& piece : group_pieces) {
-    const auto at = static_cast<std::size_t>(piece.master - static_cast<float*>(other_state_[0]));
-    piece.master_from = current_master_ + at;
+    const auto at = static_cast<std::size_t>(piece.master - to_master);
+    piece.master_from = static_cast<const float*>(copy_base_[from][0]) + at;
     for (int k = 0; k < ctx_.config.optimizer.state_buffers(); ++k) {
-      piece.state_from[k] = current_state_[k] + at * state_size;
+      piece.state_from[k] =
+          static_cast<const char*>(copy_base_[from][1 + static_cast<std::size_t>(k)]) +
+          at * state_size;
     }
   }
   return group_pieces;
 }
 
 void Speculation::speculate_group(std::size_t group) {
+  const bool swapped = group >= ctx_.layout.resident_groups;
+  // Where a verdict can undo the step and has not been given when the worker takes the group,
+  // the optimizer reads the group's current copy of the state and writes the other (verdict()
+  // makes it the group's where the step stands); after a verdict that keeps the steps (a
+  // tail), in place.
+  const int current = swapped ? 0 : current_[group];
+  int written = current;  // the copy of the state the group's values are in after its step
+  if (!swapped && modes_.speculation_rollback) {
+    std::lock_guard lock(mode_mutex_);
+    if (!in_place_) {
+      written = 1 - current;
+      into_other_[group] = 1;
+    }
+  }
   if (before_step_) before_step_(group);
   Timer timer;
   // Placed early, the staging's buffers in turn, each once the copies out of it are done;
@@ -235,18 +270,13 @@ void Speculation::speculate_group(std::size_t group) {
     out = static_cast<char*>(state_.param_staging()) +
           buffer * largest_step_group(ctx_.layout) * dtype_size(modes_.compute);
   }
-  const bool swapped = group >= ctx_.layout.resident_groups;
   if (swapped) {
     speculate_swapped(group, out);
   } else {
-    // Where a verdict can undo the step, the optimizer reads the current copy of the state and
-    // writes the other (verdict() makes it current where the step stands).
     {
-      TraceSpan span(ctx_.device.trace(), "speculation", "optimizer");
-      optimizer_.step(modes_.speculation_rollback
-                          ? into_other_copy(group, out)
-                          : groups_.pieces(group, slices_, GroupState{}, out),
-                      hyper_, *stream_);
+      TraceSpan span(ctx_.device.trace(), "speculation",
+                     written == current ? "optimizer" : "optimizer, other copy");
+      optimizer_.step(between_copies(group, current, written, out), hyper_, *stream_);
       stream_->synchronize();
     }
     // The group's part of the norm and the non-finite check, while backward goes on.
@@ -264,8 +294,7 @@ void Speculation::speculate_group(std::size_t group) {
     GroupState where;
     where.staged = swapped;
     // Its values where the step wrote them (fp32: the masters are the values).
-    groups_.place(group, modes_.speculation_rollback ? written_ : slices_, where, out,
-                  *placement_stream_);
+    groups_.place(group, copy_slices(written), where, out, *placement_stream_);
     staging_free_[buffer]->record(*placement_stream_);
     placed_[group]->record(*placement_stream_);
   }
@@ -305,6 +334,7 @@ void Speculation::stage_masters(std::size_t group, const GroupState& where, char
 }
 
 void Speculation::place_restored() {
+  state_.unify();  // the groups' current masters, each where the last steps left them
   const std::vector<optim::Slice> all = groups_.slices();
   Stream& stream = ctx_.device.default_stream();
   Stream& state_stream = state_.state_device().default_stream();

@@ -1,22 +1,23 @@
 // super_offload's steps (docs/offload.md, "The overlapped step"): in the boundary micro-step's
 // backward each step group is stepped on the Speculator's worker as soon as its gradient is
-// final, a resident group's step reading the current copy of its masters and moments and
-// writing the other (ModelState::other_state; a swapped group's step reads its current region
+// final, a resident group's step reading the copy of its masters and moments that is current for
+// it and writing the other (ModelState::copy_of; a swapped group's step reads its current region
 // on NVMe and writes the other, with its gradient held in the GradSwap), writing its updated
 // values to the staging and taking its part of the gradient's sum of squares and non-finite
 // check (GradPartials; the GradSwap's hold for swapped groups). At the boundary the Stepper's
 // verdict keeps them (no skip, and the clip coefficient and the schedule leave the step as
-// speculated: the other copies made current) or drops them (the current copies, only read,
-// stay current), and the Stepper steps again with the right scale (or not at all, on a skip).
+// speculated: each stepped group's other copy made its current one, ModelState::flip) or drops
+// them (the current copies, only read, stay current), and the Stepper steps again with the right
+// scale (or not at all, on a skip).
 // At stage 3 with the compute shards in memory each group is placed in backward and placed again
 // after a rollback; otherwise the placement runs after the verdict, so the compute copies never see
 // a speculated value that did not stand. Where every group is resident and placed early from memory
 // beside a GPU, the boundary does not wait for the groups the worker has not reached (the step's
 // tail; the sums it has not taken are taken beside it): the next forward's gathers wait for each
-// (await_param), everything else for all of them (drain). With a second copy the tail goes on
-// writing it while the verdict is taken: a verdict that keeps the steps makes it current under the
-// tail, one that drops them drops the groups the worker has not taken and waits for the one it
-// runs.
+// (await_param), everything else for all of them (drain). With a second copy, a verdict that
+// keeps the steps flips the groups stepped into it, and the worker steps the groups it takes after
+// the verdict in place (their copy stays current: no second copy's cost for the tail); one that
+// drops them drops the groups the worker has not taken and waits for the one it runs.
 //
 // Owns: the Speculator and its worker, the speculation's stream, the partial norm and check,
 // each group's place in the staging, the early placement's stream, the events that free its
@@ -121,9 +122,12 @@ class Speculation {
   // A tail left before a verdict that drops its steps: the groups the worker has not taken
   // are not stepped, the one it runs and the placements under way are waited for.
   void drop_tail();
-  // The group's pieces as speculated with a rollback: read from the current copy of the state,
-  // written to the other.
-  std::vector<optim::Slice> into_other_copy(std::size_t group, char* out);
+  // The group's pieces read from copy `from` of the state and written to copy `to` (the same:
+  // in place).
+  std::vector<optim::Slice> between_copies(std::size_t group, int from, int to, char* out);
+  const std::vector<optim::Slice>& copy_slices(int copy) const {
+    return copy == 0 ? slices_ : written_;
+  }
   // After a skip with early placement: every group's compute values again from the current
   // masters (which the dropped steps only read).
   void place_restored();
@@ -137,15 +141,18 @@ class Speculation {
   const int rank_;                            // in the shard group (EngineContext::shards)
   std::vector<std::size_t> staging_offsets_;  // per group, in the staging (elements)
   std::vector<std::pair<std::size_t, std::size_t>> group_ranges_;  // owned [begin, end)
-  std::vector<optim::Slice> slices_;                               // the armed boundary's
-  optim::StepHyper hyper_;                                         // and its step as speculated
-  // With a rollback: the copy of the state the armed boundary's steps read (its masters and
-  // moments) and the one they write (ModelState::other_state), as they were at arm(), and the
-  // slices as they write them (the placement reads fp32 values there).
-  const float* current_master_ = nullptr;
-  const char* current_state_[2] = {nullptr, nullptr};
-  void* other_state_[3] = {nullptr, nullptr, nullptr};
+  std::vector<optim::Slice> slices_;  // the armed boundary's, over copy 0 of the state
+  optim::StepHyper hyper_;            // and its step as speculated
+  // With a rollback: the state's two copies (ModelState::state_copy) as they were at arm(), the
+  // slices over copy 1, the copy each resident group's current values were in at arm(), and
+  // which groups the worker stepped into the other copy (before the verdict). After a verdict
+  // that keeps the steps (in_place_) the groups it takes step in place.
+  void* copy_base_[2][3] = {{nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr}};
   std::vector<optim::Slice> written_;
+  std::vector<std::uint8_t> current_;
+  std::vector<std::uint8_t> into_other_;
+  std::mutex mode_mutex_;  // in_place_ and into_other_: the worker's choice against verdict()
+  bool in_place_ = false;
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<GradPartials> partials_;  // the norm and the non-finite check, in backward
   // Stage 3 (compute shards in memory): each speculated group placed in backward, on this

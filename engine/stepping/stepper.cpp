@@ -377,6 +377,9 @@ StepStats Stepper::step() {
   const optim::StepHyper hyper = hyper_for(k, grad_scale);
   const bool clipped = grad_scale != 1.0 / scale;
   const bool stands = speculation_ && speculation_->verdict(speculated, clipped, hyper.lr);
+  // A step over every group reads each group's current copy of the state, where a tail's in-place
+  // steps and the flips of those that stood may have left them in different copies.
+  if (!stands) state_.unify();
 
   const std::vector<optim::Slice> all = slices();
   for (std::size_t g = 0; g < ctx_.layout.step_groups.size(); ++g) {

@@ -338,11 +338,11 @@ typedef struct zero_step_stats {
  * kept for inspection, with a warning naming them, however the process ends (zero_destroy,
  * zero_abort, exit, SIGTERM/SIGINT/SIGHUP). Destroy it and resume from a checkpoint.
  * Otherwise swap files are removed on each of those ends.
- * With super_offload at stage 3 beside a GPU, the optimizer on the CPU (not NVMe), the
- * parameters not on NVMe and nothing that could undo a step (no gradient_clipping, no overflow
- * check), it may return while the CPU optimizer still steps the last groups: the next forward's
- * hooks wait (zero_pre_forward may block) for each parameter's update, and every other call
- * that reads or writes the state for all of them (the next backward's first hook, zero_step
+ * With super_offload at stage 3 beside a GPU, the optimizer on the CPU (not NVMe) and the
+ * parameters not on NVMe, it may return while the CPU optimizer still steps the last groups
+ * (with gradient_clipping or an overflow check, once their verdict keeps the step): the next
+ * forward's hooks wait (zero_pre_forward may block) for each parameter's update, and every other
+ * call that reads or writes the state for all of them (the next backward's first hook, zero_step
  * without a backward, zero_set_train when it changes the mode, zero_read_param,
  * zero_write_param, checkpoints and zero_load_pretrained); a failure of one is reported there,
  * and fails the engine as here (docs/offload.md, "The step's tail").

@@ -67,9 +67,11 @@ struct TailRun {
 // kSteps optimizer steps of `accumulation` micro-steps each; the worker held up to `hold_ms`.
 // `first_held`: the first boundary's step() waits until the worker holds a group (under load
 // it may not have begun one when backward returns, and a step() that drops the speculated
-// steps then finds no group running).
+// steps then finds no group running). `early`: the first `early` groups the worker takes in
+// each boundary are not held, and each boundary's step() waits until it holds the next one:
+// those groups are stepped before the verdict, the ones after it once it is given.
 TailRun run(bool offload, int accumulation, const std::string& extra = "", int hold_ms = 2000,
-            bool first_held = false) {
+            bool first_held = false, int early = 0) {
   auto made = create_cpu_device(offload ? CpuDeviceMode::guarded : CpuDeviceMode::sync);
   Device& device = *made;
   comm::CommOptions comm_options;
@@ -82,13 +84,15 @@ TailRun run(bool offload, int accumulation, const std::string& extra = "", int h
   std::atomic<int> held{0};
   std::atomic<std::size_t> groups{0};
   std::atomic<bool> timed_out{false};
+  std::atomic<int> taken{0};  // this boundary's groups the worker has taken
   if (offload) {
     FaultHooks hooks;
     hooks.speculated_step = [&](std::size_t group) {
-      held.fetch_add(1);
       for (std::size_t seen = groups.load(); seen < group + 1;) {
         groups.compare_exchange_weak(seen, group + 1);
       }
+      if (taken.fetch_add(1) < early) return;
+      held.fetch_add(1);
       // Once one hold timed out (a step() that waits for its groups) the rest are not held.
       for (int ms = 0; ms < hold_ms && !returned.load() && !timed_out.load(); ++ms) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -125,6 +129,9 @@ TailRun run(bool offload, int accumulation, const std::string& extra = "", int h
       engine.post_forward(m, stream.get());
     }
     returned = false;  // a boundary's groups are held from its first backward hook
+    const bool boundary = (micro + 1) % accumulation == 0;
+    if (boundary) taken = 0;
+    const int held_before = held.load();
     for (int m = kModules - 1; m >= 0; --m) {
       engine.pre_backward(m, stream.get());
       stream->synchronize();
@@ -140,11 +147,11 @@ TailRun run(bool offload, int accumulation, const std::string& extra = "", int h
       }
       engine.post_backward(m, stream.get());
     }
-    if (first_held && micro == accumulation - 1) {
-      for (int ms = 0; ms < 10000 && held.load() == 0; ++ms) {
+    if ((first_held && micro == accumulation - 1) || (early > 0 && boundary)) {
+      for (int ms = 0; ms < 10000 && held.load() == held_before; ++ms) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      REQUIRE(held.load() > 0);
+      REQUIRE(held.load() > held_before);
     }
     const StepStats stats = engine.step();
     returned = true;
@@ -169,16 +176,22 @@ TEST_CASE(
   // At accumulation 1 the device takes the norm's sums as the blocks come down; at 2 the host
   // adds the second micro-step's, and the boundary takes the sums the worker has not. Without
   // clipping nothing can undo the steps and they write the state in place; with clipping that
-  // never triggers they write its second copy, made current while the tail writes it.
+  // never triggers the groups the worker takes before the verdict write its second copy, which
+  // becomes theirs, and those it takes after step in place: with `early` 3 of them before it
+  // each boundary, so that over the steps the groups' current values lie in both copies, each
+  // step reads each group's own, and read_param gathers them.
   const int accumulation = GENERATE(1, 2);
   const bool clipping = GENERATE(false, true);
+  const int early = GENERATE(0, 3);
   const std::string extra = clipping ? R"("gradient_clipping": 1000.0,)" : "";
-  INFO("gradient accumulation " << accumulation << (clipping ? ", clipping" : ""));
+  INFO("gradient accumulation " << accumulation << (clipping ? ", clipping" : "") << ", " << early
+                                << " groups taken before the verdict unheld");
   const TailRun plain = run(/*offload=*/false, accumulation, extra);
-  const TailRun tail = run(/*offload=*/true, accumulation, extra);
-  // Every group of every step was held until its step() returned, and no step() waited.
+  const TailRun tail = run(/*offload=*/true, accumulation, extra, 2000, false, early);
+  // Every group of every step not taken early was held until its step() returned, and no
+  // step() waited.
   CHECK(tail.groups > static_cast<std::size_t>(kModules));  // parameters across groups
-  CHECK(tail.held == kSteps * static_cast<int>(tail.groups));
+  CHECK(tail.held == kSteps * (static_cast<int>(tail.groups) - early));
   CHECK_FALSE(tail.timed_out);
   const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -231,6 +244,34 @@ TEST_CASE(
     CHECK(dropped.norms[k] == Approx(plain.norms[k]).epsilon(1e-6));
   }
   CHECK(plain.finals == dropped.finals);
+}
+
+TEST_CASE(
+    "a verdict that drops a step after kept ones steps every group from the copy its values are "
+    "in, masters and moments: the bits of the run without offload",
+    "[engine][offload]") {
+  // The norms of this run's four steps are about 1.55, 1.45, 1.66 and 2.02: clipping at 1.6
+  // keeps the first two speculated steps, whose groups taken before the verdict (three unheld,
+  // and the held one) were stepped into the other copy and those after in place, and drops the
+  // last two, which step every group again after gathering the copies. A group whose masters or
+  // moments were read from the wrong copy would change every step after.
+  const std::string extra = R"("gradient_clipping": 1.6,)";
+  const TailRun plain = run(/*offload=*/false, 1, extra);
+  REQUIRE(plain.norms.size() == kSteps);
+  REQUIRE(plain.norms[1] < 1.6);
+  REQUIRE(plain.norms[2] > 1.6);
+  const TailRun mixed = run(/*offload=*/true, 1, extra, /*hold_ms=*/200, false, /*early=*/3);
+  CHECK(mixed.timed_out);  // the dropped steps' verdicts waited for their running groups
+  REQUIRE(plain.forward_reads.size() == mixed.forward_reads.size());
+  for (std::size_t k = 0; k < plain.forward_reads.size(); ++k) {
+    INFO("read " << k << " in forward");
+    CHECK(plain.forward_reads[k] == mixed.forward_reads[k]);
+  }
+  REQUIRE(mixed.norms.size() == kSteps);
+  for (int k = 0; k < kSteps; ++k) {
+    CHECK(mixed.norms[k] == Approx(plain.norms[k]).epsilon(1e-6));
+  }
+  CHECK(plain.finals == mixed.finals);
 }
 
 }  // namespace zero::engine
