@@ -164,6 +164,15 @@ void Stepper::for_each_owned_grad(Visit visit) {
   }
 }
 
+void Stepper::queue_grad_scalars(Device& d, Stream& stream, float* sum, float* nonfinite) {
+  if (nonfinite != nullptr) d.fill(nonfinite, DType::f32, 1, 0.0f, stream);
+  if (sum != nullptr) d.fill(sum, DType::f32, 1, 0.0f, stream);
+  for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
+    if (nonfinite != nullptr) d.check_finite(data, dtype, count, nonfinite, stream);
+    if (sum != nullptr) d.sum_squares(data, dtype, count, sum, stream);
+  });
+}
+
 const void* Stepper::owned_grad_on_host() const {
   return state_.state_device().host_alias(state_.grad_flat());
 }
@@ -201,10 +210,7 @@ bool Stepper::overflow(const GradPartials* partials) {
     d.fill(flag, DType::f32, 1, any, stream);
     return reduce_scalar(1, ReduceOp::max) != 0.0f;
   }
-  d.fill(flag, DType::f32, 1, 0.0f, stream);
-  for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
-    d.check_finite(data, dtype, count, flag, stream);
-  });
+  queue_grad_scalars(d, stream, /*sum=*/nullptr, flag);
   if (GradSwap* swap = state_.grad_swap(); swap != nullptr && swap->any_nonfinite()) {
     d.fill(flag, DType::f32, 1, 1.0f, stream);
   }
@@ -252,10 +258,7 @@ double Stepper::grad_norm(const GradPartials* partials) {
     });
     d.fill(sum, DType::f32, 1, total, stream);
   } else {
-    d.fill(sum, DType::f32, 1, 0.0f, stream);
-    for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
-      d.sum_squares(data, dtype, count, sum, stream);
-    });
+    queue_grad_scalars(d, stream, sum, /*nonfinite=*/nullptr);
   }
   return std::sqrt(static_cast<double>(reduce_scalar(0, ReduceOp::sum)));
 }
@@ -408,14 +411,9 @@ StepStats Stepper::step_with_verdict_on_device() {
   reducer_.settle_owned(grad_flat_count(), stream);
   float* sum = scalars_;
   float* nonfinite = scalars_ + 1;
-  ctx_.device.fill(nonfinite, DType::f32, 1, 0.0f, stream);
-  ctx_.device.fill(sum, DType::f32, 1, 0.0f, stream);
-  for_each_owned_grad([&](const void* data, DType dtype, std::size_t count) {
-    if (config.checks_grad_overflow()) {
-      ctx_.device.check_finite(data, dtype, count, nonfinite, stream);
-    }
-    ctx_.device.sum_squares(data, dtype, count, sum, stream);
-  });
+  // The optimizer reads both: the flag stays 0 where nothing checks.
+  if (!config.checks_grad_overflow()) ctx_.device.fill(nonfinite, DType::f32, 1, 0.0f, stream);
+  queue_grad_scalars(ctx_.device, stream, sum, config.checks_grad_overflow() ? nonfinite : nullptr);
   if (modes_.shard_ranks > 1) {
     ctx_.shards().all_reduce(nonfinite, 1, DType::f32, ReduceOp::max, &stream).block(stream);
     ctx_.shards().all_reduce(sum, 1, DType::f32, ReduceOp::sum, &stream).block(stream);

@@ -145,6 +145,11 @@ class Stepper final : private StepGroups {
   // rank (the GradSwap's aside).
   template <class Visit>
   void for_each_owned_grad(Visit visit);
+  // Queues on `d`'s `stream`, over the gradients for_each_owned_grad visits, their sum of
+  // squares into *sum and their non-finite flag into *nonfinite, each started at 0; either may
+  // be null (not taken). One pass for both: the device's own check and sum, whether the host
+  // reads them (overflow, grad_norm) or the optimizer does (step_with_verdict_on_device).
+  void queue_grad_scalars(Device& d, Stream& stream, float* sum, float* nonfinite);
   std::vector<optim::Slice> slices() override;  // one per trainable parameter, its owned shard
 
   optim::StepHyper hyper_for(std::int64_t k, double grad_scale) const override;
