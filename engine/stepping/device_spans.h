@@ -1,13 +1,14 @@
 // DeviceSpans: spans of a stream's work timed by the device's own timing events, so that
-// wall_clock_breakdown can time the optimizer on the engine's device without the host waiting
-// for it. A span is begun and ended on a stream; take_finished() sums the spans the device has
-// finished, leaving the rest for a later call. Holds kSpans spans in flight; a begin() that
-// finds them all in flight waits for the oldest. Internal to engine/.
+// wall_clock_breakdown can time the optimizer and the stage 1-2 all-gathers on the engine's
+// device without the host waiting for them. A span is begun and ended on a stream;
+// take_finished() sums the spans the device has finished, leaving the rest for a later call.
+// Holds `capacity` spans in flight; a begin() that finds them all in flight waits for the
+// oldest. Internal to engine/.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "device/device.h"
 
@@ -17,7 +18,7 @@ class DeviceSpans {
  public:
   static constexpr std::size_t kSpans = 8;
 
-  explicit DeviceSpans(Device& device);
+  explicit DeviceSpans(Device& device, std::size_t capacity = kSpans);
 
   void begin(Stream& stream);
   void end(Stream& stream);
@@ -32,7 +33,7 @@ class DeviceSpans {
   // The oldest ended span's seconds (waiting for it with `wait`), its slot freed.
   double take_oldest(bool wait);
 
-  std::array<Span, kSpans> spans_;
+  std::vector<Span> spans_;
   double taken_ = 0;        // seconds of spans taken to make room, not yet returned
   std::size_t oldest_ = 0;  // the first ended span not taken yet
   std::size_t ended_ = 0;   // ended and not taken

@@ -129,7 +129,9 @@ class Stepper final : private StepGroups {
     return optimizer_seconds_.take() + (optimizer_spans_ ? optimizer_spans_->take_finished() : 0.0);
   }
   double take_speculation_seconds() { return speculation_ ? speculation_->take_seconds() : 0.0; }
-  double take_allgather_seconds() { return allgather_seconds_.take(); }
+  double take_allgather_seconds() {
+    return allgather_seconds_.take() + (allgather_spans_ ? allgather_spans_->take_finished() : 0.0);
+  }
 
  private:
   // Over the owned gradient, or from what the speculation took in backward (partials).
@@ -205,6 +207,9 @@ class Stepper final : private StepGroups {
   // wall_clock_breakdown the optimizer's spans timed by the device.
   std::unique_ptr<StepVerdict> verdict_;
   std::unique_ptr<DeviceSpans> optimizer_spans_;
+  // Stages 1-2 with wall_clock_breakdown: each group's all-gather timed by the device, room for
+  // two steps' worth in flight (null otherwise: host time).
+  std::unique_ptr<DeviceSpans> allgather_spans_;
   // super_offload (null without it); last: its worker ends before the rest goes.
   std::unique_ptr<Speculation> speculation_;
 };

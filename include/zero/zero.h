@@ -349,7 +349,8 @@ typedef struct zero_step_stats {
  * Where the optimizer runs on the engine's device (not offloaded) in bf16 or fp32, the step's
  * verdict (the non-finite check, the gradient norm, the clip factor) is computed there and the
  * optimizer reads it there: with `stats` NULL the host does not wait for it, and the step is
- * queued behind the backward (at stage 0 with nothing else to wait for). Its skipped and
+ * queued behind the backward (at stages 1-2 with each group's all-gather of the updated shards
+ * queued behind its update on NCCL; on CPU ranks MPI's all-gathers are waited for). Its skipped and
  * grad_norm are then known at zero_last_step_stats; the next boundary applies the verdict
  * before its own step (a skipped step's count goes back, and its warning is logged then).
  * With `stats` given, zero_step waits for them after queuing the step. */

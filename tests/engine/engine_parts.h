@@ -111,7 +111,7 @@ class EngineParts {
 };
 
 // Writes `g` (fp32) into trainable parameter p's place in the owned gradient shard, in the
-// accumulation dtype (fp32, or fp16 for an fp16 config), through the state's device. As a
+// accumulation dtype (fp32, fp16 or bf16, rounded to nearest), through the state's device. As a
 // reduction would, after the zeros a step left pending (GradReducer::zero_owned) are written.
 inline void write_owned_grad(EngineParts& parts, std::size_t p, const std::vector<float>& g) {
   const DType accum = parts.layout.modes.accum;
@@ -119,11 +119,13 @@ inline void write_owned_grad(EngineParts& parts, std::size_t p, const std::vecto
       parts.layout.modes.grad_nvme ? parts.layout.resident_end : parts.layout.owned.total;
   parts.reducer->settle_owned(owned, parts.state->state_device().default_stream());
   std::vector<std::uint16_t> halves(g.size());
-  for (std::size_t i = 0; i < g.size(); ++i) halves[i] = float_to_fp16(g[i]);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    halves[i] = accum == DType::bf16 ? float_to_bf16(g[i]) : float_to_fp16(g[i]);
+  }
   const std::size_t size = dtype_size(accum);
   parts.state->state_device().copy(
       static_cast<char*>(parts.state->grad_flat()) + parts.layout.params[p].flat * size,
-      accum == DType::f16 ? static_cast<const void*>(halves.data()) : g.data(), g.size() * size);
+      accum == DType::f32 ? static_cast<const void*>(g.data()) : halves.data(), g.size() * size);
 }
 
 // Parameter p's fp32 master values, wherever the parts keep them, copied out through the device.

@@ -5,9 +5,12 @@
 // (device memory, and with optimizer offload host memory through the staging).
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/half.h"
@@ -196,6 +199,66 @@ TEST_CASE(
 }  // namespace zero::engine
 
 namespace zero::engine {
+
+TEST_CASE(
+    "stepper: with the verdict on the device, stages 1 and 2 queue each group's all-gather of the "
+    "updated shards behind its step without the host waiting for either",
+    "[engine]") {
+  // On the asynchronous CPU device (streams on their own threads, as a GPU's) with the local
+  // communicator, whose all-gather is a copy on the device: the device's stream is held before
+  // the step, so a step() that waited for a group's update or its all-gather would wait for the
+  // hold (which gives up after 10 s). With wall_clock_breakdown the all-gathers are timed by the
+  // device's events, which wait for nothing either.
+  const int stage = GENERATE(1, 2);
+  const bool breakdown = GENERATE(false, true);
+  INFO("stage " << stage << (breakdown ? ", wall_clock_breakdown" : ""));
+  EngineParts parts(std::string(R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+      "wall_clock_breakdown": )") +
+                    (breakdown ? "true" : "false") + R"(,
+      "optimizer": {"type": "SGD", "params": {"lr": 0.5}},
+      "zero_optimization": {"stage": )" +
+                    std::to_string(stage) +
+                    R"(, "sub_group_size": 50, "allgather_bucket_size": 50}})");
+  REQUIRE(parts.layout.modes.verdict_on_device());
+  REQUIRE(parts.layout.step_groups.size() > 1);
+  ArithmeticValues values;
+  parts.state->assign(values);
+  std::vector<std::vector<float>> before;
+  for (std::size_t p : parts.layout.trainable) before.push_back(master_of(parts, p));
+  set_grads(parts);
+  std::atomic<bool> release{false};
+  std::atomic<bool> gave_up{false};
+  parts.device->launch_host_task(parts.device->default_stream(), [&release, &gave_up] {
+    for (int ms = 0; !release.load(); ++ms) {
+      if (ms == 10000) {
+        gave_up = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  const StepStats stats = parts.stepper->step();
+  release = true;
+  CHECK_FALSE(gave_up.load());  // step() returned with the device still held
+  CHECK(stats.verdict_pending);
+  const auto outcome = parts.stepper->settle_verdict();
+  REQUIRE(outcome);
+  CHECK_FALSE(outcome->skipped);
+  parts.device->synchronize();
+  if (breakdown) CHECK(parts.stepper->take_allgather_seconds() > 0.0);
+  // Every replicated compute copy is the bf16 of its updated master: gathered after the update.
+  for (std::size_t k = 0; k < parts.layout.trainable.size(); ++k) {
+    const std::size_t p = parts.layout.trainable[k];
+    INFO("parameter " << p);
+    const std::vector<float> master = master_of(parts, p);
+    CHECK(master != before[k]);  // stepped
+    std::vector<std::uint16_t> copy(master.size());
+    parts.device->copy(copy.data(), parts.state->full(p), copy.size() * 2);
+    std::vector<std::uint16_t> want(master.size());
+    for (std::size_t i = 0; i < master.size(); ++i) want[i] = float_to_bf16(master[i]);
+    CHECK(copy == want);
+  }
+}
 
 TEST_CASE("stepper: a learning rate set by the caller replaces the schedule's from the next step",
           "[engine]") {
