@@ -440,6 +440,8 @@ Engine::Engine(config::Config config, std::unique_ptr<Device> device,
     : impl_(
           std::make_unique<Impl>(std::move(config), std::move(device), std::move(comm), options)) {
   impl_->scalars = static_cast<float*>(impl_->device->reserve(Tier::device, kScratchBytes));
+  impl_->agreement.use_scratch(reinterpret_cast<char*>(impl_->scalars) + kAgreementScratch,
+                               kScratchBytes - kAgreementScratch);
   impl_->fit.note_free(impl_->agreement, *impl_->device, impl_->config, impl_->modes());
 }
 

@@ -189,7 +189,9 @@ struct Engine::Impl {
   std::unique_ptr<CheckpointState> checkpoints;
   LossScaler initial_scaler = LossScaler::fixed(1.0);  // the loss scale before init
   std::int64_t micro_steps = 0;
-  float* scalars = nullptr;  // device scratch: [0] sum of squares, [1] non-finite flag
+  // Device scratch: [0] sum of squares, [1] non-finite flag; from byte kAgreementScratch on, the
+  // agreement's.
+  float* scalars = nullptr;
 };
 
 }  // namespace zero::engine

@@ -1,19 +1,25 @@
 // Collective agreement for the engine's multi-step operations (init, checkpoints, pretrained
 // weights): every rank's text gathered on every rank, a step whose failure on any rank fails
 // it on all of them (naming each failing rank and what failed there), and the mean of a few
-// values. Owns nothing; calls the communicator, through small device scratch (collectives work
-// in device memory), and waits for each collective. Internal to engine/.
+// values (a trainer's loss, every step). Calls the communicator through device scratch
+// (collectives work in device memory) and waits for each collective. Once given the engine's
+// scratch (use_scratch) it copies through that, on a stream of its own: a mean after the step
+// waits for the communicator's earlier collectives but not for the step's other work on the
+// engine's streams, and allocates nothing (a device allocation's free synchronises the GPU).
+// Owns that stream. Internal to engine/.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "device/device.h"
+#include "device/device_scratch.h"
 
 namespace zero::engine {
 
@@ -37,9 +43,24 @@ class Agreement {
   // Collective: `root`'s `bytes` bytes at `data` (host memory), on every rank.
   void broadcast_bytes(void* data, std::size_t bytes, int root);
 
+  // From now on collectives of up to `bytes` bytes go through `scratch` (device memory the
+  // agreement may use alone, while the engine lives), with the copies on a stream of its own.
+  void use_scratch(void* scratch, std::size_t bytes);
+
  private:
+  // Device memory for `bytes`: the given scratch where it fits, else `own`, allocated.
+  char* place(std::size_t bytes, std::unique_ptr<DeviceScratch>& own);
+  // Host to device or back: on the agreement's stream once it has one (waiting for that stream
+  // only), else Device::copy (which waits for the device's default stream).
+  void copy(void* dst, const void* src, std::size_t bytes);
+  // The stream a collective is ordered after (null: the device's default stream).
+  Stream* stream() const noexcept { return stream_.get(); }
+
   Communicator* comm_ = nullptr;
   Device* device_ = nullptr;
+  char* scratch_ = nullptr;
+  std::size_t scratch_bytes_ = 0;
+  std::unique_ptr<Stream> stream_;
 };
 
 }  // namespace zero::engine

@@ -25,8 +25,10 @@ namespace zero::engine {
 inline constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
 // The engine's scalar scratch (the norm, the overflow flag, agreement words): one reservation
-// of this many bytes on the device, and on the host beside a GPU with offload.
+// of this many bytes on the device, and on the host beside a GPU with offload. On the device the
+// Agreement's collectives take the part from kAgreementScratch on (engine/collectives/agreement.h).
 inline constexpr std::size_t kScratchBytes = 4096;
+inline constexpr std::size_t kAgreementScratch = 1024;
 // Optimizer offload beside a GPU: the reduced blocks come down through a ring of this many
 // pinned slots, so a block's copy runs while the host adds the ones before it, and the updated
 // values go up through two staging buffers, so a group's CPU step runs while the group before

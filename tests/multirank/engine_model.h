@@ -37,11 +37,12 @@ inline std::vector<std::vector<float>> param_values(engine::Engine& e) {
 }
 
 // An engine over the whole job (MPI) for a config, with the model registered and initialised
-// (`before_init`, when given, runs just before init).
+// (`before_init`, when given, runs just before init), on `device` (null: create_device's).
 inline std::unique_ptr<engine::Engine> make_engine(
     const std::string& text, engine::EngineOptions options = {},
-    const std::function<void(engine::Engine&)>& before_init = {}) {
-  auto device = create_device({});
+    const std::function<void(engine::Engine&)>& before_init = {},
+    std::unique_ptr<Device> device = nullptr) {
+  if (!device) device = create_device({});
   comm::CommOptions comm_options;
   comm_options.backend = comm::Backend::mpi;
   comm_options.timeout = std::chrono::seconds(120);

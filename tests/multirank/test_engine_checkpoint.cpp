@@ -5,11 +5,14 @@
 // and pretrained safetensors weights load by name with dtype conversion.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -385,6 +388,39 @@ TEST_CASE("engine agreement: mean_across_ranks gives every rank the mean of each
   CHECK(values[0] == Approx((world - 1) / 2.0));
   CHECK(values[1] == Approx(2.5));
   CHECK(values[2] == Approx(4.0));
+}
+
+// A trainer takes the mean of its loss while the next step's work is queued: on the
+// asynchronous CPU device (streams on their own threads, as a GPU's) the engine's stream is
+// held, and a mean that waited for it would wait for the hold (which gives up after 10 s).
+TEST_CASE("engine agreement: mean_across_ranks waits for nothing queued on the engine's stream",
+          "[engine]") {
+  DeviceOptions device_options;
+  device_options.preference = DevicePreference::cpu;
+  device_options.cpu_mode = CpuDeviceMode::async;
+  auto e = make_engine(config(2), {}, {}, create_device(device_options));
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  Device& device = e->device();
+  std::atomic<bool> release{false};
+  std::atomic<bool> gave_up{false};
+  device.launch_host_task(device.default_stream(), [&release, &gave_up] {
+    for (int ms = 0; !release.load(); ++ms) {
+      if (ms == 10000) {
+        gave_up = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  double values[2] = {static_cast<double>(rank), 1.0};
+  e->mean_across_ranks(values, 2);
+  release = true;
+  CHECK_FALSE(gave_up.load());  // returned with the engine's stream still held
+  CHECK(values[0] == Approx((world - 1) / 2.0));
+  CHECK(values[1] == Approx(1.0));
+  device.synchronize();
 }
 
 }  // namespace zero::testing
