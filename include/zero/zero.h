@@ -376,7 +376,8 @@ ZERO_API zero_status zero_write_param(zero_engine* engine, int param, const floa
                                       unsigned long long count);
 
 /* Collective: each of the `count` values replaced by its mean over the ranks (summed in fp32),
- * e.g. the loss a trainer prints. After zero_init. */
+ * e.g. the loss a trainer prints. After zero_init. It waits for the engine's earlier collectives
+ * (the communicator runs them in order), not for its other work queued on the device. */
 ZERO_API zero_status zero_mean_across_ranks(zero_engine* engine, double* values, int count);
 
 /* Collective: the `bytes` bytes at `data` (host memory, as many on every rank) on rank `root`
