@@ -1,6 +1,8 @@
 // Large host reservations for arenas: anonymous mappings (page-aligned, returned to the system
 // when unmapped), and page-locked ("pinned") mappings for the CPU device. Pinning uses mlock;
-// when the lock limit refuses, one warning says so and the memory stays usable, unlocked.
+// when the lock limit refuses, one warning says so and the memory stays usable, unlocked. A
+// mapping of 2 MiB or more starts on a 2 MiB boundary and asks for transparent huge pages
+// (MADV_HUGEPAGE), which the system's setting grants or not.
 #pragma once
 
 #include <cstddef>

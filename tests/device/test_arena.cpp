@@ -1,10 +1,15 @@
 // Arenas: exact accounting per kind, reuse of released space, alignment, the out-of-memory
-// message, nvme (offset-only) arenas, and pinned memory that warns once when it cannot lock.
+// message, nvme (offset-only) arenas, pinned memory that warns once when it cannot lock, and
+// large host mappings on huge pages.
 #include <catch2/catch.hpp>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <string>
 
 #include <spdlog/sinks/ostream_sink.h>
 #include <sys/mman.h>
@@ -158,6 +163,48 @@ int refuse_lock(const void*, std::size_t) {
   return -1;
 }
 }  // namespace
+
+// The VmFlags line of the mapping holding `address` in /proc/self/smaps ("" when none does).
+std::string vm_flags_of(const void* address) {
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream header(line);
+    if (header >> std::hex >> begin >> dash >> end && dash == '-') {
+      inside = begin <= at && at < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line + " ";
+    }
+  }
+  return "";
+}
+
+TEST_CASE(
+    "host mappings of 2 MiB or more start on a huge page and ask for transparent huge pages, "
+    "and smaller ones do not",
+    "[device]") {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t bytes = 3 * kHuge + 4096 + 5;
+  void* big = host_memory::map(bytes, Tier::host);
+  CHECK(reinterpret_cast<std::uintptr_t>(big) % kHuge == 0);
+  std::memset(big, 7, bytes);  // every byte asked for is there, zeroed before
+  CHECK(static_cast<unsigned char*>(big)[bytes - 1] == 7);
+  void* small = host_memory::map(kHuge - 4096, Tier::host);
+  std::memset(small, 1, kHuge - 4096);
+  if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
+    CHECK_THAT(vm_flags_of(big), Catch::Contains(" hg "));  // MADV_HUGEPAGE
+    CHECK_THAT(vm_flags_of(static_cast<char*>(big) + bytes - 1), Catch::Contains(" hg "));
+    CHECK_FALSE(vm_flags_of(small).find(" hg ") != std::string::npos);
+  } else {
+    WARN("skipped the huge-page flag: this kernel has no transparent huge pages");
+  }
+  host_memory::unmap(big, bytes);
+  host_memory::unmap(small, kHuge - 4096);
+  CHECK(vm_flags_of(big).empty());  // unmapped whole, the trimmed ends with it
+}
 
 TEST_CASE("pinned memory that cannot be locked warns once and stays usable", "[device][pinned]") {
   std::ostringstream captured;
