@@ -254,8 +254,9 @@ CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& optio
       ->add_option("--modes", options.modes,
                    "Comma-separated: pinned (offload_optimizer without pin_memory: pinned beside "
                    "a GPU), pageable (pin_memory false), super_offload (pinned and "
-                   "super_offload, whose speculated steps write a second copy of the state for "
-                   "bf16's overflow check), super_offload_unchecked (the same with "
+                   "super_offload, whose groups stepped before bf16's overflow check has its "
+                   "verdict write a second copy of the state, and those after it the state in "
+                   "place), super_offload_unchecked (the same with "
                    "bf16.check_grad_overflow false: nothing can undo a speculated step, so it "
                    "writes the state in place); default: "
                    "pinned,super_offload")
