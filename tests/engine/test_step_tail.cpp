@@ -167,6 +167,32 @@ TailRun run(bool offload, int accumulation, const std::string& extra = "", int h
   return out;
 }
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A run with offload against the run without: the bits of every forward read and of the weights
+// after the last step, and each step's norm (the same sums, perhaps in another order).
+void check_same_run(const TailRun& plain, const TailRun& other) {
+  REQUIRE(plain.forward_reads.size() == other.forward_reads.size());
+  const std::size_t per_pass = 2 * kModules;  // a weight and a bias each
+  for (std::size_t k = 0; k < plain.forward_reads.size(); ++k) {
+    INFO("micro-step " << k / per_pass << ", module " << k % per_pass / 2 << "'s "
+                       << (k % 2 == 0 ? "weight" : "bias (persistent)") << " in forward");
+    CHECK(same_bits(plain.forward_reads[k], other.forward_reads[k]));
+  }
+  REQUIRE(other.norms.size() == kSteps);
+  for (int k = 0; k < kSteps; ++k) {
+    INFO("optimizer step " << k);
+    CHECK(other.norms[k] == Approx(plain.norms[k]).epsilon(1e-6));
+  }
+  REQUIRE(plain.finals.size() == other.finals.size());
+  for (std::size_t k = 0; k < plain.finals.size(); ++k) {
+    INFO("parameter " << k << " after the last step");
+    CHECK(same_bits(plain.finals[k], other.finals[k]));
+  }
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -193,29 +219,10 @@ TEST_CASE(
   CHECK(tail.groups > static_cast<std::size_t>(kModules));  // parameters across groups
   CHECK(tail.held == kSteps * (static_cast<int>(tail.groups) - early));
   CHECK_FALSE(tail.timed_out);
-  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
-  REQUIRE(plain.forward_reads.size() == tail.forward_reads.size());
-  const std::size_t per_pass = 2 * kModules;
-  for (std::size_t k = 0; k < plain.forward_reads.size(); ++k) {
-    INFO("micro-step " << k / per_pass << ", module " << k % per_pass / 2 << "'s "
-                       << (k % 2 == 0 ? "weight" : "bias (persistent)") << " in forward");
-    CHECK(same(plain.forward_reads[k], tail.forward_reads[k]));
-  }
   // The norm the step reports, its sums taken by the device, the worker and the boundary (at
   // accumulation 2, those the worker had not taken when step() returned): the same sum in
   // another order than the run without offload's.
-  REQUIRE(tail.norms.size() == kSteps);
-  for (int k = 0; k < kSteps; ++k) {
-    INFO("optimizer step " << k);
-    CHECK(tail.norms[k] == Approx(plain.norms[k]).epsilon(1e-6));
-  }
-  REQUIRE(plain.finals.size() == tail.finals.size());
-  for (std::size_t k = 0; k < plain.finals.size(); ++k) {
-    INFO("parameter " << k << " after the last step");
-    CHECK(same(plain.finals[k], tail.finals[k]));
-  }
+  check_same_run(plain, tail);
 }
 
 TEST_CASE(
@@ -234,16 +241,7 @@ TEST_CASE(
   // The first dropped step ran its one held group only: fewer groups ran than the three
   // speculated steps hold.
   CHECK(dropped.held < 3 * static_cast<int>(dropped.groups));
-  REQUIRE(plain.forward_reads.size() == dropped.forward_reads.size());
-  for (std::size_t k = 0; k < plain.forward_reads.size(); ++k) {
-    INFO("read " << k << " in forward");
-    CHECK(plain.forward_reads[k] == dropped.forward_reads[k]);
-  }
-  REQUIRE(dropped.norms.size() == kSteps);
-  for (int k = 0; k < kSteps; ++k) {
-    CHECK(dropped.norms[k] == Approx(plain.norms[k]).epsilon(1e-6));
-  }
-  CHECK(plain.finals == dropped.finals);
+  check_same_run(plain, dropped);
 }
 
 TEST_CASE(
@@ -262,16 +260,7 @@ TEST_CASE(
   REQUIRE(plain.norms[2] > 1.6);
   const TailRun mixed = run(/*offload=*/true, 1, extra, /*hold_ms=*/200, false, /*early=*/3);
   CHECK(mixed.timed_out);  // the dropped steps' verdicts waited for their running groups
-  REQUIRE(plain.forward_reads.size() == mixed.forward_reads.size());
-  for (std::size_t k = 0; k < plain.forward_reads.size(); ++k) {
-    INFO("read " << k << " in forward");
-    CHECK(plain.forward_reads[k] == mixed.forward_reads[k]);
-  }
-  REQUIRE(mixed.norms.size() == kSteps);
-  for (int k = 0; k < kSteps; ++k) {
-    CHECK(mixed.norms[k] == Approx(plain.norms[k]).epsilon(1e-6));
-  }
-  CHECK(plain.finals == mixed.finals);
+  check_same_run(plain, mixed);
 }
 
 }  // namespace zero::engine
