@@ -3,12 +3,12 @@
 // span still running is left for a later call; beyond kSpans in flight the oldest is taken.
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <thread>
 
 #include "device/device.h"
 #include "engine/stepping/device_spans.h"
+#include "tests/stream_hold.h"
 
 namespace zero::engine {
 namespace {
@@ -26,24 +26,14 @@ TEST_CASE("device spans time the stream's work, not the host's, and wait for not
   auto device = create_cpu_device(CpuDeviceMode::async);
   auto stream = device->create_stream();
   DeviceSpans spans(*device);
-  std::atomic<bool> release{false};
-  std::atomic<bool> gave_up{false};
   // A span held open on the device until the host releases it (or it gives up after 10 s).
   spans.begin(*stream);
-  device->launch_host_task(*stream, [&release, &gave_up] {
-    for (int ms = 0; !release.load(); ++ms) {
-      if (ms == 10000) {
-        gave_up = true;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  });
+  zero::testing::StreamHold hold(*device, *stream);
   spans.end(*stream);
   CHECK(spans.take_finished() == 0.0);  // still running: left for later, not waited for
-  release = true;
+  hold.release();
   CHECK(spans.take_finished(/*wait=*/true) > 0.0);
-  CHECK_FALSE(gave_up.load());                       // the calls above did not wait for it
+  CHECK_FALSE(hold.gave_up());                       // the calls above did not wait for it
   CHECK(spans.take_finished(/*wait=*/true) == 0.0);  // taken once
 
   // More spans than it holds in flight: the oldest is taken to make room, and counted.

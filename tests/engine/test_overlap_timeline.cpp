@@ -4,15 +4,15 @@
 // the CPU device, whose events carry the host clock.
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <chrono>
+#include <memory>
 #include <random>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "device/device.h"
 #include "engine/collectives/overlap_timeline.h"
+#include "tests/stream_hold.h"
 
 namespace zero::engine {
 namespace {
@@ -134,21 +134,12 @@ TEST_CASE("the overlap timeline's collect waits only for the micro-step before, 
   auto caller = device->create_stream();
   auto comm = device->create_stream();
   OverlapTimeline timeline(*device);
-  std::atomic<bool> release{false};
-  std::atomic<bool> gave_up{false};
+  std::unique_ptr<zero::testing::StreamHold> hold;
   const auto micro_step = [&](bool held) {
     timeline.start(*caller);
     timeline.compute_begin(*caller);
     if (held) {  // the caller's compute runs until the host lets it go (or 10 s pass)
-      device->launch_host_task(*caller, [&release, &gave_up] {
-        for (int ms = 0; !release.load(); ++ms) {
-          if (ms == 10000) {
-            gave_up = true;
-            return;
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-      });
+      hold = std::make_unique<zero::testing::StreamHold>(*device, *caller);
     } else {
       device->launch_host_task(*caller, [] { tick(); });
     }
@@ -158,8 +149,8 @@ TEST_CASE("the overlap timeline's collect waits only for the micro-step before, 
   };
   micro_step(false);
   micro_step(true);  // returns with its compute still running: the host did not wait for it
-  release = true;
-  CHECK_FALSE(gave_up.load());  // collect did not wait for the held micro-step
+  hold->release();
+  CHECK_FALSE(hold->gave_up());  // collect did not wait for the held micro-step
   const OverlapTimeline::Totals both = timeline.take();  // waits for the held one
   CHECK(both.compute_ms > 0);
   micro_step(false);  // the pool of the micro-step before is reused

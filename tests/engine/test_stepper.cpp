@@ -5,16 +5,14 @@
 // (device memory, and with optimizer offload host memory through the staging).
 #include <catch2/catch.hpp>
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/half.h"
 #include "tests/engine/engine_parts.h"
+#include "tests/stream_hold.h"
 
 namespace zero::engine {
 namespace {
@@ -226,20 +224,10 @@ TEST_CASE(
   std::vector<std::vector<float>> before;
   for (std::size_t p : parts.layout.trainable) before.push_back(master_of(parts, p));
   set_grads(parts);
-  std::atomic<bool> release{false};
-  std::atomic<bool> gave_up{false};
-  parts.device->launch_host_task(parts.device->default_stream(), [&release, &gave_up] {
-    for (int ms = 0; !release.load(); ++ms) {
-      if (ms == 10000) {
-        gave_up = true;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  });
+  zero::testing::StreamHold hold(*parts.device, parts.device->default_stream());
   const StepStats stats = parts.stepper->step();
-  release = true;
-  CHECK_FALSE(gave_up.load());  // step() returned with the device still held
+  hold.release();
+  CHECK_FALSE(hold.gave_up());  // step() returned with the device still held
   CHECK(stats.verdict_pending);
   const auto outcome = parts.stepper->settle_verdict();
   REQUIRE(outcome);

@@ -5,14 +5,11 @@
 // and pretrained safetensors weights load by name with dtype conversion.
 #include <catch2/catch.hpp>
 
-#include <atomic>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27,6 +24,7 @@
 #include "engine_model.h"
 #include "multirank.h"
 #include "shared_dir.h"
+#include "tests/stream_hold.h"
 
 namespace zero::testing {
 namespace {
@@ -403,21 +401,11 @@ TEST_CASE("engine agreement: mean_across_ranks waits for nothing queued on the e
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   Device& device = e->device();
-  std::atomic<bool> release{false};
-  std::atomic<bool> gave_up{false};
-  device.launch_host_task(device.default_stream(), [&release, &gave_up] {
-    for (int ms = 0; !release.load(); ++ms) {
-      if (ms == 10000) {
-        gave_up = true;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  });
+  StreamHold hold(device, device.default_stream());
   double values[2] = {static_cast<double>(rank), 1.0};
   e->mean_across_ranks(values, 2);
-  release = true;
-  CHECK_FALSE(gave_up.load());  // returned with the engine's stream still held
+  hold.release();
+  CHECK_FALSE(hold.gave_up());  // returned with the engine's stream still held
   CHECK(values[0] == Approx((world - 1) / 2.0));
   CHECK(values[1] == Approx(1.0));
   device.synchronize();
