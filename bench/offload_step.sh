@@ -28,16 +28,16 @@ if [[ ! -x $bench ]]; then
 fi
 mkdir -p "$results"
 rm -f "$results/offload_step.jsonl"
-command=("$bench" offload-step --modes pageable,pinned,super_offload,super_offload_unchecked --steps 10
+command=("$bench" offload-step --modes pageable,pinned,super_offload,super_offload_unchecked
          --json "$results/offload_step.jsonl" --trace "$results/offload_step.trace.json" "${extra[@]}")
 # The same with the CPU optimizer on one thread, the other core left to the engine's own host
 # work beside it (the hooks, the stand-in's hand-offs), as cpuadam_cores_perc leaves cores on a
 # GPU's host: on two cores the two-thread optimizer shares them with that work.
-one_thread=("$bench" offload-step --modes pinned,super_offload,super_offload_unchecked --steps 10 --threads 1
+one_thread=("$bench" offload-step --modes pinned,super_offload,super_offload_unchecked --threads 1
             --json "$results/offload_step.jsonl" "${extra[@]}")
 # Gradient accumulation 4: the window's later micro-steps added on the host, then summed on the
 # device (offload_optimizer.accumulate_on_device).
-accumulating=("$bench" offload-step --modes pinned,super_offload,super_offload_unchecked --steps 6
+accumulating=("$bench" offload-step --modes pinned,super_offload,super_offload_unchecked --steps 8
               --accumulation 4 --json "$results/offload_step.jsonl" "${extra[@]}")
 {
   echo "# $(date -u +%Y-%m-%d) bench/offload_step.sh"

@@ -1,6 +1,7 @@
 #include "tools/zero-bench/bench_offload_step.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -42,6 +43,38 @@ struct StepFigures {
   std::vector<Trace::Span> spans;
 };
 
+// The stand-in model's fixed parts, and the floor and bound they give with the optimizer alone
+// as measured beside a block of steps.
+struct StepModel {
+  double compute = 0;  // one micro-step's forward and backward
+  double down = 0;     // a step's gradients down the link
+  double up = 0;       // its parameters up
+  int accumulation = 1;
+
+  // max(compute, CPU optimizer, each link direction).
+  double floor(double alone) const { return std::max({accumulation * compute, alone, down, up}); }
+  // What the mode's own order allows an exact step, the link aside: after backward, the
+  // window's compute then the optimizer; speculated, the optimizer hidden only beside the
+  // window's last backward and the next forward (one micro-step's compute), which need it.
+  double bound(const std::string& mode, double alone) const {
+    const double ordered = mode.starts_with("super_offload")
+                               ? (accumulation - 1) * compute + std::max(compute, alone)
+                               : accumulation * compute + alone;
+    return std::max({ordered, down, up});
+  }
+};
+
+// A mode's figures: its median step, and its ratios paired block by block with the optimizer
+// alone measured right after each block (this machine's speed drifts by a fifth within
+// seconds, so a floor measured apart from the steps moves the ratio by as much).
+struct ModeFigures {
+  StepFigures median;          // the median measured step
+  double alone = 0;            // the optimizer alone: the median of the blocks' measurements
+  double ratio = 0;            // the median of the blocks' median step over their floor
+  double bound_ratio = 0;      // the same over the mode's order's bound
+  std::vector<double> ratios;  // each block's, in the order run
+};
+
 // The process's CPU time so far (user and system, all threads), in seconds.
 double process_cpu_seconds() {
   rusage usage{};
@@ -73,37 +106,57 @@ std::string offload_step_config(const OffloadStepBenchOptions& o, const std::str
 }
 
 // The CPU optimizer's step over `n` elements alone, as the engine's offloaded step runs it:
-// AdamW, fp32 masters, gradients and moments, a bf16 copy-out; the median of 3 after a warm-up.
-double optimizer_alone(std::size_t n, int threads) {
-  auto device = create_cpu_device();
-  std::vector<void*> blocks(5);
-  for (auto*& b : blocks) {
-    b = device->reserve(Tier::host, n * 4);
-    std::memset(b, 0, n * 4);
+// AdamW, fp32 masters, gradients and moments, a bf16 copy-out. Its memory is taken (and the
+// step warmed up) once, so each measurement is one step's time and can sit between the engine's.
+class OptimizerAlone {
+ public:
+  OptimizerAlone(std::size_t n, int threads) : device_(create_cpu_device()), n_(n) {
+    for (auto*& b : blocks_) {
+      b = device_->reserve(Tier::host, n * 4);
+      std::memset(b, 0, n * 4);
+    }
+    optim::OptimizerSpec spec;
+    spec.type = optim::OptimizerType::adamw;
+    optimizer_ =
+        optim::create_cpu_optimizer(spec, optim::Formats{}, {threads, std::nullopt, false});
+    seconds();  // the warm-up
   }
-  optim::OptimizerSpec spec;
-  spec.type = optim::OptimizerType::adamw;
-  auto optimizer =
-      optim::create_cpu_optimizer(spec, optim::Formats{}, {threads, std::nullopt, false});
-  const optim::Slice slice{static_cast<float*>(blocks[0]),
-                           blocks[1],
-                           {blocks[2], blocks[3]},
-                           blocks[4],
-                           n,
-                           0.01,
-                           1.0,
-                           0};
-  std::vector<double> times;
-  optim::StepHyper hyper;
-  for (int r = 0; r < 4; ++r) {
-    hyper.step = r + 1;
+  ~OptimizerAlone() {
+    for (auto* b : blocks_) device_->unreserve(Tier::host, b, n_ * 4);
+  }
+  OptimizerAlone(const OptimizerAlone&) = delete;
+  OptimizerAlone& operator=(const OptimizerAlone&) = delete;
+
+  // One step, timed.
+  double seconds() {
+    const optim::Slice slice{static_cast<float*>(blocks_[0]),
+                             blocks_[1],
+                             {blocks_[2], blocks_[3]},
+                             blocks_[4],
+                             n_,
+                             0.01,
+                             1.0,
+                             0};
+    optim::StepHyper hyper;
+    hyper.step = ++steps_;
     Timer timer;
-    optimizer->step({&slice, 1}, hyper, device->default_stream());
-    if (r > 0) times.push_back(timer.seconds());
+    optimizer_->step({&slice, 1}, hyper, device_->default_stream());
+    return timer.seconds();
   }
-  for (auto* b : blocks) device->unreserve(Tier::host, b, n * 4);
-  return median(times);
-}
+  // The median of `count` steps.
+  double median_of(int count) {
+    std::vector<double> times;
+    for (int r = 0; r < count; ++r) times.push_back(seconds());
+    return median(times);
+  }
+
+ private:
+  std::unique_ptr<Device> device_;
+  std::size_t n_;
+  std::array<void*, 5> blocks_{};
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::int64_t steps_ = 0;
+};
 
 // The busy seconds of `spans` named `name` (on `lane` where given).
 double busy(const std::vector<Trace::Span>& spans, const std::string& name,
@@ -124,8 +177,8 @@ void compute_task(Device& device, Stream& stream, double seconds, const char* na
   });
 }
 
-StepFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode, double compute,
-                     const SimulatedLink& link) {
+ModeFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode,
+                     const StepModel& model, const SimulatedLink& link, OptimizerAlone& alone) {
   const auto per_module = static_cast<std::size_t>(o.params / o.modules);
   auto made = create_timed_cpu_device(link);
   Device& device = *made;
@@ -145,11 +198,9 @@ StepFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode, 
   }
   engine.init();
   auto stream = device.create_stream();
-  const double forward = compute / 3 / o.modules;
-  const double backward = 2 * compute / 3 / o.modules;
-  std::vector<StepFigures> each;
-  trace.enable(true);
-  for (int s = 0; s < o.steps; ++s) {
+  const double forward = model.compute / 3 / o.modules;
+  const double backward = 2 * model.compute / 3 / o.modules;
+  const auto run_step = [&] {
     trace.take();
     const double cpu_before = process_cpu_seconds();
     Timer whole;
@@ -170,7 +221,6 @@ StepFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode, 
       call_seconds += call.seconds();
     }
     stream->synchronize();
-    if (s == 0) continue;  // warm-up
     StepFigures f;
     f.step = whole.seconds();
     f.cpu = process_cpu_seconds() - cpu_before;
@@ -180,12 +230,35 @@ StepFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode, 
     f.d2h = busy(f.spans, "d2h");
     f.h2d = busy(f.spans, "h2d");
     f.adds = busy(f.spans, "add");
-    each.push_back(std::move(f));
+    return f;
+  };
+  std::vector<StepFigures> each;
+  std::vector<double> alones, ratios, bound_ratios;
+  trace.enable(true);
+  for (int done = 0; done < o.steps; done += o.block) {
+    // A block's first step has no step's tail beside its forward: a warm-up.
+    run_step();
+    std::vector<double> steps;
+    for (int s = 0; s < std::min(o.block, o.steps - done); ++s) {
+      each.push_back(run_step());
+      steps.push_back(each.back().step);
+    }
+    engine.read_param(0);  // waits for the last step's tail
+    const double beside = alone.median_of(3);
+    alones.push_back(beside);
+    ratios.push_back(median(steps) / model.floor(beside));
+    bound_ratios.push_back(median(steps) / model.bound(mode, beside));
   }
   trace.enable(false);
   std::sort(each.begin(), each.end(),
             [](const StepFigures& a, const StepFigures& b) { return a.step < b.step; });
-  return std::move(each[each.size() / 2]);
+  ModeFigures figures;
+  figures.median = std::move(each[each.size() / 2]);
+  figures.alone = median(alones);
+  figures.ratio = median(ratios);
+  figures.bound_ratio = median(bound_ratios);
+  figures.ratios = std::move(ratios);
+  return figures;
 }
 
 // The spans as a Chrome trace (chrome://tracing, Perfetto): one row per lane.
@@ -224,8 +297,9 @@ CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& optio
       "offload-step",
       "The optimizer-offloaded step on the timed CPU device (a GPU's copies and kernels, this "
       "machine's CPU optimizer) against its floor, max(compute, CPU optimizer, each link "
-      "direction), the CPU optimizer alone measured again beside each mode (target: step <= 1.2 "
-      "x floor), and against the bound its mode's order allows an exact step (after backward: "
+      "direction), the CPU optimizer alone measured right after each block of steps (target: "
+      "step <= 1.2 x floor), and against the bound its mode's order allows an exact step (after "
+      "backward: "
       "compute, then the optimizer; speculated: the micro-steps before the window's last, then "
       "the larger of a micro-step and the optimizer, which it can hide only beside the last "
       "backward and the next forward)");
@@ -248,8 +322,12 @@ CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& optio
                     "offload_optimizer.accumulate_on_device: with --accumulation above 1, a "
                     "window's gradients summed on the device and copied down once, at its last "
                     "micro-step (the floor's gradients down counts that one copy)");
-  command->add_option("--steps", options.steps,
-                      "Steps per mode; the first is a warm-up (default 4)");
+  command->add_option("--steps", options.steps, "Measured steps per mode (default 16)");
+  command->add_option("--block", options.block,
+                      "Measured steps per block (default 2): each block follows one unmeasured "
+                      "step, and is followed by the optimizer alone, measured 3 times; a mode's "
+                      "ratio is the median over its blocks of the block's median step over the "
+                      "floor with that measurement");
   command
       ->add_option("--modes", options.modes,
                    "Comma-separated: pinned (offload_optimizer without pin_memory: pinned beside "
@@ -269,56 +347,48 @@ CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& optio
 }
 
 int run_offload_step_bench(const OffloadStepBenchOptions& o) {
-  if (o.params < o.modules || o.modules < 1 || o.steps < 2 || o.threads < 1 || o.compute_ms < 0 ||
-      o.link_gbps < 0 || o.kernel_gbps <= 0 || o.accumulation < 1) {
+  if (o.params < o.modules || o.modules < 1 || o.steps < 1 || o.block < 1 || o.threads < 1 ||
+      o.compute_ms < 0 || o.link_gbps < 0 || o.kernel_gbps <= 0 || o.accumulation < 1) {
     throw make_error(ErrorCategory::usage,
-                     "--params must be at least --modules, --modules, --threads and "
-                     "--accumulation positive, --steps at least 2, --kernel-gbps positive and "
+                     "--params must be at least --modules, --modules, --steps, --block, "
+                     "--threads and --accumulation positive, --kernel-gbps positive and "
                      "--compute-ms and --link-gbps not negative");
   }
   const auto n = static_cast<std::size_t>(o.params / o.modules) * o.modules;
   const double cores = std::max(1u, std::thread::hardware_concurrency());
-  const double adam = optimizer_alone(n, o.threads);
-  const double compute = o.compute_ms > 0 ? o.compute_ms / 1e3 : 0.45 * adam;
+  OptimizerAlone alone(n, o.threads);
+  const double adam = alone.median_of(3);
+  StepModel model;
+  model.compute = o.compute_ms > 0 ? o.compute_ms / 1e3 : 0.45 * adam;
+  model.accumulation = o.accumulation;
   const double bytes = 2.0 * static_cast<double>(n);  // bf16 each way
   SimulatedLink link;
   link.kernel_gbps = o.kernel_gbps;
   link.move_data = false;  // the host's cores for the host's work, as beside a GPU
   link.h2d_gbps = link.d2h_gbps = o.link_gbps > 0 ? o.link_gbps : bytes / (0.2 * adam) / 1e9;
   // Down every micro-step, or once a window where it is summed on the device.
-  const double down = (o.accumulate_on_device ? 1 : o.accumulation) * bytes / (link.d2h_gbps * 1e9);
-  const double up = bytes / (link.h2d_gbps * 1e9);
-  const double floor = std::max({o.accumulation * compute, adam, down, up});
+  model.down = (o.accumulate_on_device ? 1 : o.accumulation) * bytes / (link.d2h_gbps * 1e9);
+  model.up = bytes / (link.h2d_gbps * 1e9);
   std::cout << fmt::format(
       "zero-bench offload-step: {} elements in {} modules, stage 3, bf16, AdamW on {} CPU "
       "thread(s), gradient accumulation {}{}; timed device: link {:.2f} GB/s each way, device "
       "memory {:.0f} GB/s\n  compute {:.1f} ms, CPU optimizer alone {:.1f} ms, gradients down "
-      "{:.1f} ms, parameters up {:.1f} ms: floor {:.1f} ms (each mode's: with the optimizer "
-      "alone measured again beside it); a mode's order's bound: after backward, compute then "
-      "the optimizer; speculated, the micro-steps before the last, then max(a micro-step, the "
-      "optimizer); the cores' bound: the step's CPU time (every thread of the process) over "
+      "{:.1f} ms, parameters up {:.1f} ms: floor {:.1f} ms; each mode's floor and ratio: per "
+      "block of {} steps (after one unmeasured), with the optimizer alone measured right after "
+      "the block, the median over the blocks; a mode's order's bound: after backward, compute "
+      "then the optimizer; speculated, the micro-steps before the last, then max(a micro-step, "
+      "the optimizer); the cores' bound: the step's CPU time (every thread of the process) over "
       "this machine's {} cores\n",
       n, o.modules, o.threads, o.accumulation,
       o.accumulate_on_device && o.accumulation > 1 ? " summed on the device" : "", link.d2h_gbps,
-      link.kernel_gbps, o.accumulation * compute * 1e3, adam * 1e3, down * 1e3, up * 1e3,
-      floor * 1e3, cores);
+      link.kernel_gbps, o.accumulation * model.compute * 1e3, adam * 1e3, model.down * 1e3,
+      model.up * 1e3, model.floor(adam) * 1e3, o.block, cores);
   std::vector<Trace::Span> last;
   for (const std::string& mode : o.modes) {
-    // This machine's speed drifts by a fifth between runs: each mode against the optimizer
-    // alone measured just before and just after it (the stand-in's compute and link stay as
-    // set above, so the modes run the same model).
-    const double adam_before = optimizer_alone(n, o.threads);
-    StepFigures f = run_mode(o, mode, compute, link);
-    const double adam_beside = (adam_before + optimizer_alone(n, o.threads)) / 2;
-    const double mode_floor = std::max({o.accumulation * compute, adam_beside, down, up});
-    // What the mode's own order allows an exact step, the link aside: after backward, the
-    // window's compute then the optimizer; speculated, the optimizer hidden only beside the
-    // window's last backward and the next forward (one micro-step's compute), which need it.
-    const double micro = compute;  // one micro-step's forward and backward
-    const double ordered = mode.starts_with("super_offload")
-                               ? (o.accumulation - 1) * micro + std::max(micro, adam_beside)
-                               : o.accumulation * micro + adam_beside;
-    const double bound = std::max({ordered, down, up});
+    ModeFigures m = run_mode(o, mode, model, link, alone);
+    const StepFigures& f = m.median;
+    const double mode_floor = model.floor(m.alone);
+    const double bound = model.bound(mode, m.alone);
     // This machine's cores: the step's CPU time (the optimizer's threads, the engine's own, the
     // stand-in's hand-offs) spread over all of them, the least a step can take here whatever
     // its order.
@@ -327,7 +397,7 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
         "  {:<24} step {:8.1f} ms = {:.3f} x floor {:5.1f}, {:.3f} x its order's bound {:5.1f}, "
         "{:.3f} x the cores' {:5.1f} | compute {:7.1f}, link down {:6.1f} up {:6.1f}, host adds "
         "{:6.1f}, engine step call {:7.1f}, CPU {:6.1f} ms\n",
-        mode, f.step * 1e3, f.step / mode_floor, mode_floor * 1e3, f.step / bound, bound * 1e3,
+        mode, f.step * 1e3, m.ratio, mode_floor * 1e3, m.bound_ratio, bound * 1e3,
         f.step / cpu_bound, cpu_bound * 1e3, f.compute * 1e3, f.d2h * 1e3, f.h2d * 1e3,
         f.adds * 1e3, f.call * 1e3, f.cpu * 1e3);
     if (!o.json.empty()) {
@@ -339,15 +409,16 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
                                    {"accumulation", o.accumulation},
                                    {"accumulate_on_device", o.accumulate_on_device},
                                    {"link_gbps", link.d2h_gbps},
-                                   {"compute_ms", o.accumulation * compute * 1e3},
-                                   {"optimizer_alone_ms", adam_beside * 1e3},
-                                   {"down_ms", down * 1e3},
-                                   {"up_ms", up * 1e3},
+                                   {"compute_ms", o.accumulation * model.compute * 1e3},
+                                   {"optimizer_alone_ms", m.alone * 1e3},
+                                   {"down_ms", model.down * 1e3},
+                                   {"up_ms", model.up * 1e3},
                                    {"floor_ms", mode_floor * 1e3},
                                    {"step_ms", f.step * 1e3},
-                                   {"ratio", f.step / mode_floor},
+                                   {"ratio", m.ratio},
+                                   {"block_ratios", m.ratios},
                                    {"order_bound_ms", bound * 1e3},
-                                   {"ratio_to_order_bound", f.step / bound},
+                                   {"ratio_to_order_bound", m.bound_ratio},
                                    {"cpu_ms", f.cpu * 1e3},
                                    {"cores", cores},
                                    {"cores_bound_ms", cpu_bound * 1e3},
@@ -358,7 +429,7 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
                                    {"step_call_ms", f.call * 1e3}};
       std::ofstream(o.json, std::ios::app) << line.dump() << "\n";
     }
-    last = std::move(f.spans);
+    last = std::move(m.median.spans);
   }
   if (!o.trace.empty()) write_chrome_trace(o.trace, last);
   return 0;

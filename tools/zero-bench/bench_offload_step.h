@@ -9,8 +9,9 @@
 // ahead of a GPU. By default the stand-in model has gpt2-1.5b-on-an-H200's proportions scaled
 // to this machine: compute 0.45 and each direction of the link 0.2 of the CPU optimizer's step
 // (measured first), which is what the H200 run's 0.16 s of compute, 0.35 s of CPU Adam and 3.1
-// GB each way at about 50 GB/s give. Each mode reports the step, the ratio to its floor (the
-// optimizer alone measured again just before and after it, as this machine's speed drifts) and
+// GB each way at about 50 GB/s give. Each mode reports the step, the ratio to its floor (paired:
+// per block of a few steps, against the optimizer alone measured right after the block, as this
+// machine's speed drifts within seconds; the median over the blocks) and
 // where the time went: the compute stream, the link in each direction, the host adds and the
 // engine's step call, from the device's trace (--trace writes it as a Chrome trace).
 #pragma once
@@ -32,7 +33,8 @@ struct OffloadStepBenchOptions {
   double link_gbps = 0;       // each direction; 0: one direction's bytes in 0.2 x the optimizer
   double kernel_gbps = 2500;  // the device memory's
   int threads = 2;            // the CPU optimizer's threads
-  int steps = 4;              // the first is a warm-up, the median of the rest counts
+  int steps = 16;             // measured steps per mode
+  int block = 2;              // measured steps between measurements of the optimizer alone
   int accumulation = 1;       // gradient_accumulation_steps
   // offload_optimizer.accumulate_on_device: a window's gradients summed on the device, down once
   bool accumulate_on_device = false;
