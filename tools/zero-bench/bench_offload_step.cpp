@@ -106,23 +106,28 @@ std::string offload_step_config(const OffloadStepBenchOptions& o, const std::str
 }
 
 // The CPU optimizer's step over `n` elements alone, as the engine's offloaded step runs it:
-// AdamW, fp32 masters, gradients and moments, a bf16 copy-out. Its memory is taken (and the
-// step warmed up) once, so each measurement is one step's time and can sit between the engine's.
+// AdamW, gradients in `grad` (the engine's accumulation dtype), fp32 masters and moments, a bf16
+// copy-out. Its memory is taken (and the step warmed up) once, so each measurement is one
+// step's time and can sit between the engine's.
 class OptimizerAlone {
  public:
-  OptimizerAlone(std::size_t n, int threads) : device_(create_cpu_device()), n_(n) {
-    for (auto*& b : blocks_) {
-      b = device_->reserve(Tier::host, n * 4);
-      std::memset(b, 0, n * 4);
+  OptimizerAlone(std::size_t n, int threads, DType grad) : device_(create_cpu_device()), n_(n) {
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      bytes_[i] = n * (i == kGrad ? dtype_size(grad) : i == kOut ? 2 : 4);
+      blocks_[i] = device_->reserve(Tier::host, bytes_[i]);
+      std::memset(blocks_[i], 0, bytes_[i]);
     }
     optim::OptimizerSpec spec;
     spec.type = optim::OptimizerType::adamw;
-    optimizer_ =
-        optim::create_cpu_optimizer(spec, optim::Formats{}, {threads, std::nullopt, false});
+    optim::Formats formats;
+    formats.grad = grad;
+    optimizer_ = optim::create_cpu_optimizer(spec, formats, {threads, std::nullopt, false});
     seconds();  // the warm-up
   }
   ~OptimizerAlone() {
-    for (auto* b : blocks_) device_->unreserve(Tier::host, b, n_ * 4);
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      device_->unreserve(Tier::host, blocks_[i], bytes_[i]);
+    }
   }
   OptimizerAlone(const OptimizerAlone&) = delete;
   OptimizerAlone& operator=(const OptimizerAlone&) = delete;
@@ -130,9 +135,9 @@ class OptimizerAlone {
   // One step, timed.
   double seconds() {
     const optim::Slice slice{static_cast<float*>(blocks_[0]),
-                             blocks_[1],
+                             blocks_[kGrad],
                              {blocks_[2], blocks_[3]},
-                             blocks_[4],
+                             blocks_[kOut],
                              n_,
                              0.01,
                              1.0,
@@ -151,9 +156,12 @@ class OptimizerAlone {
   }
 
  private:
+  static constexpr std::size_t kGrad = 1;  // blocks_: master, gradient, two moments, copy-out
+  static constexpr std::size_t kOut = 4;
   std::unique_ptr<Device> device_;
   std::size_t n_;
   std::array<void*, 5> blocks_{};
+  std::array<std::size_t, 5> bytes_{};
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::int64_t steps_ = 0;
 };
@@ -233,6 +241,7 @@ ModeFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode,
     return f;
   };
   std::vector<StepFigures> each;
+  ModeFigures figures;
   std::vector<double> alones, ratios, bound_ratios;
   trace.enable(true);
   for (int done = 0; done < o.steps; done += o.block) {
@@ -252,7 +261,6 @@ ModeFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode,
   trace.enable(false);
   std::sort(each.begin(), each.end(),
             [](const StepFigures& a, const StepFigures& b) { return a.step < b.step; });
-  ModeFigures figures;
   figures.median = std::move(each[each.size() / 2]);
   figures.alone = median(alones);
   figures.ratio = median(ratios);
@@ -356,7 +364,10 @@ int run_offload_step_bench(const OffloadStepBenchOptions& o) {
   }
   const auto n = static_cast<std::size_t>(o.params / o.modules) * o.modules;
   const double cores = std::max(1u, std::thread::hardware_concurrency());
-  OptimizerAlone alone(n, o.threads);
+  // The gradients as the engine's optimizer reads them (bf16: the config's accumulation dtype).
+  const DType grad = config::read_config_text(offload_step_config(o, "pinned", n / o.modules), {})
+                         .grad_accum_dtype;
+  OptimizerAlone alone(n, o.threads, grad);
   const double adam = alone.median_of(3);
   StepModel model;
   model.compute = o.compute_ms > 0 ? o.compute_ms / 1e3 : 0.45 * adam;
