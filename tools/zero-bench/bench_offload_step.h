@@ -33,7 +33,7 @@ struct OffloadStepBenchOptions {
   double link_gbps = 0;       // each direction; 0: one direction's bytes in 0.2 x the optimizer
   double kernel_gbps = 2500;  // the device memory's
   int threads = 2;            // the CPU optimizer's threads
-  int steps = 16;             // measured steps per mode
+  int steps = 24;             // measured steps per mode
   int block = 2;              // measured steps between measurements of the optimizer alone
   int accumulation = 1;       // gradient_accumulation_steps
   // offload_optimizer.accumulate_on_device: a window's gradients summed on the device, down once
