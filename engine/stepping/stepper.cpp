@@ -191,6 +191,9 @@ std::size_t Stepper::grad_flat_count() const {
 float Stepper::reduce_scalar(std::size_t slot, ReduceOp op) {
   float* value = state_.state_scalars(scalars_) + slot;
   state_.state_device().default_stream().synchronize();
+  // The state's scalar in host memory and one rank: nothing to reduce. Beside a GPU a copy up
+  // and back would wait for the engine's stream and queue behind the parameters going up.
+  if (value != scalars_ + slot && modes_.shard_ranks == 1) return *value;
   if (value != scalars_ + slot) ctx_.device.copy(scalars_ + slot, value, sizeof(float));
   Stream& stream = ctx_.device.default_stream();
   if (modes_.shard_ranks > 1) {

@@ -140,6 +140,8 @@ class Stepper final : private StepGroups {
   // The owned gradient shard where host code reaches it (super_offload: on the state device,
   // the CPU).
   const void* owned_grad_on_host() const override;
+  // The state's scalar `slot` (written on the state device) reduced over the shard group by
+  // `op`, on the host; at one rank with the state in host memory read where it is.
   float reduce_scalar(std::size_t slot, ReduceOp op);
   // The owned gradient shard's elements in memory (with gradient NVMe, the resident groups').
   std::size_t grad_flat_count() const;

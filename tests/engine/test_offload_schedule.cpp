@@ -136,6 +136,22 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "at one rank the offloaded step's verdict reads the host's scalars where they are: no "
+    "scalar goes up the link behind the parameters",
+    "[engine][offload][timed]") {
+  const StepTrace t = traced_step(1);
+  // The non-finite flag and the buckets' sums of squares come down (a float each, per bucket);
+  // what the host adds of them is the verdict, read where it was written.
+  int small_downs = 0;
+  for (const Trace::Span& s : t.spans) {
+    INFO(s.lane << " " << s.name << " " << s.bytes << " bytes at " << s.begin_ms << " ms");
+    if (s.name == "h2d") CHECK(s.bytes > sizeof(float) * kModules);
+    if (s.name == "d2h" && s.bytes <= sizeof(float) * kModules) ++small_downs;
+  }
+  CHECK(small_downs == 2);
+}
+
+TEST_CASE(
     "offloaded gradients added to a window's earlier ones come down while the host adds the "
     "blocks before them, and backward does not wait on the host",
     "[engine][offload][timed]") {
