@@ -1,7 +1,9 @@
-// A wall-clock stopwatch on the steady clock, for the engine's time breakdown and the tools.
+// A wall-clock stopwatch on the steady clock, for the engine's time breakdown and the tools, and
+// a wait that ends when it should.
 #pragma once
 
 #include <chrono>
+#include <thread>
 
 namespace zero {
 
@@ -31,5 +33,28 @@ class SecondsSum {
  private:
   double seconds_ = 0;
 };
+
+// How long before its end wait_until() stops sleeping and spins: more than a sleeping thread's
+// wake-up takes on a virtual machine (10 us kernels on the timed device, sleeping, ended 25-35 us
+// late), little beside the copies' and kernels' lengths.
+inline constexpr std::chrono::microseconds kSpinMargin{100};
+
+// Returns at `end` on the steady clock, within a clock read: sleeps until kSpinMargin before it,
+// then spins. A sleep alone ends when the kernel wakes the thread, tens of microseconds late on
+// a virtual machine, late on every copy and kernel of the timed CPU device (which stands for a
+// GPU, whose work ends when its length is up). `now` and `sleep_until` are the clock and the
+// sleep (a test's own; otherwise std::chrono::steady_clock's and std::this_thread's).
+template <class Now, class SleepUntil>
+void wait_until(std::chrono::steady_clock::time_point end, Now now, SleepUntil sleep_until) {
+  if (end - now() > kSpinMargin) sleep_until(end - kSpinMargin);
+  while (now() < end) {
+  }
+}
+
+inline void wait_until(std::chrono::steady_clock::time_point end) {
+  wait_until(
+      end, [] { return std::chrono::steady_clock::now(); },
+      [](std::chrono::steady_clock::time_point t) { std::this_thread::sleep_until(t); });
+}
 
 }  // namespace zero

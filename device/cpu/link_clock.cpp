@@ -3,7 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
+
+#include "base/timer.h"
 
 namespace zero::cpu {
 
@@ -60,7 +61,7 @@ void LinkClock::run(const std::string& lane, const Cost& cost, const std::functi
   const auto begin = Trace::Clock::now();
   work();
   const auto end = std::max(Trace::Clock::now(), begin + length);
-  std::this_thread::sleep_until(end);
+  wait_until(end);
   trace_.record(lane, cost.name, begin, end, cost.bytes);
 }
 

@@ -182,7 +182,8 @@ double busy(const std::vector<Trace::Span>& spans, const std::string& name,
 void compute_task(Device& device, Stream& stream, double seconds, const char* name) {
   device.launch_host_task(stream, [&device, seconds, name] {
     const auto begin = Trace::Clock::now();
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    wait_until(begin + std::chrono::duration_cast<Trace::Clock::duration>(
+                           std::chrono::duration<double>(seconds)));
     device.trace()->record(kComputeLane, name, begin, Trace::Clock::now());
   });
 }
