@@ -100,6 +100,10 @@ struct ZeroConfig {
   bool overlap_comm = false;  // default: true at stage 3 only
   bool ignore_unused_parameters = true;
   std::int64_t sub_group_size = 1'000'000'000;
+  // sub_group_size absent, null or "auto": 1e9, except where super_offload steps the optimizer's
+  // state in CPU memory at stage 3, whose step groups are reduce_bucket_size elements
+  // (engine/plan/memory_plan.cpp, plan_layout).
+  bool sub_group_size_auto = false;
   std::int64_t prefetch_bucket_size = 50'000'000;
   std::int64_t param_persistence_threshold = 100'000;
   std::int64_t model_persistence_threshold = INT64_MAX;

@@ -236,7 +236,15 @@ void read_stage_and_buckets(Section& zero, Config& config) {
   }
 
   z.ignore_unused_parameters = zero.boolean({"ignore_unused_parameters"}, true);
-  z.sub_group_size = zero.integer({"sub_group_size"}, 1'000'000'000);
+  if (const json* sub_group = zero.raw("sub_group_size");
+      sub_group == nullptr || sub_group->is_null() || is_auto(*sub_group)) {
+    z.sub_group_size_auto = true;
+    reader.record("zero_optimization.sub_group_size", "auto", Source::default_value,
+                  "1e9; with super_offload and the optimizer in CPU memory at stage 3, "
+                  "reduce_bucket_size");
+  } else {
+    z.sub_group_size = zero.integer({"sub_group_size"}, 1'000'000'000);
+  }
   z.prefetch_bucket_size =
       zero.integer({"stage3_prefetch_bucket_size", "prefetch_bucket_size"}, 50'000'000);
   z.param_persistence_threshold =

@@ -81,6 +81,38 @@ TEST_CASE("speculator: a group is final after the last bucket holding part of it
   }
 }
 
+TEST_CASE("super_offload without a sub_group_size steps groups of reduce_bucket_size elements",
+          "[engine]") {
+  // A group is final once its last bucket is reduced: the default sub_group_size of 1e9 would
+  // make a model one or two groups, most of them final only at backward's end.
+  const auto config = [](const std::string& super_offload, const std::string& sub_group) {
+    return R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD",
+               "params": {"lr": 0.5}}, "zero_optimization": {"stage": 3, )" +
+           sub_group + R"( "reduce_bucket_size": 30, "offload_optimizer": {"device": "cpu",
+               "super_offload": )" +
+           super_offload + "}}}";
+  };
+  const auto sizes = [](const Layout& layout) {
+    std::vector<std::size_t> out;
+    for (const Bucket& group : layout.step_groups) out.push_back(group.block);
+    return out;
+  };
+  EngineParts unset(config("true", ""));
+  const std::size_t total = unset.layout.owned.total;
+  REQUIRE(total > 60);
+  CHECK(unset.config.zero.sub_group_size_auto);
+  CHECK(unset.layout.step_groups.size() == (total + 29) / 30);
+  for (std::size_t size : sizes(unset.layout)) CHECK(size <= 30);
+  // "auto" reads as unset; a sub_group_size given is kept; without super_offload, 1e9.
+  EngineParts automatic(config("true", R"("sub_group_size": "auto",)"));
+  CHECK(sizes(automatic.layout) == sizes(unset.layout));
+  EngineParts given(config("true", R"("sub_group_size": 40,)"));
+  CHECK_FALSE(given.config.zero.sub_group_size_auto);
+  CHECK(given.layout.step_groups.size() == (total + 39) / 40);
+  EngineParts after_backward(config("false", ""));
+  CHECK(after_backward.layout.step_groups.size() == 1);
+}
+
 TEST_CASE("speculator: each armed group is stepped once, after its last bucket", "[engine]") {
   EngineParts parts(speculating(3));
   const Layout& layout = parts.layout;
