@@ -199,7 +199,8 @@ ModeFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode,
   auto comm = comm::make_local_communicator(comm_options);
   engine::EngineOptions engine_options;
   engine_options.optimizer_threads = o.threads;
-  const auto bucket = o.bucket > 0 ? static_cast<std::size_t>(o.bucket) : per_module;
+  const auto bucket =
+      o.bucket > 0 ? static_cast<std::size_t>(o.bucket) : static_cast<std::size_t>(o.params / 32);
   engine::Engine engine(config::read_config_text(offload_step_config(o, mode, bucket), {}),
                         std::move(made), std::move(comm), engine_options);
   for (int m = 0; m < o.modules; ++m) {
@@ -320,7 +321,9 @@ CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& optio
   command->add_option("--params", options.params, "Trainable elements (default 40e6)");
   command->add_option("--modules", options.modules, "Modules, one parameter each (default 16)");
   command->add_option("--bucket", options.bucket,
-                      "Elements per reduction bucket and step group; default one module's");
+                      "Elements per reduction bucket and step group; default --params / 32, "
+                      "the 32 buckets of gpt2-1.5b's 1.56B parameters in gpu-check's 5e7 (and "
+                      "super_offload's step groups without a sub_group_size)");
   command->add_option("--compute-ms", options.compute_ms,
                       "Forward + backward stand-in per micro-step, ms (default 0.45 x the CPU "
                       "optimizer's step, measured first)");

@@ -28,7 +28,7 @@ namespace zero::bench {
 struct OffloadStepBenchOptions {
   double params = 40e6;       // trainable elements, split evenly over the modules
   int modules = 16;           // one parameter each
-  double bucket = 0;          // reduce bucket and step group elements; 0: one module's
+  double bucket = 0;          // reduce bucket and step group elements; 0: params / 32
   double compute_ms = 0;      // forward + backward per step; 0: 0.45 x the optimizer alone
   double link_gbps = 0;       // each direction; 0: one direction's bytes in 0.2 x the optimizer
   double kernel_gbps = 2500;  // the device memory's
