@@ -34,19 +34,25 @@ class SecondsSum {
   double seconds_ = 0;
 };
 
-// How long before its end wait_until() stops sleeping and spins: more than a sleeping thread's
+// The longest wait that wait_until() spins rather than sleeps: more than a sleeping thread's
 // wake-up takes on a virtual machine (10 us kernels on the timed device, sleeping, ended 25-35 us
-// late), little beside the copies' and kernels' lengths.
+// late), less than a copy of a bucket over the simulated link.
 inline constexpr std::chrono::microseconds kSpinMargin{100};
 
-// Returns at `end` on the steady clock, within a clock read: sleeps until kSpinMargin before it,
-// then spins. A sleep alone ends when the kernel wakes the thread, tens of microseconds late on
-// a virtual machine, late on every copy and kernel of the timed CPU device (which stands for a
-// GPU, whose work ends when its length is up). `now` and `sleep_until` are the clock and the
-// sleep (a test's own; otherwise std::chrono::steady_clock's and std::this_thread's).
+// Returns at `end` on the steady clock: spins when `end` is less than kSpinMargin away, else
+// sleeps. A sleep ends when the kernel wakes the thread, tens of microseconds late on a virtual
+// machine: three times a 10 us kernel of the timed CPU device, which stands for a GPU, whose
+// work ends when its length is up. Longer waits sleep: spinning their last kSpinMargin too
+// took a core from the host's work beside them on two cores (the CPU optimizer stepping during
+// backward), which cost the offloaded step more than their late wake-ups. `now` and
+// `sleep_until` are the clock and the sleep (a test's own; otherwise std::chrono::steady_clock's
+// and std::this_thread's).
 template <class Now, class SleepUntil>
 void wait_until(std::chrono::steady_clock::time_point end, Now now, SleepUntil sleep_until) {
-  if (end - now() > kSpinMargin) sleep_until(end - kSpinMargin);
+  if (end - now() > kSpinMargin) {
+    sleep_until(end);
+    return;
+  }
   while (now() < end) {
   }
 }
