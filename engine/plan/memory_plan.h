@@ -119,7 +119,8 @@ struct Layout {
   std::vector<Bucket> buckets;
   std::vector<std::vector<std::size_t>> param_buckets;
   // The optimizer's steps: all-gather buckets at stages 1-2; at stages 0 and 3 one group, or
-  // with offload groups of sub_group_size elements per rank.
+  // with offload groups of sub_group_size elements per rank (super_offload with the state in
+  // CPU memory and sub_group_size unset: reduce_bucket_size elements in all).
   std::vector<Bucket> step_groups;
   std::vector<std::size_t> group_lo;  // owned flat offset where each step group starts
   // offload_optimizer nvme: the first `resident_groups` groups (whose state ends at owned
