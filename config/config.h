@@ -101,8 +101,9 @@ struct ZeroConfig {
   bool ignore_unused_parameters = true;
   std::int64_t sub_group_size = 1'000'000'000;
   // sub_group_size absent, null or "auto": 1e9, except where super_offload steps the optimizer's
-  // state in CPU memory at stage 3, whose step groups are reduce_bucket_size elements
-  // (engine/plan/memory_plan.cpp, plan_layout).
+  // state in CPU memory at stage 3 with the parameters off NVMe, whose step groups are
+  // reduce_bucket_size elements (engine/plan/memory_plan.h, step_group_size); init records the
+  // size taken.
   bool sub_group_size_auto = false;
   std::int64_t prefetch_bucket_size = 50'000'000;
   std::int64_t param_persistence_threshold = 100'000;

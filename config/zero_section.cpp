@@ -240,8 +240,8 @@ void read_stage_and_buckets(Section& zero, Config& config) {
       sub_group == nullptr || sub_group->is_null() || is_auto(*sub_group)) {
     z.sub_group_size_auto = true;
     reader.record("zero_optimization.sub_group_size", "auto", Source::default_value,
-                  "1e9; with super_offload and the optimizer in CPU memory at stage 3, "
-                  "reduce_bucket_size");
+                  "1e9; with super_offload, the optimizer in CPU memory and the parameters "
+                  "off NVMe at stage 3, reduce_bucket_size");
   } else {
     z.sub_group_size = zero.integer({"sub_group_size"}, 1'000'000'000);
   }

@@ -524,15 +524,8 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
     per_rank = static_cast<std::size_t>(config.zero.allgather_bucket_size) /
                static_cast<std::size_t>(m.shard_ranks);
     if (m.optimizer_nvme) per_rank = std::min(per_rank, sub_group);
-  } else if (m.speculate && !m.optimizer_nvme && !m.param_nvme && config.zero.sub_group_size_auto) {
-    // super_offload steps a group once the last bucket holding part of it is reduced: groups
-    // of a bucket's size become final one after another through backward, where the default
-    // 1e9 would make one or two groups of a model and leave most of the step after it.
-    per_rank = std::max<std::size_t>(static_cast<std::size_t>(config.zero.reduce_bucket_size) /
-                                         static_cast<std::size_t>(m.shard_ranks),
-                                     1);
   } else if (m.optimizer_offload || m.param_nvme) {
-    per_rank = sub_group;  // bounds the staging of updated compute values
+    per_rank = step_group_size(config, m);  // bounds the staging of updated compute values
   }
   layout.step_groups =
       plan_buckets(order, trainable_numels, m.shard_ranks,
@@ -580,6 +573,23 @@ Layout plan_layout(const Registry& registry, const config::Config& config, int w
     }
   }
   return layout;
+}
+
+bool bucket_sized_step_groups(const config::Config& config, const StateModes& modes) {
+  return modes.stage == 3 && modes.speculate && !modes.optimizer_nvme && !modes.param_nvme &&
+         config.zero.sub_group_size_auto;
+}
+
+std::size_t step_group_size(const config::Config& config, const StateModes& modes) {
+  // super_offload steps a group once the last bucket holding part of it is reduced: groups of
+  // a bucket's size become final one after another through backward, where the default 1e9
+  // would make one or two groups of a model and leave most of the step after it.
+  if (bucket_sized_step_groups(config, modes)) {
+    return std::max<std::size_t>(static_cast<std::size_t>(config.zero.reduce_bucket_size) /
+                                     static_cast<std::size_t>(modes.shard_ranks),
+                                 1);
+  }
+  return static_cast<std::size_t>(config.zero.sub_group_size);
 }
 
 bool speculation_places_early(const StateModes& modes) {

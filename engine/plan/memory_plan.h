@@ -147,6 +147,11 @@ std::size_t bucket_buffer_bytes(const StateModes& modes, std::size_t block);
 // (stage 3 with the compute shards in memory: local copies, no collective whose order the
 // ranks must agree on, no NVMe write) rather than after the verdict.
 bool speculation_places_early(const StateModes& modes);
+// Stage 3 with optimizer or parameter offload: the step groups' elements per rank.
+// sub_group_size, or with super_offload, the state in CPU memory, the parameters off NVMe and
+// sub_group_size unset or "auto" (bucket_sized_step_groups), reduce_bucket_size over the ranks.
+bool bucket_sized_step_groups(const config::Config& config, const StateModes& modes);
+std::size_t step_group_size(const config::Config& config, const StateModes& modes);
 // Placed early, the pinned staging is early_staging_buffers() buffers of the largest group (two,
 // or one with a single group), taken in turn by the groups in the order the worker steps them
 // (a buffer again once its copies are done). Placed after the verdict, each step group's

@@ -362,4 +362,23 @@ TEST_CASE(
   CHECK(std::string(value) == "false");
 }
 
+TEST_CASE("sub_group_size left unset reads back as the step groups' size the engine took",
+          "[engine]") {
+  const auto value_of = [](const std::string& super_offload) {
+    OneParam run(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW"},
+                     "zero_optimization": {"stage": 3, "reduce_bucket_size": 6,
+                       "offload_optimizer": {"device": "cpu", "super_offload": )" +
+                     super_offload + "}}}",
+                 4, 5);
+    REQUIRE(zero_init(run.engine) == ZERO_OK);
+    char value[64] = {};
+    unsigned long long needed = 0;
+    REQUIRE(zero_config_value(run.engine, "zero_optimization.sub_group_size", value, sizeof value,
+                              &needed) == ZERO_OK);
+    return std::string(value);
+  };
+  CHECK(value_of("true") == "6");  // super_offload: a bucket's size
+  CHECK(value_of("false") == "1000000000");
+}
+
 }  // namespace zero::engine

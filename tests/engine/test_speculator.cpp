@@ -98,18 +98,23 @@ TEST_CASE("super_offload without a sub_group_size steps groups of reduce_bucket_
     return out;
   };
   EngineParts unset(config("true", ""));
-  const std::size_t total = unset.layout.owned.total;
-  REQUIRE(total > 60);
   CHECK(unset.config.zero.sub_group_size_auto);
-  CHECK(unset.layout.step_groups.size() == (total + 29) / 30);
-  for (std::size_t size : sizes(unset.layout)) CHECK(size <= 30);
+  REQUIRE(unset.layout.step_groups.size() > 2);
+  // The groups a sub_group_size of the bucket's 30 elements makes.
+  EngineParts thirty(config("true", R"("sub_group_size": 30,)"));
+  CHECK(sizes(unset.layout) == sizes(thirty.layout));
+  CHECK(bucket_sized_step_groups(unset.config, unset.layout.modes));
+  CHECK(step_group_size(unset.config, unset.layout.modes) == 30);
   // "auto" reads as unset; a sub_group_size given is kept; without super_offload, 1e9.
   EngineParts automatic(config("true", R"("sub_group_size": "auto",)"));
   CHECK(sizes(automatic.layout) == sizes(unset.layout));
   EngineParts given(config("true", R"("sub_group_size": 40,)"));
   CHECK_FALSE(given.config.zero.sub_group_size_auto);
-  CHECK(given.layout.step_groups.size() == (total + 39) / 40);
+  const std::vector<std::size_t> forty = sizes(given.layout);
+  CHECK(forty != sizes(unset.layout));
+  CHECK(*std::max_element(forty.begin(), forty.end()) == 40);
   EngineParts after_backward(config("false", ""));
+  CHECK_FALSE(bucket_sized_step_groups(after_backward.config, after_backward.layout.modes));
   CHECK(after_backward.layout.step_groups.size() == 1);
 }
 
