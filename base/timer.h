@@ -34,22 +34,17 @@ class SecondsSum {
   double seconds_ = 0;
 };
 
-// The longest wait that wait_until() spins rather than sleeps: more than a sleeping thread's
-// wake-up takes on a virtual machine (10 us kernels on the timed device, sleeping, ended 25-35 us
-// late), less than a copy of a bucket over the simulated link.
-inline constexpr std::chrono::microseconds kSpinMargin{100};
+// The longest wait that wait_until() spins rather than sleeps: longer than a sleeping thread's
+// wake-up is late on a virtual machine (25-35 us).
+inline constexpr std::chrono::microseconds kLongestSpin{100};
 
-// Returns at `end` on the steady clock: spins when `end` is less than kSpinMargin away, else
-// sleeps. A sleep ends when the kernel wakes the thread, tens of microseconds late on a virtual
-// machine: three times a 10 us kernel of the timed CPU device, which stands for a GPU, whose
-// work ends when its length is up. Longer waits sleep: spinning their last kSpinMargin too
-// took a core from the host's work beside them on two cores (the CPU optimizer stepping during
-// backward), which cost the offloaded step more than their late wake-ups. `now` and
-// `sleep_until` are the clock and the sleep (a test's own; otherwise std::chrono::steady_clock's
-// and std::this_thread's).
+// Returns at `end` on the steady clock: spins when `end` is at most kLongestSpin away, else
+// sleeps. A sleep ends when the kernel wakes the thread, late by more than a short wait's
+// length; a spin takes the core for as long as it lasts. `now` and `sleep_until` are the clock
+// and the sleep (a test's own; otherwise std::chrono::steady_clock's and std::this_thread's).
 template <class Now, class SleepUntil>
 void wait_until(std::chrono::steady_clock::time_point end, Now now, SleepUntil sleep_until) {
-  if (end - now() > kSpinMargin) {
+  if (end - now() > kLongestSpin) {
     sleep_until(end);
     return;
   }

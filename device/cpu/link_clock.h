@@ -44,7 +44,7 @@ class LinkClock {
 
   // Runs `work` (on a stream's thread) as the device would: once no other copy is on the link
   // in its direction, then waiting out what the model says it lasts (wait_until, base/timer.h:
-  // spinning what is shorter than kSpinMargin, sleeping the rest); records it on `lane`.
+  // spinning what is shorter than kLongestSpin, sleeping the rest); records it on `lane`.
   void run(const std::string& lane, const Cost& cost, const std::function<void()>& work);
   // Runs a host task untimed, recording it on `lane`.
   void run_host(const std::string& lane, const std::function<void()>& work);

@@ -20,8 +20,9 @@ class StreamWorker {
   // refused, as for a user without CAP_SYS_NICE): the timed device's streams stand for a GPU,
   // which takes no host core, so the host's own work (the CPU optimizer) must not delay them.
   // It also sets its timer slack to 1 ns rather than Linux's default 50 us: a timed copy or
-  // kernel sleeps out its length, and a GPU's ends when its length is up, where the default
-  // slack would let each sleep run up to 50 us long (the wake-up's own latency remains).
+  // kernel longer than base/timer.h's kLongestSpin sleeps out its length, and a GPU's ends when
+  // its length is up, where the default slack would let each sleep run up to 50 us long (the
+  // wake-up's own latency remains; shorter ones spin).
   explicit StreamWorker(bool raised = false);
   // Finishes the tasks already submitted, then stops the thread.
   ~StreamWorker();

@@ -97,8 +97,7 @@ TEST_CASE("the timed device's copies in one direction share the link across stre
   device->unreserve(Tier::device, gpu, 2 * kBytes);
 }
 
-TEST_CASE("the timed device's streams sleep out a copy's length without the timer slack",
-          "[device][timed]") {
+TEST_CASE("the timed device's streams sleep without the timer slack", "[device][timed]") {
   // Linux lets a sleep overrun by the thread's timer slack, 50 us by default: on each timed
   // copy and kernel, and on each task of a bench's compute stand-in. The streams stand for a
   // GPU, whose work ends when its length is up.
