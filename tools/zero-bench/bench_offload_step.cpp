@@ -95,17 +95,25 @@ std::string offload_step_config(const OffloadStepBenchOptions& o, const std::str
   // Without bf16's overflow check (and clipping) nothing can undo a speculated step: it writes
   // the state in place, with no second copy.
   const char* check = mode == "super_offload_unchecked" ? "false" : "true";
+  // super_offload's step groups as the engine sizes them without a sub_group_size (a bucket's),
+  // as gpu-check's config leaves it; the steps after backward take the bucket's size too.
+  const std::string sub_group =
+      speculate ? std::string() : fmt::format(R"( "sub_group_size": {},)", bucket);
   return fmt::format(R"({{
     "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": {},
     "steps_per_print": 1000000, "bf16": {{"enabled": true, "check_grad_overflow": {}}},
     "optimizer": {{"type": "AdamW", "params": {{"lr": 1e-4}}}},
-    "zero_optimization": {{"stage": 3, "sub_group_size": {}, "reduce_bucket_size": {},
+    "zero_optimization": {{"stage": 3,{} "reduce_bucket_size": {},
       "allgather_bucket_size": {}, "stage3_prefetch_bucket_size": {}, "overlap_comm": true,
       "offload_optimizer": {{"device": "cpu"{}, "super_offload": {},
                             "accumulate_on_device": {}}}}}}})",
-                     o.accumulation, check, bucket, bucket, bucket, bucket, pin,
+                     o.accumulation, check, sub_group, bucket, bucket, bucket, pin,
                      speculate ? "true" : "false", o.accumulate_on_device ? "true" : "false");
 }
+
+// Reduction buckets (and step groups) a step by default: gpt2-1.5b's 1.56B parameters in
+// gpu-check's reduce_bucket_size of 5e7.
+constexpr double kDefaultBuckets = 32;
 
 // The CPU optimizer's step over `n` elements alone, as the engine's offloaded step runs it:
 // AdamW, gradients in `grad` (the engine's accumulation dtype), fp32 masters and moments, a bf16
@@ -200,7 +208,8 @@ ModeFigures run_mode(const OffloadStepBenchOptions& o, const std::string& mode,
   engine::EngineOptions engine_options;
   engine_options.optimizer_threads = o.threads;
   const auto bucket =
-      o.bucket > 0 ? static_cast<std::size_t>(o.bucket) : static_cast<std::size_t>(o.params / 32);
+      o.bucket > 0 ? static_cast<std::size_t>(o.bucket)
+                   : std::max<std::size_t>(static_cast<std::size_t>(o.params / kDefaultBuckets), 1);
   engine::Engine engine(config::read_config_text(offload_step_config(o, mode, bucket), {}),
                         std::move(made), std::move(comm), engine_options);
   for (int m = 0; m < o.modules; ++m) {
@@ -322,8 +331,9 @@ CLI::App* add_offload_step_command(CLI::App& app, OffloadStepBenchOptions& optio
   command->add_option("--modules", options.modules, "Modules, one parameter each (default 16)");
   command->add_option("--bucket", options.bucket,
                       "Elements per reduction bucket and step group; default --params / 32, "
-                      "the 32 buckets of gpt2-1.5b's 1.56B parameters in gpu-check's 5e7 (and "
-                      "super_offload's step groups without a sub_group_size)");
+                      "the 32 buckets of gpt2-1.5b's 1.56B parameters in gpu-check's 5e7 "
+                      "(super_offload's modes set no sub_group_size: the engine's groups are "
+                      "then a bucket's size)");
   command->add_option("--compute-ms", options.compute_ms,
                       "Forward + backward stand-in per micro-step, ms (default 0.45 x the CPU "
                       "optimizer's step, measured first)");
