@@ -189,6 +189,15 @@ void log_notes(const Config& config) {
   for (const auto& line : config.warnings) log::warn("config: {}", line);
 }
 
+void settle_auto(Config& config, std::string_view key, json value, std::string note) {
+  for (ResolvedValue& r : config.resolved) {
+    if (r.path != key) continue;
+    r.value = std::move(value);
+    r.note = std::move(note);
+    return;
+  }
+}
+
 std::optional<json> resolved_value(const Config& config, std::string_view key) {
   if (key.empty()) return std::nullopt;
   std::optional<json> section;

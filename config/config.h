@@ -234,4 +234,8 @@ void log_notes(const Config& config);
 // beneath it; nullopt when nothing under that path was resolved.
 std::optional<json> resolved_value(const Config& config, std::string_view key);
 
+// A key read as "auto" (or left unset) that init has decided: its resolved entry takes the
+// value, with `note` saying why, so that resolved_value and the config's report give it.
+void settle_auto(Config& config, std::string_view key, json value, std::string note);
+
 }  // namespace zero::config

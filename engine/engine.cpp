@@ -326,12 +326,8 @@ void Engine::Impl::resolve_super_offload() {
     }
   }
   // zero_config_value and the config's report give the decision.
-  for (config::ResolvedValue& r : config.resolved) {
-    if (r.path == "zero_optimization.offload_optimizer.super_offload") {
-      r.value = offload.super_offload;
-      r.note = fmt::format("auto: {}", why);
-    }
-  }
+  config::settle_auto(config, "zero_optimization.offload_optimizer.super_offload",
+                      offload.super_offload, fmt::format("auto: {}", why));
   if (rank == 0) {
     log::info("engine: offload_optimizer.super_offload (unset: auto) is {}: {}{}",
               offload.super_offload ? "on" : "off", why,
@@ -346,13 +342,11 @@ void Engine::Impl::lay_out() {
   layout = plan_layout(registry, config, world);
   // sub_group_size unset: zero_config_value and the config's report give the size taken.
   if (config.zero.sub_group_size_auto) {
-    for (config::ResolvedValue& r : config.resolved) {
-      if (r.path != "zero_optimization.sub_group_size") continue;
-      const bool buckets = bucket_sized_step_groups(config, layout.modes);
-      r.value = step_group_size(config, layout.modes);
-      r.note =
-          buckets ? "auto: reduce_bucket_size over the ranks, super_offload's groups" : "auto: 1e9";
-    }
+    config::settle_auto(config, "zero_optimization.sub_group_size",
+                        step_group_size(config, layout.modes),
+                        bucket_sized_step_groups(config, layout.modes)
+                            ? "auto: reduce_bucket_size over the ranks, super_offload's groups"
+                            : "auto: 1e9");
   }
   memory_plan = plan_memory(registry, config, layout, device->offload_beside());
   if (const std::string why = device_accumulation_unused(config, layout, device->offload_beside());

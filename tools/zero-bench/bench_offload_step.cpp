@@ -31,6 +31,9 @@ namespace {
 
 constexpr const char* kComputeLane = "compute";
 constexpr int kModeWarmup = 3;  // unmeasured steps before a mode's first block
+// Reduction buckets (and step groups) a step by default: gpt2-1.5b's 1.56B parameters in
+// gpu-check's reduce_bucket_size of 5e7.
+constexpr double kDefaultBuckets = 32;
 
 // One mode's figures for its median step, in seconds, and the trace of its last step.
 struct StepFigures {
@@ -110,10 +113,6 @@ std::string offload_step_config(const OffloadStepBenchOptions& o, const std::str
                      o.accumulation, check, sub_group, bucket, bucket, bucket, pin,
                      speculate ? "true" : "false", o.accumulate_on_device ? "true" : "false");
 }
-
-// Reduction buckets (and step groups) a step by default: gpt2-1.5b's 1.56B parameters in
-// gpu-check's reduce_bucket_size of 5e7.
-constexpr double kDefaultBuckets = 32;
 
 // The CPU optimizer's step over `n` elements alone, as the engine's offloaded step runs it:
 // AdamW, gradients in `grad` (the engine's accumulation dtype), fp32 masters and moments, a bf16
